@@ -1,0 +1,129 @@
+"""How much does inferbench's harness add to what it measures?
+
+For ``onnxrt`` and ``torch``: in one child process with inferbench's thread settings, alternate
+blocks of (a) a bare loop ``t = perf_counter(); call(); lat.append(perf_counter() - t)`` on the
+same loaded artifact and (b) inferbench's own runner + measurement loop, and print the ratio of
+their median latencies (target: within 2%). Blocks alternate so that machine drift hits both.
+
+With ``--wall-time`` it also times the default ``python -m inferbench.run`` end to end, cold (empty
+artifact cache) and warm.
+
+    python benchmarks/harness_overhead.py [--blocks 5] [--block-seconds 3] [--wall-time]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def child(framework: str, folder: str, blocks: int, block_s: float, threads: int) -> dict:
+    from inferbench.exporters import EXPORTERS
+    from inferbench.frameworks import get_framework, load_runner
+    from inferbench.measure.timing import TimingConfig, run_timed
+    from inferbench.models import get_model, make_inputs
+    from inferbench.runners.base import LoadContext
+
+    fw = get_framework(framework)
+    spec = get_model("mobilenet_v3_large")
+    ctx = LoadContext(Path(folder), Path(folder) / EXPORTERS[fw.artifact].path, spec, 224, "cpu", threads, 0)
+    runner = load_runner(fw)()
+    runner.load(ctx)
+    x = make_inputs(spec, 1, 224, 3)
+    prepared = runner.prepare(x)
+
+    # the bare call, written the way a one-off script would
+    if framework == "onnxrt":
+        sess, feed = runner.session, prepared
+
+        def bare() -> object:
+            return sess.run(None, feed)
+    else:
+        import torch
+
+        module, tensor = runner.module, prepared
+
+        def bare() -> object:
+            with torch.inference_mode():
+                return module(tensor)
+
+    for _ in range(20):
+        bare()
+    bare_medians, harness_medians = [], []
+    cfg = TimingConfig(warmup_iterations=5, warmup_seconds=0.2, min_duration_s=block_s, min_iterations=50)
+    for _ in range(blocks):
+        lat = []
+        end = time.perf_counter() + block_s
+        while time.perf_counter() < end or len(lat) < 50:
+            t = time.perf_counter()
+            bare()
+            lat.append(time.perf_counter() - t)
+        bare_medians.append(float(np.median(lat)) * 1e3)
+        m = run_timed(lambda: runner.call(prepared), runner.synchronize, cfg)
+        harness_medians.append(float(np.median(m.latencies_s)) * 1e3)
+    bare_ms, harness_ms = float(np.median(bare_medians)), float(np.median(harness_medians))
+    return {"framework": framework, "bare_ms": bare_ms, "harness_ms": harness_ms, "ratio": harness_ms / bare_ms,
+            "bare_blocks_ms": bare_medians, "harness_blocks_ms": harness_medians}
+
+
+def ensure_artifacts(cache_dir: str) -> Path:
+    from inferbench.exporters import cache
+    from inferbench.run import main
+
+    code = main(["--framework", "onnxrt,torch", "--duration", "0", "--min-iterations", "1", "--warmup", "0",
+                 "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
+    if code != 0:
+        sys.exit("could not export the default model")
+    return cache.artifact_dir(Path(cache_dir), cache.key_inputs("mobilenet_v3_large", 224, "random", 0))
+
+
+def wall_time() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in ("cold (empty artifact cache)", "warm (cached artifacts)"):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "inferbench.run", "--cache-dir", f"{tmp}/cache",
+                            "--output-dir", f"{tmp}/out"], check=False, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            print(f"python -m inferbench.run, {label}: {time.perf_counter() - t0:.0f} s wall")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--block-seconds", type=float, default=3.0)
+    p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
+    p.add_argument("--wall-time", action="store_true")
+    p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    from inferbench.device import default_threads
+    from inferbench.isolate import thread_env
+
+    threads = default_threads()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.blocks, args.block_seconds, threads)))
+        return
+    folder = ensure_artifacts(args.cache_dir)
+    env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": ""}
+    print(f"harness overhead, mobilenet_v3_large 224 bs1, {threads} threads, {args.blocks} alternating blocks")
+    for fw in ("onnxrt", "torch"):
+        out = subprocess.run([sys.executable, __file__, "--blocks", str(args.blocks), "--block-seconds",
+                              str(args.block_seconds), "--child", fw, str(folder)],
+                             env=env, capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"  {fw:<7} bare loop p50 {r['bare_ms']:.3f} ms   inferbench p50 {r['harness_ms']:.3f} ms   "
+              f"ratio {r['ratio']:.3f}  (per block: bare {np.round(r['bare_blocks_ms'], 3).tolist()}, "
+              f"inferbench {np.round(r['harness_blocks_ms'], 3).tolist()})")
+    if args.wall_time:
+        wall_time()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""``python -m inferbench`` is ``python -m inferbench.run``."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

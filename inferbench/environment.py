@@ -1,0 +1,98 @@
+"""Hardware and software capture for result records (no ML framework is imported)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .device import Device, default_threads
+
+PACKAGES = (
+    "numpy", "pandas", "tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "onnxruntime-gpu",
+    "torch", "torchvision", "onnx2torch", "tensorrt", "nvidia-ml-py", "jax", "jaxlib",
+)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+    except OSError:
+        pass
+    return []
+
+
+def _memory_total_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 2)
+    except OSError:
+        pass
+    return None
+
+
+def git_commit() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def capture(device: Device) -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu": {
+            "model": _cpu_model(),
+            "machine": platform.machine(),
+            "logical_cores": os.cpu_count(),
+            "available_cores": default_threads(),
+            "flags": _cpu_flags(),
+        },
+        "memory_gb": _memory_total_gb(),
+        "gpu": device.as_dict()["gpu"],
+        "gpu_note": None if device.gpu else "no GPU used (CPU run); GPU fields belong to GPU runs",
+        "packages": package_versions(),
+        "inferbench": {"version": __version__, **git_commit()},
+        "env": {k: v for k, v in os.environ.items()
+                if k.startswith(("TF_XLA", "XLA_", "OMP_", "MKL_", "CUDA_VISIBLE", "KERAS_BACKEND"))},
+    }

@@ -1,0 +1,17 @@
+"""Exceptions that the command lines turn into one clear line and an exit status."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2, nothing written."""
+
+
+class MissingDependency(Exception):
+    """An optional package is not installed; the message names the extra that installs it."""
+
+    def __init__(self, package: str, extra: str, what: str = "") -> None:
+        self.package = package
+        self.extra = extra
+        needed_for = f" (needed for {what})" if what else ""
+        super().__init__(
+            f"{package} is not installed{needed_for}: install it with pip install -e \".[{extra}]\""
+        )

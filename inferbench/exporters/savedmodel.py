@@ -1,0 +1,23 @@
+"""TF SavedModel with a ``serve`` endpoint (dynamic batch), exported from the ``.keras`` artifact."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+from . import ExportContext
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    import keras
+
+    model = keras.saving.load_model(ctx.path("keras"), compile=False)
+    with contextlib.redirect_stdout(io.StringIO()):  # Keras prints the endpoint listing
+        model.export(ctx.folder / "savedmodel", format="tf_saved_model")
+    return {
+        "paths": ["savedmodel"],
+        "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
+                            "layout": "NHWC", "endpoint": "serve"},
+        "notes": [],
+    }

@@ -1,0 +1,65 @@
+"""TensorRT engines (FP32 / FP16) built from the ONNX artifact with TensorRT's own Python API.
+
+Called by the TensorRT runner on the target GPU (engines are specific to it).
+
+TensorFlow 2.18+ no longer ships TF-TRT, so engines come from ONNX. The engine has one optimisation
+profile covering the requested batch sizes and uses a timing cache kept beside it. Engines are
+specific to the GPU model and TensorRT version; both are in the file name.
+
+NOT RUN in this project's CI or on its development machines: TensorRT's wheels download from
+NVIDIA's own server at install time, which those machines cannot reach.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import MissingDependency
+from . import ExportContext
+
+
+def _trt() -> Any:
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise MissingDependency("tensorrt", "tensorrt", "TensorRT engines") from None
+    return trt
+
+
+def engine_path(ctx: ExportContext, precision: str, gpu_name: str, trt_version: str) -> Any:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower()
+    lo, hi = min(ctx.batch_sizes), max(ctx.batch_sizes)
+    return ctx.folder / "tensorrt" / f"{slug}_trt{trt_version}_{precision}_b{lo}-{hi}.plan"
+
+
+def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str, Any]:
+    trt = _trt()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(ctx.path("onnx"))):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise RuntimeError(f"TensorRT could not parse the ONNX model: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 2 << 30)
+    if precision == "fp16":
+        config.set_flag(trt.BuilderFlag.FP16)
+    cache_file = ctx.folder / "tensorrt" / "timing.cache"
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    inp = network.get_input(0)
+    lo, hi = min(ctx.batch_sizes), max(ctx.batch_sizes)
+    r = ctx.resolution
+    profile = builder.create_optimization_profile()
+    profile.set_shape(inp.name, (lo, r, r, 3), (hi, r, r, 3), (hi, r, r, 3))
+    config.add_optimization_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise RuntimeError("TensorRT failed to build the engine (see the log above)")
+    out = engine_path(ctx, precision, gpu_name, trt.__version__)
+    out.write_bytes(bytes(serialized))
+    cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
+    return {"engine": str(out.relative_to(ctx.folder)), "profile": [lo, hi], "trt_version": trt.__version__}

@@ -1,0 +1,1 @@
+"""Measurement: the one timing loop, its statistics, and host memory."""

@@ -1,0 +1,119 @@
+"""Do an export's outputs match the Keras reference?
+
+Metrics on the same seeded, image-like inputs: max abs error, max abs error relative to
+max |reference| ("max_rel_err"), the smallest per-input cosine similarity, and top-1 agreement.
+A top-1 disagreement only fails the gate where the reference itself is not a near-tie (its margin
+between the two classes exceeds the allowed absolute error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_rel_err: float
+    min_cosine: float
+
+
+#: Per precision. FP32: tf2onnx + ONNX Runtime and XLA land near 1e-5 of max |logit| on this
+#: project's reference model; 1e-4 leaves room and still catches a wrong export (tested).
+THRESHOLDS: dict[str, Thresholds] = {
+    "fp32": Thresholds(max_rel_err=1e-4, min_cosine=0.9999),
+    "fp16": Thresholds(max_rel_err=1e-2, min_cosine=0.995),
+    "bf16": Thresholds(max_rel_err=3e-2, min_cosine=0.99),
+}
+
+
+class DegenerateReference(Exception):
+    """The reference outputs cannot tell a correct export from a broken one."""
+
+
+def check_reference(ref: np.ndarray) -> dict[str, Any]:
+    """Raise DegenerateReference unless logits vary across classes *and* across inputs.
+
+    The stock random-init MobileNetV3 gives logits ~1e-11 that are identical for every input: any
+    export, however wrong, agrees with it.
+    """
+    ref = np.asarray(ref, dtype=np.float64)
+    if ref.ndim != 2 or ref.shape[0] < 2:
+        raise DegenerateReference(f"reference must be (inputs >= 2, classes), got shape {ref.shape}")
+    if not np.all(np.isfinite(ref)):
+        raise DegenerateReference("reference outputs contain NaN or infinity")
+    across_classes = float(ref.std(axis=1).mean())
+    across_inputs = float(ref.std(axis=0).mean())
+    distinct_top1 = int(len(set(ref.argmax(axis=1).tolist())))
+    facts = {
+        "std_across_classes": across_classes,
+        "std_across_inputs": across_inputs,
+        "distinct_top1": distinct_top1,
+        "inputs": int(ref.shape[0]),
+    }
+    needed_top1 = min(3, ref.shape[0])
+    if across_classes < 1e-3 or across_inputs < 1e-3 or distinct_top1 < needed_top1:
+        raise DegenerateReference(
+            "reference outputs are degenerate (std across classes "
+            f"{across_classes:.3g}, across inputs {across_inputs:.3g}, {distinct_top1} distinct top-1 "
+            f"classes over {ref.shape[0]} inputs; need >= 1e-3, >= 1e-3, >= {needed_top1})"
+        )
+    return facts
+
+
+def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32") -> dict[str, Any]:
+    """Parity block of a result record: metrics, thresholds and status ("passed"/"failed")."""
+    th = THRESHOLDS[precision]
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape) if np.size(candidate) == ref.size \
+        else None
+    if cand is None:
+        return {
+            "status": "failed", "reason": f"output shape {np.shape(candidate)} != reference {ref.shape}",
+            "max_abs_err": None, "max_rel_err": None, "cosine": None, "top1_agreement": None,
+            "precision": precision,
+        }
+    finite = bool(np.all(np.isfinite(cand)))
+    err = np.abs(cand - ref)
+    max_abs = float(err.max()) if finite else float("inf")
+    scale = float(np.abs(ref).max())
+    max_rel = max_abs / scale if scale > 0 else float("inf")
+    num = (ref * cand).sum(axis=1)
+    den = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
+    cosine = float(np.min(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0))) if finite else 0.0
+    ref_top = ref.argmax(axis=1)
+    cand_top = cand.argmax(axis=1)
+    agree = ref_top == cand_top
+    allowed_abs = th.max_rel_err * scale
+    rows = np.arange(ref.shape[0])
+    margins = ref[rows, ref_top] - ref[rows, cand_top]
+    real_flips = int(np.sum(~agree & (margins > 2 * allowed_abs)))
+    reasons = []
+    if not finite:
+        reasons.append("non-finite outputs")
+    if max_rel > th.max_rel_err:
+        reasons.append(f"max_rel_err {max_rel:.3g} > {th.max_rel_err:g}")
+    if cosine < th.min_cosine:
+        reasons.append(f"cosine {cosine:.6f} < {th.min_cosine}")
+    if real_flips:
+        reasons.append(f"{real_flips} top-1 disagreement(s) away from near-ties")
+    return {
+        "status": "failed" if reasons else "passed",
+        "reason": "; ".join(reasons) or None,
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
+        "cosine": cosine,
+        "top1_agreement": float(agree.mean()),
+        "inputs": int(ref.shape[0]),
+        "precision": precision,
+        "thresholds": {"max_rel_err": th.max_rel_err, "min_cosine": th.min_cosine},
+    }
+
+
+def not_applicable(reason: str) -> dict[str, Any]:
+    return {
+        "status": "not_applicable", "reason": reason, "max_abs_err": None, "max_rel_err": None,
+        "cosine": None, "top1_agreement": None,
+    }

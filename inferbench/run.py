@@ -1,0 +1,297 @@
+"""``python -m inferbench.run``: export one model, verify every export, measure each framework.
+
+Exit status: 0 every cell ran and no parity check failed; 1 some cell failed or failed parity;
+2 bad input (one line on stderr, nothing written); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import SCHEMA_VERSION, __version__
+from .device import Device, default_threads, list_gpus, resolve
+from .errors import UsageError
+from .frameworks import FRAMEWORKS, Framework, parse_frameworks, unavailable_reason
+from .models import DEFAULT_MODEL, MODELS, PREPROCESSING, describe_weights, get_model
+from .summary import format_summary
+
+DEFAULTS = {"duration": 10.0, "min_iterations": 100, "warmup": 10, "warmup_seconds": 2.0}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not the usage block
+        raise UsageError(f"{message} (see --help)")
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m inferbench.run",
+        description="Export a Keras vision model to every runtime, check each export against the "
+        "Keras reference, and measure latency and throughput with one common method.",
+    )
+    p.add_argument("--framework", default="all",
+                   help=f"'all' or a comma list of: {', '.join(FRAMEWORKS)} (default: all that run here)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"one of: {', '.join(MODELS)} (default: %(default)s)")
+    p.add_argument("--batch-size", type=_positive_ints, default=[1], metavar="N[,N...]",
+                   help="batch size, or a comma list (default: 1)")
+    p.add_argument("--resolution", type=_positive_int, default=None,
+                   help="input height = width in pixels (default: the model's, 224)")
+    p.add_argument("--weights", default="random",
+                   help="'random' (seeded, offline, default), 'imagenet' (downloads) or a .keras/.weights.h5 file")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed for weights and inputs (default: 0)")
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
+                   help="where to run (default: auto = the GPU if there is one, else the CPU)")
+    p.add_argument("--gpu-id", type=_non_negative_int, default=None,
+                   help="GPU index in PCI bus order, as nvidia-smi lists them (implies --device gpu)")
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="intra-op threads for every framework (default: cores available to this process)")
+    p.add_argument("--duration", type=_non_negative_float, default=DEFAULTS["duration"],
+                   help="minimum seconds of timed inference per cell (default: %(default)s)")
+    p.add_argument("--min-iterations", type=_positive_int, default=DEFAULTS["min_iterations"],
+                   help="minimum timed iterations per cell (default: %(default)s)")
+    p.add_argument("--warmup", type=_non_negative_int, default=DEFAULTS["warmup"],
+                   help="minimum warm-up calls (default: %(default)s)")
+    p.add_argument("--warmup-seconds", type=_non_negative_float, default=DEFAULTS["warmup_seconds"],
+                   help="minimum warm-up seconds (default: %(default)s)")
+    p.add_argument("--output-dir", default="benchmark_results",
+                   help="results go to OUTPUT_DIR/<run id>/ (default: %(default)s)")
+    p.add_argument("--cache-dir", default=None,
+                   help="artifact cache (default: $INFERBENCH_CACHE or ~/.cache/inferbench/artifacts)")
+    p.add_argument("--timeout", type=_non_negative_float, default=None,
+                   help="give up on a cell after this many seconds (default: no limit)")
+    p.add_argument("--list", action="store_true", help="list models and frameworks, and whether each runs here")
+    p.add_argument("--version", action="version", version=f"inferbench {__version__}")
+    return p
+
+
+def check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to output dir {folder}: {exc.strerror or exc}") from None
+
+
+def list_everything(out: Any = None) -> None:
+    out = out or sys.stdout
+    gpus = list_gpus()
+    print("Models (inputs: seeded image-like fields; preprocessing as listed):", file=out)
+    for spec in MODELS.values():
+        tv = f"torchvision.models.{spec.torchvision_builder}" if spec.torchvision_builder \
+            else "(no torchvision equivalent)"
+        print(f"  {spec.name:<20} {spec.default_resolution}px  keras.applications.{spec.keras_builder:<18} "
+              f"{tv:<40} [{PREPROCESSING[spec.preprocessing]}]", file=out)
+    print(f"\nFrameworks (GPUs found: {len(gpus)}):", file=out)
+    for fw in FRAMEWORKS.values():
+        status = []
+        for dev in ("cpu", "gpu"):
+            reason = unavailable_reason(fw, dev)
+            if dev == "gpu" and reason is None and not gpus:
+                reason = "no NVIDIA GPU on this machine"
+            status.append(f"{dev}: {'yes' if reason is None else 'no (' + reason + ')'}")
+        print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
+
+
+class Progress:
+    """Progress lines on stderr: one per phase change, one result line per cell."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total, self.done, self.stream = total, 0, stream or sys.stderr
+        self.started = time.monotonic()
+
+    def say(self, label: str, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{self.done}/{self.total} {elapsed:6.1f}s] {label:<26} {text}", file=self.stream, flush=True)
+
+
+def _failed_record(base: dict[str, Any], error: str, traceback: str | None = None) -> dict[str, Any]:
+    return {**base, "status": "failed", "error": error, "traceback": traceback,
+            "parity": {"status": "not_run", "max_abs_err": None, "max_rel_err": None, "cosine": None,
+                       "top1_agreement": None},
+            "latency_ms": None, "throughput_per_s": None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as exc:
+        print(f"inferbench.run: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("inferbench.run: interrupted; records already written are complete", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    from . import results
+    from .environment import capture
+    from .exporters import EXPORTERS, export_order
+    from .exporters import cache as artifact_cache
+    from .isolate import run_child, thread_env
+
+    args = build_parser().parse_args(argv)
+    if args.list:
+        list_everything()
+        return 0
+    spec = get_model(args.model)
+    resolution = spec.resolution(args.resolution)
+    weights = describe_weights(args.weights)
+    device: Device = resolve(args.device, args.gpu_id)
+    frameworks = parse_frameworks(args.framework, device.kind)
+    threads = args.threads or default_threads()
+    out_root = Path(args.output_dir)
+    check_writable(out_root)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
+    check_writable(cache_dir)
+    timing = {"warmup_iterations": args.warmup, "warmup_seconds": args.warmup_seconds,
+              "min_duration_s": args.duration, "min_iterations": args.min_iterations}
+
+    runnable: list[Framework] = []
+    skipped: dict[str, str] = {}
+    for fw in frameworks:
+        reason = unavailable_reason(fw, device.kind)
+        if reason:
+            skipped[fw.key] = reason
+        else:
+            runnable.append(fw)
+    if args.framework == "all":
+        not_here = [fw.key for fw in FRAMEWORKS.values() if device.kind not in fw.devices]
+        if not_here:
+            print(f"not run on the {device.kind}: {', '.join(not_here)} (need an NVIDIA GPU)", file=sys.stderr)
+
+    env = {**device.child_env(), **thread_env(threads)}
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}_{spec.name}_{resolution}_{device.label}"
+    run_dir = out_root / run_id
+    progress = Progress(len(frameworks) * len(args.batch_size))
+
+    # ---- export (each exporter in its own child), reusing cached artifacts
+    key_inputs = artifact_cache.key_inputs(spec.name, resolution, weights, args.seed)
+    folder = artifact_cache.artifact_dir(cache_dir, key_inputs)
+    failed_exports: dict[str, str] = {}
+    needed = [fw.artifact for fw in runnable if fw.artifact != "none"]
+    for kind in export_order(needed) if runnable else []:
+        blocked = [dep for dep in EXPORTERS[kind].requires if dep in failed_exports]
+        if blocked:
+            failed_exports[kind] = f"needs the {blocked[0]} export, which failed"
+            continue
+        if artifact_cache.cached(folder, kind):
+            progress.say(f"export {kind}", "cached")
+            continue
+        t0 = time.monotonic()
+        res = run_child(
+            {"type": "export", "kind": kind, "folder": str(folder), "model": spec.name,
+             "resolution": resolution, "weights": weights, "seed": args.seed,
+             "batch_sizes": args.batch_size, "key_inputs": key_inputs},
+            env, lambda phase, k=kind: progress.say(f"export {k}", phase), args.timeout,
+        )
+        if res["ok"]:
+            notes = res["result"].get("notes") or []
+            progress.say(f"export {kind}", f"done in {time.monotonic() - t0:.1f}s"
+                         + "".join(f"\n    note: {n}" for n in notes))
+        elif res.get("usage_error"):
+            raise UsageError(res["error"])
+        else:
+            failed_exports[kind] = res["error"]
+            progress.say(f"export {kind}", f"FAILED: {res['error']}")
+
+    # ---- cells, each in its own child
+    environment = capture(device)
+    records: list[dict[str, Any]] = []
+    for batch_size in args.batch_size:
+        for fw in frameworks:
+            label = f"{fw.key} bs{batch_size}"
+            base = {
+                "schema_version": SCHEMA_VERSION, "framework": fw.key, "model": spec.name,
+                "resolution": resolution, "batch_size": batch_size,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": run_id,
+                "config": {
+                    "device": {**device.as_dict(), "label": device.label}, "threads": threads,
+                    "weights": args.weights, "seed": args.seed, "precision": fw.precision,
+                    "timing": timing, "framework_description": fw.description,
+                    "artifact_dir": str(folder), "include_transfer": False,
+                },
+                "environment": environment,
+            }
+            if fw.key in skipped:
+                rec = _failed_record(base, skipped[fw.key])
+            elif fw.artifact in failed_exports:
+                rec = _failed_record(base, f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}")
+            else:
+                res = run_child(
+                    {"type": "cell", "framework": fw.key, "model": spec.name, "resolution": resolution,
+                     "batch_size": batch_size, "seed": args.seed, "threads": threads,
+                     "device": device.as_dict(), "folder": str(folder), "timing": timing,
+                     "options": {"precision": fw.precision, "batch_sizes": args.batch_size}},
+                    env, lambda phase, lb=label: progress.say(lb, phase), args.timeout,
+                )
+                if res["ok"]:
+                    rec = {**base, "status": "ok", "error": None, **res["result"]}
+                else:
+                    rec = _failed_record(base, res["error"], res.get("traceback"))
+            progress.done += 1
+            results.write_record(run_dir, rec)
+            records.append(rec)
+            results.write_summary(run_dir / "summary.csv", records)
+            progress.say(label, _one_line(rec))
+
+    print(format_summary(records), file=sys.stdout)
+    print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
+    bad = [r for r in records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
+    return 1 if bad else 0
+
+
+def _one_line(rec: dict[str, Any]) -> str:
+    if rec["status"] != "ok":
+        return f"FAILED: {rec['error']}"
+    lat = rec["latency_ms"]
+    ci = lat["p50_ci95"]
+    noisy = "  NOISY" if lat["noisy"] else ""
+    return (f"p50 {lat['p50']:.3f} ms [{ci[0]:.3f}, {ci[1]:.3f}]  {rec['throughput_per_s']:.1f}/s  "
+            f"parity {rec['parity']['status']}{noisy}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

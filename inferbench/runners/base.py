@@ -1,0 +1,49 @@
+"""The runner contract. Runners load, place inputs, call and synchronise; they never time themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..models import ModelSpec
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    folder: Path  # artifact cache folder
+    artifact: Path | None  # the artifact this framework loads (None for torch-native)
+    model: ModelSpec
+    resolution: int
+    device: str  # "cpu" | "gpu" (a GPU child sees exactly one GPU: index 0)
+    threads: int
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner:
+    name: ClassVar[str]
+
+    def load(self, ctx: LoadContext) -> None:
+        raise NotImplementedError
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        """Host NHWC float32 array -> what ``call`` takes (device-resident on a GPU)."""
+        return batch
+
+    def call(self, prepared: Any) -> Any:
+        """One inference; may return before the device has finished."""
+        raise NotImplementedError
+
+    def synchronize(self, outputs: Any) -> None:
+        """Return only when the device work of ``call`` is finished."""
+
+    def to_numpy(self, outputs: Any) -> np.ndarray:
+        """Outputs as a host array, for the parity gate (never inside the timed loop)."""
+        return np.asarray(outputs)
+
+    def details(self) -> dict[str, Any]:
+        """Facts recorded with the result: sync mechanism, threads, providers, compile flags..."""
+        return {}

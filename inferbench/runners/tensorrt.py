@@ -1,0 +1,73 @@
+"""TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``): an engine from the ONNX export, executed
+on a CUDA stream with device buffers (torch tensors), synchronised with the stream.
+
+NOT RUN in this project's CI or on its development machines (TensorRT cannot be installed there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import MissingDependency
+from .base import LoadContext, Runner
+
+
+class TensorRTRunner(Runner):
+    name = "tensorrt"
+
+    def load(self, ctx: LoadContext) -> None:
+        try:
+            import tensorrt as trt
+        except ImportError:
+            raise MissingDependency("tensorrt", "tensorrt", "tensorrt-fp32/fp16") from None
+        import torch
+
+        from ..exporters import ExportContext
+        from ..exporters.tensorrt import build_engine
+
+        if ctx.device != "gpu" or not torch.cuda.is_available():
+            raise RuntimeError("TensorRT needs an NVIDIA GPU")
+        precision = ctx.options.get("precision", "fp32")
+        batch_sizes = tuple(ctx.options.get("batch_sizes", (1,)))
+        ectx = ExportContext(ctx.folder, ctx.model.name, ctx.resolution, "n/a", ctx.seed, batch_sizes)
+        gpu_name = torch.cuda.get_device_name(0)
+        from ..exporters.tensorrt import engine_path
+
+        path = engine_path(ectx, precision, gpu_name, trt.__version__)
+        self.build_info = {"engine": str(path), "cached": path.exists()}
+        if not path.exists():
+            self.build_info.update(build_engine(ectx, precision, gpu_name))
+        self.torch, self.trt = torch, trt
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self.engine = runtime.deserialize_cuda_engine(path.read_bytes())
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        self.input_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
+        self.output_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT)
+        self.stream = torch.cuda.Stream()
+        self.precision = precision
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        torch = self.torch
+        x = torch.from_numpy(batch).cuda()
+        self.context.set_input_shape(self.input_name, tuple(x.shape))
+        out_shape = tuple(self.context.get_tensor_shape(self.output_name))
+        y = torch.empty(out_shape, dtype=torch.float32, device="cuda")
+        self.context.set_tensor_address(self.input_name, x.data_ptr())
+        self.context.set_tensor_address(self.output_name, y.data_ptr())
+        return (x, y)
+
+    def call(self, prepared: Any) -> Any:
+        self.context.execute_async_v3(self.stream.cuda_stream)
+        return prepared[1]
+
+    def synchronize(self, outputs: Any) -> None:
+        self.stream.synchronize()
+
+    def to_numpy(self, outputs: Any) -> np.ndarray:
+        return outputs.cpu().numpy()
+
+    def details(self) -> dict[str, Any]:
+        return {"sync": "CUDA stream synchronize", "precision": self.precision, **self.build_info}

@@ -1,0 +1,70 @@
+"""TensorFlow runners: ``tf`` (SavedModel serving function) and ``tfxla`` (the same under XLA).
+
+XLA is switched on only for ``tfxla``, by ``tf.function(jit_compile=True)`` in its own process;
+no global auto-jit flag is ever set, so it cannot leak into other frameworks' runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import LoadContext, Runner
+
+
+def setup_tensorflow(ctx: LoadContext) -> Any:
+    """Import TensorFlow with the run's thread count and GPU memory growth; returns the module."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)  # so peak memory means something
+    if ctx.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+        raise RuntimeError("TensorFlow sees no GPU (is the CUDA build of TensorFlow installed?)")
+    return tf
+
+
+class TfBase(Runner):
+    jit = False
+
+    def load(self, ctx: LoadContext) -> None:
+        tf = self.tf = setup_tensorflow(ctx)
+        self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
+        self.gpu = ctx.device == "gpu"
+        loaded = tf.saved_model.load(str(ctx.artifact))
+        self._loaded = loaded  # keep the variables alive
+        self.fn = tf.function(loaded.serve, jit_compile=True) if self.jit else loaded.serve
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        with self.tf.device(self.device_name):
+            return self.tf.identity(self.tf.constant(batch))
+
+    def call(self, prepared: Any) -> Any:
+        return self.fn(prepared)
+
+    def synchronize(self, outputs: Any) -> None:
+        if self.gpu:
+            self.tf.test.experimental.sync_devices()
+
+    def to_numpy(self, outputs: Any) -> np.ndarray:
+        return np.asarray(outputs)
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "sync": "tf.test.experimental.sync_devices()" if self.gpu
+            else "none needed: TF CPU kernels finish before the call returns",
+            "jit_compile": self.jit,
+            "intra_op_threads": self.tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": self.tf.config.threading.get_inter_op_parallelism_threads(),
+        }
+
+
+class TfRunner(TfBase):
+    name = "tf"
+
+
+class TfXlaRunner(TfBase):
+    name = "tfxla"
+    jit = True

@@ -1,0 +1,69 @@
+"""The summary table printed at the end of a run (and reused by reports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .measure.stats import compare_medians
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_summary(records: list[dict[str, Any]]) -> str:
+    header = ("framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV",
+              "samples/s", "load s", "1st call s", "peak MB")
+    rows = []
+    for r in records:
+        lat = r.get("latency_ms") or {}
+        ci = lat.get("p50_ci95")
+        cold = r.get("cold_start") or {}
+        p50 = "-" if not lat else f"{lat['p50']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" + (" *" if lat["noisy"] else "")
+        status = r["status"] if r["status"] == "ok" else "FAILED"
+        rows.append((
+            r["framework"], str(r["batch_size"]), status, r["parity"]["status"], p50,
+            _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
+            "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
+            _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
+            _fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
+        ))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    if any((r.get("latency_ms") or {}).get("noisy") for r in records):
+        lines.append("* noisy measurement (CV or IQR/median above 10%): treat small differences with care")
+    for r in records:
+        if r["status"] != "ok":
+            lines.append(f"{r['framework']} bs{r['batch_size']} failed: {r['error']}")
+        elif r["parity"]["status"] == "failed":
+            lines.append(f"{r['framework']} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
+                         "not ranked")
+    lines += _winners(records)
+    return "\n".join(lines)
+
+
+def _winners(records: list[dict[str, Any]]) -> list[str]:
+    """Fastest framework per batch size among those that ran and passed (or need no) parity."""
+    out = []
+    for bs in sorted({r["batch_size"] for r in records}):
+        ranked = sorted(
+            (r for r in records if r["batch_size"] == bs and r["status"] == "ok"
+             and r["parity"]["status"] in ("passed", "not_applicable")),
+            key=lambda r: r["latency_ms"]["p50"],
+        )
+        if not ranked:
+            continue
+        best = ranked[0]
+        line = f"fastest at batch {bs}: {best['framework']} (p50 {best['latency_ms']['p50']:.3f} ms)"
+        if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
+            cmp = compare_medians(best["raw_latencies_ms"], ranked[1]["raw_latencies_ms"])
+            lo, hi = cmp["ci95"]
+            if cmp["significant"]:
+                line += (f"; {1 / cmp['ratio']:.2f}x the speed of runner-up {ranked[1]['framework']} "
+                         f"[95% CI {1 / hi:.2f}-{1 / lo:.2f}x]")
+            else:
+                line += f"; no significant difference from runner-up {ranked[1]['framework']}"
+        out.append(line)
+    return out

@@ -1,0 +1,142 @@
+"""Child-process side: ``python -m inferbench.worker JOB.json RESULT.json``.
+
+Each export and each measurement cell runs in a fresh interpreter, so TensorFlow, torch,
+ONNX Runtime and TensorRT never share a process (thread pools, allocators and CUDA contexts fight).
+The child reports progress as ``@@inferbench <phase>`` lines on stdout and writes its result (or
+its error and traceback) atomically to RESULT.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import MissingDependency, UsageError
+
+PROGRESS_PREFIX = "@@inferbench "
+
+
+def emit(phase: str) -> None:
+    print(PROGRESS_PREFIX + phase, flush=True)
+
+
+def export_job(job: dict[str, Any]) -> dict[str, Any]:
+    from .exporters import EXPORTERS, ExportContext, cache
+
+    kind = job["kind"]
+    ctx = ExportContext(
+        folder=Path(job["folder"]), model=job["model"], resolution=job["resolution"],
+        weights=job["weights"], seed=job["seed"], batch_sizes=tuple(job.get("batch_sizes", (1,))),
+    )
+    ctx.folder.mkdir(parents=True, exist_ok=True)
+    emit(f"exporting {kind}")
+    start = time.perf_counter()
+    entry = importlib.import_module(EXPORTERS[kind].module).export(ctx)
+    entry["export_s"] = time.perf_counter() - start
+    entry["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    entry["versions"] = cache.package_versions(EXPORTERS[kind].packages)
+    entry["files"] = {}
+    for rel in entry.pop("paths"):
+        entry["files"].update(cache.hash_tree(ctx.folder / rel))
+    entry["files"] = {str(Path(k)): v for k, v in entry["files"].items()}
+    cache.record(ctx.folder, kind, entry, job["key_inputs"])
+    return entry
+
+
+def cell_job(job: dict[str, Any]) -> dict[str, Any]:
+    from . import parity
+    from .exporters import EXPORTERS, REFERENCE_INPUTS, REFERENCE_LOGITS
+    from .frameworks import get_framework, load_runner
+    from .measure.memory import current_rss_mb, peak_rss_mb
+    from .measure.stats import summarize
+    from .measure.timing import TimingConfig, run_timed
+    from .models import get_model, make_inputs
+    from .runners.base import LoadContext
+
+    fw = get_framework(job["framework"])
+    spec = get_model(job["model"])
+    folder = Path(job["folder"])
+    ctx = LoadContext(
+        folder=folder,
+        artifact=None if fw.artifact == "none" else folder / EXPORTERS[fw.artifact].path,
+        model=spec, resolution=job["resolution"], device=job["device"]["kind"], threads=job["threads"],
+        seed=job["seed"], options=job.get("options", {}),
+    )
+    rss_before = current_rss_mb()
+    emit("loading")
+    start = time.perf_counter()
+    runner = load_runner(fw)()
+    runner.load(ctx)
+    load_s = time.perf_counter() - start
+
+    batch = make_inputs(spec, job["batch_size"], job["resolution"], job["seed"] + 3)
+    prepared = runner.prepare(batch)
+    emit("first call")
+    start = time.perf_counter()
+    runner.synchronize(runner.call(prepared))
+    first_call_s = time.perf_counter() - start
+
+    if fw.parity:
+        emit("parity check")
+        ref_in = np.load(folder / REFERENCE_INPUTS)
+        ref_out = np.load(folder / REFERENCE_LOGITS)
+        out = runner.call(runner.prepare(ref_in))
+        runner.synchronize(out)
+        parity_block = parity.compare(ref_out, runner.to_numpy(out), fw.precision)
+    else:
+        parity_block = parity.not_applicable("independent weights (torchvision implementation)")
+
+    timing = TimingConfig(**job["timing"])
+    measurement = run_timed(lambda: runner.call(prepared), runner.synchronize, timing, on_phase=emit)
+    latencies_ms = [t * 1e3 for t in measurement.latencies_s]
+    return {
+        "parity": parity_block,
+        "latency_ms": summarize(latencies_ms),
+        "throughput_per_s": measurement.throughput(job["batch_size"]),
+        "raw_latencies_ms": latencies_ms,
+        "timing": {
+            "window_s": measurement.window_s,
+            "warmup_iterations": measurement.warmup_iterations,
+            "warmup_s": measurement.warmup_s,
+            "config": job["timing"],
+            "clock": "time.perf_counter",
+            "timed_region": "call + synchronize on an input prepared before the window "
+            "(host-to-device copy outside)",
+            "throughput_rule": "samples / wall-clock of the whole timed window",
+        },
+        "cold_start": {"load_s": load_s, "first_call_s": first_call_s},
+        "memory": {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before},
+        "runner": runner.details(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    job_path, result_path = Path(args[0]), Path(args[1])
+    job = json.loads(job_path.read_text())
+    from .results import atomic_write_text
+
+    try:
+        payload = export_job(job) if job["type"] == "export" else cell_job(job)
+        result: dict[str, Any] = {"ok": True, "result": payload}
+    except (UsageError, MissingDependency) as exc:
+        result = {"ok": False, "usage_error": isinstance(exc, UsageError), "error": str(exc),
+                  "traceback": None}
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failed row
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        result = {"ok": False, "usage_error": False,
+                  "error": f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
+                  "traceback": traceback.format_exc()}
+    atomic_write_text(result_path, json.dumps(result, allow_nan=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

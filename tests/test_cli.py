@@ -1,0 +1,85 @@
+"""Command-line behaviour: bad input is one line, exit 2, no traceback, no result file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from inferbench.run import main
+
+
+def run_main(capsys, *argv):
+    code = main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+BAD_INPUTS = [
+    (["--framework", "nope"], "valid frameworks"),
+    (["--model", "vgg99"], "valid models"),
+    (["--batch-size", "0"], "positive"),
+    (["--batch-size", "1,-4"], "positive"),
+    (["--batch-size", "two"], "integers"),
+    (["--weights", "/nonexistent/w.keras"], "cannot read weights"),
+    (["--weights", "weights.bin"], "must be"),
+    (["--device", "gpu"], "no NVIDIA GPU"),
+    (["--resolution", "8"], "too small"),
+    (["--threads", "0"], "positive"),
+    (["--duration", "-1"], ">= 0"),
+    (["--framework", "tensorrt-fp16", "--device", "cpu"], "needs an NVIDIA GPU"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_INPUTS)
+def test_bad_input(capsys, tmp_path, argv, message):
+    if "gpu" in argv and shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA GPU")
+    out_dir = tmp_path / "out"
+    code, out, err = run_main(capsys, *argv, "--output-dir", str(out_dir), "--cache-dir", str(tmp_path / "c"))
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert not out_dir.exists() or not any(out_dir.rglob("*.json"))
+
+
+def test_unwritable_output_dir(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run_main(capsys, "--output-dir", str(blocker / "sub"), "--cache-dir", str(tmp_path / "c"))
+    assert code == 2 and "cannot write to output dir" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has an NVIDIA GPU")
+def test_seed_command_line_without_gpu_fails_fast_and_clearly(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "inferbench.run", "--framework", "tfxla", "--gpu-id", "0"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "inferbench.run: error: no NVIDIA GPU found on this machine (nvidia-smi lists none); use --device cpu"
+    ]
+    assert not (tmp_path / "benchmark_results").exists() or not any((tmp_path / "benchmark_results").rglob("*"))
+
+
+def test_list_shows_models_and_frameworks(capsys):
+    code, out, _ = run_main(capsys, "--list")
+    assert code == 0
+    for word in ["mobilenet_v3_large", "efficientnet_v2_b0", "tfxla", "torch-native", "tensorrt-fp16"]:
+        assert word in out
+    assert "no torchvision equivalent" in out
+
+
+def test_import_inferbench_imports_no_framework():
+    code = (
+        "import sys, inferbench, inferbench.run, inferbench.results, inferbench.models, inferbench.frameworks, "
+        "inferbench.exporters, inferbench.parity, inferbench.summary, inferbench.isolate\n"
+        "heavy = [m for m in ('tensorflow', 'torch', 'onnxruntime', 'keras', 'onnx', 'tensorrt') if m in sys.modules]\n"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

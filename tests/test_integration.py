@@ -1,0 +1,165 @@
+"""End to end on the CPU, with the real frameworks: export a small registered model, verify every
+export, run every CPU framework briefly, write records. Not skipped: this is the product."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferbench import results
+from inferbench.exporters import cache
+from inferbench.isolate import run_child, thread_env
+from inferbench.run import main
+
+MODEL = ["--model", "mobilenet_v3_small", "--resolution", "96"]
+QUICK = ["--duration", "0.3", "--min-iterations", "5", "--warmup", "1", "--warmup-seconds", "0", "--threads", "2"]
+CPU_FRAMEWORKS = ["keras-eager", "keras", "kerasxla", "tf", "tfxla", "onnxrt", "torch", "torch-native"]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    out, cache_dir = root / "out", root / "cache"
+    code = main([*MODEL, *QUICK, "--batch-size", "1,2", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+    return code, out, cache_dir
+
+
+def test_every_cpu_framework_runs_and_passes_parity(default_run):
+    code, out, _ = default_run
+    assert code == 0
+    df = results.load(out)
+    assert len(df) == len(CPU_FRAMEWORKS) * 2
+    assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
+    assert (df["status"] == "ok").all(), df[["framework", "error"]]
+    parity = dict(zip(df["framework"], df["parity.status"]))
+    assert parity.pop("torch-native") == "not_applicable"
+    assert set(parity.values()) == {"passed"}
+    converted = df[df.framework.isin(["tf", "tfxla", "onnxrt", "torch", "keras", "kerasxla"])]
+    assert (converted["parity.max_rel_err"] < 1e-4).all()
+    assert (converted["parity.top1_agreement"] == 1.0).all()
+
+
+def test_records_follow_the_schema(default_run):
+    _, out, _ = default_run
+    files = sorted(out.rglob("*.json"))
+    assert len(files) == 16
+    rec = json.loads(files[0].read_text())
+    for key in results.REQUIRED_KEYS:
+        assert key in rec
+    lat = rec["latency_ms"]
+    assert lat["n"] >= 5 and lat["n"] == len(rec["raw_latencies_ms"])
+    assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert lat["p50_ci95"][0] <= lat["p50"] <= lat["p50_ci95"][1]
+    assert rec["throughput_per_s"] == pytest.approx(
+        rec["batch_size"] * lat["n"] / rec["timing"]["window_s"], rel=1e-9)
+    assert rec["cold_start"]["load_s"] > 0 and rec["cold_start"]["first_call_s"] > 0
+    assert rec["memory"]["peak_host_mb"] > 50
+    env = rec["environment"]
+    assert env["cpu"]["model"] and env["packages"]["tensorflow"] and env["inferbench"]["version"]
+    assert rec["config"]["threads"] == 2
+    summary = next(out.rglob("summary.csv")).read_text().splitlines()
+    assert len(summary) == 17
+
+
+def test_same_thread_count_everywhere(default_run):
+    _, out, _ = default_run
+    df = results.load(out)
+    intra = df["runner.intra_op_threads"].dropna().astype(int)
+    assert len(intra) == len(df)  # every runner records its intra-op thread count
+    assert set(intra) == {2}
+
+
+def test_xla_is_only_on_for_xla_frameworks(default_run):
+    _, out, _ = default_run
+    df = results.load(out)
+    jit = dict(zip(df["framework"], df["runner.jit_compile"]))
+    assert jit["tfxla"] is True and jit["kerasxla"] is True
+    assert jit["tf"] is False and jit["keras"] is False and jit["keras-eager"] is False
+
+
+def test_artifacts_are_cached_with_a_manifest(default_run, tmp_path, capsys):
+    _, _, cache_dir = default_run
+    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["artifacts"]) == {"keras", "savedmodel", "onnx", "torch"}
+    onnx_entry = manifest["artifacts"]["onnx"]
+    assert onnx_entry["versions"]["tf2onnx"] and onnx_entry["files"] and onnx_entry["input_signature"]
+    before = {k: v["exported_at"] for k, v in manifest["artifacts"].items()}
+    code = main([*MODEL, *QUICK, "--framework", "onnxrt", "--output-dir", str(tmp_path), "--cache-dir", str(cache_dir)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "export onnx" in err and "cached" in err
+    after = json.loads((folder / "manifest.json").read_text())["artifacts"]
+    assert {k: v["exported_at"] for k, v in after.items()} == before
+
+
+def _perturbed_copy(cache_dir: Path, tmp_path: Path) -> Path:
+    import onnx
+    from onnx import numpy_helper
+
+    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    model = onnx.load(copy / "onnx" / "model.onnx")
+    init = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    w = numpy_helper.to_array(init).copy()
+    w.flat[0] += 0.5 * float(np.abs(w).max()) + 0.5  # one weight of one layer
+    init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(model, copy / "onnx" / "model.onnx")
+    return copy
+
+
+def test_parity_gate_catches_one_perturbed_weight(default_run, tmp_path):
+    _, _, cache_dir = default_run
+    folder = _perturbed_copy(cache_dir, tmp_path)
+    job = {"type": "cell", "framework": "onnxrt", "model": "mobilenet_v3_small", "resolution": 96,
+           "batch_size": 1, "seed": 0, "threads": 2, "device": {"kind": "cpu", "gpu": None},
+           "folder": str(folder),
+           "timing": {"warmup_iterations": 0, "warmup_seconds": 0, "min_duration_s": 0, "min_iterations": 2}}
+    res = run_child(job, {"CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
+    assert res["ok"], res
+    assert res["result"]["parity"]["status"] == "failed"
+    assert res["result"]["parity"]["max_rel_err"] > 1e-4
+
+
+def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run, tmp_path, capsys):
+    _, _, cache_dir = default_run
+    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    broken_cache = tmp_path / "cache"
+    shutil.copytree(folder, broken_cache / folder.name)
+    pt = broken_cache / folder.name / "torch" / "model.pt"
+    # keep the manifest's hash valid for the broken file so the cache reuses it
+    pt.write_bytes(b"not a torch file")
+    manifest_path = broken_cache / folder.name / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["artifacts"]["torch"]["files"] = {"torch/model.pt": cache.sha256_file(pt)}
+    manifest_path.write_text(json.dumps(manifest))
+    out = tmp_path / "out"
+    code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
+                 "--cache-dir", str(broken_cache)])
+    assert code == 1
+    df = results.load(out).set_index("framework")
+    assert df.loc["torch", "status"] == "failed" and "UnpicklingError" in df.loc["torch", "error"]
+    assert "Traceback" in df.loc["torch", "traceback"]
+    assert df.loc["onnxrt", "status"] == "ok"
+    assert "torch bs1 failed" in capsys.readouterr().out
+
+
+def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path, default_run):
+    from inferbench import frameworks
+
+    _, _, cache_dir = default_run
+    real = frameworks.missing_packages
+    monkeypatch.setattr(frameworks, "missing_packages",
+                        lambda fw: ["onnx2torch"] if fw.key == "torch" else real(fw))
+    out = tmp_path / "out"
+    code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
+                 "--cache-dir", str(cache_dir)])
+    assert code == 1
+    df = results.load(out).set_index("framework")
+    assert df.loc["torch", "error"] == 'onnx2torch not installed: pip install -e ".[cpu]"'
+    assert df.loc["onnxrt", "status"] == "ok"

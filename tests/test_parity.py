@@ -1,0 +1,76 @@
+import numpy as np
+import pytest
+
+from inferbench.parity import THRESHOLDS, DegenerateReference, check_reference, compare
+
+
+def _reference(n=16, classes=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(0.0, 1.0, (n, classes)).astype(np.float32)
+
+
+def test_identical_outputs_pass():
+    ref = _reference()
+    p = compare(ref, ref.copy())
+    assert p["status"] == "passed"
+    assert p["max_abs_err"] == 0.0 and p["cosine"] == pytest.approx(1.0) and p["top1_agreement"] == 1.0
+
+
+def test_fp32_rounding_noise_passes_but_a_wrong_export_fails():
+    ref = _reference()
+    rng = np.random.default_rng(1)
+    scale = np.abs(ref).max()
+    ok = ref + rng.normal(0, 1e-5 * scale / 4, ref.shape)
+    assert compare(ref, ok)["status"] == "passed"
+    wrong = ref.copy()
+    wrong[:, 3] += 0.01 * scale  # one output channel off by 1% of the logit range
+    p = compare(ref, wrong)
+    assert p["status"] == "failed" and "max_rel_err" in p["reason"]
+
+
+def test_fp16_thresholds_are_looser():
+    ref = _reference()
+    scale = np.abs(ref).max()
+    half = ref + np.random.default_rng(3).normal(0, 1e-3 * scale, ref.shape)
+    assert compare(ref, half, "fp32")["status"] == "failed"
+    assert compare(ref, half, "fp16")["status"] == "passed"
+    assert THRESHOLDS["fp16"].max_rel_err > THRESHOLDS["fp32"].max_rel_err
+
+
+def test_top1_flip_at_a_near_tie_is_tolerated_but_not_elsewhere():
+    ref = _reference()
+    i = 0
+    top = ref[i].argmax()
+    second = np.argsort(ref[i])[-2]
+    tie = ref.copy()
+    tie[i, second] = tie[i, top] - 1e-5  # near-tie in the reference
+    cand = tie.copy()
+    cand[i, second] = tie[i, top] + 1e-5
+    p = compare(tie, cand)
+    assert p["top1_agreement"] < 1.0 and p["status"] == "passed"
+    far = ref.copy()
+    far[i, second] = ref[i, top] + 1.0
+    assert compare(ref, far)["status"] == "failed"
+
+
+def test_shape_mismatch_and_nan_fail():
+    ref = _reference()
+    assert compare(ref, ref[:, :10])["status"] == "failed"
+    bad = ref.copy()
+    bad[0, 0] = np.nan
+    p = compare(ref, bad)
+    assert p["status"] == "failed" and "non-finite" in p["reason"]
+
+
+def test_degenerate_references_are_refused():
+    uniform = np.full((16, 1000), 0.001, dtype=np.float32)  # stock MobileNetV3 softmax
+    with pytest.raises(DegenerateReference):
+        check_reference(uniform)
+    tiny = _reference() * 1e-11  # stock random-init logits
+    with pytest.raises(DegenerateReference):
+        check_reference(tiny)
+    same_for_every_input = np.tile(_reference(1), (16, 1))
+    with pytest.raises(DegenerateReference):
+        check_reference(same_for_every_input)
+    facts = check_reference(_reference())
+    assert facts["distinct_top1"] >= 3
