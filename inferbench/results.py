@@ -22,6 +22,8 @@ from .errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+#: Schema versions this code reads (older ones get upgraded here when a new version appears).
+SUPPORTED_SCHEMAS = frozenset({1})
 REQUIRED_KEYS = (
     "schema_version", "framework", "model", "resolution", "batch_size", "status", "error", "parity",
     "latency_ms", "throughput_per_s", "environment",
@@ -123,19 +125,25 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
         raise UsageError(f"no such file or folder: {path}")
     files = [path] if path.is_file() else sorted(path.rglob("*.json"))
     records = []
+    unsupported: dict[Any, list[str]] = {}
     for file in files:
         try:
             data = json.loads(file.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and "schema_version" in data and "framework" in data:
-            if data["schema_version"] > SCHEMA_VERSION:
-                raise UsageError(
-                    f"{file} has schema_version {data['schema_version']}, newer than this inferbench "
-                    f"understands ({SCHEMA_VERSION}); upgrade inferbench"
-                )
+            version = data["schema_version"]
+            if version not in SUPPORTED_SCHEMAS:
+                unsupported.setdefault(version, []).append(str(file))
+                continue
             data["_source"] = str(file)
             records.append(data)
+    if unsupported:
+        found = "; ".join(f"schema_version {v} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
+        newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
+        hint = "upgrade inferbench" if newer else "these records come from another tool or a pre-release"
+        raise UsageError(f"{path} mixes in records this inferbench cannot read ({found}; it reads "
+                         f"{', '.join(map(str, sorted(SUPPORTED_SCHEMAS)))}): {hint}")
     return records
 
 

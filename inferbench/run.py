@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import SCHEMA_VERSION, __version__
+from . import __version__
 from .device import Device, default_threads, list_gpus, resolve
 from .errors import UsageError
-from .frameworks import FRAMEWORKS, Framework, parse_frameworks, unavailable_reason
+from .frameworks import FRAMEWORKS, parse_frameworks, unavailable_reason
 from .models import DEFAULT_MODEL, MODELS, PREPROCESSING, describe_weights, get_model
 from .summary import format_summary
 
@@ -135,25 +135,6 @@ def list_everything(out: Any = None) -> None:
         print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
 
 
-class Progress:
-    """Progress lines on stderr: one per phase change, one result line per cell."""
-
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done, self.stream = total, 0, stream or sys.stderr
-        self.started = time.monotonic()
-
-    def say(self, label: str, text: str) -> None:
-        elapsed = time.monotonic() - self.started
-        print(f"[{self.done}/{self.total} {elapsed:6.1f}s] {label:<26} {text}", file=self.stream, flush=True)
-
-
-def _failed_record(base: dict[str, Any], error: str, traceback: str | None = None) -> dict[str, Any]:
-    return {**base, "status": "failed", "error": error, "traceback": traceback,
-            "parity": {"status": "not_run", "max_abs_err": None, "max_rel_err": None, "cosine": None,
-                       "top1_agreement": None},
-            "latency_ms": None, "throughput_per_s": None}
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -166,11 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from . import results
-    from .environment import capture
-    from .exporters import EXPORTERS, export_order
     from .exporters import cache as artifact_cache
-    from .isolate import run_child, thread_env
+    from .pipeline import Cell, Settings, execute
 
     args = build_parser().parse_args(argv)
     if args.list:
@@ -181,116 +159,33 @@ def _main(argv: list[str] | None) -> int:
     weights = describe_weights(args.weights)
     device: Device = resolve(args.device, args.gpu_id)
     frameworks = parse_frameworks(args.framework, device.kind)
-    threads = args.threads or default_threads()
     out_root = Path(args.output_dir)
     check_writable(out_root)
     cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
     check_writable(cache_dir)
-    timing = {"warmup_iterations": args.warmup, "warmup_seconds": args.warmup_seconds,
-              "min_duration_s": args.duration, "min_iterations": args.min_iterations}
-
-    runnable: list[Framework] = []
-    skipped: dict[str, str] = {}
-    for fw in frameworks:
-        reason = unavailable_reason(fw, device.kind)
-        if reason:
-            skipped[fw.key] = reason
-        else:
-            runnable.append(fw)
-    if args.framework == "all":
+    settings = Settings(
+        weights=weights, seed=args.seed, device=device, threads=args.threads or default_threads(),
+        timing={"warmup_iterations": args.warmup, "warmup_seconds": args.warmup_seconds,
+                "min_duration_s": args.duration, "min_iterations": args.min_iterations},
+        cache_dir=cache_dir, timeout_s=args.timeout,
+    )
+    if "all" in args.framework.split(","):
         not_here = [fw.key for fw in FRAMEWORKS.values() if device.kind not in fw.devices]
         if not_here:
             print(f"not run on the {device.kind}: {', '.join(not_here)} (need an NVIDIA GPU)", file=sys.stderr)
-
-    env = {**device.child_env(), **thread_env(threads)}
+    cells = [Cell(spec.name, resolution, bs, fw.key) for bs in args.batch_size for fw in frameworks]
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}_{spec.name}_{resolution}_{device.label}"
     run_dir = out_root / run_id
-    progress = Progress(len(frameworks) * len(args.batch_size))
-
-    # ---- export (each exporter in its own child), reusing cached artifacts
-    key_inputs = artifact_cache.key_inputs(spec.name, resolution, weights, args.seed)
-    folder = artifact_cache.artifact_dir(cache_dir, key_inputs)
-    failed_exports: dict[str, str] = {}
-    needed = [fw.artifact for fw in runnable if fw.artifact != "none"]
-    for kind in export_order(needed) if runnable else []:
-        blocked = [dep for dep in EXPORTERS[kind].requires if dep in failed_exports]
-        if blocked:
-            failed_exports[kind] = f"needs the {blocked[0]} export, which failed"
-            continue
-        if artifact_cache.cached(folder, kind):
-            progress.say(f"export {kind}", "cached")
-            continue
-        t0 = time.monotonic()
-        res = run_child(
-            {"type": "export", "kind": kind, "folder": str(folder), "model": spec.name,
-             "resolution": resolution, "weights": weights, "seed": args.seed,
-             "batch_sizes": args.batch_size, "key_inputs": key_inputs},
-            env, lambda phase, k=kind: progress.say(f"export {k}", phase), args.timeout,
-        )
-        if res["ok"]:
-            notes = res["result"].get("notes") or []
-            progress.say(f"export {kind}", f"done in {time.monotonic() - t0:.1f}s"
-                         + "".join(f"\n    note: {n}" for n in notes))
-        elif res.get("usage_error"):
-            raise UsageError(res["error"])
-        else:
-            failed_exports[kind] = res["error"]
-            progress.say(f"export {kind}", f"FAILED: {res['error']}")
-
-    # ---- cells, each in its own child
-    environment = capture(device)
-    records: list[dict[str, Any]] = []
-    for batch_size in args.batch_size:
-        for fw in frameworks:
-            label = f"{fw.key} bs{batch_size}"
-            base = {
-                "schema_version": SCHEMA_VERSION, "framework": fw.key, "model": spec.name,
-                "resolution": resolution, "batch_size": batch_size,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": run_id,
-                "config": {
-                    "device": {**device.as_dict(), "label": device.label}, "threads": threads,
-                    "weights": args.weights, "seed": args.seed, "precision": fw.precision,
-                    "timing": timing, "framework_description": fw.description,
-                    "artifact_dir": str(folder), "include_transfer": False,
-                },
-                "environment": environment,
-            }
-            if fw.key in skipped:
-                rec = _failed_record(base, skipped[fw.key])
-            elif fw.artifact in failed_exports:
-                rec = _failed_record(base, f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}")
-            else:
-                res = run_child(
-                    {"type": "cell", "framework": fw.key, "model": spec.name, "resolution": resolution,
-                     "batch_size": batch_size, "seed": args.seed, "threads": threads,
-                     "device": device.as_dict(), "folder": str(folder), "timing": timing,
-                     "options": {"precision": fw.precision, "batch_sizes": args.batch_size}},
-                    env, lambda phase, lb=label: progress.say(lb, phase), args.timeout,
-                )
-                if res["ok"]:
-                    rec = {**base, "status": "ok", "error": None, **res["result"]}
-                else:
-                    rec = _failed_record(base, res["error"], res.get("traceback"))
-            progress.done += 1
-            results.write_record(run_dir, rec)
-            records.append(rec)
-            results.write_summary(run_dir / "summary.csv", records)
-            progress.say(label, _one_line(rec))
-
+    records = execute(settings, cells, run_dir, run_id)
     print(format_summary(records), file=sys.stdout)
     print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
+    return exit_status(records)
+
+
+def exit_status(records: list[dict[str, Any]]) -> int:
+    """0 when every cell ran and none failed parity, else 1."""
     bad = [r for r in records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
     return 1 if bad else 0
-
-
-def _one_line(rec: dict[str, Any]) -> str:
-    if rec["status"] != "ok":
-        return f"FAILED: {rec['error']}"
-    lat = rec["latency_ms"]
-    ci = lat["p50_ci95"]
-    noisy = "  NOISY" if lat["noisy"] else ""
-    return (f"p50 {lat['p50']:.3f} ms [{ci[0]:.3f}, {ci[1]:.3f}]  {rec['throughput_per_s']:.1f}/s  "
-            f"parity {rec['parity']['status']}{noisy}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def format_summary(records: list[dict[str, Any]]) -> str:
-    header = ("framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV",
-              "samples/s", "load s", "1st call s", "peak MB")
+    groups = sorted({(r["model"], r["resolution"]) for r in records})
+    multi = len(groups) > 1
+    header = (("model@res",) if multi else ()) + (
+        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV", "samples/s", "load s",
+        "1st call s", "peak MB")
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
@@ -21,7 +24,7 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         cold = r.get("cold_start") or {}
         p50 = "-" if not lat else f"{lat['p50']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" + (" *" if lat["noisy"] else "")
         status = r["status"] if r["status"] == "ok" else "FAILED"
-        rows.append((
+        rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             r["framework"], str(r["batch_size"]), status, r["parity"]["status"], p50,
             _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
             "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
@@ -47,16 +50,17 @@ def format_summary(records: list[dict[str, Any]]) -> str:
 def _winners(records: list[dict[str, Any]]) -> list[str]:
     """Fastest framework per batch size among those that ran and passed (or need no) parity."""
     out = []
-    for bs in sorted({r["batch_size"] for r in records}):
+    for model, res, bs in sorted({(r["model"], r["resolution"], r["batch_size"]) for r in records}):
         ranked = sorted(
-            (r for r in records if r["batch_size"] == bs and r["status"] == "ok"
+            (r for r in records if (r["model"], r["resolution"], r["batch_size"]) == (model, res, bs)
+             and r["status"] == "ok"
              and r["parity"]["status"] in ("passed", "not_applicable")),
             key=lambda r: r["latency_ms"]["p50"],
         )
         if not ranked:
             continue
         best = ranked[0]
-        line = f"fastest at batch {bs}: {best['framework']} (p50 {best['latency_ms']['p50']:.3f} ms)"
+        line = f"fastest for {model}@{res} batch {bs}: {best['framework']} (p50 {best['latency_ms']['p50']:.3f} ms)"
         if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
             cmp = compare_medians(best["raw_latencies_ms"], ranked[1]["raw_latencies_ms"])
             lo, hi = cmp["ci95"]

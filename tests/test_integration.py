@@ -21,9 +21,9 @@ CPU_FRAMEWORKS = ["keras-eager", "keras", "kerasxla", "tf", "tfxla", "onnxrt", "
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
+def default_run(tmp_path_factory, shared_cache):
     root = tmp_path_factory.mktemp("e2e")
-    out, cache_dir = root / "out", root / "cache"
+    out, cache_dir = root / "out", shared_cache
     code = main([*MODEL, *QUICK, "--batch-size", "1,2", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
     return code, out, cache_dir
 

@@ -74,7 +74,7 @@ def test_load_errors_are_clear(tmp_path):
     newer = make_record()
     newer["schema_version"] = SCHEMA_VERSION + 1
     (tmp_path / "new.json").write_text(json.dumps(newer))
-    with pytest.raises(UsageError, match="newer than this inferbench"):
+    with pytest.raises(UsageError, match="schema_version 2 in 1 file.*upgrade inferbench"):
         results.load(tmp_path)
 
 

@@ -1,0 +1,91 @@
+"""Sweeps: a grid of isolated cells that survives a kill and resumes with nothing lost or repeated."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from inferbench import results
+from inferbench.sweep import main
+
+GRID = ["--models", "mobilenet_v3_small", "--resolutions", "96", "--batch-sizes", "1,2,3",
+        "--frameworks", "onnxrt,torch", "--duration", "0.3", "--min-iterations", "5", "--warmup", "1",
+        "--warmup-seconds", "0", "--threads", "2"]
+
+
+def _records(folder):
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob("*.json") if p.name != "sweep.json"}
+
+
+def test_killed_sweep_resumes_without_loss_or_repeat(tmp_path, shared_cache):
+    sweep_dir = tmp_path / "s1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inferbench.sweep", *GRID, "--output-dir", str(tmp_path), "--name", "s1",
+         "--cache-dir", str(shared_cache)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while len(_records(sweep_dir)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the cell it was running, mid-flight
+    proc.wait()
+    before = _records(sweep_dir)
+    assert 2 <= len(before) < 6, "the kill should land mid-sweep"
+
+    assert main(["--resume", str(sweep_dir), "--cache-dir", str(shared_cache)]) == 0
+    after = _records(sweep_dir)
+    assert len(after) == 6
+    for name, stamp in before.items():
+        assert after[name] == stamp, f"{name} was rerun"
+    assert not [p for p in sweep_dir.iterdir() if p.name.endswith(".tmp")]
+    df = results.load(sweep_dir)
+    assert len(df) == 6
+    assert not df.duplicated(["model", "resolution", "batch_size", "framework"]).any()
+    assert (df["status"] == "ok").all() and set(df["parity.status"]) == {"passed"}
+    assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 7
+
+    # resuming a finished sweep runs nothing
+    assert main(["--resume", str(sweep_dir), "--cache-dir", str(shared_cache)]) == 0
+    assert _records(sweep_dir) == after
+
+
+def test_config_file_and_plan(tmp_path, capsys):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('models = ["mobilenet_v3_small", "resnet50"]\nresolutions = [64, "default"]\n'
+                   'batch_sizes = [1, 4]\nframeworks = "onnxrt"\n')
+    from inferbench.sweep import build_parser, make_plan
+
+    plan = make_plan(build_parser().parse_args(["--config", str(cfg), "--frameworks", "tf,onnxrt"]))
+    assert plan["grid"]["frameworks"] == ["tf", "onnxrt"]  # the command line wins
+    assert len(plan["cells"]) == 2 * 2 * 2 * 2
+    assert {(c["model"], c["resolution"]) for c in plan["cells"]} == {
+        ("mobilenet_v3_small", 64), ("mobilenet_v3_small", 224), ("resnet50", 64), ("resnet50", 224)}
+
+
+@pytest.mark.parametrize("content,message", [
+    ('models = ["nope"]\n', "valid models"),
+    ('colour = "blue"\n', "unknown key"),
+    ('batch_sizes = [0]\n', "positive"),
+    ('models = [\n', "cannot parse"),
+])
+def test_bad_configs(tmp_path, capsys, content, message):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(content)
+    assert main(["--config", str(cfg), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
+
+
+def test_resume_needs_a_sweep_folder(tmp_path, capsys):
+    assert main(["--resume", str(tmp_path)]) == 2
+    assert "not a sweep folder" in capsys.readouterr().err
+    (tmp_path / "sweep.json").write_text(json.dumps({"cells": []}))
+    assert main(["--resume", str(tmp_path), "--models", "resnet50"]) == 2
+    assert "drop --models" in capsys.readouterr().err
