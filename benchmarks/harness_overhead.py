@@ -1,9 +1,11 @@
 """How much does inferbench's harness add to what it measures?
 
 For ``onnxrt`` and ``torch``: in one child process with inferbench's thread settings, alternate
-blocks of (a) a bare loop ``t = perf_counter(); call(); lat.append(perf_counter() - t)`` on the
-same loaded artifact and (b) inferbench's own runner + measurement loop, and print the ratio of
-their median latencies (target: within 2%). Blocks alternate so that machine drift hits both.
+short blocks of (a) a bare loop ``t = perf_counter(); call(); lat.append(perf_counter() - t)`` on the
+same loaded artifact and (b) inferbench's own runner + measurement loop. Each adjacent pair of
+blocks gives a ratio of median latencies; the median of those ratios (with a bootstrap 95% CI) is
+the harness overhead (target: within 2%). Short alternating blocks cancel the slow drift of a
+shared machine, which moves block medians by far more than 2%.
 
 With ``--wall-time`` it also times the default ``python -m inferbench.run`` end to end, cold (empty
 artifact cache) and warm.
@@ -58,28 +60,36 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
     for _ in range(20):
         bare()
     bare_medians, harness_medians = [], []
-    cfg = TimingConfig(warmup_iterations=5, warmup_seconds=0.2, min_duration_s=block_s, min_iterations=50)
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=20)
     for _ in range(blocks):
         lat = []
         end = time.perf_counter() + block_s
-        while time.perf_counter() < end or len(lat) < 50:
+        while time.perf_counter() < end or len(lat) < 20:
             t = time.perf_counter()
             bare()
             lat.append(time.perf_counter() - t)
         bare_medians.append(float(np.median(lat)) * 1e3)
         m = run_timed(lambda: runner.call(prepared), runner.synchronize, cfg)
         harness_medians.append(float(np.median(m.latencies_s)) * 1e3)
-    bare_ms, harness_ms = float(np.median(bare_medians)), float(np.median(harness_medians))
-    return {"framework": framework, "bare_ms": bare_ms, "harness_ms": harness_ms, "ratio": harness_ms / bare_ms,
-            "bare_blocks_ms": bare_medians, "harness_blocks_ms": harness_medians}
+    from inferbench.measure.stats import bootstrap_median_ci
+
+    ratios = np.array(harness_medians) / np.array(bare_medians)
+    lo, hi = bootstrap_median_ci(ratios)
+    return {"framework": framework, "bare_ms": float(np.median(bare_medians)),
+            "harness_ms": float(np.median(harness_medians)), "ratio": float(np.median(ratios)),
+            "ratio_ci95": [lo, hi], "pairs": len(ratios)}
 
 
 def ensure_artifacts(cache_dir: str) -> Path:
+    import contextlib
+    import io
+
     from inferbench.exporters import cache
     from inferbench.run import main
 
-    code = main(["--framework", "onnxrt,torch", "--duration", "0", "--min-iterations", "1", "--warmup", "0",
-                 "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["--framework", "onnxrt,torch", "--duration", "0", "--min-iterations", "1", "--warmup", "0",
+                     "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
     if code != 0:
         sys.exit("could not export the default model")
     return cache.artifact_dir(Path(cache_dir), cache.key_inputs("mobilenet_v3_large", 224, "random", 0))
@@ -97,8 +107,8 @@ def wall_time() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--blocks", type=int, default=5)
-    p.add_argument("--block-seconds", type=float, default=3.0)
+    p.add_argument("--blocks", type=int, default=30, help="pairs of alternating blocks (default: %(default)s)")
+    p.add_argument("--block-seconds", type=float, default=0.5, help="seconds per block (default: %(default)s)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     p.add_argument("--wall-time", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
@@ -112,15 +122,16 @@ def main() -> None:
         return
     folder = ensure_artifacts(args.cache_dir)
     env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": ""}
-    print(f"harness overhead, mobilenet_v3_large 224 bs1, {threads} threads, {args.blocks} alternating blocks")
+    print(f"harness overhead, mobilenet_v3_large 224 bs1, {threads} threads, {args.blocks} pairs of "
+          f"{args.block_seconds} s blocks")
     for fw in ("onnxrt", "torch"):
         out = subprocess.run([sys.executable, __file__, "--blocks", str(args.blocks), "--block-seconds",
                               str(args.block_seconds), "--child", fw, str(folder)],
                              env=env, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
+        lo, hi = r["ratio_ci95"]
         print(f"  {fw:<7} bare loop p50 {r['bare_ms']:.3f} ms   inferbench p50 {r['harness_ms']:.3f} ms   "
-              f"ratio {r['ratio']:.3f}  (per block: bare {np.round(r['bare_blocks_ms'], 3).tolist()}, "
-              f"inferbench {np.round(r['harness_blocks_ms'], 3).tolist()})")
+              f"inferbench / bare = {r['ratio']:.4f} [95% CI {lo:.4f}-{hi:.4f}] over {r['pairs']} block pairs")
     if args.wall_time:
         wall_time()
 
