@@ -24,6 +24,16 @@ class Framework:
     devices: tuple[str, ...] = ("cpu", "gpu")
     precision: str = "fp32"
     parity: bool = True  # False: independent weights, parity not applicable
+    precisions: tuple[str, ...] = ()  # other precisions it can run with --precision (besides its own)
+
+    def precision_for(self, requested: str | None) -> str:
+        """The precision this framework runs at when the user asks for ``requested`` (None: its own)."""
+        if requested is None or requested == self.precision:
+            return self.precision
+        if requested in self.precisions:
+            return requested
+        raise UsageError(f"{self.key} runs in {self.precision} only; --precision {requested} applies to: "
+                         + ", ".join(k for k, fw in FRAMEWORKS.items() if requested in fw.precisions))
 
 
 _TF = ("tensorflow", "keras")
@@ -44,12 +54,16 @@ FRAMEWORKS: dict[str, Framework] = {
                   "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",), "cpu",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device"),
+        Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",), "gpu",
+                  "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
+                  devices=("gpu",), precisions=("fp16",)),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"), "cpu",
-                  "PyTorch module converted from the ONNX export (identical weights), inference_mode"),
+                  "PyTorch module converted from the ONNX export (identical weights), inference_mode",
+                  precisions=("fp16", "bf16")),
         Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "none",
                   ("torch", "torchvision"), "cpu",
                   "torchvision's implementation of the same architecture (own random weights)",
-                  parity=False),
+                  parity=False, precisions=("fp16", "bf16")),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt",
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",)),

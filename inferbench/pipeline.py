@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ class Settings:
     timing: dict[str, Any]
     cache_dir: Path
     timeout_s: float | None = None
+    #: runner options: channels_last, compile, cuda_graphs (torch); include_transfer (all)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         from .isolate import thread_env
@@ -40,17 +42,18 @@ class Cell:
     resolution: int
     batch_size: int
     framework: str
+    precision: str = "fp32"
 
     @property
     def label(self) -> str:
-        return f"{self.model}@{self.resolution} {self.framework} bs{self.batch_size}"
+        prec = "" if self.precision == "fp32" else f" {self.precision}"
+        return f"{self.model}@{self.resolution} {self.framework}{prec} bs{self.batch_size}"
 
     @property
     def filename(self) -> str:
-        prec = get_framework(self.framework).precision
         return results.record_filename({"model": self.model, "resolution": self.resolution,
                                         "batch_size": self.batch_size, "framework": self.framework,
-                                        "config": {"precision": prec}})
+                                        "config": {"precision": self.precision}})
 
 
 class Progress:
@@ -136,9 +139,10 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": run_id,
         "config": {
             "device": {**device.as_dict(), "label": device.label}, "threads": settings.threads,
-            "weights": settings.weights, "seed": settings.seed, "precision": fw.precision,
+            "weights": settings.weights, "seed": settings.seed, "precision": cell.precision,
             "timing": settings.timing, "framework_description": fw.description,
-            "artifact_dir": str(folder), "include_transfer": False,
+            "artifact_dir": str(folder), "include_transfer": bool(settings.options.get("include_transfer")),
+            "options": settings.options,
         },
         "environment": environment,
     }
@@ -151,7 +155,7 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
         {"type": "cell", "framework": fw.key, "model": cell.model, "resolution": cell.resolution,
          "batch_size": cell.batch_size, "seed": settings.seed, "threads": settings.threads,
          "device": device.as_dict(), "folder": str(folder), "timing": settings.timing,
-         "options": {"precision": fw.precision, "batch_sizes": batch_sizes}},
+         "options": {**settings.options, "precision": cell.precision, "batch_sizes": batch_sizes}},
         settings.env(), lambda phase: progress.say(cell.label, phase), settings.timeout_s,
     )
     if res["ok"]:

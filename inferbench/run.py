@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="artifact cache (default: $INFERBENCH_CACHE or ~/.cache/inferbench/artifacts)")
     p.add_argument("--timeout", type=_non_negative_float, default=None,
                    help="give up on a cell after this many seconds (default: no limit)")
+    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None,
+                   help="for frameworks that take one (torch, torch-native); the others run at their own")
+    p.add_argument("--channels-last", action="store_true", help="torch-native: channels-last memory format")
+    p.add_argument("--torch-compile", action="store_true", help="torch, torch-native: torch.compile the module")
+    p.add_argument("--cuda-graphs", action="store_true", help="torch, torch-native on a GPU: replay a CUDA graph")
+    p.add_argument("--include-transfer", action="store_true",
+                   help="time host array in -> host array out (copies inside the window), as the seed projects did")
     p.add_argument("--list", action="store_true", help="list models and frameworks, and whether each runs here")
     p.add_argument("--version", action="version", version=f"inferbench {__version__}")
     return p
@@ -159,6 +166,10 @@ def _main(argv: list[str] | None) -> int:
     weights = describe_weights(args.weights)
     device: Device = resolve(args.device, args.gpu_id)
     frameworks = parse_frameworks(args.framework, device.kind)
+    options = runner_options(args, device.kind)
+    explicit = "all" not in args.framework.split(",")
+    cells = [Cell(spec.name, resolution, bs, fw.key, precision_of(fw, args.precision, explicit))
+             for bs in args.batch_size for fw in frameworks]
     out_root = Path(args.output_dir)
     check_writable(out_root)
     cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
@@ -167,19 +178,35 @@ def _main(argv: list[str] | None) -> int:
         weights=weights, seed=args.seed, device=device, threads=args.threads or default_threads(),
         timing={"warmup_iterations": args.warmup, "warmup_seconds": args.warmup_seconds,
                 "min_duration_s": args.duration, "min_iterations": args.min_iterations},
-        cache_dir=cache_dir, timeout_s=args.timeout,
+        cache_dir=cache_dir, timeout_s=args.timeout, options=options,
     )
-    if "all" in args.framework.split(","):
+    if not explicit:
         not_here = [fw.key for fw in FRAMEWORKS.values() if device.kind not in fw.devices]
         if not_here:
             print(f"not run on the {device.kind}: {', '.join(not_here)} (need an NVIDIA GPU)", file=sys.stderr)
-    cells = [Cell(spec.name, resolution, bs, fw.key) for bs in args.batch_size for fw in frameworks]
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}_{spec.name}_{resolution}_{device.label}"
     run_dir = out_root / run_id
     records = execute(settings, cells, run_dir, run_id)
     print(format_summary(records), file=sys.stdout)
     print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
     return exit_status(records)
+
+
+def runner_options(args: argparse.Namespace, device_kind: str) -> dict[str, Any]:
+    if args.cuda_graphs and device_kind != "gpu":
+        raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
+    return {"channels_last": args.channels_last, "compile": args.torch_compile, "cuda_graphs": args.cuda_graphs,
+            "include_transfer": args.include_transfer}
+
+
+def precision_of(fw: Any, requested: str | None, explicit: bool) -> str:
+    """The precision a cell runs at: ``--precision`` where the framework takes it; with ``all``, the
+    frameworks that do not take it run at their own; a framework named explicitly must take it."""
+    if requested is None or requested == fw.precision:
+        return str(fw.precision)
+    if requested in fw.precisions or explicit:
+        return str(fw.precision_for(requested))
+    return str(fw.precision)
 
 
 def exit_status(records: list[dict[str, Any]]) -> int:

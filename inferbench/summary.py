@@ -13,10 +13,11 @@ def _fmt(value: Any, spec: str) -> str:
 
 def format_summary(records: list[dict[str, Any]]) -> str:
     groups = sorted({(r["model"], r["resolution"]) for r in records})
+    energy = any((r.get("energy") or {}).get("available") for r in records)
     multi = len(groups) > 1
     header = (("model@res",) if multi else ()) + (
         "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV", "samples/s", "load s",
-        "1st call s", "peak MB")
+        "1st call s", "peak MB") + (("W", "J/inf") if energy else ())
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
@@ -25,12 +26,13 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         p50 = "-" if not lat else f"{lat['p50']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" + (" *" if lat["noisy"] else "")
         status = r["status"] if r["status"] == "ok" else "FAILED"
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
-            r["framework"], str(r["batch_size"]), status, r["parity"]["status"], p50,
+            display_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
             "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
             _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
             _fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
-        ))
+        ) + ((_fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
+              _fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]
@@ -47,6 +49,12 @@ def format_summary(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def display_name(r: dict[str, Any]) -> str:
+    """Framework key, with the precision where the key does not already say it (``torch:bf16``)."""
+    prec = (r.get("config") or {}).get("precision", "fp32")
+    return r["framework"] if prec == "fp32" or r["framework"].endswith(prec) else f"{r['framework']}:{prec}"
+
+
 def _winners(records: list[dict[str, Any]]) -> list[str]:
     """Fastest framework per batch size among those that ran and passed (or need no) parity."""
     out = []
@@ -60,14 +68,14 @@ def _winners(records: list[dict[str, Any]]) -> list[str]:
         if not ranked:
             continue
         best = ranked[0]
-        line = f"fastest for {model}@{res} batch {bs}: {best['framework']} (p50 {best['latency_ms']['p50']:.3f} ms)"
+        line = f"fastest for {model}@{res} batch {bs}: {display_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
         if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
             cmp = compare_medians(best["raw_latencies_ms"], ranked[1]["raw_latencies_ms"])
             lo, hi = cmp["ci95"]
             if cmp["significant"]:
-                line += (f"; {1 / cmp['ratio']:.2f}x the speed of runner-up {ranked[1]['framework']} "
+                line += (f"; {1 / cmp['ratio']:.2f}x the speed of runner-up {display_name(ranked[1])} "
                          f"[95% CI {1 / hi:.2f}-{1 / lo:.2f}x]")
             else:
-                line += f"; no significant difference from runner-up {ranked[1]['framework']}"
+                line += f"; no significant difference from runner-up {display_name(ranked[1])}"
         out.append(line)
     return out

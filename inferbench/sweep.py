@@ -37,9 +37,9 @@ from .run import (
 from .summary import format_summary
 
 PLAN = "sweep.json"
-GRID_KEYS = ("models", "resolutions", "batch_sizes", "frameworks")
+GRID_KEYS = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
 SETTING_KEYS = ("weights", "seed", "device", "gpu_id", "threads", "duration", "min_iterations", "warmup",
-                "warmup_seconds", "timeout")
+                "warmup_seconds", "timeout", "include_transfer", "channels_last", "torch_compile", "cuda_graphs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resolutions", help="comma list of resolutions, or 'default' (default: each model's)")
     p.add_argument("--batch-sizes", type=_positive_ints, help="comma list (default: 1)")
     p.add_argument("--frameworks", help="'all' or a comma list of framework keys (default: all)")
+    p.add_argument("--precisions", help="comma list (default: fp32): every framework runs at its own precision, "
+                   "plus a cell per extra precision it takes (torch, torch-native: fp16, bf16)")
     p.add_argument("--weights", help="random (default), imagenet or a file")
     p.add_argument("--seed", type=_non_negative_int)
     p.add_argument("--device", choices=["cpu", "gpu", "auto"])
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_non_negative_int)
     p.add_argument("--warmup-seconds", type=_non_negative_float)
     p.add_argument("--timeout", type=_non_negative_float, help="give up on a cell after this many seconds")
+    for flag in ("include-transfer", "channels-last", "torch-compile", "cuda-graphs"):
+        p.add_argument(f"--{flag}", action="store_true", default=None, help="as in inferbench.run")
     p.add_argument("--output-dir", default="benchmark_results/sweeps", help="default: %(default)s")
     p.add_argument("--name", help="sweep folder name (default: a timestamp)")
     p.add_argument("--cache-dir", help="artifact cache (default: as inferbench.run)")
@@ -122,7 +126,13 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"batch sizes must be positive integers, got {batch_sizes}")
     device = resolve(conf.get("device", "auto"), conf.get("gpu_id"))
     fw_text = ",".join(str(f) for f in _as_list(conf.get("frameworks", "all")))
-    frameworks = [fw.key for fw in parse_frameworks(fw_text, device.kind)]
+    frameworks = parse_frameworks(fw_text, device.kind)
+    precisions = [str(p) for p in _as_list(conf.get("precisions", ["fp32"]))]
+    bad = [p for p in precisions if p not in ("fp32", "fp16", "bf16")]
+    if bad:
+        raise UsageError(f"unknown precision(s) {', '.join(bad)}; valid: fp32, fp16, bf16")
+    if conf.get("cuda_graphs") and device.kind != "gpu":
+        raise UsageError("cuda_graphs needs an NVIDIA GPU")
     weights = describe_weights(str(conf.get("weights", "random")))
     cells = []
     for model in models:
@@ -139,7 +149,9 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
         for res in dict.fromkeys(resolutions):
             for bs in batch_sizes:
                 for fw in frameworks:
-                    cells.append({"model": model, "resolution": res, "batch_size": bs, "framework": fw})
+                    for prec in dict.fromkeys([fw.precision] + [p for p in precisions if p in fw.precisions]):
+                        cells.append({"model": model, "resolution": res, "batch_size": bs, "framework": fw.key,
+                                      "precision": prec})
     settings = {
         "weights": weights, "seed": int(conf.get("seed", 0)), "device": conf.get("device", "auto"),
         "gpu_id": conf.get("gpu_id"), "threads": int(conf.get("threads") or default_threads()),
@@ -150,8 +162,12 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
             "min_iterations": int(conf.get("min_iterations", DEFAULTS["min_iterations"])),
         },
         "timeout": conf.get("timeout"),
+        "options": {"include_transfer": bool(conf.get("include_transfer")),
+                    "channels_last": bool(conf.get("channels_last")), "compile": bool(conf.get("torch_compile")),
+                    "cuda_graphs": bool(conf.get("cuda_graphs"))},
     }
-    grid = {"models": models, "resolutions": res_list, "batch_sizes": batch_sizes, "frameworks": frameworks}
+    grid = {"models": models, "resolutions": res_list, "batch_sizes": batch_sizes,
+            "frameworks": [fw.key for fw in frameworks], "precisions": precisions}
     return {"plan_version": 1, "grid": grid, "settings": settings, "cells": cells}
 
 
@@ -195,7 +211,8 @@ def _main(argv: list[str] | None) -> int:
     cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
     check_writable(cache_dir)
     settings = Settings(weights=s["weights"], seed=s["seed"], device=device, threads=s["threads"],
-                        timing=s["timing"], cache_dir=cache_dir, timeout_s=s["timeout"])
+                        timing=s["timing"], cache_dir=cache_dir, timeout_s=s["timeout"],
+                        options=s.get("options", {}))
     cells = [Cell(**c) for c in plan["cells"]]
     unknown = {c.framework for c in cells} - set(FRAMEWORKS)
     if unknown:

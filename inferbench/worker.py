@@ -54,6 +54,7 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
     from . import parity
     from .exporters import EXPORTERS, REFERENCE_INPUTS, REFERENCE_LOGITS
     from .frameworks import get_framework, load_runner
+    from .measure import power
     from .measure.memory import current_rss_mb, peak_rss_mb
     from .measure.stats import summarize
     from .measure.timing import TimingConfig, run_timed
@@ -76,6 +77,8 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
     runner.load(ctx)
     load_s = time.perf_counter() - start
 
+    options = job.get("options", {})
+    precision = options.get("precision") or fw.precision
     batch = make_inputs(spec, job["batch_size"], job["resolution"], job["seed"] + 3)
     prepared = runner.prepare(batch)
     emit("first call")
@@ -89,17 +92,49 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
         ref_out = np.load(folder / REFERENCE_LOGITS)
         out = runner.call(runner.prepare(ref_in))
         runner.synchronize(out)
-        parity_block = parity.compare(ref_out, runner.to_numpy(out), fw.precision)
+        parity_block = parity.compare(ref_out, runner.to_numpy(out), precision)
     else:
         parity_block = parity.not_applicable("independent weights (torchvision implementation)")
 
+    timing_block: dict[str, Any] = {}
+    sensor, no_energy = power.sensor_for(job["device"])
+    monitors = []
+    gpu_state: dict[str, Any] = {}
+    if sensor is not None:
+        if hasattr(sensor, "state"):
+            gpu_state["start"] = sensor.state()
+        emit("idle power baseline")
+        idle = power.idle_baseline(sensor, seconds=job.get("idle_seconds", 2.0))
+        monitors.append(("energy", power.EnergyMonitor(sensor, idle["idle_w"])))
+        if job["timing"]["min_duration_s"] < power.MIN_WINDOW_S * 2:
+            # never report energy over a window the ~100 ms counter cannot resolve
+            timing_block["extended_for_energy_from_s"] = job["timing"]["min_duration_s"]
+            job["timing"] = {**job["timing"], "min_duration_s": power.MIN_WINDOW_S * 2}
     timing = TimingConfig(**job["timing"])
-    measurement = run_timed(lambda: runner.call(prepared), runner.synchronize, timing, on_phase=emit)
+    if options.get("include_transfer"):
+        # host array in, host array out, as the seed projects timed it: the copies are inside the window
+        region = "prepare (host-to-device copy) + call + to_numpy (device-to-host copy), per iteration"
+        measurement = run_timed(lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None,
+                                timing, monitors=monitors, on_phase=emit)
+    else:
+        region = "call + synchronize on an input prepared before the window (host-to-device copy outside)"
+        measurement = run_timed(lambda: runner.call(prepared), runner.synchronize, timing, monitors=monitors,
+                                on_phase=emit)
     latencies_ms = [t * 1e3 for t in measurement.latencies_s]
+    throughput = measurement.throughput(job["batch_size"])
+    if sensor is not None:
+        energy = power.per_inference(measurement.monitors["energy"], measurement.iterations * job["batch_size"],
+                                     throughput)
+        energy["idle_baseline"] = idle
+        if hasattr(sensor, "state"):
+            gpu_state["end"] = sensor.state()
+    else:
+        energy = {"available": False, "reason": no_energy}
     return {
         "parity": parity_block,
         "latency_ms": summarize(latencies_ms),
-        "throughput_per_s": measurement.throughput(job["batch_size"]),
+        "throughput_per_s": throughput,
+        "energy": energy,
         "raw_latencies_ms": latencies_ms,
         "timing": {
             "window_s": measurement.window_s,
@@ -107,12 +142,15 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
             "warmup_s": measurement.warmup_s,
             "config": job["timing"],
             "clock": "time.perf_counter",
-            "timed_region": "call + synchronize on an input prepared before the window "
-            "(host-to-device copy outside)",
+            "timed_region": region,
+            "include_transfer": bool(options.get("include_transfer")),
             "throughput_rule": "samples / wall-clock of the whole timed window",
+            **timing_block,
         },
         "cold_start": {"load_s": load_s, "first_call_s": first_call_s},
-        "memory": {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before},
+        "memory": {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before,
+                   "peak_device_mb": runner.peak_device_memory_mb()},
+        "gpu_state": gpu_state or None,
         "runner": runner.details(),
     }
 

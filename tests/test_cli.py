@@ -30,6 +30,9 @@ BAD_INPUTS = [
     (["--threads", "0"], "positive"),
     (["--duration", "-1"], ">= 0"),
     (["--framework", "tensorrt-fp16", "--device", "cpu"], "needs an NVIDIA GPU"),
+    (["--framework", "onnxrt", "--precision", "bf16"], "onnxrt runs in fp32 only; --precision bf16 applies to: torch"),
+    (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs an NVIDIA GPU"),
+    (["--precision", "fp8"], "invalid choice"),
 ]
 
 
@@ -83,3 +86,12 @@ def test_import_inferbench_imports_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has an NVIDIA GPU")
+def test_gpu_selftest_without_gpu_is_one_clear_line(capsys):
+    from inferbench.selftest import main as selftest
+
+    assert selftest(["--gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "no NVIDIA GPU" in err and len(err.strip().splitlines()) == 1

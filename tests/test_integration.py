@@ -163,3 +163,33 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
     df = results.load(out).set_index("framework")
     assert df.loc["torch", "error"] == 'onnx2torch not installed: pip install -e ".[cpu]"'
     assert df.loc["onnxrt", "status"] == "ok"
+
+
+def test_options_reach_the_runner_and_the_record(default_run, tmp_path):
+    """--include-transfer times host-to-host and says so; --precision bf16 runs torch in bf16 with bf16
+    parity thresholds; channels-last reaches torch-native."""
+    _, _, cache_dir = default_run
+    out = tmp_path / "out"
+    code = main([*MODEL, *QUICK, "--framework", "onnxrt,torch,torch-native", "--precision", "bf16",
+                 "--include-transfer", "--channels-last", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+    df = results.load(out).set_index("framework")
+    assert (df["status"] == "ok").all(), df["error"]
+    assert code == 0
+    assert df.loc["torch", "config.precision"] == "bf16" and df.loc["torch", "runner.dtype"] == "bfloat16"
+    assert df.loc["torch", "parity.status"] == "passed" and df.loc["torch", "parity.precision"] == "bf16"
+    assert df.loc["torch", "parity.max_rel_err"] > 1e-4  # really ran in bf16, not fp32
+    assert df.loc["onnxrt", "config.precision"] == "fp32"
+    assert df.loc["torch-native", "runner.channels_last"]
+    assert df["timing.include_transfer"].all() and df["config.include_transfer"].all()
+    assert df["timing.timed_region"].str.contains("device-to-host").all()
+    assert sorted(p.name for p in next(out.iterdir()).glob("*.json"))[0].endswith("_bs1_onnxrt.json")
+
+
+def test_energy_is_absent_with_a_reason_on_this_cpu(default_run):
+    _, out, _ = default_run
+    rec = json.loads(next(out.rglob("*_onnxrt.json")).read_text())
+    if rec["energy"]["available"]:  # a machine that exposes RAPL
+        assert rec["energy"]["joules_per_inference"] > 0 and rec["energy"]["method"].startswith("RAPL")
+    else:
+        assert "RAPL" in rec["energy"]["reason"]
+    assert rec["memory"]["peak_device_mb"] is None

@@ -79,3 +79,15 @@ def test_every_runner_path_resolves_to_a_module_file():
 def test_every_model_has_a_keras_builder_name():
     for spec in MODELS.values():
         assert spec.keras_builder[0].isupper()
+
+
+def test_precision_options():
+    assert FRAMEWORKS["torch"].precision_for("bf16") == "bf16"
+    assert FRAMEWORKS["torch-native"].precision_for(None) == "fp32"
+    assert FRAMEWORKS["tensorrt-fp16"].precision_for("fp16") == "fp16"
+    with pytest.raises(UsageError, match="tf runs in fp32 only"):
+        FRAMEWORKS["tf"].precision_for("fp16")
+    from inferbench.run import precision_of
+
+    assert precision_of(FRAMEWORKS["tf"], "bf16", explicit=False) == "fp32"  # with 'all', others keep theirs
+    assert precision_of(FRAMEWORKS["torch"], "bf16", explicit=False) == "bf16"

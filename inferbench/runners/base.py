@@ -44,6 +44,10 @@ class Runner:
         """Outputs as a host array, for the parity gate (never inside the timed loop)."""
         return np.asarray(outputs)
 
+    def peak_device_memory_mb(self) -> float | None:
+        """Peak device memory of this run from the framework's allocator (None on the CPU or if unknown)."""
+        return None
+
     def details(self) -> dict[str, Any]:
         """Facts recorded with the result: sync mechanism, threads, providers, compile flags..."""
         return {}

@@ -21,6 +21,9 @@ PROVIDERS = {
 class OnnxRuntimeRunner(Runner):
     name = "onnxrt"
 
+    def providers(self, ctx: LoadContext) -> list[Any]:
+        return list(PROVIDERS[ctx.device])
+
     def load(self, ctx: LoadContext) -> None:
         import onnxruntime as ort
 
@@ -30,17 +33,18 @@ class OnnxRuntimeRunner(Runner):
         so.intra_op_num_threads = ctx.threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        wanted = PROVIDERS[ctx.device]
+        wanted = self.providers(ctx)
+        first = wanted[0] if isinstance(wanted[0], str) else wanted[0][0]
         available = ort.get_available_providers()
-        if wanted[0] not in available:
+        if first not in available:
             raise RuntimeError(
-                f"ONNX Runtime lacks {wanted[0]} (available: {', '.join(available)}); "
+                f"ONNX Runtime lacks {first} (available: {', '.join(available)}); "
                 "on a GPU install onnxruntime-gpu (pip install -e \".[gpu]\")"
             )
         self.session = ort.InferenceSession(str(ctx.artifact), so, providers=wanted)
         active = self.session.get_providers()
-        if active[0] != wanted[0]:
-            raise RuntimeError(f"ONNX Runtime fell back to {active[0]} instead of {wanted[0]}")
+        if active[0] != first:
+            raise RuntimeError(f"ONNX Runtime fell back to {active[0]} instead of {first}")
         self.gpu = ctx.device == "gpu"
         self.input_name = self.session.get_inputs()[0].name
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -81,3 +85,19 @@ class OnnxRuntimeRunner(Runner):
             "intra_op_threads": self.threads,
             "inter_op_threads": 1,
         }
+
+
+class OnnxRuntimeTrtRunner(OnnxRuntimeRunner):
+    """ONNX Runtime's TensorRT execution provider (engines cached beside the ONNX artifact); GPU only."""
+
+    name = "onnxrt-trt"
+
+    def providers(self, ctx: LoadContext) -> list[Any]:
+        if ctx.device != "gpu":
+            raise RuntimeError("the TensorRT execution provider needs an NVIDIA GPU")
+        cache = ctx.folder / "onnxrt-trt-cache"
+        cache.mkdir(exist_ok=True)
+        fp16 = (ctx.options.get("precision") or "fp32") == "fp16"
+        return [("TensorrtExecutionProvider", {"trt_fp16_enable": fp16, "trt_engine_cache_enable": True,
+                                               "trt_engine_cache_path": str(cache)}),
+                "CUDAExecutionProvider", "CPUExecutionProvider"]

@@ -51,6 +51,11 @@ class TfBase(Runner):
     def to_numpy(self, outputs: Any) -> np.ndarray:
         return np.asarray(outputs)
 
+    def peak_device_memory_mb(self) -> float | None:
+        if not self.gpu:
+            return None
+        return float(self.tf.config.experimental.get_memory_info("GPU:0")["peak"]) / 2**20
+
     def details(self) -> dict[str, Any]:
         return {
             "sync": "tf.test.experimental.sync_devices()" if self.gpu

@@ -1,5 +1,10 @@
 """PyTorch runners: ``torch`` (the ONNX-converted module, identical weights) and ``torch-native``
-(torchvision's implementation of the same architecture, its own seeded weights)."""
+(torchvision's implementation of the same architecture, its own seeded weights).
+
+Options (recorded in ``runner``): ``precision`` fp32|fp16|bf16, ``channels_last`` (torch-native's
+NCHW input), ``compile`` (``torch.compile``; its compile time lands in the first call), ``cuda_graphs``
+(capture one call per input shape and replay it; GPU only).
+"""
 
 from __future__ import annotations
 
@@ -26,17 +31,48 @@ class TorchRunner(Runner):
         self.dev = torch.device("cuda:0" if ctx.device == "gpu" else "cpu")
         if ctx.device == "gpu" and not torch.cuda.is_available():
             raise RuntimeError("torch sees no CUDA device (is a CUDA build of torch installed?)")
-        self.module = self.build(ctx).to(self.dev).eval()
+        opts = ctx.options
+        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[
+            opts.get("precision") or "fp32"]
+        self.channels_last = bool(opts.get("channels_last")) and self.channels_first
+        self.compiled = bool(opts.get("compile"))
+        self.cuda_graphs = bool(opts.get("cuda_graphs"))
+        if self.cuda_graphs and self.dev.type != "cuda":
+            raise RuntimeError("CUDA graphs need a GPU")
+        module = self.build(ctx).to(self.dev, self.dtype).eval()
+        if self.channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        self.module = torch.compile(module) if self.compiled else module
 
     def build(self, ctx: LoadContext) -> Any:
         return self.torch.load(ctx.artifact, weights_only=False)
 
     def prepare(self, batch: np.ndarray) -> Any:
+        torch = self.torch
         if self.channels_first:
             batch = np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
-        return self.torch.from_numpy(batch).to(self.dev)
+        x = torch.from_numpy(batch).to(self.dev, self.dtype)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if not self.cuda_graphs:
+            return x
+        static_in = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(3):  # warm up outside the capture, as the CUDA graphs docs require
+                self.module(static_in)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), torch.inference_mode():
+            static_out = self.module(static_in)
+        return (graph, static_out)
 
     def call(self, prepared: Any) -> Any:
+        if self.cuda_graphs:
+            graph, static_out = prepared
+            graph.replay()
+            return static_out
         with self.torch.inference_mode():
             return self.module(prepared)
 
@@ -47,6 +83,11 @@ class TorchRunner(Runner):
     def to_numpy(self, outputs: Any) -> np.ndarray:
         return outputs.float().cpu().numpy()
 
+    def peak_device_memory_mb(self) -> float | None:
+        if self.dev.type != "cuda":
+            return None
+        return float(self.torch.cuda.max_memory_allocated(self.dev)) / 2**20
+
     def details(self) -> dict[str, Any]:
         return {
             "sync": "torch.cuda.synchronize()" if self.dev.type == "cuda"
@@ -55,6 +96,10 @@ class TorchRunner(Runner):
             "intra_op_threads": self.torch.get_num_threads(),
             "inter_op_threads": self.torch.get_num_interop_threads(),
             "input_layout": "NCHW" if self.channels_first else "NHWC",
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "channels_last": self.channels_last,
+            "torch_compile": self.compiled,
+            "cuda_graphs": self.cuda_graphs,
         }
 
 

@@ -1,0 +1,262 @@
+"""Power and energy around the timed window, never on the timed thread.
+
+Two sources, combined when both exist:
+- an *energy counter* read just before and just after the window (NVML's total-energy counter on
+  Volta and newer GPUs, in mJ; RAPL's package counter on CPUs, in µJ, which wraps at a known range);
+- a *power sampler* on a background thread (tens of ms) for the time series, mean and peak; it also
+  gives the energy (trapezoid) where there is no counter.
+An idle baseline measured just before the run gives net (above idle) figures next to gross ones.
+Counters update about every 100 ms, so a window shorter than ``MIN_WINDOW_S`` is flagged.
+
+Sensors are injected, so every piece of this logic is tested on machines without the hardware.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+Clock = Callable[[], float]
+
+#: Energy counters update about every 100 ms; a window must be much longer for the delta to mean much.
+MIN_WINDOW_S = 1.0
+SAMPLE_INTERVAL_S = 0.02
+
+
+class Sensor(Protocol):
+    name: str
+
+    def energy_j(self) -> float | None:
+        """Monotonic energy counter in joules (may wrap, see ``wrap_j``), or None if there is none."""
+
+    def power_w(self) -> float | None:
+        """Instantaneous power in watts, or None if the sensor cannot tell."""
+
+    @property
+    def wrap_j(self) -> float | None:
+        """The counter wraps to zero after this many joules (None: it does not wrap)."""
+
+
+def counter_delta(start: float, end: float, wrap: float | None) -> float:
+    """Energy between two counter readings, across at most one wrap-around."""
+    if end >= start:
+        return end - start
+    if wrap is None:
+        raise ValueError(f"energy counter went backwards ({start} -> {end}) and does not wrap")
+    return wrap - start + end
+
+
+class PowerSampler:
+    """Samples ``read_w`` every ``interval_s`` on a daemon thread until stopped."""
+
+    def __init__(self, read_w: Callable[[], float | None], interval_s: float = SAMPLE_INTERVAL_S,
+                 clock: Clock = time.monotonic, sleep: Callable[[float], Any] | None = None) -> None:
+        self.read_w, self.interval_s, self.clock = read_w, interval_s, clock
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                watts = self.read_w()
+            except Exception:  # a sensor hiccup must not end the run
+                watts = None
+                self.errors += 1
+            if watts is not None:
+                self.samples.append((self.clock(), float(watts)))
+            self._sleep(self.interval_s)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self.samples = []
+        self._thread = threading.Thread(target=self._run, name="inferbench-power", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return list(self.samples)
+
+
+def trapezoid_j(samples: list[tuple[float, float]]) -> float | None:
+    if len(samples) < 2:
+        return None
+    return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(samples, samples[1:]))
+
+
+def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.monotonic,
+                  sleep: Callable[[float], Any] = time.sleep) -> dict[str, Any]:
+    """Mean power of the idle device over ``seconds``, from the counter if there is one, else from samples."""
+    e0, t0 = sensor.energy_j(), clock()
+    watts: list[float] = []
+    while clock() - t0 < seconds:
+        w = sensor.power_w()
+        if w is not None:
+            watts.append(w)
+        sleep(min(0.05, seconds))
+    e1, t1 = sensor.energy_j(), clock()
+    if e0 is not None and e1 is not None and t1 > t0:
+        return {"idle_w": counter_delta(e0, e1, sensor.wrap_j) / (t1 - t0), "seconds": t1 - t0,
+                "method": "energy counter"}
+    if watts:
+        return {"idle_w": sum(watts) / len(watts), "seconds": t1 - t0, "method": "power samples"}
+    return {"idle_w": None, "seconds": t1 - t0, "method": "none"}
+
+
+@dataclass
+class EnergyMonitor:
+    """A window monitor (see ``measure.timing``): counter and sampler around the timed window."""
+
+    sensor: Sensor
+    idle_w: float | None = None
+    interval_s: float = SAMPLE_INTERVAL_S
+    clock: Clock = time.monotonic
+    sampler_factory: Callable[..., PowerSampler] = PowerSampler
+
+    def start(self) -> None:
+        self.sampler = self.sampler_factory(self.sensor.power_w, self.interval_s, self.clock)
+        self.sampler.start()
+        self.e0 = self.sensor.energy_j()
+
+    def stop(self, window_s: float) -> dict[str, Any]:
+        e1 = self.sensor.energy_j()
+        samples = self.sampler.stop()
+        watts = [w for _, w in samples]
+        gross_j: float | None
+        if self.e0 is not None and e1 is not None:
+            gross_j, method = counter_delta(self.e0, e1, self.sensor.wrap_j), f"{self.sensor.name} energy counter"
+        else:
+            gross_j, method = trapezoid_j(samples), f"{self.sensor.name} power samples (trapezoid)"
+        out: dict[str, Any] = {
+            "available": gross_j is not None, "method": method if gross_j is not None else None,
+            "sensor": self.sensor.name, "window_s": window_s, "gross_j": gross_j,
+            "idle_w": self.idle_w,
+            "net_j": None if gross_j is None or self.idle_w is None else gross_j - self.idle_w * window_s,
+            "mean_power_w": None if gross_j is None or window_s <= 0 else gross_j / window_s,
+            "peak_power_w": max(watts) if watts else None,
+            "sampler": {"interval_s": self.interval_s, "n": len(samples), "errors": self.sampler.errors,
+                        "thread": "background (no sensor call on the timed thread)"},
+            "too_short": window_s < MIN_WINDOW_S,
+        }
+        if out["too_short"]:
+            out["warning"] = f"window {window_s:.3f} s < {MIN_WINDOW_S} s: counter resolution (~100 ms) dominates"
+        return out
+
+
+def per_inference(energy: dict[str, Any], inferences: int, throughput: float) -> dict[str, Any]:
+    """Add joules per inference, inferences per joule and throughput per watt to an energy block."""
+    out = dict(energy)
+    gross, net = energy.get("gross_j"), energy.get("net_j")
+    out["joules_per_inference"] = gross / inferences if gross is not None and inferences else None
+    out["net_joules_per_inference"] = net / inferences if net is not None and inferences else None
+    out["inferences_per_joule"] = inferences / gross if gross else None
+    mean_w = energy.get("mean_power_w")
+    out["throughput_per_watt"] = throughput / mean_w if mean_w else None
+    return out
+
+
+# --------------------------------------------------------------------------- real sensors
+class RaplSensor:
+    """CPU package energy from Linux powercap (intel-rapl); µJ counter that wraps at max_energy_range_uj."""
+
+    name = "RAPL"
+
+    def __init__(self, zone: Path) -> None:
+        self.zone = zone
+        self._wrap = int((zone / "max_energy_range_uj").read_text()) / 1e6
+        self.energy_j()  # fail now if unreadable
+
+    @classmethod
+    def find(cls, root: Path = Path("/sys/class/powercap")) -> tuple[RaplSensor | None, str]:
+        zones = sorted(root.glob("intel-rapl:[0-9]")) if root.is_dir() else []
+        if not zones:
+            return None, f"no RAPL package zone under {root} (virtual machine or non-Intel/AMD kernel driver)"
+        try:
+            return cls(zones[0]), ""
+        except (OSError, ValueError) as exc:
+            return None, f"RAPL counter not readable ({exc}); reading it may need root"
+
+    def energy_j(self) -> float | None:
+        return int((self.zone / "energy_uj").read_text()) / 1e6
+
+    def power_w(self) -> float | None:
+        return None  # RAPL has no instantaneous power: the counter is the measurement
+
+    @property
+    def wrap_j(self) -> float | None:
+        return self._wrap
+
+
+class NvmlSensor:
+    """An NVIDIA GPU through NVML, found by UUID (NVML ignores CUDA_VISIBLE_DEVICES)."""
+
+    name = "NVML"
+
+    def __init__(self, uuid: str) -> None:
+        import pynvml  # from nvidia-ml-py
+
+        pynvml.nvmlInit()
+        self.nvml = pynvml
+        self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        try:
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
+            self.has_counter = True
+        except pynvml.NVMLError:
+            self.has_counter = False  # pre-Volta: sampler only
+
+    def energy_j(self) -> float | None:
+        if not self.has_counter:
+            return None
+        return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1e3  # mJ
+
+    def power_w(self) -> float | None:
+        return self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3  # mW
+
+    @property
+    def wrap_j(self) -> float | None:
+        return None  # 64-bit mJ counter
+
+    def state(self) -> dict[str, Any]:
+        """Identity and state for the record: name, UUID, driver, memory, power limit, clocks, temperature."""
+        n, h = self.nvml, self.handle
+
+        def safe(fn: Callable[[], Any]) -> Any:
+            try:
+                value = fn()
+                return value.decode() if isinstance(value, bytes) else value
+            except n.NVMLError:
+                return None
+
+        return {
+            "name": safe(lambda: n.nvmlDeviceGetName(h)), "uuid": safe(lambda: n.nvmlDeviceGetUUID(h)),
+            "driver": safe(n.nvmlSystemGetDriverVersion),
+            "cuda_driver_version": safe(n.nvmlSystemGetCudaDriverVersion),
+            "memory_total_mb": safe(lambda: n.nvmlDeviceGetMemoryInfo(h).total / 2**20),
+            "memory_used_mb": safe(lambda: n.nvmlDeviceGetMemoryInfo(h).used / 2**20),
+            "power_limit_w": safe(lambda: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3),
+            "sm_clock_mhz": safe(lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+            "memory_clock_mhz": safe(lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+            "temperature_c": safe(lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+            "energy_counter": self.has_counter,
+        }
+
+
+def sensor_for(device: dict[str, Any]) -> tuple[Any, str]:
+    """The sensor for a cell's device, or (None, why not)."""
+    gpu = device.get("gpu")
+    if gpu:
+        try:
+            return NvmlSensor(gpu["uuid"]), ""
+        except ImportError:
+            return None, 'nvidia-ml-py not installed: pip install -e ".[gpu]"'
+        except Exception as exc:  # NVMLError and friends
+            return None, f"NVML unavailable: {exc}"
+    return RaplSensor.find()

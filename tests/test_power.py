@@ -1,0 +1,166 @@
+"""Power and energy logic with injected sensors (no GPU or RAPL needed), plus the real sensors where present."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from inferbench.measure import power
+from inferbench.measure.timing import TimingConfig, run_timed
+
+
+class FakeSensor:
+    """A counter that advances by ``watts`` per second of fake time, optionally wrapping."""
+
+    name = "fake"
+
+    def __init__(self, clock, watts=100.0, start_j=0.0, wrap=None, counter=True):
+        self.clock, self.watts, self.start_j, self.wrap, self.counter = clock, watts, start_j, wrap, counter
+        self.threads: set[str] = set()
+
+    def energy_j(self):
+        self.threads.add(threading.current_thread().name)
+        if not self.counter:
+            return None
+        e = self.start_j + self.watts * self.clock()
+        return e % self.wrap if self.wrap else e
+
+    def power_w(self):
+        self.threads.add(threading.current_thread().name)
+        return self.watts
+
+    @property
+    def wrap_j(self):
+        return self.wrap
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, dt):
+        self.t += dt
+
+
+def test_counter_delta_handles_one_wrap():
+    assert power.counter_delta(10.0, 25.0, None) == 15.0
+    assert power.counter_delta(260.0, 5.0, 262.144) == pytest.approx(7.144)
+    with pytest.raises(ValueError, match="backwards"):
+        power.counter_delta(10.0, 5.0, None)
+
+
+def test_idle_baseline_from_counter_and_from_samples():
+    clock = Clock()
+    base = power.idle_baseline(FakeSensor(clock, watts=40.0), seconds=2.0, clock=clock, sleep=clock.sleep)
+    assert base["method"] == "energy counter" and base["idle_w"] == pytest.approx(40.0)
+    base = power.idle_baseline(FakeSensor(clock, watts=55.0, counter=False), seconds=1.0, clock=clock,
+                               sleep=clock.sleep)
+    assert base["method"] == "power samples" and base["idle_w"] == pytest.approx(55.0)
+
+
+def test_energy_over_window_gross_net_and_per_inference():
+    clock = Clock()
+    sensor = FakeSensor(clock, watts=150.0, start_j=1e6)
+
+    class InstantSampler(power.PowerSampler):  # deterministic: one sample at start and one at stop
+        def start(self):
+            self.samples = [(self.clock(), self.read_w())]
+
+        def stop(self):
+            self.samples.append((self.clock(), self.read_w()))
+            return self.samples
+
+    mon = power.EnergyMonitor(sensor, idle_w=50.0, clock=clock, sampler_factory=InstantSampler)
+
+    def call():
+        clock.t += 0.01
+        return None
+
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=2.0, min_iterations=1)
+    m = run_timed(call, lambda _: None, cfg, clock=clock, monitors=[("energy", mon)])
+    e = m.monitors["energy"]
+    assert e["available"] and "counter" in e["method"]
+    assert e["gross_j"] == pytest.approx(150.0 * m.window_s)
+    assert e["net_j"] == pytest.approx(100.0 * m.window_s)
+    assert e["mean_power_w"] == pytest.approx(150.0) and e["peak_power_w"] == 150.0
+    assert not e["too_short"]
+    full = power.per_inference(e, m.iterations * 4, m.throughput(4))
+    assert full["joules_per_inference"] == pytest.approx(150.0 * m.window_s / (m.iterations * 4))
+    assert full["inferences_per_joule"] == pytest.approx(1 / full["joules_per_inference"])
+    assert full["net_joules_per_inference"] == pytest.approx(100.0 * m.window_s / (m.iterations * 4))
+    assert full["throughput_per_watt"] == pytest.approx(m.throughput(4) / 150.0)
+
+
+def test_counter_wrap_inside_the_window():
+    clock = Clock()
+    sensor = FakeSensor(clock, watts=100.0, start_j=250.0, wrap=262.144)
+    mon = power.EnergyMonitor(sensor, clock=clock)
+    mon.start()
+    clock.t = 1.0  # 100 J later the counter has wrapped
+    e = mon.stop(1.0)
+    assert e["gross_j"] == pytest.approx(100.0)
+
+
+def test_without_counter_the_sampler_integrates():
+    clock = Clock()
+    sensor = FakeSensor(clock, watts=80.0, counter=False)
+    sampler = power.PowerSampler(sensor.power_w, 0.1, clock, sleep=lambda dt: clock.sleep(dt))
+    sampler.start()
+    sampler._thread.join(timeout=0.5)  # the fake sleep never blocks: stop it after a moment
+    samples = sampler.stop()
+    assert power.trapezoid_j(samples) == pytest.approx(80.0 * (samples[-1][0] - samples[0][0]))
+    assert power.trapezoid_j(samples[:1]) is None
+
+
+def test_short_window_is_flagged():
+    clock = Clock()
+    mon = power.EnergyMonitor(FakeSensor(clock), clock=clock)
+    mon.start()
+    clock.t += 0.2
+    e = mon.stop(0.2)
+    assert e["too_short"] and "counter resolution" in e["warning"]
+
+
+def test_sampler_runs_off_the_timed_thread():
+    sensor = FakeSensor(lambda: 0.0)
+    mon = power.EnergyMonitor(sensor, interval_s=0.005)
+    mon.start()
+    threading.Event().wait(0.05)
+    e = mon.stop(0.05)
+    assert e["sampler"]["n"] >= 2
+    assert "inferbench-power" in sensor.threads  # samples taken on the sampler thread
+
+
+def test_no_sensor_here_gives_a_reason(tmp_path):
+    sensor, why = power.RaplSensor.find(tmp_path)
+    assert sensor is None and "no RAPL" in why
+
+
+def test_rapl_reads_a_powercap_zone(tmp_path):
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "energy_uj").write_text("5000000\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    sensor, why = power.RaplSensor.find(tmp_path)
+    assert sensor is not None and why == ""
+    assert sensor.energy_j() == 5.0 and sensor.wrap_j == pytest.approx(262143.32885)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (NVML)")
+def test_real_nvml_sensor():
+    from inferbench.device import list_gpus
+
+    gpu = list_gpus()[0]
+    sensor = power.NvmlSensor(gpu.uuid)
+    state = sensor.state()
+    assert state["uuid"] == gpu.uuid
+    assert sensor.power_w() > 0
+    if sensor.has_counter:
+        e0 = sensor.energy_j()
+        threading.Event().wait(0.3)
+        assert sensor.energy_j() >= e0
