@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from . import __version__
+from .cli import Parser, check_writable, guarded, non_negative_float, non_negative_int, positive_int, positive_ints
 from .device import Device, default_threads, list_gpus, resolve
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, parse_frameworks, unavailable_reason
@@ -23,50 +23,8 @@ from .summary import format_summary
 DEFAULTS = {"duration": 10.0, "min_iterations": 100, "warmup": 10, "warmup_seconds": 2.0}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not the usage block
-        raise UsageError(f"{message} (see --help)")
-
-
-def _positive_ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
-    return list(dict.fromkeys(values))
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="python -m inferbench.run",
         description="Export a Keras vision model to every runtime, check each export against the "
         "Keras reference, and measure latency and throughput with one common method.",
@@ -74,32 +32,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", default="all",
                    help=f"'all' or a comma list of: {', '.join(FRAMEWORKS)} (default: all that run here)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"one of: {', '.join(MODELS)} (default: %(default)s)")
-    p.add_argument("--batch-size", type=_positive_ints, default=[1], metavar="N[,N...]",
+    p.add_argument("--batch-size", type=positive_ints, default=[1], metavar="N[,N...]",
                    help="batch size, or a comma list (default: 1)")
-    p.add_argument("--resolution", type=_positive_int, default=None,
+    p.add_argument("--resolution", type=positive_int, default=None,
                    help="input height = width in pixels (default: the model's, 224)")
     p.add_argument("--weights", default="random",
                    help="'random' (seeded, offline, default), 'imagenet' (downloads) or a .keras/.weights.h5 file")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed for weights and inputs (default: 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed for weights and inputs (default: 0)")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
                    help="where to run (default: auto = the GPU if there is one, else the CPU)")
-    p.add_argument("--gpu-id", type=_non_negative_int, default=None,
+    p.add_argument("--gpu-id", type=non_negative_int, default=None,
                    help="GPU index in PCI bus order, as nvidia-smi lists them (implies --device gpu)")
-    p.add_argument("--threads", type=_positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="intra-op threads for every framework (default: cores available to this process)")
-    p.add_argument("--duration", type=_non_negative_float, default=DEFAULTS["duration"],
+    p.add_argument("--duration", type=non_negative_float, default=DEFAULTS["duration"],
                    help="minimum seconds of timed inference per cell (default: %(default)s)")
-    p.add_argument("--min-iterations", type=_positive_int, default=DEFAULTS["min_iterations"],
+    p.add_argument("--min-iterations", type=positive_int, default=DEFAULTS["min_iterations"],
                    help="minimum timed iterations per cell (default: %(default)s)")
-    p.add_argument("--warmup", type=_non_negative_int, default=DEFAULTS["warmup"],
+    p.add_argument("--warmup", type=non_negative_int, default=DEFAULTS["warmup"],
                    help="minimum warm-up calls (default: %(default)s)")
-    p.add_argument("--warmup-seconds", type=_non_negative_float, default=DEFAULTS["warmup_seconds"],
+    p.add_argument("--warmup-seconds", type=non_negative_float, default=DEFAULTS["warmup_seconds"],
                    help="minimum warm-up seconds (default: %(default)s)")
     p.add_argument("--output-dir", default="benchmark_results",
                    help="results go to OUTPUT_DIR/<run id>/ (default: %(default)s)")
     p.add_argument("--cache-dir", default=None,
                    help="artifact cache (default: $INFERBENCH_CACHE or ~/.cache/inferbench/artifacts)")
-    p.add_argument("--timeout", type=_non_negative_float, default=None,
+    p.add_argument("--timeout", type=non_negative_float, default=None,
                    help="give up on a cell after this many seconds (default: no limit)")
     p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None,
                    help="for frameworks that take one (torch, torch-native); the others run at their own")
@@ -111,15 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list models and frameworks, and whether each runs here")
     p.add_argument("--version", action="version", version=f"inferbench {__version__}")
     return p
-
-
-def check_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write to output dir {folder}: {exc.strerror or exc}") from None
 
 
 def list_everything(out: Any = None) -> None:
@@ -143,14 +92,7 @@ def list_everything(out: Any = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except UsageError as exc:
-        print(f"inferbench.run: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("inferbench.run: interrupted; records already written are complete", file=sys.stderr)
-        return 130
+    return guarded("inferbench.run", _main, argv)
 
 
 def _main(argv: list[str] | None) -> int:

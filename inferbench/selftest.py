@@ -10,15 +10,15 @@ from __future__ import annotations
 import sys
 import time
 
+from .cli import Parser
 from .device import list_gpus
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, unavailable_reason
-from .run import _Parser
 from .run import main as run_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m inferbench.selftest", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m inferbench.selftest", description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group(required=False)
     where.add_argument("--gpu", action="store_true", help="check the GPU path (default)")
     where.add_argument("--cpu", action="store_true", help="check the CPU path")

@@ -20,20 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .cli import Parser, check_writable, guarded, non_negative_float, non_negative_int, positive_int, positive_ints
 from .device import default_threads, resolve
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, parse_frameworks
 from .models import describe_weights, get_model
 from .results import atomic_write_text
-from .run import (
-    DEFAULTS,
-    _non_negative_float,
-    _non_negative_int,
-    _Parser,
-    _positive_int,
-    _positive_ints,
-    check_writable,
-)
+from .run import DEFAULTS
 from .summary import format_summary
 
 PLAN = "sweep.json"
@@ -43,24 +36,24 @@ SETTING_KEYS = ("weights", "seed", "device", "gpu_id", "threads", "duration", "m
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m inferbench.sweep", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m inferbench.sweep", description=__doc__.splitlines()[0])
     p.add_argument("--config", help="TOML, JSON or YAML file with the keys below (command-line values win)")
     p.add_argument("--models", help="comma list of registered models (default: mobilenet_v3_large)")
     p.add_argument("--resolutions", help="comma list of resolutions, or 'default' (default: each model's)")
-    p.add_argument("--batch-sizes", type=_positive_ints, help="comma list (default: 1)")
+    p.add_argument("--batch-sizes", type=positive_ints, help="comma list (default: 1)")
     p.add_argument("--frameworks", help="'all' or a comma list of framework keys (default: all)")
     p.add_argument("--precisions", help="comma list (default: fp32): every framework runs at its own precision, "
                    "plus a cell per extra precision it takes (torch, torch-native: fp16, bf16)")
     p.add_argument("--weights", help="random (default), imagenet or a file")
-    p.add_argument("--seed", type=_non_negative_int)
+    p.add_argument("--seed", type=non_negative_int)
     p.add_argument("--device", choices=["cpu", "gpu", "auto"])
-    p.add_argument("--gpu-id", type=_non_negative_int)
-    p.add_argument("--threads", type=_positive_int)
-    p.add_argument("--duration", type=_non_negative_float, help=f"seconds per cell (default {DEFAULTS['duration']})")
-    p.add_argument("--min-iterations", type=_positive_int)
-    p.add_argument("--warmup", type=_non_negative_int)
-    p.add_argument("--warmup-seconds", type=_non_negative_float)
-    p.add_argument("--timeout", type=_non_negative_float, help="give up on a cell after this many seconds")
+    p.add_argument("--gpu-id", type=non_negative_int)
+    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--duration", type=non_negative_float, help=f"seconds per cell (default {DEFAULTS['duration']})")
+    p.add_argument("--min-iterations", type=positive_int)
+    p.add_argument("--warmup", type=non_negative_int)
+    p.add_argument("--warmup-seconds", type=non_negative_float)
+    p.add_argument("--timeout", type=non_negative_float, help="give up on a cell after this many seconds")
     for flag in ("include-transfer", "channels-last", "torch-compile", "cuda-graphs"):
         p.add_argument(f"--{flag}", action="store_true", default=None, help="as in inferbench.run")
     p.add_argument("--output-dir", default="benchmark_results/sweeps", help="default: %(default)s")
@@ -172,14 +165,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except UsageError as exc:
-        print(f"inferbench.sweep: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("inferbench.sweep: interrupted; finish it with --resume (completed cells are kept)", file=sys.stderr)
-        return 130
+    return guarded("inferbench.sweep", _main, argv, "finish it with --resume (completed cells are kept)")
 
 
 def _main(argv: list[str] | None) -> int:
