@@ -25,6 +25,7 @@ class Framework:
     precision: str = "fp32"
     parity: bool = True  # False: independent weights, parity not applicable
     precisions: tuple[str, ...] = ()  # other precisions it can run with --precision (besides its own)
+    keras_backend: bool = False  # runs on the Keras backend chosen by --keras-backend
 
     def precision_for(self, requested: str | None) -> str:
         """The precision this framework runs at when the user asks for ``requested`` (None: its own)."""
@@ -43,11 +44,13 @@ FRAMEWORKS: dict[str, Framework] = {
     fw.key: fw
     for fw in [
         Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, "cpu",
-                  "Keras model called eagerly, model(x, training=False): the eager baseline"),
+                  "Keras model called eagerly, model(x, training=False): the eager baseline",
+                  keras_backend=True),
         Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, "cpu",
-                  "Keras' compiled predict step (predict_on_batch), jit_compile=False"),
+                  "Keras' compiled predict step (predict_on_batch), jit_compile=False", keras_backend=True),
         Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, "cpu",
-                  "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA)"),
+                  "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
+                  keras_backend=True),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), "cpu",
                   "TF SavedModel serving function (graph mode, no XLA)"),
         Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), "cpu",

@@ -151,12 +151,15 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
         return failed_record(base, reason)
     if fw.artifact in failed_exports:
         return failed_record(base, f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}")
+    env = settings.env()
+    if fw.keras_backend:
+        env["KERAS_BACKEND"] = settings.options.get("keras_backend") or "tensorflow"
     res = run_child(
         {"type": "cell", "framework": fw.key, "model": cell.model, "resolution": cell.resolution,
          "batch_size": cell.batch_size, "seed": settings.seed, "threads": settings.threads,
          "device": device.as_dict(), "folder": str(folder), "timing": settings.timing,
          "options": {**settings.options, "precision": cell.precision, "batch_sizes": batch_sizes}},
-        settings.env(), lambda phase: progress.say(cell.label, phase), settings.timeout_s,
+        env, lambda phase: progress.say(cell.label, phase), settings.timeout_s,
     )
     if res["ok"]:
         return {**base, "status": "ok", "error": None, **res["result"]}

@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channels-last", action="store_true", help="torch-native: channels-last memory format")
     p.add_argument("--torch-compile", action="store_true", help="torch, torch-native: torch.compile the module")
     p.add_argument("--cuda-graphs", action="store_true", help="torch, torch-native on a GPU: replay a CUDA graph")
+    p.add_argument("--keras-backend", choices=["tensorflow", "jax", "torch"], default="tensorflow",
+                   help="backend for keras-eager, keras, kerasxla (default: %(default)s)")
     p.add_argument("--include-transfer", action="store_true",
                    help="time host array in -> host array out (copies inside the window), as the seed projects did")
     p.add_argument("--list", action="store_true", help="list models and frameworks, and whether each runs here")
@@ -138,7 +140,7 @@ def runner_options(args: argparse.Namespace, device_kind: str) -> dict[str, Any]
     if args.cuda_graphs and device_kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
     return {"channels_last": args.channels_last, "compile": args.torch_compile, "cuda_graphs": args.cuda_graphs,
-            "include_transfer": args.include_transfer}
+            "include_transfer": args.include_transfer, "keras_backend": args.keras_backend}
 
 
 def precision_of(fw: Any, requested: str | None, explicit: bool) -> str:

@@ -32,7 +32,8 @@ from .summary import format_summary
 PLAN = "sweep.json"
 GRID_KEYS = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
 SETTING_KEYS = ("weights", "seed", "device", "gpu_id", "threads", "duration", "min_iterations", "warmup",
-                "warmup_seconds", "timeout", "include_transfer", "channels_last", "torch_compile", "cuda_graphs")
+                "warmup_seconds", "timeout", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",
+                "keras_backend")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=non_negative_int)
     p.add_argument("--warmup-seconds", type=non_negative_float)
     p.add_argument("--timeout", type=non_negative_float, help="give up on a cell after this many seconds")
+    p.add_argument("--keras-backend", choices=["tensorflow", "jax", "torch"])
     for flag in ("include-transfer", "channels-last", "torch-compile", "cuda-graphs"):
         p.add_argument(f"--{flag}", action="store_true", default=None, help="as in inferbench.run")
     p.add_argument("--output-dir", default="benchmark_results/sweeps", help="default: %(default)s")
@@ -157,7 +159,8 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
         "timeout": conf.get("timeout"),
         "options": {"include_transfer": bool(conf.get("include_transfer")),
                     "channels_last": bool(conf.get("channels_last")), "compile": bool(conf.get("torch_compile")),
-                    "cuda_graphs": bool(conf.get("cuda_graphs"))},
+                    "cuda_graphs": bool(conf.get("cuda_graphs")),
+                    "keras_backend": str(conf.get("keras_backend") or "tensorflow")},
     }
     grid = {"models": models, "resolutions": res_list, "batch_sizes": batch_sizes,
             "frameworks": [fw.key for fw in frameworks], "precisions": precisions}

