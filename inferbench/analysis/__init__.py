@@ -1,0 +1,186 @@
+"""Analysis of result records: pandas in, tables and matplotlib figures out.
+
+Used by ``python -m inferbench.report`` and by the notebooks; no analysis lives only in a notebook.
+Records that failed parity are kept and shown as such, never ranked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from ..measure.stats import compare_medians
+
+XLA_STEPS = {  # family -> (eager, graph, xla)
+    "keras": ("keras-eager", "keras", "kerasxla"),
+    "tf": ("keras-eager", "tf", "tfxla"),
+}
+ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
+
+
+def tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
+    out = df.copy()
+    # torch at bf16 is a different contender from torch at fp32: name it so (framework_key keeps the key)
+    out["framework_key"] = out["framework"]
+    if "config.precision" in out:
+        prec = out["config.precision"].fillna("fp32")
+        differs = (prec != "fp32") & ~out.apply(lambda r: str(r["framework"]).endswith(str(prec[r.name])), axis=1)
+        out.loc[differs, "framework"] = out.loc[differs, "framework"] + ":" + prec[differs]
+    gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
+    cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
+    out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
+    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index))
+    out["p50_ms"] = out.get("latency_ms.p50")
+    out["p99_ms"] = out.get("latency_ms.p99")
+    out["throughput"] = out.get("throughput_per_s")
+    out["parity_ok"] = out["parity.status"].isin(["passed", "not_applicable"])
+    out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
+    out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
+    if ENERGY_J_PER_INF in out:
+        out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
+    return out
+
+
+def load(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """Load and merge result folders (from one or several machines) into one tidy frame.
+
+    Each record carries its own hardware, so folders from different GPUs merge safely.
+    """
+    from ..results import load as load_records
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = [load_records(p) for p in paths]
+    if not frames:
+        raise UsageError("no result folders given")
+    return tidy(pd.concat(frames, ignore_index=True))
+
+
+def ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"]
+
+
+CELL_KEY = ["device_name", "host", "cell", "batch_size", "framework"]
+
+
+def latest(df: pd.DataFrame) -> pd.DataFrame:
+    """One record per device, host, cell, batch size and framework: the most recent run.
+
+    Repeated runs (a default run and a sweep over the same cell, say) stay in the frame for tables
+    and plots; comparisons and rankings use the latest one.
+    """
+    return df.sort_values("created_at").groupby(CELL_KEY, dropna=False).tail(1)
+
+
+def compare(df: pd.DataFrame, a: str, b: str, **where: Any) -> str:
+    """"A is x% faster than B [95% CI]" or "no significant difference", from the raw samples."""
+    sel = latest(ok(df))
+    for key, value in where.items():
+        sel = sel[sel[key] == value]
+    rows = {fw: sel[sel["framework"] == fw] for fw in (a, b)}
+    for fw, rows_fw in rows.items():
+        if len(rows_fw) != 1:
+            raise UsageError(f"need exactly one record of {fw} for {where or 'this selection'}, found {len(rows_fw)}")
+    ra, rb = rows[a].iloc[0], rows[b].iloc[0]
+    for r, fw in ((ra, a), (rb, b)):
+        if r["parity.status"] == "failed":
+            return f"{fw} failed parity: not compared"
+    cmp = compare_medians(ra["raw_latencies_ms"], rb["raw_latencies_ms"])
+    lo, hi = cmp["ci95"]
+    if not cmp["significant"]:
+        return f"{a} vs {b}: no significant difference (latency ratio {cmp['ratio']:.3f} [95% CI {lo:.3f}-{hi:.3f}])"
+    speed, s_lo, s_hi = 1 / cmp["ratio"] - 1, 1 / hi - 1, 1 / lo - 1
+    word = "faster" if speed > 0 else "slower"
+    return (f"{a} is {abs(speed):.1%} {word} than {b} (p50 {ra['p50_ms']:.3f} vs {rb['p50_ms']:.3f} ms) "
+            f"[95% CI {min(abs(s_lo), abs(s_hi)):.1%}-{max(abs(s_lo), abs(s_hi)):.1%}]")
+
+
+def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
+    """Eager -> graph -> XLA speedups per model, resolution, batch size and device (p50 latency ratios).
+
+    The seeds compared XLA with *eager* execution and called it "XLA off"; here the graph step and
+    the XLA step are separate columns, so the part of the gain that is just leaving eager mode shows.
+    """
+    rows = []
+    good = latest(df[df["ranked"]])
+    for (device, cell, bs), g in good.groupby(["device_name", "cell", "batch_size"]):
+        p50 = dict(zip(g["framework"], g["p50_ms"]))
+        for family, (eager, graph, xla) in XLA_STEPS.items():
+            if not {eager, graph, xla} <= set(p50):
+                continue
+            rows.append({
+                "device_name": device, "cell": cell, "batch_size": bs, "path": family,
+                "eager_ms": p50[eager], "graph_ms": p50[graph], "xla_ms": p50[xla],
+                "graph_vs_eager": p50[eager] / p50[graph], "xla_vs_graph": p50[graph] / p50[xla],
+                "xla_vs_eager": p50[eager] / p50[xla],
+            })
+    return pd.DataFrame(rows)
+
+
+def pareto_front(df: pd.DataFrame, x: str = "p50_ms", y: str = "throughput", minimize_x: bool = True) -> pd.DataFrame:
+    """Ranked records not dominated on (x, y): lower x (latency) and higher y (throughput) are better."""
+    good = df[df["ranked"] & df[x].notna() & df[y].notna()]
+    keep = []
+    for i, row in good.iterrows():
+        better_x = good[x] <= row[x] if minimize_x else good[x] >= row[x]
+        strictly = (good[x] < row[x] if minimize_x else good[x] > row[x]) | (good[y] > row[y])
+        if not (better_x & (good[y] >= row[y]) & strictly).any():
+            keep.append(i)
+    return good.loc[keep].sort_values(x)
+
+
+def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
+    """Per device and resolution: fastest (throughput), largest XLA gain, most inferences per joule."""
+    good = latest(df[df["ranked"]])
+    def top_of(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+        best = frame.sort_values(metric, ascending=False).groupby(["device_name", "resolution"]).head(top)
+        return best.sort_values(["device_name", "resolution", metric], ascending=[True, True, False])
+
+    out = {"throughput": top_of(good, "throughput")
+           [["device_name", "resolution", "model", "batch_size", "framework", "throughput", "p50_ms"]]}
+    dec = xla_decomposition(df)
+    if not dec.empty:
+        dec["resolution"] = dec["cell"].str.split("@").str[1].astype(int)
+        out["xla_gain"] = top_of(dec, "xla_vs_graph")
+    if "inferences_per_joule" in good and good["inferences_per_joule"].notna().any():
+        out["inferences_per_joule"] = top_of(good.dropna(subset=["inferences_per_joule"]), "inferences_per_joule")[
+            ["device_name", "resolution", "model", "batch_size", "framework", "inferences_per_joule"]]
+    return out
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+    """Least-squares line y = slope * x + intercept with its R²."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.size < 2 or np.ptp(xa) == 0:
+        return {"slope": float("nan"), "intercept": float("nan"), "r2": float("nan"), "n": int(xa.size)}
+    slope, intercept = np.polyfit(xa, ya, 1)
+    resid = ya - (slope * xa + intercept)
+    ss_tot = float(((ya - ya.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "n": int(xa.size)}
+
+
+def has_energy(df: pd.DataFrame) -> bool:
+    return "energy.mean_power_w" in df and df["energy.mean_power_w"].notna().any()
+
+
+def normalise(df: pd.DataFrame, baseline: str, column: str = "throughput") -> pd.DataFrame:
+    """``column`` relative to ``baseline`` framework on the same device, cell and batch size."""
+    keys = ["device_name", "cell", "batch_size"]
+    df = latest(df)
+    base = df[(df["framework"] == baseline) & df["ranked"]].set_index(keys)[column].rename("baseline")
+    out = df.join(base, on=keys)
+    out[f"{column}_vs_{baseline}"] = out[column] / out["baseline"]
+    return out.drop(columns="baseline")
+
+
+from .reference import load_reference  # noqa: E402  (re-exported)
+
+__all__ = ["load", "tidy", "latest", "compare", "xla_decomposition", "pareto_front", "podiums", "linear_fit",
+           "normalise", "has_energy", "load_reference"]

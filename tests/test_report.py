@@ -1,0 +1,121 @@
+"""Reports and analysis on the committed, real results; bad inputs give one clear line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from inferbench import analysis
+from inferbench.report import main
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "benchmark_results"
+FIXTURE = Path(__file__).parent / "fixtures" / "schema_v1"
+
+
+def test_report_on_committed_results_renders_every_figure(tmp_path):
+    out = tmp_path / "report"
+    assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt"]) == 0
+    text = (out / "report.md").read_text()
+    for png in ["throughput_vs_batch", "latency_vs_batch", "latency_distributions", "xla_steps", "pareto",
+                "power_vs_throughput", "cross_device"]:
+        assert (out / f"{png}.png").stat().st_size > 10_000, png
+        assert f"({png}.png)" in text
+    assert "Published external figures" in text and "external: perfacct" in text
+    assert "no data in these records" not in text
+    assert "faster than" in text or "no significant difference" in text
+
+
+def test_analysis_on_committed_results():
+    df = analysis.load(COMMITTED)
+    assert df["ranked"].any()
+    dec = analysis.xla_decomposition(df)
+    assert not dec.empty
+    row = dec.iloc[0]
+    assert row["xla_vs_eager"] == pytest.approx(row["graph_vs_eager"] * row["xla_vs_graph"])
+    front = analysis.pareto_front(df)
+    for _, r in front.iterrows():  # nothing ranked is both faster and higher-throughput than a frontier point
+        dominated = df[df["ranked"] & (df["p50_ms"] < r["p50_ms"]) & (df["throughput"] > r["throughput"])]
+        assert dominated.empty
+    pods = analysis.podiums(df)
+    assert {"throughput", "xla_gain"} <= set(pods)
+
+
+def test_parity_failures_are_never_ranked(tmp_path):
+    src = json.loads(next(FIXTURE.glob("*.json")).read_text())
+    for fw, p50, parity in (("onnxrt", 1.0, "failed"), ("torch", 5.0, "passed")):
+        rec = dict(src, framework=fw, parity={**src["parity"], "status": parity, "reason": "test"})
+        rec["latency_ms"] = dict(src["latency_ms"], p50=p50)
+        rec["throughput_per_s"] = 1000.0 / p50
+        (tmp_path / f"{fw}.json").write_text(json.dumps(rec))
+    df = analysis.load(tmp_path)
+    assert list(analysis.podiums(df)["throughput"]["framework"]) == ["torch"]
+    assert "onnxrt" not in set(analysis.pareto_front(df)["framework"])
+    assert "failed parity" in analysis.compare(df, "onnxrt", "torch")
+
+
+def test_power_fit_uses_recorded_energy(tmp_path):
+    src = json.loads(next(FIXTURE.glob("*.json")).read_text())
+    for i, bs in enumerate([1, 2, 4, 8]):
+        rec = dict(src, batch_size=bs, throughput_per_s=100.0 * bs,
+                   energy={"mean_power_w": 50.0 + 0.1 * 100.0 * bs, "joules_per_inference": 0.5 / bs})
+        (tmp_path / f"{i}.json").write_text(json.dumps(rec))
+    df = analysis.load(tmp_path)
+    from inferbench.analysis import plots
+
+    fig, fits = plots.power_vs_throughput(df)
+    assert fig is not None
+    assert fits.iloc[0]["slope"] == pytest.approx(0.1) and fits.iloc[0]["r2"] == pytest.approx(1.0)
+    assert "inferences_per_joule" in analysis.podiums(df)
+
+
+def test_linear_fit_and_normalise():
+    fit = analysis.linear_fit([1, 2, 3, 4], [3, 5, 7, 9.5])
+    assert fit["slope"] == pytest.approx(2.15) and 0.98 < fit["r2"] < 1.0
+    assert np.isnan(analysis.linear_fit([1], [2])["r2"])
+    df = pd.DataFrame({"device_name": ["a"] * 3, "host": ["h"] * 3, "cell": ["m@224"] * 3, "batch_size": [1, 1, 1],
+                       "framework": ["onnxrt", "tf", "tf"], "throughput": [200.0, 50.0, 40.0],
+                       "ranked": [True] * 3, "created_at": ["2026-01-01", "2026-01-02", "2026-01-01"]})
+    norm = analysis.normalise(df, "onnxrt").set_index("framework")["throughput_vs_onnxrt"]
+    assert norm.to_dict() == {"onnxrt": 1.0, "tf": 0.25}  # the latest tf run counts
+
+
+def test_reference_data_is_labelled_external():
+    ref = analysis.load_reference()
+    assert ref["source"].str.startswith("external:").all() and ref["external"].all()
+    assert ref["caveat"].str.len().gt(10).all()
+    a2 = ref[(ref["device_name"] == "Ampere A2") & (ref["framework_published"] == "Tf") & (ref["batch_size"] == 8)]
+    assert a2["inferences_per_joule"].iloc[0] == pytest.approx(512 / 202.6141, rel=1e-6)
+    assert "external" not in analysis.load(COMMITTED).columns  # never merged into ours
+
+
+def _bad(tmp_path: Path, kind: str) -> Path:
+    folder = tmp_path / kind
+    folder.mkdir()
+    if kind == "unrelated":
+        (folder / "a.json").write_text('{"accuracy": 0.9}')
+        (folder / "b.json").write_text("not json")
+    if kind == "mixed":
+        shutil.copy(next(FIXTURE.glob("*.json")), folder / "v1.json")
+        rec = json.loads((folder / "v1.json").read_text())
+        rec["schema_version"] = 99
+        (folder / "v99.json").write_text(json.dumps(rec))
+    return folder
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("empty", "no inferbench result records"),
+    ("unrelated", "no inferbench result records"),
+    ("mixed", "schema_version 99"),
+])
+def test_bad_inputs(tmp_path, capsys, kind, message):
+    out = tmp_path / "out"
+    assert main([str(_bad(tmp_path, kind)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
