@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,12 @@ def _describe_exit(code: int) -> str:
     return f"child process exited with status {code} without a result"
 
 
+def _forward_progress(stream: Any, progress: Callable[[str], None]) -> None:
+    for line in stream:
+        if line.startswith(PROGRESS_PREFIX):
+            progress(line[len(PROGRESS_PREFIX):].strip())
+
+
 def run_child(
     job: dict[str, Any],
     env: dict[str, str],
@@ -57,26 +64,28 @@ def run_child(
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p
         )
+        child_env["INFERBENCH_PARENT_PID"] = str(os.getpid())  # the worker dies with its parent
         with log_path.open("w") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "inferbench.worker", str(job_path), str(result_path)],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, env=child_env,
             )
+            # progress is read on a thread so that the timeout is enforced even if the child hangs silently
+            reader = threading.Thread(target=_forward_progress, args=(proc.stdout, progress), daemon=True)
+            reader.start()
             try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    if line.startswith(PROGRESS_PREFIX):
-                        progress(line[len(PROGRESS_PREFIX):].strip())
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+                reader.join(timeout=5)
                 return {"ok": False, "usage_error": False,
-                        "error": f"timed out after {timeout_s:.0f} s", "traceback": None}
+                        "error": f"timed out after {timeout_s:g} s", "traceback": None}
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
+            reader.join(timeout=5)
         if result_path.exists():
             return json.loads(result_path.read_text())
         tail = log_path.read_text(errors="replace").strip().splitlines()[-20:]

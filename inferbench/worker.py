@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import signal
 import sys
 import time
 import traceback
@@ -155,8 +157,24 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def die_with_parent() -> None:
+    """A killed sweep or run must not leave its worker measuring on: ask Linux to SIGKILL this process
+    when its parent dies, and leave at once if the parent is already gone."""
+    parent = os.environ.get("INFERBENCH_PARENT_PID")
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):
+        os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    die_with_parent()
     job_path, result_path = Path(args[0]), Path(args[1])
     job = json.loads(job_path.read_text())
     from .results import atomic_write_text

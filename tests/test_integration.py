@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,21 @@ def test_parity_gate_catches_one_perturbed_weight(default_run, tmp_path):
     assert res["ok"], res
     assert res["result"]["parity"]["status"] == "failed"
     assert res["result"]["parity"]["max_rel_err"] > 1e-4
+
+
+def test_a_hung_child_is_killed_at_the_timeout(default_run):
+    _, _, cache_dir = default_run
+    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    job = {"type": "cell", "framework": "onnxrt", "model": "mobilenet_v3_small", "resolution": 96,
+           "batch_size": 1, "seed": 0, "threads": 2, "device": {"kind": "cpu", "gpu": None},
+           "folder": str(folder),
+           "timing": {"warmup_iterations": 0, "warmup_seconds": 0, "min_duration_s": 600, "min_iterations": 2}}
+    phases: list[str] = []
+    start = time.monotonic()
+    res = run_child(job, {"CUDA_VISIBLE_DEVICES": "", **thread_env(2)}, phases.append, timeout_s=8)
+    assert time.monotonic() - start < 30
+    assert res == {"ok": False, "usage_error": False, "error": "timed out after 8 s", "traceback": None}
+    assert "measuring" in phases  # progress still flowed while the parent waited
 
 
 def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run, tmp_path, capsys):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,18 @@ GRID = ["--models", "mobilenet_v3_small", "--resolutions", "96", "--batch-sizes"
 
 def _records(folder):
     return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob("*.json") if p.name != "sweep.json"}
+
+
+def _workers_of(parent: int) -> list[int]:
+    """Live processes started by inferbench for the parent process ``parent``."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if f"INFERBENCH_PARENT_PID={parent}\0".encode() in env.read_bytes() + b"\0":
+                stat = (env.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":  # zombies are dead already
+                    found.append(int(env.parent.name))
+    return found
 
 
 def test_killed_sweep_resumes_without_loss_or_repeat(tmp_path, shared_cache):
@@ -53,6 +67,32 @@ def test_killed_sweep_resumes_without_loss_or_repeat(tmp_path, shared_cache):
     # resuming a finished sweep runs nothing
     assert main(["--resume", str(sweep_dir), "--cache-dir", str(shared_cache)]) == 0
     assert _records(sweep_dir) == after
+
+
+def test_a_killed_sweep_takes_its_worker_with_it(tmp_path, shared_cache):
+    """Killing only the sweep's process (not its group) must not leave a worker measuring on."""
+    long_cell = [*GRID[:4], "--batch-sizes", "1", "--frameworks", "onnxrt", "--duration", "120",
+                 "--threads", "1", "--warmup", "0", "--warmup-seconds", "0"]
+    log = tmp_path / "progress.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inferbench.sweep", *long_cell, "--output-dir", str(tmp_path), "--name", "k",
+         "--cache-dir", str(shared_cache)],
+        stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600  # the export, if the shared cache is still cold
+        while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "measuring" in log.read_text() and _workers_of(proc.pid), "no worker reached its timed window"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while _workers_of(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _workers_of(proc.pid), "the worker outlived the killed sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_config_file_and_plan(tmp_path, capsys):
