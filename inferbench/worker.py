@@ -52,6 +52,35 @@ def export_job(job: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def device_memory(runner: Any, sensor: Any, memory: dict[str, Any]) -> dict[str, Any]:
+    """Peak device memory from the framework's allocator; where it has none, what NVML attributes to
+    this process at the end of the run (a current figure, not a peak: the record says which)."""
+    peak = runner.peak_device_memory_mb()
+    memory.update(peak_device_mb=peak, device_memory_method="framework allocator peak (timed run)"
+                  if peak is not None else None)
+    if peak is None and hasattr(sensor, "process_memory_mb"):
+        used = sensor.process_memory_mb(os.getpid())
+        if used is not None:
+            memory.update(device_used_mb_at_end=used, device_memory_method="NVML process memory at end of run")
+    return memory
+
+
+def check_device(device: dict[str, Any], runner: Any) -> dict[str, Any] | None:
+    """On a GPU: the framework must run on the GPU whose NVML handle measures power and memory."""
+    if device.get("kind") != "gpu" or not device.get("gpu"):
+        return None
+    want = device["gpu"]["uuid"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = runner.device_uuid()
+    check = {"nvml_uuid": want, "cuda_visible_devices": visible, "framework_uuid": seen,
+             "method": "CUDA_VISIBLE_DEVICES" + (" + the framework's device UUID" if seen else "")}
+    if visible != want:
+        raise RuntimeError(f"the child sees CUDA_VISIBLE_DEVICES={visible!r}, not the measured GPU {want}")
+    if seen is not None and seen.lower() != want.lower():
+        raise RuntimeError(f"the framework runs on GPU {seen}, but power and memory are read from {want}")
+    return check
+
+
 def cell_job(job: dict[str, Any]) -> dict[str, Any]:
     from . import parity
     from .exporters import EXPORTERS, REFERENCE_INPUTS, REFERENCE_LOGITS
@@ -97,6 +126,10 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
         parity_block = parity.compare(ref_out, runner.to_numpy(out), precision)
     else:
         parity_block = parity.not_applicable("independent weights (torchvision implementation)")
+    # prepared afresh after parity: a runner's state (e.g. a TensorRT context's input shape) now
+    # belongs to the benchmark batch again; the copy stays outside the timed window
+    prepared = runner.prepare(batch)
+    device_check = check_device(job["device"], runner)
 
     timing_block: dict[str, Any] = {}
     sensor, no_energy = power.sensor_for(job["device"])
@@ -113,6 +146,7 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
             timing_block["extended_for_energy_from_s"] = job["timing"]["min_duration_s"]
             job["timing"] = {**job["timing"], "min_duration_s": power.MIN_WINDOW_S * 2}
     timing = TimingConfig(**job["timing"])
+    runner.reset_peak_device_memory()  # the figure is the timed run's, not the 16-input parity batch's
     if options.get("include_transfer"):
         # host array in, host array out, as the seed projects timed it: the copies are inside the window
         region = "prepare (host-to-device copy) + call + to_numpy (device-to-host copy), per iteration"
@@ -150,9 +184,9 @@ def cell_job(job: dict[str, Any]) -> dict[str, Any]:
             **timing_block,
         },
         "cold_start": {"load_s": load_s, "first_call_s": first_call_s},
-        "memory": {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before,
-                   "peak_device_mb": runner.peak_device_memory_mb()},
+        "memory": device_memory(runner, sensor, {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}),
         "gpu_state": gpu_state or None,
+        "device_check": device_check,
         "runner": runner.details(),
     }
 

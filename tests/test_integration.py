@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +126,71 @@ def test_parity_gate_catches_one_perturbed_weight(default_run, tmp_path):
     assert res["ok"], res
     assert res["result"]["parity"]["status"] == "failed"
     assert res["result"]["parity"]["max_rel_err"] > 1e-4
+
+
+class WallSensor:
+    """A 100 W device on the wall clock: stands in for NVML, which this machine has not got.
+    It logs which thread calls it, so the test sees what the timed thread did."""
+
+    name, power_reading, wrap_j = "fake", "fake 100 W", None
+
+    def __init__(self):
+        self.t0, self.log = time.monotonic(), []
+
+    def _note(self, what):
+        self.log.append((what, threading.current_thread().name))
+
+    def energy_j(self):
+        self._note("energy")
+        return 100.0 * (time.monotonic() - self.t0)
+
+    def power_w(self):
+        self._note("power")
+        return 100.0
+
+    def state(self):
+        self._note("state")
+        return {"name": "fake GPU"}
+
+
+def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch):
+    """The worker's whole energy path (baseline, extended window, counter, sampler, per inference),
+    in-process on the CPU with a sensor that stands in for NVML."""
+    from inferbench import worker
+    from inferbench.measure import power
+
+    _, _, cache_dir = default_run
+    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    sensor = WallSensor()
+    monkeypatch.setattr(power, "sensor_for", lambda device: (sensor, ""))
+    real_baseline = power.idle_baseline
+
+    def baseline_then_mark(*args, **kwargs):
+        out = real_baseline(*args, **kwargs)
+        sensor.log.append(("baseline done", "-"))
+        return out
+
+    monkeypatch.setattr(power, "idle_baseline", baseline_then_mark)
+    job = {"type": "cell", "framework": "onnxrt", "model": "mobilenet_v3_small", "resolution": 96,
+           "batch_size": 2, "seed": 0, "threads": 2, "device": {"kind": "cpu", "gpu": None},
+           "folder": str(folder), "idle_seconds": 0.3,
+           "timing": {"warmup_iterations": 0, "warmup_seconds": 0, "min_duration_s": 0.1, "min_iterations": 2}}
+    out = worker.cell_job(job)
+    e, timing = out["energy"], out["timing"]
+    assert timing["extended_for_energy_from_s"] == 0.1 and timing["window_s"] >= 2 * power.MIN_WINDOW_S
+    assert e["available"] and e["method"] == "fake energy counter" and not e["too_short"]
+    assert e["gross_j"] == pytest.approx(100.0 * timing["window_s"], rel=0.05)
+    assert e["idle_w"] == pytest.approx(100.0, rel=0.05) and abs(e["net_j"]) < 0.05 * e["gross_j"]
+    inferences = len(out["raw_latencies_ms"]) * 2
+    assert e["joules_per_inference"] == pytest.approx(e["gross_j"] / inferences)
+    assert e["mean_power_w"] == pytest.approx(100.0, rel=0.05) and e["peak_power_w"] == 100.0
+    assert e["sampler"]["n"] >= 10 and e["sampler"]["reading"] == "fake 100 W"
+    assert out["gpu_state"] == {"start": {"name": "fake GPU"}, "end": {"name": "fake GPU"}}
+    # after the baseline, the timed thread touched the sensor only around the window
+    after = sensor.log[sensor.log.index(("baseline done", "-")) + 1:]
+    main = [what for what, thread in after if thread == "MainThread"]
+    assert main == ["power", "energy", "energy", "state"], main
+    assert any(thread == "inferbench-power" for _, thread in after)
 
 
 def test_a_hung_child_is_killed_at_the_timeout(default_run):

@@ -136,6 +136,32 @@ def test_sampler_runs_off_the_timed_thread():
     assert "inferbench-power" in sensor.threads  # samples taken on the sampler thread
 
 
+def test_a_counter_that_goes_backwards_costs_only_the_counter():
+    clock = Clock()
+    sensor = FakeSensor(clock, watts=50.0, start_j=1000.0)
+    mon = power.EnergyMonitor(sensor, interval_s=0.005)
+    mon.start()
+    threading.Event().wait(0.05)
+    sensor.start_j = 0.0  # e.g. a driver reset: the counter now reads less than at the start
+    e = mon.stop(0.05)
+    assert "backwards" in e["counter_error"]
+    assert e["method"] == "fake power samples (trapezoid)" and e["available"] == (e["sampler"]["n"] >= 2)
+
+
+def test_a_sensor_without_power_reading_gets_no_sampler_thread():
+    clock = Clock()
+    sensor = FakeSensor(clock, watts=30.0)
+    sensor.power_w = lambda: None  # like RAPL: a counter and no instantaneous power
+    before = threading.active_count()
+    mon = power.EnergyMonitor(sensor, clock=clock)
+    mon.start()
+    assert threading.active_count() == before
+    clock.t = 3.0
+    e = mon.stop(3.0)
+    assert e["sampler"] is None and e["peak_power_w"] is None
+    assert e["gross_j"] == pytest.approx(90.0) and e["method"] == "fake energy counter"
+
+
 def test_no_sensor_here_gives_a_reason(tmp_path):
     sensor, why = power.RaplSensor.find(tmp_path)
     assert sensor is None and "no RAPL" in why
@@ -153,6 +179,7 @@ def test_rapl_reads_a_powercap_zone(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (NVML)")
 def test_real_nvml_sensor():
+    pytest.importorskip("pynvml", reason='the GPU extra is not installed: pip install -e ".[gpu]"')
     from inferbench.device import list_gpus
 
     gpu = list_gpus()[0]

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ..errors import MissingDependency
-from . import ExportContext
+from . import PARITY_INPUTS, ExportContext
 
 
 def _trt() -> Any:
@@ -27,9 +27,14 @@ def _trt() -> Any:
     return trt
 
 
+def profile_range(batch_sizes: tuple[int, ...]) -> tuple[int, int]:
+    """Batch range of the engine's optimisation profile: the requested sizes and the parity batch."""
+    return min(batch_sizes), max(*batch_sizes, PARITY_INPUTS)
+
+
 def engine_path(ctx: ExportContext, precision: str, gpu_name: str, trt_version: str) -> Any:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower()
-    lo, hi = min(ctx.batch_sizes), max(ctx.batch_sizes)
+    lo, hi = profile_range(ctx.batch_sizes)
     return ctx.folder / "tensorrt" / f"{slug}_trt{trt_version}_{precision}_b{lo}-{hi}.plan"
 
 
@@ -46,15 +51,19 @@ def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str,
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 2 << 30)
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
-    cache_file = ctx.folder / "tensorrt" / "timing.cache"
+    # timing caches are specific to the GPU and the TensorRT version, like engines
+    cache_file = engine_path(ctx, "timing", gpu_name, trt.__version__).with_suffix(".cache")
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
-    config.set_timing_cache(cache, ignore_mismatch=False)
+    if not config.set_timing_cache(cache, ignore_mismatch=False):
+        cache = config.create_timing_cache(b"")  # a stale cache: start a fresh one
+        config.set_timing_cache(cache, ignore_mismatch=False)
     inp = network.get_input(0)
-    lo, hi = min(ctx.batch_sizes), max(ctx.batch_sizes)
+    lo, hi = profile_range(ctx.batch_sizes)
     r = ctx.resolution
     profile = builder.create_optimization_profile()
-    profile.set_shape(inp.name, (lo, r, r, 3), (hi, r, r, 3), (hi, r, r, 3))
+    # optimised for the largest requested batch; the range also covers the parity gate's batch
+    profile.set_shape(inp.name, (lo, r, r, 3), (max(ctx.batch_sizes), r, r, 3), (hi, r, r, 3))
     config.add_optimization_profile(profile)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
@@ -62,4 +71,5 @@ def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str,
     out = engine_path(ctx, precision, gpu_name, trt.__version__)
     out.write_bytes(bytes(serialized))
     cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
-    return {"engine": str(out.relative_to(ctx.folder)), "profile": [lo, hi], "trt_version": trt.__version__}
+    return {"engine": str(out.relative_to(ctx.folder)), "profile": [lo, max(ctx.batch_sizes), hi],
+            "trt_version": trt.__version__}

@@ -122,18 +122,26 @@ class EnergyMonitor:
     sampler_factory: Callable[..., PowerSampler] = PowerSampler
 
     def start(self) -> None:
-        self.sampler = self.sampler_factory(self.sensor.power_w, self.interval_s, self.clock)
-        self.sampler.start()
+        # a sensor without a power reading (RAPL) gets no sampler thread waking for nothing
+        self.sampler = (self.sampler_factory(self.sensor.power_w, self.interval_s, self.clock)
+                        if self.sensor.power_w() is not None else None)
+        if self.sampler is not None:
+            self.sampler.start()
         self.e0 = self.sensor.energy_j()
 
     def stop(self, window_s: float) -> dict[str, Any]:
         e1 = self.sensor.energy_j()
-        samples = self.sampler.stop()
+        samples = self.sampler.stop() if self.sampler is not None else []
         watts = [w for _, w in samples]
-        gross_j: float | None
+        gross_j: float | None = None
+        counter_error = None
         if self.e0 is not None and e1 is not None:
-            gross_j, method = counter_delta(self.e0, e1, self.sensor.wrap_j), f"{self.sensor.name} energy counter"
-        else:
+            try:
+                gross_j = counter_delta(self.e0, e1, self.sensor.wrap_j)
+                method = f"{self.sensor.name} energy counter"
+            except ValueError as exc:  # a broken counter must not cost the latency measurement
+                counter_error = str(exc)
+        if gross_j is None:
             gross_j, method = trapezoid_j(samples), f"{self.sensor.name} power samples (trapezoid)"
         out: dict[str, Any] = {
             "available": gross_j is not None, "method": method if gross_j is not None else None,
@@ -142,10 +150,16 @@ class EnergyMonitor:
             "net_j": None if gross_j is None or self.idle_w is None else gross_j - self.idle_w * window_s,
             "mean_power_w": None if gross_j is None or window_s <= 0 else gross_j / window_s,
             "peak_power_w": max(watts) if watts else None,
-            "sampler": {"interval_s": self.interval_s, "n": len(samples), "errors": self.sampler.errors,
-                        "thread": "background (no sensor call on the timed thread)"},
+            "sampler": None if self.sampler is None else {
+                "interval_s": self.interval_s, "n": len(samples), "errors": self.sampler.errors,
+                "thread": "background (sensor calls on the timed thread: only the counter, before and after)",
+                "reading": getattr(self.sensor, "power_reading", None)},
             "too_short": window_s < MIN_WINDOW_S,
         }
+        if counter_error:
+            out["counter_error"] = counter_error
+        if gross_j is None:
+            out["reason"] = counter_error or "no energy counter and fewer than two power samples"
         if out["too_short"]:
             out["warning"] = f"window {window_s:.3f} s < {MIN_WINDOW_S} s: counter resolution (~100 ms) dominates"
         return out
@@ -199,6 +213,9 @@ class NvmlSensor:
     """An NVIDIA GPU through NVML, found by UUID (NVML ignores CUDA_VISIBLE_DEVICES)."""
 
     name = "NVML"
+    # NVML documents nvmlDeviceGetPowerUsage as a ~1 s moving average on Ampere (except GA100) and
+    # newer, so the sampler's peak is a peak of 1 s averages there; the energy counter is exact.
+    power_reading = "nvmlDeviceGetPowerUsage (driver-averaged over ~1 s on Ampere and newer)"
 
     def __init__(self, uuid: str) -> None:
         import pynvml  # from nvidia-ml-py
@@ -223,6 +240,15 @@ class NvmlSensor:
     @property
     def wrap_j(self) -> float | None:
         return None  # 64-bit mJ counter
+
+    def process_memory_mb(self, pid: int) -> float | None:
+        """Device memory NVML attributes to ``pid`` now (None where it cannot tell, e.g. in containers)."""
+        try:
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except self.nvml.NVMLError:
+            return None
+        used = [p.usedGpuMemory for p in procs if p.pid == pid and p.usedGpuMemory is not None]
+        return used[0] / 2**20 if used else None
 
     def state(self) -> dict[str, Any]:
         """Identity and state for the record: name, UUID, driver, memory, power limit, clocks, temperature."""

@@ -48,6 +48,13 @@ class Runner:
         """Peak device memory of this run from the framework's allocator (None on the CPU or if unknown)."""
         return None
 
+    def reset_peak_device_memory(self) -> None:
+        """Start the peak-memory count afresh (called just before the timed window, after parity)."""
+
+    def device_uuid(self) -> str | None:
+        """UUID of the GPU the framework really runs on, where the framework can tell (else None)."""
+        return None
+
     def details(self) -> dict[str, Any]:
         """Facts recorded with the result: sync mechanism, threads, providers, compile flags..."""
         return {}

@@ -38,6 +38,13 @@ class KerasEagerRunner(TfBase):
 
             torch.set_num_threads(ctx.threads)
             self.torch = torch
+        else:
+            import jax
+
+            platform = jax.devices()[0].platform
+            if self.gpu and platform != "gpu":
+                raise RuntimeError(f"JAX runs on {platform}, not on the GPU (is jax[cuda12] installed?)")
+            self.jax = jax
         self.threads = ctx.threads
         import keras
 
@@ -50,9 +57,7 @@ class KerasEagerRunner(TfBase):
         if self.backend == "tensorflow":
             return super().prepare(batch)
         if self.backend == "jax":
-            import jax
-
-            return jax.device_put(batch)
+            return self.jax.device_put(batch)
         return self.torch.from_numpy(batch).to("cuda:0" if self.gpu else "cpu")
 
     def call(self, prepared: Any) -> Any:
@@ -74,6 +79,21 @@ class KerasEagerRunner(TfBase):
             return super().peak_device_memory_mb()
         if self.backend == "torch" and self.gpu:
             return float(self.torch.cuda.max_memory_allocated()) / 2**20
+        if self.backend == "jax" and self.gpu:  # since the process started: JAX has no reset
+            return float(self.jax.devices()[0].memory_stats().get("peak_bytes_in_use", 0)) / 2**20 or None
+        return None
+
+    def reset_peak_device_memory(self) -> None:
+        if self.backend == "tensorflow":
+            super().reset_peak_device_memory()
+        elif self.backend == "torch" and self.gpu:
+            self.torch.cuda.reset_peak_memory_stats()
+
+    def device_uuid(self) -> str | None:
+        if self.backend == "torch" and self.gpu:
+            from .torch import cuda_uuid
+
+            return cuda_uuid(self.torch)
         return None
 
     def details(self) -> dict[str, Any]:
@@ -97,9 +117,6 @@ class KerasRunner(KerasEagerRunner):
         self.model.compile(jit_compile=self.jit)
         if bool(self.model.jit_compile) != self.jit:
             raise RuntimeError(f"Keras resolved jit_compile={self.model.jit_compile}, wanted {self.jit}")
-
-    def prepare(self, batch: np.ndarray) -> Any:
-        return batch if self.backend != "tensorflow" else super().prepare(batch)
 
     def call(self, prepared: Any) -> Any:
         return self.model.predict_on_batch(prepared)

@@ -40,8 +40,10 @@ class TensorRTRunner(Runner):
         if not path.exists():
             self.build_info.update(build_engine(ectx, precision, gpu_name))
         self.torch, self.trt = torch, trt
-        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        self.engine = runtime.deserialize_cuda_engine(path.read_bytes())
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))  # must outlive the engine
+        self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
+        if self.engine is None:
+            raise RuntimeError(f"TensorRT could not load the engine {path} (built by another TensorRT?)")
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
@@ -52,22 +54,35 @@ class TensorRTRunner(Runner):
     def prepare(self, batch: np.ndarray) -> Any:
         torch = self.torch
         x = torch.from_numpy(batch).cuda()
-        self.context.set_input_shape(self.input_name, tuple(x.shape))
+        if not self.context.set_input_shape(self.input_name, tuple(x.shape)):
+            raise RuntimeError(f"input shape {tuple(x.shape)} is outside the engine's optimisation profile")
         out_shape = tuple(self.context.get_tensor_shape(self.output_name))
         y = torch.empty(out_shape, dtype=torch.float32, device="cuda")
-        self.context.set_tensor_address(self.input_name, x.data_ptr())
-        self.context.set_tensor_address(self.output_name, y.data_ptr())
+        # the copy and allocation ran on torch's stream; TensorRT's stream must not start before them
+        self.stream.wait_stream(torch.cuda.current_stream())
         return (x, y)
 
     def call(self, prepared: Any) -> Any:
+        # shape and addresses belong to this input (the context is shared by every prepared input);
+        # setting them is host-side bookkeeping, far below the engine's run time
+        x, y = prepared
+        self.context.set_input_shape(self.input_name, tuple(x.shape))
+        self.context.set_tensor_address(self.input_name, x.data_ptr())
+        self.context.set_tensor_address(self.output_name, y.data_ptr())
         self.context.execute_async_v3(self.stream.cuda_stream)
-        return prepared[1]
+        return y
 
     def synchronize(self, outputs: Any) -> None:
         self.stream.synchronize()
 
     def to_numpy(self, outputs: Any) -> np.ndarray:
+        self.stream.synchronize()  # the output is written on TensorRT's stream, not torch's
         return outputs.cpu().numpy()
+
+    def device_uuid(self) -> str | None:
+        from .torch import cuda_uuid
+
+        return cuda_uuid(self.torch)
 
     def details(self) -> dict[str, Any]:
         return {"sync": "CUDA stream synchronize", "precision": self.precision, **self.build_info}

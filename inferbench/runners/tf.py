@@ -56,6 +56,10 @@ class TfBase(Runner):
             return None
         return float(self.tf.config.experimental.get_memory_info("GPU:0")["peak"]) / 2**20
 
+    def reset_peak_device_memory(self) -> None:
+        if self.gpu:
+            self.tf.config.experimental.reset_memory_stats("GPU:0")
+
     def details(self) -> dict[str, Any]:
         return {
             "sync": "tf.test.experimental.sync_devices()" if self.gpu
