@@ -54,13 +54,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def check_writable(folder: Path) -> None:
+def check_writable(folder: Path, what: str = "output dir") -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as exc:
-        raise UsageError(f"cannot write to output dir {folder}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write to {what} {folder}: {exc.strerror or exc}") from None
 
 
 def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] | None,

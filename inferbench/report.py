@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .cli import Parser, check_writable, guarded
+from .errors import UsageError
+from .results import atomic_write_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,9 +50,13 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     from .analysis import plots
 
     df = analysis.load(paths)
+    if analysis.ok(df).empty:
+        first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
+        raise UsageError(f"no successful measurement among the {len(df)} records (e.g. {first}): nothing to report")
     ref = analysis.load_reference(reference_dir) if use_reference else None
-    check_writable(out)  # only once the inputs are known to be good: bad input writes nothing
+    check_writable(out)  # only once the inputs are known to be good
     md: list[str] = ["# inferbench report", ""]
+    pending: list[tuple[str, Any]] = []  # figures are saved once the whole report is known to be good
 
     devices = df.groupby("device_name").agg(
         records=("framework", "size"), hosts=("host", lambda s: ", ".join(sorted(set(map(str, s))))),
@@ -84,8 +90,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         if fig is None:
             md.extend([f"*{caption}: no data in these records.*", ""])
             return
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
+        pending.append((name, fig))
         md.extend([f"![{caption}]({name})", "", f"*{caption}*", ""])
 
     md += ["## Throughput and latency vs batch size", ""]
@@ -104,6 +109,16 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 
     md += ["## Pareto frontier and podiums", ""]
     figure("pareto.png", plots.pareto(df), "latency vs throughput, Pareto frontier")
+    with_energy = analysis.latest(df[df["ranked"]])
+    with_energy = with_energy[with_energy[analysis.ENERGY_J_PER_INF].notna()] if analysis.has_energy(df) else None
+    if with_energy is None or with_energy.empty:
+        md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
+    else:
+        md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
+        for device, g in with_energy.groupby("device_name"):
+            front = analysis.pareto_front(g, x=analysis.ENERGY_J_PER_INF, y="throughput")
+            md += [f"{device}:", "", _md_table(front[["cell", "batch_size", "framework", analysis.ENERGY_J_PER_INF,
+                                                     "throughput", "p50_ms"]]), ""]
     for name, pod in analysis.podiums(df).items():
         md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device and resolution)", "", _md_table(pod), ""]
 
@@ -144,8 +159,11 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                       + "; ".join(sorted({f'{a} = {b}' for a, b in zip(g['framework_published'], g['framework_note'])
                                           if b})))
         md.append("")
+    for name, fig in pending:
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
     path = out / "report.md"
-    path.write_text("\n".join(md))
+    atomic_write_text(path, "\n".join(md))
     return path
 
 

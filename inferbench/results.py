@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -76,8 +77,19 @@ def record_filename(record: dict[str, Any]) -> str:
 def write_record(folder: Path, record: dict[str, Any]) -> Path:
     validate(record)
     path = Path(folder) / record_filename(record)
-    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=False, allow_nan=True) + "\n")
+    # strict JSON: a NaN or infinity (e.g. a CV over zero latencies) is written as null
+    atomic_write_text(path, json.dumps(_finite(record), indent=1, sort_keys=False, allow_nan=False) + "\n")
     return path
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def summary_row(record: dict[str, Any]) -> dict[str, Any]:
@@ -126,6 +138,7 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
     files = [path] if path.is_file() else sorted(path.rglob("*.json"))
     records = []
     unsupported: dict[Any, list[str]] = {}
+    malformed: list[str] = []
     for file in files:
         try:
             data = json.loads(file.read_text())
@@ -136,14 +149,22 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
             if version not in SUPPORTED_SCHEMAS:
                 unsupported.setdefault(version, []).append(str(file))
                 continue
+            try:
+                validate(data)
+            except (ValueError, TypeError, KeyError) as exc:
+                malformed.append(f"{file} ({exc})")
+                continue
             data["_source"] = str(file)
             records.append(data)
     if unsupported:
-        found = "; ".join(f"schema_version {v} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
+        found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
         newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
         hint = "upgrade inferbench" if newer else "these records come from another tool or a pre-release"
         raise UsageError(f"{path} mixes in records this inferbench cannot read ({found}; it reads "
                          f"{', '.join(map(str, sorted(SUPPORTED_SCHEMAS)))}): {hint}")
+    if malformed:
+        raise UsageError(f"{path} holds {len(malformed)} record(s) that claim an inferbench schema but are "
+                         f"incomplete, e.g. {malformed[0]}")
     return records
 
 

@@ -117,7 +117,7 @@ def _main(argv: list[str] | None) -> int:
     out_root = Path(args.output_dir)
     check_writable(out_root)
     cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
-    check_writable(cache_dir)
+    check_writable(cache_dir, "cache dir")
     settings = Settings(
         weights=weights, seed=args.seed, device=device, threads=args.threads or default_threads(),
         timing={"warmup_iterations": args.warmup, "warmup_seconds": args.warmup_seconds,

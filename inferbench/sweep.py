@@ -198,7 +198,7 @@ def _main(argv: list[str] | None) -> int:
     s = plan["settings"]
     device = resolve(s["device"], s["gpu_id"])
     cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
-    check_writable(cache_dir)
+    check_writable(cache_dir, "cache dir")
     settings = Settings(weights=s["weights"], seed=s["seed"], device=device, threads=s["threads"],
                         timing=s["timing"], cache_dir=cache_dir, timeout_s=s["timeout"],
                         options=s.get("options", {}))

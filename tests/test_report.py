@@ -105,6 +105,15 @@ def _bad(tmp_path: Path, kind: str) -> Path:
         rec = json.loads((folder / "v1.json").read_text())
         rec["schema_version"] = 99
         (folder / "v99.json").write_text(json.dumps(rec))
+    if kind == "incomplete":
+        rec = json.loads(next(FIXTURE.glob("*.json")).read_text())
+        (folder / "cut.json").write_text(json.dumps({k: rec[k] for k in ("schema_version", "framework", "model")}))
+    if kind == "all failed":
+        rec = json.loads(next(FIXTURE.glob("*.json")).read_text())
+        rec.update(status="failed", error="ImportError: no torch", latency_ms={}, throughput_per_s=None)
+        (folder / "failed.json").write_text(json.dumps(rec))
+    if kind == "bad normalise":
+        shutil.copy(next(FIXTURE.glob("*.json")), folder / "v1.json")
     return folder
 
 
@@ -112,10 +121,32 @@ def _bad(tmp_path: Path, kind: str) -> Path:
     ("empty", "no inferbench result records"),
     ("unrelated", "no inferbench result records"),
     ("mixed", "schema_version 99"),
+    ("incomplete", "incomplete, e.g."),
+    ("all failed", "no successful measurement among the 1 records (e.g. ImportError: no torch)"),
+    ("bad normalise", "cannot normalise to 'nope'"),
 ])
 def test_bad_inputs(tmp_path, capsys, kind, message):
     out = tmp_path / "out"
-    assert main([str(_bad(tmp_path, kind)), "--out", str(out)]) == 2
+    extra = ["--normalise-to", "nope"] if kind == "bad normalise" else []
+    assert main([str(_bad(tmp_path, kind)), "--out", str(out), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert not out.exists()
+    assert not out.exists() or not list(out.iterdir())  # nothing written
+
+
+def test_two_machines_with_the_same_cpu_stay_apart(tmp_path):
+    """A cross-machine report over two hosts with the same device name compares each host with itself."""
+    src = COMMITTED / "20261121-195357_mobilenet_v3_large_224_cpu"
+    for host in ("box-a", "box-b"):
+        folder = tmp_path / host
+        folder.mkdir()
+        for f in src.glob("*.json"):
+            rec = json.loads(f.read_text())
+            rec["environment"]["hostname"] = host
+            (folder / f.name).write_text(json.dumps(rec))
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "box-a"), str(tmp_path / "box-b"), "--out", str(out), "--no-reference"]) == 0
+    df = analysis.load([tmp_path / "box-a", tmp_path / "box-b"])
+    assert df["device_name"].nunique() == 2 and df["device_name"].str.endswith((" @ box-a", " @ box-b")).all()
+    text = (out / "report.md").read_text()
+    assert text.count("onnxrt is ") == 2  # one comparison per machine

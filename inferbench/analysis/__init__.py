@@ -35,7 +35,10 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
     cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
     out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
-    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index))
+    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
+    # two machines with the same GPU (or CPU) model are two machines: name them apart
+    shared = out.groupby("device_name")["host"].transform("nunique") > 1
+    out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
     out["p50_ms"] = out.get("latency_ms.p50")
     out["p99_ms"] = out.get("latency_ms.p99")
     out["throughput"] = out.get("throughput_per_s")
@@ -173,6 +176,9 @@ def has_energy(df: pd.DataFrame) -> bool:
 def normalise(df: pd.DataFrame, baseline: str, column: str = "throughput") -> pd.DataFrame:
     """``column`` relative to ``baseline`` framework on the same device, cell and batch size."""
     keys = ["device_name", "cell", "batch_size"]
+    if baseline not in set(df["framework"]):
+        raise UsageError(f"cannot normalise to {baseline!r}: no such framework in these records "
+                         f"(found: {', '.join(sorted(set(df['framework'])))})")
     df = latest(df)
     base = df[(df["framework"] == baseline) & df["ranked"]].set_index(keys)[column].rename("baseline")
     out = df.join(base, on=keys)
