@@ -44,6 +44,13 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)

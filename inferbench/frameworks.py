@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import UsageError
 
@@ -101,6 +102,16 @@ def parse_frameworks(text: str, device: str) -> list[Framework]:
             raise UsageError(f"{key} needs an NVIDIA GPU (--device gpu); it cannot run on the {device}")
         chosen.append(fw)
     return list(dict.fromkeys(chosen))  # keep order, drop repeats
+
+
+def for_model(frameworks: list[Framework], model: Any, named: str) -> list[Framework]:
+    """The frameworks that have an implementation of ``model``: ``torch-native`` needs torchvision's.
+    Left out of ``all`` quietly; named explicitly (in ``named``, the user's list), it is an error."""
+    if model.torchvision_builder is not None:
+        return frameworks
+    if "torch-native" in [k.strip() for k in named.split(",")]:
+        raise UsageError(f"torch-native: torchvision has no implementation of {model.name}")
+    return [fw for fw in frameworks if fw.key != "torch-native"]
 
 
 def missing_packages(fw: Framework) -> list[str]:

@@ -140,9 +140,14 @@ def describe_weights(weights: str) -> str:
         )
     try:
         with path.open("rb") as fh:
-            fh.read(1)
+            head = fh.read(8)
     except OSError as exc:
         raise UsageError(f"cannot read weights file {weights}: {exc.strerror or exc}") from None
+    # a .keras file is a zip archive, a .h5 file HDF5: catch a wrong or empty file before any export
+    kind, magic = ("a .keras (zip) archive", b"PK\x03\x04") if path.name.endswith(".keras") \
+        else ("an HDF5 file", b"\x89HDF\r\n\x1a\n")
+    if not head.startswith(magic):
+        raise UsageError(f"weights file {weights} is not {kind}" + (" (it is empty)" if not head else ""))
     return str(path.resolve())
 
 

@@ -80,10 +80,11 @@ class Progress:
 
 
 def ensure_exports(settings: Settings, model: str, resolution: int, frameworks: list[str],
-                   batch_sizes: list[int], progress: Progress) -> tuple[Path, dict[str, str]]:
+                   batch_sizes: list[int], progress: Progress, strict: bool = True) -> tuple[Path, dict[str, str]]:
     """Export (or reuse from the cache) every artifact the frameworks need; returns the folder and
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
-    loaded or downloaded, degenerate reference) is raised: nothing can run."""
+    loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
+    can run); in a sweep it fails this model's cells only and the sweep goes on."""
     from .exporters import EXPORTERS, export_order
     from .exporters import cache as artifact_cache
     from .isolate import run_child
@@ -97,7 +98,9 @@ def ensure_exports(settings: Settings, model: str, resolution: int, frameworks: 
         label = f"{model}@{resolution} export {kind}"
         blocked = [dep for dep in EXPORTERS[kind].requires if dep in failed]
         if blocked:
-            failed[kind] = f"needs the {blocked[0]} export, which failed"
+            root = failed[blocked[0]]  # name the export that really failed, and why
+            failed[kind] = root if root.startswith("needs the ") else \
+                f"needs the {blocked[0]} export, which failed: {root}"
             continue
         if artifact_cache.cached(folder, kind):
             progress.say(label, "cached")
@@ -112,7 +115,7 @@ def ensure_exports(settings: Settings, model: str, resolution: int, frameworks: 
         if res["ok"]:
             notes = res["result"].get("notes") or []
             progress.say(label, f"done in {time.monotonic() - t0:.1f}s" + "".join(f"\n    note: {n}" for n in notes))
-        elif res.get("usage_error"):
+        elif res.get("usage_error") and strict:
             raise UsageError(res["error"])
         else:
             failed[kind] = res["error"]
@@ -133,6 +136,9 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
 
     fw = get_framework(cell.framework)
     device = settings.device
+    env = settings.env()
+    if fw.keras_backend:
+        env["KERAS_BACKEND"] = settings.options.get("keras_backend") or "tensorflow"
     base = {
         "schema_version": SCHEMA_VERSION, "framework": fw.key, "model": cell.model,
         "resolution": cell.resolution, "batch_size": cell.batch_size,
@@ -143,6 +149,7 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
             "timing": settings.timing, "framework_description": fw.description,
             "artifact_dir": str(folder), "include_transfer": bool(settings.options.get("include_transfer")),
             "options": settings.options,
+            "child_env": env,  # what the framework's process was started with (threads, device, backend)
         },
         "environment": environment,
     }
@@ -151,9 +158,6 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
         return failed_record(base, reason)
     if fw.artifact in failed_exports:
         return failed_record(base, f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}")
-    env = settings.env()
-    if fw.keras_backend:
-        env["KERAS_BACKEND"] = settings.options.get("keras_backend") or "tensorflow"
     res = run_child(
         {"type": "cell", "framework": fw.key, "model": cell.model, "resolution": cell.resolution,
          "batch_size": cell.batch_size, "seed": settings.seed, "threads": settings.threads,
@@ -167,7 +171,7 @@ def run_cell(settings: Settings, cell: Cell, folder: Path, failed_exports: dict[
 
 
 def execute(settings: Settings, cells: list[Cell], run_dir: Path, run_id: str,
-            progress: Progress | None = None) -> list[dict[str, Any]]:
+            progress: Progress | None = None, strict: bool = True) -> list[dict[str, Any]]:
     """Run every cell whose record is not in ``run_dir`` yet; returns all records of ``run_dir``'s cells.
 
     Records are written one by one, atomically, under deterministic names: an interrupted run (Ctrl-C
@@ -187,7 +191,7 @@ def execute(settings: Settings, cells: list[Cell], run_dir: Path, run_id: str,
             same = [c for c in cells if (c.model, c.resolution) == group]
             exports[group] = ensure_exports(
                 settings, cell.model, cell.resolution, sorted({c.framework for c in same}),
-                sorted({c.batch_size for c in same}), progress)
+                sorted({c.batch_size for c in same}), progress, strict)
         folder, failed = exports[group]
         batch_sizes = sorted({c.batch_size for c in cells if (c.model, c.resolution) == group})
         t0 = time.monotonic()

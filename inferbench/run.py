@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .cli import Parser, check_writable, guarded, non_negative_float, non_negative_int, positive_int, positive_ints
+from .cli import (
+    Parser,
+    check_writable,
+    guarded,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 from .device import Device, default_threads, list_gpus, resolve
 from .errors import UsageError
-from .frameworks import FRAMEWORKS, parse_frameworks, unavailable_reason
+from .frameworks import FRAMEWORKS, for_model, parse_frameworks, unavailable_reason
 from .models import DEFAULT_MODEL, MODELS, PREPROCESSING, describe_weights, get_model
 from .summary import format_summary
 
@@ -57,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results go to OUTPUT_DIR/<run id>/ (default: %(default)s)")
     p.add_argument("--cache-dir", default=None,
                    help="artifact cache (default: $INFERBENCH_CACHE or ~/.cache/inferbench/artifacts)")
-    p.add_argument("--timeout", type=non_negative_float, default=None,
+    p.add_argument("--timeout", type=positive_float, default=None,
                    help="give up on a cell after this many seconds (default: no limit)")
     p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None,
                    help="for frameworks that take one (torch, torch-native); the others run at their own")
@@ -109,7 +118,7 @@ def _main(argv: list[str] | None) -> int:
     resolution = spec.resolution(args.resolution)
     weights = describe_weights(args.weights)
     device: Device = resolve(args.device, args.gpu_id)
-    frameworks = parse_frameworks(args.framework, device.kind)
+    frameworks = for_model(parse_frameworks(args.framework, device.kind), spec, args.framework)
     options = runner_options(args, device.kind)
     explicit = "all" not in args.framework.split(",")
     cells = [Cell(spec.name, resolution, bs, fw.key, precision_of(fw, args.precision, explicit))
@@ -128,6 +137,8 @@ def _main(argv: list[str] | None) -> int:
         not_here = [fw.key for fw in FRAMEWORKS.values() if device.kind not in fw.devices]
         if not_here:
             print(f"not run on the {device.kind}: {', '.join(not_here)} (need an NVIDIA GPU)", file=sys.stderr)
+        if spec.torchvision_builder is None:
+            print(f"not run: torch-native (torchvision has no {spec.name})", file=sys.stderr)
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}_{spec.name}_{resolution}_{device.label}"
     run_dir = out_root / run_id
     records = execute(settings, cells, run_dir, run_id)

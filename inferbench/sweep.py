@@ -20,10 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, check_writable, guarded, non_negative_float, non_negative_int, positive_int, positive_ints
+from .cli import (
+    Parser,
+    check_writable,
+    guarded,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 from .device import default_threads, resolve
 from .errors import UsageError
-from .frameworks import FRAMEWORKS, parse_frameworks
+from .frameworks import FRAMEWORKS, for_model, parse_frameworks
 from .models import describe_weights, get_model
 from .results import atomic_write_text
 from .run import DEFAULTS
@@ -54,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-iterations", type=positive_int)
     p.add_argument("--warmup", type=non_negative_int)
     p.add_argument("--warmup-seconds", type=non_negative_float)
-    p.add_argument("--timeout", type=non_negative_float, help="give up on a cell after this many seconds")
+    p.add_argument("--timeout", type=positive_float, help="give up on a cell after this many seconds")
     p.add_argument("--keras-backend", choices=["tensorflow", "jax", "torch"])
     for flag in ("include-transfer", "channels-last", "torch-compile", "cuda-graphs"):
         p.add_argument(f"--{flag}", action="store_true", default=None, help="as in inferbench.run")
@@ -96,7 +105,30 @@ def _read_config(path: str) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"unknown key(s) in {path}: {', '.join(sorted(unknown))}; "
                          f"valid: {', '.join(GRID_KEYS + SETTING_KEYS)}")
-    return data
+    return {key: _checked(path, key, value) for key, value in data.items()}
+
+
+def _checked(path: str, key: str, value: Any) -> Any:
+    """A config value through the same type and choices as its command-line flag: one set of rules."""
+    flag = "--" + key.replace("_", "-")
+    action = next(a for a in build_parser()._actions if flag in a.option_strings)
+    if action.const is True:  # a store_true flag
+        if not isinstance(value, bool):
+            raise UsageError(f"{path}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    if isinstance(value, (dict, bool)) or value is None:
+        raise UsageError(f"{path}: {key} must be a value or a list, got {value!r}")
+    text = str(value)
+    if action.choices is not None and text not in action.choices:
+        raise UsageError(f"{path}: {key} must be one of {', '.join(action.choices)}, got {text!r}")
+    if action.type is not None:
+        try:
+            return action.type(text)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{path}: {key}: {exc}") from None
+    return text
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -117,8 +149,9 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
     models = [get_model(m).name for m in _as_list(conf.get("models", "mobilenet_v3_large"))]
     res_list = _as_list(conf.get("resolutions", "default"))
     batch_sizes = [int(b) for b in _as_list(conf.get("batch_sizes", [1]))]
-    if not batch_sizes or any(b <= 0 for b in batch_sizes):
-        raise UsageError(f"batch sizes must be positive integers, got {batch_sizes}")
+    for key, values in (("models", models), ("resolutions", res_list), ("batch_sizes", batch_sizes)):
+        if not values:
+            raise UsageError(f"{key} is empty: a sweep needs at least one")
     device = resolve(conf.get("device", "auto"), conf.get("gpu_id"))
     fw_text = ",".join(str(f) for f in _as_list(conf.get("frameworks", "all")))
     frameworks = parse_frameworks(fw_text, device.kind)
@@ -143,7 +176,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                     raise UsageError(f"resolution must be an integer or 'default', got {r!r}") from None
         for res in dict.fromkeys(resolutions):
             for bs in batch_sizes:
-                for fw in frameworks:
+                for fw in for_model(frameworks, spec, fw_text):
                     for prec in dict.fromkeys([fw.precision] + [p for p in precisions if p in fw.precisions]):
                         cells.append({"model": model, "resolution": res, "batch_size": bs, "framework": fw.key,
                                       "precision": prec})
@@ -177,6 +210,8 @@ def _main(argv: list[str] | None) -> int:
     from .run import exit_status
 
     args = build_parser().parse_args(argv)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
+    check_writable(cache_dir, "cache dir")  # every check before the plan is written
     if args.resume:
         sweep_dir = Path(args.resume)
         try:
@@ -197,8 +232,6 @@ def _main(argv: list[str] | None) -> int:
         atomic_write_text(sweep_dir / PLAN, json.dumps(plan, indent=1))
     s = plan["settings"]
     device = resolve(s["device"], s["gpu_id"])
-    cache_dir = Path(args.cache_dir) if args.cache_dir else artifact_cache.default_cache_dir()
-    check_writable(cache_dir, "cache dir")
     settings = Settings(weights=s["weights"], seed=s["seed"], device=device, threads=s["threads"],
                         timing=s["timing"], cache_dir=cache_dir, timeout_s=s["timeout"],
                         options=s.get("options", {}))
@@ -207,7 +240,8 @@ def _main(argv: list[str] | None) -> int:
     if unknown:
         raise UsageError(f"plan names unknown frameworks: {', '.join(sorted(unknown))}")
     print(f"sweep {sweep_dir}: {len(cells)} cells", file=sys.stderr)
-    records = execute(settings, cells, sweep_dir, sweep_dir.name)
+    # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
+    records = execute(settings, cells, sweep_dir, sweep_dir.name, strict=False)
     print(format_summary(records))
     print(f"\nresults: {sweep_dir}/ ; report: python -m inferbench.report {sweep_dir} --out REPORT_DIR")
     return exit_status(records)

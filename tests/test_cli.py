@@ -33,6 +33,11 @@ BAD_INPUTS = [
     (["--framework", "onnxrt", "--precision", "bf16"], "onnxrt runs in fp32 only; --precision bf16 applies to: torch"),
     (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs an NVIDIA GPU"),
     (["--precision", "fp8"], "invalid choice"),
+    (["--model", "efficientnet_v2_b0", "--framework", "torch-native"],
+     "torchvision has no implementation of efficientnet_v2_b0"),
+    (["--timeout", "0"], "must be > 0"),
+    (["--weights", "empty.keras"], "is not a .keras (zip) archive (it is empty)"),
+    (["--weights", "text.weights.h5"], "is not an HDF5 file"),
 ]
 
 
@@ -41,6 +46,9 @@ def test_bad_input(capsys, tmp_path, argv, message):
     if "gpu" in argv and shutil.which("nvidia-smi"):
         pytest.skip("this machine has an NVIDIA GPU")
     out_dir = tmp_path / "out"
+    (tmp_path / "empty.keras").write_bytes(b"")
+    (tmp_path / "text.weights.h5").write_text("not HDF5")
+    argv = [str(tmp_path / a) if a in ("empty.keras", "text.weights.h5") else a for a in argv]
     code, out, err = run_main(capsys, *argv, "--output-dir", str(out_dir), "--cache-dir", str(tmp_path / "c"))
     assert code == 2
     assert message in err

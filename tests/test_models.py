@@ -52,6 +52,9 @@ def test_weights_argument(tmp_path):
         describe_weights(str(tmp_path / "weights.bin"))
     f = tmp_path / "w.weights.h5"
     f.write_bytes(b"x")
+    with pytest.raises(UsageError, match="is not an HDF5 file"):
+        describe_weights(str(f))
+    f.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(8))  # the HDF5 signature
     assert describe_weights(str(f)) == str(f.resolve())
 
 
