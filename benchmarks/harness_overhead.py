@@ -7,10 +7,17 @@ blocks gives a ratio of median latencies; the median of those ratios (with a boo
 the harness overhead (target: within 2%). Short alternating blocks cancel the slow drift of a
 shared machine, which moves block medians by far more than 2%.
 
+With ``--sampler`` it measures instead what the power sampler costs the measurement: blocks of
+inferbench's loop alone against blocks of the same loop with the energy monitor running (its
+sampler thread reading the sensor every 20 ms). The sensor is the real one where the machine has
+it (NVML on a GPU, RAPL's counter on a CPU); elsewhere a stand-in that makes one /proc read per
+sample, so at least the thread's wake-ups are measured, and the output says which. (This script
+runs the frameworks on the CPU; the sampler's cost on a GPU run is still to be measured.)
+
 With ``--wall-time`` it also times the default ``python -m inferbench.run`` end to end, cold (empty
 artifact cache) and warm.
 
-    python benchmarks/harness_overhead.py [--blocks 5] [--block-seconds 3] [--wall-time]
+    python benchmarks/harness_overhead.py [--blocks 30] [--block-seconds 0.5] [--sampler] [--wall-time]
 """
 
 from __future__ import annotations
@@ -27,7 +34,20 @@ from pathlib import Path
 import numpy as np
 
 
-def child(framework: str, folder: str, blocks: int, block_s: float, threads: int) -> dict:
+class StandInSensor:
+    """Where there is no NVML or RAPL: one small /proc read per sample, about an NVML query's cost."""
+
+    name, wrap_j = "stand-in (/proc/stat read per sample; no NVML or RAPL on this machine)", None
+
+    def energy_j(self) -> None:
+        return None
+
+    def power_w(self) -> float:
+        with open("/proc/stat", "rb") as fh:
+            return float(len(fh.read(256)))
+
+
+def child(framework: str, folder: str, blocks: int, block_s: float, threads: int, sampler: bool) -> dict:
     from inferbench.exporters import EXPORTERS
     from inferbench.frameworks import get_framework, load_runner
     from inferbench.measure.timing import TimingConfig, run_timed
@@ -59,25 +79,41 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
 
     for _ in range(20):
         bare()
-    bare_medians, harness_medians = [], []
     cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=20)
-    for _ in range(blocks):
+
+    def bare_block() -> list[float]:
         lat = []
         end = time.perf_counter() + block_s
         while time.perf_counter() < end or len(lat) < 20:
             t = time.perf_counter()
             bare()
             lat.append(time.perf_counter() - t)
-        bare_medians.append(float(np.median(lat)) * 1e3)
-        m = run_timed(lambda: runner.call(prepared), runner.synchronize, cfg)
-        harness_medians.append(float(np.median(m.latencies_s)) * 1e3)
+        return lat
+
+    def harness_block(monitors: list | None = None) -> list[float]:
+        return run_timed(lambda: runner.call(prepared), runner.synchronize, cfg, monitors=monitors or ()).latencies_s
+
+    sensor_name = None
+    if sampler:  # baseline: inferbench's loop alone; candidate: the same loop with the energy monitor
+        from inferbench.measure import power
+
+        sensor, _ = power.sensor_for({"kind": "cpu", "gpu": None})  # RAPL where the kernel exposes it
+        sensor = sensor or StandInSensor()
+        sensor_name = sensor.name
+        blocks_ab = (harness_block, lambda: harness_block([("energy", power.EnergyMonitor(sensor))]))
+    else:  # baseline: a bare loop; candidate: inferbench's loop
+        blocks_ab = (bare_block, harness_block)
+    medians: tuple[list[float], list[float]] = ([], [])
+    for _ in range(blocks):
+        for block, out in zip(blocks_ab, medians):
+            out.append(float(np.median(block())) * 1e3)
     from inferbench.measure.stats import bootstrap_median_ci
 
-    ratios = np.array(harness_medians) / np.array(bare_medians)
+    ratios = np.array(medians[1]) / np.array(medians[0])
     lo, hi = bootstrap_median_ci(ratios)
-    return {"framework": framework, "bare_ms": float(np.median(bare_medians)),
-            "harness_ms": float(np.median(harness_medians)), "ratio": float(np.median(ratios)),
-            "ratio_ci95": [lo, hi], "pairs": len(ratios)}
+    return {"framework": framework, "baseline_ms": float(np.median(medians[0])),
+            "candidate_ms": float(np.median(medians[1])), "ratio": float(np.median(ratios)),
+            "ratio_ci95": [lo, hi], "pairs": len(ratios), "sensor": sensor_name}
 
 
 def ensure_artifacts(cache_dir: str) -> Path:
@@ -110,6 +146,7 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=30, help="pairs of alternating blocks (default: %(default)s)")
     p.add_argument("--block-seconds", type=float, default=0.5, help="seconds per block (default: %(default)s)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
+    p.add_argument("--sampler", action="store_true", help="measure the power sampler's cost instead")
     p.add_argument("--wall-time", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -118,20 +155,26 @@ def main() -> None:
 
     threads = default_threads()
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.blocks, args.block_seconds, threads)))
+        print(json.dumps(child(args.child[0], args.child[1], args.blocks, args.block_seconds, threads,
+                               args.sampler)))
         return
     folder = ensure_artifacts(args.cache_dir)
     env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": ""}
-    print(f"harness overhead, mobilenet_v3_large 224 bs1, {threads} threads, {args.blocks} pairs of "
+    what, a, b = (("power-sampler overhead", "inferbench loop", "with sampler") if args.sampler
+                  else ("harness overhead", "bare loop", "inferbench"))
+    print(f"{what}, mobilenet_v3_large 224 bs1 on the CPU, {threads} threads, {args.blocks} pairs of "
           f"{args.block_seconds} s blocks")
     for fw in ("onnxrt", "torch"):
         out = subprocess.run([sys.executable, __file__, "--blocks", str(args.blocks), "--block-seconds",
-                              str(args.block_seconds), "--child", fw, str(folder)],
+                              str(args.block_seconds), "--child", fw, str(folder)]
+                             + (["--sampler"] if args.sampler else []),
                              env=env, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         lo, hi = r["ratio_ci95"]
-        print(f"  {fw:<7} bare loop p50 {r['bare_ms']:.3f} ms   inferbench p50 {r['harness_ms']:.3f} ms   "
-              f"inferbench / bare = {r['ratio']:.4f} [95% CI {lo:.4f}-{hi:.4f}] over {r['pairs']} block pairs")
+        print(f"  {fw:<7} {a} p50 {r['baseline_ms']:.3f} ms   {b} p50 {r['candidate_ms']:.3f} ms   "
+              f"ratio = {r['ratio']:.4f} [95% CI {lo:.4f}-{hi:.4f}] over {r['pairs']} block pairs")
+        if r["sensor"]:
+            print(f"          sensor: {r['sensor']}")
     if args.wall_time:
         wall_time()
 

@@ -14,10 +14,11 @@ def _fmt(value: Any, spec: str) -> str:
 def format_summary(records: list[dict[str, Any]]) -> str:
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
+    gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
     header = (("model@res",) if multi else ()) + (
         "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV", "samples/s", "load s",
-        "1st call s", "peak MB") + (("W", "J/inf") if energy else ())
+        "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (("W", "J/inf") if energy else ())
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
@@ -31,8 +32,9 @@ def format_summary(records: list[dict[str, Any]]) -> str:
             "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
             _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
             _fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
-        ) + ((_fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
-              _fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
+        ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
+            + ((_fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
+                _fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]
@@ -47,6 +49,15 @@ def format_summary(records: list[dict[str, Any]]) -> str:
                          "not ranked")
     lines += _winners(records)
     return "\n".join(lines)
+
+
+def _device_mb(memory: dict[str, Any]) -> str:
+    """The allocator's peak, else NVML's figure for the process at the end (marked: not a peak)."""
+    if memory.get("peak_device_mb") is not None:
+        return f"{memory['peak_device_mb']:.0f}"
+    if memory.get("device_used_mb_at_end") is not None:
+        return f"{memory['device_used_mb_at_end']:.0f} (nvml)"
+    return "-"
 
 
 def display_name(r: dict[str, Any]) -> str:

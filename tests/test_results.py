@@ -85,3 +85,18 @@ def test_committed_v1_record_still_loads():
     assert {"latency_ms.p50", "throughput_per_s", "parity.status"} <= set(df.columns)
     row = df.iloc[0]
     assert row["latency_ms.n"] == len(row["raw_latencies_ms"])
+
+
+def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
+    from inferbench.summary import format_summary
+
+    src = json.loads(next((FIXTURES / "schema_v1").glob("*.json")).read_text())
+    assert "dev MB" not in format_summary([src])  # a CPU run has no device memory column
+    gpu = {**src, "config": {**src["config"], "device": {"kind": "gpu", "label": "gpu0"}},
+           "energy": {"available": True, "mean_power_w": 61.5, "joules_per_inference": 0.0123}}
+    peak = dict(gpu, framework="torch", memory={"peak_device_mb": 812.4})
+    nvml = dict(gpu, framework="onnxrt", memory={"peak_device_mb": None, "device_used_mb_at_end": 1034.0})
+    text = format_summary([peak, nvml])
+    header, _, torch_row, onnx_row = text.splitlines()[:4]
+    assert "dev MB" in header and "W" in header.split() and "J/inf" in header
+    assert " 812 " in torch_row and "1034 (nvml)" in onnx_row and "61.5" in torch_row and "0.0123" in onnx_row
