@@ -105,13 +105,12 @@ def _read_config(path: str) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"unknown key(s) in {path}: {', '.join(sorted(unknown))}; "
                          f"valid: {', '.join(GRID_KEYS + SETTING_KEYS)}")
-    return {key: _checked(path, key, value) for key, value in data.items()}
+    flags = {opt: action for action in build_parser()._actions for opt in action.option_strings}
+    return {key: _checked(path, key, value, flags["--" + key.replace("_", "-")]) for key, value in data.items()}
 
 
-def _checked(path: str, key: str, value: Any) -> Any:
+def _checked(path: str, key: str, value: Any, action: argparse.Action) -> Any:
     """A config value through the same type and choices as its command-line flag: one set of rules."""
-    flag = "--" + key.replace("_", "-")
-    action = next(a for a in build_parser()._actions if flag in a.option_strings)
     if action.const is True:  # a store_true flag
         if not isinstance(value, bool):
             raise UsageError(f"{path}: {key} must be true or false, got {value!r}")
