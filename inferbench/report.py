@@ -109,22 +109,22 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 
     md += ["## Pareto frontier and podiums", ""]
     figure("pareto.png", plots.pareto(df), "latency vs throughput, Pareto frontier")
-    with_energy = analysis.latest(df[df["ranked"]])
-    with_energy = with_energy[with_energy[analysis.ENERGY_J_PER_INF].notna()] if analysis.has_energy(df) else None
-    if with_energy is None or with_energy.empty:
+    good = analysis.latest(df[df["ranked"]])
+    energy_col = analysis.ENERGY_J_PER_INF
+    with_energy = good[good[energy_col].notna()] if energy_col in good else good.iloc[:0]
+    if with_energy.empty:
         md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
     else:
         md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
         for device, g in with_energy.groupby("device_name"):
-            front = analysis.pareto_front(g, x=analysis.ENERGY_J_PER_INF, y="throughput")
-            md += [f"{device}:", "", _md_table(front[["cell", "batch_size", "framework", analysis.ENERGY_J_PER_INF,
-                                                     "throughput", "p50_ms"]]), ""]
+            front = analysis.pareto_front(g, x=energy_col, y="throughput")
+            md += [f"{device}:", "", _md_table(front[["cell", "batch_size", "framework", energy_col, "throughput",
+                                                     "p50_ms"]]), ""]
     for name, pod in analysis.podiums(df).items():
         md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device and resolution)", "", _md_table(pod), ""]
 
     md += ["## Is the difference real?", ""]
-    for (device, cell, bs), g in analysis.ok(df)[analysis.ok(df)["ranked"]].groupby(
-            ["device_name", "cell", "batch_size"]):
+    for (device, cell, bs), g in df[df["ranked"]].groupby(["device_name", "cell", "batch_size"]):
         ranked = g.sort_values("p50_ms")
         pairs = [tuple(ranked["framework"].iloc[:2])] if len(ranked) > 1 else []
         pairs += [(x, y) for x, y in (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"))

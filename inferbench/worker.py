@@ -56,7 +56,8 @@ def device_memory(runner: Any, sensor: Any, memory: dict[str, Any]) -> dict[str,
     """Peak device memory from the framework's allocator; where it has none, what NVML attributes to
     this process at the end of the run (a current figure, not a peak: the record says which)."""
     peak = runner.peak_device_memory_mb()
-    memory.update(peak_device_mb=peak, device_memory_method="framework allocator peak (timed run)"
+    memory.update(peak_device_mb=peak, device_memory_method="framework allocator peak (reset before the timed "
+                  "window where the framework can: torch, TensorFlow; JAX counts from process start)"
                   if peak is not None else None)
     if peak is None and hasattr(sensor, "process_memory_mb"):
         used = sensor.process_memory_mb(os.getpid())
