@@ -6,7 +6,5 @@ runner or exporter that uses it, inside a child process.
 
 __version__ = "0.1.0"
 
-#: Version of the JSON result record. History:
-#:   1 — first release (issue 2): configuration, environment, parity, latency statistics,
-#:       raw per-iteration latencies, cold start, host memory.
-SCHEMA_VERSION = 1
+#: Version of the JSON result record; the history and the upgrader are in ``inferbench.results``.
+SCHEMA_VERSION = 2

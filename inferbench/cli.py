@@ -1,4 +1,5 @@
-"""What every inferbench command line shares: one-line errors, argument types, the exit-status wrapper."""
+"""What every inferbench command line shares: one-line errors, writable-folder checks, the exit-status
+wrapper. The options themselves are declared once, in :mod:`inferbench.config`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .errors import UsageError
 
@@ -17,50 +18,6 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
-def positive_ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
-    return list(dict.fromkeys(values))
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
-
-
 def check_writable(folder: Path, what: str = "output dir") -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -68,6 +25,19 @@ def check_writable(folder: Path, what: str = "output dir") -> None:
             pass
     except OSError as exc:
         raise UsageError(f"cannot write to {what} {folder}: {exc.strerror or exc}") from None
+
+
+def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
+    """One line for what 'all' left out here, and why (not installed: the command that installs it)."""
+    if skipped:
+        print("not run here: " + "; ".join(f"{k} ({why})" for k, why in skipped.items()),
+              file=stream or sys.stderr)
+
+
+def exit_status(records: list[dict[str, Any]]) -> int:
+    """0 when every cell ran and none failed parity, else 1."""
+    bad = [r for r in records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
+    return 1 if bad else 0
 
 
 def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] | None,

@@ -14,10 +14,9 @@ from typing import Any
 from . import __version__
 from .device import Device, default_threads
 
-PACKAGES = (
-    "numpy", "pandas", "tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "onnxruntime-gpu",
-    "torch", "torchvision", "onnx2torch", "tensorrt", "nvidia-ml-py", "jax", "jaxlib",
-)
+#: Recorded besides every framework's and exporter's packages (from their registries): the analysis
+#: stack, the GPU energy sensor, and Keras' JAX backend.
+BASE_PACKAGES = ("numpy", "pandas", "nvidia-ml-py", "jax", "jaxlib")
 
 
 def _cpu_model() -> str:
@@ -66,9 +65,16 @@ def git_commit() -> dict[str, Any]:
     return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
 
 
+def packages() -> tuple[str, ...]:
+    from .exporters import packages as export_packages
+    from .frameworks import distributions
+
+    return tuple(dict.fromkeys((*BASE_PACKAGES, *distributions(), *export_packages())))
+
+
 def package_versions() -> dict[str, str]:
     out = {}
-    for name in PACKAGES:
+    for name in packages():
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -90,7 +96,6 @@ def capture(device: Device) -> dict[str, Any]:
         },
         "memory_gb": _memory_total_gb(),
         "gpu": device.as_dict()["gpu"],
-        "gpu_note": None if device.gpu else "no GPU used (CPU run); GPU fields belong to GPU runs",
         "packages": package_versions(),
         "inferbench": {"version": __version__, **git_commit()},
         "env": {k: v for k, v in os.environ.items()

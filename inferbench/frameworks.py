@@ -1,7 +1,11 @@
-"""Framework keys, as users type them, mapped lazily to runner classes.
+"""Framework keys, as users type them, with every per-framework fact in one registry entry.
 
-Adding a framework = one runner module + one entry here. Nothing is imported until a child
-process calls :func:`load_runner`.
+Adding a framework = one runner module + one entry here (+ an extra in ``pyproject.toml`` if it
+needs a package). Everything else reads the entry: which artifact it loads, which packages it needs
+(checked without importing them, recorded with their versions), which extra installs them, which
+runner options and precisions it takes, what its child process's environment gets, which models it
+can run, and the display order (the order of this list). Nothing is imported until a child process
+calls :func:`load_runner`.
 """
 
 from __future__ import annotations
@@ -13,65 +17,85 @@ from typing import Any
 
 from .errors import UsageError
 
+#: Runner options every framework takes (they change the timed region, not the framework).
+COMMON_OPTIONS = ("include_transfer",)
+
 
 @dataclass(frozen=True)
 class Framework:
     key: str
     runner: str  # "module:Class", imported only in the child that runs it
-    artifact: str  # exporter kind whose artifact the runner loads
+    artifact: str  # exporter kind whose artifact the runner loads ("none": builds its own model)
     packages: tuple[str, ...]  # import names that must be installed
+    distributions: tuple[str, ...]  # pip distributions whose versions are recorded (any one may be present)
     extra: str  # pip extra that installs them
     description: str
     devices: tuple[str, ...] = ("cpu", "gpu")
     precision: str = "fp32"
-    parity: bool = True  # False: independent weights, parity not applicable
     precisions: tuple[str, ...] = ()  # other precisions it can run with --precision (besides its own)
-    keras_backend: bool = False  # runs on the Keras backend chosen by --keras-backend
+    same_weights: bool = True  # False: independent weights, parity not applicable
+    options: tuple[str, ...] = ()  # runner options it takes, besides COMMON_OPTIONS
+    env: tuple[tuple[str, str], ...] = ()  # child environment variable <- runner option
+    needs_torchvision_twin: bool = False  # runs only models that torchvision implements
+
+    def takes(self, precision: str) -> bool:
+        return precision == self.precision or precision in self.precisions
 
     def precision_for(self, requested: str | None) -> str:
         """The precision this framework runs at when the user asks for ``requested`` (None: its own)."""
-        if requested is None or requested == self.precision:
-            return self.precision
-        if requested in self.precisions:
-            return requested
+        if requested is None or self.takes(requested):
+            return requested or self.precision
         raise UsageError(f"{self.key} runs in {self.precision} only; --precision {requested} applies to: "
                          + ", ".join(k for k, fw in FRAMEWORKS.items() if requested in fw.precisions))
 
+    def unsupported(self, model: Any) -> str | None:
+        """Why this framework cannot run ``model`` (a ModelSpec), or None."""
+        if self.needs_torchvision_twin and model.torchvision_builder is None:
+            return f"torchvision has no implementation of {model.name}"
+        return None
+
+    def child_env(self, options: Any) -> dict[str, str]:
+        return {var: str(getattr(options, name)) for var, name in self.env}
+
 
 _TF = ("tensorflow", "keras")
-_TORCH = ("torch",)
+_KERAS = dict(options=("keras_backend",), env=(("KERAS_BACKEND", "keras_backend"),))
+_TORCH_OPTIONS = ("torch_compile", "cuda_graphs")
 
 FRAMEWORKS: dict[str, Framework] = {
     fw.key: fw
     for fw in [
-        Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, "cpu",
-                  "Keras model called eagerly, model(x, training=False): the eager baseline",
-                  keras_backend=True),
-        Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, "cpu",
-                  "Keras' compiled predict step (predict_on_batch), jit_compile=False", keras_backend=True),
-        Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, "cpu",
+        Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, _TF, "cpu",
+                  "Keras model called eagerly, model(x, training=False): the eager baseline", **_KERAS),
+        Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, _TF, "cpu",
+                  "Keras' compiled predict step (predict_on_batch), jit_compile=False", **_KERAS),
+        Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, _TF, "cpu",
                   "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
-                  keras_backend=True),
-        Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), "cpu",
+                  **_KERAS),
+        Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "cpu",
                   "TF SavedModel serving function (graph mode, no XLA)"),
-        Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), "cpu",
-                  "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
-        Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",), "cpu",
+        Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), ("tensorflow",),
+                  "cpu", "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
+        Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
+                  ("onnxruntime", "onnxruntime-gpu"), "cpu",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device"),
-        Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",), "gpu",
+        Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
+                  ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
                   devices=("gpu",), precisions=("fp16",)),
-        Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"), "cpu",
+        Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
+                  ("torch", "onnx2torch"), "cpu",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
-                  precisions=("fp16", "bf16")),
-        Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "none",
+                  precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),
+        Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "none", ("torch", "torchvision"),
                   ("torch", "torchvision"), "cpu",
                   "torchvision's implementation of the same architecture (own random weights)",
-                  parity=False, precisions=("fp16", "bf16")),
-        Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt",
+                  same_weights=False, precisions=("fp16", "bf16"), options=("channels_last", *_TORCH_OPTIONS),
+                  needs_torchvision_twin=True),
+        Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",)),
-        Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt",
+        Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP16",
                   devices=("gpu",), precision="fp16"),
     ]
@@ -87,31 +111,40 @@ def get_framework(key: str) -> Framework:
         ) from None
 
 
-def parse_frameworks(text: str, device: str) -> list[Framework]:
-    """``all`` (every framework that can run on ``device``) or a comma list of keys."""
-    keys = [k.strip() for k in text.split(",") if k.strip()]
+def display_order(key: str) -> int:
+    """Position of a framework in every table and figure (unknown keys last)."""
+    keys = list(FRAMEWORKS)
+    return keys.index(key) if key in keys else len(keys)
+
+
+def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], dict[str, str]]:
+    """The frameworks to run for ``keys`` (``all`` or framework keys) on ``device`` for ``model``, and
+    those ``all`` left out with the reason (not installed, no implementation of the model, needs a GPU).
+
+    A framework named explicitly that cannot run the model or the device is a UsageError; one that is
+    named explicitly but not installed runs and becomes a failed row naming the extra to install.
+    """
     if not keys:
         raise UsageError("--framework is empty")
     chosen: list[Framework] = []
+    skipped: dict[str, str] = {}
     for key in keys:
         if key == "all":
-            chosen.extend(fw for fw in FRAMEWORKS.values() if device in fw.devices)
+            for fw in FRAMEWORKS.values():
+                reason = unavailable_reason(fw, device) or fw.unsupported(model)
+                if reason is None:
+                    chosen.append(fw)
+                else:
+                    skipped[fw.key] = reason
             continue
         fw = get_framework(key)
         if device not in fw.devices:
             raise UsageError(f"{key} needs an NVIDIA GPU (--device gpu); it cannot run on the {device}")
+        if fw.unsupported(model):
+            raise UsageError(f"{key}: {fw.unsupported(model)}")
         chosen.append(fw)
-    return list(dict.fromkeys(chosen))  # keep order, drop repeats
-
-
-def for_model(frameworks: list[Framework], model: Any, named: str) -> list[Framework]:
-    """The frameworks that have an implementation of ``model``: ``torch-native`` needs torchvision's.
-    Left out of ``all`` quietly; named explicitly (in ``named``, the user's list), it is an error."""
-    if model.torchvision_builder is not None:
-        return frameworks
-    if "torch-native" in [k.strip() for k in named.split(",")]:
-        raise UsageError(f"torch-native: torchvision has no implementation of {model.name}")
-    return [fw for fw in frameworks if fw.key != "torch-native"]
+    chosen = list(dict.fromkeys(chosen))  # keep order, drop repeats
+    return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
 
 
 def missing_packages(fw: Framework) -> list[str]:
@@ -127,6 +160,11 @@ def unavailable_reason(fw: Framework, device: str) -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed: pip install -e \".[{fw.extra}]\""
     return None
+
+
+def distributions() -> tuple[str, ...]:
+    """Every pip distribution some framework needs: their versions go into each record."""
+    return tuple(dict.fromkeys(d for fw in FRAMEWORKS.values() for d in fw.distributions))
 
 
 def load_runner(fw: Framework) -> type:

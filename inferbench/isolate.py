@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .codec import decode
+from .config import CellJob, ChildResult, ExportJob, job_to_json
 from .worker import PROGRESS_PREFIX
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -49,15 +51,15 @@ def _forward_progress(stream: Any, progress: Callable[[str], None]) -> None:
 
 
 def run_child(
-    job: dict[str, Any],
+    job: CellJob | ExportJob,
     env: dict[str, str],
     progress: Callable[[str], None] = lambda _: None,
     timeout_s: float | None = None,
-) -> dict[str, Any]:
-    """Run ``job`` in ``python -m inferbench.worker``; returns the worker's result dict."""
+) -> ChildResult:
+    """Run ``job`` in ``python -m inferbench.worker``; returns the worker's result."""
     with tempfile.TemporaryDirectory(prefix="inferbench-") as tmp:
         job_path, result_path, log_path = (Path(tmp) / n for n in ("job.json", "result.json", "stderr.log"))
-        job_path.write_text(json.dumps(job))
+        job_path.write_text(job_to_json(job))
         child_env = {**os.environ, **env}
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         child_env.setdefault("KERAS_BACKEND", "tensorflow")
@@ -79,15 +81,13 @@ def run_child(
                 proc.kill()
                 proc.wait()
                 reader.join(timeout=5)
-                return {"ok": False, "usage_error": False,
-                        "error": f"timed out after {timeout_s:g} s", "traceback": None}
+                return ChildResult(ok=False, error=f"timed out after {timeout_s:g} s")
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
             reader.join(timeout=5)
         if result_path.exists():
-            return json.loads(result_path.read_text())
+            return decode(ChildResult, json.loads(result_path.read_text()), "child result")
         tail = log_path.read_text(errors="replace").strip().splitlines()[-20:]
-        return {"ok": False, "usage_error": False, "error": _describe_exit(code),
-                "traceback": "\n".join(tail)}
+        return ChildResult(ok=False, error=_describe_exit(code), traceback="\n".join(tail))

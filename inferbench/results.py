@@ -1,8 +1,17 @@
-"""Result records: schema, atomic writing, CSV summary, loading into pandas.
+"""Result records: the :class:`Record` schema, atomic writing, the CSV summary, loading into pandas.
 
-One JSON record per cell (framework x model x resolution x batch size). Writes go to a temporary
-file in the same folder and are renamed into place, so an interrupted run never leaves a
-half-written record.
+One JSON record per cell. Writes go to a temporary file in the same folder and are renamed into
+place, so an interrupted run never leaves a half-written record.
+
+Schema history (``schema_version``):
+  1 — first release (issue 2): configuration, environment, parity, latency statistics, raw latencies,
+      cold start, host memory; ``energy``, ``gpu_state``, ``device_check``, device memory fields,
+      ``config.options`` and ``config.child_env`` were added later without a version bump.
+  2 — issue 8: the cell's identity at the top level (``precision``, ``scenario``, ``variant``, and
+      ``options``: the runner options of this cell); ``config`` is the run configuration that ran
+      (``config.timing`` is the timing after any energy extension; ``timing.config`` is gone); short
+      codes instead of sentences as values (``timing.timed_region``, ``runner.sync``, ...; README's
+      schema table says what each means). Every schema-1 record is upgraded on load.
 """
 
 from __future__ import annotations
@@ -14,28 +23,177 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import SCHEMA_VERSION
+from .codec import decode, encode
 from .errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-#: Schema versions this code reads (older ones get upgraded here when a new version appears).
-SUPPORTED_SCHEMAS = frozenset({1})
-REQUIRED_KEYS = (
-    "schema_version", "framework", "model", "resolution", "batch_size", "status", "error", "parity",
-    "latency_ms", "throughput_per_s", "environment",
-)
+    from .config import CellJob, ChildResult
+
+#: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
+SUPPORTED_SCHEMAS = frozenset({1, 2})
 SUMMARY_COLUMNS = (
-    "framework", "model", "resolution", "batch_size", "device", "precision", "status", "parity",
+    "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "status", "parity",
     "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p99_ms", "mean_ms", "cv", "n",
     "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb", "noisy", "error",
 )
+STATUSES = ("ok", "failed")
+PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
 
 
+@dataclass(frozen=True)
+class Record:
+    """One cell's result, as written to ``<cell file name>``; see README's schema table."""
+
+    schema_version: int
+    model: str
+    resolution: int
+    batch_size: int
+    framework: str
+    precision: str
+    scenario: str
+    variant: str
+    options: dict[str, Any]
+    status: str
+    error: str | None
+    parity: dict[str, Any]
+    latency_ms: dict[str, Any] | None
+    throughput_per_s: float | None
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    run_id: str
+    created_at: str
+    traceback: str | None = None
+    raw_latencies_ms: list[float] | None = None
+    timing: dict[str, Any] | None = None
+    cold_start: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    energy: dict[str, Any] | None = None
+    gpu_state: dict[str, Any] | None = None
+    device_check: dict[str, Any] | None = None
+    runner: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be 'ok' or 'failed', not {self.status!r}")
+        if self.status == "ok" and not self.latency_ms:
+            raise ValueError("an ok record needs latency statistics")
+        if self.parity.get("status") not in PARITY_STATUSES:
+            raise ValueError(f"bad parity status {self.parity.get('status')!r}")
+
+    @property
+    def filename(self) -> str:
+        from .config import record_filename
+
+        return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
+                               self.variant, self.scenario)
+
+    @classmethod
+    def of(cls, job: CellJob, run_id: str, created_at: str, environment: dict[str, Any], child_env: dict[str, str],
+           outcome: ChildResult) -> Record:
+        """The record of a cell from the job that ran and what its child process sent back."""
+        import dataclasses
+
+        from .config import RunConfig
+        from .measure.timing import TimingConfig
+
+        cell = job.cell
+        blocks: dict[str, Any] = {}
+        config = job.config
+        if outcome.ok and outcome.result is not None:
+            blocks = dict(outcome.result["blocks"])
+            config = dataclasses.replace(config, timing=decode(TimingConfig, outcome.result["timing_config"],
+                                                                   "timing_config"))
+        assert isinstance(config, RunConfig)
+        failed = {"status": "failed", "error": outcome.error, "traceback": outcome.traceback,
+                  "parity": not_run(), "latency_ms": None, "throughput_per_s": None}
+        return cls(
+            schema_version=SCHEMA_VERSION, model=cell.model, resolution=cell.resolution, batch_size=cell.batch_size,
+            framework=cell.framework, precision=cell.precision, scenario=cell.scenario, variant=cell.variant,
+            options=encode(cell.options),
+            config={**encode(config), "artifact_dir": job.artifact_dir, "child_env": child_env},
+            environment=environment, run_id=run_id, created_at=created_at,
+            **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
+        )
+
+
+def not_run() -> dict[str, Any]:
+    return {"status": "not_run", "max_abs_err": None, "max_rel_err": None, "cosine": None, "top1_agreement": None}
+
+
+# --------------------------------------------------------------------------- schema 1 -> 2
+_V1_CODES: dict[tuple[str, str], list[tuple[str, str]]] = {  # (block, key) -> [(sentence prefix, code)]
+    ("timing", "timed_region"): [("call + synchronize", "call+sync"), ("prepare", "h2d+call+d2h")],
+    ("timing", "throughput_rule"): [("samples", "samples/window")],
+    ("timing", "clock"): [("time.perf_counter", "perf_counter")],
+    ("cold_start", "load_includes"): [("importing", "import+load")],
+    ("latency_ms", "percentile_rule"): [("linear interpolation", "numpy-linear")],
+    ("latency_ms", "ci_method"): [("bootstrap percentile interval", "bootstrap-iid-median-95")],
+    ("memory", "device_memory_method"): [("framework allocator", "allocator-peak"),
+                                         ("NVML", "nvml-process-at-end")],
+    ("parity", "reason"): [("independent weights", "own-weights")],
+    ("runner", "sync"): [("none needed", "none-cpu"), ("tf.test.experimental", "tf.sync_devices"),
+                         ("predict_on_batch", "predict_on_batch-host"), ("InferenceSession.run", "ort.run-host"),
+                         ("IOBinding", "ort.iobinding.synchronize_outputs"),
+                         ("torch.cuda.synchronize", "torch.cuda.synchronize"),
+                         ("jax.Array", "jax.block_until_ready"), ("CUDA stream", "cuda-stream.synchronize")],
+}
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A record of any supported schema as the current schema (the file itself is left as it is)."""
+    if data.get("schema_version") == 1:
+        data = _v1_to_v2(data)
+    return data
+
+
+def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    from .config import RunnerOptions
+    from .frameworks import FRAMEWORKS
+
+    rec = json.loads(json.dumps(old))  # a deep copy
+    config = rec.setdefault("config", {})
+    opts = config.get("options") or {}
+    options = RunnerOptions(
+        include_transfer=bool(opts.get("include_transfer", config.get("include_transfer", False))),
+        channels_last=bool(opts.get("channels_last")), torch_compile=bool(opts.get("compile")),
+        cuda_graphs=bool(opts.get("cuda_graphs")), keras_backend=str(opts.get("keras_backend") or "tensorflow"))
+    fw = FRAMEWORKS.get(rec.get("framework", ""))
+    cell_options = options.for_framework(fw) if fw else options
+    config["options"] = encode(options)
+    for gone in ("framework_description", "include_transfer", "precision"):
+        config.pop(gone, None)
+    rec.update(schema_version=2, precision=(old.get("config") or {}).get("precision") or "fp32",
+               scenario="inference", variant=cell_options.tag, options=encode(cell_options))
+    for (block, key), codes in _V1_CODES.items():
+        section = rec.get(block)
+        if isinstance(section, dict) and isinstance(section.get(key), str):
+            section[key] = next((code for prefix, code in codes if section[key].startswith(prefix)), section[key])
+    if isinstance(rec.get("timing"), dict):
+        rec["timing"].pop("config", None)
+    if isinstance(rec.get("energy"), dict):
+        rec["energy"].pop("warning", None)
+        if isinstance(rec["energy"].get("sampler"), dict):
+            rec["energy"]["sampler"]["thread"] = "background"
+    if isinstance(rec.get("environment"), dict):
+        rec["environment"].pop("gpu_note", None)
+    return rec
+
+
+def parse(data: Any, where: str) -> Record:
+    """A record (of any supported schema) from JSON values, checked; ValueError names what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return decode(Record, upgrade(data), where)
+
+
+# --------------------------------------------------------------------------- writing
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,31 +212,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def validate(record: dict[str, Any]) -> None:
-    missing = [k for k in REQUIRED_KEYS if k not in record]
-    if missing:
-        raise ValueError(f"record lacks keys: {', '.join(missing)}")
-    if record["status"] not in ("ok", "failed"):
-        raise ValueError(f"status must be 'ok' or 'failed', not {record['status']!r}")
-    if record["status"] == "ok" and not record["latency_ms"]:
-        raise ValueError("an ok record needs latency statistics")
-    if record["parity"]["status"] not in ("passed", "failed", "not_applicable", "not_run"):
-        raise ValueError(f"bad parity status {record['parity']['status']!r}")
-
-
-def record_filename(record: dict[str, Any]) -> str:
-    prec = record.get("config", {}).get("precision", "fp32")
-    return (
-        f"{record['model']}_{record['resolution']}_bs{record['batch_size']}_{record['framework']}"
-        f"{'' if prec == 'fp32' else '_' + prec}.json"
-    )
-
-
-def write_record(folder: Path, record: dict[str, Any]) -> Path:
-    validate(record)
-    path = Path(folder) / record_filename(record)
+def write_record(folder: Path, record: Record) -> Path:
+    path = Path(folder) / record.filename
     # strict JSON: a NaN or infinity (e.g. a CV over zero latencies) is written as null
-    atomic_write_text(path, json.dumps(_finite(record), indent=1, sort_keys=False, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(_finite(encode(record)), indent=1, allow_nan=False) + "\n")
     return path
 
 
@@ -101,8 +238,9 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "model": record["model"],
         "resolution": record["resolution"],
         "batch_size": record["batch_size"],
-        "device": record.get("config", {}).get("device", {}).get("label"),
-        "precision": record.get("config", {}).get("precision", "fp32"),
+        "precision": record.get("precision", "fp32"),
+        "variant": record.get("variant", ""),
+        "device": (record.get("config", {}).get("device") or {}).get("kind"),
         "status": record["status"],
         "parity": record["parity"]["status"],
         "p50_ms": lat.get("p50"),
@@ -130,8 +268,10 @@ def write_summary(path: Path, records: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+# --------------------------------------------------------------------------- reading
 def iter_records(path: Path) -> list[dict[str, Any]]:
-    """Every inferbench record under ``path`` (a file or a folder, searched recursively)."""
+    """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
+    the current schema, as dicts (with ``_source``, the file it came from)."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
@@ -150,12 +290,11 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
                 unsupported.setdefault(version, []).append(str(file))
                 continue
             try:
-                validate(data)
+                record = parse(data, file.name)
             except (ValueError, TypeError, KeyError) as exc:
                 malformed.append(f"{file} ({exc})")
                 continue
-            data["_source"] = str(file)
-            records.append(data)
+            records.append({**encode(record), "_source": str(file)})
     if unsupported:
         found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
         newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
@@ -169,7 +308,7 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
 
 
 def load(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """A folder (or file) of result records as a DataFrame, one row per cell.
+    """A folder (or file) of result records as a DataFrame, one row per cell, at the current schema.
 
     Nested blocks are flattened with dots (``latency_ms.p50``, ``parity.status``,
     ``environment.cpu.model``); raw latencies stay a list column (``raw_latencies_ms``).

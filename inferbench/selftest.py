@@ -11,6 +11,7 @@ import sys
 import time
 
 from .cli import Parser
+from .config import add_options, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, unavailable_reason
@@ -22,12 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     where = p.add_mutually_exclusive_group(required=False)
     where.add_argument("--gpu", action="store_true", help="check the GPU path (default)")
     where.add_argument("--cpu", action="store_true", help="check the CPU path")
-    p.add_argument("--gpu-id", type=int, default=0)
-    p.add_argument("--output-dir", default="benchmark_results")
-    p.add_argument("--duration", default="3")
+    add_options(p, "selftest")
     try:
         args = p.parse_args(argv)
-        kind = "cpu" if args.cpu else "gpu"
+        values = with_defaults(given(args), "selftest")
+        kind = "cpu" if values.get("cpu") else "gpu"
         if kind == "gpu" and not list_gpus():
             raise UsageError("no NVIDIA GPU found on this machine (nvidia-smi lists none); the GPU check needs one "
                              "(python -m inferbench.selftest --cpu checks the CPU path)")
@@ -43,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  not installed / not possible here: {line}", file=sys.stderr)
     if not runnable:
         return 1
-    device = ["--device", "gpu", "--gpu-id", str(args.gpu_id)] if kind == "gpu" else ["--device", "cpu"]
-    out = f"{args.output_dir}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8", "--duration", args.duration,
+    device = ["--device", "gpu", "--gpu-id", str(values["gpu_id"])] if kind == "gpu" else ["--device", "cpu"]
+    out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
+                     "--duration", str(values["duration"]),
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .measure.stats import compare_medians
+from .ranking import ranked, record_name, verdict
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -27,7 +27,7 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         p50 = "-" if not lat else f"{lat['p50']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" + (" *" if lat["noisy"] else "")
         status = r["status"] if r["status"] == "ok" else "FAILED"
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
-            display_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
+            record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
             "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
             _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
@@ -43,9 +43,9 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         lines.append("* noisy measurement (CV or IQR/median above 10%): treat small differences with care")
     for r in records:
         if r["status"] != "ok":
-            lines.append(f"{r['framework']} bs{r['batch_size']} failed: {r['error']}")
+            lines.append(f"{record_name(r)} bs{r['batch_size']} failed: {r['error']}")
         elif r["parity"]["status"] == "failed":
-            lines.append(f"{r['framework']} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
+            lines.append(f"{record_name(r)} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
                          "not ranked")
     lines += _winners(records)
     return "\n".join(lines)
@@ -60,33 +60,21 @@ def _device_mb(memory: dict[str, Any]) -> str:
     return "-"
 
 
-def display_name(r: dict[str, Any]) -> str:
-    """Framework key, with the precision where the key does not already say it (``torch:bf16``)."""
-    prec = (r.get("config") or {}).get("precision", "fp32")
-    return r["framework"] if prec == "fp32" or r["framework"].endswith(prec) else f"{r['framework']}:{prec}"
-
-
 def _winners(records: list[dict[str, Any]]) -> list[str]:
-    """Fastest framework per batch size among those that ran and passed (or need no) parity."""
+    """Fastest framework per model, resolution and batch size among the ranked cells."""
     out = []
     for model, res, bs in sorted({(r["model"], r["resolution"], r["batch_size"]) for r in records}):
-        ranked = sorted(
+        contenders = sorted(
             (r for r in records if (r["model"], r["resolution"], r["batch_size"]) == (model, res, bs)
-             and r["status"] == "ok"
-             and r["parity"]["status"] in ("passed", "not_applicable")),
+             and ranked(r["status"], r["parity"]["status"])),
             key=lambda r: r["latency_ms"]["p50"],
         )
-        if not ranked:
+        if not contenders:
             continue
-        best = ranked[0]
-        line = f"fastest for {model}@{res} batch {bs}: {display_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
-        if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
-            cmp = compare_medians(best["raw_latencies_ms"], ranked[1]["raw_latencies_ms"])
-            lo, hi = cmp["ci95"]
-            if cmp["significant"]:
-                line += (f"; {1 / cmp['ratio']:.2f}x the speed of runner-up {display_name(ranked[1])} "
-                         f"[95% CI {1 / hi:.2f}-{1 / lo:.2f}x]")
-            else:
-                line += f"; no significant difference from runner-up {display_name(ranked[1])}"
+        best = contenders[0]
+        line = f"fastest for {model}@{res} batch {bs}: {record_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
+        if len(contenders) > 1 and best.get("raw_latencies_ms") and contenders[1].get("raw_latencies_ms"):
+            line += "; " + verdict(record_name(best), best["raw_latencies_ms"], record_name(contenders[1]),
+                                   contenders[1]["raw_latencies_ms"])
         out.append(line)
     return out

@@ -1,7 +1,27 @@
+from pathlib import Path
+
 import pytest
+
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
     """One artifact cache for the whole session: exports are slow, and sharing them is the product's job."""
     return tmp_path_factory.mktemp("artifact-cache")
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """The fake frameworks and exporter (tests/fakes.py), registered for this test and its child processes."""
+    import fakes as module
+
+    from inferbench import exporters, frameworks
+
+    registry = dict(frameworks.FRAMEWORKS)
+    exporter_registry = dict(exporters.EXPORTERS)
+    module.register(registry, exporter_registry)
+    monkeypatch.setattr(frameworks, "FRAMEWORKS", registry)
+    monkeypatch.setattr(exporters, "EXPORTERS", exporter_registry)
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    return module

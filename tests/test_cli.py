@@ -60,7 +60,8 @@ def test_bad_input(capsys, tmp_path, argv, message):
 def test_unwritable_output_dir(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, _, err = run_main(capsys, "--output-dir", str(blocker / "sub"), "--cache-dir", str(tmp_path / "c"))
+    code, _, err = run_main(capsys, "--framework", "onnxrt", "--output-dir", str(blocker / "sub"),
+                            "--cache-dir", str(tmp_path / "c"))
     assert code == 2 and "cannot write to output dir" in err and len(err.strip().splitlines()) == 1
 
 

@@ -2,7 +2,7 @@ import pytest
 
 from inferbench.device import Device, Gpu, resolve
 from inferbench.errors import UsageError
-from inferbench.worker import check_device
+from inferbench.scenarios.inference import check_device
 
 GPUS = [Gpu(0, "GPU-aaa", "NVIDIA A2", "00000000:17:00.0", 15000.0),
         Gpu(1, "GPU-bbb", "Tesla V100S", "00000000:65:00.0", 32000.0)]
@@ -55,4 +55,4 @@ def test_the_framework_must_run_on_the_measured_gpu(monkeypatch):
         check_device(dev, _Reports("GPU-aaa"))
     ok = check_device(dev, _Reports("gpu-BBB"))
     assert ok["framework_uuid"] == "gpu-BBB" and ok["nvml_uuid"] == "GPU-bbb"
-    assert check_device(dev, _Reports(None))["method"] == "CUDA_VISIBLE_DEVICES"
+    assert check_device(dev, _Reports(None))["method"] == "cuda_visible_devices"

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from inferbench.errors import UsageError
-from inferbench.frameworks import FRAMEWORKS, parse_frameworks, unavailable_reason
+from inferbench.frameworks import FRAMEWORKS, choose, unavailable_reason
 from inferbench.models import MODELS, describe_weights, get_model, list_models, make_images, make_inputs
 
 
@@ -59,15 +59,20 @@ def test_weights_argument(tmp_path):
 
 
 def test_framework_keys_and_all():
-    cpu = [fw.key for fw in parse_frameworks("all", "cpu")]
-    assert cpu == ["keras-eager", "keras", "kerasxla", "tf", "tfxla", "onnxrt", "torch", "torch-native"]
-    assert "tensorrt-fp16" in [fw.key for fw in parse_frameworks("all", "gpu")]
-    assert [fw.key for fw in parse_frameworks("tf, onnxrt,tf", "cpu")] == ["tf", "onnxrt"]
+    spec = get_model("mobilenet_v3_large")
+    cpu, skipped = choose(["all"], "cpu", spec)
+    runnable_here = [k for k, fw in FRAMEWORKS.items() if unavailable_reason(fw, "cpu") is None]
+    assert [fw.key for fw in cpu] == runnable_here  # registry order, everything that can run here
+    assert set(skipped) == set(FRAMEWORKS) - set(runnable_here)
+    assert skipped["tensorrt-fp32"] == "needs an NVIDIA GPU"
+    assert [fw.key for fw in choose(["tf", "onnxrt", "tf"], "cpu", spec)[0]] == ["tf", "onnxrt"]
     with pytest.raises(UsageError, match="valid frameworks"):
-        parse_frameworks("tensorflow-lite", "cpu")
+        choose(["tensorflow-lite"], "cpu", spec)
     with pytest.raises(UsageError, match="needs an NVIDIA GPU"):
-        parse_frameworks("tensorrt-fp16", "cpu")
-    assert unavailable_reason(FRAMEWORKS["tensorrt-fp32"], "cpu") == "needs an NVIDIA GPU"
+        choose(["tensorrt-fp16"], "cpu", spec)
+    with pytest.raises(UsageError, match="torchvision has no implementation of efficientnet_v2_b0"):
+        choose(["torch-native"], "cpu", get_model("efficientnet_v2_b0"))
+    assert "torch-native" not in [fw.key for fw in choose(["all"], "cpu", get_model("efficientnet_v2_b0"))[0]]
 
 
 def test_every_runner_path_resolves_to_a_module_file():
@@ -90,7 +95,11 @@ def test_precision_options():
     assert FRAMEWORKS["tensorrt-fp16"].precision_for("fp16") == "fp16"
     with pytest.raises(UsageError, match="tf runs in fp32 only"):
         FRAMEWORKS["tf"].precision_for("fp16")
-    from inferbench.run import precision_of
+    from inferbench.config import precisions_of
 
-    assert precision_of(FRAMEWORKS["tf"], "bf16", explicit=False) == "fp32"  # with 'all', others keep theirs
-    assert precision_of(FRAMEWORKS["torch"], "bf16", explicit=False) == "bf16"
+    assert precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=False) == ["fp32"]  # with 'all', others keep theirs
+    assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False) == ["bf16"]
+    assert precisions_of(FRAMEWORKS["torch"], ["fp32", "bf16"], explicit=True) == ["fp32", "bf16"]
+    assert precisions_of(FRAMEWORKS["tensorrt-fp16"], [], explicit=True) == ["fp16"]
+    with pytest.raises(UsageError, match="tf runs in fp32 only"):
+        precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=True)

@@ -9,6 +9,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["single_machine.ipynb", "cross_gpu.ipynb"])
 def test_notebook_executes(name):
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)

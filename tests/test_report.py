@@ -79,7 +79,8 @@ def test_linear_fit_and_normalise():
     assert fit["slope"] == pytest.approx(2.15) and 0.98 < fit["r2"] < 1.0
     assert np.isnan(analysis.linear_fit([1], [2])["r2"])
     df = pd.DataFrame({"device_name": ["a"] * 3, "host": ["h"] * 3, "cell": ["m@224"] * 3, "batch_size": [1, 1, 1],
-                       "framework": ["onnxrt", "tf", "tf"], "throughput": [200.0, 50.0, 40.0],
+                       "framework": ["onnxrt", "tf", "tf"], "scenario": ["inference"] * 3,
+                       "throughput": [200.0, 50.0, 40.0],
                        "ranked": [True] * 3, "created_at": ["2026-01-01", "2026-01-02", "2026-01-01"]})
     norm = analysis.normalise(df, "onnxrt").set_index("framework")["throughput_vs_onnxrt"]
     assert norm.to_dict() == {"onnxrt": 1.0, "tf": 0.25}  # the latest tf run counts

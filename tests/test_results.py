@@ -1,3 +1,5 @@
+"""Records: the schema-2 Record, atomic writes, the summary, loading, and every older schema still loading."""
+
 import json
 import os
 from pathlib import Path
@@ -9,39 +11,54 @@ from inferbench.errors import UsageError
 from inferbench.measure.stats import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
+COMMITTED = Path(__file__).resolve().parent.parent / "benchmark_results"
 
 
-def make_record(framework="onnxrt", status="ok", p50=5.0):
+def make_record(framework="onnxrt", status="ok", p50=5.0, **overrides):
     lat = [p50 * (1 + 0.01 * (i % 5)) for i in range(50)]
-    return {
-        "schema_version": SCHEMA_VERSION, "framework": framework, "model": "mobilenet_v3_large",
-        "resolution": 224, "batch_size": 1, "status": status, "error": None,
-        "parity": {"status": "passed", "max_abs_err": 1e-5, "max_rel_err": 1e-6, "cosine": 1.0,
-                   "top1_agreement": 1.0},
-        "latency_ms": summarize(lat) if status == "ok" else None,
-        "throughput_per_s": 200.0 if status == "ok" else None,
-        "environment": {"cpu": {"model": "Test CPU"}},
-        "config": {"device": {"label": "cpu"}, "precision": "fp32"},
-        "raw_latencies_ms": lat,
-    }
+    fields = dict(
+        schema_version=SCHEMA_VERSION, model="mobilenet_v3_large", resolution=224, batch_size=1,
+        framework=framework, precision="fp32", scenario="inference", variant="", options={},
+        status=status, error=None if status == "ok" else "boom",
+        parity={"status": "passed" if status == "ok" else "not_run", "max_abs_err": 1e-5, "max_rel_err": 1e-6,
+                "cosine": 1.0, "top1_agreement": 1.0},
+        latency_ms=summarize(lat) if status == "ok" else None,
+        throughput_per_s=200.0 if status == "ok" else None,
+        config={"device": {"kind": "cpu", "gpu": None}}, environment={"cpu": {"model": "Test CPU"}},
+        run_id="r", created_at="2026-11-23T10:00:00+0000", raw_latencies_ms=lat if status == "ok" else None,
+    )
+    fields.update(overrides)
+    return results.Record(**fields)
 
 
 def test_write_and_load_roundtrip(tmp_path):
     results.write_record(tmp_path / "run", make_record("onnxrt"))
-    results.write_record(tmp_path / "run", make_record("torch", p50=9.0))
+    results.write_record(tmp_path / "run", make_record("torch", p50=9.0, precision="bf16", variant="compile"))
     (tmp_path / "run" / "unrelated.json").write_text('{"hello": 1}')
+    assert sorted(p.name for p in (tmp_path / "run").glob("*_bs1_*.json")) == [
+        "mobilenet_v3_large_224_bs1_onnxrt.json", "mobilenet_v3_large_224_bs1_torch_bf16_compile.json"]
     df = results.load(tmp_path)
     assert sorted(df["framework"]) == ["onnxrt", "torch"]
-    assert set(df.columns) >= {"latency_ms.p50", "parity.status", "environment.cpu.model", "raw_latencies_ms"}
+    assert set(df.columns) >= {"latency_ms.p50", "parity.status", "environment.cpu.model", "raw_latencies_ms",
+                               "precision", "variant", "scenario"}
     assert len(df.loc[df.framework == "torch", "raw_latencies_ms"].iloc[0]) == 50
+    rec = json.loads((tmp_path / "run" / "mobilenet_v3_large_224_bs1_onnxrt.json").read_text())
+    assert results.parse(rec, "again") == make_record("onnxrt")  # the JSON round trip is exact
 
 
-def test_validation_refuses_incomplete_records(tmp_path):
-    rec = make_record()
-    del rec["parity"]
-    with pytest.raises(ValueError, match="parity"):
-        results.write_record(tmp_path, rec)
-    assert list(tmp_path.iterdir()) == []
+def test_a_record_refuses_what_it_cannot_be(tmp_path):
+    with pytest.raises(ValueError, match="an ok record needs latency statistics"):
+        make_record(latency_ms=None)
+    with pytest.raises(ValueError, match="bad parity status"):
+        make_record(parity={"status": "maybe"})
+    data = json.loads(json.dumps(results.encode(make_record())))
+    del data["parity"]
+    with pytest.raises(ValueError, match="missing key 'parity'"):
+        results.parse(data, "r.json")
+    data = json.loads(json.dumps(results.encode(make_record())))
+    data["batch_size"] = "1"
+    with pytest.raises(ValueError, match=r"r.json.batch_size: expected int"):
+        results.parse(data, "r.json")
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
@@ -60,9 +77,9 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
 def test_summary_csv(tmp_path):
     path = tmp_path / "summary.csv"
-    results.write_summary(path, [make_record(), make_record("tf", status="failed")])
+    results.write_summary(path, [results.encode(make_record()), results.encode(make_record("tf", status="failed"))])
     lines = path.read_text().splitlines()
-    assert lines[0].startswith("framework,model,resolution,batch_size")
+    assert lines[0].startswith("framework,model,resolution,batch_size,precision,variant")
     assert len(lines) == 3 and ",failed," in lines[2]
 
 
@@ -71,28 +88,47 @@ def test_load_errors_are_clear(tmp_path):
         results.load(tmp_path)
     with pytest.raises(UsageError, match="no such file"):
         results.load(tmp_path / "nope")
-    newer = make_record()
+    newer = results.encode(make_record())
     newer["schema_version"] = SCHEMA_VERSION + 1
     (tmp_path / "new.json").write_text(json.dumps(newer))
-    with pytest.raises(UsageError, match="schema_version 2 in 1 file.*upgrade inferbench"):
+    with pytest.raises(UsageError, match=f"schema_version {SCHEMA_VERSION + 1} in 1 file.*upgrade inferbench"):
         results.load(tmp_path)
 
 
-def test_committed_v1_record_still_loads():
-    """Old result files are kept as fixtures so that old records keep loading."""
+def test_schema_1_records_are_upgraded_on_load():
+    """Old result files are kept as fixtures (and committed results) so that old records keep loading."""
     df = results.load(FIXTURES / "schema_v1")
-    assert (df["schema_version"] == 1).all()
-    assert {"latency_ms.p50", "throughput_per_s", "parity.status"} <= set(df.columns)
+    assert (df["schema_version"] == 2).all()
     row = df.iloc[0]
     assert row["latency_ms.n"] == len(row["raw_latencies_ms"])
+    assert (row["precision"], row["scenario"], row["variant"]) == ("fp32", "inference", "")
+    assert row["parity.reason"] == "own-weights" and row["timing.timed_region"] == "call+sync"
+    assert row["latency_ms.percentile_rule"] == "numpy-linear"
+    assert row["latency_ms.ci_method"] == "bootstrap-iid-median-95"
+    assert "timing.config.min_duration_s" not in df and "environment.gpu_note" not in df
+    every = results.load(COMMITTED)  # every committed record is schema 1, and every one upgrades
+    assert len(every) == 152 and (every["schema_version"] == 2).all()
+    assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host"}
+    assert set(every["timing.timed_region"]) == {"call+sync"}
+
+
+def test_schema_1_options_become_the_variant(tmp_path):
+    src = json.loads(next((FIXTURES / "schema_v1").glob("*.json")).read_text())
+    src["config"]["options"] = {"compile": True, "channels_last": True, "include_transfer": False,
+                                "cuda_graphs": False, "keras_backend": "torch"}
+    src["config"]["precision"] = "bf16"
+    up = results.parse(src, "v1")
+    assert up.framework == "torch-native" and up.precision == "bf16"
+    assert up.variant == "channels-last+compile"  # keras_backend is not an option torch-native takes
+    assert up.filename == "mobilenet_v3_large_224_bs1_torch-native_bf16_channels-last+compile.json"
 
 
 def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
     from inferbench.summary import format_summary
 
-    src = json.loads(next((FIXTURES / "schema_v1").glob("*.json")).read_text())
+    src = results.encode(make_record())
     assert "dev MB" not in format_summary([src])  # a CPU run has no device memory column
-    gpu = {**src, "config": {**src["config"], "device": {"kind": "gpu", "label": "gpu0"}},
+    gpu = {**src, "config": {"device": {"kind": "gpu", "label": "gpu0"}},
            "energy": {"available": True, "mean_power_w": 61.5, "joules_per_inference": 0.0123}}
     peak = dict(gpu, framework="torch", memory={"peak_device_mb": 812.4})
     nvml = dict(gpu, framework="onnxrt", memory={"peak_device_mb": None, "device_used_mb_at_end": 1034.0})

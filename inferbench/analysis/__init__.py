@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..measure.stats import compare_medians
+from ..ranking import RANKED_PARITY, display_name, verdict
 
 XLA_STEPS = {  # family -> (eager, graph, xla)
     "keras": ("keras-eager", "keras", "kerasxla"),
@@ -26,12 +26,10 @@ ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RA
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
     """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
     out = df.copy()
-    # torch at bf16 is a different contender from torch at fp32: name it so (framework_key keeps the key)
+    # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
+    # the key); records of schema 2 carry precision and variant at the top level
     out["framework_key"] = out["framework"]
-    if "config.precision" in out:
-        prec = out["config.precision"].fillna("fp32")
-        differs = (prec != "fp32") & ~out.apply(lambda r: str(r["framework"]).endswith(str(prec[r.name])), axis=1)
-        out.loc[differs, "framework"] = out.loc[differs, "framework"] + ":" + prec[differs]
+    out["framework"] = [display_name(f, p, v) for f, p, v in zip(out["framework"], out["precision"], out["variant"])]
     gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
     cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
     out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
@@ -42,7 +40,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out["p50_ms"] = out.get("latency_ms.p50")
     out["p99_ms"] = out.get("latency_ms.p99")
     out["throughput"] = out.get("throughput_per_s")
-    out["parity_ok"] = out["parity.status"].isin(["passed", "not_applicable"])
+    out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
     out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
     out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
     if ENERGY_J_PER_INF in out:
@@ -69,7 +67,8 @@ def ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"]
 
 
-CELL_KEY = ["device_name", "host", "cell", "batch_size", "framework"]
+#: One identity per record (``framework`` here is the display name: key, precision and variant).
+CELL_KEY = ["device_name", "host", "cell", "batch_size", "framework", "scenario"]
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,7 +81,7 @@ def latest(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(df: pd.DataFrame, a: str, b: str, **where: Any) -> str:
-    """"A is x% faster than B [95% CI]" or "no significant difference", from the raw samples."""
+    """"A is 2.4x the speed of B [95% CI]" or "no significant difference", from the raw samples."""
     sel = latest(ok(df))
     for key, value in where.items():
         sel = sel[sel[key] == value]
@@ -94,14 +93,7 @@ def compare(df: pd.DataFrame, a: str, b: str, **where: Any) -> str:
     for r, fw in ((ra, a), (rb, b)):
         if r["parity.status"] == "failed":
             return f"{fw} failed parity: not compared"
-    cmp = compare_medians(ra["raw_latencies_ms"], rb["raw_latencies_ms"])
-    lo, hi = cmp["ci95"]
-    if not cmp["significant"]:
-        return f"{a} vs {b}: no significant difference (latency ratio {cmp['ratio']:.3f} [95% CI {lo:.3f}-{hi:.3f}])"
-    speed, s_lo, s_hi = 1 / cmp["ratio"] - 1, 1 / hi - 1, 1 / lo - 1
-    word = "faster" if speed > 0 else "slower"
-    return (f"{a} is {abs(speed):.1%} {word} than {b} (p50 {ra['p50_ms']:.3f} vs {rb['p50_ms']:.3f} ms) "
-            f"[95% CI {min(abs(s_lo), abs(s_hi)):.1%}-{max(abs(s_lo), abs(s_hi)):.1%}]")
+    return verdict(a, ra["raw_latencies_ms"], b, rb["raw_latencies_ms"])
 
 
 def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:

@@ -11,15 +11,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..frameworks import display_order
 from . import has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
-FRAMEWORK_ORDER = ["keras-eager", "keras", "kerasxla", "tf", "tfxla", "onnxrt", "torch", "torch-native",
-                   "tensorrt-fp32", "tensorrt-fp16"]
+
+def _order(fw: str) -> int:
+    """The registry's display order (``torch:bf16`` and ``torch+compile`` sort with ``torch``)."""
+    return display_order(fw.split(":")[0].split("+")[0])
 
 
 def _color(fw: str) -> Any:
-    idx = FRAMEWORK_ORDER.index(fw) if fw in FRAMEWORK_ORDER else len(FRAMEWORK_ORDER)
-    return plt.get_cmap("tab10")(idx % 10)
+    i = _order(fw)  # tab20's even entries are tab10's colours; the 11th framework on takes the light ones
+    return plt.get_cmap("tab20")((2 * i) % 20 + (i // 10) % 2)
 
 
 def _grid(n: int, width: float = 5.0, height: float = 3.8) -> tuple[Figure, np.ndarray]:
@@ -42,8 +45,7 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, ylabel: str, log_y: bool = Fa
         return None
     fig, axes = _grid(len(panels))
     for ax, ((device, cell), g) in zip(axes.flat, panels):
-        for fw, gf in sorted(g.groupby("framework"), key=lambda kv: FRAMEWORK_ORDER.index(kv[0])
-                             if kv[0] in FRAMEWORK_ORDER else 99):
+        for fw, gf in sorted(g.groupby("framework"), key=lambda kv: (_order(kv[0]), kv[0])):
             gf = gf.sort_values("batch_size")
             failed = (~gf["parity_ok"]).any()
             ax.plot(gf["batch_size"], gf[metric], marker="o", color=_color(fw),
@@ -88,7 +90,7 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
         return None
     fig, axes = _grid(len(panels), width=6.0)
     for ax, ((device, cell), g) in zip(axes.flat, panels):
-        g = g.assign(order=g["framework"].map(lambda f: FRAMEWORK_ORDER.index(f) if f in FRAMEWORK_ORDER else 99))
+        g = g.assign(order=g["framework"].map(_order))
         g = g.sort_values("order")
         ax.boxplot(list(g["raw_latencies_ms"]), showfliers=True, flierprops={"markersize": 2})
         ax.set_xticks(range(1, len(g) + 1))

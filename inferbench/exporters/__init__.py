@@ -1,13 +1,20 @@
 """Exporters: one module per artifact format, run in child processes, cached with a manifest.
 
-Each exporter module has ``export(ctx: ExportContext) -> dict`` writing under ``ctx.out_dir``
+Each exporter module has ``export(ctx: ExportContext) -> dict`` writing under ``ctx.folder``
 and returning ``{"paths": [top-level entries it wrote], "notes": [...], "input_signature": {...}}``.
+:func:`run` is what a child process calls for an :class:`~inferbench.config.ExportJob`.
 """
 
 from __future__ import annotations
 
+import importlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import ExportJob
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,42 @@ EXPORTERS: dict[str, Exporter] = {
                  "tensorrt/", built_by_runner=True),
     ]
 }
+
+
+def packages() -> tuple[str, ...]:
+    """Every package some exporter uses: their versions are part of the artifact cache key."""
+    return tuple(dict.fromkeys(p for e in EXPORTERS.values() for p in e.packages))
+
+
+def job_for(kind: str, folder: Path, model: str, resolution: int, weights: str, seed: int,
+            batch_sizes: tuple[int, ...], key_inputs: dict[str, Any]) -> ExportJob:
+    from ..config import ExportJob
+
+    e = EXPORTERS[kind]
+    return ExportJob(kind=kind, module=e.module, packages=e.packages, folder=str(folder), model=model,
+                     resolution=resolution, weights=weights, seed=seed, batch_sizes=batch_sizes,
+                     key_inputs=key_inputs)
+
+
+def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
+    """Export one artifact into the cache folder and record it in the manifest (in a child process)."""
+    from . import cache
+
+    ctx = ExportContext(folder=Path(job.folder), model=job.model, resolution=job.resolution,
+                        weights=job.weights, seed=job.seed, batch_sizes=job.batch_sizes)
+    ctx.folder.mkdir(parents=True, exist_ok=True)
+    emit(f"exporting {job.kind}")
+    start = time.perf_counter()
+    entry = importlib.import_module(job.module).export(ctx)
+    entry["export_s"] = time.perf_counter() - start
+    entry["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    entry["versions"] = cache.package_versions(job.packages)
+    files: dict[str, str] = {}
+    for rel in entry.pop("paths"):
+        files.update(cache.hash_tree(ctx.folder / rel))
+    entry["files"] = {str(Path(k)): v for k, v in files.items()}
+    cache.record(ctx.folder, job.kind, entry, job.key_inputs)
+    return entry
 
 
 def export_order(kinds: list[str]) -> list[str]:

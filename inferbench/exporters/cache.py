@@ -18,7 +18,6 @@ from ..results import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
 EXPORT_FORMAT = 1
-EXPORT_PACKAGES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnx2torch", "torch", "tensorrt")
 MANIFEST = "manifest.json"
 
 
@@ -55,6 +54,8 @@ def hash_tree(root: Path) -> dict[str, str]:
 
 
 def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
+    from . import packages
+
     weights_id = weights
     if weights not in ("random", "imagenet"):
         weights_id = f"file:{sha256_file(Path(weights))}"
@@ -63,7 +64,7 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str
         "resolution": resolution,
         "weights": weights_id,
         "seed": seed if weights == "random" else None,
-        "versions": package_versions(EXPORT_PACKAGES),
+        "versions": package_versions(packages()),
         "export_format": EXPORT_FORMAT,
     }
 

@@ -105,9 +105,9 @@ def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.mono
     e1, t1 = sensor.energy_j(), clock()
     if e0 is not None and e1 is not None and t1 > t0:
         return {"idle_w": counter_delta(e0, e1, sensor.wrap_j) / (t1 - t0), "seconds": t1 - t0,
-                "method": "energy counter"}
+                "method": "counter"}
     if watts:
-        return {"idle_w": sum(watts) / len(watts), "seconds": t1 - t0, "method": "power samples"}
+        return {"idle_w": sum(watts) / len(watts), "seconds": t1 - t0, "method": "samples"}
     return {"idle_w": None, "seconds": t1 - t0, "method": "none"}
 
 
@@ -138,11 +138,11 @@ class EnergyMonitor:
         if self.e0 is not None and e1 is not None:
             try:
                 gross_j = counter_delta(self.e0, e1, self.sensor.wrap_j)
-                method = f"{self.sensor.name} energy counter"
+                method = f"{self.sensor.name.lower()}-counter"
             except ValueError as exc:  # a broken counter must not cost the latency measurement
                 counter_error = str(exc)
         if gross_j is None:
-            gross_j, method = trapezoid_j(samples), f"{self.sensor.name} power samples (trapezoid)"
+            gross_j, method = trapezoid_j(samples), f"{self.sensor.name.lower()}-samples-trapezoid"
         out: dict[str, Any] = {
             "available": gross_j is not None, "method": method if gross_j is not None else None,
             "sensor": self.sensor.name, "window_s": window_s, "gross_j": gross_j,
@@ -152,7 +152,7 @@ class EnergyMonitor:
             "peak_power_w": max(watts) if watts else None,
             "sampler": None if self.sampler is None else {
                 "interval_s": self.interval_s, "n": len(samples), "errors": self.sampler.errors,
-                "thread": "background (sensor calls on the timed thread: only the counter, before and after)",
+                "thread": "background",  # the timed thread reads only the counter, before and after
                 "reading": getattr(self.sensor, "power_reading", None)},
             "too_short": window_s < MIN_WINDOW_S,
         }
@@ -160,8 +160,6 @@ class EnergyMonitor:
             out["counter_error"] = counter_error
         if gross_j is None:
             out["reason"] = counter_error or "no energy counter and fewer than two power samples"
-        if out["too_short"]:
-            out["warning"] = f"window {window_s:.3f} s < {MIN_WINDOW_S} s: counter resolution (~100 ms) dominates"
         return out
 
 
@@ -215,7 +213,7 @@ class NvmlSensor:
     name = "NVML"
     # NVML documents nvmlDeviceGetPowerUsage as a ~1 s moving average on Ampere (except GA100) and
     # newer, so the sampler's peak is a peak of 1 s averages there; the energy counter is exact.
-    power_reading = "nvmlDeviceGetPowerUsage (driver-averaged over ~1 s on Ampere and newer)"
+    power_reading = "nvml-power-usage"  # driver-averaged over ~1 s on Ampere and newer
 
     def __init__(self, uuid: str) -> None:
         import pynvml  # from nvidia-ml-py

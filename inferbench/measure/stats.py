@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-PERCENTILE_RULE = "linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)"
-CI_METHOD = "bootstrap percentile interval of the median, 95%, 2000 resamples, seed 0"
+#: Codes recorded with every statistic (README's schema table spells them out).
+PERCENTILE_RULE = "numpy-linear"  # linear interpolation between closest ranks, Hyndman-Fan type 7
+CI_METHOD = "bootstrap-iid-median-95"  # percentile bootstrap of the median, 2000 resamples, seed 0
 #: A measurement is flagged noisy above either threshold (torch.utils.benchmark warns at IQR > 10% of
 #: the median; trtexec's 2.5% CV is too strict for shared CPU machines, so 10% is used for both).
 NOISY_CV = 0.10

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..config import RunnerOptions
 from ..models import ModelSpec
 
 
@@ -20,7 +21,9 @@ class LoadContext:
     device: str  # "cpu" | "gpu" (a GPU child sees exactly one GPU: index 0)
     threads: int
     seed: int
-    options: dict[str, Any] = field(default_factory=dict)
+    precision: str = "fp32"
+    options: RunnerOptions = field(default_factory=RunnerOptions)
+    batch_sizes: tuple[int, ...] = (1,)  # every batch size of this model and resolution in the run
 
 
 class Runner:
@@ -56,5 +59,6 @@ class Runner:
         return None
 
     def details(self) -> dict[str, Any]:
-        """Facts recorded with the result: sync mechanism, threads, providers, compile flags..."""
+        """Facts recorded with the result (``runner``): ``sync`` (a code, see README), threads,
+        providers, compile flags..."""
         return {}

@@ -100,8 +100,7 @@ class KerasEagerRunner(TfBase):
         if self.backend == "tensorflow":
             out = super().details()
         else:
-            sync = {"jax": "jax.Array.block_until_ready()",
-                    "torch": "torch.cuda.synchronize()" if self.gpu else "none needed: CPU ops finish before return"}
+            sync = {"jax": "jax.block_until_ready", "torch": "torch.cuda.synchronize" if self.gpu else "none-cpu"}
             out = {"sync": sync[self.backend], "intra_op_threads": self.threads, "jit_compile": False}
         out["keras_backend"] = self.backend
         return out
@@ -126,7 +125,7 @@ class KerasRunner(KerasEagerRunner):
 
     def details(self) -> dict[str, Any]:
         out = super().details()
-        out["sync"] = "predict_on_batch returns host NumPy (includes the device-to-host copy of the logits)"
+        out["sync"] = "predict_on_batch-host"  # returns host NumPy: the device-to-host copy is included
         out["jit_compile"] = bool(self.model.jit_compile)
         out["compiler"] = COMPILER[self.backend] if self.jit else None
         return out

@@ -78,8 +78,7 @@ class OnnxRuntimeRunner(Runner):
 
     def details(self) -> dict[str, Any]:
         return {
-            "sync": "IOBinding.synchronize_outputs() on device outputs" if self.gpu
-            else "InferenceSession.run returns host outputs (synchronous)",
+            "sync": "ort.iobinding.synchronize_outputs" if self.gpu else "ort.run-host",
             "providers": self.session.get_providers(),
             "graph_optimization_level": "ORT_ENABLE_ALL",
             "intra_op_threads": self.threads,
@@ -97,7 +96,7 @@ class OnnxRuntimeTrtRunner(OnnxRuntimeRunner):
             raise RuntimeError("the TensorRT execution provider needs an NVIDIA GPU")
         cache = ctx.folder / "onnxrt-trt-cache"
         cache.mkdir(exist_ok=True)
-        fp16 = (ctx.options.get("precision") or "fp32") == "fp16"
+        fp16 = ctx.precision == "fp16"
         return [("TensorrtExecutionProvider", {"trt_fp16_enable": fp16, "trt_engine_cache_enable": True,
                                                "trt_engine_cache_path": str(cache)}),
                 "CUDAExecutionProvider", "CPUExecutionProvider"]

@@ -29,8 +29,8 @@ class TensorRTRunner(Runner):
 
         if ctx.device != "gpu" or not torch.cuda.is_available():
             raise RuntimeError("TensorRT needs an NVIDIA GPU")
-        precision = ctx.options.get("precision", "fp32")
-        batch_sizes = tuple(ctx.options.get("batch_sizes", (1,)))
+        precision = ctx.precision
+        batch_sizes = ctx.batch_sizes
         ectx = ExportContext(ctx.folder, ctx.model.name, ctx.resolution, "n/a", ctx.seed, batch_sizes)
         gpu_name = torch.cuda.get_device_name(0)
         from ..exporters.tensorrt import engine_path
@@ -85,4 +85,4 @@ class TensorRTRunner(Runner):
         return cuda_uuid(self.torch)
 
     def details(self) -> dict[str, Any]:
-        return {"sync": "CUDA stream synchronize", "precision": self.precision, **self.build_info}
+        return {"sync": "cuda-stream.synchronize", "precision": self.precision, **self.build_info}

@@ -62,8 +62,7 @@ class TfBase(Runner):
 
     def details(self) -> dict[str, Any]:
         return {
-            "sync": "tf.test.experimental.sync_devices()" if self.gpu
-            else "none needed: TF CPU kernels finish before the call returns",
+            "sync": "tf.sync_devices" if self.gpu else "none-cpu",
             "jit_compile": self.jit,
             "intra_op_threads": self.tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": self.tf.config.threading.get_inter_op_parallelism_threads(),

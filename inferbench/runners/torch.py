@@ -37,11 +37,10 @@ class TorchRunner(Runner):
         if ctx.device == "gpu" and not torch.cuda.is_available():
             raise RuntimeError("torch sees no CUDA device (is a CUDA build of torch installed?)")
         opts = ctx.options
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[
-            opts.get("precision") or "fp32"]
-        self.channels_last = bool(opts.get("channels_last")) and self.channels_first
-        self.compiled = bool(opts.get("compile"))
-        self.cuda_graphs = bool(opts.get("cuda_graphs"))
+        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[ctx.precision]
+        self.channels_last = opts.channels_last and self.channels_first
+        self.compiled = opts.torch_compile
+        self.cuda_graphs = opts.cuda_graphs
         self.graphs: dict[Any, Any] = {}
         if self.cuda_graphs and self.dev.type != "cuda":
             raise RuntimeError("CUDA graphs need a GPU")
@@ -109,8 +108,7 @@ class TorchRunner(Runner):
 
     def details(self) -> dict[str, Any]:
         return {
-            "sync": "torch.cuda.synchronize()" if self.dev.type == "cuda"
-            else "none needed: CPU ops finish before the call returns",
+            "sync": "torch.cuda.synchronize" if self.dev.type == "cuda" else "none-cpu",
             "inference_mode": True,
             "intra_op_threads": self.torch.get_num_threads(),
             "inter_op_threads": self.torch.get_num_interop_threads(),

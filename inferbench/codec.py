@@ -1,0 +1,101 @@
+"""JSON round trip for the frozen dataclasses that cross a process boundary or a file.
+
+``encode`` turns a dataclass (and what it holds) into plain JSON values; ``decode`` builds the
+dataclass back from them, checking every field against its type hint: a missing, unknown or
+mistyped key is a ``ValueError`` that names where it is (``plan.cells[3].batch_size``), so a
+hand-edited plan or a foreign job file is refused in one line instead of failing later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def encode(value: Any) -> Any:
+    """A dataclass, tuple, list, dict or Path as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def decode(cls: type[T], data: Any, where: str = "value") -> T:
+    """``cls`` built from JSON values, every field checked against its type hint."""
+    return _decode(cls, data, where)
+
+
+def _decode(tp: Any, data: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return data
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if data is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _decode(option, data, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if errors else f"{where}: unexpected {data!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(tp)
+        names = {f.name for f in dataclasses.fields(tp) if f.init}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if not f.init:
+                continue
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ValueError(f"{where}: missing key {f.name!r}")
+                continue
+            kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+        try:
+            return tp(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    if origin in (tuple, list):
+        if not isinstance(data, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+        args = typing.get_args(tp)
+        item = args[0] if args else Any
+        items = [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        args = typing.get_args(tp)
+        value_type = args[1] if args else Any
+        return {str(k): _decode(value_type, v, f"{where}.{k}") for k, v in data.items()}
+    if tp is Path:
+        if not isinstance(data, str):
+            raise ValueError(f"{where}: expected a path, got {data!r}")
+        return Path(data)
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise ValueError(f"{where}: expected a number, got {data!r}")
+        return float(data)
+    if tp in (int, str, bool):
+        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
+            raise ValueError(f"{where}: expected {tp.__name__}, got {data!r}")
+        return data
+    raise TypeError(f"{where}: no decoder for {tp!r}")  # a programming error, not bad input

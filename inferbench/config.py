@@ -1,0 +1,525 @@
+"""The one typed chain from the command line to the record.
+
+- :data:`OPTIONS` declares every user-facing setting once (flags, parser, default, help); it builds the
+  ``run`` and ``sweep`` command lines and checks sweep config files with the same rules.
+- :func:`build` turns the checked values into a :class:`RunConfig` (what every cell of a run shares)
+  and its :class:`CellKey` list (one identity per cell: file name, label, resume, analysis grouping).
+- A :class:`Plan` (config + cells) is what a sweep saves and ``--resume`` reads back, checked.
+- :class:`CellJob` / :class:`ExportJob` go to a child process, :class:`ChildResult` comes back, and
+  :mod:`inferbench.results` writes the record from the job that ran.
+
+Every object here is frozen and makes a JSON round trip through :mod:`inferbench.codec`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .codec import decode, encode
+from .device import Device
+from .errors import UsageError
+from .frameworks import COMMON_OPTIONS, Framework, choose, get_framework
+from .measure.timing import TimingConfig
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+PLAN_VERSION = 2
+
+
+# --------------------------------------------------------------------------- value parsers
+def _int(text: str, minimum: int, what: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _int(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        return _int(text, 0, "a non-negative integer")
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+
+
+def _float(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    if positive and value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    return _float(text, positive=True)
+
+
+def non_negative_float(text: str) -> float:
+    return _float(text, positive=False)
+
+
+def _items(text: str) -> list[str]:
+    return [v.strip() for v in str(text).split(",") if v.strip()]
+
+
+def names(text: str) -> list[str]:
+    return list(dict.fromkeys(_items(text)))
+
+
+def positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in _items(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def resolutions(text: str) -> list[int | str]:
+    out: list[int | str] = []
+    for item in _items(text):
+        if item == "default":
+            out.append(item)
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"resolution must be an integer or 'default', got {item!r}") from None
+    return list(dict.fromkeys(out))
+
+
+def precisions(text: str) -> list[str]:
+    values = names(text)
+    bad = [p for p in values if p not in PRECISIONS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"invalid choice: {', '.join(bad)} (choose from {', '.join(PRECISIONS)})")
+    return values
+
+
+# --------------------------------------------------------------------------- the declarations
+@dataclass(frozen=True)
+class Option:
+    """One user-facing setting: its flags, parser, default and help, for every command that has it."""
+
+    name: str  # key in sweep config files and in the namespace
+    flags: tuple[str, ...]
+    help: str
+    default: Any = None
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    switch: bool = False  # a flag without a value (true when given)
+    metavar: str | None = None
+    commands: tuple[str, ...] = ("run", "sweep")
+    in_file: bool = True  # may appear in a sweep config file
+    command_defaults: tuple[tuple[str, Any], ...] = ()  # (command, default) where a command's differs
+
+    def default_for(self, command: str) -> Any:
+        return dict(self.command_defaults).get(command, self.default)
+
+    def check(self, value: Any, where: str) -> Any:
+        """A config-file value through the same rules as the command-line flag."""
+        if self.switch:
+            if not isinstance(value, bool):
+                raise UsageError(f"{where}: {self.name} must be true or false, got {value!r}")
+            return value
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, (dict, bool)) or value is None:
+            raise UsageError(f"{where}: {self.name} must be a value or a list, got {value!r}")
+        text = str(value)
+        if self.choices is not None and text not in self.choices:
+            raise UsageError(f"{where}: {self.name} must be one of {', '.join(self.choices)}, got {text!r}")
+        if self.parse is None:
+            return text
+        try:
+            return self.parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{where}: {self.name}: {exc}") from None
+
+
+_T = TimingConfig()
+OPTIONS: tuple[Option, ...] = (
+    Option("frameworks", ("--framework", "--frameworks"), "'all' (every framework that can run here) or a comma "
+           "list of framework keys (see --list)", ["all"], names, metavar="all|KEY[,KEY...]"),
+    Option("models", ("--model", "--models"), "registered model name(s), comma-separated (see --list)",
+           ["mobilenet_v3_large"], names, metavar="NAME[,NAME...]"),
+    Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, or 'default' "
+           "(the model's own, 224)", ["default"], resolutions, metavar="PX[,PX...]"),
+    Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
+           metavar="N[,N...]"),
+    Option("precisions", ("--precision", "--precisions"), "fp32, fp16 or bf16 (comma list in a sweep): frameworks "
+           "that take it run at it (torch, torch-native), the others at their own", [], precisions,
+           metavar="P[,P...]"),
+    Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
+           ".weights.h5 file", "random"),
+    Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N"),
+    Option("device", ("--device",), "where to run: auto = the GPU if there is one, else the CPU", "auto",
+           choices=("cpu", "gpu", "auto")),
+    Option("gpu_id", ("--gpu-id",), "GPU index in PCI bus order, as nvidia-smi lists them (implies --device gpu)",
+           None, non_negative_int, metavar="N", commands=("run", "sweep", "selftest"),
+           command_defaults=(("selftest", 0),)),
+    Option("threads", ("--threads",), "intra-op threads for every framework (default: the cores available to "
+           "this process)", None, positive_int, metavar="N"),
+    Option("duration", ("--duration",), "minimum seconds of timed inference per cell", _T.min_duration_s,
+           non_negative_float, metavar="S", commands=("run", "sweep", "selftest"),
+           command_defaults=(("selftest", 3.0),)),
+    Option("min_iterations", ("--min-iterations",), "minimum timed iterations per cell", _T.min_iterations,
+           positive_int, metavar="N"),
+    Option("warmup", ("--warmup",), "minimum warm-up calls", _T.warmup_iterations, non_negative_int, metavar="N"),
+    Option("warmup_seconds", ("--warmup-seconds",), "minimum warm-up seconds", _T.warmup_seconds,
+           non_negative_float, metavar="S"),
+    Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
+           positive_float, metavar="S"),
+    Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
+           "the window), as the seed projects did", False, switch=True),
+    Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
+    Option("torch_compile", ("--torch-compile",), "torch, torch-native: torch.compile the module", False,
+           switch=True),
+    Option("cuda_graphs", ("--cuda-graphs",), "torch, torch-native on a GPU: replay a CUDA graph", False,
+           switch=True),
+    Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
+           choices=("tensorflow", "jax", "torch")),
+    Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/", "benchmark_results",
+           metavar="DIR", in_file=False, commands=("run", "sweep", "selftest"),
+           command_defaults=(("sweep", "benchmark_results/sweeps"),)),
+    Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
+           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False),
+    Option("name", ("--name",), "sweep folder name (default: sweep-<timestamp>)", None, metavar="NAME",
+           commands=("sweep",), in_file=False),
+    Option("config", ("--config",), "TOML, JSON or YAML file with the keys of these options (command-line "
+           "values win)", None, metavar="FILE", commands=("sweep",), in_file=False),
+    Option("resume", ("--resume",), "finish an interrupted sweep: run only the cells without a record", None,
+           metavar="SWEEP_DIR", commands=("sweep",), in_file=False),
+    Option("list", ("--list",), "list models and frameworks, and whether each runs here", False, switch=True,
+           commands=("run",), in_file=False),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def add_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """Every option of ``command``; values not given stay out of the namespace (see :func:`given`)."""
+    for o in OPTIONS:
+        if command not in o.commands:
+            continue
+        default = o.default_for(command)
+        shown = "" if default in (None, False, []) else \
+            f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
+        kwargs: dict[str, Any] = {"dest": o.name, "default": argparse.SUPPRESS, "help": o.help + shown}
+        if o.switch:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(metavar=o.metavar, choices=o.choices, type=o.parse)
+        parser.add_argument(*o.flags, **kwargs)
+
+
+def given(ns: argparse.Namespace) -> dict[str, Any]:
+    return dict(vars(ns))
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """A sweep config file's values, each checked like its command-line flag."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        if file.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif file.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise UsageError(f"config must be .toml, .json or .yaml, got {path}")
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"cannot parse config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config {path} must be a table of keys")
+    valid = [o.name for o in OPTIONS if o.in_file]
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise UsageError(f"unknown key(s) in {path}: {', '.join(unknown)}; valid: {', '.join(valid)}")
+    return {key: BY_NAME[key].check(value, path) for key, value in data.items()}
+
+
+def with_defaults(values: dict[str, Any], command: str) -> dict[str, Any]:
+    return {**{o.name: o.default_for(command) for o in OPTIONS if command in o.commands}, **values}
+
+
+# --------------------------------------------------------------------------- the typed objects
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Runner options that change what is measured: each cell carries the ones its framework takes."""
+
+    channels_last: bool = False
+    torch_compile: bool = False
+    cuda_graphs: bool = False
+    keras_backend: str = "tensorflow"
+    include_transfer: bool = False
+
+    def for_framework(self, fw: Framework) -> RunnerOptions:
+        """These options with the ones ``fw`` does not take back at their defaults."""
+        takes = set(COMMON_OPTIONS) | set(fw.options)
+        default = RunnerOptions()
+        return RunnerOptions(**{f.name: getattr(self if f.name in takes else default, f.name)
+                                for f in dataclasses.fields(self)})
+
+    @property
+    def tag(self) -> str:
+        """Short name of every option away from its default: part of the cell's identity and file name."""
+        default = RunnerOptions()
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != getattr(default, f.name):
+                word = f.name.replace("_", "-").replace("include-transfer", "e2e").replace("torch-", "")
+                parts.append(word if value is True else f"{word}-{value}")
+        return "+".join(parts)
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """The identity of a cell: file name, progress label, resume check and analysis grouping."""
+
+    model: str
+    resolution: int
+    batch_size: int
+    framework: str
+    precision: str = "fp32"
+    scenario: str = "inference"
+    options: RunnerOptions = field(default_factory=RunnerOptions)
+
+    @property
+    def variant(self) -> str:
+        return self.options.tag
+
+    @property
+    def label(self) -> str:
+        prec = "" if self.precision == "fp32" else f" {self.precision}"
+        var = f" +{self.variant}" if self.variant else ""
+        scen = "" if self.scenario == "inference" else f" [{self.scenario}]"
+        return f"{self.model}@{self.resolution} {self.framework}{prec}{var} bs{self.batch_size}{scen}"
+
+    @property
+    def filename(self) -> str:
+        return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
+                               self.variant, self.scenario)
+
+
+def record_filename(model: str, resolution: int, batch_size: int, framework: str, precision: str = "fp32",
+                    variant: str = "", scenario: str = "inference") -> str:
+    """The one file name of a cell's record (fp32, default options and inference add nothing)."""
+    parts = [f"{model}_{resolution}_bs{batch_size}_{framework}"]
+    parts += [precision] if precision != "fp32" else []
+    parts += [variant] if variant else []
+    parts += [scenario] if scenario != "inference" else []
+    return "_".join(parts) + ".json"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every cell of one run or sweep shares; written into each record as ``config``."""
+
+    weights: str
+    seed: int
+    device: Device
+    threads: int
+    timing: TimingConfig
+    options: RunnerOptions
+    cache_dir: str
+    timeout_s: float | None = None
+    scenario: str = "inference"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A sweep's plan: its configuration plus its cells (saved as ``sweep.json``, read by ``--resume``)."""
+
+    config: RunConfig
+    cells: tuple[CellKey, ...]
+    grid: dict[str, Any] = field(default_factory=dict)  # the values as given, for the reader
+    plan_version: int = PLAN_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(encode(self), indent=1, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Plan:
+        """A saved plan, checked field by field (an older version upgraded first); UsageError if it is not one."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("plan_version") == 1:
+                data = _upgrade_plan_v1(data)
+            if data.get("plan_version") != PLAN_VERSION:
+                raise ValueError(f"plan_version {data.get('plan_version')!r}; this inferbench reads "
+                                 f"{PLAN_VERSION} (and upgrades 1)")
+            plan = decode(cls, data, "plan")
+            from .models import get_model
+            from .scenarios import SCENARIOS
+
+            for cell in plan.cells:
+                get_framework(cell.framework)
+                get_model(cell.model)
+                if cell.scenario not in SCENARIOS:
+                    raise ValueError(f"unknown scenario {cell.scenario!r}")
+        except (ValueError, KeyError, TypeError, UsageError) as exc:
+            raise UsageError(f"{where} is not a usable sweep plan: {exc}") from None
+        return plan
+
+
+def _upgrade_plan_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Plan 1 (issue 4) kept settings as a loose dict and the device as a request ('auto')."""
+    from .device import resolve
+
+    s = data["settings"]
+    opts = s.get("options") or {}
+    options = encode(RunnerOptions(
+        include_transfer=bool(opts.get("include_transfer")), channels_last=bool(opts.get("channels_last")),
+        torch_compile=bool(opts.get("compile")), cuda_graphs=bool(opts.get("cuda_graphs")),
+        keras_backend=str(opts.get("keras_backend") or "tensorflow")))
+    device = resolve(s["device"], s.get("gpu_id"))
+    cells = []
+    for c in data["cells"]:
+        fw = get_framework(c["framework"])
+        cell_options = RunnerOptions(**options).for_framework(fw)
+        cells.append({**c, "scenario": "inference", "options": encode(cell_options)})
+    config = {"weights": s["weights"], "seed": s["seed"], "device": encode(device), "threads": s["threads"],
+              "timing": s["timing"], "options": options, "cache_dir": "", "timeout_s": s.get("timeout")}
+    return {"plan_version": PLAN_VERSION, "config": config, "cells": cells, "grid": data.get("grid", {})}
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """One cell, as the parent sends it to a child process."""
+
+    cell: CellKey
+    framework: Framework
+    config: RunConfig
+    artifact_dir: str
+    artifact: str | None  # the file or folder the runner loads (None: it builds its own model)
+    group_batch_sizes: tuple[int, ...]  # every batch size of this (model, resolution) in the run (TensorRT profiles)
+    idle_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """One export of one artifact kind, as the parent sends it to a child process."""
+
+    kind: str
+    module: str
+    packages: tuple[str, ...]
+    folder: str
+    model: str
+    resolution: int
+    weights: str
+    seed: int
+    batch_sizes: tuple[int, ...]
+    key_inputs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """What a child process sends back: its result, or its error (a usage error is one line for the user)."""
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    traceback: str | None = None
+    usage_error: bool = False
+
+
+JOB_TYPES: dict[str, type] = {"cell": CellJob, "export": ExportJob}
+
+
+def job_to_json(job: CellJob | ExportJob) -> str:
+    kind = next(k for k, cls in JOB_TYPES.items() if isinstance(job, cls))
+    return json.dumps({"type": kind, "job": encode(job)})
+
+
+def job_from_json(text: str) -> CellJob | ExportJob:
+    data = json.loads(text)
+    return decode(JOB_TYPES[data["type"]], data["job"], f"{data['type']} job")
+
+
+# --------------------------------------------------------------------------- from values to a config
+@dataclass(frozen=True)
+class Built:
+    config: RunConfig
+    cells: tuple[CellKey, ...]
+    skipped: dict[str, str]  # frameworks 'all' left out here, with the reason
+
+
+def build(values: dict[str, Any]) -> Built:
+    """Checked option values (defaults included) -> the run's configuration and its cells."""
+    from .device import default_threads, resolve
+    from .exporters import cache as artifact_cache
+    from .models import describe_weights, get_model
+
+    models = [get_model(m) for m in values["models"]]
+    for key in ("models", "resolutions", "batch_sizes"):
+        if not values[key]:
+            raise UsageError(f"{key} is empty: give at least one")
+    device = resolve(values["device"], values["gpu_id"])
+    if values["cuda_graphs"] and device.kind != "gpu":
+        raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
+    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
+    timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=values["warmup_seconds"],
+                          min_duration_s=values["duration"], min_iterations=values["min_iterations"])
+    cache_dir = values["cache_dir"] or str(artifact_cache.default_cache_dir())
+    config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
+                       threads=values["threads"] or default_threads(), timing=timing, options=options,
+                       cache_dir=cache_dir, timeout_s=values["timeout"])
+    cells: list[CellKey] = []
+    skipped: dict[str, str] = {}
+    explicit = "all" not in values["frameworks"]
+    for spec in models:
+        frameworks, left_out = choose(values["frameworks"], device.kind, spec)
+        skipped.update({k: v for k, v in left_out.items() if k not in skipped})
+        res_list = dict.fromkeys(spec.resolution(None if r == "default" else int(r)) for r in values["resolutions"])
+        for res in res_list:
+            for bs in values["batch_sizes"]:
+                for fw in frameworks:
+                    for prec in precisions_of(fw, values["precisions"], explicit):
+                        cells.append(CellKey(spec.name, res, bs, fw.key, prec, config.scenario,
+                                             options.for_framework(fw)))
+    if not cells:
+        why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
+        raise UsageError(f"nothing can run here ({why})")
+    return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:
+    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A framework
+    named explicitly must take at least one of them."""
+    taken = [p for p in requested if fw.takes(p)]
+    if taken:
+        return taken
+    if requested and explicit:
+        fw.precision_for(requested[0])  # raises the one-line explanation
+    return [fw.precision]

@@ -1,0 +1,109 @@
+"""A fake model, exporter and runners for the fast test layer: the pipeline's own logic (isolation,
+records, resume, timeouts, failures, identity) without any ML framework.
+
+Registered only in tests (:func:`register`); the child processes import this module from the
+``tests`` folder, which the tests put on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferbench.exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, Exporter
+from inferbench.frameworks import Framework
+from inferbench.models import get_model, make_inputs
+from inferbench.runners.base import LoadContext, Runner
+
+HERE = Path(__file__).resolve().parent
+WEIGHTS = "keras/fake.npz"  # the fake stands where the .keras artifact would be
+
+
+def _logits(weights: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """A tiny 'model': mean colour of each cell of a 4x4 grid, times a fixed matrix."""
+    n, r = batch.shape[0], batch.shape[1]
+    cells = batch[:, : r - r % 4, : r - r % 4, :].reshape(n, 4, r // 4, 4, r // 4, 3).mean(axis=(2, 4))
+    return (cells.reshape(n, -1) / 255.0) @ weights
+
+
+def export(ctx: Any) -> dict[str, Any]:
+    """Stands in for the Keras exporter: writes the 'model' and the reference inputs and logits."""
+    from inferbench.exporters import PARITY_INPUTS
+
+    weights = np.random.default_rng(ctx.seed).normal(0, 1, (48, 10)).astype(np.float32)
+    (ctx.folder / "keras").mkdir(parents=True, exist_ok=True)
+    np.savez(ctx.folder / WEIGHTS, weights=weights)
+    inputs = make_inputs(get_model(ctx.model), PARITY_INPUTS, ctx.resolution, ctx.seed + 2)
+    (ctx.folder / "reference").mkdir(exist_ok=True)
+    np.save(ctx.folder / REFERENCE_INPUTS, inputs)
+    np.save(ctx.folder / REFERENCE_LOGITS, _logits(weights, inputs).astype(np.float32))
+    return {"paths": ["keras", "reference"], "input_signature": {}, "notes": []}
+
+
+class FakeRunner(Runner):
+    name = "fake"
+    delay_s = 0.002
+
+    def load(self, ctx: LoadContext) -> None:
+        assert ctx.artifact is not None
+        self.weights = np.load(ctx.folder / WEIGHTS)["weights"]
+        self.threads = ctx.threads
+        self.env_backend = os.environ.get("KERAS_BACKEND")
+
+    def call(self, prepared: Any) -> Any:
+        time.sleep(self.delay_s)
+        return _logits(self.weights, prepared)
+
+    def details(self) -> dict[str, Any]:
+        return {"sync": "none-cpu", "intra_op_threads": self.threads, "keras_backend": self.env_backend}
+
+
+class WrongRunner(FakeRunner):
+    """An export that computes something else: one weight changed."""
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        self.weights = self.weights.copy()
+        self.weights[0, 0] += 5.0
+
+
+class CrashRunner(FakeRunner):
+    def load(self, ctx: LoadContext) -> None:
+        raise RuntimeError("the fake framework crashed while loading")
+
+
+class HangRunner(FakeRunner):
+    def load(self, ctx: LoadContext) -> None:
+        print("@@inferbench loading", flush=True)
+        time.sleep(3600)
+
+
+class SlowRunner(FakeRunner):
+    delay_s = 0.02
+
+
+FAKES = {
+    "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
+    "fake-slow": "SlowRunner",
+}
+
+
+def frameworks() -> dict[str, Framework]:
+    return {key: Framework(key, f"fakes:{cls}", "keras", ("numpy",), ("numpy",), "test", f"test double ({cls})",
+                           devices=("cpu",), options=("torch_compile", "keras_backend"),
+                           env=(("KERAS_BACKEND", "keras_backend"),))
+            for key, cls in FAKES.items()}
+
+
+def register(registry: dict[str, Framework] | None = None, exporters: dict[str, Exporter] | None = None) -> None:
+    """Add the fake frameworks and put the fake exporter in the Keras exporter's place."""
+    from inferbench import exporters as ex
+    from inferbench import frameworks as fw
+
+    (fw.FRAMEWORKS if registry is None else registry).update(frameworks())
+    (ex.EXPORTERS if exporters is None else exporters)["keras"] = Exporter(
+        "keras", "fakes", (), ("numpy",), "test", WEIGHTS)

@@ -1,0 +1,224 @@
+"""The pipeline's own logic on fake frameworks (tests/fakes.py): isolation, records, identity, failures,
+timeouts, resume and kills, in seconds and without any ML framework installed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inferbench import SCHEMA_VERSION, results
+from inferbench.run import main as run_main
+from inferbench.sweep import main as sweep_main
+
+TESTS = Path(__file__).resolve().parent
+QUICK = ["--model", "mobilenet_v3_small", "--resolution", "32", "--duration", "0.05", "--min-iterations", "3",
+         "--warmup", "1", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu"]
+
+
+def _run(tmp_path, *argv):
+    return run_main([*QUICK, *argv, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+
+
+def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_path, capsys):
+    assert _run(tmp_path, "--framework", "fake", "--batch-size", "1,2") == 0
+    (run_dir,) = (tmp_path / "out").iterdir()
+    names = sorted(p.name for p in run_dir.glob("*.json"))
+    assert names == ["mobilenet_v3_small_32_bs1_fake.json", "mobilenet_v3_small_32_bs2_fake.json"]
+    rec = json.loads((run_dir / names[1]).read_text())
+    assert rec["schema_version"] == SCHEMA_VERSION
+    assert (rec["model"], rec["resolution"], rec["batch_size"], rec["framework"]) == ("mobilenet_v3_small", 32, 2,
+                                                                                      "fake")
+    assert rec["parity"]["status"] == "passed" and rec["parity"]["max_rel_err"] < 1e-6
+    assert rec["latency_ms"]["n"] == len(rec["raw_latencies_ms"]) >= 3
+    assert rec["timing"]["timed_region"] == "call+sync" and rec["runner"]["sync"] == "none-cpu"
+    # the record's configuration is the one that ran, as written by the typed chain
+    assert rec["config"]["timing"] == {"warmup_iterations": 1, "warmup_seconds": 0.0, "min_duration_s": 0.05,
+                                       "min_iterations": 3}
+    assert rec["config"]["threads"] == 1 and rec["config"]["device"] == {"kind": "cpu", "gpu": None}
+    results.parse(rec, "record")  # and it reads back as a Record
+    out = capsys.readouterr().out
+    assert "fastest for mobilenet_v3_small@32 batch 1: fake" in out
+    assert len((run_dir / "summary.csv").read_text().splitlines()) == 3
+
+
+def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path, capsys):
+    assert _run(tmp_path, "--framework", "fake,fake-wrong,fake-crash") == 1
+    df = results.load(tmp_path / "out").set_index("framework")
+    assert df.loc["fake", "status"] == "ok" and df.loc["fake", "parity.status"] == "passed"
+    assert df.loc["fake-wrong", "status"] == "ok" and df.loc["fake-wrong", "parity.status"] == "failed"
+    assert df.loc["fake-crash", "status"] == "failed"
+    assert df.loc["fake-crash", "error"] == "RuntimeError: the fake framework crashed while loading"
+    assert "Traceback" in df.loc["fake-crash", "traceback"]
+    out = capsys.readouterr().out
+    assert "fake-wrong bs1 FAILED PARITY" in out and "fake-crash bs1 failed" in out
+    assert "fastest for mobilenet_v3_small@32 batch 1: fake (" in out  # not fake-wrong, however fast
+
+
+def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):
+    start = time.monotonic()
+    assert _run(tmp_path, "--framework", "fake-hang", "--timeout", "3") == 1
+    assert time.monotonic() - start < 30
+    rec = results.load(tmp_path / "out").iloc[0]
+    assert rec["error"] == "timed out after 3 s"
+    assert "loading" in capsys.readouterr().err  # progress still flowed while the parent waited
+
+
+def test_runner_options_are_part_of_the_identity(fakes, tmp_path):
+    """A plain and a --torch-compile record of the same cell are two cells: two files, never merged."""
+    from inferbench import analysis
+
+    assert _run(tmp_path, "--framework", "fake") == 0
+    assert _run(tmp_path, "--framework", "fake", "--torch-compile", "--keras-backend", "torch") == 0
+    names = sorted(p.name for p in (tmp_path / "out").rglob("*_fake*.json"))
+    assert names == ["mobilenet_v3_small_32_bs1_fake.json",
+                     "mobilenet_v3_small_32_bs1_fake_compile+keras-backend-torch.json"]
+    df = analysis.load(tmp_path / "out")
+    assert sorted(analysis.latest(df)["framework"]) == ["fake", "fake+compile+keras-backend-torch"]
+    tagged = df[df["variant"] != ""].iloc[0]
+    assert tagged["options.torch_compile"] and tagged["config.child_env.KERAS_BACKEND"] == "torch"
+    assert tagged["runner.keras_backend"] == "torch"  # the option reached the child's environment
+
+
+def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_path, capsys, monkeypatch):
+    from inferbench import frameworks
+
+    keep = {k: v for k, v in frameworks.FRAMEWORKS.items() if k in ("fake", "fake-slow")}
+    monkeypatch.setattr(frameworks, "FRAMEWORKS", keep)
+    monkeypatch.setattr(frameworks, "missing_packages", lambda fw: ["slowlib"] if fw.key == "fake-slow" else [])
+    assert _run(tmp_path, "--framework", "all") == 0
+    err = capsys.readouterr().err
+    assert 'not run here: fake-slow (slowlib not installed: pip install -e ".[test]")' in err
+    assert list(results.load(tmp_path / "out")["framework"]) == ["fake"]
+    # named explicitly, it is a failed row that says what to install
+    assert _run(tmp_path / "b", "--framework", "fake-slow") == 1
+    assert results.load(tmp_path / "b" / "out").iloc[0]["error"] == 'slowlib not installed: pip install -e ".[test]"'
+
+
+# --------------------------------------------------------------------------- sweeps: plan, resume, kills
+GRID = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--batch-sizes", "1,2,3",
+        "--frameworks", "fake-slow,fake", "--duration", "0.3", "--min-iterations", "3", "--warmup", "1",
+        "--warmup-seconds", "0", "--threads", "1", "--device", "cpu"]
+LAUNCH = "import sys, fakes; fakes.register(); from inferbench.sweep import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _sweep_process(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    return subprocess.Popen([sys.executable, "-c", LAUNCH, *args], env=env, start_new_session=True, **kwargs)
+
+
+def _records(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob("*.json") if p.name != "sweep.json"}
+
+
+def _workers_of(parent: int) -> list[int]:
+    """Live processes started by inferbench for the parent process ``parent``."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if f"INFERBENCH_PARENT_PID={parent}\0".encode() in env.read_bytes() + b"\0":
+                stat = (env.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":  # zombies are dead already
+                    found.append(int(env.parent.name))
+    return found
+
+
+def test_killed_sweep_resumes_without_loss_or_repeat(fakes, tmp_path):
+    sweep_dir = tmp_path / "s1"
+    cache = tmp_path / "cache"
+    proc = _sweep_process([*GRID, "--output-dir", str(tmp_path), "--name", "s1", "--cache-dir", str(cache)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(_records(sweep_dir)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the cell it was running, mid-flight
+    proc.wait()
+    before = _records(sweep_dir)
+    assert 2 <= len(before) < 6, "the kill should land mid-sweep"
+
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0  # the plan knows its cache folder
+    after = _records(sweep_dir)
+    assert len(after) == 6
+    for name, stamp in before.items():
+        assert after[name] == stamp, f"{name} was rerun"
+    assert not [p for p in sweep_dir.iterdir() if p.name.endswith(".tmp")]
+    df = results.load(sweep_dir)
+    assert not df.duplicated(["model", "resolution", "batch_size", "framework"]).any()
+    assert (df["status"] == "ok").all() and set(df["parity.status"]) == {"passed"}
+    assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 7
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0  # a finished sweep runs nothing
+    assert _records(sweep_dir) == after
+
+
+def test_a_killed_sweep_takes_its_worker_with_it(fakes, tmp_path):
+    """Killing only the sweep's process (not its group) must not leave a worker measuring on."""
+    log = tmp_path / "progress.log"
+    args = [*GRID[:4], "--batch-sizes", "1", "--frameworks", "fake-slow", "--duration", "120", "--min-iterations",
+            "1", "--warmup", "0", "--warmup-seconds", "0", "--device", "cpu"]
+    proc = _sweep_process([*args, "--output-dir", str(tmp_path), "--name", "k", "--cache-dir", str(tmp_path / "c")],
+                          stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    try:
+        deadline = time.monotonic() + 60
+        while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "measuring" in log.read_text() and _workers_of(proc.pid), "no worker reached its timed window"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while _workers_of(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _workers_of(proc.pid), "the worker outlived the killed sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _plan(tmp_path: Path, fakes) -> Path:
+    """A finished small sweep; returns its folder."""
+    args = [*GRID, "--frameworks", "fake", "--batch-sizes", "1", "--duration", "0.02"]
+    assert sweep_main([*args, "--output-dir", str(tmp_path), "--name", "p", "--cache-dir", str(tmp_path / "c")]) == 0
+    return tmp_path / "p"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda p: p["cells"][0].update(batch_size="two"), "plan.cells[0].batch_size: expected int"),
+    (lambda p: p["config"].pop("threads"), "plan.config: missing key 'threads'"),
+    (lambda p: p["config"]["timing"].update(min_iterations=0), "min_iterations must be at least 1"),
+    (lambda p: p["cells"][0].update(framework="tensorflow-lite"), "unknown framework 'tensorflow-lite'"),
+    (lambda p: p["cells"][0].update(model="vgg99"), "unknown model 'vgg99'"),
+    (lambda p: p.update(plan_version=7), "plan_version 7"),
+    (lambda p: p["config"].update(colour="blue"), "plan.config: unknown key(s) colour"),
+    (lambda p: p.clear(), "plan_version None"),
+])
+def test_a_hand_edited_plan_is_one_line_and_exit_2(fakes, tmp_path, capsys, edit, message):
+    sweep_dir = _plan(tmp_path, fakes)
+    plan = json.loads((sweep_dir / "sweep.json").read_text())
+    edit(plan)
+    (sweep_dir / "sweep.json").write_text(json.dumps(plan))
+    (sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").unlink()
+    capsys.readouterr()
+    assert sweep_main(["--resume", str(sweep_dir)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "is not a usable sweep plan" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").exists()
+
+
+def test_a_foreign_plan_and_conflicting_flags_are_refused(fakes, tmp_path, capsys):
+    sweep_dir = _plan(tmp_path, fakes)
+    assert sweep_main(["--resume", str(sweep_dir), "--models", "resnet50"]) == 2
+    assert "drop --models" in capsys.readouterr().err
+    assert sweep_main(["--resume", str(sweep_dir), "--cache-dir", str(tmp_path / "elsewhere")]) == 2
+    assert "uses the sweep's own cache dir" in capsys.readouterr().err
+    (sweep_dir / "sweep.json").write_text("[1, 2]")
+    assert sweep_main(["--resume", str(sweep_dir)]) == 2
+    assert "not a usable sweep plan: not a JSON object" in capsys.readouterr().err
+    assert sweep_main(["--resume", str(tmp_path / "nothing")]) == 2
+    assert "not a sweep folder" in capsys.readouterr().err

@@ -1,0 +1,100 @@
+"""Every per-framework fact lives on its registry entry, and the rest of the project agrees with it:
+the extras in pyproject.toml, the versions recorded with each result, the artifact cache key, the
+display order; every option is declared once and means the same in run, sweep and config files."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from inferbench import environment, exporters
+from inferbench.config import OPTIONS, CellKey, RunConfig, RunnerOptions, add_options
+from inferbench.frameworks import FRAMEWORKS, distributions
+from inferbench.measure.timing import TimingConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+@pytest.mark.parametrize("key", list(FRAMEWORKS))
+def test_each_framework_entry_agrees_with_pyproject_and_its_module(key):
+    fw = FRAMEWORKS[key]
+    assert fw.extra in EXTRAS, f"{key}: extra [{fw.extra}] is not in pyproject.toml"
+    assert set(fw.distributions) & _names(EXTRAS[fw.extra]), f"{key}: [{fw.extra}] installs none of {fw.distributions}"
+    module, _, cls = fw.runner.partition(":")
+    assert importlib.util.find_spec(module) is not None and cls, key
+    assert fw.precision in ("fp32", "fp16", "bf16") and set(fw.precisions) <= {"fp16", "bf16"}
+    assert set(fw.options) <= {f for f in RunnerOptions.__dataclass_fields__}
+    assert {name for _, name in fw.env} <= set(fw.options)
+    assert fw.artifact == "none" or fw.artifact in exporters.EXPORTERS
+
+
+def test_recorded_versions_and_the_cache_key_follow_the_registries():
+    recorded = set(environment.packages())
+    assert set(distributions()) <= recorded and set(exporters.packages()) <= recorded
+    versions = environment.package_versions()
+    for name in distributions():
+        installed = importlib.util.find_spec(name.replace("-", "_")) is not None
+        if installed and name not in ("onnxruntime-gpu",):
+            assert name in versions, f"{name} is installed but its version is not recorded"
+    from inferbench.exporters import cache
+
+    assert set(cache.key_inputs("mobilenet_v3_small", 96, "random", 0)["versions"]) == set(exporters.packages())
+
+
+def test_display_order_and_colours_come_from_the_registry():
+    from inferbench.analysis import plots
+
+    colours = [plots._color(k) for k in FRAMEWORKS]
+    assert len(set(colours)) == len(colours)  # one fixed colour per framework
+    assert plots._color("torch:bf16") == plots._color("torch") == plots._color("torch+compile")
+
+
+def test_every_option_is_declared_once_and_shared_by_run_and_sweep():
+    flags = [f for o in OPTIONS for f in o.flags]
+    assert len(flags) == len(set(flags))
+    from inferbench.run import build_parser as run_parser
+    from inferbench.sweep import build_parser as sweep_parser
+
+    def helps(parser):
+        return {a.dest: a.help for a in parser._actions if a.dest not in ("help", "version")}
+
+    run, sweep = helps(run_parser()), helps(sweep_parser())
+    for o in OPTIONS:
+        if {"run", "sweep"} <= set(o.commands) and o.name != "output_dir":
+            assert run[o.name] == sweep[o.name], o.name
+    assert run["frameworks"] and "--framework" in run_parser()._option_string_actions
+    assert "--frameworks" in run_parser()._option_string_actions  # one name, both spellings, everywhere
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, "sweep")
+    assert vars(parser.parse_args([])) == {}  # nothing given, nothing in the namespace: defaults are merged once
+
+
+def test_the_typed_chain_makes_a_json_round_trip():
+    from inferbench.codec import decode, encode
+    from inferbench.config import CellJob, ChildResult, job_from_json, job_to_json
+    from inferbench.device import Device, Gpu
+
+    gpu = Device("gpu", Gpu(0, "GPU-x", "H100", "0000:17:00.0", 81559.0))
+    config = RunConfig("random", 0, gpu, 16, TimingConfig(1, 0.5, 2.0, 20), RunnerOptions(torch_compile=True),
+                       "/cache", 60.0)
+    torch_options = config.options.for_framework(FRAMEWORKS["torch"])
+    cell = CellKey("mobilenet_v3_large", 224, 8, "torch", "bf16", options=torch_options)
+    job = CellJob(cell, FRAMEWORKS["torch"], config, "/cache/a", "/cache/a/torch/model.pt", (1, 8))
+    assert job_from_json(job_to_json(job)) == job
+    assert decode(ChildResult, encode(ChildResult(ok=False, error="x")), "r") == ChildResult(ok=False, error="x")
+    assert cell.label == "mobilenet_v3_large@224 torch bf16 +compile bs8"
+    assert cell.filename == "mobilenet_v3_large_224_bs8_torch_bf16_compile.json"
+    assert RunnerOptions(torch_compile=True).for_framework(FRAMEWORKS["onnxrt"]) == RunnerOptions()
+    with pytest.raises(ValueError, match=r"cell job.cell.batch_size: expected int"):
+        job_from_json(job_to_json(job).replace('"batch_size": 8', '"batch_size": 8.5'))
