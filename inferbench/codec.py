@@ -9,6 +9,7 @@ hand-edited plan or a foreign job file is refused in one line instead of failing
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from pathlib import Path
@@ -35,6 +36,11 @@ def decode(cls: type[T], data: Any, where: str = "value") -> T:
     return _decode(cls, data, where)
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def _decode(tp: Any, data: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -55,7 +61,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         names = {f.name for f in dataclasses.fields(tp) if f.init}
         unknown = sorted(set(data) - names)
         if unknown:

@@ -18,6 +18,7 @@ COMMITTED = ROOT / "benchmark_results"
 FIXTURE = Path(__file__).parent / "fixtures" / "schema_v1"
 
 
+@pytest.mark.slow  # every figure over all committed records: half a minute of plotting
 def test_report_on_committed_results_renders_every_figure(tmp_path):
     out = tmp_path / "report"
     assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt"]) == 0
