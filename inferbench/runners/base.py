@@ -23,6 +23,7 @@ class LoadContext:
     seed: int
     precision: str = "fp32"
     options: RunnerOptions = field(default_factory=RunnerOptions)
+    batch_size: int = 1  # the batch size this cell times (a static-shape runtime compiles for it)
     batch_sizes: tuple[int, ...] = (1,)  # every batch size of this model and resolution in the run
 
 

@@ -86,7 +86,7 @@ def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]
         folder=Path(job.artifact_dir), artifact=None if job.artifact is None else Path(job.artifact),
         model=spec, resolution=job.cell.resolution, device=job.config.device.kind, threads=job.config.threads,
         seed=job.config.seed, precision=job.cell.precision, options=job.cell.options,
-        batch_sizes=job.group_batch_sizes)
+        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes)
     emit("loading")
     start = time.perf_counter()
     runner.load(ctx)
