@@ -83,6 +83,9 @@ FRAMEWORKS: dict[str, Framework] = {
                   ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
                   devices=("gpu",), precisions=("fp16",)),
+        Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
+                  ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel converted by OpenVINO, static "
+                  "batch shape, LATENCY hint, f32", devices=("cpu",)),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
                   ("torch", "onnx2torch"), "cpu",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
