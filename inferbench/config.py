@@ -27,8 +27,10 @@ from .device import Device
 from .errors import UsageError
 from .frameworks import COMMON_OPTIONS, Framework, choose, get_framework
 from .measure.timing import TimingConfig
+from .scenarios import SCENARIOS
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 PLAN_VERSION = 2
 
 
@@ -61,6 +63,8 @@ def _float(text: str, positive: bool) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value >= 0 or math.isnan(value):
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     if positive and value == 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
     return value
@@ -195,7 +199,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("cuda_graphs", ("--cuda-graphs",), "torch, torch-native on a GPU: replay a CUDA graph", False,
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
-           choices=("tensorflow", "jax", "torch")),
+           choices=KERAS_BACKENDS),
+    Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
+           "call per batch)", "inference", choices=tuple(SCENARIOS)),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/", "benchmark_results",
            metavar="DIR", in_file=False, commands=("run", "sweep", "selftest"),
            command_defaults=(("sweep", "benchmark_results/sweeps"),)),
@@ -281,6 +287,10 @@ class RunnerOptions:
     keras_backend: str = "tensorflow"
     include_transfer: bool = False
 
+    def __post_init__(self) -> None:
+        if self.keras_backend not in KERAS_BACKENDS:
+            raise ValueError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, not {self.keras_backend!r}")
+
     def for_framework(self, fw: Framework) -> RunnerOptions:
         """These options with the ones ``fw`` does not take back at their defaults."""
         takes = set(COMMON_OPTIONS) | set(fw.options)
@@ -312,6 +322,26 @@ class CellKey:
     precision: str = "fp32"
     scenario: str = "inference"
     options: RunnerOptions = field(default_factory=RunnerOptions)
+
+    def __post_init__(self) -> None:
+        if self.resolution < 1 or self.batch_size < 1:
+            raise ValueError(f"resolution and batch_size must be positive, got {self.resolution}, {self.batch_size}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}")
+
+    def check(self) -> None:
+        """The cell against the registries: a model and framework that exist, a resolution the model
+        takes, a precision and runner options its framework takes (UsageError or ValueError if not)."""
+        from .models import get_model
+
+        fw = get_framework(self.framework)
+        get_model(self.model).resolution(self.resolution)
+        if not fw.takes(self.precision):
+            raise ValueError(f"{self.framework} does not run in {self.precision}")
+        if self.options != self.options.for_framework(fw):
+            raise ValueError(f"{self.framework} does not take the options of {self.label}")
 
     @property
     def variant(self) -> str:
@@ -354,6 +384,16 @@ class RunConfig:
     timeout_s: float | None = None
     scenario: str = "inference"
 
+    def __post_init__(self) -> None:
+        if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
+            raise ValueError(f"device must be the CPU or one GPU, got {self.device}")
+        if self.threads < 1 or self.seed < 0:
+            raise ValueError(f"threads must be positive and seed non-negative, got {self.threads}, {self.seed}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
+            raise ValueError(f"timeout_s must be a positive finite number or null, got {self.timeout_s}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -380,15 +420,14 @@ class Plan:
                 raise ValueError(f"plan_version {data.get('plan_version')!r}; this inferbench reads "
                                  f"{PLAN_VERSION} (and upgrades 1)")
             plan = decode(cls, data, "plan")
-            from .models import get_model
-            from .scenarios import SCENARIOS
-
-            for cell in plan.cells:
-                get_framework(cell.framework)
-                get_model(cell.model)
-                if cell.scenario not in SCENARIOS:
-                    raise ValueError(f"unknown scenario {cell.scenario!r}")
-        except (ValueError, KeyError, TypeError, UsageError) as exc:
+            for i, cell in enumerate(plan.cells):
+                try:
+                    cell.check()
+                except (ValueError, UsageError) as exc:
+                    raise ValueError(f"plan.cells[{i}]: {exc}") from None
+                if cell.scenario != plan.config.scenario:
+                    raise ValueError(f"plan.cells[{i}]: scenario {cell.scenario!r} is not the plan's")
+        except (ValueError, KeyError, TypeError, AttributeError, UsageError) as exc:
             raise UsageError(f"{where} is not a usable sweep plan: {exc}") from None
         return plan
 
@@ -444,11 +483,21 @@ class ExportJob:
 
 
 @dataclass(frozen=True)
+class CellOutcome:
+    """What a cell's scenario measured: the record's measurement blocks and the timing that ran."""
+
+    timing: TimingConfig  # after any extension of the window for the energy counter
+    blocks: dict[str, Any]  # parity, latency_ms, throughput_per_s, raw_latencies_ms, timing, energy, ...
+
+
+@dataclass(frozen=True)
 class ChildResult:
-    """What a child process sends back: its result, or its error (a usage error is one line for the user)."""
+    """What a child process sends back: a cell's outcome or an export's manifest entry, or its error
+    (a usage error is one line for the user)."""
 
     ok: bool
-    result: dict[str, Any] | None = None
+    cell: CellOutcome | None = None
+    export: dict[str, Any] | None = None
     error: str | None = None
     traceback: str | None = None
     usage_error: bool = False
@@ -491,10 +540,10 @@ def build(values: dict[str, Any]) -> Built:
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
     timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=values["warmup_seconds"],
                           min_duration_s=values["duration"], min_iterations=values["min_iterations"])
-    cache_dir = values["cache_dir"] or str(artifact_cache.default_cache_dir())
+    cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
-                       cache_dir=cache_dir, timeout_s=values["timeout"])
+                       cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"])
     cells: list[CellKey] = []
     skipped: dict[str, str] = {}
     explicit = "all" not in values["frameworks"]

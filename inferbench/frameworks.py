@@ -150,9 +150,20 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
 
 
+def needed_packages(fw: Framework) -> dict[str, str]:
+    """Every package ``fw`` needs, its own and its artifacts' exporters' (the Keras reference export
+    included), with the extra that installs each."""
+    from .exporters import EXPORTERS, export_order
+
+    needed = {pkg: fw.extra for pkg in fw.packages}
+    for kind in export_order([fw.artifact]):
+        needed.update({pkg: EXPORTERS[kind].extra for pkg in EXPORTERS[kind].packages if pkg not in needed})
+    return needed
+
+
 def missing_packages(fw: Framework) -> list[str]:
-    """Import names of ``fw``'s packages that are not installed (checked without importing them)."""
-    return [pkg for pkg in fw.packages if importlib.util.find_spec(pkg) is None]
+    """Import names of the packages ``fw`` needs that are not installed (checked without importing them)."""
+    return [pkg for pkg in needed_packages(fw) if importlib.util.find_spec(pkg) is None]
 
 
 def unavailable_reason(fw: Framework, device: str) -> str | None:
@@ -161,7 +172,8 @@ def unavailable_reason(fw: Framework, device: str) -> str | None:
         return "needs an NVIDIA GPU"
     missing = missing_packages(fw)
     if missing:
-        return f"{', '.join(missing)} not installed: pip install -e \".[{fw.extra}]\""
+        extras = ",".join(dict.fromkeys(needed_packages(fw).get(pkg, fw.extra) for pkg in missing))
+        return f"{', '.join(missing)} not installed: pip install -e \".[{extras}]\""
     return None
 
 

@@ -85,7 +85,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
         job = job_for(kind, folder, model, resolution, config.weights, config.seed, batch_sizes, key_inputs)
         res = run_child(job, child_env(config), lambda phase, lb=label: progress.say(lb, phase), config.timeout_s)
         if res.ok:
-            notes = (res.result or {}).get("notes") or []
+            notes = (res.export or {}).get("notes") or []
             progress.say(label, f"done in {time.monotonic() - t0:.1f}s" + "".join(f"\n    note: {n}" for n in notes))
         elif res.usage_error and strict:
             raise UsageError(res.error)
@@ -131,14 +131,21 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     progress.total, progress.done = len(cells), len(cells) - len(todo)
     environment = capture(config.device)
     exports: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
-    for cell in todo:
+
+    def group_of(cell: CellKey) -> tuple[tuple[str, int], tuple[int, ...]]:
         group = (cell.model, cell.resolution)
         same = [c for c in cells if (c.model, c.resolution) == group]
-        batch_sizes = tuple(sorted({c.batch_size for c in same}))
         if group not in exports:
             frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
-            exports[group] = ensure_exports(config, cell.model, cell.resolution, frameworks, batch_sizes,
-                                            progress, strict)
+            exports[group] = ensure_exports(config, cell.model, cell.resolution, frameworks,
+                                            tuple(sorted({c.batch_size for c in same})), progress, strict)
+        return group, tuple(sorted({c.batch_size for c in same}))
+
+    if strict:  # bad input (weights a model cannot load) stops the run before any record is written
+        for cell in todo:
+            group_of(cell)
+    for cell in todo:
+        group, batch_sizes = group_of(cell)
         folder, failed = exports[group]
         t0 = time.monotonic()
         record = run_cell(config, cell, folder, failed, run_id, environment, batch_sizes, progress)

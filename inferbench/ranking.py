@@ -7,16 +7,24 @@ cell that failed parity is shown but never a winner.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from .measure.stats import compare_medians
 
 RANKED_PARITY = ("passed", "not_applicable")
+T = TypeVar("T")
 
 
 def ranked(status: str, parity_status: str) -> bool:
     return status == "ok" and parity_status in RANKED_PARITY
+
+
+def contenders(rows: Iterable[T], status: Callable[[T], str], parity: Callable[[T], str],
+               p50: Callable[[T], float]) -> list[T]:
+    """The ranked rows of one group (same model, resolution, batch size, device), fastest first: the
+    first is "fastest", the second the runner-up it is compared with."""
+    return sorted((r for r in rows if ranked(status(r), parity(r))), key=p50)
 
 
 def display_name(framework: str, precision: str = "fp32", variant: str = "") -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .cli import Parser, check_writable, guarded
 from .errors import UsageError
+from .ranking import contenders
 from .results import atomic_write_text
 
 
@@ -124,11 +125,12 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device and resolution)", "", _md_table(pod), ""]
 
     md += ["## Is the difference real?", ""]
-    for (device, cell, bs), g in df[df["ranked"]].groupby(["device_name", "cell", "batch_size"]):
-        ranked = g.sort_values("p50_ms")
-        pairs = [tuple(ranked["framework"].iloc[:2])] if len(ranked) > 1 else []
+    for (device, cell, bs), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size"]):
+        ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
+                            lambda r: r["p50_ms"])
+        pairs = [(ranked[0]["framework"], ranked[1]["framework"])] if len(ranked) > 1 else []
         pairs += [(x, y) for x, y in (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"))
-                  if {x, y} <= set(g["framework"])]
+                  if {x, y} <= {r["framework"] for r in ranked}]
         for a, b in dict.fromkeys(pairs):
             where = {"device_name": device, "cell": cell, "batch_size": bs}
             md.append(f"- {cell} bs{bs} on {device}: {analysis.compare(df, a, b, **where)}")

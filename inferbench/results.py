@@ -100,17 +100,12 @@ class Record:
         """The record of a cell from the job that ran and what its child process sent back."""
         import dataclasses
 
-        from .config import RunConfig
-        from .measure.timing import TimingConfig
-
         cell = job.cell
         blocks: dict[str, Any] = {}
         config = job.config
-        if outcome.ok and outcome.result is not None:
-            blocks = dict(outcome.result["blocks"])
-            config = dataclasses.replace(config, timing=decode(TimingConfig, outcome.result["timing_config"],
-                                                                   "timing_config"))
-        assert isinstance(config, RunConfig)
+        if outcome.ok and outcome.cell is not None:
+            blocks = dict(outcome.cell.blocks)
+            config = dataclasses.replace(config, timing=outcome.cell.timing)
         failed = {"status": "failed", "error": outcome.error, "traceback": outcome.traceback,
                   "parity": not_run(), "latency_ms": None, "throughput_per_s": None}
         return cls(
@@ -128,7 +123,7 @@ def not_run() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- schema 1 -> 2
-_V1_CODES: dict[tuple[str, str], list[tuple[str, str]]] = {  # (block, key) -> [(sentence prefix, code)]
+_V1_CODES: dict[tuple[str, ...], list[tuple[str, str]]] = {  # (block, ..., key) -> [(sentence prefix, code)]
     ("timing", "timed_region"): [("call + synchronize", "call+sync"), ("prepare", "h2d+call+d2h")],
     ("timing", "throughput_rule"): [("samples", "samples/window")],
     ("timing", "clock"): [("time.perf_counter", "perf_counter")],
@@ -138,6 +133,9 @@ _V1_CODES: dict[tuple[str, str], list[tuple[str, str]]] = {  # (block, key) -> [
     ("memory", "device_memory_method"): [("framework allocator", "allocator-peak"),
                                          ("NVML", "nvml-process-at-end")],
     ("parity", "reason"): [("independent weights", "own-weights")],
+    ("energy", "method"): [("NVML energy counter", "nvml-counter"), ("RAPL energy counter", "rapl-counter")],
+    ("energy", "idle_baseline", "method"): [("energy counter", "counter"), ("power samples", "samples")],
+    ("energy", "sampler", "reading"): [("nvmlDeviceGetPowerUsage", "nvml-power-usage")],
     ("runner", "sync"): [("none needed", "none-cpu"), ("tf.test.experimental", "tf.sync_devices"),
                          ("predict_on_batch", "predict_on_batch-host"), ("InferenceSession.run", "ort.run-host"),
                          ("IOBinding", "ort.iobinding.synchronize_outputs"),
@@ -171,16 +169,22 @@ def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
         config.pop(gone, None)
     rec.update(schema_version=2, precision=(old.get("config") or {}).get("precision") or "fp32",
                scenario="inference", variant=cell_options.tag, options=encode(cell_options))
-    for (block, key), codes in _V1_CODES.items():
-        section = rec.get(block)
+    for (*blocks, key), codes in _V1_CODES.items():
+        section: Any = rec
+        for block in blocks:
+            section = section.get(block) if isinstance(section, dict) else None
         if isinstance(section, dict) and isinstance(section.get(key), str):
             section[key] = next((code for prefix, code in codes if section[key].startswith(prefix)), section[key])
-    if isinstance(rec.get("timing"), dict):
-        rec["timing"].pop("config", None)
-    if isinstance(rec.get("energy"), dict):
-        rec["energy"].pop("warning", None)
-        if isinstance(rec["energy"].get("sampler"), dict):
-            rec["energy"]["sampler"]["thread"] = "background"
+    energy = rec.get("energy")
+    if isinstance(energy, dict):
+        energy.pop("warning", None)
+        if isinstance(energy.get("method"), str) and energy["method"].endswith(" power samples (trapezoid)"):
+            energy["method"] = energy["method"].split(" ")[0].lower() + "-samples-trapezoid"
+        if isinstance(energy.get("sampler"), dict):
+            energy["sampler"]["thread"] = "background"
+    if isinstance(rec.get("timing"), dict) and isinstance(rec["timing"].get("config"), dict):
+        # schema 1 kept the timing that ran (after an energy extension) here and the requested one in config
+        config["timing"] = rec["timing"].pop("config")
     if isinstance(rec.get("environment"), dict):
         rec["environment"].pop("gpu_note", None)
     return rec

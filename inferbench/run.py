@@ -7,6 +7,7 @@ Exit status: 0 every cell ran and no parity check failed; 1 some cell failed or 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from . import __version__
 from .cli import Parser, check_writable, exit_status, guarded, say_skipped
 from .config import add_options, build, given, with_defaults
 from .device import list_gpus
+from .errors import UsageError
 from .frameworks import FRAMEWORKS, unavailable_reason
 from .models import MODELS, PREPROCESSING
 from .summary import format_summary
@@ -52,6 +54,19 @@ def list_everything(out: Any = None) -> None:
         print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
 
 
+def new_run_dir(root: Path, name: str) -> Path:
+    """A results folder no other run shares: created exclusively, ``-2``, ``-3``... if the name is taken
+    (two runs started in the same second)."""
+    for i in itertools.count(1):
+        candidate = root / (name if i == 1 else f"{name}-{i}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     return guarded("inferbench.run", _main, argv)
 
@@ -72,9 +87,13 @@ def _main(argv: list[str] | None) -> int:
     first = built.cells[0]
     models = {c.model for c in built.cells}
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}"
-    run_dir = out_root / run_id
-    records = execute(config, list(built.cells), run_dir, run_id)
+    run_dir = new_run_dir(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
+    try:
+        records = execute(config, list(built.cells), run_dir, run_dir.name)
+    except UsageError:
+        if not any(run_dir.iterdir()):
+            run_dir.rmdir()  # bad input found while exporting: leave nothing behind
+        raise
     print(format_summary(records), file=sys.stdout)
     print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
     return exit_status(records)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ranking import ranked, record_name, verdict
+from .ranking import contenders, record_name, verdict
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -64,17 +64,15 @@ def _winners(records: list[dict[str, Any]]) -> list[str]:
     """Fastest framework per model, resolution and batch size among the ranked cells."""
     out = []
     for model, res, bs in sorted({(r["model"], r["resolution"], r["batch_size"]) for r in records}):
-        contenders = sorted(
-            (r for r in records if (r["model"], r["resolution"], r["batch_size"]) == (model, res, bs)
-             and ranked(r["status"], r["parity"]["status"])),
-            key=lambda r: r["latency_ms"]["p50"],
-        )
-        if not contenders:
+        group = [r for r in records if (r["model"], r["resolution"], r["batch_size"]) == (model, res, bs)]
+        ranked = contenders(group, lambda r: r["status"], lambda r: r["parity"]["status"],
+                            lambda r: r["latency_ms"]["p50"])
+        if not ranked:
             continue
-        best = contenders[0]
+        best = ranked[0]
         line = f"fastest for {model}@{res} batch {bs}: {record_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
-        if len(contenders) > 1 and best.get("raw_latencies_ms") and contenders[1].get("raw_latencies_ms"):
-            line += "; " + verdict(record_name(best), best["raw_latencies_ms"], record_name(contenders[1]),
-                                   contenders[1]["raw_latencies_ms"])
+        if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
+            line += "; " + verdict(record_name(best), best["raw_latencies_ms"], record_name(ranked[1]),
+                                   ranked[1]["raw_latencies_ms"])
         out.append(line)
     return out

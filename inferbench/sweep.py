@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
 
 from . import __version__
 from .cli import Parser, check_writable, exit_status, guarded, say_skipped
-from .config import BY_NAME, Plan, add_options, build, given, read_config_file, with_defaults
+from .config import BY_NAME, Plan, add_options, build, given, read_config_file, record_filename, with_defaults
 from .device import list_gpus
 from .errors import UsageError
 from .results import atomic_write_text
@@ -68,6 +69,11 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     gpu = plan.config.device.gpu
     if gpu is not None and gpu.uuid not in {g.uuid for g in list_gpus()}:
         raise UsageError(f"the sweep ran on GPU {gpu.uuid} ({gpu.name}), which this machine does not have")
+    for cell in plan.cells:  # a version-1 sweep named its records without the runner-option tag
+        legacy = sweep_dir / record_filename(cell.model, cell.resolution, cell.batch_size, cell.framework,
+                                             cell.precision)
+        if cell.variant and legacy.exists() and not (sweep_dir / cell.filename).exists():
+            os.replace(legacy, sweep_dir / cell.filename)
     return plan
 
 

@@ -34,12 +34,10 @@ def run_job(text: str) -> ChildResult:
         if isinstance(job, CellJob):
             from .scenarios import get_scenario
 
-            payload = get_scenario(job.cell.scenario)(job, emit)
-        else:
-            from .exporters import run
+            return ChildResult(ok=True, cell=get_scenario(job.cell.scenario)(job, emit))
+        from .exporters import run
 
-            payload = run(job, emit)
-        return ChildResult(ok=True, result=payload)
+        return ChildResult(ok=True, export=run(job, emit))
     except (UsageError, MissingDependency) as exc:
         return ChildResult(ok=False, error=str(exc), usage_error=isinstance(exc, UsageError))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failed row

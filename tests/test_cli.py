@@ -29,6 +29,8 @@ BAD_INPUTS = [
     (["--resolution", "8"], "too small"),
     (["--threads", "0"], "positive"),
     (["--duration", "-1"], ">= 0"),
+    (["--duration", "inf"], "must be a finite number"),
+    (["--warmup-seconds", "1e999"], "must be a finite number"),
     (["--framework", "tensorrt-fp16", "--device", "cpu"], "needs an NVIDIA GPU"),
     (["--framework", "onnxrt", "--precision", "bf16"], "onnxrt runs in fp32 only; --precision bf16 applies to: torch"),
     (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs an NVIDIA GPU"),

@@ -196,6 +196,16 @@ def _plan(tmp_path: Path, fakes) -> Path:
     (lambda p: p.update(plan_version=7), "plan_version 7"),
     (lambda p: p["config"].update(colour="blue"), "plan.config: unknown key(s) colour"),
     (lambda p: p.clear(), "plan_version None"),
+    (lambda p: p["cells"][0].update(batch_size=0), "resolution and batch_size must be positive"),
+    (lambda p: p["cells"][0].update(precision="fp64"), "precision must be one of fp32, fp16, bf16"),
+    (lambda p: p["cells"][0].update(precision="bf16"), "plan.cells[0]: fake does not run in bf16"),
+    (lambda p: p["cells"][0].update(resolution=8), "plan.cells[0]: resolution 8 is too small"),
+    (lambda p: p["cells"][0]["options"].update(channels_last=True), "fake does not take the options"),
+    (lambda p: p["cells"][0]["options"].update(keras_backend="foo"), "keras_backend must be one of"),
+    (lambda p: p["config"].update(threads=0), "threads must be positive"),
+    (lambda p: p["config"].update(timeout_s=0), "timeout_s must be a positive finite number"),
+    (lambda p: p["config"]["device"].update(kind="tpu"), "device must be the CPU or one GPU"),
+    (lambda p: p.update(plan_version=1, settings=[1]), "is not a usable sweep plan"),
 ])
 def test_a_hand_edited_plan_is_one_line_and_exit_2(fakes, tmp_path, capsys, edit, message):
     sweep_dir = _plan(tmp_path, fakes)
@@ -211,6 +221,37 @@ def test_a_hand_edited_plan_is_one_line_and_exit_2(fakes, tmp_path, capsys, edit
     assert not (sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").exists()
 
 
+def test_a_version_1_sweep_with_runner_options_resumes_without_rerunning(fakes, tmp_path):
+    """Plan version 1 named records without the option tag: resuming one renames them, runs nothing twice."""
+    args = [*GRID, "--frameworks", "fake", "--batch-sizes", "1,2", "--duration", "0.02", "--include-transfer"]
+    assert sweep_main([*args, "--output-dir", str(tmp_path), "--name", "v1", "--cache-dir", str(tmp_path / "c")]) == 0
+    sweep_dir = tmp_path / "v1"
+    plan = json.loads((sweep_dir / "sweep.json").read_text())
+    timing = plan["config"]["timing"]
+    old = {"plan_version": 1, "grid": {}, "cells": [
+        {k: c[k] for k in ("model", "resolution", "batch_size", "framework", "precision")} for c in plan["cells"]],
+        "settings": {"weights": "random", "seed": 0, "device": "cpu", "gpu_id": None, "threads": 1, "timing": timing,
+                     "timeout": None, "options": {"include_transfer": True, "compile": False}}}
+    (sweep_dir / "sweep.json").write_text(json.dumps(old))
+    kept = sweep_dir / "mobilenet_v3_small_32_bs1_fake_e2e.json"
+    stamp = kept.read_bytes()
+    kept.rename(sweep_dir / "mobilenet_v3_small_32_bs1_fake.json")  # the name version 1 gave it
+    (sweep_dir / "mobilenet_v3_small_32_bs2_fake_e2e.json").unlink()
+    assert sweep_main(["--resume", str(sweep_dir), "--cache-dir", str(tmp_path / "c")]) == 0
+    assert kept.read_bytes() == stamp  # renamed, not rerun
+    assert sorted(p.name for p in sweep_dir.glob("*_fake*.json")) == [
+        "mobilenet_v3_small_32_bs1_fake_e2e.json", "mobilenet_v3_small_32_bs2_fake_e2e.json"]
+
+
+def test_thread_counts_are_kept_apart(fakes, tmp_path):
+    from inferbench import analysis
+
+    assert _run(tmp_path, "--framework", "fake") == 0
+    assert run_main([*QUICK, "--framework", "fake", "--threads", "2", "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert sorted(analysis.latest(analysis.load(tmp_path / "out"))["threads"]) == [1, 2]
+
+
 def test_a_foreign_plan_and_conflicting_flags_are_refused(fakes, tmp_path, capsys):
     sweep_dir = _plan(tmp_path, fakes)
     assert sweep_main(["--resume", str(sweep_dir), "--models", "resnet50"]) == 2
@@ -222,3 +263,14 @@ def test_a_foreign_plan_and_conflicting_flags_are_refused(fakes, tmp_path, capsy
     assert "not a usable sweep plan: not a JSON object" in capsys.readouterr().err
     assert sweep_main(["--resume", str(tmp_path / "nothing")]) == 2
     assert "not a sweep folder" in capsys.readouterr().err
+
+
+def test_two_runs_in_the_same_second_get_two_folders(fakes, tmp_path, monkeypatch):
+    from inferbench import run
+
+    monkeypatch.setattr(run.time, "strftime", lambda fmt, *a: "20260101-000000")
+    assert _run(tmp_path, "--framework", "fake") == 0
+    assert _run(tmp_path, "--framework", "fake", "--batch-size", "2") == 0
+    folders = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert folders == ["20260101-000000_mobilenet_v3_small_32_cpu", "20260101-000000_mobilenet_v3_small_32_cpu-2"]
+    assert [len(list((tmp_path / "out" / f).glob("*_fake.json"))) for f in folders] == [1, 1]

@@ -68,7 +68,9 @@ def test_runner_contract(default_run, framework):
     """What every runner owes the pipeline, checked on each installed runner's own records: it ran,
     names its sync mechanism with a code, uses the run's thread count, and its outputs passed the gate."""
     _, out, _ = default_run
-    for path in sorted(out.rglob(f"*_{framework}.json")):
+    paths = sorted(out.rglob(f"*_{framework}.json"))
+    assert len(paths) == 2  # batch sizes 1 and 2
+    for path in paths:
         rec = json.loads(path.read_text())
         assert rec["status"] == "ok", rec["error"]
         runner = rec["runner"]
@@ -153,7 +155,7 @@ def test_parity_gate_catches_one_perturbed_weight(default_run, tmp_path):
     folder = _perturbed_copy(cache_dir, tmp_path)
     res = run_child(cell_job(folder), {"CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
     assert res.ok, res
-    parity = res.result["blocks"]["parity"]
+    parity = res.cell.blocks["parity"]
     assert parity["status"] == "failed" and parity["max_rel_err"] > 1e-4
 
 
@@ -201,10 +203,10 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
 
     monkeypatch.setattr(power, "idle_baseline", baseline_then_mark)
     result = inference.run(cell_job(folder, batch_size=2, duration=0.1, idle_seconds=0.3), lambda phase: None)
-    out = result["blocks"]
+    out = result.blocks
     e, timing = out["energy"], out["timing"]
     assert timing["extended_for_energy_from_s"] == 0.1 and timing["window_s"] >= 2 * power.MIN_WINDOW_S
-    assert result["timing_config"]["min_duration_s"] == 2 * power.MIN_WINDOW_S  # the record's config.timing
+    assert result.timing.min_duration_s == 2 * power.MIN_WINDOW_S  # the record's config.timing
     assert e["available"] and e["method"] == "fake-counter" and not e["too_short"]
     assert e["gross_j"] == pytest.approx(100.0 * timing["window_s"], rel=0.05)
     assert e["idle_w"] == pytest.approx(100.0, rel=0.05) and abs(e["net_j"]) < 0.05 * e["gross_j"]

@@ -37,6 +37,18 @@ def test_each_framework_entry_agrees_with_pyproject_and_its_module(key):
     assert fw.artifact == "none" or fw.artifact in exporters.EXPORTERS
 
 
+def test_a_framework_needs_its_exporters_packages_too():
+    """'all' must not pick a framework whose artifact cannot be exported here (e.g. only the openvino
+    extra installed: the SavedModel needs TensorFlow)."""
+    from inferbench.frameworks import needed_packages
+
+    for fw in FRAMEWORKS.values():
+        needed = needed_packages(fw)
+        assert set(fw.packages) <= set(needed)
+        assert {"tensorflow", "keras"} <= set(needed)  # every cell's reference comes from the Keras export
+    assert needed_packages(FRAMEWORKS["torch"])["tf2onnx"] == "cpu"
+
+
 def test_recorded_versions_and_the_cache_key_follow_the_registries():
     recorded = set(environment.packages())
     assert set(distributions()) <= recorded and set(exporters.packages()) <= recorded

@@ -75,12 +75,25 @@ def test_power_fit_uses_recorded_energy(tmp_path):
     assert "inferences_per_joule" in analysis.podiums(df)
 
 
+def test_a_cell_measured_twice_is_never_compared_with_itself(tmp_path):
+    """The default run and a sweep can hold the same cell: the report pairs the latest of each."""
+    src = json.loads(next(FIXTURE.glob("*.json")).read_text())
+    for name, fw, stamp in (("a", "onnxrt", "2026-01-01"), ("b", "onnxrt", "2026-01-02"), ("c", "torch", "2026-01-01")):
+        rec = dict(src, framework=fw, created_at=stamp, parity={**src["parity"], "status": "passed"})
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+    out = tmp_path / "report"
+    assert main([str(tmp_path), "--out", str(out), "--no-reference"]) == 0
+    text = (out / "report.md").read_text()
+    assert "onnxrt vs onnxrt" not in text and "onnxrt is" not in text.split("Is the difference real?")[0][-1:]
+    assert "torch vs onnxrt" in text or "onnxrt vs torch" in text or "the speed of" in text
+
+
 def test_linear_fit_and_normalise():
     fit = analysis.linear_fit([1, 2, 3, 4], [3, 5, 7, 9.5])
     assert fit["slope"] == pytest.approx(2.15) and 0.98 < fit["r2"] < 1.0
     assert np.isnan(analysis.linear_fit([1], [2])["r2"])
     df = pd.DataFrame({"device_name": ["a"] * 3, "host": ["h"] * 3, "cell": ["m@224"] * 3, "batch_size": [1, 1, 1],
-                       "framework": ["onnxrt", "tf", "tf"], "scenario": ["inference"] * 3,
+                       "framework": ["onnxrt", "tf", "tf"], "scenario": ["inference"] * 3, "threads": [2] * 3,
                        "throughput": [200.0, 50.0, 40.0],
                        "ranked": [True] * 3, "created_at": ["2026-01-01", "2026-01-02", "2026-01-01"]})
     norm = analysis.normalise(df, "onnxrt").set_index("framework")["throughput_vs_onnxrt"]

@@ -123,6 +123,22 @@ def test_schema_1_options_become_the_variant(tmp_path):
     assert up.filename == "mobilenet_v3_large_224_bs1_torch-native_bf16_channels-last+compile.json"
 
 
+def test_schema_1_energy_and_timing_are_upgraded(tmp_path):
+    src = json.loads(next((FIXTURES / "schema_v1").glob("*.json")).read_text())
+    src["config"]["timing"] = {"warmup_iterations": 1, "warmup_seconds": 0.0, "min_duration_s": 0.5,
+                               "min_iterations": 5}
+    src["timing"]["config"] = {**src["config"]["timing"], "min_duration_s": 2.0}  # what ran, after extension
+    src["energy"] = {"available": True, "method": "NVML energy counter", "warning": "short",
+                     "idle_baseline": {"method": "power samples", "idle_w": 50.0},
+                     "sampler": {"thread": "background (sensor calls ...)", "reading": "nvmlDeviceGetPowerUsage (...)"}}
+    up = results.parse(src, "v1")
+    assert up.config["timing"]["min_duration_s"] == 2.0 and "config" not in up.timing
+    assert up.energy == {"available": True, "method": "nvml-counter", "idle_baseline": {"method": "samples",
+                         "idle_w": 50.0}, "sampler": {"thread": "background", "reading": "nvml-power-usage"}}
+    src["energy"]["method"] = "NVML power samples (trapezoid)"
+    assert results.parse(src, "v1").energy["method"] == "nvml-samples-trapezoid"
+
+
 def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
     from inferbench.summary import format_summary
 

@@ -39,6 +39,7 @@ def test_config_file_and_plan(tmp_path, capsys):
     ('timeout = 0\n', "timeout: must be > 0"),
     ('threads = -2\n', "threads: must be a positive integer"),
     ('duration = -1\n', "duration: must be >= 0"),
+    ('duration = inf\n', "duration: must be a finite number"),
     ('min_iterations = 0\n', "min_iterations: must be a positive integer"),
     ('warmup = -1\n', "warmup: must be a non-negative integer"),
     ('device = "tpu"\n', "device must be one of cpu, gpu, auto"),

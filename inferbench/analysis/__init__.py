@@ -34,6 +34,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
     out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
     out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
+    out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
     # two machines with the same GPU (or CPU) model are two machines: name them apart
     shared = out.groupby("device_name")["host"].transform("nunique") > 1
     out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
@@ -67,8 +68,9 @@ def ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"]
 
 
-#: One identity per record (``framework`` here is the display name: key, precision and variant).
-CELL_KEY = ["device_name", "host", "cell", "batch_size", "framework", "scenario"]
+#: One identity per record (``framework`` here is the display name: key, precision and variant; the thread
+#: count is a run-level setting that changes what is measured, so it is part of it too).
+CELL_KEY = ["device_name", "host", "threads", "cell", "batch_size", "framework", "scenario"]
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:

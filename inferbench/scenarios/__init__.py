@@ -1,5 +1,6 @@
 """Scenarios: the protocol a cell follows in its child process (phases, in order, in each module's
-docstring). Adding a scenario = one module with ``run(job, emit) -> dict`` + one entry here.
+docstring). Adding a scenario = one module with ``run(job, emit) -> CellOutcome`` + one entry here
+(``--scenario`` offers every entry).
 """
 
 from __future__ import annotations

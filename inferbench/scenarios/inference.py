@@ -13,7 +13,8 @@
 7. **timed window**: warm-up and measurement by :func:`inferbench.measure.timing.run_timed`, the one loop.
 8. **collect**: statistics, energy per inference, memory, runner details.
 
-``run`` returns the record's measurement blocks and the timing configuration that ran.
+``run`` returns a :class:`~inferbench.config.CellOutcome`: the record's measurement blocks and the
+timing configuration that ran.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..codec import encode
-from ..config import CellJob
+from ..config import CellJob, CellOutcome
 from ..measure.timing import TimingConfig
 
 Emit = Callable[[str], None]
 
 
-def run(job: CellJob, emit: Emit) -> dict[str, Any]:
+def run(job: CellJob, emit: Emit) -> CellOutcome:
     from ..frameworks import load_runner
     from ..measure.memory import current_rss_mb, peak_rss_mb
     from ..models import get_model, make_inputs
@@ -58,9 +59,9 @@ def run(job: CellJob, emit: Emit) -> dict[str, Any]:
     throughput = measurement.throughput(cell.batch_size)
     from ..measure.stats import summarize
 
-    return {
-        "timing_config": encode(timing.config),
-        "blocks": {
+    return CellOutcome(
+        timing=timing.config,
+        blocks={
             "parity": parity_block,
             "latency_ms": summarize(latencies_ms),
             "throughput_per_s": throughput,
@@ -76,7 +77,7 @@ def run(job: CellJob, emit: Emit) -> dict[str, Any]:
             "device_check": device_check,
             "runner": runner.details(),
         },
-    }
+    )
 
 
 def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
