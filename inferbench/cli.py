@@ -4,9 +4,11 @@ wrapper. The options themselves are declared once, in :mod:`inferbench.config`."
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -34,20 +36,53 @@ def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
               file=stream or sys.stderr)
 
 
-def exit_status(records: list[dict[str, Any]]) -> int:
-    """0 when every cell ran and none failed parity, else 1."""
-    bad = [r for r in records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
-    return 1 if bad else 0
+def exit_status(executed: Any) -> int:
+    """0 when every cell ran, its record was written and none failed parity, else 1 (after one line per
+    record that could not be written)."""
+    for label, why in executed.unwritten.items():
+        print(f"not written: {label}: {why}", file=sys.stderr)
+    bad = [r for r in executed.records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
+    return 1 if bad or executed.unwritten else 0
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C: workers stopped, temporary folders removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread for as long as a command runs."""
+    try:
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:  # not the main thread (a test runner's worker thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] | None,
             interrupted: str = "records already written are complete") -> int:
-    """Run a command body: bad input is one line on stderr and exit 2; Ctrl-C is one line and 130."""
+    """Run a command body: bad input is one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP are one
+    line and 128 + the signal's number (130, 143, 129)."""
     try:
-        return body(argv)
+        with _signals_interrupt():
+            return body(argv)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; {interrupted}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"{prog}: interrupted by {signal.Signals(signum).name}; {interrupted}", file=sys.stderr)
+        return 128 + signum

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ from .scenarios import SCENARIOS
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+DAY_S = 86_400.0
+MAX_RESOLUTION = 4096
+MAX_BATCH = 65_536
+#: A grid larger than this many cells needs --yes (its size and estimated time are said first).
+MAX_CELLS = 2_000
 PLAN_VERSION = 2
 
 
@@ -133,6 +139,22 @@ class Option:
     commands: tuple[str, ...] = ("run", "sweep")
     in_file: bool = True  # may appear in a sweep config file
     command_defaults: tuple[tuple[str, Any], ...] = ()  # (command, default) where a command's differs
+    maximum: float | None = None  # the largest value (each value of a list) this machine or model can take
+
+    def parser(self) -> Callable[[str], Any] | None:
+        """``parse`` with the range check: the one rule for flags and config files alike."""
+        if self.parse is None or self.maximum is None:
+            return self.parse
+        parse, maximum = self.parse, self.maximum
+
+        def bounded(text: str) -> Any:
+            value = parse(text)
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, (int, float)) and v > maximum:
+                    raise argparse.ArgumentTypeError(f"must be at most {maximum:.10g}, got {v:.10g}")
+            return value
+
+        return bounded
 
     def default_for(self, command: str) -> Any:
         return dict(self.command_defaults).get(command, self.default)
@@ -150,10 +172,11 @@ class Option:
         text = str(value)
         if self.choices is not None and text not in self.choices:
             raise UsageError(f"{where}: {self.name} must be one of {', '.join(self.choices)}, got {text!r}")
-        if self.parse is None:
+        parse = self.parser()
+        if parse is None:
             return text
         try:
-            return self.parse(text)
+            return parse(text)
         except argparse.ArgumentTypeError as exc:
             raise UsageError(f"{where}: {self.name}: {exc}") from None
 
@@ -165,32 +188,33 @@ OPTIONS: tuple[Option, ...] = (
     Option("models", ("--model", "--models"), "registered model name(s), comma-separated (see --list)",
            ["mobilenet_v3_large"], names, metavar="NAME[,NAME...]"),
     Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, or 'default' "
-           "(the model's own, 224)", ["default"], resolutions, metavar="PX[,PX...]"),
+           "(the model's own, 224)", ["default"], resolutions, metavar="PX[,PX...]", maximum=MAX_RESOLUTION),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
-           metavar="N[,N...]"),
+           metavar="N[,N...]", maximum=MAX_BATCH),
     Option("precisions", ("--precision", "--precisions"), "fp32, fp16 or bf16 (comma list in a sweep): frameworks "
            "that take it run at it (torch, torch-native), the others at their own", [], precisions,
            metavar="P[,P...]"),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
-    Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N"),
+    Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1),
     Option("device", ("--device",), "where to run: auto = the GPU if there is one, else the CPU", "auto",
            choices=("cpu", "gpu", "auto")),
     Option("gpu_id", ("--gpu-id",), "GPU index in PCI bus order, as nvidia-smi lists them (implies --device gpu)",
            None, non_negative_int, metavar="N", commands=("run", "sweep", "selftest"),
            command_defaults=(("selftest", 0),)),
     Option("threads", ("--threads",), "intra-op threads for every framework (default: the cores available to "
-           "this process)", None, positive_int, metavar="N"),
+           "this process; at most the machine's cores)", None, positive_int, metavar="N", maximum=os.cpu_count() or 1),
     Option("duration", ("--duration",), "minimum seconds of timed inference per cell", _T.min_duration_s,
            non_negative_float, metavar="S", commands=("run", "sweep", "selftest"),
-           command_defaults=(("selftest", 3.0),)),
+           command_defaults=(("selftest", 3.0),), maximum=DAY_S),
     Option("min_iterations", ("--min-iterations",), "minimum timed iterations per cell", _T.min_iterations,
-           positive_int, metavar="N"),
-    Option("warmup", ("--warmup",), "minimum warm-up calls", _T.warmup_iterations, non_negative_int, metavar="N"),
+           positive_int, metavar="N", maximum=10_000_000),
+    Option("warmup", ("--warmup",), "minimum warm-up calls", _T.warmup_iterations, non_negative_int, metavar="N",
+           maximum=1_000_000),
     Option("warmup_seconds", ("--warmup-seconds",), "minimum warm-up seconds", _T.warmup_seconds,
-           non_negative_float, metavar="S"),
+           non_negative_float, metavar="S", maximum=DAY_S),
     Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
-           positive_float, metavar="S"),
+           positive_float, metavar="S", maximum=7 * DAY_S),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
            "the window), as the seed projects did", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
@@ -200,6 +224,7 @@ OPTIONS: tuple[Option, ...] = (
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
            choices=KERAS_BACKENDS),
+    Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False),
     Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
            "call per batch)", "inference", choices=tuple(SCENARIOS)),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/", "benchmark_results",
@@ -227,11 +252,13 @@ def add_options(parser: argparse.ArgumentParser, command: str) -> None:
         default = o.default_for(command)
         shown = "" if default in (None, False, []) else \
             f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
+        if o.maximum is not None:
+            shown += f" (at most {o.maximum:.10g})"
         kwargs: dict[str, Any] = {"dest": o.name, "default": argparse.SUPPRESS, "help": o.help + shown}
         if o.switch:
             kwargs["action"] = "store_true"
         else:
-            kwargs.update(metavar=o.metavar, choices=o.choices, type=o.parse)
+            kwargs.update(metavar=o.metavar, choices=o.choices, type=o.parser())
         parser.add_argument(*o.flags, **kwargs)
 
 
@@ -560,6 +587,18 @@ def build(values: dict[str, Any]) -> Built:
     if not cells:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
         raise UsageError(f"nothing can run here ({why})")
+    if len(cells) > MAX_CELLS and not values["yes"]:
+        per_cell = timing.min_duration_s + timing.warmup_seconds + 10.0  # + loading, parity, first call
+        raise UsageError(f"this grid has {len(cells)} cells (more than {MAX_CELLS}), about "
+                         f"{len(cells) * per_cell / 3600:.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
+    from .environment import memory_total_gb
+
+    memory_gb = memory_total_gb() or math.inf
+    for cell in cells:  # the input batch alone must fit in memory, with room for the framework
+        batch_gb = cell.batch_size * cell.resolution ** 2 * 3 * 4 / 2**30
+        if batch_gb > memory_gb / 4:
+            raise UsageError(f"batch {cell.batch_size} at {cell.resolution} px is {batch_gb:.1f} GB of input alone; "
+                             f"this machine has {memory_gb:.0f} GB")
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
 
 

@@ -40,7 +40,7 @@ def _cpu_flags() -> list[str]:
     return []
 
 
-def _memory_total_gb() -> float | None:
+def memory_total_gb() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
@@ -94,7 +94,7 @@ def capture(device: Device) -> dict[str, Any]:
             "available_cores": default_threads(),
             "flags": _cpu_flags(),
         },
-        "memory_gb": _memory_total_gb(),
+        "memory_gb": memory_total_gb(),
         "gpu": device.as_dict()["gpu"],
         "packages": package_versions(),
         "inferbench": {"version": __version__, **git_commit()},

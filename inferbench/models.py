@@ -148,6 +148,14 @@ def describe_weights(weights: str) -> str:
         else ("an HDF5 file", b"\x89HDF\r\n\x1a\n")
     if not head.startswith(magic):
         raise UsageError(f"weights file {weights} is not {kind}" + (" (it is empty)" if not head else ""))
+    if path.name.endswith(".keras"):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.namelist()
+        except zipfile.BadZipFile as exc:
+            raise UsageError(f"weights file {weights} is not a complete .keras archive (truncated?): {exc}") from None
     return str(path.resolve())
 
 

@@ -8,9 +8,14 @@ The chain, in order: :class:`~inferbench.config.RunConfig` + :class:`~inferbench
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -116,17 +121,64 @@ def run_cell(config: RunConfig, cell: CellKey, folder: Path, failed_exports: dic
     return results.Record.of(job, run_id, created, environment, env, outcome)
 
 
+@dataclass
+class Executed:
+    records: list[dict[str, Any]]  # every record of the run's cells in its folder, at the current schema
+    unwritten: dict[str, str] = field(default_factory=dict)  # cell label -> why its record could not be written
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder`` for this process: a second run or ``--resume`` of it is refused with one line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise UsageError(f"{folder} is in use by another inferbench process" + (f" (pid {holder})" if holder else "")
+                         + "; wait for it to finish or stop it") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def set_aside_if_unreadable(path: Path) -> str | None:
+    """A record that cannot be read is moved aside (kept for inspection, never deleted), so that its cell
+    runs again; returns the line that says so, or None when the record is fine or absent."""
+    if not path.exists():
+        return None
+    try:
+        results.parse(json.loads(path.read_text()), path.name)
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+        return f"{path.name} could not be read ({str(exc)[:120]}); moved to {aside.name}, its cell runs again"
+
+
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
-            progress: Progress | None = None, strict: bool = True) -> list[dict[str, Any]]:
-    """Run every cell whose record is not in ``run_dir`` yet; returns all records of ``run_dir``'s cells.
+            progress: Progress | None = None, strict: bool = True) -> Executed:
+    """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     Records are written one by one, atomically, under the cell's file name: an interrupted run (Ctrl-C
     or a kill) loses at most the cell in progress, and running ``execute`` again on the same folder
-    resumes without repeating or duplicating a cell.
+    resumes without repeating or duplicating a cell. A record that cannot be read is set aside and its
+    cell runs again; a record that cannot be written (disk full, permissions) fails that cell only.
     """
     from .environment import capture
 
+    for cell in cells:
+        note = set_aside_if_unreadable(run_dir / cell.filename)
+        if note:
+            print(f"inferbench: {note}", file=sys.stderr)
     todo = [c for c in cells if not (run_dir / c.filename).exists()]
+    unwritten: dict[str, str] = {}
     progress = progress or Progress(len(cells))
     progress.total, progress.done = len(cells), len(cells) - len(todo)
     environment = capture(config.device)
@@ -149,12 +201,16 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         folder, failed = exports[group]
         t0 = time.monotonic()
         record = run_cell(config, cell, folder, failed, run_id, environment, batch_sizes, progress)
-        results.write_record(run_dir, record)
         progress.cell_seconds.append(time.monotonic() - t0)
         progress.done += 1
-        progress.say(cell.label, one_line(record))
-        results.write_summary(run_dir / "summary.csv", records_of(run_dir, cells))
-    return records_of(run_dir, cells)
+        try:
+            results.write_record(run_dir, record)
+            progress.say(cell.label, one_line(record))
+            results.write_summary(run_dir / "summary.csv", records_of(run_dir, cells))
+        except OSError as exc:  # disk full, permissions: this cell fails, the others still run
+            unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
+            progress.say(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}")
+    return Executed(records_of(run_dir, cells), unwritten)
 
 
 def records_of(run_dir: Path, cells: list[CellKey]) -> list[dict[str, Any]]:

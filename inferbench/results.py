@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -273,32 +274,38 @@ def write_summary(path: Path, records: Iterable[dict[str, Any]]) -> None:
 
 
 # --------------------------------------------------------------------------- reading
-def iter_records(path: Path) -> list[dict[str, Any]]:
+def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
-    the current schema, as dicts (with ``_source``, the file it came from)."""
+    the current schema, as dicts (with ``_source``, the file it came from); and every file it skipped,
+    with the reason."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
     files = [path] if path.is_file() else sorted(path.rglob("*.json"))
     records = []
+    skipped: list[str] = []
     unsupported: dict[Any, list[str]] = {}
     malformed: list[str] = []
     for file in files:
         try:
             data = json.loads(file.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{file}: not readable JSON ({str(exc)[:100]})")
             continue
-        if isinstance(data, dict) and "schema_version" in data and "framework" in data:
-            version = data["schema_version"]
-            if version not in SUPPORTED_SCHEMAS:
-                unsupported.setdefault(version, []).append(str(file))
-                continue
-            try:
-                record = parse(data, file.name)
-            except (ValueError, TypeError, KeyError) as exc:
-                malformed.append(f"{file} ({exc})")
-                continue
-            records.append({**encode(record), "_source": str(file)})
+        if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
+            if file.name != "sweep.json":  # a sweep's plan lives beside its records
+                skipped.append(f"{file}: not an inferbench record")
+            continue
+        version = data["schema_version"]
+        if version not in SUPPORTED_SCHEMAS:
+            unsupported.setdefault(version, []).append(str(file))
+            continue
+        try:
+            record = parse(data, file.name)
+        except (ValueError, TypeError, KeyError) as exc:
+            malformed.append(f"{file} ({exc})")
+            continue
+        records.append({**encode(record), "_source": str(file.resolve())})
     if unsupported:
         found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
         newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
@@ -308,7 +315,7 @@ def iter_records(path: Path) -> list[dict[str, Any]]:
     if malformed:
         raise UsageError(f"{path} holds {len(malformed)} record(s) that claim an inferbench schema but are "
                          f"incomplete, e.g. {malformed[0]}")
-    return records
+    return records, skipped
 
 
 def load(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -319,9 +326,12 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     """
     import pandas as pd
 
-    records = iter_records(Path(path))
+    records, skipped = iter_records(Path(path))
     if not records:
-        raise UsageError(f"no inferbench result records found under {path}")
+        also = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0]})" if skipped else ""
+        raise UsageError(f"no inferbench result records found under {path}{also}")
+    for line in skipped:  # every file left out is named, with the reason
+        print(f"inferbench: skipped {line}", file=sys.stderr)
     raw = [r.get("raw_latencies_ms") for r in records]
     flat = pd.json_normalize([{k: v for k, v in r.items() if k != "raw_latencies_ms"} for r in records])
     flat["raw_latencies_ms"] = raw

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -67,12 +68,12 @@ def new_run_dir(root: Path, name: str) -> Path:
     raise AssertionError("unreachable")
 
 
-def main(argv: list[str] | None = None) -> int:
-    return guarded("inferbench.run", _main, argv)
+def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
+    return guarded(prog, _main, argv)
 
 
 def _main(argv: list[str] | None) -> int:
-    from .pipeline import execute
+    from .pipeline import execute, folder_lock
 
     values = with_defaults(given(build_parser().parse_args(argv)), "run")
     if values["list"]:
@@ -81,6 +82,7 @@ def _main(argv: list[str] | None) -> int:
     built = build(values)
     config = built.config
     out_root = Path(values["output_dir"])
+    new_root = not out_root.exists()
     check_writable(out_root)
     check_writable(Path(config.cache_dir), "cache dir")
     say_skipped(built.skipped)
@@ -89,14 +91,17 @@ def _main(argv: list[str] | None) -> int:
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
     run_dir = new_run_dir(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
     try:
-        records = execute(config, list(built.cells), run_dir, run_dir.name)
+        with folder_lock(run_dir):
+            executed = execute(config, list(built.cells), run_dir, run_dir.name)
     except UsageError:
-        if not any(run_dir.iterdir()):
-            run_dir.rmdir()  # bad input found while exporting: leave nothing behind
+        if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
+            shutil.rmtree(run_dir)  # bad input found while exporting: leave nothing behind
+            if new_root and not any(out_root.iterdir()):
+                out_root.rmdir()
         raise
-    print(format_summary(records), file=sys.stdout)
+    print(format_summary(executed.records), file=sys.stdout)
     print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
-    return exit_status(records)
+    return exit_status(executed)
 
 
 if __name__ == "__main__":

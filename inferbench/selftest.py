@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     return run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
                      "--duration", str(values["duration"]),
-                     "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out])
+                     "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out],
+                    prog="inferbench.selftest")
 
 
 if __name__ == "__main__":

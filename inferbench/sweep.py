@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from .pipeline import execute
+    from .pipeline import execute, folder_lock
 
     values = given(build_parser().parse_args(argv))
     if "resume" in values:
@@ -91,20 +91,24 @@ def _main(argv: list[str] | None) -> int:
         check_writable(Path(plan.config.cache_dir), "cache dir")
     else:
         plan, skipped = make_plan(values)
+        name = str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
+        if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
+            raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
         check_writable(Path(plan.config.cache_dir), "cache dir")  # every check before the plan is written
         out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for("sweep")))
         check_writable(out_root)
-        sweep_dir = out_root / str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
+        sweep_dir = out_root / name
         if (sweep_dir / PLAN).exists():
             raise UsageError(f"{sweep_dir} already holds a sweep; use --resume {sweep_dir} or another --name")
         say_skipped(skipped)
         atomic_write_text(sweep_dir / PLAN, plan.to_json())
-    print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
-    # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    records = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False)
-    print(format_summary(records))
+    with folder_lock(sweep_dir):
+        print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
+        # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
+        executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False)
+    print(format_summary(executed.records))
     print(f"\nresults: {sweep_dir}/ ; report: python -m inferbench.report {sweep_dir} --out REPORT_DIR")
-    return exit_status(records)
+    return exit_status(executed)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@ BAD_INPUTS = [
     (["--duration", "-1"], ">= 0"),
     (["--duration", "inf"], "must be a finite number"),
     (["--warmup-seconds", "1e999"], "must be a finite number"),
+    (["--duration", "1e308"], "--duration: must be at most 86400, got 1e+308"),
+    (["--threads", "10000"], "--threads: must be at most"),
+    (["--seed", str(2**70)], "--seed: must be at most 4294967295"),
+    (["--batch-size", "99999999"], "must be at most 65536, got 99999999"),
+    (["--resolution", "100000"], "must be at most 4096, got 100000"),
+    (["--framework", "onnxrt", "--batch-size", "4000", "--resolution", "1024"], "46.9 GB of input alone"),
     (["--framework", "tensorrt-fp16", "--device", "cpu"], "needs an NVIDIA GPU"),
     (["--framework", "onnxrt", "--precision", "bf16"], "onnxrt runs in fp32 only; --precision bf16 applies to: torch"),
     (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs an NVIDIA GPU"),
@@ -40,6 +46,7 @@ BAD_INPUTS = [
     (["--timeout", "0"], "must be > 0"),
     (["--weights", "empty.keras"], "is not a .keras (zip) archive (it is empty)"),
     (["--weights", "text.weights.h5"], "is not an HDF5 file"),
+    (["--weights", "cut.keras"], "is not a complete .keras archive (truncated?)"),
 ]
 
 
@@ -50,13 +57,25 @@ def test_bad_input(capsys, tmp_path, argv, message):
     out_dir = tmp_path / "out"
     (tmp_path / "empty.keras").write_bytes(b"")
     (tmp_path / "text.weights.h5").write_text("not HDF5")
-    argv = [str(tmp_path / a) if a in ("empty.keras", "text.weights.h5") else a for a in argv]
+    (tmp_path / "cut.keras").write_bytes(b"PK\x03\x04" + bytes(100))  # a zip's first bytes, then nothing
+    argv = [str(tmp_path / a) if a in ("empty.keras", "text.weights.h5", "cut.keras") else a for a in argv]
     code, out, err = run_main(capsys, *argv, "--output-dir", str(out_dir), "--cache-dir", str(tmp_path / "c"))
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
-    assert not out_dir.exists() or not any(out_dir.rglob("*.json"))
+    assert not out_dir.exists()  # nothing written, not even an empty folder
+
+
+def test_selftest_errors_say_selftest(capsys, tmp_path):
+    from inferbench.selftest import main as selftest
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert selftest(["--cpu", "--output-dir", str(blocker / "sub")]) in (1, 2)
+    err = capsys.readouterr().err
+    assert "inferbench.run:" not in err
+    assert "inferbench.selftest: error: cannot write to output dir" in err or "running nothing" in err
 
 
 def test_unwritable_output_dir(capsys, tmp_path):

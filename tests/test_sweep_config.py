@@ -47,6 +47,10 @@ def test_config_file_and_plan(tmp_path, capsys):
     ('models = []\n', "models is empty"),
     ('frameworks = []\n', "--framework is empty"),
     ('models = ["efficientnet_v2_b0"]\nframeworks = ["torch-native"]\n', "torchvision has no implementation"),
+    ('duration = 1e308\n', "duration: must be at most 86400"),
+    ('seed = 1180591620717411303424\n', "seed: must be at most 4294967295"),
+    ('frameworks = ["onnxrt", "tf"]\nresolutions = [' + ",".join(str(r) for r in range(32, 1100, 8)) + ']\n'
+     'batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9]\n', "this grid has 2412 cells (more than 2000), about"),
 ])
 def test_bad_configs(tmp_path, capsys, content, message):
     cfg = tmp_path / "bad.toml"
@@ -54,7 +58,7 @@ def test_bad_configs(tmp_path, capsys, content, message):
     assert main(["--config", str(cfg), "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
+    assert not (tmp_path / "out").exists()  # nothing written, not even an empty folder
 
 
 def test_yaml_and_toml_configs_mean_the_same(tmp_path):
@@ -107,6 +111,13 @@ def test_weights_a_model_cannot_load_fail_its_cells_not_the_sweep(tmp_path, caps
     df = results.load(tmp_path / "out" / "s")
     assert len(df) == 2 and (df["status"] == "failed").all()
     assert df["error"].str.contains("cannot load weights").all()
+
+
+def test_a_sweep_name_never_leaves_the_output_folder(tmp_path, capsys):
+    for name in ("../../x", "a/b", "..", "-x"):
+        assert main([f"--name={name}", "--frameworks", "onnxrt", "--output-dir", str(tmp_path / "out")]) == 2
+        assert "--name must be a plain folder name" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
 
 
 def test_plan_round_trip_and_the_committed_version_1_plan():

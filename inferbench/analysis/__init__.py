@@ -61,7 +61,9 @@ def load(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     frames = [load_records(p) for p in paths]
     if not frames:
         raise UsageError("no result folders given")
-    return tidy(pd.concat(frames, ignore_index=True))
+    # a folder and its own sub-folder (or the same folder twice) hold the same files: count each once
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates(subset="_source", ignore_index=True)
+    return tidy(merged)
 
 
 def ok(df: pd.DataFrame) -> pd.DataFrame:

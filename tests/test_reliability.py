@@ -1,0 +1,119 @@
+"""Nothing lost, nothing mislabelled (issue 10): signals, locks, unreadable records, failed writes,
+overlapping report inputs, on fake runners (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inferbench import results
+from inferbench.run import main as run_main
+from inferbench.sweep import main as sweep_main
+
+TESTS = Path(__file__).resolve().parent
+GRID = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--min-iterations", "3",
+        "--warmup", "0", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu"]
+LAUNCH = "import sys, fakes; fakes.register(); from inferbench.sweep import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _long_sweep(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    """A sweep whose single cell measures for two minutes; returns once its worker is measuring."""
+    log = tmp_path / f"{name}.log"
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *GRID, "--frameworks", "fake-slow", "--duration", "120", "--output-dir",
+         str(tmp_path), "--name", name, "--cache-dir", str(tmp_path / "cache")],
+        env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "measuring" in log.read_text(), log.read_text()
+    return proc, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_are_interruptions_like_ctrl_c(fakes, tmp_path, sig):
+    proc, log = _long_sweep(tmp_path, "s")
+    try:
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 128 + sig
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    last = log.read_text().strip().splitlines()[-1]
+    assert last == f"inferbench.sweep: interrupted by {sig.name}; finish it with --resume (completed cells are kept)"
+    assert list((tmp_path / "tmp").iterdir()) == []  # the job's temporary folder is gone
+    out = subprocess.run(["pgrep", "-f", str(tmp_path / "tmp")], capture_output=True, text=True).stdout
+    assert out.strip() == ""  # and so is the worker
+
+
+def test_a_folder_in_use_is_refused_with_one_line(fakes, tmp_path, capsys):
+    proc, _ = _long_sweep(tmp_path, "busy")
+    try:
+        assert sweep_main(["--resume", str(tmp_path / "busy")]) == 2
+        err = capsys.readouterr().err
+        assert f"is in use by another inferbench process (pid {proc.pid})" in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _sweep(tmp_path: Path, name: str = "s", batch_sizes: str = "1,2,3") -> Path:
+    assert sweep_main([*GRID, "--batch-sizes", batch_sizes, "--duration", "0.02", "--output-dir", str(tmp_path),
+                       "--name", name, "--cache-dir", str(tmp_path / "cache")]) == 0
+    return tmp_path / name
+
+
+def test_an_unreadable_record_is_named_set_aside_and_rerun(fakes, tmp_path, capsys):
+    sweep_dir = _sweep(tmp_path)
+    broken = sweep_dir / "mobilenet_v3_small_32_bs2_fake.json"
+    broken.write_text(broken.read_text()[:200])  # truncated, as by a full disk or a crash elsewhere
+    capsys.readouterr()
+    assert len(results.load(sweep_dir)) == 2
+    err = capsys.readouterr().err
+    assert f"inferbench: skipped {broken}: not readable JSON" in err
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "mobilenet_v3_small_32_bs2_fake.json could not be read" in err and "its cell runs again" in err
+    (aside,) = sweep_dir.glob("mobilenet_v3_small_32_bs2_fake.json.unreadable-*")  # kept, never deleted
+    assert len(aside.read_text()) == 200
+    df = results.load(sweep_dir)
+    assert sorted(df["batch_size"]) == [1, 2, 3] and (df["status"] == "ok").all()
+
+
+def test_a_failed_write_fails_that_cell_only(fakes, tmp_path, capsys, monkeypatch):
+    real = results.atomic_write_text
+
+    def full_disk(path, text):
+        if Path(path).name == "mobilenet_v3_small_32_bs2_fake.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(results, "atomic_write_text", full_disk)
+    code = run_main(["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--batch-size",
+                     "1,2,3", "--duration", "0.02", "--min-iterations", "3", "--warmup", "0", "--warmup-seconds", "0",
+                     "--threads", "1", "--device", "cpu", "--output-dir", str(tmp_path / "out"), "--cache-dir",
+                     str(tmp_path / "cache")])
+    assert code == 1
+    (run_dir,) = (tmp_path / "out").iterdir()
+    assert sorted(p.name for p in run_dir.glob("*.json")) == ["mobilenet_v3_small_32_bs1_fake.json",
+                                                             "mobilenet_v3_small_32_bs3_fake.json"]
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+    err = capsys.readouterr().err
+    assert "not written: mobilenet_v3_small@32 fake bs2: No space left on device" in err
+
+
+def test_report_inputs_that_overlap_count_once(fakes, tmp_path):
+    from inferbench import analysis
+
+    sweep_dir = _sweep(tmp_path, batch_sizes="1")
+    assert len(analysis.load([tmp_path, sweep_dir, sweep_dir / "mobilenet_v3_small_32_bs1_fake.json"])) == 1
