@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import signal
 import sys
 import tempfile
@@ -34,6 +35,21 @@ def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
     if skipped:
         print("not run here: " + "; ".join(f"{k} ({why})" for k, why in skipped.items()),
               file=stream or sys.stderr)
+
+
+def new_folder(root: Path, name: str, numbered: bool = True) -> Path:
+    """A results folder no other run or sweep shares: created exclusively; ``-2``, ``-3``... if the name is
+    taken (two runs started in the same second), or FileExistsError when ``numbered`` is False."""
+    for i in itertools.count(1):
+        candidate = root / (name if i == 1 else f"{name}-{i}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            if not numbered:
+                raise
+            continue
+    raise AssertionError("unreachable")
 
 
 def exit_status(executed: Any) -> int:

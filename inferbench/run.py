@@ -7,7 +7,6 @@ Exit status: 0 every cell ran and no parity check failed; 1 some cell failed or 
 from __future__ import annotations
 
 import argparse
-import itertools
 import shutil
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .cli import Parser, check_writable, exit_status, guarded, say_skipped
+from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped
 from .config import add_options, build, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
@@ -55,19 +54,6 @@ def list_everything(out: Any = None) -> None:
         print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
 
 
-def new_run_dir(root: Path, name: str) -> Path:
-    """A results folder no other run shares: created exclusively, ``-2``, ``-3``... if the name is taken
-    (two runs started in the same second)."""
-    for i in itertools.count(1):
-        candidate = root / (name if i == 1 else f"{name}-{i}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")
-
-
 def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
     return guarded(prog, _main, argv)
 
@@ -89,7 +75,7 @@ def _main(argv: list[str] | None) -> int:
     first = built.cells[0]
     models = {c.model for c in built.cells}
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
-    run_dir = new_run_dir(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
+    run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .cli import Parser, check_writable, exit_status, guarded, say_skipped
+from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped
 from .config import BY_NAME, Plan, add_options, build, given, read_config_file, record_filename, with_defaults
 from .device import list_gpus
 from .errors import UsageError
@@ -97,9 +97,12 @@ def _main(argv: list[str] | None) -> int:
         check_writable(Path(plan.config.cache_dir), "cache dir")  # every check before the plan is written
         out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for("sweep")))
         check_writable(out_root)
-        sweep_dir = out_root / name
-        if (sweep_dir / PLAN).exists():
-            raise UsageError(f"{sweep_dir} already holds a sweep; use --resume {sweep_dir} or another --name")
+        try:  # created exclusively: no other sweep shares it (a default name is numbered on a clash)
+            sweep_dir = new_folder(out_root, name, numbered="name" not in values)
+        except FileExistsError:
+            held = "holds a sweep; use --resume " + str(out_root / name) + " or" if (out_root / name / PLAN).exists() \
+                else "exists; use"
+            raise UsageError(f"{out_root / name} already {held} another --name") from None
         say_skipped(skipped)
         atomic_write_text(sweep_dir / PLAN, plan.to_json())
     with folder_lock(sweep_dir):

@@ -117,3 +117,16 @@ def test_report_inputs_that_overlap_count_once(fakes, tmp_path):
 
     sweep_dir = _sweep(tmp_path, batch_sizes="1")
     assert len(analysis.load([tmp_path, sweep_dir, sweep_dir / "mobilenet_v3_small_32_bs1_fake.json"])) == 1
+
+
+def test_sweeps_never_share_a_folder(fakes, tmp_path, capsys, monkeypatch):
+    from inferbench import sweep
+
+    _sweep(tmp_path, "named", batch_sizes="1")
+    assert sweep_main([*GRID, "--output-dir", str(tmp_path), "--name", "named"]) == 2
+    assert "named already holds a sweep; use --resume" in capsys.readouterr().err
+    monkeypatch.setattr(sweep.time, "strftime", lambda fmt, *a: "sweep-20260101-000000")
+    for _ in range(2):
+        assert sweep_main([*GRID, "--batch-sizes", "1", "--duration", "0.02", "--output-dir", str(tmp_path / "d"),
+                           "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["sweep-20260101-000000", "sweep-20260101-000000-2"]
