@@ -76,8 +76,9 @@ def _interrupt(signum: int, frame: object) -> None:
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread for as long as a command runs."""
-    try:
-        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:  # a signal the caller ignores (nohup: SIGHUP) stays ignored
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)
+                    if signal.getsignal(s) is not signal.SIG_IGN}
     except ValueError:  # not the main thread (a test runner's worker thread): leave signals alone
         yield
         return
@@ -102,3 +103,7 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         print(f"{prog}: interrupted by {signal.Signals(signum).name}; {interrupted}", file=sys.stderr)
         return 128 + signum
+    except OSError as exc:  # the machine, not the input: a full disk, a folder taken away; one line, exit 1
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1

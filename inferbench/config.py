@@ -447,6 +447,7 @@ class Plan:
                 raise ValueError(f"plan_version {data.get('plan_version')!r}; this inferbench reads "
                                  f"{PLAN_VERSION} (and upgrades 1)")
             plan = decode(cls, data, "plan")
+            check_ranges(plan)
             for i, cell in enumerate(plan.cells):
                 try:
                     cell.check()
@@ -591,15 +592,34 @@ def build(values: dict[str, Any]) -> Built:
         per_cell = timing.min_duration_s + timing.warmup_seconds + 10.0  # + loading, parity, first call
         raise UsageError(f"this grid has {len(cells)} cells (more than {MAX_CELLS}), about "
                          f"{len(cells) * per_cell / 3600:.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
+    check_memory(cells)
+    return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:
+    """The input batch alone must fit in a quarter of the machine's memory, with room for the framework."""
     from .environment import memory_total_gb
 
     memory_gb = memory_total_gb() or math.inf
-    for cell in cells:  # the input batch alone must fit in memory, with room for the framework
+    for cell in cells:
         batch_gb = cell.batch_size * cell.resolution ** 2 * 3 * 4 / 2**30
         if batch_gb > memory_gb / 4:
             raise UsageError(f"batch {cell.batch_size} at {cell.resolution} px is {batch_gb:.1f} GB of input alone; "
                              f"this machine has {memory_gb:.0f} GB")
-    return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def check_ranges(plan: Plan) -> None:
+    """A saved plan's numbers through the same range rules as the flags (a hand edit cannot bypass them)."""
+    c, t = plan.config, plan.config.timing
+    numbers = [("duration", t.min_duration_s), ("warmup_seconds", t.warmup_seconds), ("warmup", t.warmup_iterations),
+               ("min_iterations", t.min_iterations), ("seed", c.seed), ("threads", c.threads),
+               ("timeout", c.timeout_s)]
+    numbers += [(name, value) for cell in plan.cells
+                for name, value in (("batch_sizes", cell.batch_size), ("resolutions", cell.resolution))]
+    for name, value in numbers:
+        if value is not None:
+            BY_NAME[name].check(value if isinstance(value, int) else repr(float(value)), "plan")
+    check_memory(plan.cells)
 
 
 def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:

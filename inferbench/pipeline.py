@@ -130,8 +130,11 @@ class Executed:
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
     """Hold ``folder`` for this process: a second run or ``--resume`` of it is refused with one line."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot use {folder}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -157,7 +160,9 @@ def set_aside_if_unreadable(path: Path) -> str | None:
         results.parse(json.loads(path.read_text()), path.name)
         return None
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = next(a for i in range(1, 10_000) if not (a := path.with_name(
+            f"{path.name}.unreadable-{stamp}" + (f"-{i}" if i > 1 else ""))).exists())  # never over an earlier one
         os.replace(path, aside)
         return f"{path.name} could not be read ({str(exc)[:120]}); moved to {aside.name}, its cell runs again"
 
@@ -205,11 +210,16 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         progress.done += 1
         try:
             results.write_record(run_dir, record)
-            progress.say(cell.label, one_line(record))
-            results.write_summary(run_dir / "summary.csv", records_of(run_dir, cells))
         except OSError as exc:  # disk full, permissions: this cell fails, the others still run
             unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
             progress.say(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}")
+            continue
+        progress.say(cell.label, one_line(record))
+        try:
+            results.write_summary(run_dir / "summary.csv", records_of(run_dir, cells))
+        except OSError as exc:
+            unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
+            progress.say(cell.label, f"summary.csv not written: {unwritten['summary.csv']}")
     return Executed(records_of(run_dir, cells), unwritten)
 
 

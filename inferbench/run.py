@@ -69,8 +69,8 @@ def _main(argv: list[str] | None) -> int:
     config = built.config
     out_root = Path(values["output_dir"])
     new_root = not out_root.exists()
-    check_writable(out_root)
     check_writable(Path(config.cache_dir), "cache dir")
+    check_writable(out_root)
     say_skipped(built.skipped)
     first = built.cells[0]
     models = {c.model for c in built.cells}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -69,12 +70,16 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     gpu = plan.config.device.gpu
     if gpu is not None and gpu.uuid not in {g.uuid for g in list_gpus()}:
         raise UsageError(f"the sweep ran on GPU {gpu.uuid} ({gpu.name}), which this machine does not have")
-    for cell in plan.cells:  # a version-1 sweep named its records without the runner-option tag
+    return plan
+
+
+def adopt_legacy_names(sweep_dir: Path, plan: Plan) -> None:
+    """A version-1 sweep named its records without the runner-option tag (called under the folder's lock)."""
+    for cell in plan.cells:
         legacy = sweep_dir / record_filename(cell.model, cell.resolution, cell.batch_size, cell.framework,
                                              cell.precision)
         if cell.variant and legacy.exists() and not (sweep_dir / cell.filename).exists():
             os.replace(legacy, sweep_dir / cell.filename)
-    return plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,13 +87,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from .pipeline import execute, folder_lock
+    from .pipeline import folder_lock
 
     values = given(build_parser().parse_args(argv))
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_writable(Path(plan.config.cache_dir), "cache dir")
+        with folder_lock(sweep_dir):
+            adopt_legacy_names(sweep_dir, plan)
+            return _run(plan, sweep_dir)
     else:
         plan, skipped = make_plan(values)
         name = str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -104,11 +112,21 @@ def _main(argv: list[str] | None) -> int:
                 else "exists; use"
             raise UsageError(f"{out_root / name} already {held} another --name") from None
         say_skipped(skipped)
-        atomic_write_text(sweep_dir / PLAN, plan.to_json())
-    with folder_lock(sweep_dir):
-        print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
-        # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-        executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False)
+        with folder_lock(sweep_dir):  # held from the plan's write on: no --resume can take the folder first
+            try:
+                atomic_write_text(sweep_dir / PLAN, plan.to_json())
+            except OSError:
+                shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
+                raise
+            return _run(plan, sweep_dir)
+
+
+def _run(plan: Plan, sweep_dir: Path) -> int:
+    from .pipeline import execute
+
+    print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
+    # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
+    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False)
     print(format_summary(executed.records))
     print(f"\nresults: {sweep_dir}/ ; report: python -m inferbench.report {sweep_dir} --out REPORT_DIR")
     return exit_status(executed)

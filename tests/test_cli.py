@@ -67,15 +67,16 @@ def test_bad_input(capsys, tmp_path, argv, message):
     assert not out_dir.exists()  # nothing written, not even an empty folder
 
 
-def test_selftest_errors_say_selftest(capsys, tmp_path):
-    from inferbench.selftest import main as selftest
+def test_selftest_errors_say_selftest(fakes, capsys, tmp_path, monkeypatch):
+    from inferbench import selftest
 
+    monkeypatch.setattr(selftest, "FRAMEWORKS", {"fake": fakes.frameworks()["fake"]})
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert selftest(["--cpu", "--output-dir", str(blocker / "sub")]) in (1, 2)
-    err = capsys.readouterr().err
-    assert "inferbench.run:" not in err
-    assert "inferbench.selftest: error: cannot write to output dir" in err or "running nothing" in err
+    assert selftest.main(["--cpu", "--output-dir", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "selftest on the cpu: running fake"
+    assert err[-1].startswith("inferbench.selftest: error: cannot write to output dir")
 
 
 def test_unwritable_output_dir(capsys, tmp_path):

@@ -206,6 +206,9 @@ def _plan(tmp_path: Path, fakes) -> Path:
     (lambda p: p["config"].update(timeout_s=0), "timeout_s must be a positive finite number"),
     (lambda p: p["config"]["device"].update(kind="tpu"), "device must be the CPU or one GPU"),
     (lambda p: p.update(plan_version=1, settings=[1]), "is not a usable sweep plan"),
+    (lambda p: p["config"]["timing"].update(min_duration_s=1e308), "plan: duration: must be at most 86400"),
+    (lambda p: p["cells"][0].update(batch_size=99999999), "plan: batch_sizes: must be at most 65536"),
+    (lambda p: p["config"].update(seed=2**70), "plan: seed: must be at most 4294967295"),
 ])
 def test_a_hand_edited_plan_is_one_line_and_exit_2(fakes, tmp_path, capsys, edit, message):
     sweep_dir = _plan(tmp_path, fakes)

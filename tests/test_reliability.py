@@ -55,6 +55,40 @@ def test_sigterm_and_sighup_are_interruptions_like_ctrl_c(fakes, tmp_path, sig):
     assert out.strip() == ""  # and so is the worker
 
 
+def test_an_ignored_sighup_stays_ignored(fakes, tmp_path):
+    """Under nohup (SIGHUP ignored) a logout must not stop a sweep."""
+    global LAUNCH
+    plain = LAUNCH
+    LAUNCH = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN); " + plain
+    try:
+        proc, _ = _long_sweep(tmp_path, "nohup")
+    finally:
+        LAUNCH = plain
+    try:
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_full_disk_before_the_plan_leaves_no_sweep_behind(fakes, tmp_path, capsys, monkeypatch):
+    from inferbench import sweep
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(sweep, "atomic_write_text", full)
+    assert sweep_main([*GRID, "--output-dir", str(tmp_path / "out"), "--name", "s",
+                       "--cache-dir", str(tmp_path / "cache")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"inferbench.sweep: error: No space left on device ({tmp_path / 'out' / 's' / 'sweep.json'})"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_a_folder_in_use_is_refused_with_one_line(fakes, tmp_path, capsys):
     proc, _ = _long_sweep(tmp_path, "busy")
     try:

@@ -136,7 +136,7 @@ def _bad(tmp_path: Path, kind: str) -> Path:
     ("empty", "no inferbench result records"),
     ("unrelated", "no inferbench result records"),
     ("mixed", "schema_version 99"),
-    ("incomplete", "incomplete, e.g."),
+    ("incomplete", "cut.json: incomplete record"),
     ("all failed", "no successful measurement among the 1 records (e.g. ImportError: no torch)"),
     ("bad normalise", "cannot normalise to 'nope'"),
 ])
