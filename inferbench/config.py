@@ -304,6 +304,10 @@ def with_defaults(values: dict[str, Any], command: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the typed objects
+#: Short names of runner options in a cell's variant tag (the others: the name with dashes).
+_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile"}
+
+
 @dataclass(frozen=True)
 class RunnerOptions:
     """Runner options that change what is measured: each cell carries the ones its framework takes."""
@@ -333,7 +337,7 @@ class RunnerOptions:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value != getattr(default, f.name):
-                word = f.name.replace("_", "-").replace("include-transfer", "e2e").replace("torch-", "")
+                word = _TAG_WORDS.get(f.name, f.name.replace("_", "-"))
                 parts.append(word if value is True else f"{word}-{value}")
         return "+".join(parts)
 

@@ -192,11 +192,12 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     def group_of(cell: CellKey) -> tuple[tuple[str, int], tuple[int, ...]]:
         group = (cell.model, cell.resolution)
         same = [c for c in cells if (c.model, c.resolution) == group]
+        batch_sizes = tuple(sorted({c.batch_size for c in same}))
         if group not in exports:
             frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
-            exports[group] = ensure_exports(config, cell.model, cell.resolution, frameworks,
-                                            tuple(sorted({c.batch_size for c in same})), progress, strict)
-        return group, tuple(sorted({c.batch_size for c in same}))
+            exports[group] = ensure_exports(config, cell.model, cell.resolution, frameworks, batch_sizes,
+                                            progress, strict)
+        return group, batch_sizes
 
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in todo:
