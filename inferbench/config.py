@@ -204,15 +204,21 @@ OPTIONS: tuple[Option, ...] = (
            command_defaults=(("selftest", 0),)),
     Option("threads", ("--threads",), "intra-op threads for every framework (default: the cores available to "
            "this process; at most the machine's cores)", None, positive_int, metavar="N", maximum=os.cpu_count() or 1),
-    Option("duration", ("--duration",), "minimum seconds of timed inference per cell", _T.min_duration_s,
-           non_negative_float, metavar="S", commands=("run", "sweep", "selftest"),
+    Option("duration", ("--duration",), "minimum seconds of timed inference per cell, all rounds together",
+           _T.min_duration_s, non_negative_float, metavar="S", commands=("run", "sweep", "selftest"),
            command_defaults=(("selftest", 3.0),), maximum=DAY_S),
-    Option("min_iterations", ("--min-iterations",), "minimum timed iterations per cell", _T.min_iterations,
-           positive_int, metavar="N", maximum=10_000_000),
+    Option("min_iterations", ("--min-iterations",), "minimum timed iterations per cell, all rounds together",
+           _T.min_iterations, positive_int, metavar="N", maximum=10_000_000),
     Option("warmup", ("--warmup",), "minimum warm-up calls", _T.warmup_iterations, non_negative_int, metavar="N",
            maximum=1_000_000),
     Option("warmup_seconds", ("--warmup-seconds",), "minimum warm-up seconds", _T.warmup_seconds,
            non_negative_float, metavar="S", maximum=DAY_S),
+    Option("pass_env", ("--pass-env",), "shell variables to pass on to the frameworks (TF_XLA_FLAGS, OMP_*, "
+           "ORT_*, ... are otherwise set by inferbench, never inherited; recorded either way)", [], names,
+           metavar="VAR[,VAR...]"),
+    Option("rounds", ("--rounds",), "rounds per cell: every cell of a group measures one block per round, in a "
+           "fresh random order; intervals come from the variation between rounds", _T.rounds, positive_int,
+           metavar="N", maximum=10_000),
     Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
            positive_float, metavar="S", maximum=7 * DAY_S),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
@@ -414,6 +420,7 @@ class RunConfig:
     cache_dir: str
     timeout_s: float | None = None
     scenario: str = "inference"
+    pass_env: tuple[str, ...] = ()  # shell variables passed on to the children on purpose
 
     def __post_init__(self) -> None:
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
@@ -496,6 +503,7 @@ class CellJob:
     artifact: str | None  # the file or folder the runner loads (None: it builds its own model)
     group_batch_sizes: tuple[int, ...]  # every batch size of this (model, resolution) in the run (TensorRT profiles)
     idle_seconds: float = 2.0
+    interleaving: dict[str, Any] = field(default_factory=dict)  # the group its rounds were interleaved with
 
 
 @dataclass(frozen=True)
@@ -571,11 +579,13 @@ def build(values: dict[str, Any]) -> Built:
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
     timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=values["warmup_seconds"],
-                          min_duration_s=values["duration"], min_iterations=values["min_iterations"])
+                          min_duration_s=values["duration"], min_iterations=values["min_iterations"],
+                          rounds=values["rounds"])
     cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
-                       cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"])
+                       cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
+                       pass_env=tuple(values["pass_env"]))
     cells: list[CellKey] = []
     skipped: dict[str, str] = {}
     explicit = "all" not in values["frameworks"]
@@ -616,7 +626,7 @@ def check_ranges(plan: Plan) -> None:
     """A saved plan's numbers through the same range rules as the flags (a hand edit cannot bypass them)."""
     c, t = plan.config, plan.config.timing
     numbers = [("duration", t.min_duration_s), ("warmup_seconds", t.warmup_seconds), ("warmup", t.warmup_iterations),
-               ("min_iterations", t.min_iterations), ("seed", c.seed), ("threads", c.threads),
+               ("min_iterations", t.min_iterations), ("rounds", t.rounds), ("seed", c.seed), ("threads", c.threads),
                ("timeout", c.timeout_s)]
     numbers += [(name, value) for cell in plan.cells
                 for name, value in (("batch_sizes", cell.batch_size), ("resolutions", cell.resolution))]

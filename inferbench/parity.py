@@ -117,3 +117,37 @@ def not_applicable(reason: str) -> dict[str, Any]:
         "status": "not_applicable", "reason": reason, "max_abs_err": None, "max_rel_err": None,
         "cosine": None, "top1_agreement": None,
     }
+
+
+def combine(reference: dict[str, Any], timed: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
+    """One parity block from the check on the 16 reference inputs and the one on the timed batch (None:
+    no reference for it): the worse metrics of the two, failed if either failed, naming which."""
+    checks = {f"reference inputs ({reference.get('inputs')})": reference}
+    if timed is not None:
+        checks[f"timed batch ({batch_size})"] = timed
+    failed = [f"{name}: {c.get('reason')}" for name, c in checks.items() if c["status"] != "passed"]
+    values = [c for c in checks.values() if c.get("max_rel_err") is not None]
+    out = dict(reference)
+
+    def worst(key: str, pick: Any) -> Any:
+        vals = [c[key] for c in values if c.get(key) is not None]
+        return pick(vals) if vals else None
+
+    out.update(status="failed" if failed else "passed", reason="; ".join(failed) or None,
+               max_abs_err=worst("max_abs_err", max), max_rel_err=worst("max_rel_err", max),
+               cosine=worst("cosine", min), top1_agreement=worst("top1_agreement", min),
+               checked_batch_sizes=[int(reference.get("inputs") or 0)] + ([batch_size] if timed is not None else []))
+    return out
+
+
+def sanity(outputs: np.ndarray) -> dict[str, Any]:
+    """A framework with its own weights cannot be compared with the reference: its outputs on the
+    reference inputs must at least be finite and vary across classes and inputs. Such a row is shown
+    as unverified and never ranked."""
+    out = np.asarray(outputs, dtype=np.float64)
+    block = not_applicable("own-weights")
+    try:
+        facts = check_reference(out)
+    except DegenerateReference as exc:
+        return {**block, "status": "failed", "reason": f"own weights, and {exc}"}
+    return {**block, "sanity": facts}

@@ -48,15 +48,49 @@ class Progress:
               file=self.stream, flush=True)
 
 
+#: Variables that change what a framework computes or how fast. A child never inherits them from the
+#: shell: inferbench sets the ones it needs (threads, device, backend, logging) and drops the rest,
+#: unless the user passes one on by name (``--pass-env``); the record's ``config.child_env`` holds them all.
+CONTROLLED_NAMES = ("TF_XLA_FLAGS", "XLA_FLAGS", "KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                    "LD_PRELOAD", "NVIDIA_TF32_OVERRIDE")
+CONTROLLED_PREFIXES = ("TF_", "XLA_", "OMP_", "MKL_", "KMP_", "GOMP_", "DNNL_", "ONEDNN_", "ORT_", "OPENBLAS_",
+                       "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "OV_", "OPENVINO_", "JAX_", "MALLOC_")
+
+
+#: Terraform's variables share TensorFlow's TF_ prefix and change nothing here.
+TERRAFORM_PREFIXES = ("TF_CLI_", "TF_VAR_", "TF_LOG", "TF_IN_AUTOMATION", "TF_WORKSPACE", "TF_DATA_DIR",
+                      "TF_PLUGIN_CACHE_DIR", "TF_INPUT", "TF_REGISTRY_", "TF_TOKEN_")
+
+
+def controlled(name: str) -> bool:
+    return (name in CONTROLLED_NAMES or name.startswith(CONTROLLED_PREFIXES)) and not name.startswith(
+        TERRAFORM_PREFIXES)
+
+
 def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | None = None) -> dict[str, str]:
-    """What a child process is started with on top of the parent's environment: the device it may see,
-    the thread count, and the variables its framework takes from the cell's runner options."""
+    """The whole environment a child process starts with: the parent's, minus every controlled variable
+    (:func:`controlled`), plus what inferbench sets (the device it may see, the thread count, oneDNN on,
+    the variables its framework takes from the cell's runner options) and what ``--pass-env`` names."""
     from .isolate import thread_env
 
-    env = {**config.device.child_env(), **thread_env(config.threads)}
+    env = {k: v for k, v in os.environ.items() if not controlled(k)}
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": "tensorflow",
+                "TORCHINDUCTOR_CACHE_DIR": str(Path(config.cache_dir) / "torchinductor"),
+                **config.device.child_env(), **thread_env(config.threads)})
     if fw is not None and cell is not None:
         env.update(fw.child_env(cell.options))
+    env.update({k: os.environ[k] for k in config.pass_env if k in os.environ})
     return env
+
+
+def recorded_env(env: dict[str, str]) -> dict[str, str]:
+    """The controlled part of a child's environment, as recorded with each result."""
+    return {k: v for k, v in sorted(env.items()) if controlled(k)}
+
+
+def ignored_shell_variables(config: RunConfig) -> list[str]:
+    """Controlled variables set in this shell that the children will not see (not passed on)."""
+    return sorted(k for k in os.environ if controlled(k) and k not in config.pass_env)
 
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
@@ -83,11 +117,16 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             failed[kind] = root if root.startswith("needs the ") else \
                 f"needs the {blocked[0]} export, which failed: {root}"
             continue
-        if artifact_cache.cached(folder, kind):
+        entry = artifact_cache.cached(folder, kind)
+        sizes = batch_sizes
+        if entry and EXPORTERS[kind].per_batch_size:  # one file per batch size: add the missing ones
+            sizes = tuple(sorted({*entry.get("batch_sizes", ()), *batch_sizes}))
+            entry = entry if set(batch_sizes) <= set(entry.get("batch_sizes", ())) else None
+        if entry:
             progress.say(label, "cached")
             continue
         t0 = time.monotonic()
-        job = job_for(kind, folder, model, resolution, config.weights, config.seed, batch_sizes, key_inputs)
+        job = job_for(kind, folder, model, resolution, config.weights, config.seed, sizes, key_inputs)
         res = run_child(job, child_env(config), lambda phase, lb=label: progress.say(lb, phase), config.timeout_s)
         if res.ok:
             notes = (res.export or {}).get("notes") or []
@@ -100,25 +139,42 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     return folder, failed
 
 
-def run_cell(config: RunConfig, cell: CellKey, folder: Path, failed_exports: dict[str, str], run_id: str,
-             environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress) -> results.Record:
+def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],
+             interleaving: dict[str, Any]) -> CellJob:
     from .exporters import EXPORTERS
-    from .isolate import run_child
 
     fw = get_framework(cell.framework)
     artifact = None if fw.artifact == "none" else str(folder / EXPORTERS[fw.artifact].path)
-    job = CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
-                  group_batch_sizes=batch_sizes)
-    env = child_env(config, fw, cell)
-    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
+                   group_batch_sizes=batch_sizes, interleaving=interleaving)
+
+
+def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str]) -> str | None:
+    fw = get_framework(cell.framework)
     reason = unavailable_reason(fw, config.device.kind)
     if reason is None and fw.artifact in failed_exports:
         reason = f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}"
-    if reason is not None:
-        outcome = ChildResult(ok=False, error=reason)
-    else:
-        outcome = run_child(job, env, lambda phase: progress.say(cell.label, phase), config.timeout_s)
-    return results.Record.of(job, run_id, created, environment, env, outcome)
+    return reason
+
+
+def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
+              environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress) -> list[results.Record]:
+    """The records of one group's cells, measured together in interleaved rounds (:mod:`inferbench.rounds`)."""
+    from .rounds import measure_group
+
+    c = cells[0]
+    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}", "group_cells": len(cells)}
+    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving) for cell in cells}
+    envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
+    outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
+                if (reason := cannot_run(config, cell, failed_exports)) is not None}
+    runnable = [cell for cell in cells if cell not in outcomes]
+    measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
+                             config.seed + sum(map(ord, interleaving["group"])), progress.say, config.timeout_s)
+    outcomes.update(zip(runnable, measured))
+    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return [results.Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell])
+            for cell in cells]
 
 
 @dataclass
@@ -171,13 +227,20 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
-    Records are written one by one, atomically, under the cell's file name: an interrupted run (Ctrl-C
-    or a kill) loses at most the cell in progress, and running ``execute`` again on the same folder
-    resumes without repeating or duplicating a cell. A record that cannot be read is set aside and its
+    The cells of one model, resolution and batch size form a group, measured together in interleaved
+    rounds; the groups run one after another. Records are written atomically under the cell's file
+    name when their group ends: an interrupted run (Ctrl-C or a kill) loses at most the group in
+    progress, and running ``execute`` again on the same folder resumes without repeating or
+    duplicating a cell. A record that cannot be read is set aside and its
     cell runs again; a record that cannot be written (disk full, permissions) fails that cell only.
     """
     from .environment import capture
 
+    ignored = ignored_shell_variables(config)
+    if ignored:
+        print(f"inferbench: not passed on to the frameworks (they change what is measured; inferbench sets its own "
+              f"values, recorded in config.child_env; --pass-env NAME passes one on): {', '.join(ignored)}",
+              file=sys.stderr)
     for cell in cells:
         note = set_aside_if_unreadable(run_dir / cell.filename)
         if note:
@@ -202,25 +265,29 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in todo:
             group_of(cell)
+    groups: dict[tuple[str, int, int], list[CellKey]] = {}
     for cell in todo:
-        group, batch_sizes = group_of(cell)
+        groups.setdefault((cell.model, cell.resolution, cell.batch_size), []).append(cell)
+    for same in groups.values():
+        group, batch_sizes = group_of(same[0])
         folder, failed = exports[group]
         t0 = time.monotonic()
-        record = run_cell(config, cell, folder, failed, run_id, environment, batch_sizes, progress)
-        progress.cell_seconds.append(time.monotonic() - t0)
-        progress.done += 1
+        records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress)
+        progress.cell_seconds += [(time.monotonic() - t0) / len(same)] * len(same)
+        progress.done += len(same)
+        for cell, record in zip(same, records):
+            try:
+                results.write_record(run_dir, record)
+            except OSError as exc:  # disk full, permissions: this cell fails, the others still run
+                unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
+                progress.say(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}")
+                continue
+            progress.say(cell.label, one_line(record))
         try:
-            results.write_record(run_dir, record)
-        except OSError as exc:  # disk full, permissions: this cell fails, the others still run
-            unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-            progress.say(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}")
-            continue
-        progress.say(cell.label, one_line(record))
-        try:
-            results.write_summary(run_dir / "summary.csv", records_of(run_dir, cells))
+            results.write_summary(run_dir, records_of(run_dir, cells))
         except OSError as exc:
             unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-            progress.say(cell.label, f"summary.csv not written: {unwritten['summary.csv']}")
+            progress.say("summary.csv", f"not written: {unwritten['summary.csv']}")
     return Executed(records_of(run_dir, cells), unwritten)
 
 
@@ -238,7 +305,8 @@ def one_line(rec: results.Record) -> str:
     if rec.status != "ok" or rec.latency_ms is None:
         return f"FAILED: {rec.error}"
     lat = rec.latency_ms
-    ci = lat["p50_ci95"]
-    noisy = "  NOISY" if lat["noisy"] else ""
-    return (f"p50 {lat['p50']:.3f} ms [{ci[0]:.3f}, {ci[1]:.3f}]  {rec.throughput_per_s:.1f}/s  "
-            f"parity {rec.parity['status']}{noisy}")
+    ci = lat.get("p50_ci95")
+    interval = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    unstable = "  UNSTABLE" if lat["stability"]["verdict"] == "unstable" else ""
+    return (f"p50 {lat['p50']:.3f} ms{interval}  {rec.throughput_per_s:.1f}/s  "
+            f"parity {rec.parity['status']}{unstable}")

@@ -79,13 +79,15 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 
     table = analysis.ok(df).sort_values(["device_name", "cell", "batch_size", "p50_ms"])
     summary = table.assign(
-        p50_ci=[f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
-        noisy=table["latency_ms.noisy"].map({True: "noisy", False: ""}),
+        p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) else "")
+                for a, ci in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
+        stability=table["latency_ms.stability.verdict"],
     )[["device_name", "cell", "batch_size", "framework", "parity.status", "p50_ci", "p99_ms", "latency_ms.n",
-       "throughput", "noisy"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
-                                                "throughput": "samples/s", "parity.status": "parity"})
-    md += ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval is a "
-           "bootstrap 95% CI of the median.", "", _md_table(summary), ""]
+       "throughput", "stability"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
+                                                    "throughput": "samples/s", "parity.status": "parity"})
+    md += ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval of the "
+           "median comes from the variation between rounds (records from before rounds have none); stability "
+           "is about that estimate. Only cells whose outputs passed parity are ranked.", "", _md_table(summary), ""]
 
     def figure(name: str, fig: Any, caption: str) -> None:
         if fig is None:

@@ -12,6 +12,13 @@ Schema history (``schema_version``):
       (``config.timing`` is the timing after any energy extension; ``timing.config`` is gone); short
       codes instead of sentences as values (``timing.timed_region``, ``runner.sync``, ...; README's
       schema table says what each means). Every schema-1 record is upgraded on load.
+  3 — issue 9: cells measured in interleaved rounds. ``raw_rounds`` (the round of each raw latency),
+      ``timing.rounds`` (one entry per block), ``timing.group``/``group_cells`` (the cells interleaved
+      together); ``latency_ms.p50_ci95`` from the variation between rounds (``between-rounds-t-95``) and
+      ``latency_ms.stability`` instead of ``noisy``/``noisy_reasons``; ``parity.checked_batch_sizes``;
+      ``memory.timed_peak_host_mb``. Upgrading a schema-2 record moves its iid interval to
+      ``latency_ms.p50_ci95_iid`` (it was too narrow to use: iterations are not independent) and sets
+      ``p50_ci95`` to null and ``stability.verdict`` to ``unknown``.
 """
 
 from __future__ import annotations
@@ -38,11 +45,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import CellJob, ChildResult
 
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
-SUPPORTED_SCHEMAS = frozenset({1, 2})
+SUPPORTED_SCHEMAS = frozenset({1, 2, 3})
 SUMMARY_COLUMNS = (
     "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "status", "parity",
     "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p99_ms", "mean_ms", "cv", "n",
-    "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb", "noisy", "error",
+    "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb", "rounds", "stability", "error",
 )
 STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
@@ -72,6 +79,7 @@ class Record:
     created_at: str
     traceback: str | None = None
     raw_latencies_ms: list[float] | None = None
+    raw_rounds: list[int] | None = None
     timing: dict[str, Any] | None = None
     cold_start: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
@@ -149,7 +157,23 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A record of any supported schema as the current schema (the file itself is left as it is)."""
     if data.get("schema_version") == 1:
         data = _v1_to_v2(data)
+    if data.get("schema_version") == 2:
+        data = _v2_to_v3(data)
     return data
+
+
+def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
+    rec = json.loads(json.dumps(old))  # a deep copy
+    rec["schema_version"] = 3
+    lat = rec.get("latency_ms")
+    if isinstance(lat, dict):
+        lat.pop("noisy", None)
+        lat.pop("noisy_reasons", None)
+        lat["p50_ci95_iid"] = lat.get("p50_ci95")
+        lat["p50_ci95"] = None
+        lat["stability"] = {"verdict": "unknown", "rounds": 1, "half_width": None, "drift": None,
+                            "advice": "measured before rounds (schema 2): no interval"}
+    return rec
 
 
 def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
@@ -259,18 +283,27 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "load_s": cold.get("load_s"),
         "first_call_s": cold.get("first_call_s"),
         "peak_host_memory_mb": (record.get("memory") or {}).get("peak_host_mb"),
-        "noisy": lat.get("noisy"),
+        "rounds": (lat.get("stability") or {}).get("rounds"),
+        "stability": (lat.get("stability") or {}).get("verdict"),
         "error": record.get("error"),
     }
 
 
-def write_summary(path: Path, records: Iterable[dict[str, Any]]) -> None:
+def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> None:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS))
+    writer = csv.DictWriter(buf, fieldnames=list(columns))
     writer.writeheader()
-    for rec in records:
-        writer.writerow(summary_row(rec))
+    writer.writerows(rows)
     atomic_write_text(path, buf.getvalue())
+
+
+def write_summary(folder: Path, records: list[dict[str, Any]]) -> None:
+    """``summary.csv`` (one row per cell) and ``comparisons.csv`` (each cell against its group's fastest
+    verified cell, :func:`inferbench.ranking.comparison_rows`) in ``folder``."""
+    from .ranking import COMPARISON_COLUMNS, comparison_rows
+
+    write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
+    write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
 
 
 # --------------------------------------------------------------------------- reading
@@ -318,7 +351,8 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     """A folder (or file) of result records as a DataFrame, one row per cell, at the current schema.
 
     Nested blocks are flattened with dots (``latency_ms.p50``, ``parity.status``,
-    ``environment.cpu.model``); raw latencies stay a list column (``raw_latencies_ms``).
+    ``environment.cpu.model``); raw latencies and their rounds stay list columns (``raw_latencies_ms``,
+    ``raw_rounds``).
     """
     import pandas as pd
 
@@ -328,7 +362,8 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise UsageError(f"no inferbench result records found under {path}{also}")
     for line in skipped:  # every file left out is named, with the reason
         print(f"inferbench: skipped {line}", file=sys.stderr)
-    raw = [r.get("raw_latencies_ms") for r in records]
-    flat = pd.json_normalize([{k: v for k, v in r.items() if k != "raw_latencies_ms"} for r in records])
-    flat["raw_latencies_ms"] = raw
+    raw = ("raw_latencies_ms", "raw_rounds")
+    flat = pd.json_normalize([{k: v for k, v in r.items() if k not in raw} for r in records])
+    for key in raw:
+        flat[key] = [r.get(key) for r in records]
     return flat

@@ -17,19 +17,19 @@ def format_summary(records: list[dict[str, Any]]) -> str:
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
     header = (("model@res",) if multi else ()) + (
-        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "CV", "samples/s", "load s",
+        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "samples/s", "load s",
         "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (("W", "J/inf") if energy else ())
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
         ci = lat.get("p50_ci95")
         cold = r.get("cold_start") or {}
-        p50 = "-" if not lat else f"{lat['p50']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" + (" *" if lat["noisy"] else "")
+        p50 = "-" if not lat else f"{lat['p50']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
         status = r["status"] if r["status"] == "ok" else "FAILED"
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
-            "-" if not lat else f"{lat['cv']:.1%}", _fmt(r.get("throughput_per_s"), ".1f"),
+            _stability(lat), _fmt(r.get("throughput_per_s"), ".1f"),
             _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
             _fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
@@ -39,16 +39,28 @@ def format_summary(records: list[dict[str, Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    if any((r.get("latency_ms") or {}).get("noisy") for r in records):
-        lines.append("* noisy measurement (CV or IQR/median above 10%): treat small differences with care")
     for r in records:
+        advice = ((r.get("latency_ms") or {}).get("stability") or {}).get("advice")
         if r["status"] != "ok":
             lines.append(f"{record_name(r)} bs{r['batch_size']} failed: {r['error']}")
         elif r["parity"]["status"] == "failed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
                          "not ranked")
+        elif r["parity"]["status"] != "passed":
+            lines.append(f"{record_name(r)} bs{r['batch_size']} UNVERIFIED ({r['parity'].get('reason')}: outputs "
+                         "not checked against the reference): not ranked")
+        if r["status"] == "ok" and advice and r["latency_ms"]["stability"]["verdict"] == "unstable":
+            lines.append(f"{record_name(r)} bs{r['batch_size']} unstable: {advice}")
     lines += _winners(records)
     return "\n".join(lines)
+
+
+def _stability(lat: dict[str, Any]) -> str:
+    st = lat.get("stability") or {}
+    if not st:
+        return "-"
+    half = st.get("half_width")
+    return st["verdict"] + (f" +-{half:.1%}" if half is not None else "")
 
 
 def _device_mb(memory: dict[str, Any]) -> str:
@@ -61,18 +73,19 @@ def _device_mb(memory: dict[str, Any]) -> str:
 
 
 def _winners(records: list[dict[str, Any]]) -> list[str]:
-    """Fastest framework per model, resolution and batch size among the ranked cells."""
+    """Fastest framework per model, resolution, batch size and precision among the ranked cells."""
     out = []
-    for model, res, bs in sorted({(r["model"], r["resolution"], r["batch_size"]) for r in records}):
-        group = [r for r in records if (r["model"], r["resolution"], r["batch_size"]) == (model, res, bs)]
+    key = ("model", "resolution", "batch_size", "precision")
+    for model, res, bs, prec in sorted({tuple(r[k] for k in key) for r in records}):
+        group = [r for r in records if tuple(r[k] for k in key) == (model, res, bs, prec)]
         ranked = contenders(group, lambda r: r["status"], lambda r: r["parity"]["status"],
                             lambda r: r["latency_ms"]["p50"])
         if not ranked:
             continue
         best = ranked[0]
-        line = f"fastest for {model}@{res} batch {bs}: {record_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
+        at = f"{model}@{res} batch {bs}" + ("" if prec == "fp32" else f" {prec}")
+        line = f"fastest for {at}: {record_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
         if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
-            line += "; " + verdict(record_name(best), best["raw_latencies_ms"], record_name(ranked[1]),
-                                   ranked[1]["raw_latencies_ms"])
+            line += "; " + verdict(record_name(best), best, record_name(ranked[1]), ranked[1])
         out.append(line)
     return out

@@ -2,9 +2,13 @@
 
 Process plumbing only: read a job (:mod:`inferbench.config`), run it (an export, or a cell through its
 scenario, :mod:`inferbench.scenarios`), write the :class:`~inferbench.config.ChildResult` atomically.
-Each export and each cell runs in a fresh interpreter, so no two frameworks ever share a process
-(thread pools, allocators and CUDA contexts fight). Progress goes to stdout as ``@@inferbench <phase>``
-lines.
+Each export and each cell runs in a process of its own, so no two frameworks ever share one (thread
+pools, allocators and CUDA contexts fight).
+
+Messages to the parent are JSON lines on the pipe ``INFERBENCH_CHANNEL_FD`` (``{"progress": phase}``,
+``{"ready": true}``, ``{"block": {...}}``). A cell's worker sets up its session, says ready, then
+measures one block per ``{"block": R}`` line on stdin until ``{"finish": true}`` (see
+:mod:`inferbench.rounds`). Any failure ends the worker with a failed result.
 """
 
 from __future__ import annotations
@@ -15,35 +19,59 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from .codec import encode
 from .config import CellJob, ChildResult, job_from_json
 from .errors import MissingDependency, UsageError
 
-PROGRESS_PREFIX = "@@inferbench "
+_channel: Any = None
+
+
+def send(message: dict[str, Any]) -> None:
+    if _channel is not None:
+        _channel.write(json.dumps(message, allow_nan=True) + "\n")
+        _channel.flush()
 
 
 def emit(phase: str) -> None:
-    print(PROGRESS_PREFIX + phase, flush=True)
+    send({"progress": phase})
 
 
-def run_job(text: str) -> ChildResult:
-    """Run one job; every failure comes back as a result, never as an exception."""
+def failure(exc: BaseException) -> ChildResult:
+    if isinstance(exc, (UsageError, MissingDependency)):
+        return ChildResult(ok=False, error=str(exc), usage_error=isinstance(exc, UsageError))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return ChildResult(ok=False, error=f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
+                       traceback=traceback.format_exc())
+
+
+def run_job(text: str, commands: Any = None) -> ChildResult:
+    """Run one job; every failure comes back as a result, never as an exception. A cell reads its
+    commands from ``commands`` (lines; stdin in a worker)."""
     try:
         job = job_from_json(text)
         if isinstance(job, CellJob):
-            from .scenarios import get_scenario
-
-            return ChildResult(ok=True, cell=get_scenario(job.cell.scenario)(job, emit))
+            return serve(job, sys.stdin if commands is None else commands)
         from .exporters import run
 
         return ChildResult(ok=True, export=run(job, emit))
-    except (UsageError, MissingDependency) as exc:
-        return ChildResult(ok=False, error=str(exc), usage_error=isinstance(exc, UsageError))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failed row
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return ChildResult(ok=False, error=f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
-                           traceback=traceback.format_exc())
+        return failure(exc)
+
+
+def serve(job: CellJob, commands: Any) -> ChildResult:
+    from .scenarios import get_scenario
+
+    session = get_scenario(job.cell.scenario)(job, emit)
+    send({"ready": True})
+    for line in commands:
+        command = json.loads(line)
+        if "block" in command:
+            send({"block": session.block(int(command["block"]))})
+        elif command.get("finish"):
+            return ChildResult(ok=True, cell=session.finish())
+    raise RuntimeError("the parent stopped sending commands")
 
 
 def die_with_parent() -> None:
@@ -65,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     die_with_parent()
     job_path, result_path = Path(args[0]), Path(args[1])
+    global _channel
+    fd = os.environ.get("INFERBENCH_CHANNEL_FD")
+    _channel = os.fdopen(int(fd), "w") if fd else None
     result = run_job(job_path.read_text())
     from .results import atomic_write_text
 

@@ -59,7 +59,9 @@ class FakeRunner(Runner):
         return _logits(self.weights, prepared)
 
     def details(self) -> dict[str, Any]:
-        return {"sync": "none-cpu", "intra_op_threads": self.threads, "keras_backend": self.env_backend}
+        seen = {k: os.environ.get(k) for k in ("TF_XLA_FLAGS", "OMP_NUM_THREADS", "ORT_FAKE", "KERAS_BACKEND")}
+        return {"sync": "none-cpu", "intra_op_threads": self.threads, "keras_backend": self.env_backend,
+                "environment_seen": seen}
 
 
 class WrongRunner(FakeRunner):
@@ -69,6 +71,15 @@ class WrongRunner(FakeRunner):
         super().load(ctx)
         self.weights = self.weights.copy()
         self.weights[0, 0] += 5.0
+
+
+class BatchBugRunner(FakeRunner):
+    """Right on the 16 reference inputs, wrong at other batch sizes (as a program compiled for the
+    timed batch shape can be)."""
+
+    def call(self, prepared: Any) -> Any:
+        out = super().call(prepared)
+        return out if len(prepared) == 16 else out * 1.01
 
 
 class CrashRunner(FakeRunner):
@@ -88,7 +99,7 @@ class SlowRunner(FakeRunner):
 
 FAKES = {
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
-    "fake-slow": "SlowRunner",
+    "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner",
 }
 
 
@@ -100,10 +111,12 @@ def frameworks() -> dict[str, Framework]:
 
 
 def register(registry: dict[str, Framework] | None = None, exporters: dict[str, Exporter] | None = None) -> None:
-    """Add the fake frameworks and put the fake exporter in the Keras exporter's place."""
+    """Add the fake frameworks and put the fake exporters in the Keras and reference exporters' place."""
     from inferbench import exporters as ex
     from inferbench import frameworks as fw
 
     (fw.FRAMEWORKS if registry is None else registry).update(frameworks())
-    (ex.EXPORTERS if exporters is None else exporters)["keras"] = Exporter(
-        "keras", "fakes", (), ("numpy",), "test", WEIGHTS)
+    registry = ex.EXPORTERS if exporters is None else exporters
+    registry["keras"] = Exporter("keras", "fakes", (), ("numpy",), "test", WEIGHTS)
+    registry["reference"] = Exporter("reference", "fakes_reference", ("keras",), ("numpy",), "test", "reference",
+                                     per_batch_size=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferbench.measure.stats import bootstrap_median_ci, compare_medians, summarize
-from inferbench.measure.timing import TimingConfig, run_timed
+from inferbench.measure.stats import compare, iid_compare, stability, summarize, t975
+from inferbench.measure.timing import BLOCK_WARMUP_CALLS, TimingConfig, run_timed
 
 
 class FakeClock:
@@ -35,11 +35,12 @@ class FakeClock:
 
 def test_loop_times_every_call_including_sync():
     clock = FakeClock([0.010] * 1000, sync_cost=0.002)
-    cfg = TimingConfig(warmup_iterations=3, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=20)
+    cfg = TimingConfig(warmup_iterations=3, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=20, rounds=2)
     m = run_timed(clock.call, clock.sync, cfg, clock=clock)
     assert m.warmup_iterations == 3
-    assert m.iterations == 20
-    assert clock.calls == clock.syncs == 23
+    assert m.iterations == 20 and [len(b.latencies_s) for b in m.blocks] == [10, 10]
+    assert m.rounds == [0] * 10 + [1] * 10
+    assert clock.calls == clock.syncs == 3 + 2 * (BLOCK_WARMUP_CALLS + 10)  # each block warms up once, untimed
     assert m.latencies_s == pytest.approx([0.012] * 20)
     assert m.window_s == pytest.approx(0.24)
     assert m.throughput(batch_size=4) == pytest.approx(20 * 4 / 0.24)
@@ -47,32 +48,33 @@ def test_loop_times_every_call_including_sync():
 
 def test_warmup_needs_count_and_time():
     clock = FakeClock([0.125] * 1000)
-    cfg = TimingConfig(warmup_iterations=2, warmup_seconds=1.0, min_duration_s=0.0, min_iterations=1)
+    cfg = TimingConfig(warmup_iterations=2, warmup_seconds=1.0, min_duration_s=0.0, min_iterations=1, rounds=1)
     m = run_timed(clock.call, clock.sync, cfg, clock=clock)
     assert m.warmup_iterations == 8  # 2 calls were not enough: 1 s of warm-up needs 8
     assert m.warmup_s == pytest.approx(1.0)
 
 
-def test_measures_until_duration_and_count_are_both_reached():
+def test_each_block_measures_its_share_of_duration_and_count():
     clock = FakeClock([0.125] * 1000)
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=2.0, min_iterations=5)
-    assert run_timed(clock.call, clock.sync, cfg, clock=clock).iterations == 16
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=4.0, min_iterations=5, rounds=2)
+    m = run_timed(clock.call, clock.sync, cfg, clock=clock)
+    assert [len(b.latencies_s) for b in m.blocks] == [16, 16]  # 2 s per block
     clock = FakeClock([0.5] * 1000)
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=0.1, min_iterations=7)
-    assert run_timed(clock.call, clock.sync, cfg, clock=clock).iterations == 7
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=0.1, min_iterations=7, rounds=2)
+    assert [len(b.latencies_s) for b in run_timed(clock.call, clock.sync, cfg, clock=clock).blocks] == [4, 4]
 
 
 def test_throughput_is_from_the_window_not_mean_latency():
     # One slow outlier: samples/window differs from batch/mean only if computed the wrong way round
-    costs = [0.01] * 9 + [0.11]
+    costs = [0.01] * 10 + [0.11] + [0.01] * 10
     clock = FakeClock(costs)
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=10)
-    m = run_timed(clock.call, clock.sync, cfg, clock=clock)
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=10, rounds=1)
+    m = run_timed(clock.call, clock.sync, cfg, clock=clock)  # the first call is the block's untimed warm-up
     assert m.window_s == pytest.approx(0.2)
     assert m.throughput(1) == pytest.approx(50.0)
 
 
-def test_monitors_bracket_the_window_only():
+def test_monitors_bracket_each_block_only():
     events: list[tuple[str, int]] = []
     clock = FakeClock([0.01] * 100)
 
@@ -84,10 +86,10 @@ def test_monitors_bracket_the_window_only():
             events.append(("stop", clock.calls))
             return {"window": window_s}
 
-    cfg = TimingConfig(warmup_iterations=4, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=6)
+    cfg = TimingConfig(warmup_iterations=4, warmup_seconds=0.0, min_duration_s=0.0, min_iterations=6, rounds=2)
     m = run_timed(clock.call, clock.sync, cfg, clock=clock, monitors=[("energy", Monitor())])
-    assert events == [("start", 4), ("stop", 10)]
-    assert m.monitors["energy"]["window"] == pytest.approx(0.06)
+    assert events == [("start", 5), ("stop", 8), ("start", 9), ("stop", 12)]
+    assert [b.monitors["energy"]["window"] for b in m.blocks] == pytest.approx([0.03, 0.03])
 
 
 def test_config_rejects_nonsense():
@@ -95,6 +97,8 @@ def test_config_rejects_nonsense():
         TimingConfig(min_iterations=0)
     with pytest.raises(ValueError):
         TimingConfig(warmup_seconds=-1)
+    with pytest.raises(ValueError):
+        TimingConfig(rounds=0)
 
 
 def test_summary_statistics_are_exact():
@@ -106,33 +110,80 @@ def test_summary_statistics_are_exact():
     assert s["p90"] == pytest.approx(4.6)  # linear interpolation (type 7): 1 + 0.9 * 4
     assert s["p99"] == pytest.approx(4.96)
     assert "linear" in s["percentile_rule"]
-    lo, hi = s["p50_ci95"]
-    assert lo <= 3.0 <= hi
+    # one round (no round indices): no interval, and the verdict says why
+    assert s["p50_ci95"] is None and s["stability"]["verdict"] == "unknown"
 
 
-def test_noisy_flag():
-    quiet = summarize([10.0 + 0.01 * (i % 3) for i in range(200)])
-    assert not quiet["noisy"] and quiet["noisy_reasons"] == []
-    noisy = summarize([10.0 if i % 2 else 14.0 for i in range(200)])
-    assert noisy["noisy"]
-    assert any("CV" in r for r in noisy["noisy_reasons"])
+def test_p50_interval_comes_from_the_rounds():
+    # 4 rounds whose medians are 10, 10.5, 9.5 and 10: the interval is t(3) * sd(log medians) / 2 around p50
+    lat = [v for m in (10.0, 10.5, 9.5, 10.0) for v in (m - 0.1, m, m + 0.1)]
+    rounds = [r for r in range(4) for _ in range(3)]
+    s = summarize(lat, rounds)
+    logs = np.log([10.0, 10.5, 9.5, 10.0])
+    half = t975(3) * logs.std(ddof=1) / 2
+    assert s["p50_ci95"] == pytest.approx([s["p50"] * np.exp(-half), s["p50"] * np.exp(half)])
+    assert s["ci_method"] == "between-rounds-t-95"
 
 
-def test_bootstrap_ci_is_deterministic_and_covers_the_median():
-    rng = np.random.default_rng(1)
-    x = rng.lognormal(1.0, 0.2, 500)
-    a = bootstrap_median_ci(x)
-    assert a == bootstrap_median_ci(x)
-    assert a[0] < np.median(x) < a[1]
-    assert a[1] - a[0] < 0.2 * np.median(x)
-    assert bootstrap_median_ci([7.0]) == (7.0, 7.0)
+def test_t_quantiles():
+    assert t975(1) == 12.706 and t975(9) == 2.262
+    assert t975(60) == pytest.approx(2.000, abs=2e-3) and t975(1000) == pytest.approx(1.962, abs=2e-3)
 
 
-def test_compare_medians_tells_real_from_noise():
+def test_stability_verdict_is_about_the_estimate_not_the_iterations():
+    rng = np.random.default_rng(0)
+    # very noisy iterations (CV ~40%) but every round alike: the estimate is stable
+    noisy = [rng.lognormal(np.log(10), 0.4, 400) for _ in range(8)]
+    st = stability(np.concatenate(noisy), np.repeat(np.arange(8), 400))
+    assert st["verdict"] == "stable" and st["advice"] == ""
+    # quiet iterations, but the machine slowed down by half during the run
+    drifting = [np.full(50, 10.0 * (1 + 0.5 * r / 7)) for r in range(8)]
+    st = stability(np.concatenate(drifting), np.repeat(np.arange(8), 50))
+    assert st["verdict"] == "unstable" and "drifted" in st["advice"] and "--rounds" in st["advice"]
+
+
+def _drifting_pair(rng: np.random.Generator, true_ratio: float, rounds: int = 8, n: int = 60):
+    """A and B measured in interleaved rounds on a machine whose speed drifts slowly (AR(1) with lag-1
+    correlation near 0.9 within a block, and a load level that wanders between rounds): per-iteration
+    latencies are strongly correlated, exactly what broke the iid bootstrap."""
+    a, b, ra, rb = [], [], [], []
+    level = 0.0
+    for r in range(rounds):
+        level += rng.normal(0, 0.05)  # the machine's load wanders between rounds, for A and B alike
+        for out, rout, base in ((a, ra, 10.0 * true_ratio), (b, rb, 10.0)):
+            x, block = 0.0, level + rng.normal(0, 0.04)  # and changes within the round too
+            for _ in range(n):
+                x = 0.9 * x + rng.normal(0, 0.02)  # successive iterations drift together
+                out.append(base * np.exp(block + x))
+                rout.append(r)
+    return a, ra, b, rb
+
+
+def test_paired_interval_covers_the_true_ratio_under_drift_where_the_iid_one_does_not():
+    rng = np.random.default_rng(42)
+    trials, paired_cover, iid_cover, aa_false = 100, 0, 0, 0
+    for _ in range(trials):
+        a, ra, b, rb = _drifting_pair(rng, true_ratio=0.8)
+        paired = compare(a, ra, b, rb, paired=True)
+        lo, hi = paired["ci95"]
+        paired_cover += lo <= 0.8 <= hi
+        lo, hi = iid_compare(a, b)["ci95"]
+        iid_cover += lo <= 0.8 <= hi
+        a, ra, b, rb = _drifting_pair(rng, true_ratio=1.0)
+        aa_false += bool(compare(a, ra, b, rb, paired=True)["significant"])
+    assert paired_cover / trials >= 0.90  # nominal 95%
+    assert iid_cover / trials < 0.5  # the old method is far too narrow here (nominal 95%)
+    assert aa_false / trials <= 0.10  # A/A: "significant" about 5% of the time
+
+
+def test_compare_without_rounds_makes_no_claim_and_unpaired_is_wider():
     rng = np.random.default_rng(2)
-    a = rng.normal(10.0, 0.5, 300)
-    b = rng.normal(12.0, 0.5, 300)
-    same = rng.normal(10.0, 0.5, 300)
-    assert compare_medians(a, b)["significant"]
-    assert compare_medians(a, b)["ratio"] == pytest.approx(10 / 12, rel=0.02)
-    assert not compare_medians(a, same)["significant"]
+    a, b = rng.normal(10.0, 0.5, 300), rng.normal(12.0, 0.5, 300)
+    none = compare(a, None, b, None, paired=True)
+    assert none["ci95"] is None and none["significant"] is None
+    assert none["ratio"] == pytest.approx(10 / 12, rel=0.02)
+    a, ra, b, rb = _drifting_pair(rng, true_ratio=0.9)
+    paired, unpaired = compare(a, ra, b, rb, paired=True), compare(a, ra, b, rb, paired=False)
+    assert paired["method"] == "paired-rounds-t-95" and unpaired["method"] == "unpaired-rounds-t-95"
+    width = [c["ci95"][1] / c["ci95"][0] for c in (paired, unpaired)]
+    assert width[0] < width[1]  # pairing removes the machine's drift shared by A and B

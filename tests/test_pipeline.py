@@ -20,7 +20,7 @@ from inferbench.sweep import main as sweep_main
 
 TESTS = Path(__file__).resolve().parent
 QUICK = ["--model", "mobilenet_v3_small", "--resolution", "32", "--duration", "0.05", "--min-iterations", "3",
-         "--warmup", "1", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu"]
+         "--warmup", "1", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu", "--rounds", "4"]
 
 
 def _run(tmp_path, *argv):
@@ -41,12 +41,21 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     assert rec["timing"]["timed_region"] == "call+sync" and rec["runner"]["sync"] == "none-cpu"
     # the record's configuration is the one that ran, as written by the typed chain
     assert rec["config"]["timing"] == {"warmup_iterations": 1, "warmup_seconds": 0.0, "min_duration_s": 0.05,
-                                       "min_iterations": 3}
+                                       "min_iterations": 3, "rounds": 4}
+    # measured in 4 rounds, each sample with its round; parity on the reference inputs and the timed batch
+    assert len(rec["raw_rounds"]) == len(rec["raw_latencies_ms"]) and set(rec["raw_rounds"]) == {0, 1, 2, 3}
+    assert [b["round"] for b in rec["timing"]["rounds"]] == [0, 1, 2, 3]
+    assert rec["latency_ms"]["ci_method"] == "between-rounds-t-95" and rec["latency_ms"]["stability"]["rounds"] == 4
+    assert rec["parity"]["checked_batch_sizes"] == [16, 2]
+    assert rec["memory"]["timed_peak_host_mb"] > 0
     assert rec["config"]["threads"] == 1 and rec["config"]["device"] == {"kind": "cpu", "gpu": None}
     results.parse(rec, "record")  # and it reads back as a Record
     out = capsys.readouterr().out
     assert "fastest for mobilenet_v3_small@32 batch 1: fake" in out
     assert len((run_dir / "summary.csv").read_text().splitlines()) == 3
+    assert (run_dir / "comparisons.csv").read_text().splitlines()[0] == (
+        "model,resolution,batch_size,precision,framework,baseline,ratio,ratio_ci_low,ratio_ci_high,significant,"
+        "verified,method")
 
 
 def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path, capsys):
@@ -60,6 +69,35 @@ def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path,
     out = capsys.readouterr().out
     assert "fake-wrong bs1 FAILED PARITY" in out and "fake-crash bs1 failed" in out
     assert "fastest for mobilenet_v3_small@32 batch 1: fake (" in out  # not fake-wrong, however fast
+
+
+def test_parity_is_checked_at_the_timed_batch_size_too(fakes, tmp_path, capsys):
+    assert _run(tmp_path, "--framework", "fake,fake-batchbug", "--batch-size", "4") == 1  # a parity failure
+    df = results.load(tmp_path / "out").set_index("framework")
+    assert df.loc["fake", "parity.checked_batch_sizes"] == [16, 4]
+    assert df.loc["fake-batchbug", "parity.status"] == "failed"
+    assert df.loc["fake-batchbug", "parity.reason"].startswith("timed batch (4): max_rel_err")
+    assert "fake-batchbug bs4 FAILED PARITY" in capsys.readouterr().out
+
+
+def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkeypatch, capsys):
+    """The seed projects' bug: TF_XLA_FLAGS auto-jit exported in the shell silently turned graph mode into XLA."""
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit")
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.setenv("ORT_FAKE", "1")
+    assert _run(tmp_path, "--framework", "fake") == 0
+    (rec,) = results.iter_records(tmp_path / "out")[0]
+    assert rec["runner"]["environment_seen"] == {"TF_XLA_FLAGS": None, "OMP_NUM_THREADS": "1", "ORT_FAKE": None,
+                                                 "KERAS_BACKEND": "tensorflow"}
+    env = rec["config"]["child_env"]
+    assert "TF_XLA_FLAGS" not in env and env["OMP_NUM_THREADS"] == "1" and env["TF_ENABLE_ONEDNN_OPTS"] == "1"
+    assert "not passed on" in capsys.readouterr().err  # and the user is told, naming them
+    # passed on by name, on purpose: the child sees it and the record says so
+    assert _run(tmp_path, "--framework", "fake", "--pass-env", "TF_XLA_FLAGS") == 0
+    (rec,) = [r for r in results.iter_records(tmp_path / "out")[0] if r["config"]["pass_env"]]
+    assert rec["runner"]["environment_seen"]["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+    assert rec["config"]["child_env"]["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+    assert rec["config"]["pass_env"] == ["TF_XLA_FLAGS"]
 
 
 def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):

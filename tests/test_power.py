@@ -81,9 +81,10 @@ def test_energy_over_window_gross_net_and_per_inference():
         clock.t += 0.01
         return None
 
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=2.0, min_iterations=1)
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=4.0, min_iterations=1, rounds=2)
     m = run_timed(call, lambda _: None, cfg, clock=clock, monitors=[("energy", mon)])
-    e = m.monitors["energy"]
+    e = power.combine([b.monitors["energy"] for b in m.blocks])  # the blocks of every round add up
+    assert e["blocks"] == 2 and e["window_s"] == pytest.approx(m.window_s)
     assert e["available"] and "counter" in e["method"]
     assert e["gross_j"] == pytest.approx(150.0 * m.window_s)
     assert e["net_j"] == pytest.approx(100.0 * m.window_s)

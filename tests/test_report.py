@@ -63,7 +63,7 @@ def test_parity_failures_are_never_ranked(tmp_path):
 def test_power_fit_uses_recorded_energy(tmp_path):
     src = json.loads(next(FIXTURE.glob("*.json")).read_text())
     for i, bs in enumerate([1, 2, 4, 8]):
-        rec = dict(src, batch_size=bs, throughput_per_s=100.0 * bs,
+        rec = dict(src, batch_size=bs, throughput_per_s=100.0 * bs, parity={**src["parity"], "status": "passed"},
                    energy={"mean_power_w": 50.0 + 0.1 * 100.0 * bs, "joules_per_inference": 0.5 / bs})
         (tmp_path / f"{i}.json").write_text(json.dumps(rec))
     df = analysis.load(tmp_path)

@@ -1,5 +1,6 @@
 """Records: the schema-2 Record, atomic writes, the summary, loading, and every older schema still loading."""
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -75,12 +76,25 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-def test_summary_csv(tmp_path):
-    path = tmp_path / "summary.csv"
-    results.write_summary(path, [results.encode(make_record()), results.encode(make_record("tf", status="failed"))])
-    lines = path.read_text().splitlines()
+def test_summary_and_comparisons_csv(tmp_path):
+    rounds = [i % 4 for i in range(50)]
+    recs = [make_record(raw_rounds=rounds), make_record("tf", status="failed"),
+            make_record("torch", p50=10.0, raw_rounds=rounds, timing={"group": "r/g"}),
+            make_record("torch-native", p50=2.0, raw_rounds=rounds, timing={"group": "r/g"},
+                        parity={**make_record().parity, "status": "not_applicable"})]
+    recs[0] = make_record(raw_rounds=rounds, timing={"group": "r/g"})
+    results.write_summary(tmp_path, [results.encode(r) for r in recs])
+    lines = (tmp_path / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("framework,model,resolution,batch_size,precision,variant")
-    assert len(lines) == 3 and ",failed," in lines[2]
+    assert len(lines) == 5 and ",failed," in lines[2]
+    rows = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
+    # the baseline is the fastest *verified* cell: torch-native (own weights) is faster but unverified
+    assert [(r["framework"], r["baseline"], r["verified"]) for r in rows] == [
+        ("torch-native", "onnxrt", "False"), ("onnxrt", "onnxrt", "True"), ("torch", "onnxrt", "True")]
+    torch = rows[2]
+    assert float(torch["ratio"]) == pytest.approx(2.0) and torch["significant"] == "True"
+    assert torch["method"] == "paired-rounds-t-95"
+    assert float(torch["ratio_ci_low"]) <= 2.0 <= float(torch["ratio_ci_high"])
 
 
 def test_load_errors_are_clear(tmp_path):
@@ -98,16 +112,19 @@ def test_load_errors_are_clear(tmp_path):
 def test_schema_1_records_are_upgraded_on_load():
     """Old result files are kept as fixtures (and committed results) so that old records keep loading."""
     df = results.load(FIXTURES / "schema_v1")
-    assert (df["schema_version"] == 2).all()
+    assert (df["schema_version"] == SCHEMA_VERSION).all()
     row = df.iloc[0]
     assert row["latency_ms.n"] == len(row["raw_latencies_ms"])
     assert (row["precision"], row["scenario"], row["variant"]) == ("fp32", "inference", "")
     assert row["parity.reason"] == "own-weights" and row["timing.timed_region"] == "call+sync"
     assert row["latency_ms.percentile_rule"] == "numpy-linear"
     assert row["latency_ms.ci_method"] == "bootstrap-iid-median-95"
+    # schema 2 -> 3: the iid interval was too narrow to use; it is kept aside, and no claim is made
+    assert row["latency_ms.p50_ci95"] is None and row["latency_ms.p50_ci95_iid"][0] <= row["latency_ms.p50"]
+    assert row["latency_ms.stability.verdict"] == "unknown" and "latency_ms.noisy" not in df
     assert "timing.config.min_duration_s" not in df and "environment.gpu_note" not in df
-    every = results.load(COMMITTED)  # every committed record is schema 1, and every one upgrades
-    assert len(every) == 152 and (every["schema_version"] == 2).all()
+    every = results.load(COMMITTED)  # every committed schema-1 record upgrades
+    assert len(every) == 152 and (every["schema_version"] == SCHEMA_VERSION).all()
     assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host"}
     assert set(every["timing.timed_region"]) == {"call+sync"}
 

@@ -97,7 +97,7 @@ def compare(df: pd.DataFrame, a: str, b: str, **where: Any) -> str:
     for r, fw in ((ra, a), (rb, b)):
         if r["parity.status"] == "failed":
             return f"{fw} failed parity: not compared"
-    return verdict(a, ra["raw_latencies_ms"], b, rb["raw_latencies_ms"])
+    return verdict(a, ra, b, rb)
 
 
 def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:

@@ -26,12 +26,15 @@ class Exporter:
     extra: str
     path: str  # artifact path inside the cache folder, as runners load it
     built_by_runner: bool = False  # GPU-specific: built (and cached) in the runner's own process
+    per_batch_size: bool = False  # writes one file per timed batch size (re-run when one is missing)
 
 
 EXPORTERS: dict[str, Exporter] = {
     e.kind: e
     for e in [
         Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "cpu", "keras/model.keras"),
+        Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "cpu",
+                 "reference", per_batch_size=True),
         Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "cpu", "savedmodel"),
         Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "cpu",
                  "onnx/model.onnx"),
@@ -75,7 +78,7 @@ def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
     entry["versions"] = cache.package_versions(job.packages)
     files: dict[str, str] = {}
     for rel in entry.pop("paths"):
-        files.update(cache.hash_tree(ctx.folder / rel))
+        files.update(cache.hash_tree(ctx.folder / rel, ctx.folder))
     entry["files"] = {str(Path(k)): v for k, v in files.items()}
     cache.record(ctx.folder, job.kind, entry, job.key_inputs)
     return entry
@@ -94,6 +97,7 @@ def export_order(kinds: list[str]) -> list[str]:
             order.append(kind)
 
     visit("keras")  # the reference outputs come from the Keras export
+    visit("reference")
     for kind in kinds:
         visit(kind)
     return order
@@ -115,3 +119,8 @@ class ExportContext:
 PARITY_INPUTS = 16  # seeded image-like inputs the parity gate compares on
 REFERENCE_INPUTS = "reference/inputs.npy"
 REFERENCE_LOGITS = "reference/logits.npy"
+
+
+def timed_reference(batch_size: int) -> str:
+    """The Keras logits of the timed batch of ``batch_size`` (exporter ``reference``)."""
+    return f"reference/timed-bs{batch_size}.npy"

@@ -47,10 +47,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (or of ``root`` itself), keyed by path relative to its parent."""
+def hash_tree(root: Path, base: Path | None = None) -> dict[str, str]:
+    """sha256 of every file under ``root`` (or of ``root`` itself), keyed by path relative to ``base``
+    (default: ``root``'s parent)."""
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    return {str(p.relative_to(root.parent)): sha256_file(p) for p in files}
+    return {str(p.relative_to(base or root.parent)): sha256_file(p) for p in files}
 
 
 def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:

@@ -163,6 +163,33 @@ class EnergyMonitor:
         return out
 
 
+def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One energy block from the blocks of every round: energies and windows add up, peaks take the
+    maximum; the method and sampler are the first block's (every block reads the same sensor)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    out = dict(blocks[0])
+
+    def total(key: str) -> float | None:
+        values = [b.get(key) for b in blocks]
+        return None if any(v is None for v in values) else float(sum(values))
+
+    window = total("window_s") or 0.0
+    gross = total("gross_j")
+    peaks = [b["peak_power_w"] for b in blocks if b.get("peak_power_w") is not None]
+    out.update(available=all(b.get("available") for b in blocks), window_s=window, gross_j=gross,
+               net_j=total("net_j"), mean_power_w=None if gross is None or window <= 0 else gross / window,
+               peak_power_w=max(peaks) if peaks else None, too_short=any(b.get("too_short") for b in blocks),
+               blocks=len(blocks))
+    if out.get("sampler"):
+        out["sampler"] = {**out["sampler"], "n": sum((b.get("sampler") or {}).get("n", 0) for b in blocks),
+                          "errors": sum((b.get("sampler") or {}).get("errors", 0) for b in blocks)}
+    errors = [b["counter_error"] for b in blocks if b.get("counter_error")]
+    if errors:
+        out["counter_error"] = errors[0]
+    return out
+
+
 def per_inference(energy: dict[str, Any], inferences: int, throughput: float) -> dict[str, Any]:
     """Add joules per inference, inferences per joule and throughput per watt to an energy block."""
     out = dict(energy)

@@ -1,23 +1,29 @@
-"""The one measurement loop, shared by every framework.
+"""The one measurement loop, shared by every framework, and the rounds it runs in.
 
-Runners never time themselves: they give a ``call`` and a ``synchronize``, and this loop does the
-rest. One clock read per iteration: each latency runs from the end of the previous synchronised
-call to the end of this one, so the latencies add up exactly to the timed window and the loop's
+Runners never time themselves: they give a ``call`` and a ``synchronize``, and :func:`run_block` does
+the rest. One clock read per iteration: each latency runs from the end of the previous synchronised
+call to the end of this one, so the latencies add up exactly to the block's window and the loop's
 own cost stays at one clock read and one list append.
+
+A cell is timed in ``rounds`` blocks (the parent interleaves the blocks of a run's cells, see
+:mod:`inferbench.rounds`); ``min_duration_s`` and ``min_iterations`` are per cell, split evenly over
+the rounds. :func:`run_timed` runs the warm-up and all blocks back to back, for in-process use.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 Clock = Callable[[], float]
+BLOCK_WARMUP_CALLS = 1  # untimed calls before each block: caches warm again after the other cells' blocks
 
 
 class WindowMonitor(Protocol):
-    """Something read around the timed window (energy counters, power samplers); never inside it."""
+    """Something read around a timed block (energy counters, power samplers); never inside it."""
 
     def start(self) -> None: ...
 
@@ -27,9 +33,10 @@ class WindowMonitor(Protocol):
 @dataclass(frozen=True)
 class TimingConfig:
     warmup_iterations: int = 10
-    warmup_seconds: float = 2.0
-    min_duration_s: float = 10.0
-    min_iterations: int = 100
+    warmup_seconds: float = 1.0
+    min_duration_s: float = 4.0  # per cell, all rounds together
+    min_iterations: int = 40  # per cell, all rounds together
+    rounds: int = 8
 
     def __post_init__(self) -> None:
         if self.warmup_iterations < 0 or self.warmup_seconds < 0:
@@ -38,52 +45,80 @@ class TimingConfig:
             raise ValueError("min_iterations must be at least 1")
         if self.min_duration_s < 0:
             raise ValueError("min_duration_s must not be negative")
+        if self.rounds < 1:
+            raise ValueError("rounds must be at least 1")
+
+    @property
+    def block_s(self) -> float:
+        return self.min_duration_s / self.rounds
+
+    @property
+    def block_iterations(self) -> int:
+        return math.ceil(self.min_iterations / self.rounds)
+
+
+@dataclass
+class Block:
+    """One round's timed block of one cell."""
+
+    round: int
+    latencies_s: list[float]
+    window_s: float
+    monitors: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class Measurement:
-    latencies_s: list[float]
-    window_s: float
+    """Every block of a cell, in the order they ran."""
+
+    blocks: list[Block]
     warmup_iterations: int
     warmup_s: float
-    monitors: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def latencies_s(self) -> list[float]:
+        return [t for b in self.blocks for t in b.latencies_s]
+
+    @property
+    def rounds(self) -> list[int]:
+        """The round of each latency in :attr:`latencies_s`."""
+        return [b.round for b in self.blocks for _ in b.latencies_s]
+
+    @property
+    def window_s(self) -> float:
+        return sum(b.window_s for b in self.blocks)
 
     @property
     def iterations(self) -> int:
-        return len(self.latencies_s)
+        return sum(len(b.latencies_s) for b in self.blocks)
 
     def throughput(self, batch_size: int) -> float:
-        """Samples per second over the wall-clock of the whole timed window."""
+        """Samples per second over the wall-clock of the timed blocks."""
         return self.iterations * batch_size / self.window_s if self.window_s > 0 else float("nan")
 
 
-def run_timed(
-    call: Callable[[], Any],
-    synchronize: Callable[[Any], None],
-    config: TimingConfig,
-    clock: Clock = time.perf_counter,
-    monitors: Sequence[tuple[str, WindowMonitor]] = (),
-    on_phase: Callable[[str], None] | None = None,
-) -> Measurement:
-    """Warm up (count *and* time), then time until both the minimum duration and count are reached."""
-    if on_phase:
-        on_phase("warm-up")
-    warm_start = clock()
-    warm_n = 0
-    now = warm_start
-    while warm_n < config.warmup_iterations or now - warm_start < config.warmup_seconds:
+def warm_up(call: Callable[[], Any], synchronize: Callable[[Any], None], config: TimingConfig,
+            clock: Clock = time.perf_counter) -> tuple[int, float]:
+    """Warm up by count *and* time; returns (calls, seconds)."""
+    start = now = clock()
+    n = 0
+    while n < config.warmup_iterations or now - start < config.warmup_seconds:
         synchronize(call())
-        warm_n += 1
+        n += 1
         now = clock()
-    warm_s = now - warm_start
+    return n, now - start
 
+
+def run_block(call: Callable[[], Any], synchronize: Callable[[Any], None], config: TimingConfig, round_index: int,
+              clock: Clock = time.perf_counter, monitors: Sequence[tuple[str, WindowMonitor]] = ()) -> Block:
+    """One timed block: until both the block's share of the duration and of the iterations are reached."""
+    for _ in range(BLOCK_WARMUP_CALLS):
+        synchronize(call())
     for _, monitor in monitors:
         monitor.start()
-    if on_phase:
-        on_phase("measuring")
     latencies: list[float] = []
     append = latencies.append
-    min_n, min_s = config.min_iterations, config.min_duration_s
+    min_n, min_s = config.block_iterations, config.block_s
     start = prev = clock()
     while True:
         synchronize(call())
@@ -93,5 +128,12 @@ def run_timed(
         if len(latencies) >= min_n and now - start >= min_s:
             break
     window = prev - start
-    results = {name: monitor.stop(window) for name, monitor in monitors}
-    return Measurement(latencies, window, warm_n, warm_s, results)
+    return Block(round_index, latencies, window, {name: monitor.stop(window) for name, monitor in monitors})
+
+
+def run_timed(call: Callable[[], Any], synchronize: Callable[[Any], None], config: TimingConfig,
+              clock: Clock = time.perf_counter, monitors: Sequence[tuple[str, WindowMonitor]] = ()) -> Measurement:
+    """Warm-up, then every round's block back to back (one cell alone, in this process)."""
+    n, seconds = warm_up(call, synchronize, config, clock)
+    blocks = [run_block(call, synchronize, config, r, clock, monitors) for r in range(config.rounds)]
+    return Measurement(blocks, n, seconds)

@@ -1,19 +1,31 @@
 """The inference scenario: what one cell does in its child process, phase by phase.
 
+Set-up, once per run (:class:`Session`):
+
 1. **load**: the runner imports its framework and loads the artifact (``cold_start.load_s``).
-2. **first call** on the benchmark batch (``cold_start.first_call_s``: compilation lands here).
-3. **parity** on the 16 reference inputs, against the Keras reference logits (not applicable to a
-   framework with its own weights).
-4. **prepare** the benchmark batch afresh: a runner's state belongs to the timed batch again, and the
+2. **first call** on the timed batch (``cold_start.first_call_s``: compilation lands here).
+3. **parity** on the 16 reference inputs and on the timed batch itself, against the Keras reference
+   logits (``parity.checked_batch_sizes``); a framework with its own weights is checked for finite,
+   input-dependent outputs instead and ranked nowhere.
+4. **prepare** the timed batch afresh: a runner's state belongs to the timed batch again, and the
    host-to-device copy stays outside the window.
 5. **device check**: on a GPU, the framework runs on the GPU that NVML measures.
-6. **energy set-up**: sensor, GPU state, idle baseline; a window too short for the energy counter is
+6. **energy set-up**: sensor, GPU state, idle baseline; blocks too short for the energy counter are
    extended (the record's ``config.timing`` is the timing that ran, ``timing.extended_for_energy_from_s``
    says from what).
-7. **timed window**: warm-up and measurement by :func:`inferbench.measure.timing.run_timed`, the one loop.
-8. **collect**: statistics, energy per inference, memory, runner details.
+7. **warm-up** by count and time; then the host memory high-water mark is reset, so that
+   ``memory.timed_peak_host_mb`` is the timed phase's alone.
 
-``run`` returns a :class:`~inferbench.config.CellOutcome`: the record's measurement blocks and the
+Then, on the parent's command, once per round (:meth:`Session.block`):
+
+8. **timed block** by :func:`inferbench.measure.timing.run_block`, the one loop; the parent runs the
+   blocks of all the cells of a group in a fresh random order each round.
+
+And at the end (:meth:`Session.finish`):
+
+9. **collect**: statistics from the rounds, energy per inference, memory, runner details.
+
+``finish`` returns a :class:`~inferbench.config.CellOutcome`: the record's measurement blocks and the
 timing configuration that ran.
 """
 
@@ -30,54 +42,103 @@ import numpy as np
 
 from ..codec import encode
 from ..config import CellJob, CellOutcome
-from ..measure.timing import TimingConfig
+from ..measure.timing import BLOCK_WARMUP_CALLS, TimingConfig
 
 Emit = Callable[[str], None]
 
 
-def run(job: CellJob, emit: Emit) -> CellOutcome:
-    from ..frameworks import load_runner
-    from ..measure.memory import current_rss_mb, peak_rss_mb
-    from ..models import get_model, make_inputs
+class Session:
+    """One cell, loaded and warmed up, measuring a block per round on command."""
 
-    cell, fw = job.cell, job.framework
-    spec = get_model(cell.model)
-    rss_before = current_rss_mb()
-    runner, load_s = _load(job, load_runner(fw)(), spec, emit)
-    batch = make_inputs(spec, cell.batch_size, cell.resolution, job.config.seed + 3)
-    emit("first call")
-    start = time.perf_counter()
-    runner.synchronize(runner.call(runner.prepare(batch)))
-    first_call_s = time.perf_counter() - start
-    parity_block = _parity(job, runner, emit)
-    prepared = runner.prepare(batch)
-    device_check = check_device(encode(job.config.device), runner)
-    timing, energy_setup = _energy_setup(job, emit)
-    runner.reset_peak_device_memory()  # the figure is the timed run's, not the 16-input parity batch's
-    measurement, region = _timed(runner, batch, prepared, timing.config, energy_setup.monitors, cell, emit)
-    latencies_ms = [t * 1e3 for t in measurement.latencies_s]
-    throughput = measurement.throughput(cell.batch_size)
-    from ..measure.stats import summarize
+    def __init__(self, job: CellJob, emit: Emit) -> None:
+        from ..frameworks import load_runner
+        from ..measure.memory import current_rss_mb, peak_rss_mb
+        from ..models import get_model, make_inputs
 
-    return CellOutcome(
-        timing=timing.config,
-        blocks={
-            "parity": parity_block,
-            "latency_ms": summarize(latencies_ms),
-            "throughput_per_s": throughput,
-            "energy": energy_setup.finish(measurement, cell.batch_size, throughput),
-            "raw_latencies_ms": latencies_ms,
-            "timing": {"window_s": measurement.window_s, "warmup_iterations": measurement.warmup_iterations,
-                       "warmup_s": measurement.warmup_s, "clock": "perf_counter", "timed_region": region,
-                       "throughput_rule": "samples/window", **timing.notes},
-            "cold_start": {"load_s": load_s, "first_call_s": first_call_s, "load_includes": "import+load"},
-            "memory": device_memory(runner, energy_setup.sensor,
-                                    {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}),
-            "gpu_state": energy_setup.gpu_state or None,
-            "device_check": device_check,
-            "runner": runner.details(),
-        },
-    )
+        self.job, self.emit = job, emit
+        cell = job.cell
+        spec = get_model(cell.model)
+        rss_before = current_rss_mb()
+        self.runner, load_s = _load(job, load_runner(job.framework)(), spec, emit)
+        self.batch = make_inputs(spec, cell.batch_size, cell.resolution, job.config.seed + 3)
+        emit("first call")
+        start = time.perf_counter()
+        first_out = self.runner.call(self.runner.prepare(self.batch))
+        self.runner.synchronize(first_out)
+        first_call_s = time.perf_counter() - start
+        self.parity = _parity(job, self.runner, self.runner.to_numpy(first_out), emit)
+        self.prepared = self.runner.prepare(self.batch)
+        self.device_check = check_device(encode(job.config.device), self.runner)
+        self.timing, self.energy = _energy_setup(job, emit)
+        self.call, self.sync, self.region = _timed_call(self.runner, self.batch, self.prepared, cell)
+        emit("warm-up")
+        from ..measure.timing import warm_up
+
+        self.warmup = warm_up(self.call, self.sync, self.timing.config)
+        self.cold_start = {"load_s": load_s, "first_call_s": first_call_s, "load_includes": "import+load"}
+        self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}
+        self.timed_memory = _reset_peak_rss()
+        self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
+        self.blocks: list[Any] = []
+
+    def block(self, round_index: int) -> dict[str, Any]:
+        """Measure this round's block; returns a short summary for the parent's progress display."""
+        from ..measure.timing import run_block
+
+        if not self.blocks:
+            self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
+                      "interleaved with the group's other cells")
+        b = run_block(self.call, self.sync, self.timing.config, round_index, monitors=self.energy.monitors)
+        self.blocks.append(b)
+        return {"round": round_index, "n": len(b.latencies_s), "window_s": b.window_s,
+                "median_ms": float(np.median(b.latencies_s)) * 1e3}
+
+    def finish(self) -> CellOutcome:
+        from ..measure.memory import peak_rss_mb
+        from ..measure.stats import summarize
+        from ..measure.timing import Measurement
+
+        if not self.blocks:
+            raise RuntimeError("no block was measured")
+        m = Measurement(self.blocks, *self.warmup)
+        cell = self.job.cell
+        latencies_ms = [t * 1e3 for t in m.latencies_s]
+        throughput = m.throughput(cell.batch_size)
+        memory = {**self.memory, "timed_peak_host_mb": peak_rss_mb() if self.timed_memory else None,
+                  "timed_peak_method": "vmhwm-reset" if self.timed_memory else None}
+        return CellOutcome(
+            timing=self.timing.config,
+            blocks={
+                "parity": self.parity,
+                "latency_ms": summarize(latencies_ms, m.rounds),
+                "throughput_per_s": throughput,
+                "energy": self.energy.finish(m, cell.batch_size, throughput),
+                "raw_latencies_ms": latencies_ms,
+                "raw_rounds": m.rounds,
+                "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
+                           "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
+                           "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
+                           "rounds": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s}
+                                      for b in self.blocks],
+                           **self.job.interleaving, **self.timing.notes},
+                "cold_start": self.cold_start,
+                "memory": device_memory(self.runner, self.energy.sensor, memory),
+                "gpu_state": self.energy.gpu_state or None,
+                "device_check": self.device_check,
+                "runner": self.runner.details(),
+            },
+        )
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's resident-set high-water mark (Linux: ``clear_refs`` 5), so that the peak
+    read after the timed phase is the timed phase's; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
@@ -94,17 +155,23 @@ def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]
     return runner, time.perf_counter() - start
 
 
-def _parity(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
+def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dict[str, Any]:
+    """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
+    reference; own weights: finite, input-dependent outputs on the reference inputs only."""
     from .. import parity
-    from ..exporters import REFERENCE_INPUTS, REFERENCE_LOGITS
+    from ..exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, timed_reference
 
-    if not job.framework.same_weights:
-        return parity.not_applicable("own-weights")
     emit("parity check")
     folder = Path(job.artifact_dir)
     out = runner.call(runner.prepare(np.load(folder / REFERENCE_INPUTS)))
     runner.synchronize(out)
-    return parity.compare(np.load(folder / REFERENCE_LOGITS), runner.to_numpy(out), job.cell.precision)
+    if not job.framework.same_weights:
+        return parity.sanity(runner.to_numpy(out))
+    precision, bs = job.cell.precision, job.cell.batch_size
+    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), runner.to_numpy(out), precision)
+    path = folder / timed_reference(bs)
+    timed = parity.compare(np.load(path), timed_out, precision) if path.exists() else None
+    return parity.combine(reference, timed, bs)
 
 
 @dataclasses.dataclass
@@ -126,8 +193,8 @@ class _Energy:
 
         if self.sensor is None:
             return {"available": False, "reason": self.reason}
-        energy = power.per_inference(measurement.monitors["energy"], measurement.iterations * batch_size,
-                                     throughput)
+        energy = power.per_inference(power.combine([b.monitors["energy"] for b in measurement.blocks]),
+                                     measurement.iterations * batch_size, throughput)
         energy["idle_baseline"] = self.idle
         if hasattr(self.sensor, "state"):
             self.gpu_state["end"] = self.sensor.state()
@@ -147,23 +214,20 @@ def _energy_setup(job: CellJob, emit: Emit) -> tuple[_Timing, _Energy]:
     emit("idle power baseline")
     energy.idle = power.idle_baseline(sensor, seconds=job.idle_seconds)
     energy.monitors.append(("energy", power.EnergyMonitor(sensor, energy.idle["idle_w"])))
-    if timing.config.min_duration_s < power.MIN_WINDOW_S * 2:
-        # never report energy over a window the ~100 ms counter cannot resolve
+    if timing.config.block_s < power.MIN_WINDOW_S * 2:
+        # never report energy over a block the ~100 ms counter cannot resolve
         timing.notes["extended_for_energy_from_s"] = timing.config.min_duration_s
-        timing.config = dataclasses.replace(timing.config, min_duration_s=power.MIN_WINDOW_S * 2)
+        timing.config = dataclasses.replace(timing.config,
+                                            min_duration_s=power.MIN_WINDOW_S * 2 * timing.config.rounds)
     return timing, energy
 
 
-def _timed(runner: Any, batch: np.ndarray, prepared: Any, timing: TimingConfig, monitors: list[Any], cell: Any,
-           emit: Emit) -> tuple[Any, str]:
-    from ..measure.timing import run_timed
-
+def _timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
+    """What one timed iteration is: (call, synchronize, timed-region code)."""
     if cell.options.include_transfer:
         # host array in, host array out, as the seed projects timed it: the copies are inside the window
-        return run_timed(lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, timing,
-                         monitors=monitors, on_phase=emit), "h2d+call+d2h"
-    return run_timed(lambda: runner.call(prepared), runner.synchronize, timing, monitors=monitors,
-                     on_phase=emit), "call+sync"
+        return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
+    return lambda: runner.call(prepared), runner.synchronize, "call+sync"
 
 
 def device_memory(runner: Any, sensor: Any, memory: dict[str, Any]) -> dict[str, Any]:

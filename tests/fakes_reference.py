@@ -1,0 +1,21 @@
+"""Stands in for the ``reference`` exporter with the fake model (see fakes.py): the fake logits of
+each timed batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fakes import WEIGHTS, _logits
+
+from inferbench.exporters import timed_reference
+from inferbench.models import get_model, make_inputs
+
+
+def export(ctx: Any) -> dict[str, Any]:
+    weights = np.load(ctx.folder / WEIGHTS)["weights"]
+    for bs in ctx.batch_sizes:
+        batch = make_inputs(get_model(ctx.model), bs, ctx.resolution, ctx.seed + 3)
+        np.save(ctx.folder / timed_reference(bs), _logits(weights, batch).astype(np.float32))
+    return {"paths": [timed_reference(bs) for bs in ctx.batch_sizes], "batch_sizes": list(ctx.batch_sizes),
+            "notes": []}
