@@ -3,8 +3,8 @@
 For ``onnxrt`` and ``torch``: in one child process with inferbench's thread settings, alternate
 short blocks of (a) a bare loop ``t = perf_counter(); call(); lat.append(perf_counter() - t)`` on the
 same loaded artifact and (b) inferbench's own runner + measurement loop. Each adjacent pair of
-blocks gives a ratio of median latencies; the median of those ratios (with a bootstrap 95% CI) is
-the harness overhead (target: within 2%). Short alternating blocks cancel the slow drift of a
+blocks gives a ratio of median latencies; their geometric mean (with a paired t 95% CI, as a run's
+comparisons) is the harness overhead (target: within 2%). Short alternating blocks cancel the slow drift of a
 shared machine, which moves block medians by far more than 2%.
 
 With ``--sampler`` it measures instead what the power sampler costs the measurement: blocks of
@@ -50,7 +50,7 @@ class StandInSensor:
 def child(framework: str, folder: str, blocks: int, block_s: float, threads: int, sampler: bool) -> dict:
     from inferbench.exporters import EXPORTERS
     from inferbench.frameworks import get_framework, load_runner
-    from inferbench.measure.timing import TimingConfig, run_timed
+    from inferbench.measure.timing import TimingConfig, run_block
     from inferbench.models import get_model, make_inputs
     from inferbench.runners.base import LoadContext
 
@@ -79,7 +79,7 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
 
     for _ in range(20):
         bare()
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=20)
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=20, rounds=1)
 
     def bare_block() -> list[float]:
         lat = []
@@ -91,7 +91,7 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
         return lat
 
     def harness_block(monitors: list | None = None) -> list[float]:
-        return run_timed(lambda: runner.call(prepared), runner.synchronize, cfg, monitors=monitors or ()).latencies_s
+        return run_block(lambda: runner.call(prepared), runner.synchronize, cfg, 0, monitors=monitors or ()).latencies_s
 
     sensor_name = None
     if sampler:  # baseline: inferbench's loop alone; candidate: the same loop with the energy monitor
@@ -107,13 +107,13 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
     for _ in range(blocks):
         for block, out in zip(blocks_ab, medians):
             out.append(float(np.median(block())) * 1e3)
-    from inferbench.measure.stats import bootstrap_median_ci
+    from inferbench.measure.stats import compare
 
-    ratios = np.array(medians[1]) / np.array(medians[0])
-    lo, hi = bootstrap_median_ci(ratios)
+    pairs = list(range(blocks))  # each pair of blocks is a round: the ratio is paired within it
+    cmp = compare(medians[1], pairs, medians[0], pairs, paired=True)
     return {"framework": framework, "baseline_ms": float(np.median(medians[0])),
-            "candidate_ms": float(np.median(medians[1])), "ratio": float(np.median(ratios)),
-            "ratio_ci95": [lo, hi], "pairs": len(ratios), "sensor": sensor_name}
+            "candidate_ms": float(np.median(medians[1])), "ratio": cmp["ratio"],
+            "ratio_ci95": cmp["ci95"], "pairs": blocks, "sensor": sensor_name}
 
 
 def ensure_artifacts(cache_dir: str) -> Path:

@@ -33,7 +33,9 @@ class Framework:
     devices: tuple[str, ...] = ("cpu", "gpu")
     precision: str = "fp32"
     precisions: tuple[str, ...] = ()  # other precisions it can run with --precision (besides its own)
-    same_weights: bool = True  # False: independent weights, parity not applicable
+    same_weights: bool = True  # False: its own weights (outputs only sanity-checked, never ranked)...
+    ported: bool = False  # ...unless the Keras weights are ported into it (inferbench.ports) for the model
+    needs_port: bool = False  # runs only models with a weight port
     options: tuple[str, ...] = ()  # runner options it takes, besides COMMON_OPTIONS
     env: tuple[tuple[str, str], ...] = ()  # child environment variable <- runner option
     needs_torchvision_twin: bool = False  # runs only models that torchvision implements
@@ -50,9 +52,19 @@ class Framework:
 
     def unsupported(self, model: Any) -> str | None:
         """Why this framework cannot run ``model`` (a ModelSpec), or None."""
+        from .ports import ported_models
+
         if self.needs_torchvision_twin and model.torchvision_builder is None:
             return f"torchvision has no implementation of {model.name}"
+        if self.needs_port and model.name not in ported_models():
+            return f"no Keras->torchvision weight port for {model.name} (ported: {', '.join(ported_models())})"
         return None
+
+    def verified(self, model: str) -> bool:
+        """Are its outputs comparable with the Keras reference for ``model`` (same weights)?"""
+        from .ports import ported_models
+
+        return self.same_weights or (self.ported and model in ported_models())
 
     def child_env(self, options: Any) -> dict[str, str]:
         return {var: str(getattr(options, name)) for var, name in self.env}
@@ -90,10 +102,17 @@ FRAMEWORKS: dict[str, Framework] = {
                   ("torch", "onnx2torch"), "cpu",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),
-        Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "none", ("torch", "torchvision"),
+        Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "ported", ("torch", "torchvision"),
                   ("torch", "torchvision"), "cpu",
-                  "torchvision's implementation of the same architecture (own random weights)",
-                  same_weights=False, precisions=("fp16", "bf16"), options=("channels_last", *_TORCH_OPTIONS),
+                  "torchvision's implementation of the same architecture, eager, with the Keras weights ported "
+                  "in (models without a port: own seeded weights, unverified)",
+                  same_weights=False, ported=True, precisions=("fp16", "bf16"),
+                  options=("channels_last", *_TORCH_OPTIONS), needs_torchvision_twin=True),
+        Framework("torch-inductor", "inferbench.runners.torch:TorchInductorRunner", "ported", ("torch", "torchvision"),
+                  ("torch", "torchvision"), "cpu",
+                  "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
+                  "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
+                  same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16"),
                   needs_torchvision_twin=True),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",

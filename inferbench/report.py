@@ -119,12 +119,13 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
     else:
         md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
-        for device, g in with_energy.groupby("device_name"):
+        for (device, model, res, precision), g in with_energy.groupby(analysis.FRONTIER_GROUP):
             front = analysis.pareto_front(g, x=energy_col, y="throughput")
-            md += [f"{device}:", "", _md_table(front[["cell", "batch_size", "framework", energy_col, "throughput",
-                                                     "p50_ms"]]), ""]
+            md += [f"{model}@{res} {precision}, {device}:", "",
+                   _md_table(front[["batch_size", "framework", energy_col, "throughput", "p50_ms"]]), ""]
     for name, pod in analysis.podiums(df).items():
-        md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device and resolution)", "", _md_table(pod), ""]
+        md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device, model, resolution, batch size and "
+               "precision; verified cells only)", "", _md_table(pod), ""]
 
     md += ["## Is the difference real?", ""]
     for (device, cell, bs), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size"]):

@@ -44,7 +44,7 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
                                        "min_iterations": 3, "rounds": 4}
     # measured in 4 rounds, each sample with its round; parity on the reference inputs and the timed batch
     assert len(rec["raw_rounds"]) == len(rec["raw_latencies_ms"]) and set(rec["raw_rounds"]) == {0, 1, 2, 3}
-    assert [b["round"] for b in rec["timing"]["rounds"]] == [0, 1, 2, 3]
+    assert [b["round"] for b in rec["timing"]["blocks"]] == [0, 1, 2, 3]
     assert rec["latency_ms"]["ci_method"] == "between-rounds-t-95" and rec["latency_ms"]["stability"]["rounds"] == 4
     assert rec["parity"]["checked_batch_sizes"] == [16, 2]
     assert rec["memory"]["timed_peak_host_mb"] > 0

@@ -5,6 +5,7 @@ install); not skipped: this is the product, and CI runs it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -18,8 +19,9 @@ from inferbench.config import CellJob, CellKey, RunConfig, RunnerOptions
 from inferbench.device import Device
 from inferbench.exporters import EXPORTERS, cache
 from inferbench.frameworks import FRAMEWORKS, unavailable_reason
-from inferbench.isolate import run_child, thread_env
+from inferbench.isolate import thread_env
 from inferbench.measure.timing import TimingConfig
+from inferbench.rounds import measure_group
 from inferbench.run import main
 
 pytestmark = pytest.mark.slow
@@ -27,15 +29,16 @@ MODEL = ["--model", "mobilenet_v3_small", "--resolution", "96"]
 QUICK = ["--duration", "0.3", "--min-iterations", "5", "--warmup", "1", "--warmup-seconds", "0", "--threads", "2"]
 #: every framework of the registry that can run on this machine's CPU (counts follow the registry)
 CPU_FRAMEWORKS = [k for k, fw in FRAMEWORKS.items() if unavailable_reason(fw, "cpu") is None]
-SAME_WEIGHTS = [k for k in CPU_FRAMEWORKS if FRAMEWORKS[k].same_weights]
+VERIFIED = [k for k in CPU_FRAMEWORKS if FRAMEWORKS[k].verified("mobilenet_v3_small")]
 
 
 def cell_job(folder: Path, framework: str = "onnxrt", batch_size: int = 1, duration: float = 0.0,
-             idle_seconds: float = 2.0) -> CellJob:
+             idle_seconds: float = 2.0, rounds: int = 3) -> CellJob:
     """A typed job for one cell of the small model, as the pipeline would send it."""
     fw = FRAMEWORKS[framework]
     config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=2,
-                       timing=TimingConfig(0, 0.0, duration, 2), options=RunnerOptions(), cache_dir=str(folder.parent))
+                       timing=TimingConfig(0, 0.0, duration, 3, rounds), options=RunnerOptions(),
+                       cache_dir=str(folder.parent))
     return CellJob(CellKey("mobilenet_v3_small", 96, batch_size, framework), fw, config, str(folder),
                    str(folder / EXPORTERS[fw.artifact].path), (batch_size,), idle_seconds=idle_seconds)
 
@@ -55,10 +58,11 @@ def test_every_cpu_framework_runs_and_passes_parity(default_run):
     assert len(df) == len(CPU_FRAMEWORKS) * 2
     assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
-    own = df[~df.framework.isin(SAME_WEIGHTS)]
-    assert set(own["parity.status"]) <= {"not_applicable"}
-    converted = df[df.framework.isin(SAME_WEIGHTS)]
+    # every framework is verified on this model: torch-native and torch-inductor run the Keras weights ported
+    assert VERIFIED == CPU_FRAMEWORKS
+    converted = df[df.framework.isin(VERIFIED)]
     assert set(converted["parity.status"]) == {"passed"}
+    assert {tuple(c) for c in converted["parity.checked_batch_sizes"]} == {(16, 1), (16, 2)}
     assert (converted["parity.max_rel_err"] < 1e-4).all()
     assert (converted["parity.top1_agreement"] == 1.0).all()
 
@@ -76,7 +80,7 @@ def test_runner_contract(default_run, framework):
         runner = rec["runner"]
         assert runner["sync"] and " " not in runner["sync"], runner["sync"]  # a code, not a sentence
         assert runner["intra_op_threads"] == 2
-        assert rec["parity"]["status"] == ("passed" if FRAMEWORKS[framework].same_weights else "not_applicable")
+        assert rec["parity"]["status"] == "passed"
         assert rec["latency_ms"]["n"] >= 5 and rec["cold_start"]["load_s"] > 0
 
 
@@ -120,9 +124,9 @@ def test_xla_is_only_on_for_xla_frameworks(default_run):
 
 def test_artifacts_are_cached_with_a_manifest(default_run, tmp_path, capsys):
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert set(manifest["artifacts"]) == {"keras", "savedmodel", "onnx", "torch"}
+    assert set(manifest["artifacts"]) == {"keras", "reference", "ported", "savedmodel", "onnx", "torch"}
     onnx_entry = manifest["artifacts"]["onnx"]
     assert onnx_entry["versions"]["tf2onnx"] and onnx_entry["files"] and onnx_entry["input_signature"]
     before = {k: v["exported_at"] for k, v in manifest["artifacts"].items()}
@@ -138,7 +142,7 @@ def _perturbed_copy(cache_dir: Path, tmp_path: Path) -> Path:
     import onnx
     from onnx import numpy_helper
 
-    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
     copy = tmp_path / folder.name
     shutil.copytree(folder, copy)
     model = onnx.load(copy / "onnx" / "model.onnx")
@@ -153,7 +157,8 @@ def _perturbed_copy(cache_dir: Path, tmp_path: Path) -> Path:
 def test_parity_gate_catches_one_perturbed_weight(default_run, tmp_path):
     _, _, cache_dir = default_run
     folder = _perturbed_copy(cache_dir, tmp_path)
-    res = run_child(cell_job(folder), {"CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
+    (res,) = measure_group([cell_job(folder)], [{**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)}], 0,
+                           lambda label, text: None)
     assert res.ok, res
     parity = res.cell.blocks["parity"]
     assert parity["status"] == "failed" and parity["max_rel_err"] > 1e-4
@@ -191,7 +196,7 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
     from inferbench.scenarios import inference
 
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
     sensor = WallSensor()
     monkeypatch.setattr(power, "sensor_for", lambda device: (sensor, ""))
     real_baseline = power.idle_baseline
@@ -202,12 +207,14 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
         return out
 
     monkeypatch.setattr(power, "idle_baseline", baseline_then_mark)
-    result = inference.run(cell_job(folder, batch_size=2, duration=0.1, idle_seconds=0.3), lambda phase: None)
+    result = inference.run(cell_job(folder, batch_size=2, duration=0.1, idle_seconds=0.3, rounds=2),
+                           lambda phase: None)
     out = result.blocks
     e, timing = out["energy"], out["timing"]
-    assert timing["extended_for_energy_from_s"] == 0.1 and timing["window_s"] >= 2 * power.MIN_WINDOW_S
-    assert result.timing.min_duration_s == 2 * power.MIN_WINDOW_S  # the record's config.timing
-    assert e["available"] and e["method"] == "fake-counter" and not e["too_short"]
+    # every block is long enough for the counter: 2 rounds of 2 s
+    assert timing["extended_for_energy_from_s"] == 0.1 and timing["window_s"] >= 4 * power.MIN_WINDOW_S
+    assert result.timing.min_duration_s == 4 * power.MIN_WINDOW_S  # the record's config.timing
+    assert e["available"] and e["method"] == "fake-counter" and not e["too_short"] and e["blocks"] == 2
     assert e["gross_j"] == pytest.approx(100.0 * timing["window_s"], rel=0.05)
     assert e["idle_w"] == pytest.approx(100.0, rel=0.05) and abs(e["net_j"]) < 0.05 * e["gross_j"]
     inferences = len(out["raw_latencies_ms"]) * 2
@@ -218,13 +225,13 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
     # after the baseline, the timed thread touched the sensor only around the window
     after = sensor.log[sensor.log.index(("baseline done", "-")) + 1:]
     main = [what for what, thread in after if thread == "MainThread"]
-    assert main == ["power", "energy", "energy", "state"], main
+    assert main == ["power", "energy", "energy"] * 2 + ["state"], main  # around each block only
     assert any(thread == "inferbench-power" for _, thread in after)
 
 
 def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run, tmp_path, capsys):
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if p.is_dir()]
+    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
     broken_cache = tmp_path / "cache"
     shutil.copytree(folder, broken_cache / folder.name)
     pt = broken_cache / folder.name / "torch" / "model.pt"

@@ -29,7 +29,7 @@ def test_report_on_committed_results_renders_every_figure(tmp_path):
         assert f"({png}.png)" in text
     assert "Published external figures" in text and "external: perfacct" in text
     assert "no data in these records" not in text
-    assert "faster than" in text or "no significant difference" in text
+    assert "the speed of" in text or "no significant difference" in text
 
 
 def test_analysis_on_committed_results():
@@ -45,6 +45,9 @@ def test_analysis_on_committed_results():
         assert dominated.empty
     pods = analysis.podiums(df)
     assert {"throughput", "xla_gain"} <= set(pods)
+    # a podium never pools models, batch sizes or precisions: at most 3 per group, every group its own
+    per_group = pods["throughput"].groupby(analysis.GROUP).size()
+    assert per_group.max() <= 3 and len(per_group) == len(analysis.latest(df[df["ranked"]]).groupby(analysis.GROUP))
 
 
 def test_parity_failures_are_never_ranked(tmp_path):

@@ -134,22 +134,28 @@ def pareto_front(df: pd.DataFrame, x: str = "p50_ms", y: str = "throughput", min
     return good.loc[keep].sort_values(x)
 
 
-def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
-    """Per device and resolution: fastest (throughput), largest XLA gain, most inferences per joule."""
-    good = latest(df[df["ranked"]])
-    def top_of(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
-        best = frame.sort_values(metric, ascending=False).groupby(["device_name", "resolution"]).head(top)
-        return best.sort_values(["device_name", "resolution", metric], ascending=[True, True, False])
+#: A ranking compares only like with like: one model, resolution, batch size and precision on one device.
+GROUP = ["device_name", "model", "resolution", "batch_size", "precision"]
+#: A latency/throughput frontier spans the batch sizes of one model, resolution and precision on one device.
+FRONTIER_GROUP = ["device_name", "model", "resolution", "precision"]
 
-    out = {"throughput": top_of(good, "throughput")
-           [["device_name", "resolution", "model", "batch_size", "framework", "throughput", "p50_ms"]]}
+
+def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
+    """Per device, model, resolution, batch size and precision (:data:`GROUP`): the fastest frameworks
+    (throughput), the largest XLA gains, the most inferences per joule; verified cells only."""
+    good = latest(df[df["ranked"]])
+
+    def top_of(frame: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
+        best = frame.sort_values(metric, ascending=False).groupby(keys).head(top)
+        return best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False])
+
+    out = {"throughput": top_of(good, "throughput", GROUP)[[*GROUP, "framework", "throughput", "p50_ms"]]}
     dec = xla_decomposition(df)
     if not dec.empty:
-        dec["resolution"] = dec["cell"].str.split("@").str[1].astype(int)
-        out["xla_gain"] = top_of(dec, "xla_vs_graph")
+        out["xla_gain"] = top_of(dec, "xla_vs_graph", ["device_name", "cell", "batch_size"])
     if "inferences_per_joule" in good and good["inferences_per_joule"].notna().any():
-        out["inferences_per_joule"] = top_of(good.dropna(subset=["inferences_per_joule"]), "inferences_per_joule")[
-            ["device_name", "resolution", "model", "batch_size", "framework", "inferences_per_joule"]]
+        out["inferences_per_joule"] = top_of(good.dropna(subset=["inferences_per_joule"]), "inferences_per_joule",
+                                             GROUP)[[*GROUP, "framework", "inferences_per_joule"]]
     return out
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..frameworks import display_order
-from . import has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
+from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
 
 def _order(fw: str) -> int:
@@ -130,13 +130,14 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
 
 
 def pareto(df: pd.DataFrame) -> Figure | None:
-    """Latency vs throughput of every ranked record, with the Pareto frontier per device."""
+    """Latency vs throughput of every ranked record, one panel per device, model, resolution and precision
+    (the points are its frameworks at each batch size), with that panel's Pareto frontier."""
     good = latest(df[df["ranked"]])
     if good.empty:
         return None
-    devices = list(good.groupby("device_name"))
-    fig, axes = _grid(len(devices), width=6.0, height=4.5)
-    for ax, (device, g) in zip(axes.flat, devices):
+    panels = list(good.groupby(FRONTIER_GROUP))
+    fig, axes = _grid(len(panels), width=6.0, height=4.5)
+    for ax, ((device, model, res, precision), g) in zip(axes.flat, panels):
         for fw, gf in g.groupby("framework"):
             ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), label=fw, s=18)
         front = pareto_front(g)
@@ -145,7 +146,7 @@ def pareto(df: pd.DataFrame) -> Figure | None:
         ax.set_yscale("log")
         ax.set_xlabel("p50 latency per batch, ms (lower is better)")
         ax.set_ylabel("samples / s (higher is better)")
-        ax.set_title(str(device), fontsize=9)
+        ax.set_title(f"{model}@{res} {precision}, {device}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

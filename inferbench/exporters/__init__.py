@@ -35,6 +35,8 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "cpu", "keras/model.keras"),
         Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "cpu",
                  "reference", per_batch_size=True),
+        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("tensorflow", "keras"), "cpu",
+                 "ported/keras_weights.npz"),
         Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "cpu", "savedmodel"),
         Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "cpu",
                  "onnx/model.onnx"),

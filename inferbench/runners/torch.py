@@ -127,7 +127,61 @@ class TorchNativeRunner(TorchRunner):
     def build(self, ctx: LoadContext) -> Any:
         import torchvision
 
+        from ..ports import build_torchvision, ported_models
+
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
+        if ctx.model.name in ported_models() and ctx.artifact is not None:
+            self.weights = "keras-ported"
+            with np.load(ctx.artifact) as weights:
+                return build_torchvision(ctx.model.name, weights)
+        self.weights = "own-seeded-calibrated"
         self.torch.manual_seed(ctx.seed)
-        return getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None)
+        module = getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None)
+        _calibrate(self.torch, module, ctx)
+        return module
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "weights": self.weights}
+
+
+def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
+    """Own weights without a port: like the Keras reference (models.build_keras_model), randomise the
+    batch-norm scales and offsets and set the running statistics from image-like inputs, so that the
+    outputs vary across classes and inputs (torchvision's stock init gives near-constant logits)."""
+    from ..models import make_inputs
+
+    rng = np.random.default_rng(ctx.seed)
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    with torch.no_grad():
+        for bn in norms:
+            bn.weight.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, bn.weight.shape).astype("float32")))
+            bn.bias.copy_(torch.from_numpy(rng.normal(0.0, 0.1, bn.bias.shape).astype("float32")))
+            bn.reset_running_stats()
+            bn.momentum = None  # cumulative average: one pass sets the batch statistics
+        calib = make_inputs(ctx.model, 32, ctx.resolution, ctx.seed + 1)
+        module.train()(torch.from_numpy(np.ascontiguousarray(calib.transpose(0, 3, 1, 2))))
+    module.eval()
+
+
+class TorchInductorRunner(TorchNativeRunner):
+    """PyTorch's best-known CPU/GPU inference setting for a torchvision model: channels-last memory
+    format, ``torch.compile`` with the inductor backend and, on the CPU, weights frozen into the graph
+    (constant folding and oneDNN weight prepacking); compilation lands in the first call."""
+
+    name = "torch-inductor"
+
+    def load(self, ctx: LoadContext) -> None:
+        import dataclasses
+
+        import torch._inductor.config as inductor
+
+        if ctx.device == "cpu":
+            inductor.freezing = True
+        super().load(dataclasses.replace(ctx, options=dataclasses.replace(
+            ctx.options, channels_last=True, torch_compile=True)))
+
+    def details(self) -> dict[str, Any]:
+        import torch._inductor.config as inductor
+
+        return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing)}

@@ -118,7 +118,7 @@ class Session:
                 "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
                            "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
                            "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
-                           "rounds": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s}
+                           "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s}
                                       for b in self.blocks],
                            **self.job.interleaving, **self.timing.notes},
                 "cold_start": self.cold_start,
@@ -128,6 +128,15 @@ class Session:
                 "runner": self.runner.details(),
             },
         )
+
+
+def run(job: CellJob, emit: Emit) -> CellOutcome:
+    """One cell alone, in this process: set-up, every round's block back to back, collect (for tests
+    and benchmarks; a run interleaves the blocks of its cells, see :mod:`inferbench.rounds`)."""
+    session = Session(job, emit)
+    for r in range(session.timing.config.rounds):
+        session.block(r)
+    return session.finish()
 
 
 def _reset_peak_rss() -> bool:
@@ -165,7 +174,7 @@ def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dic
     folder = Path(job.artifact_dir)
     out = runner.call(runner.prepare(np.load(folder / REFERENCE_INPUTS)))
     runner.synchronize(out)
-    if not job.framework.same_weights:
+    if not job.framework.verified(job.cell.model):
         return parity.sanity(runner.to_numpy(out))
     precision, bs = job.cell.precision, job.cell.batch_size
     reference = parity.compare(np.load(folder / REFERENCE_LOGITS), runner.to_numpy(out), precision)

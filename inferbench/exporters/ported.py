@@ -1,0 +1,23 @@
+"""The Keras model's weights as NumPy arrays (``ported/keras_weights.npz``), for the torchvision twins
+(:mod:`inferbench.ports`): read here, in a TensorFlow process, and loaded into torch in the runner's own
+process, so that TensorFlow and torch never share one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import ExportContext
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    import keras
+
+    from ..ports import keras_weights
+
+    model = keras.saving.load_model(ctx.path("keras"), compile=False)
+    path = ctx.path("ported")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **keras_weights(model))
+    return {"paths": ["ported"], "notes": []}
