@@ -183,8 +183,10 @@ class Option:
 
 _T = TimingConfig()
 OPTIONS: tuple[Option, ...] = (
-    Option("frameworks", ("--framework", "--frameworks"), "'all' (every framework that can run here) or a comma "
-           "list of framework keys (see --list)", ["all"], names, metavar="all|KEY[,KEY...]"),
+    Option("frameworks", ("--framework", "--frameworks"), "'best' (each runtime at its best-known setting: tf, "
+           "onnxrt, openvino, torch-inductor on a CPU), 'all' (every framework that can run here, the naive "
+           "variants too) or a comma list of framework keys (see --list)", ["best"], names,
+           metavar="best|all|KEY[,KEY...]"),
     Option("models", ("--model", "--models"), "registered model name(s), comma-separated (see --list)",
            ["mobilenet_v3_large"], names, metavar="NAME[,NAME...]"),
     Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, or 'default' "
@@ -578,6 +580,12 @@ def build(values: dict[str, Any]) -> Built:
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
+    from .isolate import thread_env
+
+    reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
+    if reserved:
+        raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
+                         "and the device (--device, --gpu-id) itself, and records them")
     timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=values["warmup_seconds"],
                           min_duration_s=values["duration"], min_iterations=values["min_iterations"],
                           rounds=values["rounds"])
@@ -588,7 +596,7 @@ def build(values: dict[str, Any]) -> Built:
                        pass_env=tuple(values["pass_env"]))
     cells: list[CellKey] = []
     skipped: dict[str, str] = {}
-    explicit = "all" not in values["frameworks"]
+    explicit = not set(values["frameworks"]) & {"all", "best"}
     for spec in models:
         frameworks, left_out = choose(values["frameworks"], device.kind, spec)
         skipped.update({k: v for k, v in left_out.items() if k not in skipped})

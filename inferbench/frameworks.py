@@ -39,6 +39,7 @@ class Framework:
     options: tuple[str, ...] = ()  # runner options it takes, besides COMMON_OPTIONS
     env: tuple[tuple[str, str], ...] = ()  # child environment variable <- runner option
     needs_torchvision_twin: bool = False  # runs only models that torchvision implements
+    best_on: tuple[str, ...] = ()  # devices where it is its runtime's best-known setting (the key set 'best')
 
     def takes(self, precision: str) -> bool:
         return precision == self.precision or precision in self.precisions
@@ -85,19 +86,20 @@ FRAMEWORKS: dict[str, Framework] = {
                   "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
                   **_KERAS),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "cpu",
-                  "TF SavedModel serving function (graph mode, no XLA)"),
+                  "TF SavedModel serving function (graph mode, no XLA)", best_on=("cpu", "gpu")),
         Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), ("tensorflow",),
                   "cpu", "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime", "onnxruntime-gpu"), "cpu",
-                  "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device"),
+                  "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
+                  best_on=("cpu", "gpu")),
         Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
                   devices=("gpu",), precisions=("fp16",)),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel converted by OpenVINO, static "
-                  "batch shape, LATENCY hint, f32", devices=("cpu",)),
+                  "batch shape, LATENCY hint, f32", devices=("cpu",), best_on=("cpu",)),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
                   ("torch", "onnx2torch"), "cpu",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
@@ -113,10 +115,10 @@ FRAMEWORKS: dict[str, Framework] = {
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
                   "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16"),
-                  needs_torchvision_twin=True),
+                  needs_torchvision_twin=True, best_on=("cpu", "gpu")),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
-                  devices=("gpu",)),
+                  devices=("gpu",), best_on=("gpu",)),
         Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP16",
                   devices=("gpu",), precision="fp16"),
@@ -124,12 +126,18 @@ FRAMEWORKS: dict[str, Framework] = {
 }
 
 
+#: Named sets of keys: every framework, or each runtime at its best-known setting on the device.
+SETS = {"all": "every framework that can run here",
+        "best": "each runtime at its best-known setting on the device (tf, onnxrt, openvino, torch-inductor on a "
+                "CPU; tensorrt-fp32 instead of openvino on a GPU)"}
+
+
 def get_framework(key: str) -> Framework:
     try:
         return FRAMEWORKS[key]
     except KeyError:
         raise UsageError(
-            f"unknown framework {key!r}; valid frameworks: {', '.join(FRAMEWORKS)}, all"
+            f"unknown framework {key!r}; valid frameworks: {', '.join(FRAMEWORKS)}, {', '.join(SETS)}"
         ) from None
 
 
@@ -140,8 +148,9 @@ def display_order(key: str) -> int:
 
 
 def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], dict[str, str]]:
-    """The frameworks to run for ``keys`` (``all`` or framework keys) on ``device`` for ``model``, and
-    those ``all`` left out with the reason (not installed, no implementation of the model, needs a GPU).
+    """The frameworks to run for ``keys`` (a set of :data:`SETS` or framework keys) on ``device`` for
+    ``model``, and those a set left out with the reason (not installed, no implementation of the model,
+    needs a GPU).
 
     A framework named explicitly that cannot run the model or the device is a UsageError; one that is
     named explicitly but not installed runs and becomes a failed row naming the extra to install.
@@ -151,8 +160,10 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
     chosen: list[Framework] = []
     skipped: dict[str, str] = {}
     for key in keys:
-        if key == "all":
+        if key in SETS:
             for fw in FRAMEWORKS.values():
+                if key == "best" and device not in fw.best_on:
+                    continue
                 reason = unavailable_reason(fw, device) or fw.unsupported(model)
                 if reason is None:
                     chosen.append(fw)

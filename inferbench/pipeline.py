@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +53,11 @@ class Progress:
 #: shell: inferbench sets the ones it needs (threads, device, backend, logging) and drops the rest,
 #: unless the user passes one on by name (``--pass-env``); the record's ``config.child_env`` holds them all.
 CONTROLLED_NAMES = ("TF_XLA_FLAGS", "XLA_FLAGS", "KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                    "LD_PRELOAD", "NVIDIA_TF32_OVERRIDE")
-CONTROLLED_PREFIXES = ("TF_", "XLA_", "OMP_", "MKL_", "KMP_", "GOMP_", "DNNL_", "ONEDNN_", "ORT_", "OPENBLAS_",
-                       "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "OV_", "OPENVINO_", "JAX_", "MALLOC_")
+                    "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "LD_PRELOAD", "NVIDIA_TF32_OVERRIDE",
+                    "ATEN_CPU_CAPABILITY")
+CONTROLLED_PREFIXES = ("TF_", "XLA_", "OMP_", "MKL_", "MKLDNN_", "KMP_", "GOMP_", "DNNL_", "ONEDNN_", "ORT_",
+                       "OPENBLAS_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "OV_",
+                       "OPENVINO_", "JAX_", "MALLOC_")
 
 
 #: Terraform's variables share TensorFlow's TF_ prefix and change nothing here.
@@ -89,8 +92,10 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def ignored_shell_variables(config: RunConfig) -> list[str]:
-    """Controlled variables set in this shell that the children will not see (not passed on)."""
-    return sorted(k for k in os.environ if controlled(k) and k not in config.pass_env)
+    """Controlled variables set in this shell that the children will not see as they are (not passed on,
+    and not what inferbench sets them to anyway)."""
+    ours = child_env(config)
+    return sorted(k for k, v in os.environ.items() if controlled(k) and k not in config.pass_env and ours.get(k) != v)
 
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
@@ -163,7 +168,9 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     from .rounds import measure_group
 
     c = cells[0]
-    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}", "group_cells": len(cells)}
+    # the group names this invocation too: a cell re-run by --resume is never paired with earlier rounds
+    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{uuid.uuid4().hex[:8]}",
+                    "group_cells": len(cells)}
     jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving) for cell in cells}
     envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
     outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
@@ -241,6 +248,8 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         print(f"inferbench: not passed on to the frameworks (they change what is measured; inferbench sets its own "
               f"values, recorded in config.child_env; --pass-env NAME passes one on): {', '.join(ignored)}",
               file=sys.stderr)
+    for stale in run_dir.glob(".*.tmp"):  # a write cut short by a kill; we hold the folder, no one else writes
+        stale.unlink(missing_ok=True)
     for cell in cells:
         note = set_aside_if_unreadable(run_dir / cell.filename)
         if note:

@@ -128,15 +128,17 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                "precision; verified cells only)", "", _md_table(pod), ""]
 
     md += ["## Is the difference real?", ""]
-    for (device, cell, bs), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size"]):
+    for (device, cell, bs, precision), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size",
+                                                                          "precision"]):
         ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
                             lambda r: r["p50_ms"])
         pairs = [(ranked[0]["framework"], ranked[1]["framework"])] if len(ranked) > 1 else []
-        pairs += [(x, y) for x, y in (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"))
+        pairs += [(x, y) for x, y in (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"),
+                                      ("torch-inductor", "torch-native"))
                   if {x, y} <= {r["framework"] for r in ranked}]
         for a, b in dict.fromkeys(pairs):
-            where = {"device_name": device, "cell": cell, "batch_size": bs}
-            md.append(f"- {cell} bs{bs} on {device}: {analysis.compare(df, a, b, **where)}")
+            where = {"device_name": device, "cell": cell, "batch_size": bs, "precision": precision}
+            md.append(f"- {cell} bs{bs} {precision} on {device}: {analysis.compare(df, a, b, **where)}")
     md.append("")
 
     md += ["## Power and energy", ""]

@@ -56,10 +56,13 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 cell.child.send({"block": r})
                 _await(cell, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
-        for cell in cells:
-            if cell.result is None and cell.child is not None:
-                cell.child.send({"finish": True})
-                cell.result = cell.child.result(_left(cell, timeout_s))
+        finishing = [c for c in cells if c.result is None and c.child is not None]
+        for cell in finishing:  # all at once: the workers collect and exit side by side
+            assert cell.child is not None
+            cell.child.send({"finish": True})
+        for cell in finishing:
+            assert cell.child is not None
+            cell.result = cell.child.result(_left(cell, timeout_s))
     finally:
         for cell in cells:
             if cell.child is not None:

@@ -50,6 +50,9 @@ class FakeRunner(Runner):
 
     def load(self, ctx: LoadContext) -> None:
         assert ctx.artifact is not None
+        if os.environ.get("FAKE_LOAD_LOG"):  # one line per load, for the tests to count
+            with open(os.environ["FAKE_LOAD_LOG"], "a") as log:
+                log.write(f"{os.getpid()}\n")
         self.weights = np.load(ctx.folder / WEIGHTS)["weights"]
         self.threads = ctx.threads
         self.env_backend = os.environ.get("KERAS_BACKEND")
@@ -74,12 +77,24 @@ class WrongRunner(FakeRunner):
 
 
 class BatchBugRunner(FakeRunner):
-    """Right on the 16 reference inputs, wrong at other batch sizes (as a program compiled for the
-    timed batch shape can be)."""
+    """Right for a batch of 16, wrong at other batch sizes (as a program compiled for the timed batch
+    shape can be): caught because parity runs at the timed batch size."""
 
     def call(self, prepared: Any) -> Any:
         out = super().call(prepared)
         return out if len(prepared) == 16 else out * 1.01
+
+
+class DiesRunner(FakeRunner):
+    """Loads and warms up fine, then its process dies in the middle of the timed rounds."""
+
+    calls = 0
+
+    def call(self, prepared: Any) -> Any:
+        self.calls += 1
+        if self.calls > 40:
+            os._exit(9)
+        return super().call(prepared)
 
 
 class CrashRunner(FakeRunner):
@@ -99,7 +114,7 @@ class SlowRunner(FakeRunner):
 
 FAKES = {
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
-    "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner",
+    "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
 }
 
 

@@ -71,12 +71,34 @@ def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path,
     assert "fastest for mobilenet_v3_small@32 batch 1: fake (" in out  # not fake-wrong, however fast
 
 
+def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, monkeypatch):
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
+    assert _run(tmp_path, "--framework", "fake,fake-slow,fake-wrong", "--rounds", "8") == 1  # fake-wrong: parity
+    assert len(log.read_text().split()) == 3  # one worker per cell, each loaded once for all 8 rounds
+    recs = results.iter_records(tmp_path / "out")[0]
+    blocks = sorted((b["started_at"], b["round"], r["framework"]) for r in recs for b in r["timing"]["blocks"])
+    assert [rnd for _, rnd, _ in blocks] == sorted(r for r in range(8) for _ in range(3))  # round by round
+    orders = {tuple(fw for _, rnd, fw in blocks if rnd == r) for r in range(8)}
+    assert len(orders) > 1  # a fresh random order per round (all 8 alike: chance 6 x 6^-8)
+    assert len({r["timing"]["group"] for r in recs}) == 1 and recs[0]["timing"]["group_cells"] == 3
+
+
+def test_a_worker_that_dies_mid_rounds_fails_alone(fakes, tmp_path, capsys):
+    assert _run(tmp_path, "--framework", "fake,fake-dies", "--min-iterations", "80") == 1
+    df = results.load(tmp_path / "out").set_index("framework")
+    assert df.loc["fake", "status"] == "ok" and len(df.loc["fake", "timing.blocks"]) == 4
+    assert df.loc["fake-dies", "status"] == "failed"
+    assert df.loc["fake-dies", "error"] == "child process exited with status 9 without a result"
+
+
 def test_parity_is_checked_at_the_timed_batch_size_too(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-batchbug", "--batch-size", "4") == 1  # a parity failure
     df = results.load(tmp_path / "out").set_index("framework")
     assert df.loc["fake", "parity.checked_batch_sizes"] == [16, 4]
     assert df.loc["fake-batchbug", "parity.status"] == "failed"
-    assert df.loc["fake-batchbug", "parity.reason"].startswith("timed batch (4): max_rel_err")
+    # every parity call runs at the timed batch size, so the bug shows on the reference inputs too
+    assert "timed batch (4): max_rel_err" in df.loc["fake-batchbug", "parity.reason"]
     assert "fake-batchbug bs4 FAILED PARITY" in capsys.readouterr().out
 
 

@@ -33,7 +33,7 @@ PAIRED_METHOD = "paired-rounds-t-95"
 UNPAIRED_METHOD = "unpaired-rounds-t-95"
 MIN_ROUNDS = 3  # fewer rounds give no interval
 #: Stability verdict thresholds: the p50's 95% interval half-width, and the drift first -> last third of rounds.
-UNSTABLE_HALF_WIDTH = 0.05
+UNSTABLE_HALF_WIDTH = 0.10
 UNSTABLE_DRIFT = 0.10
 
 # Student's t, 97.5% quantile, for 1..30 degrees of freedom (beyond: a Cornish-Fisher expansion).
@@ -81,7 +81,7 @@ def stability(latencies: Sequence[float], rounds: Sequence[int] | None) -> dict[
     meds = np.array([m for _, m in sorted(round_medians(latencies, rounds).items())])
     if meds.size < MIN_ROUNDS:
         return {"verdict": "unknown", "rounds": int(meds.size), "half_width": None, "drift": None,
-                "advice": f"fewer than {MIN_ROUNDS} rounds: no interval (record from before rounds?)"}
+                "advice": f"fewer than {MIN_ROUNDS} rounds, so no interval: measure with --rounds {MIN_ROUNDS} or more"}
     logs = np.log(meds)
     half = math.expm1(t975(meds.size - 1) * _log_spread(logs)[1])
     third = max(1, meds.size // 3)

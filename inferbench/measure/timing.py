@@ -32,10 +32,10 @@ class WindowMonitor(Protocol):
 
 @dataclass(frozen=True)
 class TimingConfig:
-    warmup_iterations: int = 10
+    warmup_iterations: int = 5
     warmup_seconds: float = 1.0
     min_duration_s: float = 4.0  # per cell, all rounds together
-    min_iterations: int = 40  # per cell, all rounds together
+    min_iterations: int = 16  # per cell, all rounds together
     rounds: int = 8
 
     def __post_init__(self) -> None:

@@ -10,8 +10,8 @@ to a fused graph that ran faster than ONNX Runtime: the model source, not the CP
 ``cold_start.load_s``). Then, from OpenVINO's CPU performance guide:
 
 - a static input shape for the timed batch size (``model.reshape``), 13-19% faster than the
-  dynamic batch dimension here; other batch sizes (the 16-input parity batch) run through the same
-  compiled program chunk by chunk, so the parity gate checks what is timed;
+  dynamic batch dimension here (the parity gate, like every runner's, calls it at the timed batch size
+  only: ``scenarios.inference.at_batch_size``);
 - ``PERFORMANCE_HINT=LATENCY``: one stream, one request at a time, as every framework here is timed;
 - ``INFERENCE_NUM_THREADS`` = the run's thread count (read back and recorded);
 - ``INFERENCE_PRECISION_HINT=f32``: on CPUs with bf16/AMX the plugin would otherwise run bf16 by
@@ -54,17 +54,7 @@ class OpenVinoRunner(Runner):
         return self.request.get_output_tensor(0)
 
     def call(self, prepared: Any) -> Any:
-        n = prepared.shape[0]
-        if n == self.batch:
-            return self._infer(prepared)
-        # another batch size (the parity batch): the same static program, chunk by chunk, the last
-        # chunk padded with copies of its last input
-        outputs = []
-        for start in range(0, n, self.batch):
-            chunk = prepared[start:start + self.batch]
-            padded = np.concatenate([chunk, np.repeat(chunk[-1:], self.batch - len(chunk), axis=0)])
-            outputs.append(np.array(self._infer(np.ascontiguousarray(padded)).data[:len(chunk)], copy=True))
-        return np.concatenate(outputs)
+        return self._infer(prepared)  # the static program: every call has the timed batch size
 
     def to_numpy(self, outputs: Any) -> np.ndarray:
         data = outputs if isinstance(outputs, np.ndarray) else outputs.data

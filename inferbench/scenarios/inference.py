@@ -5,8 +5,9 @@ Set-up, once per run (:class:`Session`):
 1. **load**: the runner imports its framework and loads the artifact (``cold_start.load_s``).
 2. **first call** on the timed batch (``cold_start.first_call_s``: compilation lands here).
 3. **parity** on the 16 reference inputs and on the timed batch itself, against the Keras reference
-   logits (``parity.checked_batch_sizes``); a framework with its own weights is checked for finite,
-   input-dependent outputs instead and ranked nowhere.
+   logits (``parity.checked_batch_sizes``), every call at the timed batch size (:func:`at_batch_size`);
+   a framework with its own weights is checked for finite, input-dependent outputs instead and ranked
+   nowhere.
 4. **prepare** the timed batch afresh: a runner's state belongs to the timed batch again, and the
    host-to-device copy stays outside the window.
 5. **device check**: on a GPU, the framework runs on the GPU that NVML measures.
@@ -80,6 +81,7 @@ class Session:
         self.timed_memory = _reset_peak_rss()
         self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
         self.blocks: list[Any] = []
+        self.started: list[float] = []
 
     def block(self, round_index: int) -> dict[str, Any]:
         """Measure this round's block; returns a short summary for the parent's progress display."""
@@ -88,8 +90,10 @@ class Session:
         if not self.blocks:
             self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
                       "interleaved with the group's other cells")
+        started = time.time()  # wall clock: comparable across the group's processes
         b = run_block(self.call, self.sync, self.timing.config, round_index, monitors=self.energy.monitors)
         self.blocks.append(b)
+        self.started.append(started)
         return {"round": round_index, "n": len(b.latencies_s), "window_s": b.window_s,
                 "median_ms": float(np.median(b.latencies_s)) * 1e3}
 
@@ -118,8 +122,8 @@ class Session:
                 "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
                            "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
                            "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
-                           "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s}
-                                      for b in self.blocks],
+                           "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s,
+                                       "started_at": t} for b, t in zip(self.blocks, self.started)],
                            **self.job.interleaving, **self.timing.notes},
                 "cold_start": self.cold_start,
                 "memory": device_memory(self.runner, self.energy.sensor, memory),
@@ -172,15 +176,28 @@ def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dic
 
     emit("parity check")
     folder = Path(job.artifact_dir)
-    out = runner.call(runner.prepare(np.load(folder / REFERENCE_INPUTS)))
-    runner.synchronize(out)
-    if not job.framework.verified(job.cell.model):
-        return parity.sanity(runner.to_numpy(out))
     precision, bs = job.cell.precision, job.cell.batch_size
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), runner.to_numpy(out), precision)
+    out = at_batch_size(runner, np.load(folder / REFERENCE_INPUTS), bs)
+    if not job.framework.verified(job.cell.model):
+        return parity.sanity(out)
+    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision)
     path = folder / timed_reference(bs)
     timed = parity.compare(np.load(path), timed_out, precision) if path.exists() else None
     return parity.combine(reference, timed, bs)
+
+
+def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
+    """The runner's outputs for ``inputs``, computed in calls of exactly the timed batch size (the last
+    one padded with copies of its last input): what is checked is the program that is timed, and a
+    compiling runtime (XLA, inductor, OpenVINO's static shape, TensorRT) never compiles another."""
+    outputs = []
+    for start in range(0, len(inputs), batch_size):
+        chunk = inputs[start:start + batch_size]
+        padded = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
+        out = runner.call(runner.prepare(np.ascontiguousarray(padded)))
+        runner.synchronize(out)
+        outputs.append(np.array(runner.to_numpy(out)[:len(chunk)], copy=True))
+    return np.concatenate(outputs)
 
 
 @dataclasses.dataclass
