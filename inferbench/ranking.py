@@ -59,7 +59,8 @@ def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]
     cmp = comparison(a, b)
     ratio = cmp["ratio"]
     if cmp["ci95"] is None:
-        return f"{a_name} is {1 / ratio:.2f}x the speed of {b_name} (no interval: fewer than 3 rounds)"
+        return (f"{a_name} is {1 / ratio:.2f}x the speed of {b_name} "
+                "(no interval: fewer than 3 rounds, or measured before rounds)")
     lo, hi = cmp["ci95"]
     if not cmp["significant"]:
         return (f"{a_name} vs {b_name}: no significant difference "

@@ -154,7 +154,7 @@ def test_bad_inputs(tmp_path, capsys, kind, message):
 
 def test_two_machines_with_the_same_cpu_stay_apart(tmp_path):
     """A cross-machine report over two hosts with the same device name compares each host with itself."""
-    src = COMMITTED / "20261121-195357_mobilenet_v3_large_224_cpu"
+    src = COMMITTED / "20261123-191553_mobilenet_v3_large_224_cpu"
     for host in ("box-a", "box-b"):
         folder = tmp_path / host
         folder.mkdir()
