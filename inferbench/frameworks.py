@@ -128,8 +128,7 @@ FRAMEWORKS: dict[str, Framework] = {
 
 #: Named sets of keys: every framework, or each runtime at its best-known setting on the device.
 SETS = {"all": "every framework that can run here",
-        "best": "each runtime at its best-known setting on the device (tf, onnxrt, openvino, torch-inductor on a "
-                "CPU; tensorrt-fp32 instead of openvino on a GPU)"}
+        "best": "the default: each runtime at its best-known setting on the device"}
 
 
 def get_framework(key: str) -> Framework:

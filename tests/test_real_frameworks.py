@@ -47,7 +47,8 @@ def cell_job(folder: Path, framework: str = "onnxrt", batch_size: int = 1, durat
 def default_run(tmp_path_factory, shared_cache):
     root = tmp_path_factory.mktemp("e2e")
     out, cache_dir = root / "out", shared_cache
-    code = main([*MODEL, *QUICK, "--batch-size", "1,2", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+    code = main([*MODEL, *QUICK, "--framework", "all", "--batch-size", "1,2", "--output-dir", str(out),
+                 "--cache-dir", str(cache_dir)])
     return code, out, cache_dir
 
 

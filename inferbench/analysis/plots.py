@@ -48,9 +48,10 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, ylabel: str, log_y: bool = Fa
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: (_order(kv[0]), kv[0])):
             gf = gf.sort_values("batch_size")
             failed = (~gf["parity_ok"]).any()
+            why = " (parity FAILED)" if (gf["parity.status"] == "failed").any() else " (unverified: own weights)"
             ax.plot(gf["batch_size"], gf[metric], marker="o", color=_color(fw),
                     linestyle="--" if failed else "-", mfc="none" if failed else _color(fw),
-                    label=fw + (" (parity FAILED)" if failed else ""))
+                    label=fw + (why if failed else ""))
         ax.set_xscale("log", base=2)
         if log_y:
             ax.set_yscale("log")

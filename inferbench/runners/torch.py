@@ -8,6 +8,7 @@ NCHW input), ``compile`` (``torch.compile``; its compile time lands in the first
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -178,10 +179,13 @@ class TorchInductorRunner(TorchNativeRunner):
 
         if ctx.device == "cpu":
             inductor.freezing = True
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # first_call_s is far shorter with a warm cache
+        self.cache_warm = bool(cache) and os.path.isdir(cache) and any(os.scandir(cache))
         super().load(dataclasses.replace(ctx, options=dataclasses.replace(
             ctx.options, channels_last=True, torch_compile=True)))
 
     def details(self) -> dict[str, Any]:
         import torch._inductor.config as inductor
 
-        return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing)}
+        return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing),
+                "inductor_cache_warm": self.cache_warm}
