@@ -39,8 +39,9 @@ def format_summary(records: list[dict[str, Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    unstable = []
     for r in records:
-        advice = ((r.get("latency_ms") or {}).get("stability") or {}).get("advice")
+        st = (r.get("latency_ms") or {}).get("stability") or {}
         if r["status"] != "ok":
             lines.append(f"{record_name(r)} bs{r['batch_size']} failed: {r['error']}")
         elif r["parity"]["status"] == "failed":
@@ -49,8 +50,12 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         elif r["parity"]["status"] != "passed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} UNVERIFIED ({r['parity'].get('reason')}: outputs "
                          "not checked against the reference): not ranked")
-        if r["status"] == "ok" and advice and r["latency_ms"]["stability"]["verdict"] == "unstable":
-            lines.append(f"{record_name(r)} bs{r['batch_size']} unstable: {advice}")
+        if r["status"] == "ok" and st.get("verdict") == "unstable":
+            unstable.append(f"{record_name(r)} bs{r['batch_size']} (p50 ±{st['half_width']:.0%}, drift "
+                            f"{st['drift']:+.0%})")
+    if unstable:  # one line: on a noisy machine it can be every row
+        lines.append(f"unstable estimates: {', '.join(unstable)}; run more rounds (--rounds) or on a quieter "
+                     "machine before trusting small differences")
     lines += _winners(records)
     return "\n".join(lines)
 
@@ -60,7 +65,7 @@ def _stability(lat: dict[str, Any]) -> str:
     if not st:
         return "-"
     half = st.get("half_width")
-    return st["verdict"] + (f" +-{half:.1%}" if half is not None else "")
+    return st["verdict"] + (f" ±{half:.1%}" if half is not None else "")
 
 
 def _device_mb(memory: dict[str, Any]) -> str:
