@@ -131,6 +131,11 @@ SETS = {"all": "every framework that can run here",
         "best": "the default: each runtime at its best-known setting on the device"}
 
 
+def in_set(fw: Framework, name: str, device: str) -> bool:
+    """Is ``fw`` a member of the set ``name`` (of :data:`SETS`) on ``device``?"""
+    return name == "all" or device in fw.best_on
+
+
 def get_framework(key: str) -> Framework:
     try:
         return FRAMEWORKS[key]
@@ -161,7 +166,7 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
     for key in keys:
         if key in SETS:
             for fw in FRAMEWORKS.values():
-                if key == "best" and device not in fw.best_on:
+                if not in_set(fw, key, device):
                     continue
                 reason = unavailable_reason(fw, device) or fw.unsupported(model)
                 if reason is None:

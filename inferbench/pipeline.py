@@ -168,16 +168,17 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     from .rounds import measure_group
 
     c = cells[0]
-    # the group names this invocation too: a cell re-run by --resume is never paired with earlier rounds
-    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{uuid.uuid4().hex[:8]}",
-                    "group_cells": len(cells)}
+    # a nonce per invocation: it names the group (a cell re-run by --resume is never paired with earlier
+    # rounds) and draws the order of its rounds
+    nonce = uuid.uuid4().hex[:8]
+    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{nonce}", "group_cells": len(cells)}
     jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving) for cell in cells}
     envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
     outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
                 if (reason := cannot_run(config, cell, failed_exports)) is not None}
     runnable = [cell for cell in cells if cell not in outcomes]
     measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
-                             config.seed + sum(map(ord, interleaving["group"])), progress.say, config.timeout_s)
+                             int(nonce, 16), progress.say, config.timeout_s)
     outcomes.update(zip(runnable, measured))
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [results.Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell])

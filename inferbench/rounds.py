@@ -29,14 +29,15 @@ SETTLE_S = 0.02
 @dataclass
 class _Cell:
     job: CellJob
-    child: Child | None
+    child: Child
     used_s: float = 0.0  # the worker's own time so far (set-up and blocks): what --timeout limits
     result: ChildResult | None = None  # set when it has ended
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None) -> list[ChildResult]:
-    """Measure ``jobs`` in interleaved rounds; one result per job, in order. ``progress(label, text)``."""
+    """Measure ``jobs`` in interleaved rounds; one result per job, in order. ``seed`` draws the order of
+    every round; ``progress(label, text)``."""
     cells: list[_Cell] = []
     try:
         for job, env in zip(jobs, envs):
@@ -52,21 +53,17 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             order.shuffle(live)
             for cell in live:
                 time.sleep(SETTLE_S)
-                assert cell.child is not None
                 cell.child.send({"block": r})
                 _await(cell, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
-        finishing = [c for c in cells if c.result is None and c.child is not None]
+        finishing = [c for c in cells if c.result is None]
         for cell in finishing:  # all at once: the workers collect and exit side by side
-            assert cell.child is not None
             cell.child.send({"finish": True})
         for cell in finishing:
-            assert cell.child is not None
             cell.result = cell.child.result(_left(cell, timeout_s))
     finally:
         for cell in cells:
-            if cell.child is not None:
-                cell.child.close()
+            cell.child.close()
     return [c.result or ChildResult(ok=False, error="not measured") for c in cells]
 
 
@@ -76,7 +73,6 @@ def _left(cell: _Cell, timeout_s: float | None) -> float | None:
 
 def _await(cell: _Cell, key: str, timeout_s: float | None) -> None:
     """Wait for the worker's ``key`` message; on its end or time-out, its result is the failure."""
-    assert cell.child is not None
     start = time.monotonic()
     try:
         message = cell.child.reply(_left(cell, timeout_s))

@@ -18,7 +18,7 @@ from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_s
 from .config import add_options, build, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
-from .frameworks import FRAMEWORKS, SETS, unavailable_reason
+from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .models import MODELS, PREPROCESSING
 from .summary import format_summary
 
@@ -54,9 +54,9 @@ def list_everything(out: Any = None) -> None:
         print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
     print("\nSets (--framework):", file=out)
     for name, what in SETS.items():
-        members = [k for k, fw in FRAMEWORKS.items() if name == "all" or fw.best_on]
         shown = "" if name == "all" else " (" + "; ".join(
-            f"{dev}: {', '.join(k for k in members if dev in FRAMEWORKS[k].best_on)}" for dev in ("cpu", "gpu")) + ")"
+            f"{dev}: {', '.join(k for k, fw in FRAMEWORKS.items() if in_set(fw, name, dev))}"
+            for dev in ("cpu", "gpu")) + ")"
         print(f"  {name:<14} {what}{shown}", file=out)
 
 

@@ -65,6 +65,7 @@ class Block:
     latencies_s: list[float]
     window_s: float
     monitors: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0  # wall clock (time.time): comparable across the processes of a group
 
 
 @dataclass
@@ -112,6 +113,7 @@ def warm_up(call: Callable[[], Any], synchronize: Callable[[Any], None], config:
 def run_block(call: Callable[[], Any], synchronize: Callable[[Any], None], config: TimingConfig, round_index: int,
               clock: Clock = time.perf_counter, monitors: Sequence[tuple[str, WindowMonitor]] = ()) -> Block:
     """One timed block: until both the block's share of the duration and of the iterations are reached."""
+    started_at = time.time()
     for _ in range(BLOCK_WARMUP_CALLS):
         synchronize(call())
     for _, monitor in monitors:
@@ -128,7 +130,8 @@ def run_block(call: Callable[[], Any], synchronize: Callable[[Any], None], confi
         if len(latencies) >= min_n and now - start >= min_s:
             break
     window = prev - start
-    return Block(round_index, latencies, window, {name: monitor.stop(window) for name, monitor in monitors})
+    return Block(round_index, latencies, window, {name: monitor.stop(window) for name, monitor in monitors},
+                 started_at)
 
 
 def run_timed(call: Callable[[], Any], synchronize: Callable[[Any], None], config: TimingConfig,

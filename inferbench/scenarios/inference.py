@@ -81,21 +81,17 @@ class Session:
         self.timed_memory = _reset_peak_rss()
         self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
         self.blocks: list[Any] = []
-        self.started: list[float] = []
 
     def block(self, round_index: int) -> dict[str, Any]:
-        """Measure this round's block; returns a short summary for the parent's progress display."""
+        """Measure this round's block; the reply tells the parent it is done."""
         from ..measure.timing import run_block
 
         if not self.blocks:
             self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
                       "interleaved with the group's other cells")
-        started = time.time()  # wall clock: comparable across the group's processes
-        b = run_block(self.call, self.sync, self.timing.config, round_index, monitors=self.energy.monitors)
-        self.blocks.append(b)
-        self.started.append(started)
-        return {"round": round_index, "n": len(b.latencies_s), "window_s": b.window_s,
-                "median_ms": float(np.median(b.latencies_s)) * 1e3}
+        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index,
+                                     monitors=self.energy.monitors))
+        return {"round": round_index}
 
     def finish(self) -> CellOutcome:
         from ..measure.memory import peak_rss_mb
@@ -123,7 +119,7 @@ class Session:
                            "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
                            "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
                            "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s,
-                                       "started_at": t} for b, t in zip(self.blocks, self.started)],
+                                       "started_at": b.started_at} for b in self.blocks],
                            **self.job.interleaving, **self.timing.notes},
                 "cold_start": self.cold_start,
                 "memory": device_memory(self.runner, self.energy.sensor, memory),
