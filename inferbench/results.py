@@ -14,7 +14,8 @@ Schema history (``schema_version``):
       schema table says what each means). Every schema-1 record is upgraded on load.
   3 — issue 9: cells measured in interleaved rounds. ``raw_rounds`` (the round of each raw latency),
       ``timing.blocks`` (one entry per block: round, n, window, wall-clock start),
-      ``timing.group``/``group_cells`` (the cells interleaved together); ``latency_ms.p50_ci95`` from the variation between rounds (``between-rounds-t-95``) and
+      ``timing.group``/``group_cells`` (the cells interleaved together); ``latency_ms.p50_ci95`` from the
+      variation between rounds (``between-rounds-t-95``) and
       ``latency_ms.stability`` instead of ``noisy``/``noisy_reasons``; ``parity.checked_batch_sizes``;
       ``memory.timed_peak_host_mb``. Upgrading a schema-2 record moves its iid interval to
       ``latency_ms.p50_ci95_iid`` (it was too narrow to use: iterations are not independent) and sets
