@@ -32,7 +32,7 @@ def main() -> None:
 
     from inferbench.config import build, with_defaults
     from inferbench.frameworks import get_framework
-    from inferbench.measure.stats import compare, iid_compare
+    from inferbench.measure.stats import INVOCATION_SD, compare, iid_compare
     from inferbench.pipeline import Progress, cell_job, child_env, ensure_exports
     from inferbench.rounds import measure_group
 
@@ -76,6 +76,9 @@ def main() -> None:
     print(f"declared significant (nominal 5%): paired rounds {wilson(paired_sig)}; iid bootstrap {wilson(iid_sig)}")
     print(f"A/A ratios: median {np.median(ratios):.4f}, spread (5th-95th percentile) "
           f"{np.percentile(ratios, 5):.4f}-{np.percentile(ratios, 95):.4f}; {time.monotonic() - start:.0f} s")
+    per_worker = np.std(np.log(ratios), ddof=1) / math.sqrt(2)
+    print(f"per-worker spread (sd of log A/A ratios / sqrt 2, rounds' noise included): {per_worker:.2%} "
+          f"(inferbench assumes INVOCATION_SD = {INVOCATION_SD:.1%})")
 
 
 if __name__ == "__main__":

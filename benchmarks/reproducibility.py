@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from inferbench.measure.stats import INVOCATION_SD
 
 
 def main() -> None:
@@ -47,6 +51,9 @@ def main() -> None:
     spread = max(abs(r / mean - 1) for r in ratios)
     overlap = max(float(r["ratio_ci_low"]) for r in rows) <= min(float(r["ratio_ci_high"]) for r in rows)
     same_pair = len({(r["framework"], r["baseline"]) for r in rows}) == 1
+    sd = statistics.stdev(math.log(r) for r in ratios) / math.sqrt(2) if len(ratios) > 1 else float("nan")
+    print(f"per-cell spread between invocations (sd of log ratios / sqrt 2): {sd:.2%} "
+          f"(inferbench assumes INVOCATION_SD = {INVOCATION_SD:.1%})")
     print(f"ratios within {spread:.1%} of their mean {mean:.3f} (target +-10%); intervals "
           f"{'overlap' if overlap else 'do NOT overlap'}; "
           f"{'the same framework was fastest every time' if same_pair else 'the fastest framework CHANGED'}")
