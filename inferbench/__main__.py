@@ -1,7 +1,7 @@
-"""``python -m inferbench`` is ``python -m inferbench.run``."""
+"""``python -m inferbench COMMAND ...`` is the ``inferbench`` console script."""
 
 import sys
 
-from .run import main
+from .commands import main
 
 sys.exit(main())

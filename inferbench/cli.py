@@ -9,16 +9,32 @@ import itertools
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import __version__
 from .errors import UsageError
 
 
 class Parser(argparse.ArgumentParser):
+    """Every command's parser: ``--version``, examples after the options, errors as one line."""
+
+    def __init__(self, *args: Any, examples: Sequence[str] = (), **kwargs: Any) -> None:
+        if examples:
+            kwargs["epilog"] = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=f"inferbench {__version__}")
+
     def error(self, message: str) -> NoReturn:  # one line, not the usage block
         raise UsageError(f"{message} (see --help)")
+
+
+def typed(prog: str) -> str:
+    """A command as the user typed it, from its error prefix: ``inferbench run`` stays, ``inferbench.run``
+    becomes ``python -m inferbench.run``."""
+    return prog if " " in prog else f"python -m {prog}"
 
 
 def check_writable(folder: Path, what: str = "output dir") -> None:

@@ -232,6 +232,9 @@ OPTIONS: tuple[Option, ...] = (
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
            choices=KERAS_BACKENDS),
+    Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p99 (tail "
+           "latency), throughput, or energy (joules per inference, where a sensor exists)", "p50",
+           choices=("p50", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
     Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False),
     Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
            "call per batch)", "inference", choices=tuple(SCENARIOS)),
@@ -239,7 +242,7 @@ OPTIONS: tuple[Option, ...] = (
            metavar="DIR", in_file=False, commands=("run", "sweep", "selftest"),
            command_defaults=(("sweep", "benchmark_results/sweeps"),)),
     Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
-           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False),
+           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest")),
     Option("name", ("--name",), "sweep folder name (default: sweep-<timestamp>)", None, metavar="NAME",
            commands=("sweep",), in_file=False),
     Option("config", ("--config",), "TOML, JSON or YAML file with the keys of these options (command-line "

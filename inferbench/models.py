@@ -193,6 +193,7 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
                 raise UsageError(
                     f"{weights} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}"
                 )
+            _check_fits(spec, model, builder(weights=None, classifier_activation=None, input_shape=shape), weights)
             return model
         model = builder(weights=None, classifier_activation=None, input_shape=shape)
         model.load_weights(weights)
@@ -202,6 +203,19 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"cannot load weights {weights} into {spec.name}: {first}") from None
+
+
+def _check_fits(spec: ModelSpec, model: Any, expected: Any, path: str) -> None:
+    """A whole-model file given as ``--weights`` must hold the named architecture: the same weights, of the
+    same shapes, in the same order (a MobileNetV3-Small file is not resnet50, however it runs)."""
+    got = [tuple(w.shape) for w in model.weights]
+    want = [tuple(w.shape) for w in expected.weights]
+    if got != want:
+        n_got = sum(int(np.prod(s)) for s in got)
+        n_want = sum(int(np.prod(s)) for s in want)
+        raise UsageError(f"{path} holds a model of {len(got)} weight tensors ({n_got:,} parameters), not "
+                         f"{spec.name} ({len(want)} tensors, {n_want:,} parameters): pass the --model it was "
+                         "built as")
 
 
 def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed: int) -> None:

@@ -232,7 +232,7 @@ def set_aside_if_unreadable(path: Path) -> str | None:
 
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
-            progress: Progress | None = None, strict: bool = True) -> Executed:
+            progress: Progress | None = None, strict: bool = True, objective: str = "p50") -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved
@@ -294,7 +294,7 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
                 continue
             progress.say(cell.label, one_line(record))
         try:
-            results.write_summary(run_dir, records_of(run_dir, cells))
+            results.write_summary(run_dir, records_of(run_dir, cells), objective)
         except OSError as exc:
             unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
             progress.say("summary.csv", f"not written: {unwritten['summary.csv']}")

@@ -44,14 +44,15 @@ def _group(record: Mapping[str, Any]) -> str | None:
     return timing.get("group") if isinstance(timing, Mapping) else record.get("timing.group")
 
 
-def comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """A's median latency over B's from two records (or rows of :func:`inferbench.results.load`): paired
-    within rounds when they were measured in the same group of the same run, else unpaired."""
+def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") -> dict[str, Any]:
+    """A's median latency (or p99, or mean) over B's from two records (or rows of
+    :func:`inferbench.results.load`): paired within rounds when they were measured in the same group of
+    the same run, else unpaired."""
     from .measure.stats import compare
 
     group = _group(a)
     return compare(a["raw_latencies_ms"], a.get("raw_rounds"), b["raw_latencies_ms"], b.get("raw_rounds"),
-                   paired=group is not None and group == _group(b))
+                   paired=group is not None and group == _group(b), stat=stat)
 
 
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:
@@ -90,3 +91,122 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "significant": cmp["significant"],
                 "verified": ranked(r["status"], r["parity"]["status"]), "method": cmp["method"]})
     return rows
+
+
+# --------------------------------------------------------------------------- the answer first
+#: ``--objective``: what "best" means -> (record field, lower is better, statistic the margin compares
+#: within rounds (None: no interval), unit, words).
+OBJECTIVES = {
+    "p50": ("latency_ms.p50", True, "p50", "ms", "median latency"),
+    "p99": ("latency_ms.p99", True, "p99", "ms", "p99 latency"),
+    "throughput": ("throughput_per_s", False, "mean", "samples/s", "throughput"),
+    "energy": ("energy.joules_per_inference", True, None, "J/inference", "energy per inference"),
+}
+_FORMAT = {"ms": ".3f", "samples/s": ".1f", "J/inference": ".4g"}
+RECOMMENDATION_KEY = ("device", "model", "resolution", "batch_size", "precision")
+
+
+def field(record: Mapping[str, Any], dotted: str) -> Any:
+    """A value of a record by its dotted name (nested dicts, or the flat rows of ``results.load``);
+    None where absent or NaN."""
+    if dotted in record:
+        value = record[dotted]
+    else:
+        value = record
+        for part in dotted.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                return None
+            value = value[part]
+    return None if isinstance(value, float) and value != value else value
+
+
+def device_of(record: Mapping[str, Any]) -> str:
+    return str(field(record, "device_name") or field(record, "config.device.gpu.name")
+               or field(record, "environment.cpu.model") or "unknown device")
+
+
+def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
+    """Per device, model, resolution, batch size and precision: the best verified cell for ``objective``,
+    its interval, the margin over the runner-up (paired within rounds where they share a run), its
+    stability verdict, and its energy or why there is none."""
+    from .measure.stats import interval
+
+    path, lower, stat, unit, words = OBJECTIVES[objective]
+    records = list(records)
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((device_of(r), *(field(r, k) for k in RECOMMENDATION_KEY[1:])), []).append(r)
+    out = []
+    for key in sorted(groups, key=str):
+        cells = groups[key]
+        rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit}
+        rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
+                             f"parity {field(r, 'parity.status')}" for r in cells
+                             if not ranked(r["status"], field(r, "parity.status"))}
+        scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
+                         and field(r, path) is not None), key=lambda r: field(r, path) * (1 if lower else -1))
+        if not scored:
+            reasons = {field(r, "energy.reason") for r in cells} - {None} if objective == "energy" else set()
+            rec.update(recommended=None, reason=f"no verified cell with {words}" + (
+                f" ({'; '.join(sorted(reasons))})" if reasons else ""))
+            out.append(rec)
+            continue
+        best = scored[0]
+        value = field(best, path)
+        ci = None
+        found = None if stat is None else interval(best["raw_latencies_ms"], best.get("raw_rounds"), stat)
+        if found is not None:  # latency: its interval; throughput: the batch over the mean latency
+            lo, hi, centre = found
+            ci = [lo, hi] if lower else [value * centre / hi, value * centre / lo]
+        rec.update(recommended=record_name(best), value=value, ci95=ci,
+                   stability=field(best, "latency_ms.stability.verdict") or "unknown",
+                   stability_advice=field(best, "latency_ms.stability.advice") or "",
+                   energy_j_per_inference=field(best, "energy.joules_per_inference"),
+                   energy_missing=None if field(best, "energy.available") else
+                   (field(best, "energy.reason") or "no energy figures in this record"),
+                   source=field(best, "_source") or field(best, "run_id"))
+        if len(scored) > 1:
+            second = scored[1]
+            if stat is None:
+                cmp = {"ratio": field(second, path) / value, "ci95": None, "significant": None, "method": "point"}
+            else:  # the runner-up's statistic over the best's: > 1 means the best is better
+                cmp = comparison(second, best, stat)
+            rec.update(runner_up=record_name(second), margin=cmp)
+        out.append(rec)
+    return out
+
+
+def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
+    """The answer, one line per group (and the advice), for the terminal and report.md."""
+    if not recs:
+        return []
+    _, lower, _, _, words = OBJECTIVES[recs[0]["objective"]]
+    lines = [f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
+    for rec in recs:
+        at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']}" + (
+            "" if rec["precision"] == "fp32" else f" {rec['precision']}") + f" on {rec['device']}"
+        if rec["recommended"] is None:
+            lines.append(f"  {at}: none: {rec['reason']}")
+            continue
+        ci, f = rec["ci95"], _FORMAT[rec["unit"]]
+        text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (
+            f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}]" if ci else "") + f", {rec['stability']}"
+        if "runner_up" in rec:
+            m = rec["margin"]
+            factor = f"{m['ratio']:.2f}x"
+            if m["ci95"] is None:
+                text += f"; {factor} better than {rec['runner_up']} (no interval)"
+            elif m["significant"]:
+                text += (f"; {factor} better than {rec['runner_up']} [95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]")
+            else:
+                text += (f"; {rec['runner_up']} is within the noise ({factor} [95% CI {m['ci95'][0]:.2f}-"
+                         f"{m['ci95'][1]:.2f}]): either will do")
+        if rec["energy_missing"] is None:
+            text += f"; energy {rec['energy_j_per_inference']:.4g} J/inference"
+        lines.append(text)
+        if rec["stability_advice"]:
+            lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
+    missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})
+    if missing:  # said once: on a machine without a sensor it is the same for every line
+        lines.append(f"  energy not measured: {'; '.join(missing)}")
+    return lines

@@ -1,30 +1,41 @@
-"""``python -m inferbench.report RESULTS... --out DIR``: a Markdown report with PNG figures.
+"""``inferbench report RESULTS... --out DIR``: a Markdown report with PNG figures.
 
 RESULTS are result folders (or files), from one machine or several: every record carries its
-hardware, so folders merge into one cross-device report. Published figures from other projects are
-added as a separate, labelled external dataset (``--no-reference`` to leave them out).
+hardware, so folders merge into one cross-device report. It opens with the recommendation per
+model, resolution, batch size and precision. Published figures from other projects are added only
+when asked for (``--reference``), in their own labelled section.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, check_writable, guarded
+from .cli import Parser, check_writable, guarded, typed
+from .config import add_options, with_defaults
 from .errors import UsageError
-from .ranking import contenders
+from .ranking import contenders, recommendation_lines, recommendations
 from .results import atomic_write_text
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m inferbench.report", description=__doc__.splitlines()[0])
-    p.add_argument("results", nargs="+", help="result folders or files")
-    p.add_argument("--out", required=True, help="folder for report.md and the figures")
-    p.add_argument("--reference", default=None, help="folder of published figures (default: the bundled copy)")
-    p.add_argument("--no-reference", action="store_true", help="leave published external figures out")
-    p.add_argument("--normalise-to", metavar="FRAMEWORK", help="add throughput relative to this framework per device")
+def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:
+    p = Parser(prog=prog, description="Write a Markdown report with PNG figures from result folders (one machine "
+               "or several: every record carries its hardware).",
+               examples=[f"{prog} benchmark_results/20261123-191553_mobilenet_v3_large_224_cpu --out report",
+                         f"{prog} results-h100/ results-h200/ --out cross-gpu --normalise-to onnxrt"])
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="result folders (searched recursively) or files")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for report.md and the figures (required)")
+    p.add_argument("--reference", action="store_true",
+                   help="add published figures of other projects, in their own labelled section (default: only "
+                   "these records)")
+    p.add_argument("--reference-dir", default=None, metavar="DIR",
+                   help="folder of published figures for --reference (default: the copy bundled with inferbench)")
+    add_options(p, "report")
+    p.add_argument("--normalise-to", metavar="FRAMEWORK",
+                   help="add throughput relative to this framework per device (default: none)")
     return p
 
 
@@ -40,8 +51,8 @@ def _md_table(df: Any, floatfmt: str = ".3g") -> str:
     return "\n".join(lines)
 
 
-def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = True,
-                 normalise_to: str | None = None) -> Path:
+def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
+                 normalise_to: str | None = None, objective: str = "p50") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display (notebooks keep their inline backend)
@@ -59,13 +70,22 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     md: list[str] = ["# inferbench report", ""]
     pending: list[tuple[str, Any]] = []  # figures are saved once the whole report is known to be good
 
+    latest = analysis.latest(df)
+    recs = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in latest.iterrows()],
+                           objective)
+    runs = sorted({str(r) for r in latest["run_id"]})
+    md += ["## Recommendation", "", "```", *recommendation_lines(recs), "```", "",
+           f"From the latest record of each cell ({len(latest)} of {len(df)} records; run"
+           f"{'s' if len(runs) > 1 else ''} {', '.join(runs)}). The margin is the runner-up's figure over the "
+           "recommended one's, paired within rounds when both ran in the same run; 'within the noise' means its "
+           "95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
+
     devices = df.groupby("device_name").agg(
         records=("framework", "size"), hosts=("host", lambda s: ", ".join(sorted(set(map(str, s))))),
         threads=("config.threads", lambda s: ", ".join(sorted({str(int(v)) for v in s.dropna()}))),
         first=("created_at", "min"), last=("created_at", "max"),
         commits=("environment.inferbench.commit", lambda s: ", ".join(sorted({str(v)[:8] for v in s.dropna()}))),
     ).reset_index()
-    md += ["## Sources", "", f"{len(df)} records from: {', '.join(map(str, paths))}", "", _md_table(devices), ""]
 
     failed = df[df["status"] != "ok"]
     bad_parity = df[(df["status"] == "ok") & (df["parity.status"] == "failed")]
@@ -143,12 +163,15 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 
     md += ["## Power and energy", ""]
     if not analysis.has_energy(df):
-        md += ["Our records here carry no energy fields (CPU runs without a readable RAPL counter; GPU runs record "
-               "NVML energy). The figure shows published external figures only.", ""]
-    fig, fits = plots.power_vs_throughput(df, ref)
-    figure("power_vs_throughput.png", fig, "power vs throughput with least-squares fits")
-    if not fits.empty:
-        md += [_md_table(fits), ""]
+        reasons = sorted({str(r) for r in df.get("energy.reason", []) if isinstance(r, str)})
+        md += ["These records carry no energy figures" + (f" ({'; '.join(reasons)})" if reasons else "") + ": "
+               "energy needs NVML on an NVIDIA GPU or a readable RAPL counter on the CPU."
+               + (" The figure below shows published external figures only." if ref is not None else ""), ""]
+    if analysis.has_energy(df) or ref is not None:
+        fig, fits = plots.power_vs_throughput(df, ref)
+        figure("power_vs_throughput.png", fig, "power vs throughput with least-squares fits")
+        if not fits.empty:
+            md += [_md_table(fits), ""]
 
     md += ["## Across devices", ""]
     if normalise_to:
@@ -158,6 +181,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                _md_table(norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
     figure("cross_device.png", plots.cross_device(df, ref), "throughput across devices")
 
+    md += ["## Sources", "", f"{len(df)} records from: {', '.join(map(str, paths))}", "", _md_table(devices), ""]
     if ref is not None:
         md += ["## Published external figures", "",
                "Not our measurements: other projects' published numbers, kept apart and labelled. Caveats:", ""]
@@ -169,20 +193,24 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     for name, fig in pending:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
+    atomic_write_text(out / "recommendation.json", json.dumps({"objective": objective, "recommendations": recs},
+                                                              indent=1, default=str) + "\n")
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     return path
 
 
-def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    path = write_report(args.results, Path(args.out), args.reference, not args.no_reference, args.normalise_to)
+def _main(argv: list[str] | None, prog: str) -> int:
+    args = build_parser(typed(prog)).parse_args(argv)
+    objective = with_defaults({k: v for k, v in vars(args).items() if k == "objective"}, "report")["objective"]
+    path = write_report(args.results, Path(args.out), args.reference_dir, args.reference, args.normalise_to,
+                        objective)
     print(f"report: {path}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    return guarded("inferbench.report", _main, argv, "no report written")
+def main(argv: list[str] | None = None, prog: str = "inferbench.report") -> int:
+    return guarded(prog, lambda a: _main(a, prog), argv, "no report written")
 
 
 if __name__ == "__main__":

@@ -48,9 +48,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
 SUPPORTED_SCHEMAS = frozenset({1, 2, 3})
 SUMMARY_COLUMNS = (
-    "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "status", "parity",
-    "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p99_ms", "mean_ms", "cv", "n",
-    "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb", "rounds", "stability", "error",
+    "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
+    "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
+    "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
+    "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
+    "stability", "error",
 )
 STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
@@ -224,11 +226,27 @@ def parse(data: Any, where: str) -> Record:
 
 
 # --------------------------------------------------------------------------- writing
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux), else set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
+    ``open(path, "w")`` would give (0666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would lock colleagues out of shared results
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
@@ -260,10 +278,14 @@ def _finite(value: Any) -> Any:
 
 
 def summary_row(record: dict[str, Any]) -> dict[str, Any]:
+    from .ranking import device_of
+
     lat = record.get("latency_ms") or {}
     ci = lat.get("p50_ci95") or [None, None]
     cold = record.get("cold_start") or {}
+    energy = record.get("energy") or {}
     return {
+        "run_id": record.get("run_id"),
         "framework": record["framework"],
         "model": record["model"],
         "resolution": record["resolution"],
@@ -271,11 +293,15 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "precision": record.get("precision", "fp32"),
         "variant": record.get("variant", ""),
         "device": (record.get("config", {}).get("device") or {}).get("kind"),
+        "device_name": device_of(record),
+        "host": (record.get("environment") or {}).get("hostname"),
         "status": record["status"],
         "parity": record["parity"]["status"],
         "p50_ms": lat.get("p50"),
         "p50_ci95_low_ms": ci[0],
         "p50_ci95_high_ms": ci[1],
+        "p90_ms": lat.get("p90"),
+        "p95_ms": lat.get("p95"),
         "p99_ms": lat.get("p99"),
         "mean_ms": lat.get("mean"),
         "cv": lat.get("cv"),
@@ -284,6 +310,10 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "load_s": cold.get("load_s"),
         "first_call_s": cold.get("first_call_s"),
         "peak_host_memory_mb": (record.get("memory") or {}).get("peak_host_mb"),
+        "timed_peak_host_memory_mb": (record.get("memory") or {}).get("timed_peak_host_mb"),
+        "energy_j_per_inference": energy.get("joules_per_inference"),
+        "mean_power_w": energy.get("mean_power_w"),
+        "energy_missing": None if energy.get("available") else energy.get("reason"),
         "rounds": (lat.get("stability") or {}).get("rounds"),
         "stability": (lat.get("stability") or {}).get("verdict"),
         "error": record.get("error"),
@@ -298,13 +328,16 @@ def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]
     atomic_write_text(path, buf.getvalue())
 
 
-def write_summary(folder: Path, records: list[dict[str, Any]]) -> None:
-    """``summary.csv`` (one row per cell) and ``comparisons.csv`` (each cell against its group's fastest
-    verified cell, :func:`inferbench.ranking.comparison_rows`) in ``folder``."""
-    from .ranking import COMPARISON_COLUMNS, comparison_rows
+def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
+    """``summary.csv`` (one row per cell), ``comparisons.csv`` (each cell against its group's fastest
+    verified cell, :func:`inferbench.ranking.comparison_rows`) and ``recommendation.json`` (the best
+    verified cell per group for ``objective``, :func:`inferbench.ranking.recommendations`) in ``folder``."""
+    from .ranking import COMPARISON_COLUMNS, comparison_rows, recommendations
 
     write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
     write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
+    answer = {"objective": objective, "recommendations": recommendations(records, objective)}
+    atomic_write_text(Path(folder) / "recommendation.json", json.dumps(_finite(answer), indent=1) + "\n")
 
 
 # --------------------------------------------------------------------------- reading
@@ -326,7 +359,7 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             skipped.append(f"{file}: not readable JSON ({str(exc)[:100]})")
             continue
         if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
-            if file.name != "sweep.json":  # a sweep's plan lives beside its records
+            if file.name not in ("sweep.json", "recommendation.json"):  # a run's own files beside its records
                 skipped.append(f"{file}: not an inferbench record")
             continue
         version = data["schema_version"]
@@ -348,23 +381,66 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return records, skipped
 
 
-def load(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """A folder (or file) of result records as a DataFrame, one row per cell, at the current schema.
+ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
+
+
+def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
+    """The one loader: result folders (searched recursively) or record files, from one machine or several,
+    as one DataFrame with a row per record, at the current schema — what every function of
+    :mod:`inferbench.analysis`, the report and ``compare`` take.
 
     Nested blocks are flattened with dots (``latency_ms.p50``, ``parity.status``,
     ``environment.cpu.model``); raw latencies and their rounds stay list columns (``raw_latencies_ms``,
-    ``raw_rounds``).
+    ``raw_rounds``); :func:`tidy` adds the columns the analysis uses (``device_name``, ``p50_ms``,
+    ``ranked``, ...). A file given twice (a folder and its sub-folder) counts once.
     """
     import pandas as pd
 
-    records, skipped = iter_records(Path(path))
-    if not records:
-        also = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0]})" if skipped else ""
-        raise UsageError(f"no inferbench result records found under {path}{also}")
-    for line in skipped:  # every file left out is named, with the reason
-        print(f"inferbench: skipped {line}", file=sys.stderr)
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:
+        raise UsageError("no result folders given")
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        found, skipped = iter_records(Path(path))
+        if not found:
+            also = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0]})" if skipped else ""
+            raise UsageError(f"no inferbench result records found under {path}{also}")
+        for line in skipped:  # every file left out is named, with the reason
+            print(f"inferbench: skipped {line}", file=sys.stderr)
+        records += found
+    records = list({r["_source"]: r for r in records}.values())
     raw = ("raw_latencies_ms", "raw_rounds")
     flat = pd.json_normalize([{k: v for k, v in r.items() if k not in raw} for r in records])
     for key in raw:
         flat[key] = [r.get(key) for r in records]
-    return flat
+    return tidy(flat)
+
+
+def tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
+    import pandas as pd
+
+    from .ranking import RANKED_PARITY, display_name
+
+    out = df.copy()
+    # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
+    # the key); records of schema 2 carry precision and variant at the top level
+    out["framework_key"] = out["framework"]
+    out["framework"] = [display_name(f, p, v) for f, p, v in zip(out["framework"], out["precision"], out["variant"])]
+    gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
+    cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
+    out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
+    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
+    out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
+    # two machines with the same GPU (or CPU) model are two machines: name them apart
+    shared = out.groupby("device_name")["host"].transform("nunique") > 1
+    out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
+    out["p50_ms"] = out.get("latency_ms.p50")
+    out["p99_ms"] = out.get("latency_ms.p99")
+    out["throughput"] = out.get("throughput_per_s")
+    out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
+    out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
+    out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
+    if ENERGY_J_PER_INF in out:
+        out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
+    return out

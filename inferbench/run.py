@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped
+from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
 from .config import add_options, build, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
@@ -23,14 +22,18 @@ from .models import MODELS, PREPROCESSING
 from .summary import format_summary
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentParser:
     p = Parser(
-        prog="python -m inferbench.run",
-        description="Export a Keras vision model to every runtime, check each export against the "
-        "Keras reference, and measure latency and throughput with one common method.",
+        prog=prog,
+        description="Export a Keras vision model to every runtime, check each export against the Keras reference, "
+        "and measure latency and throughput in interleaved rounds. Prints the recommendation first; writes one JSON "
+        "record per cell, summary.csv, comparisons.csv and recommendation.json to OUTPUT_DIR/<run id>/.",
+        examples=[f"{prog}                                   # the default model, each runtime at its best",
+                  f"{prog} --framework all --batch-size 1,8  # every framework here, the naive variants too",
+                  f"{prog} --framework tfxla --gpu-id 0      # the seed projects' command line",
+                  f"{prog} --list                            # models, frameworks, and what runs here"],
     )
     add_options(p, "run")
-    p.add_argument("--version", action="version", version=f"inferbench {__version__}")
     return p
 
 
@@ -61,13 +64,13 @@ def list_everything(out: Any = None) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
-    return guarded(prog, _main, argv)
+    return guarded(prog, lambda a: _main(a, prog), argv)
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, prog: str) -> int:
     from .pipeline import execute, folder_lock
 
-    values = with_defaults(given(build_parser().parse_args(argv)), "run")
+    values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
         list_everything()
         return 0
@@ -84,15 +87,17 @@ def _main(argv: list[str] | None) -> int:
     run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
     try:
         with folder_lock(run_dir):
-            executed = execute(config, list(built.cells), run_dir, run_dir.name)
+            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=values["objective"])
     except UsageError:
         if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
             shutil.rmtree(run_dir)  # bad input found while exporting: leave nothing behind
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise
-    print(format_summary(executed.records), file=sys.stdout)
-    print(f"\nresults: {run_dir}/ (one JSON record per cell, summary.csv)", file=sys.stdout)
+    print(format_summary(executed.records, values["objective"]), file=sys.stdout)
+    print(f"\nresults: {run_dir}/ (a JSON record per cell, summary.csv, comparisons.csv, recommendation.json)\n"
+          f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
+          file=sys.stdout)
     return exit_status(executed)
 
 

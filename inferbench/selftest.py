@@ -1,8 +1,9 @@
-"""``python -m inferbench.selftest --gpu``: a short check anyone can run on a machine with an NVIDIA GPU.
+"""``inferbench selftest``: a short check of what this machine has, ending with PASS or FAIL.
 
-Runs every GPU framework installed there briefly (batch 1 and 8, a few seconds each, energy from
-NVML) and prints what worked, with watts, joules per inference and peak memory. ``--cpu`` does the
-same on the CPU. Results go to ``benchmark_results/selftest-<device>-<time>/``.
+Runs every framework installed here briefly (batch 1 and 8, a few seconds each; energy from NVML on a
+GPU), on the GPU when the machine has an NVIDIA GPU and on the CPU otherwise (``--gpu`` / ``--cpu`` to
+choose), and prints what worked, then one verdict line. Results go to
+``OUTPUT_DIR/selftest-<device>-<time>/``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .cli import Parser
+from .cli import Parser, guarded, typed
 from .config import add_options, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
@@ -18,22 +19,29 @@ from .frameworks import FRAMEWORKS, unavailable_reason
 from .run import main as run_main
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m inferbench.selftest", description=__doc__.splitlines()[0])
+def build_parser(prog: str = "python -m inferbench.selftest") -> Parser:
+    p = Parser(prog=prog, description="A short check of every framework installed here (batch 1 and 8, a few "
+               "seconds each), on the GPU if this machine has one, else on the CPU; ends with PASS or FAIL.",
+               examples=[f"{prog}            # the GPU if there is one, else the CPU",
+                         f"{prog} --cpu      # the CPU path on a GPU machine"])
     where = p.add_mutually_exclusive_group(required=False)
-    where.add_argument("--gpu", action="store_true", help="check the GPU path (default)")
-    where.add_argument("--cpu", action="store_true", help="check the CPU path")
+    where.add_argument("--gpu", action="store_true", help="check the GPU path (default where there is an NVIDIA GPU)")
+    where.add_argument("--cpu", action="store_true", help="check the CPU path (default on a machine without one)")
     add_options(p, "selftest")
-    try:
-        args = p.parse_args(argv)
-        values = with_defaults(given(args), "selftest")
-        kind = "cpu" if values.get("cpu") else "gpu"
-        if kind == "gpu" and not list_gpus():
-            raise UsageError("no NVIDIA GPU found on this machine (nvidia-smi lists none); the GPU check needs one "
-                             "(python -m inferbench.selftest --cpu checks the CPU path)")
-    except UsageError as exc:
-        print(f"inferbench.selftest: error: {exc}", file=sys.stderr)
-        return 2
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "inferbench.selftest") -> int:
+    return guarded(prog, lambda a: _main(a, prog), argv, "no verdict")
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "selftest")
+    gpus = list_gpus()
+    kind = "cpu" if values.get("cpu") else "gpu" if values.get("gpu") else ("gpu" if gpus else "cpu")
+    if kind == "gpu" and not gpus:
+        raise UsageError("no NVIDIA GPU found on this machine (nvidia-smi lists none); the GPU check needs one "
+                         "(--cpu checks the CPU path)")
     runnable, missing = [], []
     for fw in FRAMEWORKS.values():
         reason = unavailable_reason(fw, kind)
@@ -42,13 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     for line in missing:
         print(f"  not installed / not possible here: {line}", file=sys.stderr)
     if not runnable:
+        print(f"selftest FAIL: no framework can run on the {kind} here", file=sys.stderr)
         return 1
     device = ["--device", "gpu", "--gpu-id", str(values["gpu_id"])] if kind == "gpu" else ["--device", "cpu"]
     out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
+    code = run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
                      "--duration", str(values["duration"]),
-                     "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out],
-                    prog="inferbench.selftest")
+                     "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
+                     *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else [])],
+                    prog=prog)
+    if code == 0:
+        print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and every export passed parity",
+              file=sys.stderr)
+    elif code == 1:
+        print(f"selftest FAIL: a cell failed or failed parity on the {kind} (see above)", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

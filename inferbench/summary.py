@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ranking import contenders, record_name, verdict
+from .ranking import recommendation_lines, recommendations, record_name
 
 
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def format_summary(records: list[dict[str, Any]]) -> str:
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Aligned text columns under a header and a rule."""
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def format_summary(records: list[dict[str, Any]], objective: str = "p50") -> str:
+    """The answer first (the recommendation per group), then a row per cell, then what is not ranked and why."""
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
@@ -35,10 +43,8 @@ def format_summary(records: list[dict[str, Any]]) -> str:
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
             + ((_fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
                 _fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    answer = recommendation_lines(recommendations(records, objective))
+    lines = answer + ([""] if answer else []) + table(header, rows)
     unstable = []
     for r in records:
         st = (r.get("latency_ms") or {}).get("stability") or {}
@@ -56,7 +62,6 @@ def format_summary(records: list[dict[str, Any]]) -> str:
     if unstable:  # one line: on a noisy machine it can be every row
         lines.append(f"unstable estimates: {', '.join(unstable)}; run more rounds (--rounds) or on a quieter "
                      "machine before trusting small differences")
-    lines += _winners(records)
     return "\n".join(lines)
 
 
@@ -75,22 +80,3 @@ def _device_mb(memory: dict[str, Any]) -> str:
     if memory.get("device_used_mb_at_end") is not None:
         return f"{memory['device_used_mb_at_end']:.0f} (nvml)"
     return "-"
-
-
-def _winners(records: list[dict[str, Any]]) -> list[str]:
-    """Fastest framework per model, resolution, batch size and precision among the ranked cells."""
-    out = []
-    key = ("model", "resolution", "batch_size", "precision")
-    for model, res, bs, prec in sorted({tuple(r[k] for k in key) for r in records}):
-        group = [r for r in records if tuple(r[k] for k in key) == (model, res, bs, prec)]
-        ranked = contenders(group, lambda r: r["status"], lambda r: r["parity"]["status"],
-                            lambda r: r["latency_ms"]["p50"])
-        if not ranked:
-            continue
-        best = ranked[0]
-        at = f"{model}@{res} batch {bs}" + ("" if prec == "fp32" else f" {prec}")
-        line = f"fastest for {at}: {record_name(best)} (p50 {best['latency_ms']['p50']:.3f} ms)"
-        if len(ranked) > 1 and best.get("raw_latencies_ms") and ranked[1].get("raw_latencies_ms"):
-            line += "; " + verdict(record_name(best), best, record_name(ranked[1]), ranked[1])
-        out.append(line)
-    return out

@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
-from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped
+from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
 from .config import BY_NAME, Plan, add_options, build, given, read_config_file, record_filename, with_defaults
 from .device import list_gpus
 from .errors import UsageError
@@ -33,10 +32,14 @@ PLAN = "sweep.json"
 GRID = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m inferbench.sweep", description=__doc__.splitlines()[0])
+def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentParser:
+    p = Parser(prog=prog, description="Measure a grid of cells (models x resolutions x batch sizes x frameworks x "
+               "precisions), each framework isolated as in run; the plan is saved first, so an interrupted sweep "
+               "resumes where it stopped. Options may come from a TOML, JSON or YAML file (--config).",
+               examples=[f"{prog} --models mobilenet_v3_large,resnet50 --resolutions 160,224 --batch-sizes 1,8,32",
+                         f"{prog} --config benchmarks/sweep_cpu.toml --name cpu-2core",
+                         f"{prog} --resume benchmark_results/sweeps/cpu-2core"])
     add_options(p, "sweep")
-    p.add_argument("--version", action="version", version=f"inferbench {__version__}")
     return p
 
 
@@ -55,7 +58,7 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     except OSError:
         raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
-    extra = [k for k in values if k not in ("resume", "cache_dir")]
+    extra = [k for k in values if k not in ("resume", "cache_dir", "objective")]
     if extra:
         flags = ", ".join(BY_NAME[k].flags[-1] for k in extra)
         raise UsageError(f"--resume runs the saved plan; drop {flags}")
@@ -82,21 +85,21 @@ def adopt_legacy_names(sweep_dir: Path, plan: Plan) -> None:
             os.replace(legacy, sweep_dir / cell.filename)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return guarded("inferbench.sweep", _main, argv, "finish it with --resume (completed cells are kept)")
+def main(argv: list[str] | None = None, prog: str = "inferbench.sweep") -> int:
+    return guarded(prog, lambda a: _main(a, prog), argv, "finish it with --resume (completed cells are kept)")
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, prog: str) -> int:
     from .pipeline import folder_lock
 
-    values = given(build_parser().parse_args(argv))
+    values = given(build_parser(typed(prog)).parse_args(argv))
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_writable(Path(plan.config.cache_dir), "cache dir")
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
-            return _run(plan, sweep_dir)
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)))
     else:
         plan, skipped = make_plan(values)
         name = str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -118,17 +121,17 @@ def _main(argv: list[str] | None) -> int:
             except OSError:
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
-            return _run(plan, sweep_dir)
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)))
 
 
-def _run(plan: Plan, sweep_dir: Path) -> int:
+def _run(plan: Plan, sweep_dir: Path, objective: str) -> int:
     from .pipeline import execute
 
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False)
-    print(format_summary(executed.records))
-    print(f"\nresults: {sweep_dir}/ ; report: python -m inferbench.report {sweep_dir} --out REPORT_DIR")
+    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective)
+    print(format_summary(executed.records, objective))
+    print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     return exit_status(executed)
 
 

@@ -31,7 +31,8 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     assert _run(tmp_path, "--framework", "fake", "--batch-size", "1,2") == 0
     (run_dir,) = (tmp_path / "out").iterdir()
     names = sorted(p.name for p in run_dir.glob("*.json"))
-    assert names == ["mobilenet_v3_small_32_bs1_fake.json", "mobilenet_v3_small_32_bs2_fake.json"]
+    assert names == ["mobilenet_v3_small_32_bs1_fake.json", "mobilenet_v3_small_32_bs2_fake.json",
+                     "recommendation.json"]
     rec = json.loads((run_dir / names[1]).read_text())
     assert rec["schema_version"] == SCHEMA_VERSION
     assert (rec["model"], rec["resolution"], rec["batch_size"], rec["framework"]) == ("mobilenet_v3_small", 32, 2,
@@ -45,13 +46,17 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     # measured in 4 rounds, each sample with its round; parity on the reference inputs and the timed batch
     assert len(rec["raw_rounds"]) == len(rec["raw_latencies_ms"]) and set(rec["raw_rounds"]) == {0, 1, 2, 3}
     assert [b["round"] for b in rec["timing"]["blocks"]] == [0, 1, 2, 3]
-    assert rec["latency_ms"]["ci_method"] == "between-rounds-t-95" and rec["latency_ms"]["stability"]["rounds"] == 4
+    assert rec["latency_ms"]["ci_method"] == "between-rounds-t-95+invocation-sd-1.5%"
+    assert rec["latency_ms"]["stability"]["rounds"] == 4
     assert rec["parity"]["checked_batch_sizes"] == [16, 2]
     assert rec["memory"]["timed_peak_host_mb"] > 0
     assert rec["config"]["threads"] == 1 and rec["config"]["device"] == {"kind": "cpu", "gpu": None}
     results.parse(rec, "record")  # and it reads back as a Record
     out = capsys.readouterr().out
-    assert "fastest for mobilenet_v3_small@32 batch 1: fake" in out
+    # the answer first: the recommendation opens the output, before the table
+    assert out.startswith("recommendation (median latency, lower is better; verified cells only):\n"
+                          "  mobilenet_v3_small@32 batch 1 on ")
+    assert ": fake, " in out.splitlines()[1] and "energy not measured: " in out
     assert len((run_dir / "summary.csv").read_text().splitlines()) == 3
     assert (run_dir / "comparisons.csv").read_text().splitlines()[0] == (
         "model,resolution,batch_size,precision,framework,baseline,ratio,ratio_ci_low,ratio_ci_high,significant,"
@@ -68,7 +73,7 @@ def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path,
     assert "Traceback" in df.loc["fake-crash", "traceback"]
     out = capsys.readouterr().out
     assert "fake-wrong bs1 FAILED PARITY" in out and "fake-crash bs1 failed" in out
-    assert "fastest for mobilenet_v3_small@32 batch 1: fake (" in out  # not fake-wrong, however fast
+    assert ": fake, " in out.splitlines()[1]  # recommended: not fake-wrong, however fast
 
 
 def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, monkeypatch):
@@ -175,7 +180,8 @@ def _sweep_process(args: list[str], **kwargs) -> subprocess.Popen:
 
 
 def _records(folder: Path) -> dict[str, tuple[int, bytes]]:
-    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob("*.json") if p.name != "sweep.json"}
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob("*.json")
+            if p.name not in ("sweep.json", "recommendation.json")}
 
 
 def _workers_of(parent: int) -> list[int]:

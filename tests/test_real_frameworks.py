@@ -87,8 +87,8 @@ def test_runner_contract(default_run, framework):
 
 def test_records_follow_the_schema(default_run):
     _, out, _ = default_run
-    files = sorted(out.rglob("*.json"))
-    assert len(files) == 2 * len(CPU_FRAMEWORKS)
+    files = sorted(out.rglob("*_bs*.json"))
+    assert len(files) == 2 * len(CPU_FRAMEWORKS) and len(list(out.rglob("recommendation.json"))) == 1
     rec = json.loads(files[0].read_text())
     assert set(rec) == set(results.Record.__dataclass_fields__)
     assert results.parse(rec, files[0].name).status == "ok"
@@ -276,7 +276,8 @@ def test_options_reach_the_runner_and_the_record(default_run, tmp_path):
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16",
                  "--include-transfer", "--channels-last", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
-    df = results.load(out).set_index("framework")
+    df = results.load(out).set_index("framework_key")
+    assert set(df["framework"]) == {"torch:bf16+e2e", "torch-native:bf16+channels-last+e2e"}  # display names
     assert (df["status"] == "ok").all(), df["error"]
     assert df.loc["torch", "precision"] == "bf16" and df.loc["torch", "runner.dtype"] == "bfloat16"
     # judged against the bf16 thresholds, whatever the verdict (on this random-weight model bf16 drifts
@@ -329,3 +330,28 @@ def test_missing_keras_backend_is_a_failed_row(default_run, tmp_path):
                  "--cache-dir", str(cache_dir)]) == 1
     rec = results.load(out).iloc[0]
     assert rec["status"] == "failed" and 'pip install -e ".[jax]"' in rec["error"]
+
+
+def test_a_weights_file_of_another_model_is_refused(tmp_path, capsys):
+    """A MobileNetV3-Small file passed as resnet50's (or MobileNetV3-Large's) weights ran and recorded
+    "parity passed"; now one line and exit 2, and nothing written. The same file fits its own model."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "small.keras"
+    script = ("import keras, sys\n"
+              "from inferbench.models import build_keras_model, get_model\n"
+              "keras.applications.MobileNetV3Small(weights=None, classifier_activation=None, "
+              f"input_shape=(96, 96, 3)).save({str(path)!r})\n"
+              f"build_keras_model(get_model('mobilenet_v3_small'), 96, {str(path)!r}, 0)\n"  # fits its own model
+              "print('fits')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "fits", proc.stderr[-2000:]
+    out = tmp_path / "out"
+    code = main(["--model", "mobilenet_v3_large", "--resolution", "96", "--weights", str(path), *QUICK,
+                 "--framework", "onnxrt", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith(f"inferbench.run: error: {path} holds a model of ")
+    assert "not mobilenet_v3_large (" in err[-1] and "Traceback" not in "\n".join(err)
+    assert not out.exists() or not any(out.iterdir())

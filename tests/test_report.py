@@ -21,7 +21,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "schema_v1"
 @pytest.mark.slow  # every figure over all committed records: half a minute of plotting
 def test_report_on_committed_results_renders_every_figure(tmp_path):
     out = tmp_path / "report"
-    assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt"]) == 0
+    assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
     text = (out / "report.md").read_text()
     for png in ["throughput_vs_batch", "latency_vs_batch", "latency_distributions", "xla_steps", "pareto",
                 "power_vs_throughput", "cross_device"]:
@@ -85,10 +85,27 @@ def test_a_cell_measured_twice_is_never_compared_with_itself(tmp_path):
         rec = dict(src, framework=fw, created_at=stamp, parity={**src["parity"], "status": "passed"})
         (tmp_path / f"{name}.json").write_text(json.dumps(rec))
     out = tmp_path / "report"
-    assert main([str(tmp_path), "--out", str(out), "--no-reference"]) == 0
+    assert main([str(tmp_path), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
     assert "onnxrt vs onnxrt" not in text and "onnxrt is" not in text.split("Is the difference real?")[0][-1:]
     assert "torch vs onnxrt" in text or "onnxrt vs torch" in text or "the speed of" in text
+
+
+def test_the_report_opens_with_the_answer_and_shows_only_the_users_data(tmp_path):
+    src = json.loads(next(FIXTURE.glob("*.json")).read_text())
+    for fw, p50 in (("onnxrt", 2.0), ("torch", 5.0)):
+        rec = dict(src, framework=fw, parity={**src["parity"], "status": "passed"})
+        rec["latency_ms"] = dict(src["latency_ms"], p50=p50)
+        (tmp_path / f"{fw}.json").write_text(json.dumps(rec))
+    out = tmp_path / "report"
+    assert main([str(tmp_path), "--out", str(out), "--objective", "p50"]) == 0
+    text = (out / "report.md").read_text()
+    assert text.startswith("# inferbench report\n\n## Recommendation\n\n```\nrecommendation (median latency")
+    assert ": onnxrt, 2.000 ms" in text
+    assert "external" not in text.lower() and "perfacct" not in text  # no one else's figures unless asked
+    assert "no energy figures" in text and "no data" not in text.split("## Power and energy")[1].split("##")[0]
+    answer = json.loads((out / "recommendation.json").read_text())
+    assert answer["recommendations"][0]["recommended"] == "onnxrt"
 
 
 def test_linear_fit_and_normalise():
@@ -163,8 +180,9 @@ def test_two_machines_with_the_same_cpu_stay_apart(tmp_path):
             rec["environment"]["hostname"] = host
             (folder / f.name).write_text(json.dumps(rec))
     out = tmp_path / "report"
-    assert main([str(tmp_path / "box-a"), str(tmp_path / "box-b"), "--out", str(out), "--no-reference"]) == 0
+    assert main([str(tmp_path / "box-a"), str(tmp_path / "box-b"), "--out", str(out)]) == 0
     df = analysis.load([tmp_path / "box-a", tmp_path / "box-b"])
     assert df["device_name"].nunique() == 2 and df["device_name"].str.endswith((" @ box-a", " @ box-b")).all()
     text = (out / "report.md").read_text()
-    assert text.count("onnxrt is ") == 2  # one comparison per machine
+    assert text.split("## Is the difference real?")[1].count("onnxrt is ") == 2  # one comparison per machine
+    assert text.split("## Recommendation")[1].split("\n##")[0].count("@ box-") == 2  # one answer per machine

@@ -39,10 +39,11 @@ def test_write_and_load_roundtrip(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run").glob("*_bs1_*.json")) == [
         "mobilenet_v3_large_224_bs1_onnxrt.json", "mobilenet_v3_large_224_bs1_torch_bf16_compile.json"]
     df = results.load(tmp_path)
-    assert sorted(df["framework"]) == ["onnxrt", "torch"]
+    assert sorted(df["framework_key"]) == ["onnxrt", "torch"]
+    assert sorted(df["framework"]) == ["onnxrt", "torch:bf16+compile"]  # the display name the analysis uses
     assert set(df.columns) >= {"latency_ms.p50", "parity.status", "environment.cpu.model", "raw_latencies_ms",
                                "precision", "variant", "scenario"}
-    assert len(df.loc[df.framework == "torch", "raw_latencies_ms"].iloc[0]) == 50
+    assert len(df.loc[df.framework_key == "torch", "raw_latencies_ms"].iloc[0]) == 50
     rec = json.loads((tmp_path / "run" / "mobilenet_v3_large_224_bs1_onnxrt.json").read_text())
     assert results.parse(rec, "again") == make_record("onnxrt")  # the JSON round trip is exact
 
@@ -85,7 +86,8 @@ def test_summary_and_comparisons_csv(tmp_path):
     recs[0] = make_record(raw_rounds=rounds, timing={"group": "r/g"})
     results.write_summary(tmp_path, [results.encode(r) for r in recs])
     lines = (tmp_path / "summary.csv").read_text().splitlines()
-    assert lines[0].startswith("framework,model,resolution,batch_size,precision,variant")
+    assert lines[0].startswith("run_id,framework,model,resolution,batch_size,precision,variant,device,device_name,host")
+    assert {"p90_ms", "p95_ms", "energy_j_per_inference", "energy_missing"} <= set(lines[0].split(","))
     assert len(lines) == 5 and ",failed," in lines[2]
     rows = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
     # the baseline is the fastest *verified* cell: torch-native (own weights) is faster but unverified
@@ -93,7 +95,7 @@ def test_summary_and_comparisons_csv(tmp_path):
         ("torch-native", "onnxrt", "False"), ("onnxrt", "onnxrt", "True"), ("torch", "onnxrt", "True")]
     torch = rows[2]
     assert float(torch["ratio"]) == pytest.approx(2.0) and torch["significant"] == "True"
-    assert torch["method"] == "paired-rounds-t-95"
+    assert torch["method"] == "paired-rounds-t-95+invocation-sd-1.5%"
     assert float(torch["ratio_ci_low"]) <= 2.0 <= float(torch["ratio_ci_high"])
 
 
@@ -123,8 +125,9 @@ def test_schema_1_records_are_upgraded_on_load():
     assert row["latency_ms.p50_ci95"] is None and row["latency_ms.p50_ci95_iid"][0] <= row["latency_ms.p50"]
     assert row["latency_ms.stability.verdict"] == "unknown" and "latency_ms.noisy" not in df
     assert "timing.config.min_duration_s" not in df and "environment.gpu_note" not in df
-    every = results.load(COMMITTED)  # the committed sweep's 144 schema-1 records upgrade; the 14 new ones are 3
-    assert len(every) == 158 and (every["schema_version"] == SCHEMA_VERSION).all()
+    # the committed sweep's 144 schema-1 records upgrade; the 2 x 14 runs of 2026-11-23 and -24 are schema 3
+    every = results.load(COMMITTED)
+    assert len(every) == 172 and (every["schema_version"] == SCHEMA_VERSION).all()
     assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync"}
     assert set(every["timing.timed_region"]) == {"call+sync"}
 
@@ -165,7 +168,8 @@ def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
            "energy": {"available": True, "mean_power_w": 61.5, "joules_per_inference": 0.0123}}
     peak = dict(gpu, framework="torch", memory={"peak_device_mb": 812.4})
     nvml = dict(gpu, framework="onnxrt", memory={"peak_device_mb": None, "device_used_mb_at_end": 1034.0})
-    text = format_summary([peak, nvml])
-    header, _, torch_row, onnx_row = text.splitlines()[:4]
+    lines = format_summary([peak, nvml]).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("framework"))  # after the recommendation
+    header, _, torch_row, onnx_row = lines[start:start + 4]
     assert "dev MB" in header and "W" in header.split() and "J/inf" in header
     assert " 812 " in torch_row and "1034 (nvml)" in onnx_row and "61.5" in torch_row and "0.0123" in onnx_row

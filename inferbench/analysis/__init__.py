@@ -6,64 +6,20 @@ Records that failed parity are kept and shown as such, never ranked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..ranking import RANKED_PARITY, display_name, verdict
+from ..ranking import verdict
+from ..results import ENERGY_J_PER_INF, load, tidy
 
 XLA_STEPS = {  # family -> (eager, graph, xla)
     "keras": ("keras-eager", "keras", "kerasxla"),
     "tf": ("keras-eager", "tf", "tfxla"),
 }
-ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
-
-
-def tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
-    out = df.copy()
-    # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
-    # the key); records of schema 2 carry precision and variant at the top level
-    out["framework_key"] = out["framework"]
-    out["framework"] = [display_name(f, p, v) for f, p, v in zip(out["framework"], out["precision"], out["variant"])]
-    gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
-    cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
-    out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
-    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
-    out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
-    # two machines with the same GPU (or CPU) model are two machines: name them apart
-    shared = out.groupby("device_name")["host"].transform("nunique") > 1
-    out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
-    out["p50_ms"] = out.get("latency_ms.p50")
-    out["p99_ms"] = out.get("latency_ms.p99")
-    out["throughput"] = out.get("throughput_per_s")
-    out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
-    out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
-    out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
-    if ENERGY_J_PER_INF in out:
-        out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
-    return out
-
-
-def load(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
-    """Load and merge result folders (from one or several machines) into one tidy frame.
-
-    Each record carries its own hardware, so folders from different GPUs merge safely.
-    """
-    from ..results import load as load_records
-
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    frames = [load_records(p) for p in paths]
-    if not frames:
-        raise UsageError("no result folders given")
-    # a folder and its own sub-folder (or the same folder twice) hold the same files: count each once
-    merged = pd.concat(frames, ignore_index=True).drop_duplicates(subset="_source", ignore_index=True)
-    return tidy(merged)
 
 
 def ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -190,5 +146,5 @@ def normalise(df: pd.DataFrame, baseline: str, column: str = "throughput") -> pd
 
 from .reference import load_reference  # noqa: E402  (re-exported)
 
-__all__ = ["load", "tidy", "latest", "compare", "xla_decomposition", "pareto_front", "podiums", "linear_fit",
-           "normalise", "has_energy", "load_reference"]
+__all__ = ["ENERGY_J_PER_INF", "load", "tidy", "latest", "compare", "xla_decomposition", "pareto_front", "podiums",
+           "linear_fit", "normalise", "has_energy", "load_reference"]

@@ -1,0 +1,53 @@
+"""``inferbench COMMAND [options]``: the console script (and ``python -m inferbench``).
+
+Each command is also its own module, so the seed projects' command line keeps working as written:
+``python -m inferbench.run --framework tfxla --gpu-id 0``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from . import __version__
+
+#: command -> (module, one line of help)
+COMMANDS = {
+    "run": ("inferbench.run", "export one model, verify every export, measure each runtime; the answer first"),
+    "sweep": ("inferbench.sweep", "a grid of models x resolutions x batch sizes x frameworks, resumable"),
+    "report": ("inferbench.report", "a Markdown report with figures from result folders"),
+    "compare": ("inferbench.compare", "per-cell ratios OLD -> NEW with intervals; exit 1 on a regression (CI)"),
+    "list": ("inferbench.run", "the registered models and frameworks, and what runs on this machine"),
+    "selftest": ("inferbench.selftest", "a short check of every framework installed here, ending PASS or FAIL"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: inferbench COMMAND [options]   (inferbench COMMAND --help for its options)", "",
+             "Which runtime should serve this vision model, on this machine, and what does it cost?", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
+    lines += ["", "examples:", "  inferbench run                      # the default model, each runtime at its best",
+              "  inferbench compare OLD_DIR NEW_DIR --fail-above 10",
+              "  inferbench report benchmark_results/ --out report"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if args[0] == "--version":
+        print(f"inferbench {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"inferbench: error: unknown command {name!r}; choose from {', '.join(COMMANDS)} "
+              "(see inferbench --help)", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    if name == "list":
+        rest = ["--list", *rest]
+    return int(module.main(rest, prog=f"inferbench {name}"))

@@ -1,0 +1,132 @@
+"""``inferbench compare OLD NEW``: has anything become slower? Per cell, NEW's median latency over OLD's,
+with a 95% interval, for a CI job.
+
+Cells are matched on their identity (device, threads, model, resolution, batch size, framework with
+precision and variant, scenario); where a folder holds several records of one cell, the latest is used
+and the line says so. OLD and NEW come from different runs, so the interval is the unpaired one
+(:func:`inferbench.ranking.comparison`): both cells' between-round variation plus the invocation term.
+
+Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
+interval`` (fewer than 3 rounds on a side), ``REGRESSION`` (significantly slower by more than
+``--fail-above`` percent, or its outputs no longer pass parity). Exit status: 0, or 1 when
+``--fail-above`` is given and a cell regressed; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cli import Parser, guarded, typed
+from .config import positive_float
+from .errors import UsageError
+from .results import write_csv
+from .summary import table
+
+#: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
+KEY = ["device_name", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
+COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_source",
+           "new_source")
+
+
+def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
+    p = Parser(prog=prog, description="Per cell, NEW's median latency over OLD's with a 95%% interval; "
+               "'no significant difference' where the interval contains 1. With --fail-above, exit 1 when a cell "
+               "is significantly slower by more than that many percent, or lost parity.",
+               examples=[f"{prog} benchmark_results/main benchmark_results/branch",
+                         f"{prog} OLD NEW --fail-above 10 --csv compare.csv   # in CI"])
+    p.add_argument("old", metavar="OLD", help="result folder (searched recursively) or record file: the baseline")
+    p.add_argument("new", metavar="NEW", help="result folder or record file to check against it")
+    p.add_argument("--fail-above", metavar="PCT", type=positive_float, default=None,
+                   help="exit 1 when a cell is significantly slower by more than PCT percent, or lost parity "
+                   "(default: report only, exit 0)")
+    p.add_argument("--csv", metavar="FILE", default=None, help="also write the table as CSV (default: none)")
+    return p
+
+
+def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per cell found in both frames (of :func:`inferbench.results.load`), and the lines about
+    cells found on one side only or several times."""
+    from .analysis import latest
+    from .ranking import comparison
+
+    notes = []
+    sides = {}
+    for name, df in (("OLD", old), ("NEW", new)):
+        counts = df.groupby(KEY, dropna=False).size()
+        for key, n in counts[counts > 1].items():
+            notes.append(f"{name} holds {n} records of {_label(dict(zip(KEY, key)))}: the latest is used")
+        sides[name] = {tuple(r[k] for k in KEY): r for _, r in latest(df).iterrows()}
+    for name, other in (("OLD", "NEW"), ("NEW", "OLD")):
+        for key in sorted(set(sides[name]) - set(sides[other]), key=str):
+            notes.append(f"only in {name}: {_label(dict(zip(KEY, key)))}")
+    rows = []
+    for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
+        o, n = sides["OLD"][key], sides["NEW"][key]
+        row: dict[str, Any] = dict(zip(KEY, key)) | {
+            "old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
+            "ratio_ci_high": None, "old_source": o["_source"], "new_source": n["_source"]}
+        if o["status"] != "ok" or n["status"] != "ok":
+            row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
+            row["verdict"] += " (REGRESSION)" if n["status"] != "ok" and o["status"] == "ok" and fail_above else ""
+        elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
+            row["verdict"] = "REGRESSION: parity failed in NEW"
+        else:
+            cmp = comparison(n, o)
+            ci = cmp["ci95"] or [None, None]
+            row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1])
+            if cmp["ci95"] is None:
+                row["verdict"] = "no interval (fewer than 3 rounds)"
+            elif not cmp["significant"]:
+                row["verdict"] = "no significant difference"
+            elif cmp["ratio"] < 1:
+                row["verdict"] = "faster"
+            elif fail_above is not None and cmp["ratio"] > 1 + fail_above / 100:
+                row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
+            else:
+                row["verdict"] = "slower"
+        rows.append(row)
+    return rows, notes
+
+
+def _label(cell: dict[str, Any]) -> str:
+    return f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on {cell['device_name']}"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    from .results import load
+
+    args = build_parser(typed(prog)).parse_args(argv)
+    old, new = load(args.old), load(args.new)
+    rows, notes = compare_frames(old, new, args.fail_above)
+    if not rows:
+        devices = {side: ", ".join(sorted(set(df["device_name"]))) for side, df in (("OLD", old), ("NEW", new))}
+        raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "
+                         f"({devices['NEW']})")
+    lines = table(("cell", "bs", "framework", "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]", "verdict"), [
+        (f"{r['model']}@{r['resolution']}", str(r["batch_size"]), r["framework"], _ms(r["old_p50_ms"]),
+         _ms(r["new_p50_ms"]), "-" if r["ratio"] is None else f"{r['ratio']:.3f}" + (
+             "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
+         r["verdict"]) for r in rows])
+    print("\n".join(lines + notes))
+    if args.csv:
+        write_csv(Path(args.csv), COLUMNS, rows)
+    regressed = [r for r in rows if "REGRESSION" in r["verdict"]]
+    if regressed:
+        print(f"{len(regressed)} of {len(rows)} cells regressed (--fail-above {args.fail_above:g})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "inferbench.compare") -> int:
+    return guarded(prog, lambda a: _main(a, prog), argv, "nothing compared")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

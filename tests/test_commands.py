@@ -1,0 +1,197 @@
+"""The front door: the ``inferbench`` command, ``compare`` for CI, the recommendation first, one loader,
+files a colleague can read."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+from test_results import make_record
+
+from inferbench import __version__, results
+from inferbench.commands import COMMANDS
+from inferbench.commands import main as inferbench
+from inferbench.ranking import recommendation_lines, recommendations
+
+ROUNDS = [i % 4 for i in range(50)]
+
+
+def _folder(path, *records):
+    for r in records:
+        results.write_record(path, r)
+    return path
+
+
+# --------------------------------------------------------------------------- one command
+def test_the_console_script_is_declared_and_lists_every_command(capsys):
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "inferbench"]
+    assert script.value == "inferbench.commands:main"  # what `pip install` put on PATH
+    assert inferbench([]) == 0
+    out = capsys.readouterr().out
+    for name in ("run", "sweep", "report", "compare", "list", "selftest"):
+        assert f"\n  {name} " in out
+    assert inferbench(["--version"]) == 0 and capsys.readouterr().out.strip() == f"inferbench {__version__}"
+
+
+def test_an_unknown_command_is_one_line_and_exit_2(capsys):
+    assert inferbench(["bench"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"inferbench: error: unknown command 'bench'; choose from {', '.join(COMMANDS)} "
+                   "(see inferbench --help)"]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_has_version_help_with_examples_and_defaults(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        inferbench([command, "--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"inferbench {__version__}"
+    with pytest.raises(SystemExit):
+        inferbench([command, "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: inferbench {command}") and "examples:\n  inferbench " in out
+    assert "``" not in out and ":func:" not in out  # no reST markup in what users read
+
+
+def test_python_dash_m_inferbench_is_the_same_command():
+    proc = subprocess.run([sys.executable, "-m", "inferbench", "compare", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: inferbench compare [-h] [--version]")
+
+
+def test_list_is_run_dash_dash_list(capsys):
+    assert inferbench(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "mobilenet_v3_large" in out and "torch-inductor" in out
+
+
+def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, capsys, tmp_path, monkeypatch):
+    from inferbench import selftest
+
+    monkeypatch.setattr(selftest, "FRAMEWORKS", {"fake": fakes.frameworks()["fake"]})
+    monkeypatch.setattr(selftest, "list_gpus", lambda: [])  # a CPU-only machine, as here
+    code = selftest.main(["--duration", "0.1", "--output-dir", str(tmp_path), "--cache-dir", str(tmp_path / "c")],
+                         prog="inferbench selftest")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 0
+    assert err[0] == "selftest on the cpu: running fake"
+    assert err[-1] == "selftest PASS: 1 framework(s) ran on the cpu and every export passed parity"
+
+
+# --------------------------------------------------------------------------- compare
+def test_compare_says_no_difference_faster_and_regression(tmp_path, capsys):
+    old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS),
+                  make_record("tf", p50=10.0, raw_rounds=ROUNDS), make_record("torch", p50=8.0, raw_rounds=ROUNDS))
+    new = _folder(tmp_path / "new", make_record("onnxrt", p50=5.02, raw_rounds=ROUNDS),
+                  make_record("tf", p50=13.0, raw_rounds=ROUNDS), make_record("torch", p50=6.0, raw_rounds=ROUNDS))
+    assert inferbench(["compare", str(old), str(new)]) == 0  # no threshold: a report, exit 0
+    out = capsys.readouterr().out
+    rows = {line.split()[2]: line for line in out.splitlines()[2:]}
+    assert "no significant difference" in rows["onnxrt"] and "1.004" in rows["onnxrt"]
+    assert rows["torch"].endswith("faster") and rows["tf"].endswith("slower")
+    assert inferbench(["compare", str(old), str(new), "--fail-above", "10", "--csv", str(tmp_path / "c.csv")]) == 1
+    captured = capsys.readouterr()
+    assert "REGRESSION (slower by more than 10%)" in captured.out
+    assert captured.err.strip() == "1 of 3 cells regressed (--fail-above 10)"
+    table = (tmp_path / "c.csv").read_text().splitlines()
+    assert table[0].startswith("device_name,threads,model,resolution,batch_size,framework") and len(table) == 4
+    # a 30% slowdown under a 40% threshold passes
+    assert inferbench(["compare", str(old), str(new), "--fail-above", "40"]) == 0
+
+
+def test_compare_flags_lost_parity_and_unmatched_cells(tmp_path, capsys):
+    old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS), make_record("tf", raw_rounds=ROUNDS))
+    bad = {**make_record().parity, "status": "failed", "reason": "max_rel_err 0.3"}
+    new = _folder(tmp_path / "new", make_record("onnxrt", raw_rounds=ROUNDS, parity=bad),
+                  make_record("openvino", raw_rounds=ROUNDS))
+    assert inferbench(["compare", str(old), str(new), "--fail-above", "5"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION: parity failed in NEW" in out
+    assert "only in OLD: mobilenet_v3_large@224 tf bs1" in out and "only in NEW: mobilenet_v3_large@224 openvino" in out
+
+
+def test_compare_refuses_folders_with_nothing_in_common(tmp_path, capsys):
+    old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS))
+    other = make_record("onnxrt", raw_rounds=ROUNDS, environment={"cpu": {"model": "Other CPU"}})
+    new = _folder(tmp_path / "new", other)
+    assert inferbench(["compare", str(old), str(new)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no cell in common" in err[0] and "(Test CPU)" in err[0] and "(Other CPU)" in err[0]
+    assert inferbench(["compare", str(old), str(tmp_path / "missing")]) == 2
+
+
+# --------------------------------------------------------------------------- the answer first
+def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin():
+    fast_unverified = make_record("torch-native", p50=2.0, raw_rounds=ROUNDS,
+                                  parity={**make_record().parity, "status": "not_applicable"})
+    recs = [results.encode(r) for r in (make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
+                                        make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}),
+                                        fast_unverified)]
+    (rec,) = recommendations(recs, "p50")
+    assert rec["recommended"] == "onnxrt" and rec["runner_up"] == "tf"  # never the unverified one
+    assert rec["ci95"][0] < rec["value"] < rec["ci95"][1] and rec["margin"]["significant"]
+    assert rec["margin"]["ratio"] == pytest.approx(2.0, rel=0.01)
+    assert rec["not_ranked"] == {"torch-native": "parity not_applicable"}
+    assert rec["energy_missing"] == "no energy figures in this record"
+    (thr,) = recommendations(recs, "throughput")
+    assert thr["unit"] == "samples/s" and thr["ci95"][0] < thr["value"] < thr["ci95"][1]
+    lines = recommendation_lines([rec])
+    assert lines[0] == "recommendation (median latency, lower is better; verified cells only):"
+    assert lines[1].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: onnxrt, 5.")
+    assert "2.00x better than tf [95% CI" in lines[1]
+    assert lines[-1] == "  energy not measured: no energy figures in this record"
+
+
+def test_a_margin_within_the_noise_says_either_will_do_and_energy_says_why_it_is_missing():
+    recs = [results.encode(make_record(fw, p50=p, raw_rounds=ROUNDS, timing={"group": "g"},
+                                       energy={"available": False, "reason": "no RAPL zone"}))
+            for fw, p in (("onnxrt", 5.0), ("openvino", 5.05))]
+    (rec,) = recommendations(recs, "p50")
+    assert not rec["margin"]["significant"] and "openvino is within the noise" in recommendation_lines([rec])[1]
+    assert "either will do" in recommendation_lines([rec])[1]
+    (energy,) = recommendations(recs, "energy")
+    assert energy["recommended"] is None and energy["reason"] == (
+        "no verified cell with energy per inference (no RAPL zone)")
+
+
+def test_a_run_writes_its_recommendation_for_the_objective(fakes, tmp_path, capsys):
+    from inferbench.run import main
+
+    assert main(["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake,fake-wrong",
+                 "--duration", "0.05", "--min-iterations", "8", "--warmup", "0", "--warmup-seconds", "0",
+                 "--rounds", "4", "--threads", "1", "--device", "cpu", "--objective", "p99",
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")]) == 1
+    (folder,) = (tmp_path / "out").iterdir()
+    answer = json.loads((folder / "recommendation.json").read_text())
+    assert answer["objective"] == "p99"
+    (rec,) = answer["recommendations"]
+    assert rec["recommended"] == "fake" and rec["not_ranked"] == {"fake-wrong": "parity failed"}
+    assert capsys.readouterr().out.startswith("recommendation (p99 latency, lower is better")
+
+
+# --------------------------------------------------------------------------- files and loading
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_results_are_written_with_the_users_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        path = results.write_record(tmp_path, make_record())
+        results.write_summary(tmp_path, [results.encode(make_record())])
+    finally:
+        os.umask(old)
+    for file in (path, tmp_path / "summary.csv", tmp_path / "comparisons.csv", tmp_path / "recommendation.json"):
+        assert stat.S_IMODE(file.stat().st_mode) == mode, file.name
+
+
+def test_one_loader_feeds_the_analysis(tmp_path):
+    from inferbench import analysis
+
+    folder = _folder(tmp_path / "run", make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
+                     make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}))
+    results.write_summary(folder, [])  # the run's own files beside the records are not records
+    df = results.load(folder)
+    assert analysis.load is results.load
+    assert {"device_name", "p50_ms", "ranked", "cell"} <= set(df.columns)
+    assert analysis.compare(df, "onnxrt", "tf").startswith("onnxrt is 2.00x the speed of tf")
+    assert len(results.load([folder, folder / "mobilenet_v3_large_224_bs1_tf.json"])) == 2  # each file once
