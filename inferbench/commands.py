@@ -17,7 +17,7 @@ COMMANDS = {
     "sweep": ("inferbench.sweep", "a grid of models x resolutions x batch sizes x frameworks, resumable"),
     "report": ("inferbench.report", "a Markdown report with figures from result folders"),
     "compare": ("inferbench.compare", "per-cell ratios OLD -> NEW with intervals; exit 1 on a regression (CI)"),
-    "list": ("inferbench.run", "the registered models and frameworks, and what runs on this machine"),
+    "list": ("inferbench.commands", "the registered models and frameworks, and what runs on this machine"),
     "selftest": ("inferbench.selftest", "a short check of every framework installed here, ending PASS or FAIL"),
 }
 
@@ -43,11 +43,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"inferbench {__version__}")
         return 0
     name, rest = args[0], args[1:]
+    if name.startswith("-"):  # `python -m inferbench --framework tf` ran the benchmark before commands
+        print(f"inferbench: error: {name} is an option, not a command: did you mean "
+              f"`inferbench run {' '.join(args)}`? (see inferbench --help)", file=sys.stderr)
+        return 2
     if name not in COMMANDS:
         print(f"inferbench: error: unknown command {name!r}; choose from {', '.join(COMMANDS)} "
               "(see inferbench --help)", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
     if name == "list":
-        rest = ["--list", *rest]
+        return list_main(rest)
+    module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest, prog=f"inferbench {name}"))
+
+
+def list_main(argv: list[str]) -> int:
+    """``inferbench list``: the registered models and frameworks, and whether each runs here."""
+    from .cli import Parser, guarded
+    from .run import list_everything
+
+    def body(args: list[str] | None) -> int:
+        Parser(prog="inferbench list", description=COMMANDS["list"][1],
+               examples=["inferbench list", "inferbench list | grep torch"]).parse_args(args)
+        list_everything()
+        return 0
+
+    return guarded("inferbench list", body, argv)

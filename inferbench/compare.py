@@ -1,15 +1,18 @@
 """``inferbench compare OLD NEW``: has anything become slower? Per cell, NEW's median latency over OLD's,
 with a 95% interval, for a CI job.
 
-Cells are matched on their identity (device, threads, model, resolution, batch size, framework with
-precision and variant, scenario); where a folder holds several records of one cell, the latest is used
-and the line says so. OLD and NEW come from different runs, so the interval is the unpaired one
+Cells are matched on their identity (device model, threads, model, resolution, batch size, framework
+with precision and variant, scenario; not the host: a CI runner is rebuilt); where a folder holds
+several records of one cell, the latest is used and the line says so. OLD and NEW come from
+different runs, so the interval is the unpaired one
 (:func:`inferbench.ranking.comparison`): both cells' between-round variation plus the invocation term.
 
 Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
-interval`` (fewer than 3 rounds on a side), ``REGRESSION`` (significantly slower by more than
-``--fail-above`` percent, or its outputs no longer pass parity). Exit status: 0, or 1 when
-``--fail-above`` is given and a cell regressed; 2 for bad input.
+interval`` (fewer than 3 rounds, or no raw samples, on a side), and with ``--fail-above PCT``:
+``REGRESSION`` when the whole interval lies above 1 + PCT/100 (slower by more than PCT percent with 95%
+confidence: a noisy machine does not make CI flaky), or when NEW's outputs no longer pass parity, or
+NEW failed where OLD ran. Exit status: 0, or 1 when ``--fail-above`` is given and a cell regressed; 2
+for bad input.
 """
 
 from __future__ import annotations
@@ -20,28 +23,28 @@ from pathlib import Path
 from typing import Any
 
 from .cli import Parser, guarded, typed
-from .config import positive_float
+from .config import non_negative_float
 from .errors import UsageError
 from .results import write_csv
-from .summary import table
+from .summary import fmt, table
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
-KEY = ["device_name", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
+KEY = ["device_model", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
 COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_source",
            "new_source")
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
     p = Parser(prog=prog, description="Per cell, NEW's median latency over OLD's with a 95%% interval; "
-               "'no significant difference' where the interval contains 1. With --fail-above, exit 1 when a cell "
-               "is significantly slower by more than that many percent, or lost parity.",
+               "'no significant difference' where the interval contains 1. With --fail-above PCT, exit 1 when a "
+               "cell is slower by more than PCT percent with 95%% confidence, failed, or lost parity.",
                examples=[f"{prog} benchmark_results/main benchmark_results/branch",
                          f"{prog} OLD NEW --fail-above 10 --csv compare.csv   # in CI"])
     p.add_argument("old", metavar="OLD", help="result folder (searched recursively) or record file: the baseline")
     p.add_argument("new", metavar="NEW", help="result folder or record file to check against it")
-    p.add_argument("--fail-above", metavar="PCT", type=positive_float, default=None,
-                   help="exit 1 when a cell is significantly slower by more than PCT percent, or lost parity "
-                   "(default: report only, exit 0)")
+    p.add_argument("--fail-above", metavar="PCT", type=non_negative_float, default=None,
+                   help="exit 1 when a cell is slower by more than PCT percent with 95%% confidence (its whole "
+                   "interval above 1 + PCT/100), failed, or lost parity (default: report only, exit 0)")
     p.add_argument("--csv", metavar="FILE", default=None, help="also write the table as CSV (default: none)")
     return p
 
@@ -49,19 +52,21 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
 def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per cell found in both frames (of :func:`inferbench.results.load`), and the lines about
     cells found on one side only or several times."""
-    from .analysis import latest
-    from .ranking import comparison
+    from .ranking import comparison, device_model
 
     notes = []
     sides = {}
     for name, df in (("OLD", old), ("NEW", new)):
+        df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
         counts = df.groupby(KEY, dropna=False).size()
         for key, n in counts[counts > 1].items():
             notes.append(f"{name} holds {n} records of {_label(dict(zip(KEY, key)))}: the latest is used")
-        sides[name] = {tuple(r[k] for k in KEY): r for _, r in latest(df).iterrows()}
+        latest = df.sort_values("created_at").groupby(KEY, dropna=False).tail(1)
+        sides[name] = {tuple(r[k] for k in KEY): r for _, r in latest.iterrows()}
     for name, other in (("OLD", "NEW"), ("NEW", "OLD")):
         for key in sorted(set(sides[name]) - set(sides[other]), key=str):
             notes.append(f"only in {name}: {_label(dict(zip(KEY, key)))}")
+    gate = fail_above is not None
     rows = []
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
         o, n = sides["OLD"][key], sides["NEW"][key]
@@ -70,20 +75,20 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
             "ratio_ci_high": None, "old_source": o["_source"], "new_source": n["_source"]}
         if o["status"] != "ok" or n["status"] != "ok":
             row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
-            row["verdict"] += " (REGRESSION)" if n["status"] != "ok" and o["status"] == "ok" and fail_above else ""
+            row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
         elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
-            row["verdict"] = "REGRESSION: parity failed in NEW"
+            row["verdict"] = ("REGRESSION: " if gate else "") + "parity failed in NEW"
         else:
             cmp = comparison(n, o)
             ci = cmp["ci95"] or [None, None]
             row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1])
             if cmp["ci95"] is None:
-                row["verdict"] = "no interval (fewer than 3 rounds)"
+                row["verdict"] = f"no interval ({cmp['method']})"
             elif not cmp["significant"]:
                 row["verdict"] = "no significant difference"
             elif cmp["ratio"] < 1:
                 row["verdict"] = "faster"
-            elif fail_above is not None and cmp["ratio"] > 1 + fail_above / 100:
+            elif gate and ci[0] > 1 + fail_above / 100:
                 row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
             else:
                 row["verdict"] = "slower"
@@ -92,11 +97,8 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
 
 
 def _label(cell: dict[str, Any]) -> str:
-    return f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on {cell['device_name']}"
-
-
-def _ms(value: Any) -> str:
-    return "-" if value is None or value != value else f"{value:.3f}"
+    return (f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on "
+            f"{cell['device_model']}, {cell['threads']} threads")
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
@@ -109,14 +111,20 @@ def _main(argv: list[str] | None, prog: str) -> int:
         devices = {side: ", ".join(sorted(set(df["device_name"]))) for side, df in (("OLD", old), ("NEW", new))}
         raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "
                          f"({devices['NEW']})")
-    lines = table(("cell", "bs", "framework", "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]", "verdict"), [
-        (f"{r['model']}@{r['resolution']}", str(r["batch_size"]), r["framework"], _ms(r["old_p50_ms"]),
-         _ms(r["new_p50_ms"]), "-" if r["ratio"] is None else f"{r['ratio']:.3f}" + (
+    where = [k for k in ("device_model", "threads") if len({r[k] for r in rows}) > 1]  # shown when they vary
+    lines = table(("cell", "bs", "framework", *where, "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]", "verdict"), [
+        (f"{r['model']}@{r['resolution']}", str(r["batch_size"]), r["framework"], *(str(r[k]) for k in where),
+         fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          r["verdict"]) for r in rows])
     print("\n".join(lines + notes))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)
+    if args.fail_above is None:
+        return 0
+    unclear = [r for r in rows if r["verdict"].startswith("no interval")]
+    if unclear:
+        print(f"{len(unclear)} of {len(rows)} cells have no interval and were not judged", file=sys.stderr)
     regressed = [r for r in rows if "REGRESSION" in r["verdict"]]
     if regressed:
         print(f"{len(regressed)} of {len(rows)} cells regressed (--fail-above {args.fail_above:g})", file=sys.stderr)

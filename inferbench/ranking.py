@@ -50,8 +50,12 @@ def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") ->
     the same run, else unpaired."""
     from .measure.stats import compare
 
+    if not (_has_raw(a) and _has_raw(b)):  # a record without its samples: the point ratio, and no claim
+        key = {"p50": "latency_ms.p50", "p99": "latency_ms.p99", "mean": "latency_ms.mean"}[stat]
+        return {"ratio": field(a, key) / field(b, key), "ci95": None, "significant": None,
+                "method": "none-no-raw-latencies", "rounds": 0}
     group = _group(a)
-    return compare(a["raw_latencies_ms"], a.get("raw_rounds"), b["raw_latencies_ms"], b.get("raw_rounds"),
+    return compare(a["raw_latencies_ms"], field(a, "raw_rounds"), b["raw_latencies_ms"], field(b, "raw_rounds"),
                    paired=group is not None and group == _group(b), stat=stat)
 
 
@@ -103,7 +107,8 @@ OBJECTIVES = {
     "energy": ("energy.joules_per_inference", True, None, "J/inference", "energy per inference"),
 }
 _FORMAT = {"ms": ".3f", "samples/s": ".1f", "J/inference": ".4g"}
-RECOMMENDATION_KEY = ("device", "model", "resolution", "batch_size", "precision")
+#: One recommendation per group: cells that differ in any of these are never compared.
+RECOMMENDATION_KEY = ("device", "threads", "scenario", "model", "resolution", "batch_size", "precision")
 
 
 def field(record: Mapping[str, Any], dotted: str) -> Any:
@@ -120,22 +125,30 @@ def field(record: Mapping[str, Any], dotted: str) -> Any:
     return None if isinstance(value, float) and value != value else value
 
 
+def device_model(record: Mapping[str, Any]) -> str:
+    """The GPU's or the CPU's model name (without the ``@ host`` the analysis adds to tell hosts apart)."""
+    return str(field(record, "config.device.gpu.name") or field(record, "environment.cpu.model") or "unknown device")
+
+
 def device_of(record: Mapping[str, Any]) -> str:
-    return str(field(record, "device_name") or field(record, "config.device.gpu.name")
-               or field(record, "environment.cpu.model") or "unknown device")
+    return str(field(record, "device_name") or device_model(record))
+
+
+def _group_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (device_of(r), field(r, "config.threads"), field(r, "scenario") or "inference",
+            *(field(r, k) for k in RECOMMENDATION_KEY[3:]))
 
 
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
-    """Per device, model, resolution, batch size and precision: the best verified cell for ``objective``,
-    its interval, the margin over the runner-up (paired within rounds where they share a run), its
-    stability verdict, and its energy or why there is none."""
+    """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
+    cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
+    share a run), its stability verdict, and its energy or why there is none."""
     from .measure.stats import interval
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
-    records = list(records)
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in records:
-        groups.setdefault((device_of(r), *(field(r, k) for k in RECOMMENDATION_KEY[1:])), []).append(r)
+        groups.setdefault(_group_key(r), []).append(r)
     out = []
     for key in sorted(groups, key=str):
         cells = groups[key]
@@ -154,7 +167,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         best = scored[0]
         value = field(best, path)
         ci = None
-        found = None if stat is None else interval(best["raw_latencies_ms"], best.get("raw_rounds"), stat)
+        raw = field(best, "raw_latencies_ms")
+        found = None if stat is None or not _has_raw(best) else interval(raw, field(best, "raw_rounds"), stat)
         if found is not None:  # latency: its interval; throughput: the batch over the mean latency
             lo, hi, centre = found
             ci = [lo, hi] if lower else [value * centre / hi, value * centre / lo]
@@ -164,7 +178,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                    energy_j_per_inference=field(best, "energy.joules_per_inference"),
                    energy_missing=None if field(best, "energy.available") else
                    (field(best, "energy.reason") or "no energy figures in this record"),
-                   source=field(best, "_source") or field(best, "run_id"))
+                   run_id=field(best, "run_id"))
         if len(scored) > 1:
             second = scored[1]
             if stat is None:
@@ -176,34 +190,48 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     return out
 
 
+def _has_raw(record: Mapping[str, Any]) -> bool:
+    raw = field(record, "raw_latencies_ms")
+    return raw is not None and not isinstance(raw, float) and len(raw) > 0
+
+
+def margin_text(rec: Mapping[str, Any]) -> str:
+    """How far ahead the recommended cell is: "1.65x better than onnxrt [95% CI 1.58-1.72]", or that the
+    runner-up is within the noise."""
+    m, runner = rec["margin"], rec["runner_up"]
+    if m["ci95"] is None:
+        return f"{m['ratio']:.2f}x better than {runner} (no interval: {m['method']})"
+    ci = f"[95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]"
+    if not m["significant"]:
+        return f"{runner} is within the noise ({m['ratio']:.2f}x {ci}): either will do"
+    if m["ratio"] < 1:  # the pooled figure ranks it first, the paired rounds favour the runner-up
+        return f"too close to call: paired within rounds, {runner} is {1 / m['ratio']:.2f}x better {ci}"
+    return f"{m['ratio']:.2f}x better than {runner} {ci}"
+
+
 def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
-    """The answer, one line per group (and the advice), for the terminal and report.md."""
+    """The answer: per group a line with the recommended cell, one with its margin (and one of advice
+    when unstable), then why energy is missing, once; for the terminal and report.md."""
     if not recs:
         return []
-    _, lower, _, _, words = OBJECTIVES[recs[0]["objective"]]
+    objective = recs[0]["objective"]
+    _, lower, _, _, words = OBJECTIVES[objective]
     lines = [f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
     for rec in recs:
         at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']}" + (
-            "" if rec["precision"] == "fp32" else f" {rec['precision']}") + f" on {rec['device']}"
+            "" if rec["precision"] == "fp32" else f" {rec['precision']}") + f" on {rec['device']}" + (
+            f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:
             lines.append(f"  {at}: none: {rec['reason']}")
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
         text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (
             f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}]" if ci else "") + f", {rec['stability']}"
-        if "runner_up" in rec:
-            m = rec["margin"]
-            factor = f"{m['ratio']:.2f}x"
-            if m["ci95"] is None:
-                text += f"; {factor} better than {rec['runner_up']} (no interval)"
-            elif m["significant"]:
-                text += (f"; {factor} better than {rec['runner_up']} [95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]")
-            else:
-                text += (f"; {rec['runner_up']} is within the noise ({factor} [95% CI {m['ci95'][0]:.2f}-"
-                         f"{m['ci95'][1]:.2f}]): either will do")
-        if rec["energy_missing"] is None:
-            text += f"; energy {rec['energy_j_per_inference']:.4g} J/inference"
+        if rec["energy_missing"] is None and objective != "energy":
+            text += f", {rec['energy_j_per_inference']:.4g} J/inference"
         lines.append(text)
+        if "runner_up" in rec:
+            lines.append(f"    {margin_text(rec)}")
         if rec["stability_advice"]:
             lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
     missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})

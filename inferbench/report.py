@@ -9,7 +9,6 @@ when asked for (``--reference``), in their own labelled section.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from .cli import Parser, check_writable, guarded, typed
 from .config import add_options, with_defaults
 from .errors import UsageError
 from .ranking import contenders, recommendation_lines, recommendations
-from .results import atomic_write_text
+from .results import atomic_write_text, write_recommendation
 
 
 def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def build_parser(prog: str = "python -m inferbench.report") -> argparse.Argument
                    help="add published figures of other projects, in their own labelled section (default: only "
                    "these records)")
     p.add_argument("--reference-dir", default=None, metavar="DIR",
-                   help="folder of published figures for --reference (default: the copy bundled with inferbench)")
+                   help="folder of published figures (implies --reference; default: the copy bundled with inferbench)")
     add_options(p, "report")
     p.add_argument("--normalise-to", metavar="FRAMEWORK",
                    help="add throughput relative to this framework per device (default: none)")
@@ -193,8 +192,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     for name, fig in pending:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
-    atomic_write_text(out / "recommendation.json", json.dumps({"objective": objective, "recommendations": recs},
-                                                              indent=1, default=str) + "\n")
+    write_recommendation(out / "recommendation.json", recs, objective)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     return path
@@ -203,8 +201,8 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 def _main(argv: list[str] | None, prog: str) -> int:
     args = build_parser(typed(prog)).parse_args(argv)
     objective = with_defaults({k: v for k, v in vars(args).items() if k == "objective"}, "report")["objective"]
-    path = write_report(args.results, Path(args.out), args.reference_dir, args.reference, args.normalise_to,
-                        objective)
+    path = write_report(args.results, Path(args.out), args.reference_dir, args.reference or bool(args.reference_dir),
+                        args.normalise_to, objective)
     print(f"report: {path}")
     return 0
 

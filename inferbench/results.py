@@ -336,8 +336,18 @@ def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = 
 
     write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
     write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
-    answer = {"objective": objective, "recommendations": recommendations(records, objective)}
-    atomic_write_text(Path(folder) / "recommendation.json", json.dumps(_finite(answer), indent=1) + "\n")
+    write_recommendation(Path(folder) / "recommendation.json", recommendations(records, objective), objective)
+
+
+def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
+    """``recommendation.json``: the objective and, per group, :func:`inferbench.ranking.recommendations`."""
+    answer = {"objective": objective, "recommendations": recs}
+    atomic_write_text(path, json.dumps(_finite(answer), indent=1, default=_plain) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars (from the rows of :func:`load`) as plain numbers."""
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 # --------------------------------------------------------------------------- reading

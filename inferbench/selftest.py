@@ -60,10 +60,13 @@ def _main(argv: list[str] | None, prog: str) -> int:
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else [])],
                     prog=prog)
     if code == 0:
-        print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and every export passed parity",
+        print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and none failed parity",
               file=sys.stderr)
-    elif code == 1:
-        print(f"selftest FAIL: a cell failed or failed parity on the {kind} (see above)", file=sys.stderr)
+    elif code in (1, 2):
+        print(f"selftest FAIL: {'a cell failed or failed parity' if code == 1 else 'the check could not start'} "
+              f"on the {kind} (see above)", file=sys.stderr)
+    else:
+        print("selftest interrupted: no verdict", file=sys.stderr)
     return code
 
 

@@ -7,8 +7,8 @@ from typing import Any
 from .ranking import recommendation_lines, recommendations, record_name
 
 
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def fmt(value: Any, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)  # None or NaN: not measured
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -36,13 +36,13 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50") -> str
         status = r["status"] if r["status"] == "ok" else "FAILED"
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
-            _fmt(lat.get("p99"), ".3f"), _fmt(lat.get("n"), "d"),
-            _stability(lat), _fmt(r.get("throughput_per_s"), ".1f"),
-            _fmt(cold.get("load_s"), ".2f"), _fmt(cold.get("first_call_s"), ".2f"),
-            _fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
+            fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
+            _stability(lat), fmt(r.get("throughput_per_s"), ".1f"),
+            fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
+            fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
-            + ((_fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
-                _fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
+            + ((fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
+                fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
     answer = recommendation_lines(recommendations(records, objective))
     lines = answer + ([""] if answer else []) + table(header, rows)
     unstable = []

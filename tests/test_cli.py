@@ -76,7 +76,8 @@ def test_selftest_errors_say_selftest(fakes, capsys, tmp_path, monkeypatch):
     assert selftest.main(["--cpu", "--output-dir", str(blocker / "sub")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "selftest on the cpu: running fake"
-    assert err[-1].startswith("inferbench.selftest: error: cannot write to output dir")
+    assert err[-2].startswith("inferbench.selftest: error: cannot write to output dir")
+    assert err[-1] == "selftest FAIL: the check could not start on the cpu (see above)"
 
 
 def test_unwritable_output_dir(capsys, tmp_path):
