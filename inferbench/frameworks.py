@@ -78,19 +78,19 @@ _TORCH_OPTIONS = ("torch_compile", "cuda_graphs")
 FRAMEWORKS: dict[str, Framework] = {
     fw.key: fw
     for fw in [
-        Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, _TF, "cpu",
+        Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, _TF, "tf",
                   "Keras model called eagerly, model(x, training=False): the eager baseline", **_KERAS),
-        Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, _TF, "cpu",
+        Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, _TF, "tf",
                   "Keras' compiled predict step (predict_on_batch), jit_compile=False", **_KERAS),
-        Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, _TF, "cpu",
+        Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, _TF, "tf",
                   "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
                   **_KERAS),
-        Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "cpu",
+        Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "tf",
                   "TF SavedModel serving function (graph mode, no XLA)", best_on=("cpu", "gpu")),
         Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), ("tensorflow",),
-                  "cpu", "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
+                  "tf", "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
-                  ("onnxruntime", "onnxruntime-gpu"), "cpu",
+                  ("onnxruntime", "onnxruntime-gpu"), "onnxruntime",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
                   best_on=("cpu", "gpu")),
         Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
@@ -101,17 +101,17 @@ FRAMEWORKS: dict[str, Framework] = {
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel converted by OpenVINO, static "
                   "batch shape, LATENCY hint, f32", devices=("cpu",), best_on=("cpu",)),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
-                  ("torch", "onnx2torch"), "cpu",
+                  ("torch", "onnx2torch"), "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),
         Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "ported", ("torch", "torchvision"),
-                  ("torch", "torchvision"), "cpu",
+                  ("torch", "torchvision"), "torch",
                   "torchvision's implementation of the same architecture, eager, with the Keras weights ported "
                   "in (models without a port: own seeded weights, unverified)",
                   same_weights=False, ported=True, precisions=("fp16", "bf16"),
                   options=("channels_last", *_TORCH_OPTIONS), needs_torchvision_twin=True),
         Framework("torch-inductor", "inferbench.runners.torch:TorchInductorRunner", "ported", ("torch", "torchvision"),
-                  ("torch", "torchvision"), "cpu",
+                  ("torch", "torchvision"), "torch",
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
                   "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16"),
@@ -205,9 +205,8 @@ def unavailable_reason(fw: Framework, device: str) -> str | None:
     if device not in fw.devices:
         return "needs an NVIDIA GPU"
     missing = missing_packages(fw)
-    if missing:
-        extras = ",".join(dict.fromkeys(needed_packages(fw).get(pkg, fw.extra) for pkg in missing))
-        return f"{', '.join(missing)} not installed: pip install -e \".[{extras}]\""
+    if missing:  # its own extra installs all it needs (tests/test_registry.py holds pyproject to that)
+        return f"{', '.join(missing)} not installed: pip install -e \".[{fw.extra}]\""
     return None
 
 

@@ -265,7 +265,7 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
                  "--cache-dir", str(cache_dir)])
     assert code == 1
     df = results.load(out).set_index("framework")
-    assert df.loc["torch", "error"] == 'onnx2torch not installed: pip install -e ".[cpu]"'
+    assert df.loc["torch", "error"] == 'onnx2torch not installed: pip install -e ".[torch]"'
     assert df.loc["onnxrt", "status"] == "ok"
 
 

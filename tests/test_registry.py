@@ -46,7 +46,45 @@ def test_a_framework_needs_its_exporters_packages_too():
         needed = needed_packages(fw)
         assert set(fw.packages) <= set(needed)
         assert {"tensorflow", "keras"} <= set(needed)  # every cell's reference comes from the Keras export
-    assert needed_packages(FRAMEWORKS["torch"])["tf2onnx"] == "cpu"
+    assert needed_packages(FRAMEWORKS["torch"])["tf2onnx"] == "onnxruntime"
+
+
+@pytest.mark.parametrize("key", list(FRAMEWORKS))
+def test_a_frameworks_own_extra_installs_everything_it_needs(key):
+    """The missing-package line names one extra; installing it must be enough, exports included (import
+    names are the distribution names here; onnxruntime-gpu provides onnxruntime)."""
+    from inferbench.frameworks import needed_packages
+
+    fw = FRAMEWORKS[key]
+    installs = _names(EXTRAS[fw.extra]) | ({"onnxruntime"} if "onnxruntime-gpu" in _names(EXTRAS[fw.extra]) else set())
+    assert set(needed_packages(fw)) <= installs, f"[{fw.extra}] lacks {set(needed_packages(fw)) - installs}"
+    for kind, exporter in exporters.EXPORTERS.items():
+        assert set(exporter.packages) <= _names(EXTRAS[exporter.extra]), kind
+    cpu = {k for k, f in FRAMEWORKS.items() if "cpu" in f.devices}
+    if key in cpu:  # the cpu extra is the union of the CPU runtimes
+        assert set(needed_packages(fw)) <= _names(EXTRAS["cpu"])
+
+
+def test_the_base_install_runs_report_compare_and_list(tmp_path):
+    """No ML framework needed to read results: report, compare and list run with TensorFlow, Keras, torch,
+    ONNX Runtime and OpenVINO made unimportable."""
+    import subprocess
+    import sys
+
+    fixture = Path(__file__).parent / "fixtures" / "schema_v1"
+    block = ("import sys\n"  # a None in sys.modules: `import` fails and find_spec says not installed
+             "for name in ('tensorflow', 'keras', 'torch', 'onnxruntime', 'openvino', 'onnx', 'tf2onnx',"
+             " 'torchvision', 'onnx2torch'):\n"
+             "    sys.modules[name] = None\n"
+             "from inferbench.commands import main\n"
+             f"assert main(['report', {str(fixture)!r}, '--out', {str(tmp_path / 'r')!r}]) == 0\n"
+             f"assert main(['compare', {str(fixture)!r}, {str(fixture)!r}]) == 0\n"
+             "assert main(['list']) == 0\n")
+    proc = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "r" / "report.md").exists() and "no interval (none-too-few-rounds)" in proc.stdout
+    # and list is honest: without TensorFlow nothing can run (every artifact comes from the Keras export)
+    assert "cpu: yes" not in proc.stdout and 'not installed: pip install -e ".[onnxruntime]"' in proc.stdout
 
 
 def test_recorded_versions_and_the_cache_key_follow_the_registries():

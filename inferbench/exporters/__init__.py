@@ -32,15 +32,15 @@ class Exporter:
 EXPORTERS: dict[str, Exporter] = {
     e.kind: e
     for e in [
-        Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "cpu", "keras/model.keras"),
-        Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "cpu",
+        Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "tf", "keras/model.keras"),
+        Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "reference", per_batch_size=True),
-        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("tensorflow", "keras"), "cpu",
+        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("tensorflow", "keras"), "tf",
                  "ported/keras_weights.npz"),
-        Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "cpu", "savedmodel"),
-        Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "cpu",
+        Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "tf", "savedmodel"),
+        Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "onnxruntime",
                  "onnx/model.onnx"),
-        Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx"), "cpu",
+        Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx"), "torch",
                  "torch/model.pt"),
         # Engines depend on the GPU model, TensorRT version and batch range, so the TensorRT runner
         # builds them on the target GPU (cold start includes the build) and caches them by all three.

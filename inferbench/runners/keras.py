@@ -31,7 +31,7 @@ class KerasEagerRunner(TfBase):
             self.tf = setup_tensorflow(ctx)
             self.device_name = "/GPU:0" if self.gpu else "/CPU:0"
         elif importlib.util.find_spec(self.backend) is None:
-            raise MissingDependency(self.backend, "cpu" if self.backend == "torch" else "jax",
+            raise MissingDependency(self.backend, "torch" if self.backend == "torch" else "jax",
                                     f"Keras' {self.backend} backend")
         elif self.backend == "torch":
             import torch
