@@ -150,7 +150,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     for r in records:
         groups.setdefault(_group_key(r), []).append(r)
     out = []
-    for key in sorted(groups, key=str):
+    for key in sorted(groups, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k]):
         cells = groups[key]
         rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit}
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else

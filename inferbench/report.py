@@ -117,7 +117,8 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
 
     md += ["## Throughput and latency vs batch size", ""]
     figure("throughput_vs_batch.png", plots.throughput_vs_batch(df), "throughput vs batch size")
-    figure("latency_vs_batch.png", plots.latency_vs_batch(df), "p50 and p99 latency vs batch size")
+    figure("latency_p50_vs_batch.png", plots.latency_vs_batch(df, "p50"), "p50 latency vs batch size")
+    figure("latency_p99_vs_batch.png", plots.latency_vs_batch(df, "p99"), "p99 latency vs batch size")
     figure("latency_distributions.png", plots.latency_distributions(df), "latency distributions (raw samples)")
 
     md += ["## Eager → graph → XLA", "",
@@ -178,7 +179,12 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         col = f"throughput_vs_{normalise_to}"
         md += [f"Throughput relative to `{normalise_to}` on the same device, cell and batch:", "",
                _md_table(norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
-    figure("cross_device.png", plots.cross_device(df, ref), "throughput across devices")
+    across = plots.cross_device(df, ref)
+    if across is None:
+        md += ["*These records come from one device" + ("" if ref is not None else " (and no published figures "
+               "were asked for: --reference)") + ": nothing to set side by side across devices.*", ""]
+    else:
+        figure("cross_device.png", across, "throughput across devices")
 
     md += ["## Sources", "", f"{len(df)} records from: {', '.join(map(str, paths))}", "", _md_table(devices), ""]
     if ref is not None:
@@ -190,7 +196,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                                           if b})))
         md.append("")
     for name, fig in pending:
-        fig.savefig(out / name, dpi=110)
+        fig.savefig(out / name, dpi=110, bbox_inches="tight")  # legends sit outside the panels
         plt.close(fig)
     write_recommendation(out / "recommendation.json", recs, objective)
     path = out / "report.md"

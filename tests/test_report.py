@@ -23,8 +23,8 @@ def test_report_on_committed_results_renders_every_figure(tmp_path):
     out = tmp_path / "report"
     assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
     text = (out / "report.md").read_text()
-    for png in ["throughput_vs_batch", "latency_vs_batch", "latency_distributions", "xla_steps", "pareto",
-                "power_vs_throughput", "cross_device"]:
+    for png in ["throughput_vs_batch", "latency_p50_vs_batch", "latency_p99_vs_batch", "latency_distributions",
+                "xla_steps", "pareto", "power_vs_throughput", "cross_device"]:
         assert (out / f"{png}.png").stat().st_size > 10_000, png
         assert f"({png}.png)" in text
     assert "Published external figures" in text and "external: perfacct" in text
@@ -186,3 +186,38 @@ def test_two_machines_with_the_same_cpu_stay_apart(tmp_path):
     text = (out / "report.md").read_text()
     assert text.split("## Is the difference real?")[1].count("onnxrt is ") == 2  # one comparison per machine
     assert text.split("## Recommendation")[1].split("\n##")[0].count("@ box-") == 2  # one answer per machine
+
+
+def test_figures_follow_the_rules():
+    """Integer batch ticks, one colour per framework across figures, a dot chart for a single batch size,
+    no log-scale bars, no meaningless fits, cross-device only across devices."""
+    from matplotlib.collections import PathCollection
+
+    from inferbench.analysis import plots
+
+    sweep = analysis.load(COMMITTED / "sweeps" / "cpu-2core")
+    fig = plots.throughput_vs_batch(sweep)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "4", "16"] and ax.get_xscale() == "log"
+    assert "throughput" in ax.get_title() and "@" in ax.get_title()
+    onnx_line = next(line for line in ax.get_lines() if line.get_color() == plots._color("onnxrt"))
+    assert onnx_line is not None
+    pareto = plots.pareto(sweep)
+    colours = {tuple(c.get_facecolor()[0]) for a in pareto.axes for c in a.collections
+               if isinstance(c, PathCollection) and len(c.get_facecolor())}
+    assert tuple(plots._color("onnxrt")) in colours  # the same colour in both figures
+    assert len(fig.legends) == 1 and fig.legends[0].get_bbox_to_anchor().x0 >= fig.bbox.x1 - 1  # outside
+    single = analysis.load(next(COMMITTED.glob("20261124-164635_*")))
+    ax = plots.throughput_vs_batch(single).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[-1].startswith("openvino") and "keras-eager" in labels[0]  # a dot chart, best at the top
+    for fig in (plots.xla_steps(sweep), plots.cross_device(analysis.load(COMMITTED))):
+        assert not [p for a in fig.axes for p in a.patches]  # dots, not bars
+    assert plots.cross_device(single) is None  # one device, nothing published asked for
+    rng = np.random.default_rng(0)
+    noise = pd.DataFrame({"device_name": "X", "framework": "onnxrt", "throughput": rng.uniform(100, 200, 8),
+                          "mean_power_w": rng.uniform(50, 60, 8)})
+    fig, fits = plots.power_vs_throughput(single.iloc[:0].assign(ranked=[]), noise)
+    assert not fits["drawn"].iloc[0] and fits["r2"].iloc[0] < 0.5
+    assert not fig.axes[0].get_lines()  # no line for a fit that explains nothing
+    assert "no line" in fig.axes[0].get_legend().get_texts()[0].get_text()

@@ -1,6 +1,13 @@
-"""Figures for reports and notebooks. Each function takes a tidy frame and returns a matplotlib Figure
-(or None when the records hold no data for it). Records that failed parity are drawn hollow and
-labelled, never hidden and never ranked."""
+"""Figures for reports and notebooks. Each function takes the frame of :func:`inferbench.results.load`
+and returns a closed matplotlib Figure (shown once in a notebook, saved by the report), or None when the
+records hold no data for it.
+
+The rules every figure follows: one fixed colour and name per framework (the registry's order), the
+metric and the cell in every title, legends outside the data, integer batch-size ticks, intervals from
+the rounds where the records have them, no bars on a log scale (dot charts instead), a dot chart where
+there is a single batch size, text no smaller than 8 pt. Records that failed parity, or whose outputs
+could not be checked, are drawn hollow and labelled, never hidden and never ranked.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..frameworks import display_order
 from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
+
+SMALL = 8  # the smallest text in any figure, in points
+#: A least-squares line is drawn only when it explains this much of the variance, over this many points.
+MIN_R2, MIN_FIT_POINTS = 0.5, 4
+plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "legend.fontsize": SMALL, "xtick.labelsize": SMALL,
+                     "ytick.labelsize": SMALL})
 
 
 def _order(fw: str) -> int:
@@ -21,6 +36,7 @@ def _order(fw: str) -> int:
 
 
 def _color(fw: str) -> Any:
+    """The one colour of a framework, in every figure (published rows use the key they map to)."""
     i = _order(fw)  # tab20's even entries are tab10's colours; the 11th framework on takes the light ones
     return plt.get_cmap("tab20")((2 * i) % 20 + (i // 10) % 2)
 
@@ -34,50 +50,113 @@ def _grid(n: int, width: float = 5.0, height: float = 3.8) -> tuple[Figure, np.n
     return fig, axes
 
 
+def _finish(fig: Figure, handles: dict[str, Any] | None = None, title: str = "") -> Figure:
+    """One legend for the figure, outside the panels on the right; the figure closed (a notebook shows
+    the returned figure once, the report saves it)."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95),
+                   frameon=False)
+    plt.close(fig)
+    return fig
+
+
+def _why_not_ranked(g: pd.DataFrame) -> str:
+    if (g["parity.status"] == "failed").any():
+        return " (parity FAILED)"
+    return "" if g["parity_ok"].all() else " (unverified: own weights)"
+
+
+def _log(ax: Any, axis: str = "x") -> None:
+    """A log axis labelled with plain numbers (1, 10, 100, or 0.1), at most a few labels."""
+    getattr(ax, f"set_{axis}scale")("log")
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    which.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+    which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    which.set_minor_formatter(NullFormatter())
+
+
+def _batch_axis(ax: Any, sizes: list[int]) -> None:
+    """Batch sizes on a log2 axis, labelled with the integers measured."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(b) for b in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+
+
+def _interval(g: pd.DataFrame, metric: str) -> np.ndarray | None:
+    """Error bars (2 x n) from the rounds' 95% interval of the median latency; for throughput, the batch
+    over that interval. None when no record has an interval."""
+    cis = g.get("latency_ms.p50_ci95")
+    if cis is None or not any(isinstance(c, list) for c in cis):
+        return None
+    lo = np.array([c[0] if isinstance(c, list) else np.nan for c in cis])
+    hi = np.array([c[1] if isinstance(c, list) else np.nan for c in cis])
+    value = g[metric].to_numpy(dtype=float)
+    if metric == "throughput":  # samples/s scale as 1 / latency
+        lo, hi = value * g["p50_ms"].to_numpy() / hi, value * g["p50_ms"].to_numpy() / lo
+    return np.nan_to_num(np.vstack([value - lo, hi - value]), nan=0.0)
+
+
 def _panels(df: pd.DataFrame) -> list[tuple[tuple[Any, str], pd.DataFrame]]:
     return list(latest(ok(df)).groupby(["device_name", "cell"]))
 
 
-def metric_vs_batch(df: pd.DataFrame, metric: str, ylabel: str, log_y: bool = False) -> Figure | None:
-    """One panel per device and model@resolution, one line per framework, against batch size."""
+def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = False) -> Figure | None:
+    """One panel per device and model@resolution, one line per framework against batch size, with the
+    rounds' 95% intervals; a dot chart per panel when it holds a single batch size."""
     panels = _panels(df)
     if not panels:
         return None
     fig, axes = _grid(len(panels))
+    handles: dict[str, Any] = {}
     for ax, ((device, cell), g) in zip(axes.flat, panels):
-        for fw, gf in sorted(g.groupby("framework"), key=lambda kv: (_order(kv[0]), kv[0])):
-            gf = gf.sort_values("batch_size")
-            failed = (~gf["parity_ok"]).any()
-            why = " (parity FAILED)" if (gf["parity.status"] == "failed").any() else " (unverified: own weights)"
-            ax.plot(gf["batch_size"], gf[metric], marker="o", color=_color(fw),
-                    linestyle="--" if failed else "-", mfc="none" if failed else _color(fw),
-                    label=fw + (why if failed else ""))
-        ax.set_xscale("log", base=2)
-        if log_y:
-            ax.set_yscale("log")
-        ax.set_title(f"{cell}\n{device}", fontsize=9)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+        sizes = sorted(int(b) for b in g["batch_size"].unique())
+        series = sorted(g.groupby("framework"), key=lambda kv: (_order(kv[0]), kv[0]))
+        if len(sizes) == 1:  # a dot chart: one row per framework, best at the top
+            rows = sorted(series, key=lambda kv: float(kv[1][metric].iloc[0]), reverse=metric != "throughput")
+            for y, (fw, gf) in enumerate(rows):
+                hollow = not gf["parity_ok"].all()
+                ax.errorbar(gf[metric], [y], xerr=_interval(gf, metric), fmt="o", color=_color(fw),
+                            mfc="white" if hollow else _color(fw), capsize=3)
+            ax.set_yticks(range(len(rows)))
+            ax.set_yticklabels([fw + _why_not_ranked(gf) for fw, gf in rows])
+            ax.set_xlabel(label + f" (batch {sizes[0]})")
+            if log_y:
+                _log(ax, "x")
+            ax.grid(alpha=0.3, axis="x")
+        else:
+            for fw, gf in series:
+                gf = gf.sort_values("batch_size")
+                hollow = not gf["parity_ok"].all()
+                line = ax.errorbar(gf["batch_size"], gf[metric], yerr=_interval(gf, metric), marker="o",
+                                   color=_color(fw), linestyle="--" if hollow else "-",
+                                   mfc="white" if hollow else _color(fw), capsize=2)
+                handles.setdefault(fw + _why_not_ranked(gf), line)
+            _batch_axis(ax, sizes)
+            ax.set_ylabel(label)
+            if log_y:
+                _log(ax, "y")
+            ax.grid(alpha=0.3)
+        ax.set_title(f"{label.split(',')[0]}: {cell}\n{device}")
+    return _finish(fig, handles)
 
 
 def throughput_vs_batch(df: pd.DataFrame) -> Figure | None:
-    return metric_vs_batch(df, "throughput", "samples / s")
+    return metric_vs_batch(df, "throughput", "throughput, samples / s (higher is better)")
 
 
-def latency_vs_batch(df: pd.DataFrame) -> Figure | None:
-    """p50 (solid markers) and p99 (crosses) latency per batch."""
-    fig = metric_vs_batch(df, "p50_ms", "latency per batch, ms (p50 o, p99 x)", log_y=True)
-    if fig is None:
-        return None
-    for ax, ((_, _), g) in zip(fig.axes, _panels(df)):
-        for fw, gf in g.groupby("framework"):
-            gf = gf.sort_values("batch_size")
-            ax.plot(gf["batch_size"], gf["p99_ms"], marker="x", linestyle=":", color=_color(fw), alpha=0.7)
-    return fig
+def latency_vs_batch(df: pd.DataFrame, percentile: str = "p50") -> Figure | None:
+    """p50 (with the rounds' interval) or p99 latency per batch, each its own figure."""
+    if percentile not in ("p50", "p99"):
+        raise ValueError(f"percentile must be p50 or p99, got {percentile!r}")
+    if percentile == "p50":
+        return metric_vs_batch(df, "p50_ms", "p50 latency per batch, ms (lower is better)", log_y=True)
+    plain = df.drop(columns=["latency_ms.p50_ci95"], errors="ignore")  # the interval is the median's, not p99's
+    return metric_vs_batch(plain, "p99_ms", "p99 latency per batch, ms (lower is better)", log_y=True)
 
 
 def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Figure | None:
@@ -91,43 +170,51 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
         return None
     fig, axes = _grid(len(panels), width=6.0)
     for ax, ((device, cell), g) in zip(axes.flat, panels):
-        g = g.assign(order=g["framework"].map(_order))
-        g = g.sort_values("order")
-        ax.boxplot(list(g["raw_latencies_ms"]), showfliers=True, flierprops={"markersize": 2})
+        g = g.assign(order=g["framework"].map(_order)).sort_values("order")
+        box = ax.boxplot(list(g["raw_latencies_ms"]), showfliers=True, flierprops={"markersize": 2},
+                         patch_artist=True)
+        for patch, fw in zip(box["boxes"], g["framework"]):
+            patch.set_facecolor(_color(fw))
+            patch.set_alpha(0.6)
         ax.set_xticks(range(1, len(g) + 1))
         ax.set_xticklabels([f"{f}\nn={len(r)}" for f, r in zip(g["framework"], g["raw_latencies_ms"])],
-                           rotation=45, fontsize=7, ha="right")
-        ax.set_yscale("log")
+                           rotation=45, ha="right")
+        _log(ax, "y")
         ax.set_ylabel("latency per iteration, ms")
-        ax.set_title(f"{cell}, batch {batch_size}\n{device}", fontsize=9)
+        ax.set_title(f"latency distribution: {cell}, batch {batch_size}\n{device}")
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
+
+
+_STEPS = {"graph_vs_eager": ("graph vs eager", "o"), "xla_vs_graph": ("XLA vs graph", "s")}
 
 
 def xla_steps(df: pd.DataFrame) -> Figure | None:
-    """Speedups of graph over eager and XLA over graph, side by side per model@resolution and batch."""
+    """Speedups of graph over eager and of XLA over graph (p50 latency ratios, > 1 is faster), a dot
+    chart per device and path: one row per model@resolution and batch, both steps on it."""
     dec = xla_decomposition(df)
     if dec.empty:
         return None
     panels = list(dec.groupby(["device_name", "path"]))
-    fig, axes = _grid(len(panels), width=max(5.0, 0.5 * dec["cell"].nunique() * dec["batch_size"].nunique()))
+    rows = max(len(g) for _, g in panels)
+    fig, axes = _grid(len(panels), width=5.5, height=max(2.0, 0.3 * rows + 1.5))
     for ax, ((device, path), g) in zip(axes.flat, panels):
-        g = g.sort_values(["cell", "batch_size"])
-        x = np.arange(len(g))
-        ax.bar(x - 0.2, g["graph_vs_eager"], 0.4, label="graph vs eager")
-        ax.bar(x + 0.2, g["xla_vs_graph"], 0.4, label="XLA vs graph")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xticks(x)
-        ax.set_xticklabels([f"{c}\nbs{b}" for c, b in zip(g["cell"], g["batch_size"])], rotation=45, fontsize=7,
-                           ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("speedup (p50 latency ratio)")
+        g = g.sort_values(["cell", "batch_size"], ascending=False)
+        y = np.arange(len(g))
+        for column, (label, marker) in _STEPS.items():
+            ax.plot(g[column], y, marker, label=label, color="C0" if column == "graph_vs_eager" else "C3")
+        ax.axvline(1.0, color="k", lw=0.8)
+        _log(ax, "x")
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{c} bs{b}" for c, b in zip(g["cell"], g["batch_size"])])
+        ax.set_ylim(-0.5, max(len(g), 3) - 0.5)  # a panel of one row is not stretched over the figure
+        ax.set_xlabel("speedup, p50 latency ratio (log; > 1 is faster)")
         steps = "keras-eager → keras → kerasxla" if path == "keras" else "keras-eager → tf → tfxla"
-        ax.set_title(f"{steps}\n{device}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+        ax.set_title(f"XLA steps: {steps}\n{device}")
+        ax.grid(alpha=0.3, axis="x")
+    handles = {label: Line2D([], [], marker=m, ls="", color="C0" if c == "graph_vs_eager" else "C3")
+               for c, (label, m) in _STEPS.items()}
+    return _finish(fig, handles)
 
 
 def pareto(df: pd.DataFrame) -> Figure | None:
@@ -138,28 +225,33 @@ def pareto(df: pd.DataFrame) -> Figure | None:
         return None
     panels = list(good.groupby(FRONTIER_GROUP))
     fig, axes = _grid(len(panels), width=6.0, height=4.5)
+    handles: dict[str, Any] = {}
     for ax, ((device, model, res, precision), g) in zip(axes.flat, panels):
-        for fw, gf in g.groupby("framework"):
-            ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), label=fw, s=18)
+        for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
+            handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3))
+            for _, r in gf.iterrows():
+                ax.annotate(f"bs{r['batch_size']}", (r["p50_ms"], r["throughput"]), fontsize=SMALL,
+                            xytext=(3, 3), textcoords="offset points")
         front = pareto_front(g)
-        ax.plot(front["p50_ms"], front["throughput"], color="k", lw=1, label="Pareto frontier")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        if len(front) > 1:
+            handles["Pareto frontier"] = ax.plot(front["p50_ms"], front["throughput"], color="k", lw=1)[0]
+        handles["on the frontier"] = ax.scatter(front["p50_ms"], front["throughput"], s=90, facecolors="none",
+                                                edgecolors="k", zorder=4)
+        _log(ax, "x")
+        _log(ax, "y")
         ax.set_xlabel("p50 latency per batch, ms (lower is better)")
         ax.set_ylabel("samples / s (higher is better)")
-        ax.set_title(f"{model}@{res} {precision}, {device}", fontsize=9)
+        ax.set_title(f"latency vs throughput: {model}@{res} {precision}\n{device}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, handles)
 
 
 def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None) -> tuple[Figure | None, pd.DataFrame]:
-    """Mean power against throughput, one panel per device, one series per framework, with a
-    least-squares line and its R².
+    """Mean power against throughput, one panel per device, one series per framework; a least-squares
+    line only where it means something (R² ≥ 0.5 over ≥ 4 points), its R² always in the legend.
 
-    Our records need energy fields (NVML on GPUs, RAPL on CPUs); published figures, if given, get
-    their own panels marked "external", hollow markers and dashed fits. Returns the figure and the fits.
+    Our records need energy fields (NVML on GPUs, RAPL on CPUs); published figures, if given, get their own
+    panels marked "external", hollow markers and dashed fits. Returns the figure and the fits.
     """
     series: list[tuple[str, str, pd.DataFrame, bool]] = []  # (panel, framework, rows, external)
     if has_energy(df):
@@ -168,71 +260,75 @@ def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None)
             series.append((str(device), fw, g.assign(mean_power_w=g["energy.mean_power_w"]), False))
     if reference is not None and not reference.empty:
         ref = reference.dropna(subset=["mean_power_w"])
-        for (device, fw), g in ref.groupby(["device_name", "framework_published"]):
+        for (device, fw), g in ref.groupby(["device_name", "framework"]):
             series.append((f"external: {device}", str(fw), g, True))
     if not series:
         return None, pd.DataFrame()
     panels = list(dict.fromkeys(s[0] for s in series))
-    fig, axes = _grid(len(panels), width=5.0, height=4.0)
+    fig, axes = _grid(len(panels), width=5.5, height=4.0)
     fits = []
     for ax, panel in zip(axes.flat, panels):
-        for i, (_, fw, g, external) in enumerate(s for s in series if s[0] == panel):
+        for _, fw, g, external in sorted((s for s in series if s[0] == panel), key=lambda s: _order(s[1])):
             fit = linear_fit(g["throughput"], g["mean_power_w"])
-            fits.append({"device": panel, "framework": fw, "external": external, **fit})
-            color = plt.get_cmap("tab10")(i % 10)
-            ax.scatter(g["throughput"], g["mean_power_w"], s=16, edgecolors=color,
-                       facecolors="none" if external else color, label=f"{fw} (R²={fit['r2']:.2f})")
-            if np.isfinite(fit["slope"]):
+            drawn = fit["n"] >= MIN_FIT_POINTS and np.isfinite(fit["r2"]) and fit["r2"] >= MIN_R2
+            fits.append({"device": panel, "framework": fw, "external": external, "drawn": drawn, **fit})
+            color = _color(fw)
+            ax.scatter(g["throughput"], g["mean_power_w"], s=18, edgecolors=color,
+                       facecolors="none" if external else color,
+                       label=f"{fw}: R²={fit['r2']:.2f}" + ("" if drawn else ", no line"))
+            if drawn:
                 xs = np.linspace(g["throughput"].min(), g["throughput"].max(), 20)
                 ax.plot(xs, fit["slope"] * xs + fit["intercept"], color=color, lw=0.8, ls="--" if external else "-")
-        ax.set_title(panel + ("\n(published figures, not our measurements)" if panel.startswith("external") else ""),
-                     fontsize=9)
+        ax.set_title(f"mean power vs throughput: {panel}"
+                     + ("\n(published figures, not our measurements)" if panel.startswith("external") else ""))
         ax.set_xlabel("throughput, samples / s")
         ax.set_ylabel("mean power, W")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # each panel its own fits
     fig.tight_layout()
+    plt.close(fig)
     return fig, pd.DataFrame(fits)
 
 
-def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None, batch_size: int | None = None,
-                 model: str = "mobilenet_v3_large", resolution: int = 224) -> Figure | None:
-    """Throughput per framework on every device of the merged records; published figures beside, hollow."""
-    ours = latest(df[df["ranked"] & (df["model"] == model) & (df["resolution"] == resolution)])
-    ref = None
-    if reference is not None:
-        ref = reference[(reference["model"] == model) & (reference["resolution"] == resolution)]
-    if ours.empty and (ref is None or ref.empty):
-        return None
-    fig, ax = plt.subplots(figsize=(10, 5))
-    labels: list[str] = []
-    values: list[float] = []
-    colors: list[Any] = []
-    hollow: list[bool] = []
+def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
+                 batch_size: int | None = None) -> Figure | None:
+    """Best throughput per framework and device, one dot-chart panel per model@resolution of *these
+    records* seen on two devices or more (log scale, so dots, not bars), with published figures for the
+    same model and resolution beside them, hollow and labelled external; None when nothing spans devices."""
+    ours = latest(df[df["ranked"]])
     if batch_size is not None:
         ours = ours[ours["batch_size"] == batch_size]
-    for _, r in ours.sort_values("throughput").groupby(["device_name", "framework"]).tail(1) \
-            .sort_values(["device_name", "throughput"]).iterrows():
-        labels.append(f"{r['framework']} bs{r['batch_size']}\n{r['device_name']}")
-        values.append(float(r["throughput"]))
-        colors.append(_color(r["framework"]))
-        hollow.append(False)
-    if ref is not None and not ref.empty:
-        best = ref.sort_values("throughput").groupby(["device_name", "framework_published"]).tail(1)
-        for _, r in best.sort_values(["device_name", "throughput"]).iterrows():
-            labels.append(f"ext: {r['framework_published']} bs{r['batch_size']}\n{r['device_name']}")
-            values.append(float(r["throughput"]))
-            colors.append(_color(r["framework"]))
-            hollow.append(True)
-    x = np.arange(len(values))
-    for xi, v, c, h in zip(x, values, colors, hollow):
-        ax.bar(xi, v, color="none" if h else c, edgecolor=c, hatch="//" if h else None)
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=90, fontsize=6)
-    ax.set_yscale("log")
-    ax.set_ylabel("samples / s")
-    ax.set_title(f"{model}@{resolution}, best batch size per framework and device: ours (filled) and published "
-                 "external figures (hatched)",
-                 fontsize=9)
-    fig.tight_layout()
-    return fig
+    cells = sorted(set(zip(ours["model"], ours["resolution"])))
+    if not cells:
+        return None
+    rows_per = []
+    for model, res in cells:
+        g = ours[(ours["model"] == model) & (ours["resolution"] == res)]
+        best = g.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
+        rows = [(f"{r['framework']} bs{r['batch_size']}, {r['device_name']}", float(r["throughput"]), r["framework"],
+                 False) for _, r in best.sort_values(["device_name", "throughput"]).iterrows()]
+        if reference is not None and not reference.empty:
+            ref = reference[(reference["model"] == model) & (reference["resolution"] == res)]
+            ref = ref.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
+            rows += [(f"{r['framework']} bs{r['batch_size']}, {r['device_name']} (external)", float(r["throughput"]),
+                      r["framework"], True) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
+        if len({label.split(", ", 1)[1] for label, *_ in rows}) > 1:  # across devices: two or more
+            rows_per.append(((model, res), rows))
+    if not rows_per:
+        return None
+    height = max(3.0, 0.22 * max(len(r) for _, r in rows_per) + 1.5)
+    fig, axes = _grid(len(rows_per), width=7.5, height=height)
+    for ax, ((model, res), rows) in zip(axes.flat, rows_per):
+        y = np.arange(len(rows))[::-1]
+        for yi, (_, value, fw, external) in zip(y, rows):
+            ax.plot([value], [yi], "o", color=_color(fw), mfc="white" if external else _color(fw))
+        ax.set_yticks(y)
+        ax.set_yticklabels([label for label, *_ in rows])
+        ax.set_ylim(-0.5, len(rows) - 0.5)
+        _log(ax, "x")
+        ax.set_xlabel("samples / s at the best batch size measured (log)")
+        ax.set_title(f"throughput across devices: {model}@{res}"
+                     + ("\nfilled: these records; hollow: published external figures" if any(r[3] for r in rows)
+                        else ""))
+        ax.grid(alpha=0.3, axis="x")
+    return _finish(fig)
