@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .config import CellJob, ChildResult
 
+#: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
+SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
 SUPPORTED_SCHEMAS = frozenset({1, 2, 3})
 SUMMARY_COLUMNS = (

@@ -173,3 +173,24 @@ def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
     header, _, torch_row, onnx_row = lines[start:start + 4]
     assert "dev MB" in header and "W" in header.split() and "J/inf" in header
     assert " 812 " in torch_row and "1034 (nvml)" in onnx_row and "61.5" in torch_row and "0.0123" in onnx_row
+
+
+def test_the_published_json_schema_holds_every_record():
+    """inferbench/schema/record.schema.json: what other tools can validate against. Every committed record
+    (upgraded to the current schema) and a fresh one pass; its fields are the Record's; a broken one fails."""
+    import jsonschema
+
+    schema = json.loads(results.SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert set(schema["properties"]) == set(results.Record.__dataclass_fields__)
+    records, _ = results.iter_records(COMMITTED)
+    assert len(records) == 172
+    for rec in records:
+        errors = list(validator.iter_errors({k: v for k, v in rec.items() if k != "_source"}))
+        assert not errors, f"{rec['_source']}: {errors[0].message}"
+    fresh = results.encode(make_record())
+    assert validator.is_valid(fresh)
+    for broken in ({**fresh, "status": "done"}, {**fresh, "schema_version": 2}, {**fresh, "batch_size": 0},
+                   {k: v for k, v in fresh.items() if k != "parity"}, {**fresh, "extra_key": 1}):
+        assert not validator.is_valid(broken)
