@@ -235,6 +235,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p99 (tail "
            "latency), throughput, or energy (joules per inference, where a sensor exists)", "p50",
            choices=("p50", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
+    Option("quiet", ("-q", "--quiet"), "while running, print failures only (the answer and the table still "
+           "follow)", False, switch=True, commands=("run", "sweep", "selftest"), in_file=False),
+    Option("verbose", ("-v", "--verbose"), "print every phase of every cell as its own line, and exporter notes",
+           False, switch=True, commands=("run", "sweep", "selftest"), in_file=False),
     Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False),
     Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
            "call per batch)", "inference", choices=tuple(SCENARIOS)),
@@ -275,6 +279,13 @@ def add_options(parser: argparse.ArgumentParser, command: str) -> None:
 
 def given(ns: argparse.Namespace) -> dict[str, Any]:
     return dict(vars(ns))
+
+
+def verbosity(values: dict[str, Any]) -> int:
+    """-q: -1, default: 0, -v: 1 (both given: an error)."""
+    if values.get("quiet") and values.get("verbose"):
+        raise UsageError("--quiet and --verbose contradict each other: give one")
+    return 1 if values.get("verbose") else -1 if values.get("quiet") else 0
 
 
 def read_config_file(path: str) -> dict[str, Any]:

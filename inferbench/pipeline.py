@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -27,26 +28,58 @@ from .frameworks import Framework, get_framework, unavailable_reason
 
 
 class Progress:
-    """Progress on stderr: cells done/total, elapsed, ETA; one line per phase, one result line per cell."""
+    """Progress on stderr. Lasting lines (a cell's result, an export done or failed, anything FAILED) are
+    printed as they come; the passing phases (loading, warm-up, round 3/8) update one status line in
+    place on a terminal, and are left out when stderr is piped or a file (``verbosity`` 1, ``-v``, prints
+    them as lines, export notes too; -1, ``-q``, prints failures only). Every line starts with the bar,
+    units done/total (exports and cells), elapsed time and an ETA from the units done so far."""
 
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done, self.stream = total, 0, stream or sys.stderr
+    def __init__(self, total: int, stream: Any = None, verbosity: int = 0) -> None:
+        self.total, self.done, self.stream, self.verbosity = total, 0, stream or sys.stderr, verbosity
         self.started = time.monotonic()
-        self.cell_seconds: list[float] = []
+        self.base = 0  # units already done when this invocation started (a resumed sweep)
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and verbosity == 0
+        self._status = False  # a status line is showing (terminal only)
 
     def eta(self) -> str:
-        if not self.cell_seconds:
+        if self.done <= self.base:
             return "ETA ?"
-        left = (self.total - self.done) * sum(self.cell_seconds) / len(self.cell_seconds)
+        left = (self.total - self.done) * (time.monotonic() - self.started) / (self.done - self.base)
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
-    def say(self, label: str, text: str) -> None:
-        elapsed = time.monotonic() - self.started
+    def add(self, units: int) -> None:
+        """More work than first counted (exports are counted as they are met)."""
+        self.total += units
+
+    def _line(self, label: str, text: str) -> str:
         width = 20
         filled = int(width * self.done / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
-        print(f"[{bar}] {self.done}/{self.total} {elapsed:6.0f}s {self.eta():>11}  {label:<34} {text}",
-              file=self.stream, flush=True)
+        elapsed = time.monotonic() - self.started
+        return f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {self.eta():>10}  {label}  {text}"
+
+    def say(self, label: str, text: str) -> None:
+        """A passing phase: on the status line (terminal), as a line with -v, else nowhere."""
+        if self.verbosity > 0:
+            print(self._line(label, text), file=self.stream, flush=True)
+        elif self.live:
+            width = shutil.get_terminal_size((100, 20)).columns - 1
+            print("\r\x1b[K" + self._line(label, text)[:width], end="", file=self.stream, flush=True)
+            self._status = True
+
+    def result(self, label: str, text: str, failure: bool = False) -> None:
+        """A lasting line: a result, an export done, a failure (-q keeps failures only)."""
+        if self.verbosity < 0 and not failure:
+            return
+        if self._status:
+            print("\r\x1b[K", end="", file=self.stream)
+            self._status = False
+        print(self._line(label, text), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._status:
+            print("\r\x1b[K", end="", file=self.stream, flush=True)
+            self._status = False
 
 
 #: Variables that change what a framework computes or how fast. A child never inherits them from the
@@ -130,17 +163,20 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
         if entry:
             progress.say(label, "cached")
             continue
+        progress.add(1)
         t0 = time.monotonic()
         job = job_for(kind, folder, model, resolution, config.weights, config.seed, sizes, key_inputs)
         res = run_child(job, child_env(config), lambda phase, lb=label: progress.say(lb, phase), config.timeout_s)
+        progress.done += 1
         if res.ok:
-            notes = (res.export or {}).get("notes") or []
-            progress.say(label, f"done in {time.monotonic() - t0:.1f}s" + "".join(f"\n    note: {n}" for n in notes))
+            notes = ((res.export or {}).get("notes") or []) if progress.verbosity > 0 else []  # for developers
+            progress.result(label, f"exported in {time.monotonic() - t0:.1f}s"
+                            + "".join(f"\n    note: {n}" for n in notes))
         elif res.usage_error and strict:
             raise UsageError(res.error)
         else:
             failed[kind] = str(res.error)
-            progress.say(label, f"FAILED: {res.error}")
+            progress.result(label, f"FAILED: {res.error}", failure=True)
     return folder, failed
 
 
@@ -232,7 +268,8 @@ def set_aside_if_unreadable(path: Path) -> str | None:
 
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
-            progress: Progress | None = None, strict: bool = True, objective: str = "p50") -> Executed:
+            progress: Progress | None = None, strict: bool = True, objective: str = "p50",
+            verbosity: int = 0) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved
@@ -242,8 +279,6 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     duplicating a cell. A record that cannot be read is set aside and its
     cell runs again; a record that cannot be written (disk full, permissions) fails that cell only.
     """
-    from .environment import capture
-
     ignored = ignored_shell_variables(config)
     if ignored:
         print(f"inferbench: not passed on to the frameworks (they change what is measured; inferbench sets its own "
@@ -257,8 +292,19 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             print(f"inferbench: {note}", file=sys.stderr)
     todo = [c for c in cells if not (run_dir / c.filename).exists()]
     unwritten: dict[str, str] = {}
-    progress = progress or Progress(len(cells))
+    progress = progress or Progress(len(cells), verbosity=verbosity)
     progress.total, progress.done = len(cells), len(cells) - len(todo)
+    progress.base = progress.done
+    try:
+        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective, unwritten)
+    finally:
+        progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
+
+
+def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
+             progress: Progress, strict: bool, objective: str, unwritten: dict[str, str]) -> Executed:
+    from .environment import capture
+
     environment = capture(config.device)
     exports: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
 
@@ -281,23 +327,26 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     for same in groups.values():
         group, batch_sizes = group_of(same[0])
         folder, failed = exports[group]
-        t0 = time.monotonic()
+        c = same[0]
+        progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
+                        f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
+                        "interleaved rounds")
         records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress)
-        progress.cell_seconds += [(time.monotonic() - t0) / len(same)] * len(same)
         progress.done += len(same)
         for cell, record in zip(same, records):
             try:
                 results.write_record(run_dir, record)
             except OSError as exc:  # disk full, permissions: this cell fails, the others still run
                 unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-                progress.say(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}")
+                progress.result(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}", failure=True)
                 continue
-            progress.say(cell.label, one_line(record))
+            progress.result(cell.label, one_line(record), failure=record.status != "ok"
+                            or record.parity["status"] == "failed")
         try:
             results.write_summary(run_dir, records_of(run_dir, cells), objective)
         except OSError as exc:
             unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-            progress.say("summary.csv", f"not written: {unwritten['summary.csv']}")
+            progress.result("summary.csv", f"not written: {unwritten['summary.csv']}", failure=True)
     return Executed(records_of(run_dir, cells), unwritten)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
-from .config import add_options, build, given, with_defaults
+from .config import add_options, build, given, verbosity, with_defaults
 from .device import list_gpus
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
@@ -74,6 +74,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if values["list"]:
         list_everything()
         return 0
+    verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)
     config = built.config
     out_root = Path(values["output_dir"])
@@ -87,7 +88,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
     try:
         with folder_lock(run_dir):
-            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=values["objective"])
+            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=values["objective"],
+                               verbosity=verbosity(values))
     except UsageError:
         if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
             shutil.rmtree(run_dir)  # bad input found while exporting: leave nothing behind

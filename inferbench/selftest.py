@@ -57,7 +57,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     code = run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
                      "--duration", str(values["duration"]),
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
-                     *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else [])],
+                     *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
+                     *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],
                     prog=prog)
     if code == 0:
         print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and none failed parity",

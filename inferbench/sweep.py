@@ -22,7 +22,17 @@ import time
 from pathlib import Path
 
 from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
-from .config import BY_NAME, Plan, add_options, build, given, read_config_file, record_filename, with_defaults
+from .config import (
+    BY_NAME,
+    Plan,
+    add_options,
+    build,
+    given,
+    read_config_file,
+    record_filename,
+    verbosity,
+    with_defaults,
+)
 from .device import list_gpus
 from .errors import UsageError
 from .results import atomic_write_text
@@ -58,7 +68,7 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     except OSError:
         raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
-    extra = [k for k in values if k not in ("resume", "cache_dir", "objective")]
+    extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose")]
     if extra:
         flags = ", ".join(BY_NAME[k].flags[-1] for k in extra)
         raise UsageError(f"--resume runs the saved plan; drop {flags}")
@@ -99,7 +109,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
         check_writable(Path(plan.config.cache_dir), "cache dir")
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)))
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values))
     else:
         plan, skipped = make_plan(values)
         name = str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -121,15 +131,16 @@ def _main(argv: list[str] | None, prog: str) -> int:
             except OSError:
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)))
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values))
 
 
-def _run(plan: Plan, sweep_dir: Path, objective: str) -> int:
+def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0) -> int:
     from .pipeline import execute
 
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective)
+    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
+                       verbosity=level)
     print(format_summary(executed.records, objective))
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     return exit_status(executed)

@@ -1,6 +1,7 @@
 """The front door: the ``inferbench`` command, ``compare`` for CI, the recommendation first, one loader,
 files a colleague can read."""
 
+import io
 import json
 import os
 import stat
@@ -242,3 +243,41 @@ def test_one_loader_feeds_the_analysis(tmp_path):
     assert {"device_name", "p50_ms", "ranked", "cell"} <= set(df.columns)
     assert analysis.compare(df, "onnxrt", "tf").startswith("onnxrt is 2.00x the speed of tf")
     assert len(results.load([folder, folder / "mobilenet_v3_large_224_bs1_tf.json"])) == 2  # each file once
+
+
+# --------------------------------------------------------------------------- progress
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_updates_one_line_on_a_terminal_and_prints_results_only_when_piped():
+    from inferbench.pipeline import Progress
+
+    for stream, verbosity in ((_Terminal(), 0), (io.StringIO(), 0), (io.StringIO(), 1), (io.StringIO(), -1)):
+        p = Progress(2, stream, verbosity)
+        p.say("m@32 fake bs1", "loading")
+        p.say("m@32 fake bs1", "round 1/8 done")
+        p.done += 1
+        p.result("m@32 fake bs1", "p50 2.1 ms")
+        p.result("m@32 fake bs2", "FAILED: boom", failure=True)
+        p.close()
+        text = stream.getvalue()
+        lines = [line for line in text.split("\n") if line]
+        if isinstance(stream, _Terminal):  # phases overwrite each other in place; results are lines
+            assert "\r\x1b[K" in text and text.endswith("FAILED: boom\n")
+            assert [line.rsplit("\r\x1b[K", 1)[-1].split("  ")[-1] for line in lines] == ["p50 2.1 ms", "FAILED: boom"]
+        elif verbosity == 0:  # piped: no phase chatter, no control characters
+            assert "\r" not in text and [line.split("  ")[-1] for line in lines] == ["p50 2.1 ms", "FAILED: boom"]
+        elif verbosity == 1:  # -v: every phase as a line
+            assert [line.split("  ")[-1] for line in lines] == ["loading", "round 1/8 done", "p50 2.1 ms",
+                                                                 "FAILED: boom"]
+        else:  # -q: failures only
+            assert [line.split("  ")[-1] for line in lines] == ["FAILED: boom"]
+    assert "ETA ?" in Progress(4).eta() and Progress(4)._line("x", "y").startswith("[....................] 0/4")
+
+
+def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):
+    assert inferbench(["run", "-q", "-v"]) == 2
+    assert capsys.readouterr().err.strip() == ("inferbench run: error: --quiet and --verbose contradict each other: "
+                                               "give one")

@@ -129,7 +129,7 @@ def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkey
 
 def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):
     start = time.monotonic()
-    assert _run(tmp_path, "--framework", "fake-hang", "--timeout", "3") == 1
+    assert _run(tmp_path, "--framework", "fake-hang", "--timeout", "3", "-v") == 1  # -v: every phase as a line
     assert time.monotonic() - start < 30
     rec = results.load(tmp_path / "out").iloc[0]
     assert rec["error"] == "timed out after 3 s"
@@ -227,7 +227,7 @@ def test_a_killed_sweep_takes_its_worker_with_it(fakes, tmp_path):
     """Killing only the sweep's process (not its group) must not leave a worker measuring on."""
     log = tmp_path / "progress.log"
     args = [*GRID[:4], "--batch-sizes", "1", "--frameworks", "fake-slow", "--duration", "120", "--min-iterations",
-            "1", "--warmup", "0", "--warmup-seconds", "0", "--device", "cpu"]
+            "1", "--warmup", "0", "--warmup-seconds", "0", "--device", "cpu", "-v"]  # -v: the phases in the log
     proc = _sweep_process([*args, "--output-dir", str(tmp_path), "--name", "k", "--cache-dir", str(tmp_path / "c")],
                           stdout=subprocess.DEVNULL, stderr=log.open("w"))
     try:

@@ -29,7 +29,7 @@ def _long_sweep(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(TESTS), "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, *GRID, "--frameworks", "fake-slow", "--duration", "120", "--output-dir",
+        [sys.executable, "-c", LAUNCH, *GRID, "--frameworks", "fake-slow", "--duration", "120", "-v", "--output-dir",
          str(tmp_path), "--name", name, "--cache-dir", str(tmp_path / "cache")],
         env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True)
     deadline = time.monotonic() + 60
