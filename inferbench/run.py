@@ -19,7 +19,7 @@ from .device import list_gpus
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .models import MODELS, PREPROCESSING
-from .summary import format_summary
+from .summary import format_summary, terminal_width
 
 
 def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentParser:
@@ -96,7 +96,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise
-    print(format_summary(executed.records, values["objective"]), file=sys.stdout)
+    print(format_summary(executed.records, values["objective"], terminal_width()), file=sys.stdout)
     print(f"\nresults: {run_dir}/ (a JSON record per cell, summary.csv, comparisons.csv, recommendation.json)\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)

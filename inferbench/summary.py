@@ -11,6 +11,14 @@ def fmt(value: Any, spec: str) -> str:
     return "-" if value is None or value != value else format(value, spec)  # None or NaN: not measured
 
 
+def terminal_width() -> int | None:
+    """The terminal's columns when stdout is one; None when piped or a file (the full table)."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Aligned text columns under a header and a rule."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -18,8 +26,29 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
 
 
-def format_summary(records: list[dict[str, Any]], objective: str = "p50") -> str:
-    """The answer first (the recommendation per group), then a row per cell, then what is not ranked and why."""
+#: Columns a narrow terminal loses first (summary.csv keeps them all).
+EXPENDABLE = ("peak MB", "1st call s", "load s", "n", "status", "p99 ms", "stability")
+
+
+Row = tuple[str, ...]
+
+
+def fit(header: Row, rows: list[Row], width: int | None) -> tuple[Row, list[Row], list[str]]:
+    """Drop :data:`EXPENDABLE` columns, in that order, until the table fits ``width`` (None: keep all)."""
+    dropped: list[str] = []
+    for name in EXPENDABLE:
+        if width is None or len(table(header, rows)[1]) <= width:
+            break
+        if name in header:
+            i = header.index(name)
+            header, rows = header[:i] + header[i + 1:], [row[:i] + row[i + 1:] for row in rows]
+            dropped.append(name)
+    return header, rows, dropped
+
+
+def format_summary(records: list[dict[str, Any]], objective: str = "p50", width: int | None = None) -> str:
+    """The answer first (the recommendation per group), then a row per cell (narrowed to ``width``, a
+    terminal's), then what is not ranked and why."""
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
@@ -44,7 +73,10 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50") -> str
             + ((fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
                 fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
     answer = recommendation_lines(recommendations(records, objective))
+    header, rows, dropped = fit(header, rows, width)
     lines = answer + ([""] if answer else []) + table(header, rows)
+    if dropped:
+        lines.append(f"({', '.join(dropped)} left out to fit the terminal: summary.csv has every column)")
     unstable = []
     for r in records:
         st = (r.get("latency_ms") or {}).get("stability") or {}

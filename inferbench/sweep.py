@@ -36,7 +36,7 @@ from .config import (
 from .device import list_gpus
 from .errors import UsageError
 from .results import atomic_write_text
-from .summary import format_summary
+from .summary import format_summary, terminal_width
 
 PLAN = "sweep.json"
 GRID = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
@@ -141,7 +141,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0) -> int:
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
                        verbosity=level)
-    print(format_summary(executed.records, objective))
+    print(format_summary(executed.records, objective, terminal_width()))
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     return exit_status(executed)
 

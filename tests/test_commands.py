@@ -281,3 +281,17 @@ def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):
     assert inferbench(["run", "-q", "-v"]) == 2
     assert capsys.readouterr().err.strip() == ("inferbench run: error: --quiet and --verbose contradict each other: "
                                                "give one")
+
+
+def test_the_table_narrows_to_a_terminal_and_says_what_it_left_out():
+    from inferbench.summary import format_summary
+
+    recs = [results.encode(make_record(fw, raw_rounds=ROUNDS)) for fw in ("onnxrt", "torch-inductor")]
+    full = format_summary(recs)  # piped: every column
+    table = [line for line in full.splitlines() if line.startswith("framework")][0]
+    assert "peak MB" in table and len(table) > 100
+    narrow = format_summary(recs, width=90).splitlines()
+    header = next(line for line in narrow if line.startswith("framework"))
+    rule = narrow[narrow.index(header) + 1]
+    assert len(rule) <= 90 and "p50 ms [95% CI]" in header and "samples/s" in header and "peak MB" not in header
+    assert narrow[-1].startswith("(peak MB, 1st call s, load s") and "summary.csv has every column" in narrow[-1]
