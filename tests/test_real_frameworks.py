@@ -131,10 +131,11 @@ def test_artifacts_are_cached_with_a_manifest(default_run, tmp_path, capsys):
     onnx_entry = manifest["artifacts"]["onnx"]
     assert onnx_entry["versions"]["tf2onnx"] and onnx_entry["files"] and onnx_entry["input_signature"]
     before = {k: v["exported_at"] for k, v in manifest["artifacts"].items()}
-    code = main([*MODEL, *QUICK, "--framework", "onnxrt", "--output-dir", str(tmp_path), "--cache-dir", str(cache_dir)])
+    code = main([*MODEL, *QUICK, "--framework", "onnxrt", "--output-dir", str(tmp_path), "--cache-dir", str(cache_dir),
+                 "-v"])  # -v: the phases, "cached" among them
     assert code == 0
     err = capsys.readouterr().err
-    assert "export onnx" in err and "cached" in err
+    assert "export onnx  cached" in err and "exported in" not in err
     after = json.loads((folder / "manifest.json").read_text())["artifacts"]
     assert {k: v["exported_at"] for k, v in after.items()} == before
 
