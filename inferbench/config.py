@@ -28,6 +28,7 @@ from .device import Device
 from .errors import UsageError
 from .frameworks import COMMON_OPTIONS, Framework, choose, get_framework
 from .measure.timing import TimingConfig
+from .models import ModelFile, register
 from .scenarios import SCENARIOS
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -187,8 +188,12 @@ OPTIONS: tuple[Option, ...] = (
            "onnxrt, openvino, torch-inductor on a CPU), 'all' (every framework that can run here, the naive "
            "variants too) or a comma list of framework keys (see --list)", ["best"], names,
            metavar="best|all|KEY[,KEY...]"),
-    Option("models", ("--model", "--models"), "registered model name(s), comma-separated (see --list)",
-           ["mobilenet_v3_large"], names, metavar="NAME[,NAME...]"),
+    Option("models", ("--model", "--models"), "registered model name(s) (see --list), or your own model: a .keras "
+           "file, a TF SavedModel folder or an .onnx file; comma-separated", ["mobilenet_v3_large"], names,
+           metavar="NAME|PATH[,...]"),
+    Option("input_shape", ("--input-shape",), "the input of a model file, where inferbench cannot read it from the "
+           "file (a SavedModel, a dynamic size): HxWx3 (NHWC) or 3xHxW (NCHW), square", None,
+           metavar="HxWxC|CxHxW"),
     Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, or 'default' "
            "(the model's own, 224)", ["default"], resolutions, metavar="PX[,PX...]", maximum=MAX_RESOLUTION),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
@@ -437,6 +442,7 @@ class RunConfig:
     timeout_s: float | None = None
     scenario: str = "inference"
     pass_env: tuple[str, ...] = ()  # shell variables passed on to the children on purpose
+    model_files: tuple[ModelFile, ...] = ()  # the user's model files among the cells' models (--model PATH)
 
     def __post_init__(self) -> None:
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
@@ -474,6 +480,7 @@ class Plan:
                 raise ValueError(f"plan_version {data.get('plan_version')!r}; this inferbench reads "
                                  f"{PLAN_VERSION} (and upgrades 1)")
             plan = decode(cls, data, "plan")
+            register(*plan.config.model_files)
             check_ranges(plan)
             for i, cell in enumerate(plan.cells):
                 try:
@@ -536,6 +543,7 @@ class ExportJob:
     seed: int
     batch_sizes: tuple[int, ...]
     key_inputs: dict[str, Any]
+    model_file: ModelFile | None = None  # the model, if it is the user's file
 
 
 @dataclass(frozen=True)
@@ -586,10 +594,12 @@ def build(values: dict[str, Any]) -> Built:
     from .exporters import cache as artifact_cache
     from .models import describe_weights, get_model
 
-    models = [get_model(m) for m in values["models"]]
     for key in ("models", "resolutions", "batch_sizes"):
         if not values[key]:
             raise UsageError(f"{key} is empty: give at least one")
+    files = open_files(values)
+    models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
+    model_files = tuple(m for m in files if isinstance(m, ModelFile))
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
@@ -607,7 +617,7 @@ def build(values: dict[str, Any]) -> Built:
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
-                       pass_env=tuple(values["pass_env"]))
+                       pass_env=tuple(values["pass_env"]), model_files=model_files)
     cells: list[CellKey] = []
     skipped: dict[str, str] = {}
     explicit = not set(values["frameworks"]) & {"all", "best"}
@@ -630,6 +640,30 @@ def build(values: dict[str, Any]) -> Built:
                          f"{len(cells) * per_cell / 3600:.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
+    """``--model`` values: registered names as they are, model files opened, checked and registered."""
+    from .models import is_model_file, open_model_file
+
+    files: list[str | ModelFile] = list(values["models"])
+    if not any(is_model_file(m) for m in values["models"]):
+        if values["input_shape"]:
+            raise UsageError("--input-shape applies to a model file (--model PATH) only")
+        return files
+    if str(values["weights"]) != "random":
+        raise UsageError("--weights applies to registered models; a model file brings its own weights")
+    res = [r for r in values["resolutions"] if r != "default"]
+    if len(res) > 1:
+        raise UsageError("a model file runs at one resolution: give one --resolution (or --input-shape)")
+    for i, m in enumerate(values["models"]):
+        if is_model_file(m):
+            files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
+            register(files[i])
+            if files[i].batch_size is not None and set(values["batch_sizes"]) != {files[i].batch_size}:
+                raise UsageError(f"{m} has its batch size fixed to {files[i].batch_size}: pass --batch-size "
+                                 f"{files[i].batch_size} (or export it with a dynamic batch dimension)")
+    return files
 
 
 def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:

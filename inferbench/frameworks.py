@@ -40,6 +40,7 @@ class Framework:
     env: tuple[tuple[str, str], ...] = ()  # child environment variable <- runner option
     needs_torchvision_twin: bool = False  # runs only models that torchvision implements
     best_on: tuple[str, ...] = ()  # devices where it is its runtime's best-known setting (the key set 'best')
+    also_loads: tuple[str, ...] = ()  # artifact kinds its runner loads too, for a model file that lacks ``artifact``
 
     def takes(self, precision: str) -> bool:
         return precision == self.precision or precision in self.precisions
@@ -51,12 +52,26 @@ class Framework:
         raise UsageError(f"{self.key} runs in {self.precision} only; --precision {requested} applies to: "
                          + ", ".join(k for k, fw in FRAMEWORKS.items() if requested in fw.precisions))
 
+    def artifact_for(self, model: Any = None) -> str:
+        """The artifact kind it loads for ``model`` (a ModelSpec): its own, or one it also loads that a model
+        file can give (OpenVINO reads an ONNX file as well as a SavedModel)."""
+        from .exporters import unreachable
+
+        return next((k for k in self.also_loads if model is not None and unreachable(self.artifact, model)
+                     and not unreachable(k, model)), self.artifact)
+
     def unsupported(self, model: Any) -> str | None:
         """Why this framework cannot run ``model`` (a ModelSpec), or None."""
+        from .exporters import unreachable
         from .ports import ported_models
 
+        if self.needs_torchvision_twin and model.source is not None:
+            return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
         if self.needs_torchvision_twin and model.torchvision_builder is None:
             return f"torchvision has no implementation of {model.name}"
+        why = unreachable(self.artifact_for(model), model)
+        if why:
+            return why
         if self.needs_port and model.name not in ported_models():
             return f"no Keras->torchvision weight port for {model.name} (ported: {', '.join(ported_models())})"
         return None
@@ -98,8 +113,9 @@ FRAMEWORKS: dict[str, Framework] = {
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
                   devices=("gpu",), precisions=("fp16",)),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
-                  ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel converted by OpenVINO, static "
-                  "batch shape, LATENCY hint, f32", devices=("cpu",), best_on=("cpu",)),
+                  ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
+                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32", devices=("cpu",),
+                  best_on=("cpu",), also_loads=("onnx",)),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
                   ("torch", "onnx2torch"), "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
@@ -168,7 +184,7 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
             for fw in FRAMEWORKS.values():
                 if not in_set(fw, key, device):
                     continue
-                reason = unavailable_reason(fw, device) or fw.unsupported(model)
+                reason = unavailable_reason(fw, device, model) or fw.unsupported(model)
                 if reason is None:
                     chosen.append(fw)
                 else:
@@ -184,27 +200,27 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
 
 
-def needed_packages(fw: Framework) -> dict[str, str]:
-    """Every package ``fw`` needs, its own and its artifacts' exporters' (the Keras reference export
-    included), with the extra that installs each."""
-    from .exporters import EXPORTERS, export_order
+def needed_packages(fw: Framework, model: Any = None) -> dict[str, str]:
+    """Every package ``fw`` needs, its own and its artifacts' exporters' (the reference export included: the
+    Keras model's, or a model file's own framework), with the extra that installs each."""
+    from .exporters import export_order, exporter_extra, exporter_packages
 
     needed = {pkg: fw.extra for pkg in fw.packages}
-    for kind in export_order([fw.artifact]):
-        needed.update({pkg: EXPORTERS[kind].extra for pkg in EXPORTERS[kind].packages if pkg not in needed})
+    for kind in export_order([fw.artifact_for(model)], model):
+        needed.update({pkg: exporter_extra(kind, model) for pkg in exporter_packages(kind, model) if pkg not in needed})
     return needed
 
 
-def missing_packages(fw: Framework) -> list[str]:
+def missing_packages(fw: Framework, model: Any = None) -> list[str]:
     """Import names of the packages ``fw`` needs that are not installed (checked without importing them)."""
-    return [pkg for pkg in needed_packages(fw) if importlib.util.find_spec(pkg) is None]
+    return [pkg for pkg in needed_packages(fw, model) if importlib.util.find_spec(pkg) is None]
 
 
-def unavailable_reason(fw: Framework, device: str) -> str | None:
-    """Why ``fw`` cannot run here, or None if it can."""
+def unavailable_reason(fw: Framework, device: str, model: Any = None) -> str | None:
+    """Why ``fw`` cannot run here (for ``model``, a ModelSpec; None: a registered model), or None if it can."""
     if device not in fw.devices:
         return "needs an NVIDIA GPU"
-    missing = missing_packages(fw)
+    missing = missing_packages(fw, model)
     if missing:  # its own extra installs all it needs (tests/test_registry.py holds pyproject to that)
         return f"{', '.join(missing)} not installed: pip install -e \".[{fw.extra}]\""
     return None

@@ -7,6 +7,7 @@ inside the child process that needs them.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,17 +29,48 @@ PREPROCESSING = {
 }
 
 
+#: What a model file can be (``--model PATH``), with how inferbench recognises it.
+FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder", "onnx": "an .onnx file"}
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A model the user brings as a file (``--model PATH``): where it is, its format, the input it takes."""
+
+    name: str  # the file's stem: the model's name in records and file names
+    path: str  # absolute
+    format: str  # key of FILE_FORMATS
+    resolution: int  # square images of this many pixels a side
+    layout: str = "NHWC"  # "NCHW" for channels-first models (ONNX files exported from PyTorch)
+    batch_size: int | None = None  # a batch dimension fixed in the file (None: any batch size)
+
+    def __post_init__(self) -> None:
+        if self.format not in FILE_FORMATS or self.layout not in ("NHWC", "NCHW"):
+            raise ValueError(f"model file format {self.format!r} / layout {self.layout!r} is not one inferbench reads")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    keras_builder: str  # attribute of keras.applications
+    keras_builder: str | None  # attribute of keras.applications (None: a model file)
     torchvision_builder: str | None  # function in torchvision.models, None if torchvision lacks it
     default_resolution: int
     min_resolution: int
     preprocessing: str  # key of PREPROCESSING
+    source: ModelFile | None = None  # the user's model file, if the model is one
+
+    @property
+    def layout(self) -> str:
+        return self.source.layout if self.source else "NHWC"
+
+    def input_shape(self, batch: int, resolution: int) -> tuple[int, int, int, int]:
+        return (batch, 3, resolution, resolution) if self.layout == "NCHW" else (batch, resolution, resolution, 3)
 
     def resolution(self, requested: int | None) -> int:
         res = self.default_resolution if requested is None else requested
+        if self.source is not None and res != self.default_resolution:
+            raise UsageError(f"{self.name} takes {self.default_resolution} px inputs (read from "
+                             f"{self.source.path}); --resolution {res} does not apply")
         if res < self.min_resolution:
             raise UsageError(
                 f"resolution {res} is too small for {self.name} (minimum {self.min_resolution})"
@@ -61,6 +93,10 @@ MODELS: dict[str, ModelSpec] = {
 DEFAULT_MODEL = "mobilenet_v3_large"
 
 
+#: Model files of this process (``register``): the parent's from the command line, a child's from its job.
+_FILES: dict[str, ModelSpec] = {}
+
+
 def list_models(pattern: str = "*") -> list[str]:
     """Registered model names matching a shell-style pattern, e.g. ``list_models("mobilenet*")``."""
     return sorted(name for name in MODELS if fnmatch.fnmatch(name, pattern))
@@ -68,9 +104,121 @@ def list_models(pattern: str = "*") -> list[str]:
 
 def get_model(name: str) -> ModelSpec:
     try:
-        return MODELS[name]
+        return MODELS.get(name) or _FILES[name]
     except KeyError:
-        raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(MODELS))}") from None
+        raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(MODELS))}, or the path of "
+                         f"{', '.join(FILE_FORMATS.values())}") from None
+
+
+def register(*files: ModelFile) -> None:
+    """Make model files known to :func:`get_model` by their names (the same file may come again)."""
+    for f in files:
+        if f.name in MODELS:
+            raise UsageError(f"model file {f.path} has the name of the registered model {f.name}: rename the file")
+        known = _FILES.get(f.name)
+        if known is not None and known.source != f:
+            raise UsageError(f"two model files are named {f.name} ({known.source.path if known.source else ''} "
+                             f"and {f.path}): rename one")
+        _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, f.resolution, "included", source=f)
+
+
+def is_model_file(text: str) -> bool:
+    """Does a ``--model`` value name a file (or SavedModel folder) rather than a registered model?"""
+    return text not in MODELS and (text.endswith((".keras", ".onnx")) or "/" in text or Path(text).is_dir())
+
+
+def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None) -> ModelFile:
+    """Recognise and check a model file without importing a framework (an ONNX file needs the ``onnx``
+    package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``)."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise UsageError(f"model file {text} does not exist")
+    if path.is_dir():
+        if not (path / "saved_model.pb").is_file():
+            raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
+        fmt, shape = "savedmodel", None  # reading its signature would need TensorFlow in this process
+    elif path.suffix == ".keras":
+        fmt, shape = "keras", _keras_input_shape(path)
+    elif path.suffix == ".onnx":
+        fmt, shape = "onnx", _onnx_input_shape(path)
+    else:
+        raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
+    given = _parse_shape(input_shape) if input_shape else None
+    if given is not None:
+        if shape is not None and any(a is not None and a != b for a, b in zip(shape, given)):
+            raise UsageError(f"--input-shape {input_shape} does not match the input {_show(shape)} of {text}")
+        shape = given
+    if shape is None:
+        if resolution is None:
+            raise UsageError(f"inferbench cannot read the input shape of {FILE_FORMATS[fmt]}: pass --input-shape, "
+                             "e.g. 224x224x3 (NHWC) or 3x224x224 (NCHW)")
+        shape = (None, resolution, resolution, 3)
+    batch, dims = shape[0], list(shape[1:])
+    if len(dims) != 3 or 3 not in (dims[0], dims[2]):
+        raise UsageError(f"{text} takes input {_show(shape)}: inferbench times RGB images, HxWx3 or 3xHxW")
+    layout = "NHWC" if dims[2] == 3 else "NCHW"
+    h, w = (dims[0], dims[1]) if layout == "NHWC" else (dims[1], dims[2])
+    h = h if h is not None else (w if w is not None else resolution)
+    w = w if w is not None else h
+    if h is None:
+        raise UsageError(f"{text} takes images of any size: pass --resolution or --input-shape")
+    if h != w:
+        raise UsageError(f"{text} takes {h}x{w} images; inferbench times square images only")
+    name = path.name.removesuffix(path.suffix) if path.suffix else path.name
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "model"
+    return ModelFile(name, str(path.resolve()), fmt, int(h), layout, batch)
+
+
+def _show(shape: tuple[int | None, ...]) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def _parse_shape(text: str) -> tuple[int | None, ...]:
+    parts = re.split(r"[x,]", text.strip().lower())
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        dims = []
+    if len(dims) not in (3, 4) or min(dims) < 1:
+        raise UsageError(f"--input-shape {text!r} is not HxWxC, CxHxW or NxHxWxC (positive integers, e.g. 224x224x3)")
+    return tuple(dims) if len(dims) == 4 else (None, *dims)
+
+
+def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
+    """The input shape a .keras archive declares in its config.json (read without Keras)."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{path} is not a readable .keras archive: {exc}") from None
+    build = (config.get("build_config") or {}).get("input_shape")
+    if build is None:
+        layers = (config.get("config") or {}).get("layers") or []
+        build = next((lay.get("config", {}).get("batch_shape") for lay in layers
+                      if lay.get("class_name") == "InputLayer"), None)
+    if isinstance(build, dict) or (build and isinstance(build[0], list)):
+        raise UsageError(f"{path} has several inputs; inferbench times models with one image input")
+    return tuple(build) if build else None
+
+
+def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
+    try:
+        import onnx
+    except ImportError:
+        raise UsageError("reading an .onnx model needs the onnx package: pip install -e \".[onnxruntime]\"") from None
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as exc:  # onnx raises DecodeError and others for a file that is not a model
+        raise UsageError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") \
+            from None
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise UsageError(f"{path} has {len(inputs)} inputs; inferbench times models with one image input")
+    return tuple(d.dim_value or None for d in inputs[0].type.tensor_type.shape.dim)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -124,8 +272,9 @@ def preprocess(spec: ModelSpec, images: np.ndarray) -> np.ndarray:
 
 
 def make_inputs(spec: ModelSpec, batch: int, resolution: int, seed: int) -> np.ndarray:
-    """A model-ready batch of seeded image-like inputs (NHWC float32)."""
-    return preprocess(spec, make_images(batch, resolution, seed))
+    """A model-ready batch of seeded image-like inputs (float32, in the model's layout: NHWC, or NCHW)."""
+    out = preprocess(spec, make_images(batch, resolution, seed))
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else out
 
 
 # --------------------------------------------------------------------------- weights
@@ -169,8 +318,10 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
     """
     import keras
 
-    builder = getattr(keras.applications, spec.keras_builder)
     shape = (resolution, resolution, 3)
+    if spec.source is not None:  # a model file brings its own weights
+        return _load_keras_file(spec.source.path, shape)
+    builder = getattr(keras.applications, spec.keras_builder)
     if weights == "random":
         keras.utils.set_random_seed(seed)
         model = builder(weights=None, classifier_activation=None, input_shape=shape)
@@ -185,24 +336,31 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
                 f"no network here?): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
                 "use --weights random or a local .keras/.weights.h5 file"
             ) from None
+    if weights.endswith(".keras"):
+        model = _load_keras_file(weights, shape)
+        _check_fits(spec, model, builder(weights=None, classifier_activation=None, input_shape=shape), weights)
+        return model
     try:
-        if weights.endswith(".keras"):
-            model = keras.saving.load_model(weights, compile=False)
-            got = tuple(model.inputs[0].shape[1:])
-            if got != shape:
-                raise UsageError(
-                    f"{weights} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}"
-                )
-            _check_fits(spec, model, builder(weights=None, classifier_activation=None, input_shape=shape), weights)
-            return model
         model = builder(weights=None, classifier_activation=None, input_shape=shape)
         model.load_weights(weights)
         return model
-    except UsageError:
-        raise
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"cannot load weights {weights} into {spec.name}: {first}") from None
+
+
+def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
+    import keras
+
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"cannot load {path}: {first}") from None
+    got = tuple(model.inputs[0].shape[1:])
+    if got != shape and any(g is not None and g != w for g, w in zip(got, shape)):
+        raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}")
+    return model
 
 
 def _check_fits(spec: ModelSpec, model: Any, expected: Any, path: str) -> None:

@@ -33,11 +33,12 @@ class DegenerateReference(Exception):
     """The reference outputs cannot tell a correct export from a broken one."""
 
 
-def check_reference(ref: np.ndarray) -> dict[str, Any]:
+def check_reference(ref: np.ndarray, classifier: bool = True) -> dict[str, Any]:
     """Raise DegenerateReference unless logits vary across classes *and* across inputs.
 
     The stock random-init MobileNetV3 gives logits ~1e-11 that are identical for every input: any
-    export, however wrong, agrees with it.
+    export, however wrong, agrees with it. A user's model file (``classifier=False``) may be no
+    classifier, or have two classes: its outputs must only be finite and vary across inputs.
     """
     ref = np.asarray(ref, dtype=np.float64)
     if ref.ndim != 2 or ref.shape[0] < 2:
@@ -53,6 +54,11 @@ def check_reference(ref: np.ndarray) -> dict[str, Any]:
         "distinct_top1": distinct_top1,
         "inputs": int(ref.shape[0]),
     }
+    if not classifier:
+        if across_inputs < 1e-3:
+            raise DegenerateReference(f"the model's outputs hardly depend on its input (std across inputs "
+                                      f"{across_inputs:.3g} over {ref.shape[0]} inputs; need >= 1e-3)")
+        return facts
     needed_top1 = min(3, ref.shape[0])
     if across_classes < 1e-3 or across_inputs < 1e-3 or distinct_top1 < needed_top1:
         raise DegenerateReference(

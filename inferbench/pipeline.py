@@ -138,18 +138,21 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
-    from .exporters import EXPORTERS, export_order, job_for
+    from .exporters import EXPORTERS, export_order, job_for, requires
     from .exporters import cache as artifact_cache
     from .isolate import run_child
+    from .models import get_model
 
-    key_inputs = artifact_cache.key_inputs(model, resolution, config.weights, config.seed)
+    spec = get_model(model)
+    weights = spec.source.path if spec.source else config.weights  # a model file: its contents key the cache
+    key_inputs = artifact_cache.key_inputs(model, resolution, weights, config.seed)
     folder = artifact_cache.artifact_dir(Path(config.cache_dir), key_inputs)
-    runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind)]
+    runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind, spec)]
     failed: dict[str, str] = {}
-    needed = [fw.artifact for fw in runnable if fw.artifact != "none"]
-    for kind in export_order(needed) if runnable else []:
+    needed = [fw.artifact_for(spec) for fw in runnable if fw.artifact != "none"]
+    for kind in export_order(needed, spec) if runnable else []:
         label = f"{model}@{resolution} export {kind}"
-        blocked = [dep for dep in EXPORTERS[kind].requires if dep in failed]
+        blocked = [dep for dep in requires(kind, spec) if dep in failed]
         if blocked:
             root = failed[blocked[0]]  # name the export that really failed, and why
             failed[kind] = root if root.startswith("needs the ") else \
@@ -165,7 +168,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             continue
         progress.add(1)
         t0 = time.monotonic()
-        job = job_for(kind, folder, model, resolution, config.weights, config.seed, sizes, key_inputs)
+        job = job_for(kind, folder, spec, resolution, weights, config.seed, sizes, key_inputs)
         res = run_child(job, child_env(config), lambda phase, lb=label: progress.say(lb, phase), config.timeout_s)
         progress.done += 1
         if res.ok:
@@ -183,18 +186,24 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
 def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],
              interleaving: dict[str, Any]) -> CellJob:
     from .exporters import EXPORTERS
+    from .models import get_model
 
     fw = get_framework(cell.framework)
-    artifact = None if fw.artifact == "none" else str(folder / EXPORTERS[fw.artifact].path)
+    kind = fw.artifact_for(get_model(cell.model))
+    artifact = None if kind == "none" else str(folder / EXPORTERS[kind].path)
     return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
                    group_batch_sizes=batch_sizes, interleaving=interleaving)
 
 
 def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str]) -> str | None:
+    from .models import get_model
+
     fw = get_framework(cell.framework)
-    reason = unavailable_reason(fw, config.device.kind)
-    if reason is None and fw.artifact in failed_exports:
-        reason = f"export of {fw.artifact} failed: {failed_exports[fw.artifact]}"
+    spec = get_model(cell.model)
+    kind = fw.artifact_for(spec)
+    reason = unavailable_reason(fw, config.device.kind, spec)
+    if reason is None and kind in failed_exports:
+        reason = f"export of {kind} failed: {failed_exports[kind]}"
     return reason
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
-from .config import add_options, build, given, verbosity, with_defaults
+from .config import add_options, build, given, open_files, verbosity, with_defaults
 from .device import list_gpus
 from .errors import UsageError
 from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
-from .models import MODELS, PREPROCESSING
+from .models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
 from .summary import format_summary, terminal_width
 
 
@@ -37,9 +37,15 @@ def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentPar
     return p
 
 
-def list_everything(out: Any = None) -> None:
+def list_everything(out: Any = None, model: Any = None) -> None:
+    """Models, frameworks and sets; with ``model`` (a ModelSpec of a model file), what runs it here."""
     out = out or sys.stdout
     gpus = list_gpus()
+    if model is not None and model.source is not None:
+        f = model.source
+        shape = "x".join(map(str, model.input_shape(1, f.resolution)[1:]))
+        print(f"Your model: {f.name} ({FILE_FORMATS[f.format]}, input {shape} {f.layout}, batch "
+              f"{f.batch_size or 'any'}): {f.path}\n", file=out)
     print("Models (inputs: seeded image-like fields; preprocessing as listed):", file=out)
     for spec in MODELS.values():
         tv = f"torchvision.models.{spec.torchvision_builder}" if spec.torchvision_builder \
@@ -48,12 +54,14 @@ def list_everything(out: Any = None) -> None:
               f"{tv:<40} [{PREPROCESSING[spec.preprocessing]}]", file=out)
     print(f"\nFrameworks (GPUs found: {len(gpus)}):", file=out)
     for fw in FRAMEWORKS.values():
-        status = []
+        reasons = {}
         for dev in ("cpu", "gpu"):
-            reason = unavailable_reason(fw, dev)
+            reason = unavailable_reason(fw, dev, model) or (fw.unsupported(model) if model is not None else None)
             if dev == "gpu" and reason is None and not gpus:
                 reason = "no NVIDIA GPU on this machine"
-            status.append(f"{dev}: {'yes' if reason is None else 'no (' + reason + ')'}")
+            reasons[dev] = "yes" if reason is None else f"no ({reason})"
+        status = [f"cpu, gpu: {reasons['cpu']}"] if len(set(reasons.values())) == 1 else \
+            [f"{dev}: {r}" for dev, r in reasons.items()]
         print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
     print("\nSets (--framework):", file=out)
     for name, what in SETS.items():
@@ -72,7 +80,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
-        list_everything()
+        files = [f for f in open_files(values) if isinstance(f, ModelFile)]
+        list_everything(model=get_model(files[0].name) if files else None)
         return 0
     verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)

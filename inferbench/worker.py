@@ -52,6 +52,9 @@ def run_job(text: str, commands: Any = None) -> ChildResult:
     try:
         job = job_from_json(text)
         if isinstance(job, CellJob):
+            from .models import register
+
+            register(*job.config.model_files)
             return serve(job, sys.stdin if commands is None else commands)
         from .exporters import run
 

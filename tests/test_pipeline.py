@@ -157,7 +157,8 @@ def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_pat
 
     keep = {k: v for k, v in frameworks.FRAMEWORKS.items() if k in ("fake", "fake-slow")}
     monkeypatch.setattr(frameworks, "FRAMEWORKS", keep)
-    monkeypatch.setattr(frameworks, "missing_packages", lambda fw: ["slowlib"] if fw.key == "fake-slow" else [])
+    monkeypatch.setattr(frameworks, "missing_packages",
+                        lambda fw, model=None: ["slowlib"] if fw.key == "fake-slow" else [])
     assert _run(tmp_path, "--framework", "all") == 0
     err = capsys.readouterr().err
     assert 'not run here: fake-slow (slowlib not installed: pip install -e ".[test]")' in err

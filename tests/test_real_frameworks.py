@@ -260,7 +260,7 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
     _, _, cache_dir = default_run
     real = frameworks.missing_packages
     monkeypatch.setattr(frameworks, "missing_packages",
-                        lambda fw: ["onnx2torch"] if fw.key == "torch" else real(fw))
+                        lambda fw, model=None: ["onnx2torch"] if fw.key == "torch" else real(fw, model))
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
                  "--cache-dir", str(cache_dir)])

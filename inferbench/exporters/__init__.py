@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..models import FILE_FORMATS, register
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ExportJob
 
@@ -55,20 +57,78 @@ def packages() -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for e in EXPORTERS.values() for p in e.packages))
 
 
-def job_for(kind: str, folder: Path, model: str, resolution: int, weights: str, seed: int,
+#: What a model file's reference outputs are computed with (exporters ``reference`` and ``imported``):
+#: the file's own framework at full precision, with no graph optimisation that could change the numbers.
+SOURCE_PACKAGES = {"keras": ("tensorflow", "keras"), "savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx")}
+_KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onnx": "an ONNX export",
+               "ported": "the Keras weights"}
+
+
+def source_kind(model: Any) -> str:
+    """The artifact kind every other one derives from: the model file's own format, else the Keras model."""
+    return model.source.format if model is not None and model.source is not None else "keras"
+
+
+def requires(kind: str, model: Any = None) -> tuple[str, ...]:
+    """The kinds ``kind`` is made from, for ``model`` (a ModelSpec; a model file is imported, not made)."""
+    src = source_kind(model)
+    if kind == "reference":
+        return (src,)
+    return () if kind == src else EXPORTERS[kind].requires
+
+
+def _from_source(kind: str, model: Any) -> bool:
+    """Is ``kind`` made by the source's own framework (the reference outputs, an imported model file)?"""
+    return kind == "reference" or kind == source_kind(model) != "keras"
+
+
+def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
+    return SOURCE_PACKAGES[source_kind(model)] if _from_source(kind, model) else EXPORTERS[kind].packages
+
+
+def exporter_extra(kind: str, model: Any = None) -> str:
+    """The pip extra that installs what making ``kind`` needs."""
+    return EXPORTERS[source_kind(model) if _from_source(kind, model) else kind].extra
+
+
+def unreachable(kind: str, model: Any) -> str | None:
+    """Why ``kind`` cannot be made for ``model`` (a ModelSpec), or None: from a model file, inferbench makes
+    only what its converters make from that format (everything starts from a Keras model)."""
+    src = source_kind(model)
+    if kind in (src, "reference", "none") or src == "keras":
+        return None
+    if not EXPORTERS[kind].requires:  # the Keras model: only from a registered model or a .keras file
+        return f"needs {_KIND_NAMES[kind]}, and {model.name} is {FILE_FORMATS[src]}"
+    for dep in EXPORTERS[kind].requires:
+        why = unreachable(dep, model)
+        if why and EXPORTERS[dep].requires:
+            return why  # the dependency is the one a converter cannot make: name it
+        if why:
+            hint = " (convert it yourself: python -m tf2onnx.convert --saved-model DIR --output model.onnx, " \
+                "then pass the .onnx)" if (src, kind) == ("savedmodel", "onnx") else ""
+            return f"needs {_KIND_NAMES[kind]}, which inferbench makes from a Keras model only; {model.name} is " \
+                f"{FILE_FORMATS[src]}{hint}"
+    return None
+
+
+def job_for(kind: str, folder: Path, model: Any, resolution: int, weights: str, seed: int,
             batch_sizes: tuple[int, ...], key_inputs: dict[str, Any]) -> ExportJob:
+    """The job that makes ``kind`` for ``model`` (a ModelSpec); a model file's own format is imported."""
     from ..config import ExportJob
 
-    e = EXPORTERS[kind]
-    return ExportJob(kind=kind, module=e.module, packages=e.packages, folder=str(folder), model=model,
+    imported = kind != "reference" and _from_source(kind, model)
+    return ExportJob(kind=kind, module="inferbench.exporters.imported" if imported else EXPORTERS[kind].module,
+                     packages=exporter_packages(kind, model), folder=str(folder), model=model.name,
                      resolution=resolution, weights=weights, seed=seed, batch_sizes=batch_sizes,
-                     key_inputs=key_inputs)
+                     key_inputs=key_inputs, model_file=model.source)
 
 
 def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
     """Export one artifact into the cache folder and record it in the manifest (in a child process)."""
     from . import cache
 
+    if job.model_file is not None:
+        register(job.model_file)
     ctx = ExportContext(folder=Path(job.folder), model=job.model, resolution=job.resolution,
                         weights=job.weights, seed=job.seed, batch_sizes=job.batch_sizes)
     ctx.folder.mkdir(parents=True, exist_ok=True)
@@ -86,20 +146,20 @@ def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
     return entry
 
 
-def export_order(kinds: list[str]) -> list[str]:
-    """The requested artifact kinds and everything they need, dependencies first."""
+def export_order(kinds: list[str], model: Any = None) -> list[str]:
+    """The requested artifact kinds and everything they need, dependencies first (for ``model``, a ModelSpec:
+    a model file's kinds start from the file)."""
     order: list[str] = []
 
     def visit(kind: str) -> None:
         if kind in order or kind == "none":
             return
-        for dep in EXPORTERS[kind].requires:
+        for dep in requires(kind, model):
             visit(dep)
         if not EXPORTERS[kind].built_by_runner:
             order.append(kind)
 
-    visit("keras")  # the reference outputs come from the Keras export
-    visit("reference")
+    visit("reference")  # the reference outputs come from the source: the Keras model or the model file
     for kind in kinds:
         visit(kind)
     return order

@@ -47,6 +47,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def sha256_tree(root: Path) -> str:
+    """One sha256 of every file under ``root``, with their relative paths."""
+    return hashlib.sha256(json.dumps(hash_tree(root, root), sort_keys=True).encode()).hexdigest()
+
+
 def hash_tree(root: Path, base: Path | None = None) -> dict[str, str]:
     """sha256 of every file under ``root`` (or of ``root`` itself), keyed by path relative to ``base``
     (default: ``root``'s parent)."""
@@ -59,7 +64,8 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str
 
     weights_id = weights
     if weights not in ("random", "imagenet"):
-        weights_id = f"file:{sha256_file(Path(weights))}"
+        path = Path(weights)  # a weights file, or a model file (a SavedModel is a folder)
+        weights_id = f"file:{sha256_file(path) if path.is_file() else sha256_tree(path)}"
     return {
         "model": model,
         "resolution": resolution,

@@ -1,26 +1,80 @@
-"""Reference logits of the timed batches: the Keras model's outputs on the very batch each batch size
-times (seed + 3), so that parity is checked on what is timed too, not only on the 16 reference inputs
-(XLA, oneDNN, OpenVINO and TensorRT compile a program per batch shape)."""
+"""Reference outputs: what every export is compared with, computed by the model's source framework at full
+precision (the Keras model; a model file's own framework: TensorFlow for a SavedModel, ONNX Runtime with
+graph optimisations off for an ONNX file).
+
+This exporter writes the outputs of the timed batches: the very batch each batch size times (seed + 3),
+so that parity is checked on what is timed too, not only on the 16 reference inputs (XLA, oneDNN, OpenVINO
+and TensorRT compile a program per batch shape). :func:`write_parity_reference` writes the 16.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..models import get_model, make_inputs
-from . import ExportContext, timed_reference
+from ..models import ModelSpec, get_model, make_inputs
+from ..parity import DegenerateReference, check_reference
+from . import PARITY_INPUTS, REFERENCE_INPUTS, REFERENCE_LOGITS, ExportContext, source_kind, timed_reference
+
+Predict = Callable[[np.ndarray], np.ndarray]
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    import keras
-
     spec = get_model(ctx.model)
-    model = keras.saving.load_model(ctx.path("keras"), compile=False)
+    predict = predictor(spec, ctx)
     for bs in ctx.batch_sizes:
-        batch = make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)
-        logits = np.concatenate([np.asarray(model(batch[i:i + 64], training=False), dtype=np.float32)
-                                 for i in range(0, bs, 64)])
-        np.save(ctx.folder / timed_reference(bs), logits)
+        np.save(ctx.folder / timed_reference(bs), predict(make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)))
     return {"paths": [timed_reference(bs) for bs in ctx.batch_sizes], "batch_sizes": list(ctx.batch_sizes),
-            "notes": []}
+            "source": source_kind(spec), "notes": []}
+
+
+def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict:
+    """The source model as a function: a batch of any size -> float32 outputs, (inputs, values) flattened
+    (``model``: the Keras model, where the caller has it already)."""
+    fmt = source_kind(spec)
+    if fmt == "keras":
+        import keras
+
+        model = model if model is not None else keras.saving.load_model(ctx.path("keras"), compile=False)
+        call: Predict = lambda x: model(x, training=False)  # noqa: E731
+    elif fmt == "savedmodel":
+        import tensorflow as tf
+
+        from ..runners.tf import serving_function
+
+        loaded = tf.saved_model.load(str(ctx.path("savedmodel")))
+        call = serving_function(loaded)
+    else:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the file's own numbers
+        session = ort.InferenceSession(str(ctx.path("onnx")), options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        call = lambda x: session.run(None, {name: x})[0]  # noqa: E731
+    chunk = (spec.source.batch_size if spec.source else None) or 64
+
+    def predict(batch: np.ndarray) -> np.ndarray:
+        outs = [np.asarray(call(batch[i:i + chunk]), dtype=np.float32) for i in range(0, len(batch), chunk)]
+        return np.concatenate([o.reshape(len(o), -1) if o.ndim != 2 else o for o in outs])
+
+    return predict
+
+
+def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict) -> dict[str, Any]:
+    """The 16 seeded reference inputs and the source's outputs on them; refused (UsageError) when the outputs
+    are degenerate, since they could not tell a correct export from a broken one."""
+    from ..errors import UsageError
+
+    inputs = make_inputs(spec, PARITY_INPUTS, ctx.resolution, ctx.seed + 2)
+    logits = predict(inputs)
+    try:
+        facts = check_reference(logits, classifier=spec.source is None)
+    except DegenerateReference as exc:
+        raise UsageError(f"{exc}: these weights cannot tell a correct export from a broken one") from None
+    (ctx.folder / "reference").mkdir(exist_ok=True)
+    np.save(ctx.folder / REFERENCE_INPUTS, inputs)
+    np.save(ctx.folder / REFERENCE_LOGITS, logits)
+    return facts

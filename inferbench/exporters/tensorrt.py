@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from ..errors import MissingDependency
+from ..models import get_model
 from . import PARITY_INPUTS, ExportContext
 
 
@@ -60,10 +61,11 @@ def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str,
         config.set_timing_cache(cache, ignore_mismatch=False)
     inp = network.get_input(0)
     lo, hi = profile_range(ctx.batch_sizes)
-    r = ctx.resolution
+    shape = get_model(ctx.model).input_shape  # NHWC, or NCHW for a channels-first ONNX file
     profile = builder.create_optimization_profile()
     # optimised for the largest requested batch; the range also covers the parity gate's batch
-    profile.set_shape(inp.name, (lo, r, r, 3), (max(ctx.batch_sizes), r, r, 3), (hi, r, r, 3))
+    profile.set_shape(inp.name, shape(lo, ctx.resolution), shape(max(ctx.batch_sizes), ctx.resolution),
+                      shape(hi, ctx.resolution))
     config.add_optimization_profile(profile)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:

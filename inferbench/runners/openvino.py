@@ -40,7 +40,8 @@ class OpenVinoRunner(Runner):
             raise RuntimeError("inferbench runs OpenVINO on the CPU only (its GPU plugin is for Intel GPUs)")
         model = ov.convert_model(str(ctx.artifact))
         self.batch = ctx.batch_size
-        model.reshape([self.batch, ctx.resolution, ctx.resolution, 3])
+        model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
+        self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "savedmodel"
         self.compiled = ov.Core().compile_model(model, "CPU", {
             "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_NUM_THREADS": ctx.threads,
@@ -68,7 +69,7 @@ class OpenVinoRunner(Runner):
             "performance_hint": str(prop("PERFORMANCE_HINT")),
             "inference_precision": prop("INFERENCE_PRECISION_HINT").to_string(),
             "streams": int(prop("NUM_STREAMS")),
-            "model_source": "savedmodel (openvino.convert_model)",
+            "model_source": f"{self.source} (openvino.convert_model)",
             "static_batch": self.batch,
             "openvino": self.version,
         }

@@ -26,6 +26,23 @@ def setup_tensorflow(ctx: LoadContext) -> Any:
     return tf
 
 
+def serving_function(loaded: Any) -> Any:
+    """A loaded SavedModel's inference function on one batch: the ``serve`` endpoint Keras exports, else the
+    ``serving_default`` signature of a SavedModel from elsewhere (its one input; its first output by name)."""
+    if hasattr(loaded, "serve"):
+        return lambda x: loaded.serve(x)  # the closure keeps the loaded object (and its variables) alive
+    signature = loaded.signatures.get("serving_default")
+    inputs = signature.structured_input_signature[1] if signature is not None else {}
+    if signature is None or len(inputs) != 1:
+        from ..errors import UsageError
+
+        raise UsageError("the SavedModel has neither a 'serve' endpoint nor a 'serving_default' signature with "
+                         "one input")
+    (name,) = inputs
+    output = sorted(signature.structured_outputs)[0]
+    return lambda x: signature(**{name: x})[output]  # the signature keeps ``loaded`` alive
+
+
 class TfBase(Runner):
     jit = False
 
@@ -35,7 +52,8 @@ class TfBase(Runner):
         self.gpu = ctx.device == "gpu"
         loaded = tf.saved_model.load(str(ctx.artifact))
         self._loaded = loaded  # keep the variables alive
-        self.fn = tf.function(loaded.serve, jit_compile=True) if self.jit else loaded.serve
+        serve = serving_function(loaded)
+        self.fn = tf.function(serve, jit_compile=True) if self.jit else serve
 
     def prepare(self, batch: np.ndarray) -> Any:
         with self.tf.device(self.device_name):
