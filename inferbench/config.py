@@ -237,6 +237,9 @@ OPTIONS: tuple[Option, ...] = (
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
            choices=KERAS_BACKENDS),
+    Option("log_to", ("--log-to",), "also log each cell as a tracking run: mlflow (MLFLOW_TRACKING_URI, default a "
+           "local store), wandb (offline unless WANDB_MODE says otherwise); grouped by run or sweep", [], names,
+           metavar="mlflow|wandb[,...]"),
     Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p99 (tail "
            "latency), throughput, or energy (joules per inference, where a sensor exists)", "p50",
            choices=("p50", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
@@ -443,6 +446,7 @@ class RunConfig:
     scenario: str = "inference"
     pass_env: tuple[str, ...] = ()  # shell variables passed on to the children on purpose
     model_files: tuple[ModelFile, ...] = ()  # the user's model files among the cells' models (--model PATH)
+    log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
 
     def __post_init__(self) -> None:
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
@@ -600,6 +604,9 @@ def build(values: dict[str, Any]) -> Built:
     files = open_files(values)
     models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
     model_files = tuple(m for m in files if isinstance(m, ModelFile))
+    from .tracking import check as check_tracking
+
+    check_tracking(values["log_to"])
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
@@ -617,7 +624,7 @@ def build(values: dict[str, Any]) -> Built:
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
-                       pass_env=tuple(values["pass_env"]), model_files=model_files)
+                       pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]))
     cells: list[CellKey] = []
     skipped: dict[str, str] = {}
     explicit = not set(values["frameworks"]) & {"all", "best"}

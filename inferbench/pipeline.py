@@ -344,11 +344,15 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
         progress.done += len(same)
         for cell, record in zip(same, records):
             try:
-                results.write_record(run_dir, record)
+                path = results.write_record(run_dir, record)
             except OSError as exc:  # disk full, permissions: this cell fails, the others still run
                 unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
                 progress.result(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}", failure=True)
                 continue
+            if config.log_to:
+                from .tracking import log
+
+                unwritten.update(log(config.log_to, json.loads(path.read_text()), path))
             progress.result(cell.label, one_line(record), failure=record.status != "ok"
                             or record.parity["status"] == "failed")
         try:

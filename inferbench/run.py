@@ -109,6 +109,10 @@ def _main(argv: list[str] | None, prog: str) -> int:
     print(f"\nresults: {run_dir}/ (a JSON record per cell, summary.csv, comparisons.csv, recommendation.json)\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)
+    if config.log_to:
+        from .tracking import where
+
+        print(where(config.log_to))
     return exit_status(executed)
 
 

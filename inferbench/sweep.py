@@ -143,6 +143,10 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0) -> int:
                        verbosity=level)
     print(format_summary(executed.records, objective, terminal_width()))
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
+    if plan.config.log_to:
+        from .tracking import where
+
+        print(where(plan.config.log_to))
     return exit_status(executed)
 
 

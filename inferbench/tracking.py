@@ -1,0 +1,128 @@
+"""Results that travel: ``--log-to mlflow`` and ``--log-to wandb`` log each cell as one tracking run as soon
+as its record is written, grouped by the run or sweep folder (its run id).
+
+Each tracking run gets the cell's ``summary.csv`` row, split into parameters (text: framework, model,
+device, status, parity...) and metrics (numbers: p50_ms, the interval, p99_ms, throughput, memory,
+energy...), the run's configuration (threads, rounds, duration, seed, weights, model files), tags that
+group and identify it, and the record itself as a file. Where the runs go is each tool's own setting:
+MLflow's ``MLFLOW_TRACKING_URI`` (MLflow's default: ``sqlite:///mlflow.db`` and ``./mlruns`` in the working
+folder, offline; ``mlflow ui`` shows them) and
+``MLFLOW_EXPERIMENT_NAME`` (default ``inferbench``); W&B's ``WANDB_PROJECT`` (default ``inferbench``),
+``WANDB_DIR`` and ``WANDB_MODE``, offline unless set (``wandb sync`` uploads later). Neither package is
+imported unless asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+#: --log-to target -> (import name, pip extra that installs it)
+TARGETS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+PROJECT = "inferbench"
+
+
+def check(targets: tuple[str, ...] | list[str]) -> None:
+    """Unknown or uninstalled targets are bad input, found before anything runs."""
+    for target in targets:
+        if target not in TARGETS:
+            raise UsageError(f"--log-to {target}: valid targets are {', '.join(TARGETS)}")
+        module, extra = TARGETS[target]
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"--log-to {target} needs {module}: pip install -e \".[{extra}]\"")
+
+
+def where(targets: tuple[str, ...]) -> str:
+    """One line: where this run's tracking runs went."""
+    places = {"mlflow": f"mlflow ({os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlflow.db in this folder'}, "
+                        f"experiment {os.environ.get('MLFLOW_EXPERIMENT_NAME') or PROJECT}; see: mlflow ui)",
+              "wandb": f"wandb (project {os.environ.get('WANDB_PROJECT') or PROJECT}, "
+                       f"{os.environ.get('WANDB_MODE') or 'offline'}; offline runs upload with: wandb sync "
+                       f"{os.environ.get('WANDB_DIR') or '.'}/wandb/offline-run-*)"}
+    return "logged each cell to " + " and ".join(places[t] for t in targets)
+
+
+def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
+    """A record as (parameters, metrics, tags)."""
+    from . import __version__
+    from .results import summary_row
+
+    params: dict[str, str] = {}
+    metrics: dict[str, float] = {}
+    for key, value in summary_row(record).items():
+        if isinstance(value, bool) or value is None or value == "":
+            if value is not None and value != "":
+                params[key] = str(value)
+        elif isinstance(value, (int, float)):
+            if math.isfinite(value):
+                metrics[key] = float(value)
+        else:
+            params[key] = str(value)
+    for key in ("resolution", "batch_size"):  # identity, not measurements
+        params[key] = str(int(metrics.pop(key)))
+    config = record.get("config") or {}
+    timing = config.get("timing") or {}
+    params.update({"threads": str(config.get("threads")), "rounds_requested": str(timing.get("rounds")),
+                   "duration_s": str(timing.get("min_duration_s")), "seed": str(config.get("seed")),
+                   "weights": str(config.get("weights")), "inferbench_version": __version__})
+    for f in config.get("model_files") or []:
+        params[f"model_file.{f['name']}"] = f["path"]
+    tags = {"inferbench.group": str(record.get("run_id")), "inferbench.cell": _cell_name(record),
+            "inferbench.status": str(record.get("status")), "inferbench.parity": str(record["parity"]["status"])}
+    return params, metrics, tags
+
+
+def _cell_name(record: dict[str, Any]) -> str:
+    from .config import record_filename
+
+    return record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
+                           record.get("precision", "fp32"), record.get("variant", ""),
+                           record.get("scenario", "inference")).removesuffix(".json")
+
+
+def log(targets: tuple[str, ...], record: dict[str, Any], path: Path) -> dict[str, str]:
+    """Log one written record to every target; returns what could not be logged ("--log-to TARGET CELL" ->
+    why, one line); the record on disk stays as it is."""
+    failures = {}
+    for target in targets:
+        try:
+            {"mlflow": _mlflow, "wandb": _wandb}[target](record, Path(path), *fields(record))
+        except Exception as exc:  # noqa: BLE001 - a tracking store's failure never loses the measurement
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            failures[f"--log-to {target} {_cell_name(record)}"] = first
+    return failures
+
+
+def _mlflow(record: dict[str, Any], path: Path, params: dict[str, str], metrics: dict[str, float],
+            tags: dict[str, str]) -> None:
+    import logging
+
+    import mlflow
+
+    for name in ("mlflow", "alembic"):  # "creating initial MLflow database tables" is not for the user
+        logging.getLogger(name).setLevel(logging.WARNING)
+    mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or PROJECT)
+    with mlflow.start_run(run_name=tags["inferbench.cell"], tags=tags):
+        mlflow.log_params(params)
+        mlflow.log_metrics(metrics)
+        mlflow.log_artifact(str(path), artifact_path="record")
+
+
+def _wandb(record: dict[str, Any], path: Path, params: dict[str, str], metrics: dict[str, float],
+           tags: dict[str, str]) -> None:
+    import wandb
+
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, group=tags["inferbench.group"],
+                     name=tags["inferbench.cell"], config=params, mode=os.environ.get("WANDB_MODE") or "offline",
+                     tags=[tags["inferbench.status"], f"parity-{tags['inferbench.parity']}"], reinit="create_new",
+                     settings=wandb.Settings(silent=True, console="off"))
+    try:
+        run.summary.update(metrics)
+        run.save(str(path), base_path=str(path.parent), policy="now")
+    finally:
+        run.finish()
