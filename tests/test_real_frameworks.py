@@ -43,6 +43,12 @@ def cell_job(folder: Path, framework: str = "onnxrt", batch_size: int = 1, durat
                    str(folder / EXPORTERS[fw.artifact].path), (batch_size,), idle_seconds=idle_seconds)
 
 
+def model_folder(cache_dir: Path) -> Path:
+    """The cache folder of this module's model: the cache is shared with other test modules' models."""
+    (manifest,) = cache_dir.glob("mobilenet_v3_small_96_*/manifest.json")
+    return manifest.parent
+
+
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory, shared_cache):
     root = tmp_path_factory.mktemp("e2e")
@@ -125,7 +131,7 @@ def test_xla_is_only_on_for_xla_frameworks(default_run):
 
 def test_artifacts_are_cached_with_a_manifest(default_run, tmp_path, capsys):
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
+    folder = model_folder(cache_dir)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert set(manifest["artifacts"]) == {"keras", "reference", "ported", "savedmodel", "onnx", "torch"}
     onnx_entry = manifest["artifacts"]["onnx"]
@@ -144,7 +150,7 @@ def _perturbed_copy(cache_dir: Path, tmp_path: Path) -> Path:
     import onnx
     from onnx import numpy_helper
 
-    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
+    folder = model_folder(cache_dir)
     copy = tmp_path / folder.name
     shutil.copytree(folder, copy)
     model = onnx.load(copy / "onnx" / "model.onnx")
@@ -198,7 +204,7 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
     from inferbench.scenarios import inference
 
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
+    folder = model_folder(cache_dir)
     sensor = WallSensor()
     monkeypatch.setattr(power, "sensor_for", lambda device: (sensor, ""))
     real_baseline = power.idle_baseline
@@ -233,7 +239,7 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
 
 def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run, tmp_path, capsys):
     _, _, cache_dir = default_run
-    (folder,) = [p for p in cache_dir.iterdir() if (p / "manifest.json").exists()]
+    folder = model_folder(cache_dir)
     broken_cache = tmp_path / "cache"
     shutil.copytree(folder, broken_cache / folder.name)
     pt = broken_cache / folder.name / "torch" / "model.pt"
