@@ -54,9 +54,13 @@ class Framework:
 
     def artifact_for(self, model: Any = None) -> str:
         """The artifact kind it loads for ``model`` (a ModelSpec): its own, or one it also loads that a model
-        file can give (OpenVINO reads an ONNX file as well as a SavedModel)."""
+        file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras weights of a
+        model without a port (a torchvision twin then runs its own weights)."""
         from .exporters import unreachable
+        from .ports import ported_models
 
+        if self.artifact == "ported" and model is not None and model.name not in ported_models():
+            return "none"
         return next((k for k in self.also_loads if model is not None and unreachable(self.artifact, model)
                      and not unreachable(k, model)), self.artifact)
 
@@ -208,6 +212,8 @@ def needed_packages(fw: Framework, model: Any = None) -> dict[str, str]:
     needed = {pkg: fw.extra for pkg in fw.packages}
     for kind in export_order([fw.artifact_for(model)], model):
         needed.update({pkg: exporter_extra(kind, model) for pkg in exporter_packages(kind, model) if pkg not in needed})
+    if model is not None:  # what the model's own builder needs (ViT: keras-hub), in every process that loads it
+        needed.update({pkg: model.extra for pkg in model.packages if pkg not in needed})
     return needed
 
 
@@ -222,7 +228,8 @@ def unavailable_reason(fw: Framework, device: str, model: Any = None) -> str | N
         return "needs an NVIDIA GPU"
     missing = missing_packages(fw, model)
     if missing:  # its own extra installs all it needs (tests/test_registry.py holds pyproject to that)
-        return f"{', '.join(missing)} not installed: pip install -e \".[{fw.extra}]\""
+        extras = [fw.extra] + ([model.extra] if model is not None and set(missing) & set(model.packages) else [])
+        return f"{', '.join(missing)} not installed: pip install -e \".[{','.join(dict.fromkeys(extras))}]\""
     return None
 
 

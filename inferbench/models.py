@@ -6,8 +6,11 @@ inside the child process that needs them.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,10 +25,15 @@ if TYPE_CHECKING:  # pragma: no cover
 #: ImageNet channel means in BGR order, as Keras' "caffe" preprocessing subtracts them.
 _CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], dtype=np.float32)
 
+#: ImageNet channel means and standard deviations (RGB, on [0, 1]), as Keras' "torch" preprocessing uses them.
+_TORCH_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+_TORCH_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
 PREPROCESSING = {
     "included": "RGB in [0, 255]; the model rescales internally",
     "tf": "RGB scaled to [-1, 1] (x / 127.5 - 1) before the model",
     "caffe": "RGB -> BGR, ImageNet mean subtracted, no scaling, before the model",
+    "torch": "RGB scaled to [0, 1], then ImageNet mean and std normalised, before the model",
 }
 
 
@@ -52,16 +60,36 @@ class ModelFile:
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    keras_builder: str | None  # attribute of keras.applications (None: a model file)
+    keras_builder: str | None  # attribute of keras.applications, or "module:function" (None: a model file)
     torchvision_builder: str | None  # function in torchvision.models, None if torchvision lacks it
     default_resolution: int
     min_resolution: int
     preprocessing: str  # key of PREPROCESSING
     source: ModelFile | None = None  # the user's model file, if the model is one
+    family: str = ""  # the architecture family (one per family runs in the tests)
+    resolution_multiple: int = 1  # the resolution must be a multiple of this (a ViT's patch size)
+    packages: tuple[str, ...] = ()  # import names its builder needs besides TensorFlow and Keras
+    extra: str = "tf"  # the pip extra that installs them
 
     @property
     def layout(self) -> str:
         return self.source.layout if self.source else "NHWC"
+
+    @property
+    def builder_path(self) -> str:
+        """Where the Keras builder lives, for people: ``keras.applications.X`` or ``module.function``."""
+        if self.keras_builder is None:
+            return "(model file)"
+        return self.keras_builder.replace(":", ".") if ":" in self.keras_builder \
+            else f"keras.applications.{self.keras_builder}"
+
+    @property
+    def smallest(self) -> int:
+        """The smallest resolution the model takes (``--resolution min``)."""
+        if self.source is not None:
+            return self.default_resolution
+        step = self.resolution_multiple
+        return -(-self.min_resolution // step) * step
 
     def input_shape(self, batch: int, resolution: int) -> tuple[int, int, int, int]:
         return (batch, 3, resolution, resolution) if self.layout == "NCHW" else (batch, resolution, resolution, 3)
@@ -75,19 +103,64 @@ class ModelSpec:
             raise UsageError(
                 f"resolution {res} is too small for {self.name} (minimum {self.min_resolution})"
             )
+        if res % self.resolution_multiple:
+            raise UsageError(f"resolution {res} does not suit {self.name}: it takes multiples of "
+                             f"{self.resolution_multiple} px (its patch size)")
         return res
 
+
+#: keras.applications, each as (name, builder, torchvision twin, default px, minimum px, preprocessing, family).
+#: The names are the torchvision-style snake_case of the class names; the minimum is what the builder accepts
+#: without ImageNet weights (75 for the Inceptions, 71 for Xception, 32 elsewhere).
+_APPLICATIONS = [
+    ("convnext_tiny", "ConvNeXtTiny", "convnext_tiny", 224, 32, "included", "convnext"),
+    ("convnext_small", "ConvNeXtSmall", "convnext_small", 224, 32, "included", "convnext"),
+    ("convnext_base", "ConvNeXtBase", "convnext_base", 224, 32, "included", "convnext"),
+    ("convnext_large", "ConvNeXtLarge", "convnext_large", 224, 32, "included", "convnext"),
+    ("convnext_xlarge", "ConvNeXtXLarge", None, 224, 32, "included", "convnext"),
+    ("densenet121", "DenseNet121", "densenet121", 224, 32, "torch", "densenet"),
+    ("densenet169", "DenseNet169", "densenet169", 224, 32, "torch", "densenet"),
+    ("densenet201", "DenseNet201", "densenet201", 224, 32, "torch", "densenet"),
+    *[(f"efficientnet_b{i}", f"EfficientNetB{i}", f"efficientnet_b{i}", px, 32, "included", "efficientnet")
+      for i, px in enumerate((224, 240, 260, 300, 380, 456, 528, 600))],
+    *[(f"efficientnet_v2_{v.lower()}", f"EfficientNetV2{v}", f"efficientnet_v2_{v.lower()}" if v in "SML" else None,
+       px, 32, "included", "efficientnet_v2")
+      for v, px in (("B0", 224), ("B1", 240), ("B2", 260), ("B3", 300), ("S", 384), ("M", 480), ("L", 480))],
+    ("inception_resnet_v2", "InceptionResNetV2", None, 299, 75, "tf", "inception"),
+    ("inception_v3", "InceptionV3", "inception_v3", 299, 75, "tf", "inception"),
+    ("mobilenet", "MobileNet", None, 224, 32, "tf", "mobilenet"),
+    ("mobilenet_v2", "MobileNetV2", "mobilenet_v2", 224, 32, "tf", "mobilenet"),
+    ("mobilenet_v3_large", "MobileNetV3Large", "mobilenet_v3_large", 224, 32, "included", "mobilenet"),
+    ("mobilenet_v3_small", "MobileNetV3Small", "mobilenet_v3_small", 224, 32, "included", "mobilenet"),
+    ("nasnet_large", "NASNetLarge", None, 331, 32, "tf", "nasnet"),
+    ("nasnet_mobile", "NASNetMobile", None, 224, 32, "tf", "nasnet"),
+    ("resnet50", "ResNet50", "resnet50", 224, 32, "caffe", "resnet"),
+    ("resnet101", "ResNet101", "resnet101", 224, 32, "caffe", "resnet"),
+    ("resnet152", "ResNet152", "resnet152", 224, 32, "caffe", "resnet"),
+    ("resnet50_v2", "ResNet50V2", None, 224, 32, "tf", "resnet_v2"),
+    ("resnet101_v2", "ResNet101V2", None, 224, 32, "tf", "resnet_v2"),
+    ("resnet152_v2", "ResNet152V2", None, 224, 32, "tf", "resnet_v2"),
+    ("vgg16", "VGG16", "vgg16", 224, 32, "caffe", "vgg"),
+    ("vgg19", "VGG19", "vgg19", 224, 32, "caffe", "vgg"),
+    ("xception", "Xception", None, 299, 71, "tf", "xception"),
+]
+
+#: torchvision's names for the RegNets it implements (the same configurations, named by FLOPs).
+_TORCHVISION_REGNETS = {"004": "400mf", "008": "800mf", "016": "1_6gf", "032": "3_2gf", "080": "8gf", "160": "16gf",
+                        "320": "32gf"}
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
-        ModelSpec("mobilenet_v3_large", "MobileNetV3Large", "mobilenet_v3_large", 224, 32, "included"),
-        ModelSpec("mobilenet_v3_small", "MobileNetV3Small", "mobilenet_v3_small", 224, 32, "included"),
-        ModelSpec("mobilenet_v2", "MobileNetV2", "mobilenet_v2", 224, 32, "tf"),
-        ModelSpec("resnet50", "ResNet50", "resnet50", 224, 32, "caffe"),
-        ModelSpec("efficientnet_b0", "EfficientNetB0", "efficientnet_b0", 224, 32, "included"),
-        # torchvision has EfficientNetV2-S/M/L but no B0: torch-native is not available for it.
-        ModelSpec("efficientnet_v2_b0", "EfficientNetV2B0", None, 224, 32, "included"),
+        *[ModelSpec(name, builder, twin, px, minimum, prep, family=family)
+          for name, builder, twin, px, minimum, prep, family in _APPLICATIONS],
+        # Keras 2's RegNets, which Keras 3 dropped, built by inferbench.builders
+        *[ModelSpec(f"regnet{b}_{f}", f"inferbench.builders:regnet{b}{f}",
+                    f"regnet_{b}_{_TORCHVISION_REGNETS[f]}" if f in _TORCHVISION_REGNETS else None, 224, 32,
+                    "included", family="regnet")
+          for b in "xy" for f in ("002", "004", "006", "008", "016", "032", "040", "064", "080", "120", "160", "320")],
+        ModelSpec("vit_b_16", "inferbench.builders:vit_b16", "vit_b_16", 224, 32, "tf", family="vit",
+                  resolution_multiple=16, packages=("keras_hub",), extra="vit"),
     ]
 }
 DEFAULT_MODEL = "mobilenet_v3_large"
@@ -266,6 +339,8 @@ def preprocess(spec: ModelSpec, images: np.ndarray) -> np.ndarray:
         out = images / 127.5 - 1.0
     elif spec.preprocessing == "caffe":
         out = images[..., ::-1] - _CAFFE_MEAN_BGR
+    elif spec.preprocessing == "torch":
+        out = (images / 255.0 - _TORCH_MEAN) / _TORCH_STD
     else:  # pragma: no cover - registry is static
         raise ValueError(spec.preprocessing)
     return np.ascontiguousarray(out, dtype=np.float32)
@@ -321,7 +396,7 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
     shape = (resolution, resolution, 3)
     if spec.source is not None:  # a model file brings its own weights
         return _load_keras_file(spec.source.path, shape)
-    builder = getattr(keras.applications, spec.keras_builder)
+    builder = keras_builder(spec)
     if weights == "random":
         keras.utils.set_random_seed(seed)
         model = builder(weights=None, classifier_activation=None, input_shape=shape)
@@ -349,11 +424,37 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
         raise UsageError(f"cannot load weights {weights} into {spec.name}: {first}") from None
 
 
-def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
+def keras_builder(spec: ModelSpec) -> Any:
+    """The function that builds ``spec``'s Keras model: ``keras.applications.X(weights=..., input_shape=...,
+    classifier_activation=...)`` or a builder of inferbench's with the same arguments."""
+    import importlib
+
     import keras
 
+    assert spec.keras_builder is not None, "a model file has no builder"
+    module, _, name = spec.keras_builder.rpartition(":")
+    return getattr(importlib.import_module(module) if module else keras.applications, name)
+
+
+def load_keras(path: str | Path) -> Any:
+    """A saved ``.keras`` model (uncompiled). A model built with keras-hub needs its classes registered first
+    (imported only then: it takes seconds)."""
+    import zipfile
+
+    import keras
+
+    with contextlib.suppress(OSError, KeyError, zipfile.BadZipFile):
+        with zipfile.ZipFile(path) as archive:
+            if b'"keras_hub' in archive.read("config.json"):
+                import keras_hub  # noqa: F401
+    with warnings.catch_warnings():  # keras-hub's classifier says its compile() was not called: none is wanted
+        warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called.*")
+        return keras.saving.load_model(path, compile=False)
+
+
+def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
     try:
-        model = keras.saving.load_model(path, compile=False)
+        model = load_keras(path)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"cannot load {path}: {first}") from None
@@ -376,16 +477,37 @@ def _check_fits(spec: ModelSpec, model: Any, expected: Any, path: str) -> None:
                          "built as")
 
 
+def walk_layers(model: Any) -> Iterator[Any]:
+    """Every layer inside ``model``, depth first, into nested models and layers that hold layers (keras-hub)."""
+    for layer in getattr(model, "layers", None) or getattr(model, "_layers", None) or []:
+        yield layer
+        yield from walk_layers(layer)
+
+
 def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed: int) -> None:
+    """Seeded weights whose outputs tell a correct export from a broken one: the scales and offsets of every
+    batch and layer normalisation randomised, ConvNeXt's layer scales (1e-6 at init: the residual branches
+    would contribute nothing, so a wrong branch would still pass) set near 1, and the batch-norm moving
+    statistics calibrated on image-like inputs."""
     import keras
 
     rng = np.random.default_rng(seed)
-    bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
-    for bn in bns:
-        if bn.gamma is not None:
-            bn.gamma.assign(rng.uniform(0.5, 1.5, bn.gamma.shape).astype("float32"))
-        if bn.beta is not None:
-            bn.beta.assign(rng.normal(0.0, 0.1, bn.beta.shape).astype("float32"))
+    layers = list(walk_layers(model))
+    bns = [layer for layer in layers if isinstance(layer, keras.layers.BatchNormalization)]
+    norms = bns + [layer for layer in layers if isinstance(layer, keras.layers.LayerNormalization)]
+    for norm in norms:
+        if norm.gamma is not None:
+            norm.gamma.assign(rng.uniform(0.5, 1.5, norm.gamma.shape).astype("float32"))
+        if norm.beta is not None:
+            norm.beta.assign(rng.normal(0.0, 0.1, norm.beta.shape).astype("float32"))
+    for layer in layers:
+        if type(layer).__name__ == "LayerScale":
+            layer.gamma.assign(rng.uniform(0.5, 1.0, layer.gamma.shape).astype("float32"))
+    if not norms:
+        _calibrate_without_norms(spec, model, layers, resolution, seed, rng)
+        return
+    if not bns:
+        return
     calib = make_inputs(spec, 32, resolution, seed + 1)
     momenta = [bn.momentum for bn in bns]
     for bn in bns:
@@ -393,3 +515,28 @@ def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed:
     model(calib, training=True)
     for bn, mom in zip(bns, momenta):
         bn.momentum = mom
+
+
+def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], resolution: int, seed: int,
+                             rng: np.random.Generator) -> None:
+    """A network without normalisation layers (VGG) gets what batch-norm calibration gives the others: layer by
+    layer, each convolution's and dense layer's pre-activations standardised per channel on image-like inputs
+    (kernel and bias divided by the channel's standard deviation, its mean taken out of the bias), plus a small
+    random offset. With its stock init, VGG16's logits hardly depend on the input (the same top-1 class for
+    nearly every image): no export could be told from a broken one."""
+    import keras
+
+    calib = make_inputs(spec, 16, resolution, seed + 1)
+    for layer in layers:
+        if not isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) or layer.bias is None:
+            continue
+        activation, layer.activation = layer.activation, keras.activations.linear
+        try:
+            y = np.asarray(keras.Model(model.input, layer.output)(calib, training=False), dtype=np.float64)
+        finally:
+            layer.activation = activation
+        axes = tuple(range(y.ndim - 1))
+        mean, std = y.mean(axis=axes), np.maximum(y.std(axis=axes), 1e-6)
+        layer.kernel.assign((np.asarray(layer.kernel) / std).astype("float32"))
+        offset = rng.normal(0.0, 0.1, std.shape)
+        layer.bias.assign(((np.asarray(layer.bias) - mean) / std + offset).astype("float32"))

@@ -20,10 +20,15 @@ class Thresholds:
     min_cosine: float
 
 
-#: Per precision. FP32: tf2onnx + ONNX Runtime and XLA land near 1e-5 of max |logit| on this
-#: project's reference model; 1e-4 leaves room and still catches a wrong export (tested).
+#: Per precision. FP32, measured over the zoo (issue 11, one model per family at 80 px, every CPU runtime):
+#: correct exports differ from Keras by up to 1.3e-4 of max |logit| (Inception V3, on every runtime alike,
+#: XLA included) with a cosine of at least 1 - 1e-8; one perturbed weight (in the largest tensor or a
+#: middle one) gave 1.4e-3 to 2.7e-1 and cosines of 1 - 4e-6 or lower. So the gate takes both: the
+#: max error within 1e-3 (its old 1e-4 failed Inception's correct exports) and the cosine within 1e-6 of 1
+#: (100x the noise, below every perturbation). tests/test_real_frameworks.py perturbs a weight and expects
+#: the gate to fail.
 THRESHOLDS: dict[str, Thresholds] = {
-    "fp32": Thresholds(max_rel_err=1e-4, min_cosine=0.9999),
+    "fp32": Thresholds(max_rel_err=1e-3, min_cosine=0.999999),
     "fp16": Thresholds(max_rel_err=1e-2, min_cosine=0.995),
     "bf16": Thresholds(max_rel_err=3e-2, min_cosine=0.99),
 }
@@ -148,12 +153,16 @@ def combine(reference: dict[str, Any], timed: dict[str, Any] | None, batch_size:
 
 def sanity(outputs: np.ndarray) -> dict[str, Any]:
     """A framework with its own weights cannot be compared with the reference: its outputs on the
-    reference inputs must at least be finite and vary across classes and inputs. Such a row is shown
-    as unverified and never ranked."""
+    reference inputs must at least be finite and vary across classes and inputs (not as many distinct
+    top-1 classes as a reference needs: nothing is compared with them). Such a row is shown as
+    unverified and never ranked."""
     out = np.asarray(outputs, dtype=np.float64)
     block = not_applicable("own-weights")
     try:
-        facts = check_reference(out)
+        facts = check_reference(out, classifier=False)
+        if facts["std_across_classes"] < 1e-3:
+            raise DegenerateReference(f"outputs hardly vary across classes (std {facts['std_across_classes']:.3g}; "
+                                      "need >= 1e-3)")
     except DegenerateReference as exc:
         return {**block, "status": "failed", "reason": f"own weights, and {exc}"}
     return {**block, "sanity": facts}

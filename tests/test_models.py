@@ -10,9 +10,37 @@ def test_registry_has_the_promised_models():
     for name in ["mobilenet_v3_large", "mobilenet_v3_small", "mobilenet_v2", "resnet50", "efficientnet_v2_b0"]:
         spec = get_model(name)
         assert spec.default_resolution == 224
-    assert list_models("mobilenet*") == ["mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small"]
+    assert list_models("mobilenet*") == ["mobilenet", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small"]
+    # the issue's names: torchvision-style snake_case of the Keras class names
+    for name in ["convnext_tiny", "densenet121", "efficientnet_b3", "efficientnet_v2_s", "inception_resnet_v2",
+                 "inception_v3", "mobilenet", "nasnet_mobile", "regnetx_002", "regnety_032", "resnet101_v2", "vgg16",
+                 "xception", "vit_b_16"]:
+        assert get_model(name).keras_builder, name
+    assert len(list_models("regnet*")) == 24 and len(list_models("efficientnet_b*")) == 8
+    assert get_model("efficientnet_b7").default_resolution == 600 and get_model("xception").min_resolution == 71
+    assert get_model("regnety_032").torchvision_builder == "regnet_y_3_2gf"
+    assert get_model("regnetx_002").torchvision_builder is None  # torchvision has no 200MF RegNet
     with pytest.raises(UsageError, match="valid models: .*mobilenet_v3_large"):
         get_model("vgg99")
+
+
+def test_resolution_limits_per_model():
+    vit = get_model("vit_b_16")
+    assert vit.resolution(96) == 96
+    with pytest.raises(UsageError, match="multiples of 16"):
+        vit.resolution(100)
+    with pytest.raises(UsageError, match="too small for inception_v3 \\(minimum 75\\)"):
+        get_model("inception_v3").resolution(64)
+
+
+def test_model_patterns_on_the_command_line():
+    from inferbench.config import expand_patterns
+
+    assert expand_patterns(["efficientnet_b[01]", "vgg16", "efficientnet_b0"]) == [
+        "efficientnet_b0", "efficientnet_b1", "vgg16"]
+    assert len(expand_patterns(["*"])) == len(MODELS)
+    with pytest.raises(UsageError, match="matches no registered model"):
+        expand_patterns(["resnext*"])
 
 
 def test_resolution_rules():
@@ -41,6 +69,8 @@ def test_preprocessing_per_model():
     assert v2.min() >= -1.0 - 1e-6 and v2.max() <= 1.0 + 1e-6
     caffe = make_inputs(get_model("resnet50"), 2, 32, 0)
     np.testing.assert_allclose(caffe[..., 0], raw[..., 2] - 103.939, rtol=1e-6, atol=1e-4)
+    torch_style = make_inputs(get_model("densenet121"), 2, 32, 0)  # [0, 1], then ImageNet mean and std
+    np.testing.assert_allclose(torch_style[..., 1], (raw[..., 1] / 255.0 - 0.456) / 0.224, rtol=1e-5, atol=1e-5)
 
 
 def test_weights_argument(tmp_path):
@@ -86,7 +116,36 @@ def test_every_runner_path_resolves_to_a_module_file():
 
 def test_every_model_has_a_keras_builder_name():
     for spec in MODELS.values():
-        assert spec.keras_builder[0].isupper()
+        module, _, name = spec.keras_builder.rpartition(":")
+        assert (module == "inferbench.builders" and name[0].islower()) or (not module and name[0].isupper()), spec
+
+
+def _names_in(module: str, expression: str) -> set[str]:
+    """Names a framework module holds, read in a process of its own (TensorFlow and torch in one process
+    crash: they never share one, in the tests either)."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import json, {module} as m; print(json.dumps(sorted({expression})))"
+    return set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                         check=True).stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_every_keras_application_is_registered_and_every_twin_exists():
+    """Every builder keras.applications ships is registered (none forgotten, none misspelt), and every
+    torchvision twin named in the registry exists in the installed torchvision."""
+    from inferbench import builders
+
+    shipped = _names_in("keras.applications", "n for n in dir(m) if n[0].isupper()")
+    registered = {s.keras_builder for s in MODELS.values() if ":" not in s.keras_builder}
+    assert registered == shipped and len(shipped) == 40
+    for spec in MODELS.values():
+        if ":" in spec.keras_builder:
+            assert callable(getattr(builders, spec.keras_builder.split(":")[1])), spec.name
+    twins = {s.torchvision_builder for s in MODELS.values() if s.torchvision_builder}
+    assert twins <= _names_in("torchvision.models", "dir(m)")
 
 
 def test_precision_options():

@@ -22,6 +22,11 @@ def test_fp32_rounding_noise_passes_but_a_wrong_export_fails():
     scale = np.abs(ref).max()
     ok = ref + rng.normal(0, 1e-5 * scale / 4, ref.shape)
     assert compare(ref, ok)["status"] == "passed"
+    deep = ref + rng.normal(0, 1.3e-4 * scale / 4, ref.shape)  # Inception V3's correct exports: ~1.3e-4
+    assert compare(ref, deep)["status"] == "passed"
+    everywhere = ref + rng.uniform(-9e-4, 9e-4, ref.shape) * scale  # within 1e-3, but off on every logit
+    p = compare(ref, everywhere)
+    assert p["max_rel_err"] < 1e-3 and p["status"] == "failed" and "cosine" in p["reason"]
     wrong = ref.copy()
     wrong[:, 3] += 0.01 * scale  # one output channel off by 1% of the logit range
     p = compare(ref, wrong)

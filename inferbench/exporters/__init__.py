@@ -124,7 +124,16 @@ def job_for(kind: str, folder: Path, model: Any, resolution: int, weights: str, 
 
 
 def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
-    """Export one artifact into the cache folder and record it in the manifest (in a child process)."""
+    """Export ``job``'s artifact, then those of ``job.then`` in order, into the cache folder, each recorded in the
+    manifest as soon as it is made (in a child process: TensorFlow is imported once for them all). Returns the
+    last entry; a failure raises, and the parent finds what was made in the manifest."""
+    entry = {}
+    for one in (job, *job.then):
+        entry = _run_one(one, emit)
+    return entry
+
+
+def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:
     from . import cache
 
     if job.model_file is not None:
@@ -144,6 +153,12 @@ def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
     entry["files"] = {str(Path(k)): v for k, v in files.items()}
     cache.record(ctx.folder, job.kind, entry, job.key_inputs)
     return entry
+
+
+def shares_process(kind: str, model: Any = None) -> bool:
+    """May ``kind`` be exported in one process with the model's other TensorFlow-side exports? (The torch and
+    TensorRT conversions, and a model file's ONNX Runtime reference, get a process of their own.)"""
+    return not set(exporter_packages(kind, model)) & {"torch", "onnx2torch", "tensorrt", "onnxruntime", "openvino"}
 
 
 def export_order(kinds: list[str], model: Any = None) -> list[str]:

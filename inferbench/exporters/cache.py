@@ -17,7 +17,7 @@ from typing import Any
 from ..results import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2  # 2: ONNX exports embed Keras Normalization constants (EfficientNet had 3 inputs)
 MANIFEST = "manifest.json"
 
 

@@ -1,5 +1,6 @@
 """The source artifact: the reference Keras model as a ``.keras`` file (built from the registry, or the
-user's own file), plus the reference outputs of the 16 parity inputs."""
+user's own file), plus the reference outputs of the 16 parity inputs and the model's size: parameters and
+floating-point operations per image (:func:`model_stats`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,54 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     model.save(ctx.path("keras"))
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx, model))
     return {
+        "model_stats": model_stats(model, ctx.resolution),
         "paths": ["keras", "reference"],
         "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
                             "layout": "NHWC"},
         "reference": facts,
         "notes": [],
     }
+
+
+#: How ``flops_per_image`` is counted, as records name it.
+FLOPS_METHOD = "tf-profiler-float-ops+einsum"
+
+
+def model_stats(model: Any, resolution: int) -> dict[str, Any]:
+    """Parameters and floating-point operations of one image (a multiply-add is 2), computed from the model.
+
+    The FLOPs are TensorFlow's profiler count over the frozen inference graph at batch 1 (convolutions,
+    matrix products, element-wise ops), plus the ``Einsum`` ops it does not count (a ViT's attention
+    products), each ``2 x`` the product of its index sizes. ``grouped_convolutions`` counts the layers
+    that Keras 3 on TensorFlow compiles with XLA even outside ``jit_compile`` (see README: the XLA report).
+    """
+    import math
+
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from ..models import walk_layers
+
+    fn = tf.function(lambda x: model(x, training=False))
+    graph = convert_variables_to_constants_v2(
+        fn.get_concrete_function(tf.TensorSpec([1, resolution, resolution, 3], tf.float32))).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    verbosity = tf.compat.v1.logging.get_verbosity()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)  # the v1 API's deprecation notes
+    try:
+        flops = tf.compat.v1.profiler.profile(graph=graph, run_meta=tf.compat.v1.RunMetadata(), cmd="op",
+                                              options=options).total_float_ops
+    finally:
+        tf.compat.v1.logging.set_verbosity(verbosity)
+    for op in graph.get_operations():
+        if op.type == "Einsum":
+            equation = op.get_attr("equation").decode()
+            if "." in equation:  # an ellipsis: index sizes are not all named (none in the registered models)
+                continue
+            terms = equation.split("->")[0].split(",")
+            sizes = {ch: dim for term, t in zip(terms, op.inputs) for ch, dim in zip(term, t.shape)}
+            flops += 2 * math.prod(int(d) for d in sizes.values())
+    grouped = sum(1 for layer in walk_layers(model) if getattr(layer, "groups", 1) > 1)
+    return {"params": int(model.count_params()), "flops_per_image": int(flops), "flops_method": FLOPS_METHOD,
+            "flops_resolution": resolution, "grouped_convolutions": grouped}

@@ -3,6 +3,21 @@
 tf2onnx's transpose optimiser logs internal ``ValueError`` tracebacks on these models and then
 skips that optimisation pass; the model it writes is valid (and the parity gate checks it). The
 tracebacks go to ``onnx/converter.log`` instead of the user's terminal.
+
+Constants that a layer keeps as eager tensors rather than variables are captured by the traced function,
+and tf2onnx turns each captured tensor into one more graph input: Keras' ``Normalization`` (in
+EfficientNet, EfficientNetV2, ConvNeXt) gave graphs with three inputs that no runtime could feed, and
+keras-hub's ViT one more for its position ids. Every layer gets such constants as NumPy arrays before
+the export (:func:`constants_as_arrays`), which the trace embeds as constants; an export that still has
+more than one input is refused here, with the names, instead of failing later in every runtime.
+
+Keras 3 on TensorFlow compiles every grouped convolution with XLA (TensorFlow's CPU kernels lack them):
+ConvNeXt's depthwise and RegNet's grouped 3x3 convolutions become nested XLA functions, which tf2onnx
+cannot convert ("No Op registered for StatefulPartitionedCall"); and TensorFlow's exact GELU uses
+``erfc``, which tf2onnx lacks ("No Op registered for Erfc": ConvNeXt, ViT). The ONNX trace runs with
+:func:`convertible_ops`: each grouped convolution as one TensorFlow ``Conv2D`` op (tf2onnx makes it an ONNX
+``Conv`` with its ``group`` attribute; the graph is only traced here, never run by TensorFlow) and the
+exact GELU through ``erf``. The parity gate checks the result like any other export.
 """
 
 from __future__ import annotations
@@ -10,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,8 +34,9 @@ from . import REFERENCE_INPUTS, ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    import keras
     import onnx
+
+    from ..models import load_keras
 
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -29,15 +46,21 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     tf2onnx_logger.addHandler(handler)
     tf2onnx_logger.propagate = False
     try:
-        model = keras.saving.load_model(ctx.path("keras"), compile=False)
+        model = load_keras(ctx.path("keras"))
+        constants_as_arrays(model)
         model(np.load(ctx.folder / REFERENCE_INPUTS)[:1])  # export needs a model that has been called
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), convertible_ops():
             model.export(out, format="onnx")
     finally:
         tf2onnx_logger.removeHandler(handler)
         handler.close()
 
     proto = onnx.load(out)
+    inits = {i.name for i in proto.graph.initializer}
+    extra = [i.name for i in proto.graph.input if i.name not in inits][1:]
+    if extra:
+        raise RuntimeError(f"the ONNX export has {len(extra)} input(s) besides the image, which no runtime can "
+                           f"feed (constants the trace captured): {', '.join(extra)}")
     for value in list(proto.graph.input) + list(proto.graph.output):  # name the dynamic dimension
         dim = value.type.tensor_type.shape.dim[0]
         if not dim.dim_value:
@@ -59,3 +82,58 @@ def export(ctx: ExportContext) -> dict[str, Any]:
                             "dtype": "float32", "layout": "NHWC", "opset": proto.opset_import[0].version},
         "notes": notes,
     }
+
+
+def constants_as_arrays(model: Any) -> list[str]:
+    """Give every layer the constants it keeps as eager tensors (not variables) as NumPy arrays of the same
+    values, so that a trace embeds them instead of capturing them: Keras' ``Normalization`` mean and variance,
+    keras-hub's position ids. Returns ``layer.attribute`` of each one changed."""
+    import tensorflow as tf
+
+    from ..models import walk_layers
+
+    changed = []
+    for layer in walk_layers(model):
+        for name, value in list(vars(layer).items()):
+            if isinstance(value, tf.Tensor) and not isinstance(value, tf.Variable) and hasattr(value, "numpy"):
+                setattr(layer, name, value.numpy())
+                changed.append(f"{layer.name}.{name}")
+    return changed
+
+
+@contextlib.contextmanager
+def convertible_ops() -> Iterator[None]:
+    """While tracing, two of Keras' TensorFlow ops in forms tf2onnx converts (a no-op where this Keras lacks the
+    functions replaced): grouped convolutions without their XLA wrapper, and the exact GELU as
+    ``0.5 x (1 + erf(x / sqrt 2))`` instead of TensorFlow's ``erfc`` form (tf2onnx has no ``Erfc``: ConvNeXt's
+    and ViT's exports failed). Both compute the same function; the parity gate checks the export."""
+    import math
+
+    import tensorflow as tf
+
+    try:
+        from keras.src import backend
+        from keras.src.backend.tensorflow import nn as keras_tf_nn
+
+        originals = {"conv": keras_tf_nn.conv, "gelu": keras_tf_nn.gelu}
+        data_format_of = keras_tf_nn._convert_data_format
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def conv(inputs: Any, kernel: Any, strides: Any = 1, padding: str = "valid", data_format: Any = None,
+             dilation_rate: Any = 1) -> Any:
+        fmt = data_format_of(backend.standardize_data_format(data_format), len(inputs.shape))
+        return tf.nn.convolution(inputs, kernel, strides, padding.upper(), data_format=fmt, dilations=dilation_rate)
+
+    def gelu(x: Any, approximate: bool = True) -> Any:
+        if approximate:
+            return originals["gelu"](x, approximate=True)
+        x = tf.convert_to_tensor(x)
+        return 0.5 * x * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0))))
+
+    keras_tf_nn.conv, keras_tf_nn.gelu = conv, gelu
+    try:
+        yield
+    finally:
+        keras_tf_nn.conv, keras_tf_nn.gelu = originals["conv"], originals["gelu"]

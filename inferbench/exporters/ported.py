@@ -12,11 +12,10 @@ from . import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    import keras
-
+    from ..models import load_keras
     from ..ports import keras_weights
 
-    model = keras.saving.load_model(ctx.path("keras"), compile=False)
+    model = load_keras(ctx.path("keras"))
     path = ctx.path("ported")
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **keras_weights(model))

@@ -35,9 +35,9 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        import keras
+        from ..models import load_keras
 
-        model = model if model is not None else keras.saving.load_model(ctx.path("keras"), compile=False)
+        model = model if model is not None else load_keras(ctx.path("keras"))
         call: Predict = lambda x: model(x, training=False)  # noqa: E731
     elif fmt == "savedmodel":
         import tensorflow as tf

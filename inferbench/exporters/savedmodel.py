@@ -10,9 +10,9 @@ from . import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    import keras
+    from ..models import load_keras
 
-    model = keras.saving.load_model(ctx.path("keras"), compile=False)
+    model = load_keras(ctx.path("keras"))
     with contextlib.redirect_stdout(io.StringIO()):  # Keras prints the endpoint listing
         model.export(ctx.folder / "savedmodel", format="tf_saved_model")
     return {

@@ -1,4 +1,10 @@
-"""A PyTorch module with weights identical to the ONNX export (onnx2torch), saved whole."""
+"""A PyTorch module with weights identical to the ONNX export (onnx2torch), saved whole.
+
+onnx2torch does not implement ``auto_pad="SAME_UPPER"``, which tf2onnx writes for some convolutions and
+poolings (ConvNeXt at 32 px); such nodes get the explicit padding TensorFlow's "same" means (the extra
+row or column at the end) on a copy of the graph before the conversion, their input sizes read by ONNX's
+shape inference. The parity gate checks the module like any other export.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,9 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     import onnx2torch
     import torch
 
-    module = onnx2torch.convert(onnx.load(ctx.path("onnx"))).eval()
+    graph = onnx.load(ctx.path("onnx"))
+    rewritten = explicit_same_padding(graph)
+    module = onnx2torch.convert(graph).eval()
     out = ctx.folder / "torch" / "model.pt"
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(module, out)
@@ -20,5 +28,47 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         "paths": ["torch"],
         "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
                             "layout": "NHWC (as the ONNX graph)"},
-        "notes": ["loading needs onnx2torch installed (the module is pickled whole)"],
+        "notes": ["loading needs onnx2torch installed (the module is pickled whole)"]
+        + ([f"{rewritten} node(s) with auto_pad SAME given explicit pads for onnx2torch"] if rewritten else []),
     }
+
+
+def explicit_same_padding(model: Any) -> int:
+    """Replace ``auto_pad`` SAME_UPPER / SAME_LOWER on Conv and pooling nodes by the explicit ``pads`` it means
+    (in place); returns how many nodes changed. Needs the nodes' input sizes from shape inference."""
+    import math
+
+    import onnx
+    from onnx import helper
+
+    nodes = [n for n in model.graph.node if any(a.name == "auto_pad" and a.s in (b"SAME_UPPER", b"SAME_LOWER")
+                                                for a in n.attribute)]
+    if not nodes:
+        return 0
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for value in fixed.graph.input:  # the batch fixed to 1: shape inference then follows every reshape
+        value.type.tensor_type.shape.dim[0].dim_value = 1
+    inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
+    shapes = {v.name: [d.dim_value or None for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    inits = {i.name: list(i.dims) for i in model.graph.initializer}
+    for node in nodes:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        spatial = (shapes.get(node.input[0]) or [])[2:]
+        weights = inits.get(node.input[1], []) if len(node.input) > 1 else []  # a Conv's kernel: (out, in, *k)
+        kernel = attrs.get("kernel_shape") or weights[2:]
+        if not spatial or None in spatial or not kernel:
+            raise ValueError(f"cannot make the SAME padding of {node.name} explicit: input size unknown")
+        strides = attrs.get("strides") or [1] * len(spatial)
+        dilations = attrs.get("dilations") or [1] * len(spatial)
+        begin, end = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+            total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            begin.append(small if attrs["auto_pad"] == b"SAME_UPPER" else large)
+            end.append(large if attrs["auto_pad"] == b"SAME_UPPER" else small)
+        kept = [a for a in node.attribute if a.name not in ("auto_pad", "pads")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("pads", begin + end)])
+    return len(nodes)

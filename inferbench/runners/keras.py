@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingDependency
+from ..models import load_keras
 from .base import LoadContext
 from .tf import TfBase, setup_tensorflow
 
@@ -51,7 +52,7 @@ class KerasEagerRunner(TfBase):
         if keras.backend.backend() != self.backend:
             raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {self.backend}")
         self.keras = keras
-        self.model = keras.saving.load_model(ctx.artifact, compile=False)
+        self.model = load_keras(ctx.artifact)
 
     def prepare(self, batch: np.ndarray) -> Any:
         if self.backend == "tensorflow":

@@ -138,7 +138,8 @@ class TorchNativeRunner(TorchRunner):
                 return build_torchvision(ctx.model.name, weights)
         self.weights = "own-seeded-calibrated"
         self.torch.manual_seed(ctx.seed)
-        module = getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None)
+        size = {"image_size": ctx.resolution} if ctx.model.family == "vit" else {}  # a ViT is built for one size
+        module = getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None, **size)
         _calibrate(self.torch, module, ctx)
         return module
 
@@ -147,21 +148,40 @@ class TorchNativeRunner(TorchRunner):
 
 
 def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
-    """Own weights without a port: like the Keras reference (models.build_keras_model), randomise the
-    batch-norm scales and offsets and set the running statistics from image-like inputs, so that the
-    outputs vary across classes and inputs (torchvision's stock init gives near-constant logits)."""
+    """Own weights without a port: like the Keras reference (models.build_keras_model), randomise the scales
+    and offsets of every batch and layer normalisation, set ConvNeXt's layer scales (1e-6 at init) near 1,
+    give a head initialised to zeros (ViT's) random weights, and set the batch-norm running statistics from
+    image-like inputs, so that the outputs vary across classes and inputs (torchvision's stock init gives
+    near-constant logits)."""
     from ..models import make_inputs
 
     rng = np.random.default_rng(ctx.seed)
-    norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+
+    def uniform(shape: Any, low: float, high: float) -> Any:
+        return torch.from_numpy(rng.uniform(low, high, tuple(shape)).astype("float32"))
+
+    bns = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    norms = bns + [m for m in module.modules() if isinstance(m, torch.nn.LayerNorm) and m.weight is not None]
     with torch.no_grad():
-        for bn in norms:
-            bn.weight.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, bn.weight.shape).astype("float32")))
-            bn.bias.copy_(torch.from_numpy(rng.normal(0.0, 0.1, bn.bias.shape).astype("float32")))
+        for norm in norms:
+            norm.weight.copy_(uniform(norm.weight.shape, 0.5, 1.5))
+            norm.bias.copy_(torch.from_numpy(rng.normal(0.0, 0.1, tuple(norm.bias.shape)).astype("float32")))
+        for name, param in module.named_parameters():
+            if name.endswith("layer_scale"):
+                param.copy_(uniform(param.shape, 0.5, 1.0))
+        for linear in (m for m in module.modules() if isinstance(m, torch.nn.Linear)):
+            if not linear.weight.any():  # a head initialised to zeros (ViT's) makes every output 0
+                bound = 1.0 / np.sqrt(linear.in_features)
+                linear.weight.copy_(uniform(linear.weight.shape, -bound, bound))
+        for bn in bns:
             bn.reset_running_stats()
             bn.momentum = None  # cumulative average: one pass sets the batch statistics
-        calib = make_inputs(ctx.model, 32, ctx.resolution, ctx.seed + 1)
-        module.train()(torch.from_numpy(np.ascontiguousarray(calib.transpose(0, 3, 1, 2))))
+        if bns:  # batch norms alone in training mode: no auxiliary head (Inception's) or dropout runs
+            calib = make_inputs(ctx.model, 32, ctx.resolution, ctx.seed + 1)
+            module.eval()
+            for bn in bns:
+                bn.train()
+            module(torch.from_numpy(np.ascontiguousarray(calib.transpose(0, 3, 1, 2))))
     module.eval()
 
 
