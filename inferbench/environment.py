@@ -19,7 +19,7 @@ from .device import Device, default_threads
 BASE_PACKAGES = ("numpy", "pandas", "nvidia-ml-py", "jax", "jaxlib")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -40,10 +40,11 @@ def _cpu_flags() -> list[str]:
     return []
 
 
-def memory_total_gb() -> float | None:
+def memory_total_gb(field: str = "MemTotal") -> float | None:
+    """The machine's memory in GB (``field="MemAvailable"``: what can be used now without swapping)."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024**2, 2)
     except OSError:
         pass
@@ -88,7 +89,7 @@ def capture(device: Device) -> dict[str, Any]:
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "cpu": {
-            "model": _cpu_model(),
+            "model": cpu_model(),
             "machine": platform.machine(),
             "logical_cores": os.cpu_count(),
             "available_cores": default_threads(),

@@ -20,6 +20,9 @@ Schema history (``schema_version``):
       ``memory.timed_peak_host_mb``. Upgrading a schema-2 record moves its iid interval to
       ``latency_ms.p50_ci95_iid`` (it was too narrow to use: iterations are not independent) and sets
       ``p50_ci95`` to null and ``stability.verdict`` to ``unknown``.
+  4 — issue 11: ``model_stats`` (parameters and FLOPs per image of the model as it ran, counted from its
+      Keras graph; null for a model file without a Keras graph) and ``environment.peak_fp32`` (the device's
+      measured FP32 matrix-product rate). Upgrading sets both to null: nothing was counted then.
 """
 
 from __future__ import annotations
@@ -48,13 +51,13 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
-SUPPORTED_SCHEMAS = frozenset({1, 2, 3})
+SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4})
 SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
     "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
     "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
     "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
-    "stability", "error",
+    "stability", "params", "gflop_per_image", "gflop_per_s", "fraction_of_peak", "error",
 )
 STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
@@ -92,6 +95,7 @@ class Record:
     gpu_state: dict[str, Any] | None = None
     device_check: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
+    model_stats: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -110,7 +114,7 @@ class Record:
 
     @classmethod
     def of(cls, job: CellJob, run_id: str, created_at: str, environment: dict[str, Any], child_env: dict[str, str],
-           outcome: ChildResult) -> Record:
+           outcome: ChildResult, model_stats: dict[str, Any] | None = None) -> Record:
         """The record of a cell from the job that ran and what its child process sent back."""
         import dataclasses
 
@@ -127,7 +131,7 @@ class Record:
             framework=cell.framework, precision=cell.precision, scenario=cell.scenario, variant=cell.variant,
             options=encode(cell.options),
             config={**encode(config), "artifact_dir": job.artifact_dir, "child_env": child_env},
-            environment=environment, run_id=run_id, created_at=created_at,
+            environment=environment, run_id=run_id, created_at=created_at, model_stats=model_stats,
             **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
         )
 
@@ -164,6 +168,9 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         data = _v1_to_v2(data)
     if data.get("schema_version") == 2:
         data = _v2_to_v3(data)
+    if data.get("schema_version") == 3:
+        data = {**data, "schema_version": 4, "model_stats": None,
+                "environment": {**(data.get("environment") or {}), "peak_fp32": None}}
     return data
 
 
@@ -318,8 +325,20 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "energy_missing": None if energy.get("available") else energy.get("reason"),
         "rounds": (lat.get("stability") or {}).get("rounds"),
         "stability": (lat.get("stability") or {}).get("verdict"),
+        **compute_rate(record),
         "error": record.get("error"),
     }
+
+
+def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
+    """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
+    image) and its fraction of the device's measured peak FP32 rate (None where either is unknown)."""
+    stats = record.get("model_stats") or {}
+    flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
+    rate = throughput * flops / 1e9 if flops and throughput else None
+    peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")
+    return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,
+            "fraction_of_peak": rate / peak if rate and peak else None}
 
 
 def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> None:
@@ -453,6 +472,11 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
     out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
     out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
+    flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float))
+    out["gflop_per_image"] = flops.astype(float) / 1e9
+    out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
+    peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))
+    out["fraction_of_peak"] = out["gflop_per_s"] / peak.astype(float)
     if ENERGY_J_PER_INF in out:
         out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
     return out
