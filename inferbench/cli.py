@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import os
 import signal
 import sys
 import tempfile
@@ -119,6 +120,9 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         print(f"{prog}: interrupted by {signal.Signals(signum).name}; {interrupted}", file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:  # `inferbench list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
     except OSError as exc:  # the machine, not the input: a full disk, a folder taken away; one line, exit 1
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)

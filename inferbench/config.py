@@ -106,13 +106,14 @@ def positive_ints(text: str) -> list[int]:
 def resolutions(text: str) -> list[int | str]:
     out: list[int | str] = []
     for item in _items(text):
-        if item == "default":
+        if item in ("default", "min"):
             out.append(item)
             continue
         try:
             out.append(int(item))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"resolution must be an integer or 'default', got {item!r}") from None
+            raise argparse.ArgumentTypeError(f"resolution must be an integer, 'default' or 'min', got {item!r}") \
+                from None
     return list(dict.fromkeys(out))
 
 
@@ -182,52 +183,64 @@ class Option:
             raise UsageError(f"{where}: {self.name}: {exc}") from None
 
 
+#: The commands that measure cells.
+MEASURING = ("run", "sweep", "zoo")
 _T = TimingConfig()
 OPTIONS: tuple[Option, ...] = (
     Option("frameworks", ("--framework", "--frameworks"), "'best' (each runtime at its best-known setting: tf, "
            "onnxrt, openvino, torch-inductor on a CPU), 'all' (every framework that can run here, the naive "
            "variants too) or a comma list of framework keys (see --list)", ["best"], names,
-           metavar="best|all|KEY[,KEY...]"),
-    Option("models", ("--model", "--models"), "registered model name(s) (see --list), or your own model: a .keras "
-           "file, a TF SavedModel folder or an .onnx file; comma-separated", ["mobilenet_v3_large"], names,
-           metavar="NAME|PATH[,...]"),
+           metavar="best|all|KEY[,KEY...]", commands=MEASURING, command_defaults=(("zoo", ["all"]),)),
+    Option("models", ("--model", "--models"), "registered model name(s) or shell-style patterns ('efficientnet_b*', "
+           "'*'; see --list), or your own model: a .keras file, a TF SavedModel folder or an .onnx file; "
+           "comma-separated", ["mobilenet_v3_large"], names,
+           metavar="NAME|PATH[,...]", commands=MEASURING, command_defaults=(("zoo", ["*"]),)),
     Option("input_shape", ("--input-shape",), "the input of a model file, where inferbench cannot read it from the "
            "file (a SavedModel, a dynamic size): HxWx3 (NHWC) or 3xHxW (NCHW), square", None,
            metavar="HxWxC|CxHxW"),
-    Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, or 'default' "
-           "(the model's own, 224)", ["default"], resolutions, metavar="PX[,PX...]", maximum=MAX_RESOLUTION),
+    Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, 'default' (each "
+           "model's own: 224 for most, see --list) or 'min' (the smallest each model takes: a quick check)",
+           ["default"], resolutions, metavar="PX[,PX...]",
+           maximum=MAX_RESOLUTION, commands=MEASURING),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
-           metavar="N[,N...]", maximum=MAX_BATCH),
+           metavar="N[,N...]", maximum=MAX_BATCH, commands=MEASURING),
     Option("precisions", ("--precision", "--precisions"), "fp32, fp16 or bf16 (comma list in a sweep): frameworks "
            "that take it run at it (torch, torch-native), the others at their own", [], precisions,
            metavar="P[,P...]"),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
-    Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1),
+    Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,
+           commands=MEASURING),
     Option("device", ("--device",), "where to run: auto = the GPU if there is one, else the CPU", "auto",
-           choices=("cpu", "gpu", "auto")),
+           choices=("cpu", "gpu", "auto"), commands=MEASURING),
     Option("gpu_id", ("--gpu-id",), "GPU index in PCI bus order, as nvidia-smi lists them (implies --device gpu)",
-           None, non_negative_int, metavar="N", commands=("run", "sweep", "selftest"),
+           None, non_negative_int, metavar="N", commands=("run", "sweep", "selftest", "zoo"),
            command_defaults=(("selftest", 0),)),
     Option("threads", ("--threads",), "intra-op threads for every framework (default: the cores available to "
-           "this process; at most the machine's cores)", None, positive_int, metavar="N", maximum=os.cpu_count() or 1),
+           "this process; at most the machine's cores)", None, positive_int, metavar="N", maximum=os.cpu_count() or 1,
+           commands=MEASURING),
     Option("duration", ("--duration",), "minimum seconds of timed inference per cell, all rounds together",
-           _T.min_duration_s, non_negative_float, metavar="S", commands=("run", "sweep", "selftest"),
-           command_defaults=(("selftest", 3.0),), maximum=DAY_S),
+           _T.min_duration_s, non_negative_float, metavar="S", commands=("run", "sweep", "selftest", "zoo"),
+           command_defaults=(("selftest", 3.0), ("zoo", 1.0)), maximum=DAY_S),
     Option("min_iterations", ("--min-iterations",), "minimum timed iterations per cell, all rounds together",
-           _T.min_iterations, positive_int, metavar="N", maximum=10_000_000),
+           _T.min_iterations, positive_int, metavar="N", maximum=10_000_000, commands=MEASURING,
+           command_defaults=(("zoo", 5),)),
     Option("warmup", ("--warmup",), "minimum warm-up calls", _T.warmup_iterations, non_negative_int, metavar="N",
-           maximum=1_000_000),
+           maximum=1_000_000, commands=MEASURING, command_defaults=(("zoo", 1),)),
     Option("warmup_seconds", ("--warmup-seconds",), "minimum warm-up seconds", _T.warmup_seconds,
-           non_negative_float, metavar="S", maximum=DAY_S),
+           non_negative_float, metavar="S", maximum=DAY_S, commands=MEASURING, command_defaults=(("zoo", 0.0),)),
     Option("pass_env", ("--pass-env",), "shell variables to pass on to the frameworks (TF_XLA_FLAGS, OMP_*, "
            "ORT_*, ... are otherwise set by inferbench, never inherited; recorded either way)", [], names,
-           metavar="VAR[,VAR...]"),
+           metavar="VAR[,VAR...]", commands=MEASURING),
     Option("rounds", ("--rounds",), "rounds per cell: every cell of a group measures one block per round, in a "
            "fresh random order; intervals come from the variation between rounds", _T.rounds, positive_int,
-           metavar="N", maximum=10_000),
+           metavar="N", maximum=10_000, commands=MEASURING, command_defaults=(("zoo", 1),)),
+    Option("sequential", ("--sequential",), "measure each cell on its own, one framework loaded at a time, instead of "
+           "a group's cells side by side in interleaved rounds: for models too big to load every framework at once "
+           "(comparisons between cells are then unpaired, their intervals wider; the zoo always runs so)", False,
+           switch=True),
     Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
-           positive_float, metavar="S", maximum=7 * DAY_S),
+           positive_float, metavar="S", maximum=7 * DAY_S, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
            "the window), as the seed projects did", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
@@ -244,23 +257,25 @@ OPTIONS: tuple[Option, ...] = (
            "latency), throughput, or energy (joules per inference, where a sensor exists)", "p50",
            choices=("p50", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
     Option("quiet", ("-q", "--quiet"), "while running, print failures only (the answer and the table still "
-           "follow)", False, switch=True, commands=("run", "sweep", "selftest"), in_file=False),
+           "follow)", False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
     Option("verbose", ("-v", "--verbose"), "print every phase of every cell as its own line, and exporter notes",
-           False, switch=True, commands=("run", "sweep", "selftest"), in_file=False),
-    Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False),
+           False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
+    Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False,
+           commands=MEASURING),
     Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
            "call per batch)", "inference", choices=tuple(SCENARIOS)),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/", "benchmark_results",
-           metavar="DIR", in_file=False, commands=("run", "sweep", "selftest"),
-           command_defaults=(("sweep", "benchmark_results/sweeps"),)),
+           metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
+           command_defaults=(("sweep", "benchmark_results/sweeps"), ("zoo", "benchmark_results/zoo"))),
     Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
-           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest")),
-    Option("name", ("--name",), "sweep folder name (default: sweep-<timestamp>)", None, metavar="NAME",
-           commands=("sweep",), in_file=False),
+           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False,
+           commands=("run", "sweep", "selftest", "zoo")),
+    Option("name", ("--name",), "folder name (default: sweep-<timestamp> or zoo-<timestamp>)", None, metavar="NAME",
+           commands=("sweep", "zoo"), in_file=False),
     Option("config", ("--config",), "TOML, JSON or YAML file with the keys of these options (command-line "
            "values win)", None, metavar="FILE", commands=("sweep",), in_file=False),
     Option("resume", ("--resume",), "finish an interrupted sweep: run only the cells without a record", None,
-           metavar="SWEEP_DIR", commands=("sweep",), in_file=False),
+           metavar="SWEEP_DIR", commands=("sweep", "zoo"), in_file=False),
     Option("list", ("--list",), "list models and frameworks, and whether each runs here", False, switch=True,
            commands=("run",), in_file=False),
 )
@@ -330,7 +345,9 @@ def read_config_file(path: str) -> dict[str, Any]:
 
 
 def with_defaults(values: dict[str, Any], command: str) -> dict[str, Any]:
-    return {**{o.name: o.default_for(command) for o in OPTIONS if command in o.commands}, **values}
+    """``values`` over ``command``'s defaults; an option the command lacks takes its plain default (the zoo
+    has no --precision: it runs each framework at its own)."""
+    return {**{o.name: o.default_for(command) if command in o.commands else o.default for o in OPTIONS}, **values}
 
 
 # --------------------------------------------------------------------------- the typed objects
@@ -447,6 +464,7 @@ class RunConfig:
     pass_env: tuple[str, ...] = ()  # shell variables passed on to the children on purpose
     model_files: tuple[ModelFile, ...] = ()  # the user's model files among the cells' models (--model PATH)
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
+    sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
 
     def __post_init__(self) -> None:
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
@@ -548,6 +566,7 @@ class ExportJob:
     batch_sizes: tuple[int, ...]
     key_inputs: dict[str, Any]
     model_file: ModelFile | None = None  # the model, if it is the user's file
+    then: tuple[ExportJob, ...] = ()  # exports of the same model that follow in the same process
 
 
 @dataclass(frozen=True)
@@ -624,20 +643,26 @@ def build(values: dict[str, Any]) -> Built:
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
-                       pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]))
+                       pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
+                       sequential=values["sequential"])
     cells: list[CellKey] = []
-    skipped: dict[str, str] = {}
+    left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     for spec in models:
         frameworks, left_out = choose(values["frameworks"], device.kind, spec)
-        skipped.update({k: v for k, v in left_out.items() if k not in skipped})
-        res_list = dict.fromkeys(spec.resolution(None if r == "default" else int(r)) for r in values["resolutions"])
+        for k, why in left_out.items():
+            left.setdefault(k, {})[spec.name] = why
+        res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
+                                 for r in values["resolutions"])
         for res in res_list:
             for bs in values["batch_sizes"]:
                 for fw in frameworks:
                     for prec in precisions_of(fw, values["precisions"], explicit):
                         cells.append(CellKey(spec.name, res, bs, fw.key, prec, config.scenario,
                                              options.for_framework(fw)))
+    skipped = {k: next(iter(by.values())) if len(by) == 1 or len(set(by.values())) == 1 and len(by) == len(models)
+               else f"not for {len(by)} of {len(models)} models: {', '.join(by)} (e.g. {next(iter(by.values()))})"
+               for k, by in left.items()}
     if not cells:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
         raise UsageError(f"nothing can run here ({why})")
@@ -653,17 +678,18 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
     from .models import is_model_file, open_model_file
 
-    files: list[str | ModelFile] = list(values["models"])
-    if not any(is_model_file(m) for m in values["models"]):
+    names = expand_patterns(values["models"])
+    files: list[str | ModelFile] = list(names)
+    if not any(is_model_file(m) for m in names):
         if values["input_shape"]:
             raise UsageError("--input-shape applies to a model file (--model PATH) only")
         return files
     if str(values["weights"]) != "random":
         raise UsageError("--weights applies to registered models; a model file brings its own weights")
-    res = [r for r in values["resolutions"] if r != "default"]
+    res = [r for r in values["resolutions"] if r not in ("default", "min")]
     if len(res) > 1:
         raise UsageError("a model file runs at one resolution: give one --resolution (or --input-shape)")
-    for i, m in enumerate(values["models"]):
+    for i, m in enumerate(names):
         if is_model_file(m):
             files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
             register(files[i])
@@ -671,6 +697,23 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
                 raise UsageError(f"{m} has its batch size fixed to {files[i].batch_size}: pass --batch-size "
                                  f"{files[i].batch_size} (or export it with a dynamic batch dimension)")
     return files
+
+
+def expand_patterns(models: list[str]) -> list[str]:
+    """``--model`` values with shell-style patterns (``efficientnet_b*``, ``*``) replaced by the registered models
+    they match, in registry order; a pattern that matches none is bad input."""
+    from .models import MODELS, list_models
+
+    out: list[str] = []
+    for m in models:
+        if any(ch in m for ch in "*?[") and "/" not in m:
+            matched = set(list_models(m))
+            if not matched:
+                raise UsageError(f"--model {m} matches no registered model (see inferbench list)")
+            out += [name for name in MODELS if name in matched]
+        else:
+            out.append(m)
+    return list(dict.fromkeys(out))
 
 
 def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:

@@ -9,6 +9,7 @@ The chain, in order: :class:`~inferbench.config.RunConfig` + :class:`~inferbench
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -138,7 +139,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
-    from .exporters import EXPORTERS, export_order, job_for, requires
+    from .exporters import EXPORTERS, export_order, job_for, requires, shares_process
     from .exporters import cache as artifact_cache
     from .isolate import run_child
     from .models import get_model
@@ -148,38 +149,73 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     key_inputs = artifact_cache.key_inputs(model, resolution, weights, config.seed)
     folder = artifact_cache.artifact_dir(Path(config.cache_dir), key_inputs)
     runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind, spec)]
-    failed: dict[str, str] = {}
     needed = [fw.artifact_for(spec) for fw in runnable if fw.artifact != "none"]
-    for kind in export_order(needed, spec) if runnable else []:
-        label = f"{model}@{resolution} export {kind}"
-        blocked = [dep for dep in requires(kind, spec) if dep in failed]
-        if blocked:
-            root = failed[blocked[0]]  # name the export that really failed, and why
-            failed[kind] = root if root.startswith("needs the ") else \
-                f"needs the {blocked[0]} export, which failed: {root}"
-            continue
+    label = f"{model}@{resolution} export"
+
+    def made(kind: str) -> bool:
         entry = artifact_cache.cached(folder, kind)
-        sizes = batch_sizes
-        if entry and EXPORTERS[kind].per_batch_size:  # one file per batch size: add the missing ones
-            sizes = tuple(sorted({*entry.get("batch_sizes", ()), *batch_sizes}))
-            entry = entry if set(batch_sizes) <= set(entry.get("batch_sizes", ())) else None
-        if entry:
-            progress.say(label, "cached")
-            continue
-        progress.add(1)
-        t0 = time.monotonic()
-        job = job_for(kind, folder, spec, resolution, weights, config.seed, sizes, key_inputs)
-        res = run_child(job, child_env(config), lambda phase, lb=label: progress.say(lb, phase), config.timeout_s)
-        progress.done += 1
-        if res.ok:
-            notes = ((res.export or {}).get("notes") or []) if progress.verbosity > 0 else []  # for developers
-            progress.result(label, f"exported in {time.monotonic() - t0:.1f}s"
-                            + "".join(f"\n    note: {n}" for n in notes))
-        elif res.usage_error and strict:
-            raise UsageError(res.error)
+        return bool(entry) and (not EXPORTERS[kind].per_batch_size
+                                or set(batch_sizes) <= set(entry.get("batch_sizes", ())))
+
+    todo: list[str] = []
+    for kind in export_order(needed, spec) if runnable else []:
+        if made(kind):
+            progress.say(f"{label} {kind}", "cached")
         else:
-            failed[kind] = str(res.error)
-            progress.result(label, f"FAILED: {res.error}", failure=True)
+            todo.append(kind)
+    shared = [k for k in todo if shares_process(k, spec)]  # first, in one process, where no dependency forbids
+    if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, spec)):
+        todo = shared + [k for k in todo if k not in shared]
+    failed: dict[str, str] = {}
+
+    def blocked(kind: str) -> bool:
+        """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
+        deps = [dep for dep in requires(kind, spec) if dep in failed]
+        if deps:
+            root = failed[deps[0]]
+            failed[kind] = root if root.startswith("needs the ") else \
+                f"needs the {deps[0]} export, which failed: {root}"
+        return bool(deps)
+
+    def job(kind: str) -> Any:
+        sizes = batch_sizes
+        if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
+            sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
+                "batch_sizes", ()), *batch_sizes}))
+        return job_for(kind, folder, spec, resolution, weights, config.seed, sizes, key_inputs)
+
+    alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
+    while todo:
+        kind = todo.pop(0)
+        if blocked(kind):
+            continue
+        chain = [kind]  # the TensorFlow-side exports share one process: TensorFlow is imported once
+        while kind not in alone and shares_process(kind, spec) and todo and todo[0] not in alone \
+                and shares_process(todo[0], spec):
+            nxt = todo.pop(0)
+            if not blocked(nxt):
+                chain.append(nxt)
+        progress.add(len(chain))
+        jobs = [job(k) for k in chain]
+        res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(config),
+                        lambda phase: progress.say(label, phase), config.timeout_s)
+        for i, k in enumerate(chain):
+            progress.done += 1
+            if made(k):
+                entry = artifact_cache.read_manifest(folder)["artifacts"][k]
+                notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
+                progress.result(f"{label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
+                                + "".join(f"\n    note: {n}" for n in notes))
+                continue
+            if res.usage_error and strict:
+                raise UsageError(res.error)
+            failed[k] = str(res.error or "the export process ended without making it")
+            progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
+            rest = chain[i + 1:]  # not attempted: each again on its own (those needing k are blocked then)
+            todo[:0] = rest
+            alone.update(rest)
+            progress.add(-len(rest))
+            break
     return folder, failed
 
 
@@ -202,8 +238,9 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
     spec = get_model(cell.model)
     kind = fw.artifact_for(spec)
     reason = unavailable_reason(fw, config.device.kind, spec)
-    if reason is None and kind in failed_exports:
-        reason = f"export of {kind} failed: {failed_exports[kind]}"
+    for needed in (kind, "reference"):  # every cell's parity needs the reference outputs
+        if reason is None and needed in failed_exports:
+            reason = f"export of {needed} failed: {failed_exports[needed]}"
     return reason
 
 
@@ -222,12 +259,59 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
                 if (reason := cannot_run(config, cell, failed_exports)) is not None}
     runnable = [cell for cell in cells if cell not in outcomes]
+    stats = model_stats(folder)
+    too_big = memory_refusal(stats, len(runnable))
+    if too_big:
+        outcomes.update({cell: ChildResult(ok=False, error=too_big) for cell in runnable})
+        runnable = []
     measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
                              int(nonce, 16), progress.say, config.timeout_s)
     outcomes.update(zip(runnable, measured))
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return [results.Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell])
-            for cell in cells]
+    return [results.Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],
+                              stats) for cell in cells]
+
+
+#: What a worker holds, estimated from the model's weights (fitted on the zoo's records, rounded up: TF workers
+#: 0.7-1.0 GB plus 1.7-2.5 copies of the weights, ONNX Runtime 0.1 GB plus 1.7, OpenVINO 0.1 GB plus 2.9).
+WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
+
+
+def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
+    """Why a group's workers, loaded side by side for its interleaved rounds, would not fit in the memory
+    available now (None: they fit, or one worker, or the model's size is unknown)."""
+    from .environment import memory_total_gb
+
+    available = memory_total_gb("MemAvailable")
+    if workers < 2 or not stats or not available:
+        return None
+    weights_gb = stats["params"] * 4 / 2**30
+    need = workers * (WORKER_BASE_GB + WEIGHT_COPIES * weights_gb)
+    if need <= 0.9 * available:
+        return None
+    return (f"not run: the {workers} frameworks of this group, loaded side by side for interleaved rounds, would "
+            f"hold about {need:.0f} GB ({weights_gb:.1f} GB of weights, about {WEIGHT_COPIES:g} copies each, beside "
+            f"~{WORKER_BASE_GB:g} GB of runtime), more than the {available:.0f} GB available: run fewer frameworks "
+            "at once (--framework) or one at a time (--sequential)")
+
+
+def model_stats(folder: Path) -> dict[str, Any] | None:
+    """The model's parameters and FLOPs, as the Keras export counted them (None: no Keras export)."""
+    from .exporters import cache as artifact_cache
+
+    return (artifact_cache.read_manifest(folder)["artifacts"].get("keras") or {}).get("model_stats")
+
+
+def peak_fp32(config: RunConfig) -> dict[str, Any]:
+    """The device's peak FP32 rate, measured once per machine and thread count (:mod:`inferbench.measure.peak`)."""
+    import socket
+
+    from .environment import cpu_model
+    from .measure.peak import peak_fp32 as measured
+
+    gpu = config.device.gpu
+    key = {"host": socket.gethostname(), "device": gpu.uuid if gpu else cpu_model(), "threads": config.threads}
+    return measured(config.device.kind, key, child_env(config), config.cache_dir)
 
 
 @dataclass
@@ -314,7 +398,7 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
              progress: Progress, strict: bool, objective: str, unwritten: dict[str, str]) -> Executed:
     from .environment import capture
 
-    environment = capture(config.device)
+    environment = {**capture(config.device), "peak_fp32": peak_fp32(config)}
     exports: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
 
     def group_of(cell: CellKey) -> tuple[tuple[str, int], tuple[int, ...]]:
@@ -330,16 +414,18 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in todo:
             group_of(cell)
-    groups: dict[tuple[str, int, int], list[CellKey]] = {}
-    for cell in todo:
-        groups.setdefault((cell.model, cell.resolution, cell.batch_size), []).append(cell)
+    groups: dict[tuple[Any, ...], list[CellKey]] = {}
+    for cell in todo:  # interleaved: a group per model, resolution and batch size; --sequential: a cell each
+        key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if config.sequential else ())
+        groups.setdefault(key, []).append(cell)
     for same in groups.values():
         group, batch_sizes = group_of(same[0])
         folder, failed = exports[group]
         c = same[0]
-        progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
-                        f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
-                        "interleaved rounds")
+        if not config.sequential:
+            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
+                            f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
+                            "interleaved rounds")
         records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress)
         progress.done += len(same)
         for cell, record in zip(same, records):

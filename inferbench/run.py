@@ -50,7 +50,7 @@ def list_everything(out: Any = None, model: Any = None) -> None:
     for spec in MODELS.values():
         tv = f"torchvision.models.{spec.torchvision_builder}" if spec.torchvision_builder \
             else "(no torchvision equivalent)"
-        print(f"  {spec.name:<20} {spec.default_resolution}px  keras.applications.{spec.keras_builder:<18} "
+        print(f"  {spec.name:<20} {spec.default_resolution:>3}px (min {spec.smallest:>2})  {spec.builder_path:<38} "
               f"{tv:<40} [{PREPROCESSING[spec.preprocessing]}]", file=out)
     print(f"\nFrameworks (GPUs found: {len(gpus)}):", file=out)
     for fw in FRAMEWORKS.values():

@@ -19,7 +19,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
 from .config import (
@@ -53,10 +55,10 @@ def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentP
     return p
 
 
-def make_plan(values: dict[str, object]) -> tuple[Plan, dict[str, str]]:
-    """Command-line values over config-file values over defaults -> the checked plan."""
+def make_plan(values: dict[str, object], command: str = "sweep") -> tuple[Plan, dict[str, str]]:
+    """Command-line values over config-file values over ``command``'s defaults -> the checked plan."""
     merged = {**(read_config_file(str(values["config"])) if values.get("config") else {}), **values}
-    merged = with_defaults(merged, "sweep")
+    merged = with_defaults(merged, command)
     built = build(merged)
     return Plan(built.config, built.cells, grid={k: merged[k] for k in GRID}), built.skipped
 
@@ -100,23 +102,30 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.sweep") -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
+    return execute_sweep(given(build_parser(typed(prog)).parse_args(argv)))
+
+
+def execute_sweep(values: dict[str, object], command: str = "sweep",
+                  finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
+    """A new sweep (``values``: the options given, on ``command``'s defaults) or a resumed one (``resume``);
+    ``finish(folder, records)`` runs after the cells (the zoo's matrix)."""
     from .pipeline import folder_lock
 
-    values = given(build_parser(typed(prog)).parse_args(argv))
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_writable(Path(plan.config.cache_dir), "cache dir")
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values))
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
+                        finish)
     else:
-        plan, skipped = make_plan(values)
-        name = str(values.get("name") or time.strftime("sweep-%Y%m%d-%H%M%S"))
+        plan, skipped = make_plan(values, command)
+        name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
         check_writable(Path(plan.config.cache_dir), "cache dir")  # every check before the plan is written
-        out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for("sweep")))
+        out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for(command)))
         check_writable(out_root)
         try:  # created exclusively: no other sweep shares it (a default name is numbered on a clash)
             sweep_dir = new_folder(out_root, name, numbered="name" not in values)
@@ -131,10 +140,12 @@ def _main(argv: list[str] | None, prog: str) -> int:
             except OSError:
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values))
+            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
+                        finish)
 
 
-def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0) -> int:
+def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
+         finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
     from .pipeline import execute
 
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
@@ -142,6 +153,8 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0) -> int:
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
                        verbosity=level)
     print(format_summary(executed.records, objective, terminal_width()))
+    if finish is not None:
+        finish(sweep_dir, executed.records)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
         from .tracking import where

@@ -34,6 +34,9 @@ def export(ctx: Any) -> dict[str, Any]:
     """Stands in for the Keras exporter: writes the 'model' and the reference inputs and logits."""
     from inferbench.exporters import PARITY_INPUTS
 
+    if os.environ.get("FAKE_EXPORT_LOG"):  # the process each export ran in, for the tests
+        with open(os.environ["FAKE_EXPORT_LOG"], "a") as log:
+            log.write(f"keras {os.getpid()}\n")
     weights = np.random.default_rng(ctx.seed).normal(0, 1, (48, 10)).astype(np.float32)
     (ctx.folder / "keras").mkdir(parents=True, exist_ok=True)
     np.savez(ctx.folder / WEIGHTS, weights=weights)

@@ -3,6 +3,7 @@ each timed batch."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,11 @@ from inferbench.models import get_model, make_inputs
 
 
 def export(ctx: Any) -> dict[str, Any]:
+    if os.environ.get("FAKE_EXPORT_LOG"):  # the process each export ran in, for the tests
+        with open(os.environ["FAKE_EXPORT_LOG"], "a") as log:
+            log.write(f"reference {os.getpid()}\n")
+    if os.environ.get("FAKE_REFERENCE_FAILS"):
+        raise RuntimeError("the fake reference export failed")
     weights = np.load(ctx.folder / WEIGHTS)["weights"]
     for bs in ctx.batch_sizes:
         batch = make_inputs(get_model(ctx.model), bs, ctx.resolution, ctx.seed + 3)

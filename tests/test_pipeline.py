@@ -89,6 +89,24 @@ def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, 
     assert len({r["timing"]["group"] for r in recs}) == 1 and recs[0]["timing"]["group_cells"] == 3
 
 
+def test_a_models_exports_share_one_process_and_a_failure_fails_its_own(fakes, tmp_path, monkeypatch, capsys):
+    log = tmp_path / "exports.log"
+    monkeypatch.setenv("FAKE_EXPORT_LOG", str(log))
+    assert _run(tmp_path, "--framework", "fake") == 0
+    (keras, pid1), (reference, pid2) = (line.split() for line in log.read_text().splitlines())
+    assert (keras, reference) == ("keras", "reference") and pid1 == pid2  # one process for both
+    assert "export reference  exported in" in capsys.readouterr().err
+    # a failure in the shared process: what was made before it stays made, the failure is the cell's reason
+    log.unlink()
+    monkeypatch.setenv("FAKE_REFERENCE_FAILS", "1")
+    assert _run(tmp_path, "--framework", "fake", "--seed", "1") == 1
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["keras", "reference"]
+    (rec,) = [r for r in results.iter_records(tmp_path / "out")[0] if r["config"]["seed"] == 1]
+    assert rec["status"] == "failed" and "the fake reference export failed" in rec["error"]
+    err = capsys.readouterr().err
+    assert "export keras  exported in" in err and "export reference  FAILED: RuntimeError: the fake reference" in err
+
+
 def test_a_worker_that_dies_mid_rounds_fails_alone(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-dies", "--min-iterations", "80") == 1
     df = results.load(tmp_path / "out").set_index("framework")
@@ -344,3 +362,17 @@ def test_two_runs_in_the_same_second_get_two_folders(fakes, tmp_path, monkeypatc
     folders = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert folders == ["20260101-000000_mobilenet_v3_small_32_cpu", "20260101-000000_mobilenet_v3_small_32_cpu-2"]
     assert [len(list((tmp_path / "out" / f).glob("*_fake.json"))) for f in folders] == [1, 1]
+
+
+def test_a_group_too_big_to_load_side_by_side_is_refused_before_loading(monkeypatch):
+    """ConvNeXt-XLarge's 1.4 GB of weights in ten frameworks at once would not fit in 24 GB: its cells fail with
+    the reason and the way out, before any worker loads; one framework at a time (--sequential) goes ahead."""
+    from inferbench import environment
+    from inferbench.pipeline import memory_refusal
+
+    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 22.0)
+    why = memory_refusal({"params": 350_000_000}, 10)
+    assert why and "about 49 GB" in why and "22 GB available" in why and "--sequential" in why
+    assert memory_refusal({"params": 350_000_000}, 1) is None  # one worker: nothing side by side
+    assert memory_refusal({"params": 5_500_000}, 10) is None  # MobileNetV3-Large: 10 x ~1.1 GB
+    assert memory_refusal(None, 10) is None  # a model file without a Keras graph: size unknown

@@ -1,0 +1,226 @@
+"""``inferbench zoo``: every registered model through every framework that can run here, briefly (parity plus
+a short timing), and a support matrix of the outcome: ``matrix.md`` and ``matrix.csv``.
+
+    inferbench zoo                                   # every model, each at its own resolution
+    inferbench zoo --model 'efficientnet*' --resolution 96
+    inferbench zoo --resume benchmark_results/zoo/zoo-20261125-090000
+
+A zoo is a sweep (its plan in ``sweep.json``, a record per cell, resumable after any interruption) whose
+cells run one at a time (``--sequential``: one framework loaded at a time, so that the biggest models fit),
+with a short timing by default. Each (model, framework) pair of the matrix is one of: passed (with its
+max error relative to max |reference|), failed parity (the numbers), failed (the error), unverified (a
+torchvision twin on its own weights: outputs only checked to be finite and non-degenerate), unsupported
+(the reason: no torchvision twin, no weight port, a model file's format) or not run here (not installed,
+needs a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .cli import Parser, guarded, typed
+from .config import add_options, given
+from .results import atomic_write_text
+
+MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
+                  "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
+#: One mark per status in the Markdown matrix.
+MARKS = {"passed": "✓", "failed parity": "✗", "failed": "!", "unverified": "~", "unsupported": "—",
+         "not run here": "·", "not run yet": "?"}
+
+
+def build_parser(prog: str = "python -m inferbench.zoo") -> argparse.ArgumentParser:
+    p = Parser(prog=prog, description="Run every registered model (or those --model names or matches) through every "
+               "framework that can run here: export, parity on the reference inputs and the timed batch, a short "
+               "timing. Writes a support matrix (matrix.md, matrix.csv) beside the records; resumable like a sweep.",
+               examples=[f"{prog}                                        # every model at its own resolution",
+                         f"{prog} --model 'efficientnet*,vit_b_16' --resolution 96",
+                         f"{prog} --resume benchmark_results/zoo/zoo-20261125-090000"])
+    add_options(p, "zoo")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "inferbench.zoo") -> int:
+    return guarded(prog, lambda a: _main(a, prog), argv, "finish it with --resume (completed cells are kept)")
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    from .sweep import execute_sweep
+
+    values = given(build_parser(typed(prog)).parse_args(argv))
+    if "resume" not in values:
+        values["sequential"] = True  # one framework loaded at a time: the biggest models fit, nothing is compared
+    return execute_sweep(values, "zoo", finish=write_matrix)
+
+
+# --------------------------------------------------------------------------- the matrix
+def _short(text: str | None, limit: int = 160) -> str:
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _export_seconds(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Per model, the seconds its exports took (every kind in its artifact folder's manifest, when made)."""
+    from .exporters import cache as artifact_cache
+
+    out: dict[str, float] = {}
+    for r in records:
+        folder = (r.get("config") or {}).get("artifact_dir")
+        if r["model"] in out or not folder:
+            continue
+        artifacts = artifact_cache.read_manifest(Path(folder)).get("artifacts", {})
+        if artifacts:
+            out[r["model"]] = round(sum(float(a.get("export_s") or 0.0) for a in artifacts.values()), 1)
+    return out
+
+
+def matrix_rows(plan: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (model of the plan, framework): its outcome. The frameworks are those the plan names, or with
+    a set ('all', 'best'), every framework of the registry on the plan's device."""
+    from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
+    from .models import get_model
+
+    device = plan.config.device.kind
+    asked = plan.grid.get("frameworks") or ["all"]
+    columns = [k for k, fw in FRAMEWORKS.items() if device in fw.devices
+               and (k in asked or any(s in SETS and in_set(fw, s, device) for s in asked))]
+    by_cell = {(r["model"], r["framework"]): r for r in records}
+    exports = _export_seconds(records)
+    models = list(dict.fromkeys(c.model for c in plan.cells))
+    resolution = {c.model: c.resolution for c in plan.cells}
+    rows = []
+    for model in models:
+        spec = get_model(model)
+        stats = next((r.get("model_stats") for r in records if r["model"] == model and r.get("model_stats")), None)
+        for key in columns:
+            fw = FRAMEWORKS[key]
+            row: dict[str, Any] = {
+                "model": model, "family": spec.family, "resolution": resolution[model],
+                "params": stats["params"] if stats else None,
+                "gflop_per_image": round(stats["flops_per_image"] / 1e9, 4) if stats else None,
+                "export_s": exports.get(model), "framework": key}
+            r = by_cell.get((model, key))
+            if r is not None:
+                row.update(_outcome(r, stats))
+            elif (why := fw.unsupported(spec)) is not None:
+                row.update(status="unsupported", reason=why)
+            elif (why := unavailable_reason(fw, device, spec)) is not None:
+                row.update(status="not run here", reason=why)
+            else:
+                row.update(status="not run yet", reason="")
+            rows.append({c: row.get(c) for c in MATRIX_COLUMNS})
+    return rows
+
+
+def _outcome(r: dict[str, Any], stats: dict[str, Any] | None) -> dict[str, Any]:
+    lat, parity = r.get("latency_ms") or {}, r["parity"]
+    out: dict[str, Any] = {"max_rel_err": parity.get("max_rel_err"), "cosine": parity.get("cosine"),
+                           "top1_agreement": parity.get("top1_agreement"), "p50_ms": lat.get("p50"),
+                           "throughput_per_s": r.get("throughput_per_s")}
+    if stats and r.get("throughput_per_s"):
+        out["gflop_per_s"] = round(r["throughput_per_s"] * stats["flops_per_image"] / 1e9, 2)
+    if r["status"] != "ok":
+        return {**out, "status": "failed", "reason": _short(r.get("error"))}
+    if parity["status"] == "passed":
+        return {**out, "status": "passed", "reason": ""}
+    if parity["status"] == "failed":
+        numbers = f"max_rel_err {parity.get('max_rel_err'):.3g}, cosine {parity.get('cosine'):.6f}, top-1 " \
+            f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
+        return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
+    return {**out, "status": "unverified", "reason": "own weights (no Keras weight port): outputs not compared"}
+
+
+def _cell_text(row: dict[str, Any]) -> str:
+    mark = MARKS[row["status"]]
+    if row["status"] in ("passed", "failed parity") and row["max_rel_err"] is not None:
+        return f"{mark} {row['max_rel_err']:.0e}"
+    return mark
+
+
+def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str, Any] | None) -> str:
+    from .frameworks import FRAMEWORKS
+
+    frameworks = [k for k in FRAMEWORKS if any(r["framework"] == k for r in rows)]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    cell = {(r["model"], r["framework"]): r for r in rows}
+    counts = {s: sum(r["status"] == s for r in rows) for s in MARKS}
+    tried = sum(counts[s] for s in ("passed", "failed parity", "failed", "unverified"))
+    env = environment or {}
+    t = plan.config.timing
+    device = (env.get("gpu") or {}).get("name") or (env.get("cpu") or {}).get("model") or plan.config.device.kind
+    lines = [
+        "# Support matrix",
+        "",
+        f"Every registered model through every framework that runs on this device: {device}, "
+        f"{plan.config.threads} threads, {env.get('memory_gb', '?')} GB "
+        f"({env.get('hostname', '?')}; inferbench {__version__}, {time.strftime('%Y-%m-%d')}). "
+        f"Batch 1; each model at the resolution in its row; parity against the Keras reference on 16 seeded "
+        f"inputs and on the timed batch; a short timing ({t.min_duration_s:g} s, {t.rounds} round(s), one framework "
+        "loaded at a time): for orientation, not a benchmark.",
+        "",
+        f"**{counts['passed']} of {tried} (model, framework) pairs that ran pass parity**; "
+        f"{counts['failed parity']} fail parity, {counts['failed']} fail to run, {counts['unverified']} run "
+        f"unverified (own weights); {counts['unsupported']} pairs are unsupported"
+        + (f", {counts['not run here']} not run here" if counts["not run here"] else "")
+        + (f", {counts['not run yet']} not run yet" if counts["not run yet"] else "") + ".",
+        "",
+        "Marks: " + ", ".join(f"{m} {s}" for s, m in MARKS.items()) + ". The number is the largest error relative "
+        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1). GFLOP: per image, counted "
+        "from the Keras graph; export s: every artifact of the model, exported once and shared by its frameworks.",
+        "",
+        "| model | px | params | GFLOP | export s | " + " | ".join(frameworks) + " |",
+        "|---|---:|---:|---:|---:|" + "---|" * len(frameworks),
+    ]
+    for model in models:
+        first = cell[(model, frameworks[0])] if frameworks else {}
+        params = f"{first['params'] / 1e6:.1f}M" if first.get("params") else "-"
+        gflop = f"{first['gflop_per_image']:.3g}" if first.get("gflop_per_image") is not None else "-"
+        export = f"{first['export_s']:.0f}" if first.get("export_s") is not None else "-"
+        lines.append(f"| {model} | {first.get('resolution', '')} | {params} | {gflop} | {export} | "
+                     + " | ".join(_cell_text(cell[(model, k)]) for k in frameworks) + " |")
+    problems = [r for r in rows if r["status"] in ("failed parity", "failed")]
+    lines += ["", "## What fails, and why", ""]
+    lines += [f"- {r['model']} × {r['framework']}: {r['status']}: {r['reason']}" for r in problems] or ["- nothing"]
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        if r["status"] in ("unsupported", "not run here"):
+            reasons.setdefault(f"{r['framework']}: {_generic(r['reason'], r['model'])}", []).append(r["model"])
+    lines += ["", "## Unsupported or not run here, and why", ""]
+    lines += [f"- {why} ({len(ms)} model{'s' if len(ms) > 1 else ''}: {', '.join(ms)})"
+              for why, ms in reasons.items()] or ["- nothing"]
+    return "\n".join(lines) + "\n"
+
+
+def _generic(reason: str, model: str) -> str:
+    """A reason with its model's name taken out, so that one line covers every model it applies to."""
+    return reason.replace(f"of {model}", "of the model").replace(f"for {model}", "for the model")
+
+
+def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
+    """``matrix.csv`` and ``matrix.md`` in a zoo folder, from its plan and records (the sweep's finish step)."""
+    from .config import Plan
+    from .sweep import PLAN
+
+    plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))
+    rows = matrix_rows(plan, records)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=MATRIX_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(folder / "matrix.csv", buffer.getvalue())
+    environment = next((r.get("environment") for r in records if r.get("environment")), None)
+    atomic_write_text(folder / "matrix.md", render_markdown(plan, rows, environment))
+    passed = sum(r["status"] == "passed" for r in rows)
+    print(f"\nsupport matrix: {folder / 'matrix.md'} ({passed} pairs pass parity; matrix.csv has every pair)",
+          file=sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
