@@ -45,7 +45,10 @@ def _md_table(df: Any, floatfmt: str = ".3g") -> str:
         cells = []
         for c in cols:
             v = row[c]
-            cells.append(format(v, floatfmt) if isinstance(v, float) else str(v))
+            if isinstance(v, float):
+                cells.append(f"{v:,.0f}" if abs(v) >= 1000 else format(v, floatfmt))
+            else:
+                cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -130,6 +133,9 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                               "graph_vs_eager", "xla_vs_graph", "xla_vs_eager"]]), ""]
     figure("xla_steps.png", plots.xla_steps(df), "eager→graph→XLA speedups")
 
+    if df["model"].nunique() > 1:
+        md += _across_models(df, ref, figure)
+
     md += ["## Pareto frontier and podiums", ""]
     figure("pareto.png", plots.pareto(df), "latency vs throughput, Pareto frontier")
     good = analysis.latest(df[df["ranked"]])
@@ -202,6 +208,78 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     return path
+
+
+def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
+    """The seed project's XLA report across models, from these records: XLA's gain per model and resolution over
+    graph mode and over eager, its podiums, the fastest models, throughput against FLOPs; and, when published
+    figures were asked for, how they compare."""
+    from . import analysis
+    from .analysis import plots
+
+    md = ["## Across models: XLA, podiums and the machine's limit", "",
+          "The seed project (keras-xla-benchmarks) reported XLA's gain over *eager* execution; here the gain over "
+          "graph mode (`tf` → `tfxla`, the SavedModel's serving function with and without `jit_compile`) is the "
+          "headline, with its 95% interval paired within rounds, and the gain over eager (`keras-eager` → `tfxla`) "
+          "is shown beside it for comparison with theirs.", ""]
+    figure("xla_gain_by_model.png", plots.xla_gain_by_model(df), "XLA's speedup per model, over graph mode and "
+           "over eager")
+    dec = analysis.xla_decomposition(df)
+    if not dec.empty:
+        tf_path = dec[dec["path"] == "tf"].sort_values(["device_name", "resolution", "batch_size", "xla_vs_graph"],
+                                                      ascending=[True, True, True, False])
+        if not tf_path.empty:
+            shown = tf_path.assign(
+                xla_vs_graph_ci=[f"{v:.2f}" + (f" [{c[0]:.2f}, {c[1]:.2f}]" if isinstance(c, list) else "")
+                                 for v, c in zip(tf_path["xla_vs_graph"], tf_path["xla_vs_graph_ci95"])])
+            faster = int((tf_path["xla_vs_graph_significant"].fillna(False) & (tf_path["xla_vs_graph"] > 1)).sum())
+            slower = int((tf_path["xla_vs_graph_significant"].fillna(False) & (tf_path["xla_vs_graph"] < 1)).sum())
+            md += [f"XLA over graph mode: significantly faster in {faster} and significantly slower in {slower} of "
+                   f"{len(tf_path)} (model, resolution) cells; over eager it is faster in "
+                   f"{int((tf_path['xla_vs_eager'] > 1).sum())}. `graph_has_xla`: Keras 3 on TensorFlow compiles "
+                   "grouped convolutions with XLA even in graph mode (TensorFlow's CPU kernels lack them), so for "
+                   "these models (ConvNeXt, RegNet) `tf` is partly XLA already and the step measures the rest.", "",
+                   _md_table(shown[["device_name", "model", "resolution", "batch_size", "eager_ms", "graph_ms",
+                                    "xla_ms", "xla_vs_graph_ci", "xla_vs_eager", "graph_has_xla"]].rename(
+                       columns={"xla_vs_graph_ci": "XLA vs graph [95% CI]", "xla_vs_eager": "XLA vs eager"})), ""]
+    for name, pod in analysis.xla_podiums(df).items():
+        md += [f"**Podium: {name}** (top 3 models per device, resolution and batch size; `tf` → `tfxla`)", "",
+               _md_table(pod), ""]
+    fastest = analysis.fastest_models(df)
+    if not fastest.empty:
+        md += ["**Fastest models** per device, resolution and batch size (each on its fastest verified framework; "
+               "fraction_of_peak: achieved GFLOP/s over the device's measured peak FP32 matrix-product rate)", "",
+               _md_table(fastest), ""]
+    if df["gflop_per_image"].notna().any():
+        figure("throughput_vs_flops.png", plots.throughput_vs_flops(df), "throughput against GFLOP per image, with "
+               "the measured peak FP32 rate")
+    else:
+        md += ["*No FLOP counts in these records (they come before schema 4): no throughput-against-FLOPs figure.*",
+               ""]
+    if ref is not None:
+        md += _published_models(df, ref)
+    return md
+
+
+def _published_models(df: Any, ref: Any) -> list[str]:
+    """Where these records agree and differ with keras-xla-benchmarks' published GPU figures (XLA on, batch 4)."""
+    from . import analysis
+
+    published = ref[ref["source"].str.contains("keras-xla", case=False) & ref["model"].notna()][
+        ["model", "resolution", "device_name", "throughput", "gflops"]]
+    ours = analysis.latest(df[df["ranked"] & (df["framework"] == "tfxla")])[
+        ["model", "resolution", "batch_size", "throughput", "gflop_per_image"]]
+    both = ours.merge(published, on=["model", "resolution"], suffixes=("", "_published"))
+    if both.empty:
+        return ["*Published keras-xla-benchmarks figures: none for the models and resolutions of these records.*",
+                ""]
+    table = both.assign(our_gflop=both["gflop_per_image"], published_gmac=both["gflops"],
+                        flop_ratio=both["gflop_per_image"] / both["gflops"])[
+        ["model", "resolution", "device_name", "throughput_published", "batch_size", "throughput",
+         "our_gflop", "published_gmac", "flop_ratio"]].rename(columns={"device_name": "published_gpu"})
+    return ["**Beside the published GPU figures** (keras-xla-benchmarks, XLA on, batch 4, external: not our "
+            "measurements). Their FLOPs column counts multiply-adds, ours FLOPs (2 per multiply-add): a ratio near "
+            "2 means both count the same network.", "", _md_table(table), ""]
 
 
 def _main(argv: list[str] | None, prog: str) -> int:

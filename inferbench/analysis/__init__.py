@@ -57,25 +57,76 @@ def compare(df: pd.DataFrame, a: str, b: str, **where: Any) -> str:
 
 
 def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
-    """Eager -> graph -> XLA speedups per model, resolution, batch size and device (p50 latency ratios).
+    """Eager -> graph -> XLA speedups per model, resolution, batch size and device (p50 latency ratios, > 1 is
+    faster), with the 95% interval of the XLA steps, paired within rounds where the cells were interleaved.
 
     The seeds compared XLA with *eager* execution and called it "XLA off"; here the graph step and
     the XLA step are separate columns, so the part of the gain that is just leaving eager mode shows.
+    ``xla_vs_graph_significant`` is False where the interval contains 1.
     """
+    from ..ranking import comparison
+
     rows = []
     good = latest(df[df["ranked"]])
-    for (device, cell, bs), g in good.groupby(["device_name", "cell", "batch_size"]):
-        p50 = dict(zip(g["framework"], g["p50_ms"]))
+    for (device, model, res, bs), g in good.groupby(["device_name", "model", "resolution", "batch_size"]):
+        by = {r["framework"]: r for _, r in g.iterrows()}
         for family, (eager, graph, xla) in XLA_STEPS.items():
-            if not {eager, graph, xla} <= set(p50):
+            if not {eager, graph, xla} <= set(by):
                 continue
-            rows.append({
-                "device_name": device, "cell": cell, "batch_size": bs, "path": family,
-                "eager_ms": p50[eager], "graph_ms": p50[graph], "xla_ms": p50[xla],
-                "graph_vs_eager": p50[eager] / p50[graph], "xla_vs_graph": p50[graph] / p50[xla],
-                "xla_vs_eager": p50[eager] / p50[xla],
-            })
+            p50 = {k: by[k]["p50_ms"] for k in (eager, graph, xla)}
+            row = {"device_name": device, "model": model, "resolution": res, "cell": f"{model}@{res}",
+                   "batch_size": bs, "path": family, "eager_ms": p50[eager], "graph_ms": p50[graph],
+                   "xla_ms": p50[xla], "graph_vs_eager": p50[eager] / p50[graph],
+                   "xla_vs_graph": p50[graph] / p50[xla], "xla_vs_eager": p50[eager] / p50[xla],
+                   "xla_throughput": by[xla]["throughput"], "graph_throughput": by[graph]["throughput"],
+                   "eager_throughput": by[eager]["throughput"],
+                   # Keras 3 on TensorFlow runs grouped convolutions through XLA even outside jit_compile
+                   "graph_has_xla": bool((by[graph].get("model_stats.grouped_convolutions") or 0) > 0)}
+            for base, name in ((graph, "graph"), (eager, "eager")):
+                cmp = comparison(by[xla], by[base])  # XLA's latency over the baseline's: speedup = 1 / ratio
+                ci = cmp["ci95"]
+                row[f"xla_vs_{name}_ci95"] = [1 / ci[1], 1 / ci[0]] if ci else None
+                row[f"xla_vs_{name}_significant"] = cmp["significant"]
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+def xla_podiums(df: pd.DataFrame, path: str = "tf", top: int = 3) -> dict[str, pd.DataFrame]:
+    """The seed project's podiums, across models, per device, resolution and batch size, on one XLA path
+    (``tf``: tf -> tfxla; ``keras``: keras -> kerasxla): the highest XLA throughput, the largest absolute
+    speedup (samples/s gained over graph mode) and the largest speedup in percent (over graph mode, and
+    over eager as the seed measured it). Verified cells only."""
+    dec = xla_decomposition(df)
+    if dec.empty or path not in set(dec["path"]):
+        return {}
+    dec = dec[dec["path"] == path].assign(
+        gain_per_s=lambda d: d["xla_throughput"] - d["graph_throughput"],
+        gain_pct=lambda d: 100 * (d["xla_vs_graph"] - 1), gain_vs_eager_pct=lambda d: 100 * (d["xla_vs_eager"] - 1))
+    keys = ["device_name", "resolution", "batch_size"]
+    out = {}
+    for name, metric in (("XLA throughput", "xla_throughput"), ("absolute speedup over graph", "gain_per_s"),
+                         ("speedup % over graph", "gain_pct"), ("speedup % over eager (the seed's)",
+                                                               "gain_vs_eager_pct")):
+        best = dec.sort_values(metric, ascending=False).groupby(keys).head(top)
+        out[name] = best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False])[
+            [*keys, "model", metric, "xla_vs_graph_significant"]]
+    return out
+
+
+def fastest_models(df: pd.DataFrame, top: int = 3) -> pd.DataFrame:
+    """Per device, resolution and batch size: the models (each on its fastest verified framework) with the
+    highest throughput, with their GFLOP per image and achieved GFLOP/s."""
+    good = latest(df[df["ranked"]])
+    if good.empty:
+        return good
+    best = good.sort_values("throughput", ascending=False).groupby(
+        ["device_name", "resolution", "batch_size", "model"]).head(1)
+    best = best.sort_values("throughput", ascending=False).groupby(
+        ["device_name", "resolution", "batch_size"]).head(top)
+    return best.sort_values(["device_name", "resolution", "batch_size", "throughput"],
+                            ascending=[True, True, True, False])[
+        ["device_name", "resolution", "batch_size", "model", "framework", "throughput", "gflop_per_image",
+         "gflop_per_s", "fraction_of_peak"]]
 
 
 def pareto_front(df: pd.DataFrame, x: str = "p50_ms", y: str = "throughput", minimize_x: bool = True) -> pd.DataFrame:
@@ -146,5 +197,5 @@ def normalise(df: pd.DataFrame, baseline: str, column: str = "throughput") -> pd
 
 from .reference import load_reference  # noqa: E402  (re-exported)
 
-__all__ = ["ENERGY_J_PER_INF", "load", "tidy", "latest", "compare", "xla_decomposition", "pareto_front", "podiums",
-           "linear_fit", "normalise", "has_energy", "load_reference"]
+__all__ = ["ENERGY_J_PER_INF", "load", "tidy", "latest", "compare", "xla_decomposition", "xla_podiums",
+           "fastest_models", "pareto_front", "podiums", "linear_fit", "normalise", "has_energy", "load_reference"]

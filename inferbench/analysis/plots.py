@@ -332,3 +332,72 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                         else ""))
         ax.grid(alpha=0.3, axis="x")
     return _finish(fig)
+
+
+def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
+    """How close each model comes to the machine's limit: throughput against GFLOP per image (log-log), one
+    panel per device and batch size, one colour per framework, each model on its fastest verified
+    framework marked by name; the diagonals are constant achieved rates: the device's measured peak FP32
+    rate, and 10% and 1% of it."""
+    good = latest(df[df["ranked"] & df["gflop_per_image"].notna()])
+    if good["model"].nunique() < 2:
+        return None
+    panels = list(good.groupby(["device_name", "batch_size"]))
+    fig, axes = _grid(len(panels), width=6.5, height=5.0)
+    handles: dict[str, Any] = {}
+    for ax, ((device, bs), g) in zip(axes.flat, panels):
+        for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
+            handles.setdefault(fw, ax.scatter(gf["gflop_per_image"], gf["throughput"], color=_color(fw), s=18,
+                                              alpha=0.8, zorder=3))
+        best = g.sort_values("throughput", ascending=False).groupby(["model", "resolution"]).head(1)
+        for _, r in best.iterrows():
+            ax.annotate(f"{r['model']}@{r['resolution']}", (r["gflop_per_image"], r["throughput"]), fontsize=SMALL,
+                        xytext=(3, 2), textcoords="offset points", alpha=0.8)
+        peak = pd.to_numeric(g.get("environment.peak_fp32.gflops"), errors="coerce").max()
+        x = np.geomspace(g["gflop_per_image"].min() / 1.5, g["gflop_per_image"].max() * 1.5, 50)
+        if peak == peak:  # measured on this device
+            for share, style in ((1.0, "-"), (0.1, "--"), (0.01, ":")):
+                handles.setdefault(f"{share:.0%} of the measured peak ({peak:.0f} GFLOP/s)" if share == 1 else
+                                   f"{share:.0%} of the peak", ax.plot(x, share * peak / x, style, color="grey",
+                                                                       lw=0.8)[0])
+        _log(ax, "x")
+        _log(ax, "y")
+        ax.set_xlabel("GFLOP per image (counted from the Keras graph)")
+        ax.set_ylabel("samples / s (higher is better)")
+        ax.set_title(f"throughput vs model size, batch {bs}\n{device}")
+        ax.grid(alpha=0.3)
+    return _finish(fig, handles)
+
+
+def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
+    """XLA's speedup per model, over graph mode (with its 95% interval, paired within rounds) and over eager
+    execution (the seed project's "XLA off"), a dot chart per device, batch size and resolution; > 1 is faster."""
+    dec = xla_decomposition(df)
+    dec = dec[dec["path"] == path] if not dec.empty else dec
+    if dec.empty or dec["model"].nunique() < 2:
+        return None
+    panels = list(dec.groupby(["device_name", "batch_size", "resolution"]))
+    rows = max(len(g) for _, g in panels)
+    fig, axes = _grid(len(panels), width=5.5, height=max(2.5, 0.24 * rows + 1.5))
+    steps = {"xla_vs_graph": ("XLA over graph mode (95% CI)", "o", "C3"),
+             "xla_vs_eager": ("XLA over eager (the seed's 'XLA off')", "^", "C0")}
+    for ax, ((device, bs, res), g) in zip(axes.flat, panels):
+        g = g.sort_values("xla_vs_graph")
+        y = np.arange(len(g))
+        for column, (_, marker, color) in steps.items():
+            err = None
+            if column == "xla_vs_graph" and g["xla_vs_graph_ci95"].notna().any():
+                ci = [c if isinstance(c, list) else [v, v] for c, v in zip(g["xla_vs_graph_ci95"], g[column])]
+                err = np.abs(np.array(ci).T - g[column].to_numpy())
+            ax.errorbar(g[column], y, xerr=err, fmt=marker, color=color, ms=4, lw=1, capsize=2)
+        ax.axvline(1.0, color="k", lw=0.8)
+        _log(ax, "x")
+        ax.set_yticks(y)
+        ax.set_yticklabels(g["model"])
+        ax.set_ylim(-0.5, len(g) - 0.5)
+        ax.set_xlabel("speedup, p50 latency ratio (log; > 1: XLA is faster)")
+        graph, xla = ("tf", "tfxla") if path == "tf" else ("keras", "kerasxla")
+        ax.set_title(f"XLA gain per model: {xla} vs {graph} and vs keras-eager\n{res} px, batch {bs}, {device}")
+        ax.grid(alpha=0.3, axis="x")
+    handles = {label: Line2D([], [], marker=m, ls="", color=c) for label, m, c in steps.values()}
+    return _finish(fig, handles)

@@ -49,12 +49,22 @@ def _perfacct(folder: Path) -> pd.DataFrame:
     })
 
 
+#: keras-xla-benchmarks' model labels -> inferbench's registry names (their "regnetx_016" is RegNetX002 in
+#: their code, see reference_data/README.md).
+_XLA_KERAS_MODELS = {"mobilenet_v1": "mobilenet", "regnetx_016": "regnetx_002", "xception": "xception",
+                     "inception_v3": "inception_v3", "nasnet_large": "nasnet_large",
+                     **{f"efficient_b{i}": f"efficientnet_b{i}" for i in range(8)},
+                     **{f"efficient_{v}_v2": f"efficientnet_v2_{v}" for v in ("b0", "b1", "b2", "b3", "s", "m", "l")}}
+
+
 def _xla_keras(path: Path) -> pd.DataFrame:
     raw = pd.read_csv(path)
     return pd.DataFrame({
         "source": "external: keras-xla-benchmarks (sayakpaul/keras-xla-benchmarks@2a15c02)",
         "device_name": raw["gpu"].astype(str),
-        "model": raw["model_variant"],
+        "model": raw["model_variant"].map(lambda m: _XLA_KERAS_MODELS.get(m, m)),
+        "gflops": raw["gflops"].astype(float),  # their FLOPs column: giga multiply-adds
+        "params_million": raw["params_million"].astype(float),
         "resolution": raw["resolution"].astype(int),
         "batch_size": raw["batch_size"].astype(int),
         "framework_published": "tf.function(jit_compile=True)",
