@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, guarded, typed
+from .cli import Parser, check_writable, guarded, typed
 from .config import non_negative_float
 from .errors import UsageError
 from .results import write_csv
@@ -105,6 +105,11 @@ def _main(argv: list[str] | None, prog: str) -> int:
     from .results import load
 
     args = build_parser(typed(prog)).parse_args(argv)
+    if args.csv:  # bad input, not a regression: exit 2 before anything is read (exit 1 means "regressed")
+        csv_path = Path(args.csv)
+        if csv_path.is_dir():
+            raise UsageError(f"--csv {args.csv} is a folder: name the file to write")
+        check_writable(csv_path.parent if str(csv_path.parent) else Path("."), "--csv folder")
     old, new = load(args.old), load(args.new)
     rows, notes = compare_frames(old, new, args.fail_above)
     if not rows:

@@ -68,6 +68,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
         raise UsageError(f"no successful measurement among the {len(df)} records (e.g. {first}): nothing to report")
     ref = analysis.load_reference(reference_dir) if use_reference else None
+    norm = analysis.normalise(df[df["ranked"]], normalise_to) if normalise_to else None  # an unknown one: exit 2
     check_writable(out)  # only once the inputs are known to be good
     md: list[str] = ["# inferbench report", ""]
     pending: list[tuple[str, Any]] = []  # figures are saved once the whole report is known to be good
@@ -162,7 +163,11 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         pairs += [(x, y) for x, y in (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"),
                                       ("torch-inductor", "torch-native"))
                   if {x, y} <= {r["framework"] for r in ranked}]
-        for a, b in dict.fromkeys(pairs):
+        said: set[frozenset[str]] = set()
+        for a, b in pairs:
+            if frozenset((a, b)) in said:  # the top two may also be a pair of the list: say it once
+                continue
+            said.add(frozenset((a, b)))
             where = {"device_name": device, "cell": cell, "batch_size": bs, "precision": precision}
             md.append(f"- {cell} bs{bs} {precision} on {device}: {analysis.compare(df, a, b, **where)}")
     md.append("")
@@ -180,8 +185,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
             md += [_md_table(fits), ""]
 
     md += ["## Across devices", ""]
-    if normalise_to:
-        norm = analysis.normalise(df[df["ranked"]], normalise_to)
+    if norm is not None:
         col = f"throughput_vs_{normalise_to}"
         md += [f"Throughput relative to `{normalise_to}` on the same device, cell and batch:", "",
                _md_table(norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]

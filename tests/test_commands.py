@@ -151,6 +151,9 @@ def test_compare_refuses_folders_with_nothing_in_common(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no cell in common" in err[0] and "(Test CPU)" in err[0] and "(Other CPU)" in err[0]
     assert inferbench(["compare", str(old), str(tmp_path / "missing")]) == 2
+    capsys.readouterr()
+    assert inferbench(["compare", str(old), str(old), "--csv", str(tmp_path)]) == 2  # a folder: bad input, not exit 1
+    assert "is a folder" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the answer first
