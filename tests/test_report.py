@@ -224,3 +224,61 @@ def test_figures_follow_the_rules():
     assert not fits["drawn"].iloc[0] and fits["r2"].iloc[0] < 0.5
     assert not fig.axes[0].get_lines()  # no line for a fit that explains nothing
     assert "no line" in fig.axes[0].get_legend().get_texts()[0].get_text()
+
+
+def _zoo_records(folder: Path) -> None:
+    """Three models x eager/graph/XLA, measured in 6 interleaved rounds: XLA faster than graph on the big
+    model, slower on the small one, within the noise on the middle one."""
+    from test_results import make_record
+
+    from inferbench import results
+    from inferbench.measure.stats import summarize
+
+    rounds = [r for r in range(6) for _ in range(10)]
+    noise = [1 + 0.01 * ((7 * i) % 5) for i in range(60)]
+    for model, flops, p50s in (("resnet50", 8e9, {"keras-eager": 90.0, "tf": 20.0, "tfxla": 12.0}),
+                               ("mobilenet", 1.1e9, {"keras-eager": 30.0, "tf": 4.0, "tfxla": 9.0}),
+                               ("densenet121", 5.7e9, {"keras-eager": 60.0, "tf": 15.0, "tfxla": 15.0})):
+        for fw, p50 in p50s.items():
+            lat = [p50 * n for n in noise]
+            results.write_record(folder, make_record(
+                fw, model=model, latency_ms=summarize(lat), raw_latencies_ms=lat, raw_rounds=rounds,
+                throughput_per_s=1000 / p50, timing={"group": f"g/{model}"}, run_id="zoo",
+                model_stats={"params": 1, "flops_per_image": int(flops), "flops_method": "test",
+                             "grouped_convolutions": 0},
+                config={"device": {"kind": "cpu", "gpu": None}, "threads": 2},
+                environment={"cpu": {"model": "Test CPU"}, "peak_fp32": {"gflops": 400.0},
+                             "inferbench": {"commit": "0123456789"}}))
+
+
+def test_the_xla_report_across_models(tmp_path):
+    """The seed project's report from our records: XLA's gain over graph mode with a paired interval (and
+    over eager), podiums across models, the fastest models with their share of the peak, two figures."""
+    from inferbench.analysis import plots
+
+    _zoo_records(tmp_path / "zoo")
+    df = analysis.load(tmp_path / "zoo")
+    dec = analysis.xla_decomposition(df).set_index("model")
+    tf_path = dec[dec["path"] == "tf"]
+    assert tf_path.loc["resnet50", "xla_vs_graph"] == pytest.approx(20 / 12, rel=1e-6)
+    assert tf_path.loc["resnet50", "xla_vs_graph_significant"] in (True,)  # paired within rounds: 1.67x, tight
+    lo, hi = tf_path.loc["resnet50", "xla_vs_graph_ci95"]
+    assert lo < 20 / 12 < hi and hi / lo < 1.2
+    assert tf_path.loc["mobilenet", "xla_vs_graph"] < 1 and tf_path.loc["mobilenet", "xla_vs_graph_significant"]
+    assert tf_path.loc["densenet121", "xla_vs_graph_significant"] in (False,)  # the same latency: no claim
+    assert tf_path.loc["mobilenet", "xla_vs_eager"] == pytest.approx(30 / 9)  # the seed's "XLA gain": a gain
+    pods = analysis.xla_podiums(df)
+    assert list(pods["absolute speedup over graph"]["model"]) == ["resnet50", "densenet121", "mobilenet"]
+    assert list(pods["XLA throughput"]["model"]) == ["mobilenet", "resnet50", "densenet121"]  # 111, 83, 67 /s
+    assert list(pods["speedup % over graph"]["model"])[0] == "resnet50"
+    fastest = analysis.fastest_models(df).set_index("model")
+    assert fastest.loc["mobilenet", "framework"] == "tf"  # each model on its fastest verified framework
+    assert fastest.loc["resnet50", "gflop_per_s"] == pytest.approx(1000 / 12 * 8.0)
+    assert fastest.loc["resnet50", "fraction_of_peak"] == pytest.approx(1000 / 12 * 8.0 / 400)
+    assert plots.xla_gain_by_model(df) is not None and plots.throughput_vs_flops(df) is not None
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "zoo"), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "significantly faster in 1 and significantly slower in 1 of 3" in text
+    for png in ("xla_gain_by_model", "throughput_vs_flops"):
+        assert (out / f"{png}.png").stat().st_size > 10_000 and f"({png}.png)" in text
