@@ -19,6 +19,17 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
+def _rate(record: dict[str, Any]) -> str:
+    """Achieved GFLOP/s and its share of the device's measured peak FP32 rate: "133 (28%)"."""
+    from .results import compute_rate
+
+    rate = compute_rate(record)
+    if rate["gflop_per_s"] is None:
+        return "-"
+    share = f" ({rate['fraction_of_peak']:.0%})" if rate["fraction_of_peak"] is not None else ""
+    return f"{rate['gflop_per_s']:.3g}{share}"
+
+
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Aligned text columns under a header and a rule."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -27,7 +38,7 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 
 #: Columns a narrow terminal loses first (summary.csv keeps them all).
-EXPENDABLE = ("peak MB", "1st call s", "load s", "n", "status", "p99 ms", "stability")
+EXPENDABLE = ("peak MB", "1st call s", "load s", "GFLOP/s (peak)", "n", "status", "p99 ms", "stability")
 
 
 Row = tuple[str, ...]
@@ -54,8 +65,9 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
     header = (("model@res",) if multi else ()) + (
-        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "samples/s", "load s",
-        "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (("W", "J/inf") if energy else ())
+        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "samples/s",
+        "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
+        ("W", "J/inf") if energy else ())
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
@@ -66,7 +78,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
-            _stability(lat), fmt(r.get("throughput_per_s"), ".1f"),
+            _stability(lat), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
             fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
             fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
