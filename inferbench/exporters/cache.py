@@ -17,7 +17,7 @@ from typing import Any
 from ..results import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 2  # 2: ONNX exports embed Keras Normalization constants (EfficientNet had 3 inputs)
+EXPORT_FORMAT = 3  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised
 MANIFEST = "manifest.json"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelSpec, get_model, make_inputs
+from ..models import ModelSpec, get_model, images_per_call, make_inputs
 from ..parity import DegenerateReference, check_reference
 from . import PARITY_INPUTS, REFERENCE_INPUTS, REFERENCE_LOGITS, ExportContext, source_kind, timed_reference
 
@@ -35,10 +35,9 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        from ..models import load_keras
+        from ..models import graph_call, load_keras
 
-        model = model if model is not None else load_keras(ctx.path("keras"))
-        call: Predict = lambda x: model(x, training=False)  # noqa: E731
+        call = graph_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
         import tensorflow as tf
 
@@ -54,7 +53,7 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
         session = ort.InferenceSession(str(ctx.path("onnx")), options, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
         call = lambda x: session.run(None, {name: x})[0]  # noqa: E731
-    chunk = (spec.source.batch_size if spec.source else None) or 64
+    chunk = (spec.source.batch_size if spec.source else None) or images_per_call(ctx.resolution, 64)
 
     def predict(batch: np.ndarray) -> np.ndarray:
         outs = [np.asarray(call(batch[i:i + chunk]), dtype=np.float32) for i in range(0, len(batch), chunk)]
