@@ -622,6 +622,10 @@ def build(values: dict[str, Any]) -> Built:
             raise UsageError(f"{key} is empty: give at least one")
     files = open_files(values)
     models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
+    own = [m.name for m in models if m.keras_builder and ":" in m.keras_builder]
+    if values["weights"] == "imagenet" and own:
+        raise UsageError(f"--weights imagenet: inferbench builds {', '.join(own)} itself and has no ImageNet weights "
+                         "for them; use --weights random or a .keras / .weights.h5 file")
     model_files = tuple(m for m in files if isinstance(m, ModelFile))
     from .tracking import check as check_tracking
 
@@ -706,7 +710,7 @@ def expand_patterns(models: list[str]) -> list[str]:
 
     out: list[str] = []
     for m in models:
-        if any(ch in m for ch in "*?[") and "/" not in m:
+        if any(ch in m for ch in "*?[") and "/" not in m and not Path(m).exists():  # a file may have * in its name
             matched = set(list_models(m))
             if not matched:
                 raise UsageError(f"--model {m} matches no registered model (see inferbench list)")

@@ -544,9 +544,7 @@ def _standardise_head(model: Any, layers: list[Any], calib: np.ndarray, chunk: i
                  and getattr(layer, "kernel", None) is not None and layer.kernel.shape[-1] == classes), None)
     if head is None or outputs.ndim != 2:
         return
-    mean, std = outputs.mean(axis=0), np.maximum(outputs.std(axis=0), 1e-6)
-    head.kernel.assign((np.asarray(head.kernel) / std).astype("float32"))
-    head.bias.assign(((np.asarray(head.bias) - mean) / std).astype("float32"))
+    _standardise(head, outputs)
 
 
 def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], resolution: int, seed: int,
@@ -567,8 +565,13 @@ def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], res
             y = np.asarray(keras.Model(model.input, layer.output)(calib, training=False), dtype=np.float64)
         finally:
             layer.activation = activation
-        axes = tuple(range(y.ndim - 1))
-        mean, std = y.mean(axis=axes), np.maximum(y.std(axis=axes), 1e-6)
-        layer.kernel.assign((np.asarray(layer.kernel) / std).astype("float32"))
-        offset = rng.normal(0.0, 0.1, std.shape)
-        layer.bias.assign(((np.asarray(layer.bias) - mean) / std + offset).astype("float32"))
+        _standardise(layer, y, rng.normal(0.0, 0.1, y.shape[-1]))
+
+
+def _standardise(layer: Any, outputs: np.ndarray, offset: Any = 0.0) -> None:
+    """Scale a linear layer (its kernel's last axis: the output channels) so that ``outputs``, what it gave on
+    the calibration inputs, would have zero mean and unit standard deviation per channel (plus ``offset``)."""
+    axes = tuple(range(outputs.ndim - 1))
+    mean, std = outputs.mean(axis=axes), np.maximum(outputs.std(axis=axes), 1e-6)
+    layer.kernel.assign((np.asarray(layer.kernel) / std).astype("float32"))
+    layer.bias.assign(((np.asarray(layer.bias) - mean) / std + offset).astype("float32"))

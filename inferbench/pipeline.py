@@ -197,21 +197,30 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
                 chain.append(nxt)
         progress.add(len(chain))
         jobs = [job(k) for k in chain]
+        def stamp(entry: dict[str, Any] | None) -> Any:
+            return (entry or {}).get("exported_at"), (entry or {}).get("files")
+
+        before = {k: stamp(artifact_cache.read_manifest(folder)["artifacts"].get(k)) for k in chain}
+        timeout = None if config.timeout_s is None else config.timeout_s * len(chain)  # --timeout is per export
         res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(config),
-                        lambda phase: progress.say(label, phase), config.timeout_s)
+                        lambda phase: progress.say(label, phase), timeout)
         for i, k in enumerate(chain):
             progress.done += 1
-            if made(k):
-                entry = artifact_cache.read_manifest(folder)["artifacts"][k]
+            entry = artifact_cache.read_manifest(folder)["artifacts"].get(k)
+            if entry and (res.ok or stamp(entry) != before[k]):  # recorded by this process, hashes and all
                 notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
                 progress.result(f"{label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
                                 + "".join(f"\n    note: {n}" for n in notes))
                 continue
             if res.usage_error and strict:
                 raise UsageError(res.error)
-            failed[k] = str(res.error or "the export process ended without making it")
-            progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
-            rest = chain[i + 1:]  # not attempted: each again on its own (those needing k are blocked then)
+            died = res.traceback is None and not res.usage_error and len(chain) > 1  # killed, not an exception
+            rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
+            if not died:
+                failed[k] = str(res.error or "the export process ended without making it")
+                progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
+            else:
+                progress.done -= 1
             todo[:0] = rest
             alone.update(rest)
             progress.add(-len(rest))
@@ -278,21 +287,24 @@ WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
 
 
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
-    """Why a group's workers, loaded side by side for its interleaved rounds, would not fit in the memory
-    available now (None: they fit, or one worker, or the model's size is unknown)."""
+    """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
+    fit in the memory available now (None: they fit, or the model's size is unknown)."""
     from .environment import memory_total_gb
 
     available = memory_total_gb("MemAvailable")
-    if workers < 2 or not stats or not available:
+    if workers < 1 or not stats or not available:
         return None
     weights_gb = stats["params"] * 4 / 2**30
     need = workers * (WORKER_BASE_GB + WEIGHT_COPIES * weights_gb)
     if need <= 0.9 * available:
         return None
-    return (f"not run: the {workers} frameworks of this group, loaded side by side for interleaved rounds, would "
-            f"hold about {need:.0f} GB ({weights_gb:.1f} GB of weights, about {WEIGHT_COPIES:g} copies each, beside "
-            f"~{WORKER_BASE_GB:g} GB of runtime), more than the {available:.0f} GB available: run fewer frameworks "
-            "at once (--framework) or one at a time (--sequential)")
+    who = f"the {workers} frameworks of this group, loaded side by side for interleaved rounds," if workers > 1 \
+        else "this framework"
+    advice = "run fewer frameworks at once (--framework) or one at a time (--sequential)" if workers > 1 \
+        else "a lower --resolution or --batch-size will not shrink the weights: this model needs a bigger machine"
+    return (f"not run: {who} would hold about {need:.0f} GB ({weights_gb:.1f} GB of weights, about "
+            f"{WEIGHT_COPIES:g} copies each, beside ~{WORKER_BASE_GB:g} GB of runtime), more than the "
+            f"{available:.0f} GB available: {advice}")
 
 
 def model_stats(folder: Path) -> dict[str, Any] | None:

@@ -27,7 +27,8 @@ from typing import Any
 from . import __version__
 from .cli import Parser, guarded, typed
 from .config import add_options, given
-from .results import atomic_write_text
+from .errors import UsageError
+from .results import atomic_write_text, compute_rate
 
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
@@ -55,6 +56,10 @@ def _main(argv: list[str] | None, prog: str) -> int:
     from .sweep import execute_sweep
 
     values = given(build_parser(typed(prog)).parse_args(argv))
+    for key, flag in (("resolutions", "--resolution"), ("batch_sizes", "--batch-size")):
+        if len(values.get(key, [])) > 1:  # the matrix has one cell per (model, framework)
+            raise UsageError(f"the zoo takes one {flag} (a support matrix has one cell per model and framework); "
+                             "use inferbench sweep for a grid")
     if "resume" not in values:
         values["sequential"] = True  # one framework loaded at a time: the biggest models fit, nothing is compared
     return execute_sweep(values, "zoo", finish=write_matrix)
@@ -108,7 +113,7 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]
                 "export_s": exports.get(model), "framework": key}
             r = by_cell.get((model, key))
             if r is not None:
-                row.update(_outcome(r, stats))
+                row.update(_outcome(r))
             elif (why := fw.unsupported(spec)) is not None:
                 row.update(status="unsupported", reason=why)
             elif (why := unavailable_reason(fw, device, spec)) is not None:
@@ -119,13 +124,14 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]
     return rows
 
 
-def _outcome(r: dict[str, Any], stats: dict[str, Any] | None) -> dict[str, Any]:
+def _outcome(r: dict[str, Any]) -> dict[str, Any]:
     lat, parity = r.get("latency_ms") or {}, r["parity"]
     out: dict[str, Any] = {"max_rel_err": parity.get("max_rel_err"), "cosine": parity.get("cosine"),
                            "top1_agreement": parity.get("top1_agreement"), "p50_ms": lat.get("p50"),
                            "throughput_per_s": r.get("throughput_per_s")}
-    if stats and r.get("throughput_per_s"):
-        out["gflop_per_s"] = round(r["throughput_per_s"] * stats["flops_per_image"] / 1e9, 2)
+    rate = compute_rate(r)["gflop_per_s"]
+    if rate is not None:
+        out["gflop_per_s"] = round(rate, 2)
     if r["status"] != "ok":
         return {**out, "status": "failed", "reason": _short(r.get("error"))}
     if parity["status"] == "passed":
@@ -161,9 +167,10 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         f"Every registered model through every framework that runs on this device: {device}, "
         f"{plan.config.threads} threads, {env.get('memory_gb', '?')} GB "
         f"({env.get('hostname', '?')}; inferbench {__version__}, {time.strftime('%Y-%m-%d')}). "
-        f"Batch 1; each model at the resolution in its row; parity against the Keras reference on 16 seeded "
-        f"inputs and on the timed batch; a short timing ({t.min_duration_s:g} s, {t.rounds} round(s), one framework "
-        "loaded at a time): for orientation, not a benchmark.",
+        f"Batch {plan.cells[0].batch_size if plan.cells else 1}; each model at the resolution in its row; parity "
+        "against the Keras reference on 16 seeded inputs and on the timed batch; a short timing "
+        f"({t.min_duration_s:g} s, {t.rounds} round(s), one framework loaded at a time): for orientation, not a "
+        "benchmark.",
         "",
         f"**{counts['passed']} of {tried} (model, framework) pairs that ran pass parity**; "
         f"{counts['failed parity']} fail parity, {counts['failed']} fail to run, {counts['unverified']} run "

@@ -373,6 +373,7 @@ def test_a_group_too_big_to_load_side_by_side_is_refused_before_loading(monkeypa
     monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 22.0)
     why = memory_refusal({"params": 350_000_000}, 10)
     assert why and "about 49 GB" in why and "22 GB available" in why and "--sequential" in why
-    assert memory_refusal({"params": 350_000_000}, 1) is None  # one worker: nothing side by side
+    assert memory_refusal({"params": 350_000_000}, 1) is None  # one worker (--sequential): 5 GB fits
+    assert "this framework would hold about 57 GB" in memory_refusal({"params": 5_000_000_000}, 1)
     assert memory_refusal({"params": 5_500_000}, 10) is None  # MobileNetV3-Large: 10 x ~1.1 GB
     assert memory_refusal(None, 10) is None  # a model file without a Keras graph: size unknown

@@ -57,6 +57,14 @@ def test_the_zoo_writes_a_matrix_of_every_outcome_and_resumes(fakes, tmp_path, c
     assert len(results.iter_records(folder)[0]) == 9
 
 
+def test_the_zoo_takes_one_resolution_and_one_batch_size(tmp_path, capsys):
+    for flags in (["--resolution", "96,128"], ["--batch-size", "1,8"]):
+        assert zoo_main([*flags, "--output-dir", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "the zoo takes one" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
 def test_unsupported_pairs_say_why():
     """The matrix's reasons come from the registry: no torchvision twin, no weight port."""
     from inferbench.config import CellKey, Plan, RunConfig, RunnerOptions
@@ -128,3 +136,30 @@ def test_one_model_of_each_family_passes_parity_on_every_cpu_framework(tmp_path,
     env = recs[("vgg16", "tf")]["environment"]
     assert env["peak_fp32"]["gflops"] > 1 and env["peak_fp32"]["threads"] == 1
     assert json.loads((out / "a" / "sweep.json").read_text())["config"]["sequential"] is True
+
+
+@pytest.mark.slow
+def test_same_padding_is_made_explicit_for_onnx2torch():
+    """TensorFlow's SAME puts the extra pixel at the end (SAME_UPPER): a 3x3 stride-2 convolution of an 8x8 input
+    pads 0 before and 1 after; ONNX Runtime agrees with the rewritten graph."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from inferbench.exporters.torch import explicit_same_padding
+
+    w = np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2], kernel_shape=[3, 3])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 4, 4])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.random.default_rng(1).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    before = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert explicit_same_padding(model) == 1
+    attrs = {a.name: helper.get_attribute_value(a) for a in model.graph.node[0].attribute}
+    assert "auto_pad" not in attrs and attrs["pads"] == [0, 0, 1, 1]
+    onnx.checker.check_model(model)
+    np.testing.assert_allclose(ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0], before,
+                               rtol=1e-5, atol=1e-5)

@@ -127,10 +127,23 @@ def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
     """Export ``job``'s artifact, then those of ``job.then`` in order, into the cache folder, each recorded in the
     manifest as soon as it is made (in a child process: TensorFlow is imported once for them all). Returns the
     last entry; a failure raises, and the parent finds what was made in the manifest."""
-    entry = {}
-    for one in (job, *job.then):
+    entry: dict[str, Any] = {}
+    for i, one in enumerate((job, *job.then)):
+        if i:
+            _release()
         entry = _run_one(one, emit)
     return entry
+
+
+def _release() -> None:
+    """Between two exports of one process: the previous one's Keras models and graphs let go of, so that a big
+    model's exports do not pile up copies of its weights."""
+    import gc
+    import sys
+
+    if "keras" in sys.modules:
+        sys.modules["keras"].backend.clear_session(free_memory=True)
+    gc.collect()
 
 
 def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:

@@ -48,7 +48,9 @@ def explicit_same_padding(model: Any) -> int:
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     for value in fixed.graph.input:  # the batch fixed to 1: shape inference then follows every reshape
-        value.type.tensor_type.shape.dim[0].dim_value = 1
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].dim_value:
+            dims[0].dim_value = 1
     inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
     shapes = {v.name: [d.dim_value or None for d in v.type.tensor_type.shape.dim]
               for v in [*inferred.graph.value_info, *inferred.graph.input]}
