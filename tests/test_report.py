@@ -19,10 +19,11 @@ COMMITTED = ROOT / "benchmark_results"
 FIXTURE = Path(__file__).parent / "fixtures" / "schema_v1"
 
 
-@pytest.mark.slow  # every figure over all committed records: half a minute of plotting
+@pytest.mark.slow  # every figure over the committed records but the zoo's (below): half a minute of plotting
 def test_report_on_committed_results_renders_every_figure(tmp_path):
     out = tmp_path / "report"
-    assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
+    folders = [str(p) for p in COMMITTED.iterdir() if p.is_dir() and p.name != "zoo"]
+    assert main([*folders, "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
     text = (out / "report.md").read_text()
     for png in ["throughput_vs_batch", "latency_p50_vs_batch", "latency_p99_vs_batch", "latency_distributions",
                 "xla_steps", "pareto", "power_vs_throughput", "cross_device"]:
@@ -31,6 +32,27 @@ def test_report_on_committed_results_renders_every_figure(tmp_path):
     assert "Published external figures" in text and "external: perfacct" in text
     assert "no data in these records" not in text
     assert "the speed of" in text or "no significant difference" in text
+
+
+@pytest.mark.slow  # 210 cells of the committed zoo sweep: twenty seconds of plotting
+def test_report_on_the_committed_zoo_sweep(tmp_path):
+    """The seed project's XLA report, from the committed zoo sweep: the gain per model against graph mode with
+    paired intervals, the podiums, the fastest models against the measured peak, the published GPU figures
+    beside ours with FLOPs counted twice their multiply-adds, and every figure of it."""
+    out = tmp_path / "report"
+    assert main([str(COMMITTED / "zoo" / "xla-cpu-2core"), "--out", str(out), "--reference"]) == 0
+    text = (out / "report.md").read_text()
+    assert "## Across models: XLA, podiums and the machine's limit" in text
+    assert "Podium: speedup % over graph" in text and "Fastest models" in text
+    assert "Beside the published GPU figures" in text and "| xception | 299 | A100 |" in text
+    for png in ("xla_gain_by_model", "throughput_vs_flops", "xla_steps"):
+        assert (out / f"{png}.png").stat().st_size > 10_000 and f"({png}.png)" in text
+    df = analysis.load(COMMITTED / "zoo" / "xla-cpu-2core")
+    dec = analysis.xla_decomposition(df)
+    assert len(dec[dec["path"] == "tf"]) == 30  # 15 models at 128 px and at their own resolution
+    assert df["gflop_per_image"].notna().all() and (df["model_stats.params"] > 1e6).all()  # counted for every record
+    flops = df.groupby(["model", "resolution"])["gflop_per_image"].first()
+    assert 2.8 < flops["resnet50", 224] / flops["resnet50", 128] < (224 / 128) ** 2  # a convolution's grow as the area
 
 
 def test_analysis_on_committed_results():

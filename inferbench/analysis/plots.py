@@ -334,6 +334,29 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     return _finish(fig)
 
 
+def _name_points(ax: Any, points: list[tuple[str, float, float]]) -> None:
+    """Names beside points, each at the first of a few offsets where it overlaps no name placed before (the
+    points in the order given); a name that fits nowhere is left out rather than drawn over another."""
+    fig = ax.figure
+    fig.tight_layout()  # the axes at (nearly) their final size before measuring where text lands
+    ax.set_xlim(ax.get_xlim())  # the limits fixed before measuring where text lands
+    ax.set_ylim(ax.get_ylim())
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    offsets = ((4, 2, "left"), (4, -9, "left"), (-4, 2, "right"), (-4, -9, "right"), (4, 10, "left"),
+               (-4, 10, "right"), (4, -17, "left"), (-4, -17, "right"))
+    for name, x, y in points:
+        for dx, dy, ha in offsets:
+            text = ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=SMALL, ha=ha,
+                               alpha=0.85)
+            box = text.get_window_extent(renderer).expanded(1.02, 1.1)
+            if not any(box.overlaps(other) for other in placed) and ax.bbox.contains(box.x0, box.y0) \
+                    and ax.bbox.contains(box.x1, box.y1):
+                placed.append(box)
+                break
+            text.remove()
+
+
 def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
     """How close each model comes to the machine's limit: throughput against GFLOP per image (log-log), one
     panel per device and batch size, one colour per framework, each model on its fastest verified
@@ -343,16 +366,12 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
     if good["model"].nunique() < 2:
         return None
     panels = list(good.groupby(["device_name", "batch_size"]))
-    fig, axes = _grid(len(panels), width=6.5, height=5.0)
+    fig, axes = _grid(len(panels), width=9.0, height=7.0)
     handles: dict[str, Any] = {}
     for ax, ((device, bs), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["gflop_per_image"], gf["throughput"], color=_color(fw), s=18,
                                               alpha=0.8, zorder=3))
-        best = g.sort_values("throughput", ascending=False).groupby(["model", "resolution"]).head(1)
-        for _, r in best.iterrows():
-            ax.annotate(f"{r['model']}@{r['resolution']}", (r["gflop_per_image"], r["throughput"]), fontsize=SMALL,
-                        xytext=(3, 2), textcoords="offset points", alpha=0.8)
         peak = pd.to_numeric(g.get("environment.peak_fp32.gflops"), errors="coerce").max()
         x = np.geomspace(g["gflop_per_image"].min() / 1.5, g["gflop_per_image"].max() * 1.5, 50)
         if peak == peak:  # measured on this device
@@ -364,21 +383,27 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
         _log(ax, "y")
         ax.set_xlabel("GFLOP per image (counted from the Keras graph)")
         ax.set_ylabel("samples / s (higher is better)")
-        ax.set_title(f"throughput vs model size, batch {bs}\n{device}")
+        ax.set_title(f"throughput vs model size, batch {bs}, {device}\n"
+                     "each model named at its fastest verified framework (where the name fits)")
         ax.grid(alpha=0.3)
+        best = g.sort_values("throughput", ascending=False).groupby(["model", "resolution"]).head(1)
+        _name_points(ax, [(f"{r['model']}@{r['resolution']}", r["gflop_per_image"], r["throughput"])
+                          for _, r in best.iterrows()])
     return _finish(fig, handles)
 
 
 def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     """XLA's speedup per model, over graph mode (with its 95% interval, paired within rounds) and over eager
-    execution (the seed project's "XLA off"), a dot chart per device, batch size and resolution; > 1 is faster."""
+    execution (the seed project's "XLA off"), a dot chart per device, batch size and resolution, stacked on one
+    shared axis; > 1 is faster."""
     dec = xla_decomposition(df)
     dec = dec[dec["path"] == path] if not dec.empty else dec
     if dec.empty or dec["model"].nunique() < 2:
         return None
     panels = list(dec.groupby(["device_name", "batch_size", "resolution"]))
-    rows = max(len(g) for _, g in panels)
-    fig, axes = _grid(len(panels), width=5.5, height=max(2.5, 0.24 * rows + 1.5))
+    heights = [len(g) + 2.5 for _, g in panels]  # one column, each panel as tall as its models need
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.26 * sum(heights) + 0.5), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
     steps = {"xla_vs_graph": ("XLA over graph mode (95% CI)", "o", "C3"),
              "xla_vs_eager": ("XLA over eager (the seed's 'XLA off')", "^", "C0")}
     for ax, ((device, bs, res), g) in zip(axes.flat, panels):
@@ -395,6 +420,7 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
         ax.set_yticks(y)
         ax.set_yticklabels(g["model"])
         ax.set_ylim(-0.5, len(g) - 0.5)
+        ax.xaxis.set_tick_params(labelbottom=True)
         ax.set_xlabel("speedup, p50 latency ratio (log; > 1: XLA is faster)")
         graph, xla = ("tf", "tfxla") if path == "tf" else ("keras", "kerasxla")
         ax.set_title(f"XLA gain per model: {xla} vs {graph} and vs keras-eager\n{res} px, batch {bs}, {device}")
