@@ -10,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Annotation
 
 from inferbench import analysis
+from inferbench.analysis import plots
 from inferbench.report import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,9 +50,22 @@ def test_report_on_the_committed_zoo_sweep(tmp_path):
     assert "Beside the published GPU figures" in text and "| xception | 299 | A100 |" in text
     for png in ("xla_gain_by_model", "throughput_vs_flops", "xla_steps"):
         assert (out / f"{png}.png").stat().st_size > 10_000 and f"({png}.png)" in text
+    assert "significantly faster in 11 and significantly slower in 16 of 30 (model, resolution) cells" in text
     df = analysis.load(COMMITTED / "zoo" / "xla-cpu-2core")
+    assert len(df) == 210 and df["ranked"].all()  # every cell ran and passed parity
     dec = analysis.xla_decomposition(df)
     assert len(dec[dec["path"] == "tf"]) == 30  # 15 models at 128 px and at their own resolution
+    assert set(dec.loc[dec["graph_has_xla"], "model"]) == {"convnext_tiny", "regnetx_002"}
+    fastest = analysis.fastest_models(df)
+    assert (fastest["framework"] == "onnxrt").all() and fastest["fraction_of_peak"].between(0.1, 1.0).all()
+    fig = plots.throughput_vs_flops(df)  # every model named, or listed as unnamed; no name over another
+    ax = fig.axes[0]
+    names = [t for t in ax.texts if isinstance(t, Annotation)]
+    note = [t.get_text() for t in ax.texts if t.get_text().startswith("not named")]
+    assert len(names) + (note[0].count(",") + 1 if note else 0) == 30
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the figure comes back closed
+    boxes = [t.get_window_extent(renderer) for t in names]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     assert df["gflop_per_image"].notna().all() and (df["model_stats.params"] > 1e6).all()  # counted for every record
     flops = df.groupby(["model", "resolution"])["gflop_per_image"].first()
     assert 2.8 < flops["resnet50", 224] / flops["resnet50", 128] < (224 / 128) ** 2  # a convolution's grow as the area

@@ -334,27 +334,28 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     return _finish(fig)
 
 
-def _name_points(ax: Any, points: list[tuple[str, float, float]]) -> None:
+def _name_points(ax: Any, points: list[tuple[str, float, float]]) -> list[str]:
     """Names beside points, each at the first of a few offsets where it overlaps no name placed before (the
-    points in the order given); a name that fits nowhere is left out rather than drawn over another."""
-    fig = ax.figure
-    fig.tight_layout()  # the axes at (nearly) their final size before measuring where text lands
-    ax.set_xlim(ax.get_xlim())  # the limits fixed before measuring where text lands
-    ax.set_ylim(ax.get_ylim())
-    renderer = fig.canvas.get_renderer()
+    points in the order given) and stays inside the axes; returns the names that fit nowhere (left out rather
+    than drawn over another). Call it once the figure is laid out: the names take no part in the layout."""
+    renderer = ax.figure.canvas.get_renderer()
     placed: list[Any] = []
-    offsets = ((4, 2, "left"), (4, -9, "left"), (-4, 2, "right"), (-4, -9, "right"), (4, 10, "left"),
-               (-4, 10, "right"), (4, -17, "left"), (-4, -17, "right"))
+    left_out = []
+    offsets = [(dx, dy, "left" if dx > 0 else "right") for dy in (2, -9, 10, -17, 18, -25) for dx in (4, -4)]
     for name, x, y in points:
         for dx, dy, ha in offsets:
             text = ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=SMALL, ha=ha,
-                               alpha=0.85)
+                               alpha=0.85, annotation_clip=True)
+            text.set_in_layout(False)
             box = text.get_window_extent(renderer).expanded(1.02, 1.1)
             if not any(box.overlaps(other) for other in placed) and ax.bbox.contains(box.x0, box.y0) \
                     and ax.bbox.contains(box.x1, box.y1):
                 placed.append(box)
                 break
             text.remove()
+        else:
+            left_out.append(name)
+    return left_out
 
 
 def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
@@ -386,9 +387,17 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
         ax.set_title(f"throughput vs model size, batch {bs}, {device}\n"
                      "each model named at its fastest verified framework (where the name fits)")
         ax.grid(alpha=0.3)
-        best = g.sort_values("throughput", ascending=False).groupby(["model", "resolution"]).head(1)
-        _name_points(ax, [(f"{r['model']}@{r['resolution']}", r["gflop_per_image"], r["throughput"])
-                          for _, r in best.iterrows()])
+        ax.set_xlim(ax.get_xlim())  # fixed before the names are placed in display space
+        ax.set_ylim(ax.get_ylim())
+    fig.tight_layout()  # the final layout (the names take no part in it), then the names
+    for ax, (_, g) in zip(axes.flat, panels):
+        best = g.sort_values("gflop_per_s", ascending=False).groupby(["model", "resolution"]).head(1)
+        left_out = _name_points(ax, [(f"{r['model']}@{r['resolution']}", r["gflop_per_image"], r["throughput"])
+                                     for _, r in best.iterrows()])
+        if left_out:
+            note = ax.text(0.01, 0.01, "not named (no room): " + ", ".join(left_out), transform=ax.transAxes,
+                           fontsize=SMALL, va="bottom", wrap=True)
+            note.set_in_layout(False)
     return _finish(fig, handles)
 
 
@@ -401,7 +410,7 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     if dec.empty or dec["model"].nunique() < 2:
         return None
     panels = list(dec.groupby(["device_name", "batch_size", "resolution"]))
-    heights = [len(g) + 2.5 for _, g in panels]  # one column, each panel as tall as its models need
+    heights = [max(len(g), 3) + 2.5 for _, g in panels]  # one column, each panel as tall as its models need
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.26 * sum(heights) + 0.5), sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     steps = {"xla_vs_graph": ("XLA over graph mode (95% CI)", "o", "C3"),
@@ -418,7 +427,7 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
         ax.axvline(1.0, color="k", lw=0.8)
         _log(ax, "x")
         ax.set_yticks(y)
-        ax.set_yticklabels(g["model"])
+        ax.set_yticklabels([m + ("*" if partly else "") for m, partly in zip(g["model"], g["graph_has_xla"])])
         ax.set_ylim(-0.5, len(g) - 0.5)
         ax.xaxis.set_tick_params(labelbottom=True)
         ax.set_xlabel("speedup, p50 latency ratio (log; > 1: XLA is faster)")
@@ -426,4 +435,6 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
         ax.set_title(f"XLA gain per model: {xla} vs {graph} and vs keras-eager\n{res} px, batch {bs}, {device}")
         ax.grid(alpha=0.3, axis="x")
     handles = {label: Line2D([], [], marker=m, ls="", color=c) for label, m, c in steps.values()}
+    if dec["graph_has_xla"].any():
+        handles["* graph mode partly XLA already\n  (grouped convolutions)"] = Line2D([], [], ls="")
     return _finish(fig, handles)
