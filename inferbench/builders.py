@@ -50,6 +50,13 @@ REGNETS: dict[str, tuple[str, tuple[int, ...], tuple[int, ...], int]] = {
 }
 
 
+def group_count(width: int, group_width: int) -> int:
+    """Groups of a block's 3x3 convolution. The group width is capped at the block's width, as in the
+    RegNet paper's code (pycls): Keras 2's table gives RegNetX-8.0GF's first stage 80 filters in groups of 120,
+    which its ``filters // group_width`` made zero groups (the model could not be built)."""
+    return width // min(group_width, width)
+
+
 def _no_imagenet(weights: Any, name: str) -> None:
     if weights is not None:
         raise UsageError(f"inferbench builds {name} itself and has no ImageNet weights for it: use --weights random "
@@ -75,7 +82,7 @@ def regnet(config: str, weights: Any = None, classifier_activation: Any = None,
         skip = conv_bn(x, filters_out, 1, f"{prefix}_skip", stride) if stride != 1 else x
         y = layers.ReLU(name=f"{prefix}_a_relu")(conv_bn(x, filters_out, 1, f"{prefix}_a"))
         y = layers.ReLU(name=f"{prefix}_b_relu")(
-            conv_bn(y, filters_out, 3, f"{prefix}_b", stride, groups=filters_out // group_width))
+            conv_bn(y, filters_out, 3, f"{prefix}_b", stride, groups=group_count(filters_out, group_width)))
         if block == "Y":  # squeeze-and-excitation, squeezed to a quarter of the block's input width
             s = layers.GlobalAveragePooling2D(keepdims=True, name=f"{prefix}_se_pool")(y)
             s = layers.Conv2D(int(filters_in * 0.25), 1, activation="relu", name=f"{prefix}_se_squeeze")(s)

@@ -162,3 +162,24 @@ def test_precision_options():
     assert precisions_of(FRAMEWORKS["tensorrt-fp16"], [], explicit=True) == ["fp16"]
     with pytest.raises(UsageError, match="tf runs in fp32 only"):
         precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=True)
+
+
+def test_every_regnet_stage_has_whole_groups_of_its_group_width():
+    """Keras 2's table gives RegNetX-8.0GF's first stage 80 filters in groups of 120: zero groups, and the model
+    could not be built (the zoo found it). The group width is capped at the stage's width, as in the paper's code."""
+    from inferbench.builders import REGNETS, group_count
+
+    for name, (_, _, widths, group_width) in REGNETS.items():
+        for width in widths:
+            groups = group_count(width, group_width)
+            assert groups >= 1 and width % groups == 0, (name, width)
+            assert width // groups == min(group_width, width), (name, width)  # every group as wide as the table says
+    assert group_count(80, 120) == 1 and group_count(720, 120) == 6
+
+
+@pytest.mark.slow
+def test_regnetx_080_builds():
+    from inferbench.builders import regnet
+
+    model = regnet("x080", input_shape=(32, 32, 3))
+    assert model.output_shape == (None, 1000) and model.get_layer("s1_b1_b_conv").groups == 1
