@@ -57,10 +57,12 @@ def group_count(width: int, group_width: int) -> int:
     return width // min(group_width, width)
 
 
-def _no_imagenet(weights: Any, name: str) -> None:
-    if weights is not None:
-        raise UsageError(f"inferbench builds {name} itself and has no ImageNet weights for it: use --weights random "
-                         "or a .keras / .weights.h5 file of this architecture")
+def refuse_imagenet(names: list[str]) -> None:
+    """``--weights imagenet`` for models inferbench builds itself: there are none (checked before any export, and
+    again by each builder)."""
+    if names:
+        raise UsageError(f"--weights imagenet: inferbench builds {', '.join(names)} itself and has no ImageNet "
+                         "weights for it; use --weights random or a .keras / .weights.h5 file of this architecture")
 
 
 def regnet(config: str, weights: Any = None, classifier_activation: Any = None,
@@ -70,7 +72,7 @@ def regnet(config: str, weights: Any = None, classifier_activation: Any = None,
     from keras import layers
 
     name = f"regnet{config}"
-    _no_imagenet(weights, name)
+    refuse_imagenet([name] if weights is not None else [])
     block, depths, widths, group_width = REGNETS[config]
 
     def conv_bn(x: Any, filters: int, kernel: int, prefix: str, stride: int = 1, groups: int = 1) -> Any:
@@ -110,7 +112,7 @@ def vit_b16(weights: Any = None, classifier_activation: Any = None,
     import keras
     import keras_hub
 
-    _no_imagenet(weights, "vit_b_16")
+    refuse_imagenet(["vit_b_16"] if weights is not None else [])
     backbone = keras_hub.models.ViTBackbone(image_shape=tuple(input_shape), patch_size=(16, 16), num_layers=12,
                                             num_heads=12, hidden_dim=768, mlp_dim=3072, use_class_token=True)
     head = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None,

@@ -622,10 +622,10 @@ def build(values: dict[str, Any]) -> Built:
             raise UsageError(f"{key} is empty: give at least one")
     files = open_files(values)
     models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
-    own = [m.name for m in models if m.keras_builder and ":" in m.keras_builder]
-    if values["weights"] == "imagenet" and own:
-        raise UsageError(f"--weights imagenet: inferbench builds {', '.join(own)} itself and has no ImageNet weights "
-                         "for them; use --weights random or a .keras / .weights.h5 file")
+    if values["weights"] == "imagenet":
+        from .builders import refuse_imagenet
+
+        refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
     model_files = tuple(m for m in files if isinstance(m, ModelFile))
     from .tracking import check as check_tracking
 

@@ -503,17 +503,17 @@ def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed:
     for layer in layers:
         if type(layer).__name__ == "LayerScale":
             layer.gamma.assign(rng.uniform(0.5, 1.0, layer.gamma.shape).astype("float32"))
-    calib = make_inputs(spec, 32, resolution, seed + 1)
+    calib, chunk = make_inputs(spec, 32, resolution, seed + 1), images_per_call(resolution, 32)
     if not norms:
         _calibrate_without_norms(spec, model, layers, resolution, seed, rng)
     if bns:  # one batch (momentum 0: its statistics), of as many images as fit at this resolution
         momenta = [bn.momentum for bn in bns]
         for bn in bns:
             bn.momentum = 0.0
-        graph_call(model, training=True)(calib[:images_per_call(resolution, 32)])
+        graph_call(model, training=True)(calib[:chunk])
         for bn, mom in zip(bns, momenta):
             bn.momentum = mom
-    _standardise_head(model, layers, calib, images_per_call(resolution, 32))
+    _standardise_head(model, layers, calib, chunk)
 
 
 def images_per_call(resolution: int, at_224: int) -> int:

@@ -43,6 +43,8 @@ BAD_INPUTS = [
     (["--precision", "fp8"], "invalid choice"),
     (["--model", "efficientnet_v2_b0", "--framework", "torch-native"],
      "torchvision has no implementation of efficientnet_v2_b0"),
+    (["--model", "regnetx_002,resnet50", "--weights", "imagenet"],
+     "inferbench builds regnetx_002 itself and has no ImageNet weights"),
     (["--timeout", "0"], "must be > 0"),
     (["--weights", "empty.keras"], "is not a .keras (zip) archive (it is empty)"),
     (["--weights", "text.weights.h5"], "is not an HDF5 file"),
