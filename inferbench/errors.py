@@ -15,3 +15,7 @@ class MissingDependency(Exception):
         super().__init__(
             f"{package} is not installed{needed_for}: install it with pip install -e \".[{extra}]\""
         )
+
+
+class TooBig(Exception):
+    """Work that would not fit this machine's memory, refused before it starts; the message begins "not run:"."""

@@ -19,6 +19,16 @@ class Thresholds:
     max_rel_err: float
     min_cosine: float
 
+    def widened(self, spread: dict[str, Any] | None) -> Thresholds:
+        """These thresholds, or wider where the model's own FP32 spread (:func:`spread`: two TensorFlow FP32
+        programs of the same model, eager and graph, on the reference inputs) is so large that
+        ``SPREAD_FACTOR`` times it exceeds them: the max error by the factor, the cosine's distance from 1 by
+        its square (for small errors, 1 - cosine grows as the square of the error)."""
+        if not spread or spread.get("max_rel_err") is None or spread.get("cosine") is None:
+            return self
+        return Thresholds(max_rel_err=max(self.max_rel_err, SPREAD_FACTOR * spread["max_rel_err"]),
+                          min_cosine=min(self.min_cosine, 1.0 - SPREAD_FACTOR ** 2 * (1.0 - spread["cosine"])))
+
 
 #: Per precision. FP32, measured over the zoo (issue 11, one model per family at 80 px, every CPU runtime):
 #: correct exports differ from Keras by up to 1.3e-4 of max |logit| (Inception V3, on every runtime alike,
@@ -27,6 +37,13 @@ class Thresholds:
 #: max error within 1e-3 (its old 1e-4 failed Inception's correct exports) and the cosine within 1e-6 of 1
 #: (100x the noise, below every perturbation). tests/test_real_frameworks.py perturbs a weight and expects
 #: the gate to fail.
+#: ... unless a model's own rounding says otherwise: ResNet-152 (calibrated random weights, 128 px) run eagerly
+#: already differs from its graph-mode reference by 6.2e-4 (cosine 1 - 3.3e-7), and its correct-looking ONNX
+#: Runtime, OpenVINO and torch exports by 1.2e-3 to 1.8e-3 (1.9x to 2.9x that spread; cosine up to 1 - 2.2e-6,
+#: 6.7x), every top-1 agreeing. The gate widens to SPREAD_FACTOR x the model's spread (its square for the
+#: cosine) where that is wider: over the zoo's 65 models at 128 px, for ResNet-152 (to 2.5e-3), EfficientNetV2-L
+#: (1.7e-3) and EfficientNet-B7 (1.1e-3); the other 62 spread at most 2.0e-4 and keep the fixed gate.
+SPREAD_FACTOR = 4.0
 THRESHOLDS: dict[str, Thresholds] = {
     "fp32": Thresholds(max_rel_err=1e-3, min_cosine=0.999999),
     "fp16": Thresholds(max_rel_err=1e-2, min_cosine=0.995),
@@ -74,9 +91,22 @@ def check_reference(ref: np.ndarray, classifier: bool = True) -> dict[str, Any]:
     return facts
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32") -> dict[str, Any]:
-    """Parity block of a result record: metrics, thresholds and status ("passed"/"failed")."""
-    th = THRESHOLDS[precision]
+def spread(reference: np.ndarray, other: np.ndarray) -> dict[str, Any]:
+    """The max error relative to max |reference| and the smallest cosine between two FP32 computations of the
+    same outputs: the model's own rounding spread that :meth:`Thresholds.widened` takes."""
+    p = compare(reference, other)
+    return {"max_rel_err": p["max_rel_err"], "cosine": p["cosine"], "method": SPREAD_METHOD}
+
+
+#: How :func:`spread` is measured, as records name it.
+SPREAD_METHOD = "keras eager (one image per call) vs graph reference"
+
+
+def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32",
+            fp32_spread: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Parity block of a result record: metrics, thresholds and status ("passed"/"failed"). ``fp32_spread``:
+    the model's own rounding spread (:func:`spread`), which may widen the thresholds."""
+    th = THRESHOLDS[precision].widened(fp32_spread)
     ref = np.asarray(reference, dtype=np.float64)
     cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape) if np.size(candidate) == ref.size \
         else None
@@ -119,7 +149,9 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
         "top1_agreement": float(agree.mean()),
         "inputs": int(ref.shape[0]),
         "precision": precision,
-        "thresholds": {"max_rel_err": th.max_rel_err, "min_cosine": th.min_cosine},
+        "thresholds": {"max_rel_err": th.max_rel_err, "min_cosine": th.min_cosine,
+                       **({"fp32_spread": fp32_spread, "widened": th != THRESHOLDS[precision]}
+                          if fp32_spread else {})},
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from .codec import encode
 from .config import CellJob, ChildResult, job_from_json
-from .errors import MissingDependency, UsageError
+from .errors import MissingDependency, TooBig, UsageError
 
 _channel: Any = None
 
@@ -41,6 +41,8 @@ def emit(phase: str) -> None:
 def failure(exc: BaseException) -> ChildResult:
     if isinstance(exc, (UsageError, MissingDependency)):
         return ChildResult(ok=False, error=str(exc), usage_error=isinstance(exc, UsageError))
+    if isinstance(exc, TooBig):  # refused before it started; a traceback, though empty: it was not killed
+        return ChildResult(ok=False, error=str(exc), traceback="")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return ChildResult(ok=False, error=f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
                        traceback=traceback.format_exc())

@@ -10,8 +10,8 @@ cells run one at a time (``--sequential``: one framework loaded at a time, so th
 with a short timing by default. Each (model, framework) pair of the matrix is one of: passed (with its
 max error relative to max |reference|), failed parity (the numbers), failed (the error), unverified (a
 torchvision twin on its own weights: outputs only checked to be finite and non-degenerate), unsupported
-(the reason: no torchvision twin, no weight port, a model file's format) or not run here (not installed,
-needs a GPU).
+(the reason: no torchvision twin, no weight port, a model file's format), too big here (refused before it
+started: it would not fit this machine's memory) or not run here (not installed, needs a GPU).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", 
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
 #: One mark per status in the Markdown matrix.
 MARKS = {"passed": "✓", "failed parity": "✗", "failed": "!", "unverified": "~", "unsupported": "—",
-         "not run here": "·", "not run yet": "?"}
+         "too big here": "M", "not run here": "·", "not run yet": "?"}
+#: How a memory refusal's error begins (the group's workers or the ONNX export would not fit this machine).
+REFUSED = "not run:"
 
 
 def build_parser(prog: str = "python -m inferbench.zoo") -> argparse.ArgumentParser:
@@ -133,7 +135,9 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
     if rate is not None:
         out["gflop_per_s"] = round(rate, 2)
     if r["status"] != "ok":
-        return {**out, "status": "failed", "reason": _short(r.get("error"))}
+        error = str(r.get("error") or "")
+        refused = error.startswith(REFUSED) or f": {REFUSED}" in error  # the cell's, or a needed export's
+        return {**out, "status": "too big here" if refused else "failed", "reason": _short(error, 240)}
     if parity["status"] == "passed":
         return {**out, "status": "passed", "reason": ""}
     if parity["status"] == "failed":
@@ -175,6 +179,8 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         f"**{counts['passed']} of {tried} (model, framework) pairs that ran pass parity**; "
         f"{counts['failed parity']} fail parity, {counts['failed']} fail to run, {counts['unverified']} run "
         f"unverified (own weights); {counts['unsupported']} pairs are unsupported"
+        + (f", {counts['too big here']} refused as too big for this machine's memory" if counts["too big here"]
+           else "")
         + (f", {counts['not run here']} not run here" if counts["not run here"] else "")
         + (f", {counts['not run yet']} not run yet" if counts["not run yet"] else "") + ".",
         "",
@@ -197,9 +203,9 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
     lines += [f"- {r['model']} × {r['framework']}: {r['status']}: {r['reason']}" for r in problems] or ["- nothing"]
     reasons: dict[str, list[str]] = {}
     for r in rows:
-        if r["status"] in ("unsupported", "not run here"):
+        if r["status"] in ("unsupported", "too big here", "not run here"):
             reasons.setdefault(f"{r['framework']}: {_generic(r['reason'], r['model'])}", []).append(r["model"])
-    lines += ["", "## Unsupported or not run here, and why", ""]
+    lines += ["", "## Unsupported, too big or not run here, and why", ""]
     lines += [f"- {why} ({len(ms)} model{'s' if len(ms) > 1 else ''}: {', '.join(ms)})"
               for why, ms in reasons.items()] or ["- nothing"]
     return "\n".join(lines) + "\n"

@@ -72,6 +72,11 @@ def test_every_cpu_framework_runs_and_passes_parity(default_run):
     assert {tuple(c) for c in converted["parity.checked_batch_sizes"]} == {(16, 1), (16, 2)}
     assert (converted["parity.max_rel_err"] < 1e-4).all()
     assert (converted["parity.top1_agreement"] == 1.0).all()
+    # the model's own FP32 spread (eager against graph) is measured and recorded; this shallow model's is far
+    # below the fixed gate, which it therefore keeps
+    spread = converted["parity.thresholds.fp32_spread.max_rel_err"]
+    assert spread.notna().all() and (spread < 1e-4).all() and not converted["parity.thresholds.widened"].any()
+    assert (converted["parity.thresholds.max_rel_err"] == 1e-3).all()
 
 
 @pytest.mark.parametrize("framework", CPU_FRAMEWORKS)

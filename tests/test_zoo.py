@@ -11,6 +11,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferbench import results
@@ -163,3 +164,60 @@ def test_same_padding_is_made_explicit_for_onnx2torch():
     onnx.checker.check_model(model)
     np.testing.assert_allclose(ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0], before,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_the_onnx_converter_frees_each_replaced_graph_before_copying_the_next():
+    """tf2onnx's optimiser deep-copies the graph before each pass; a graph it replaced (nodes and graph refer to
+    each other) used to wait for the cycle collector while the copies piled up (RegNetY-32GF's export was killed
+    at 24 GB). Within the export's context the replaced graph is gone before the next copy is made."""
+    import gc
+    import weakref
+
+    import tf2onnx.optimizer as optimizer
+
+    from inferbench.exporters.onnx import optimiser_garbage_collected
+
+    class Graph:  # a cycle holding weights, as tf2onnx's Graph and its nodes are
+        def __init__(self) -> None:
+            self.weights = np.zeros(1000)
+            self.me = self
+
+    original = optimizer.copy
+    gc.disable()  # as between two automatic collections
+    try:
+        with optimiser_garbage_collected():
+            graph = Graph()
+            replaced = weakref.ref(graph)
+            graph = optimizer.copy.deepcopy(graph)  # the pass's result replaces the graph
+            assert replaced() is not None  # not freed by reference counting: a cycle
+            graph = optimizer.copy.deepcopy(graph)  # the next pass's copy collects it first
+            assert replaced() is None and graph.weights.shape == (1000,) and graph.me is graph
+        assert optimizer.copy is original
+    finally:
+        gc.enable()
+
+
+def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts(tmp_path, monkeypatch):
+    """ConvNeXt-XLarge's conversion went past 22 GB on this 24 GB machine and was killed; it is refused before
+    it starts, in one line, and the matrix shows its pairs as too big here, not as failures."""
+    from inferbench import environment
+    from inferbench.errors import TooBig
+    from inferbench.exporters import ExportContext
+    from inferbench.exporters import cache as artifact_cache
+    from inferbench.exporters.onnx import memory_refusal
+    from inferbench.worker import failure
+    from inferbench.zoo import _outcome
+
+    ctx = ExportContext(folder=tmp_path, model="convnext_xlarge", resolution=128, weights="random", seed=0)
+    assert memory_refusal(ctx) is None  # no Keras export yet: the size is unknown, nothing is refused
+    artifact_cache.record(tmp_path, "keras", {"model_stats": {"params": 350_196_968}}, {})
+    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 23.0)
+    why = memory_refusal(ctx)
+    assert why.startswith("not run: the ONNX conversion") and "about 29 GB for 1.3 GB of weights" in why
+    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 64.0)
+    assert memory_refusal(ctx) is None  # a bigger machine runs it
+    res = failure(TooBig(why))
+    assert res.error == why and res.traceback is not None  # refused, not killed: never retried on its own
+    record = {"status": "error", "error": f"export of onnx failed: {why}", "parity": {"status": "not_run"}}
+    assert _outcome(record)["status"] == "too big here"
+    assert _outcome({**record, "error": "RuntimeError: boom"})["status"] == "failed"

@@ -209,6 +209,7 @@ class ExportContext:
 PARITY_INPUTS = 16  # seeded image-like inputs the parity gate compares on
 REFERENCE_INPUTS = "reference/inputs.npy"
 REFERENCE_LOGITS = "reference/logits.npy"
+REFERENCE_SPREAD = "reference/fp32_spread.json"  # the model's own FP32 rounding spread (a Keras source only)
 
 
 def timed_reference(batch_size: int) -> str:

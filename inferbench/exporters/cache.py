@@ -17,7 +17,8 @@ from typing import Any
 from ..results import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 3  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised
+EXPORT_FORMAT = 4  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
+#                   4: the Keras export measures the model's FP32 spread (reference/fp32_spread.json)
 MANIFEST = "manifest.json"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..models import build_keras_model, get_model
 from . import ExportContext
-from .reference import predictor, write_parity_reference
+from .reference import predictor, write_fp32_spread, write_parity_reference
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -17,6 +17,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     ctx.path("keras").parent.mkdir(parents=True, exist_ok=True)
     model.save(ctx.path("keras"))
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx, model))
+    facts["fp32_spread"] = write_fp32_spread(ctx, model)
     try:
         stats = model_stats(model, ctx.resolution)
     except Exception as exc:  # a graph the counter cannot read: the parameters, and why there are no FLOPs

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TooBig
 from . import REFERENCE_INPUTS, ExportContext
 
 
@@ -46,10 +47,13 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     tf2onnx_logger.addHandler(handler)
     tf2onnx_logger.propagate = False
     try:
+        too_big = memory_refusal(ctx)
+        if too_big:
+            raise TooBig(too_big)
         model = load_keras(ctx.path("keras"))
         constants_as_arrays(model)
         model(np.load(ctx.folder / REFERENCE_INPUTS)[:1])  # export needs a model that has been called
-        with contextlib.redirect_stdout(io.StringIO()), convertible_ops():
+        with contextlib.redirect_stdout(io.StringIO()), convertible_ops(), optimiser_garbage_collected():
             model.export(out, format="onnx")
     finally:
         tf2onnx_logger.removeHandler(handler)
@@ -84,6 +88,34 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     }
 
 
+#: What the conversion holds at its peak, from the weights (measured on the 2-core, 24 GB machine, 128 px):
+#: RegNetY-32GF's 0.54 GiB peaked at 13.2 GB in TensorFlow's graph optimiser, which tf2onnx runs on the frozen
+#: graph; ConvNeXt-XLarge's 1.3 GiB went past 22 GB there, and past 22 GB in tf2onnx's own optimiser when its
+#: large-model path skipped TensorFlow's. Rounded up: 3 GB plus 20 copies of the weights.
+EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES = 3.0, 20.0
+
+
+def memory_refusal(ctx: ExportContext) -> str | None:
+    """Why this model's ONNX conversion would not fit the memory this process can have now (None: it fits, or
+    the model's size is unknown): said before it starts, instead of the kernel killing it halfway."""
+    from ..environment import memory_total_gb
+    from ..measure.memory import current_rss_mb
+    from . import cache
+
+    stats = (cache.read_manifest(ctx.folder)["artifacts"].get("keras") or {}).get("model_stats") or {}
+    available = memory_total_gb("MemAvailable")
+    if not stats.get("params") or not available:
+        return None
+    available += current_rss_mb() / 1024
+    weights_gb = stats["params"] * 4 / 2**30
+    need = EXPORT_BASE_GB + EXPORT_WEIGHT_COPIES * weights_gb
+    if need <= 0.9 * available:
+        return None
+    return (f"not run: the ONNX conversion (tf2onnx, through TensorFlow's graph optimiser) would need about "
+            f"{need:.0f} GB for {weights_gb:.1f} GB of weights, more than the {available:.0f} GB available: this "
+            "model's ONNX export needs a machine with more memory")
+
+
 def constants_as_arrays(model: Any) -> list[str]:
     """Give every layer the constants it keeps as eager tensors (not variables) as NumPy arrays of the same
     values, so that a trace embeds them instead of capturing them: Keras' ``Normalization`` mean and variance,
@@ -99,6 +131,37 @@ def constants_as_arrays(model: Any) -> list[str]:
                 setattr(layer, name, value.numpy())
                 changed.append(f"{layer.name}.{name}")
     return changed
+
+
+@contextlib.contextmanager
+def optimiser_garbage_collected() -> Iterator[None]:
+    """While converting, Python's cycle collector runs before each of tf2onnx's optimiser passes.
+
+    The optimiser deep-copies the whole graph, weights included, before each of its dozen passes (to roll a
+    failed pass back), and a graph it replaces is freed only by the cycle collector (its nodes and the graph
+    refer to each other), which runs by object count, not bytes: RegNetY-32GF's 0.58 GB of weights (128 px)
+    piled up copies until the kernel killed the export at 24 GB. Collected before each copy, that export
+    peaks at 13 GB (in TensorFlow's own graph optimiser, before tf2onnx's) and finishes in 70 s."""
+    import copy
+    import gc
+    import types
+
+    try:
+        import tf2onnx.optimizer as optimizer
+    except ImportError:  # the export fails on its own import, with the install hint
+        yield
+        return
+
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        gc.collect()
+        return copy.deepcopy(value, memo)
+
+    original = optimizer.copy
+    optimizer.copy = types.SimpleNamespace(deepcopy=deepcopy)
+    try:
+        yield
+    finally:
+        optimizer.copy = original
 
 
 @contextlib.contextmanager

@@ -16,7 +16,15 @@ import numpy as np
 
 from ..models import ModelSpec, get_model, images_per_call, make_inputs
 from ..parity import DegenerateReference, check_reference
-from . import PARITY_INPUTS, REFERENCE_INPUTS, REFERENCE_LOGITS, ExportContext, source_kind, timed_reference
+from . import (
+    PARITY_INPUTS,
+    REFERENCE_INPUTS,
+    REFERENCE_LOGITS,
+    REFERENCE_SPREAD,
+    ExportContext,
+    source_kind,
+    timed_reference,
+)
 
 Predict = Callable[[np.ndarray], np.ndarray]
 
@@ -77,3 +85,19 @@ def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict
     np.save(ctx.folder / REFERENCE_INPUTS, inputs)
     np.save(ctx.folder / REFERENCE_LOGITS, logits)
     return facts
+
+
+def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
+    """The Keras model's own FP32 rounding spread on the reference inputs: its outputs computed eagerly, one
+    image per call (op by op, no graph fusion), against the graph-mode reference (:func:`parity.spread`). The
+    parity gate widens for a model whose spread is large (see ``parity.SPREAD_FACTOR``)."""
+    import json
+
+    from .. import parity
+
+    inputs = np.load(ctx.folder / REFERENCE_INPUTS)
+    eager = np.concatenate([np.asarray(model(inputs[i:i + 1], training=False), dtype=np.float32).reshape(1, -1)
+                            for i in range(len(inputs))])
+    spread = parity.spread(np.load(ctx.folder / REFERENCE_LOGITS), eager)
+    (ctx.folder / REFERENCE_SPREAD).write_text(json.dumps(spread, indent=1))
+    return spread

@@ -33,6 +33,7 @@ timing configuration that ran.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -168,7 +169,7 @@ def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dic
     """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
     reference; own weights: finite, input-dependent outputs on the reference inputs only."""
     from .. import parity
-    from ..exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, timed_reference
+    from ..exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SPREAD, timed_reference
 
     emit("parity check")
     folder = Path(job.artifact_dir)
@@ -176,11 +177,13 @@ def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dic
     out = at_batch_size(runner, np.load(folder / REFERENCE_INPUTS), bs)
     if not job.framework.verified(job.cell.model):
         return parity.sanity(out)
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision)
+    spread_file = folder / REFERENCE_SPREAD  # a Keras source's own rounding spread, which may widen the gate
+    spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
+    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision, spread)
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision), bs)
+    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread), bs)
 
 
 def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
