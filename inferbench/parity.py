@@ -21,9 +21,9 @@ class Thresholds:
 
     def widened(self, spread: dict[str, Any] | None) -> Thresholds:
         """These thresholds, or wider where the model's own FP32 spread (:func:`spread`: two TensorFlow FP32
-        programs of the same model, eager and graph, on the reference inputs) is so large that
-        ``SPREAD_FACTOR`` times it exceeds them: the max error by the factor, the cosine's distance from 1 by
-        its square (for small errors, 1 - cosine grows as the square of the error)."""
+        programs of the same model, eager and graph, image by image) is so large that ``SPREAD_FACTOR`` times
+        it exceeds them: the max error by the factor, the cosine's distance from 1 by its square (for small
+        errors, 1 - cosine grows as the square of the error)."""
         if not spread or spread.get("max_rel_err") is None or spread.get("cosine") is None:
             return self
         return Thresholds(max_rel_err=max(self.max_rel_err, SPREAD_FACTOR * spread["max_rel_err"]),
@@ -37,13 +37,13 @@ class Thresholds:
 #: max error within 1e-3 (its old 1e-4 failed Inception's correct exports) and the cosine within 1e-6 of 1
 #: (100x the noise, below every perturbation). tests/test_real_frameworks.py perturbs a weight and expects
 #: the gate to fail.
-#: ... unless a model's own rounding says otherwise: ResNet-152 (calibrated random weights, 128 px) run eagerly
-#: already differs from its graph-mode reference by 6.2e-4 (cosine 1 - 3.3e-7), and its correct-looking ONNX
-#: Runtime, OpenVINO and torch exports by 1.2e-3 to 1.8e-3 (1.9x to 2.9x that spread; cosine up to 1 - 2.2e-6,
-#: 6.7x), every top-1 agreeing. The gate widens to SPREAD_FACTOR x the model's spread (its square for the
-#: cosine) where that is wider: over the zoo's 65 models at 128 px, for ResNet-152 (to 2.5e-3), EfficientNetV2-L
-#: (1.7e-3) and EfficientNet-B7 (1.1e-3); the other 62 spread at most 2.0e-4 and keep the fixed gate.
-SPREAD_FACTOR = 4.0
+#: ... unless a model's own rounding says otherwise. ResNet-152 (calibrated random weights, 128 px) amplifies
+#: FP32 rounding: run eagerly, image by image, it differs from its graph-mode reference by up to 1.6e-3 of an
+#: image's max |logit| (cosine 1 - 3.3e-7), and its correct-looking ONNX Runtime export by 1.4x to 3.2x that on
+#: each image (cosine gaps up to 5.6x the eager one), every top-1 agreeing; its torch and OpenVINO exports
+#: failed the fixed gate likewise (1.8e-3 and 1.5e-3 on a timed image). The gate widens to SPREAD_FACTOR x
+#: the model's spread (its square for the cosine's gap) where that is wider than the table.
+SPREAD_FACTOR = 3.0
 THRESHOLDS: dict[str, Thresholds] = {
     "fp32": Thresholds(max_rel_err=1e-3, min_cosine=0.999999),
     "fp16": Thresholds(max_rel_err=1e-2, min_cosine=0.995),
@@ -92,14 +92,19 @@ def check_reference(ref: np.ndarray, classifier: bool = True) -> dict[str, Any]:
 
 
 def spread(reference: np.ndarray, other: np.ndarray) -> dict[str, Any]:
-    """The max error relative to max |reference| and the smallest cosine between two FP32 computations of the
-    same outputs: the model's own rounding spread that :meth:`Thresholds.widened` takes."""
-    p = compare(reference, other)
-    return {"max_rel_err": p["max_rel_err"], "cosine": p["cosine"], "method": SPREAD_METHOD}
+    """The model's own rounding spread that :meth:`Thresholds.widened` takes, from two FP32 computations of the
+    same outputs, image by image (a batch's max error relative to its max |reference| depends on which images
+    share the batch: ResNet-152's 16 reference images span max |logit| 2.7 to 66): the largest of each image's
+    max error relative to its own max |reference|, and the smallest cosine."""
+    ref = np.asarray(reference, dtype=np.float64)
+    other = np.asarray(other, dtype=np.float64).reshape(ref.shape)
+    scale = np.abs(ref).max(axis=1)
+    per_image = np.abs(other - ref).max(axis=1) / np.where(scale > 0, scale, np.inf)
+    return {"max_rel_err": float(per_image.max()), "cosine": compare(ref, other)["cosine"], "method": SPREAD_METHOD}
 
 
 #: How :func:`spread` is measured, as records name it.
-SPREAD_METHOD = "keras eager (one image per call) vs graph reference"
+SPREAD_METHOD = "keras eager vs graph reference, image by image (max of per-image max_rel_err, min cosine)"
 
 
 def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32",

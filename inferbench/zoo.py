@@ -185,7 +185,8 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         + (f", {counts['not run yet']} not run yet" if counts["not run yet"] else "") + ".",
         "",
         "Marks: " + ", ".join(f"{m} {s}" for s, m in MARKS.items()) + ". The number is the largest error relative "
-        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1). GFLOP: per image, counted "
+        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1, or 4x the model's own "
+        "eager-against-graph spread where that is wider: the record's parity.thresholds). GFLOP: per image, counted "
         "from the Keras graph; export s: every artifact of the model, exported once and shared by its frameworks.",
         "",
         "| model | px | params | GFLOP | export s | " + " | ".join(frameworks) + " |",
