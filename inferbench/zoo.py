@@ -73,22 +73,35 @@ def _short(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def _export_seconds(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Per model, the seconds its exports took (every kind in its artifact folder's manifest, when made)."""
+#: Per model, the seconds its exports took, kept in the zoo's folder: the artifact cache may be deleted (a full
+#: matrix's cache held 51 GB here) and the matrix re-written by a later --resume.
+EXPORTS = "exports.json"
+
+
+def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -> dict[str, float]:
+    """Per model, the seconds its exports took: every kind in its artifact folder's manifest, where that still
+    exists, else what ``folder``'s ``exports.json`` kept from an earlier writing (which this updates)."""
+    import json
+
     from .exporters import cache as artifact_cache
 
-    out: dict[str, float] = {}
+    kept = folder / EXPORTS if folder is not None else None
+    out: dict[str, float] = json.loads(kept.read_text()) if kept is not None and kept.exists() else {}
+    seen: set[str] = set()
     for r in records:
-        folder = (r.get("config") or {}).get("artifact_dir")
-        if r["model"] in out or not folder:
+        where = (r.get("config") or {}).get("artifact_dir")
+        if r["model"] in seen or not where:
             continue
-        artifacts = artifact_cache.read_manifest(Path(folder)).get("artifacts", {})
+        artifacts = artifact_cache.read_manifest(Path(where)).get("artifacts", {})
         if artifacts:
+            seen.add(r["model"])
             out[r["model"]] = round(sum(float(a.get("export_s") or 0.0) for a in artifacts.values()), 1)
+    if kept is not None and out:
+        atomic_write_text(kept, json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
 
-def matrix_rows(plan: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = None) -> list[dict[str, Any]]:
     """One row per (model of the plan, framework): its outcome. The frameworks are those the plan names, or with
     a set ('all', 'best'), every framework of the registry on the plan's device."""
     from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
@@ -99,7 +112,7 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]
     columns = [k for k, fw in FRAMEWORKS.items() if device in fw.devices
                and (k in asked or any(s in SETS and in_set(fw, s, device) for s in asked))]
     by_cell = {(r["model"], r["framework"]): r for r in records}
-    exports = _export_seconds(records)
+    exports = _export_seconds(records, folder)
     models = list(dict.fromkeys(c.model for c in plan.cells))
     resolution = {c.model: c.resolution for c in plan.cells}
     rows = []
@@ -185,7 +198,7 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         + (f", {counts['not run yet']} not run yet" if counts["not run yet"] else "") + ".",
         "",
         "Marks: " + ", ".join(f"{m} {s}" for s, m in MARKS.items()) + ". The number is the largest error relative "
-        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1, or 4x the model's own "
+        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1, or 3x the model's own "
         "eager-against-graph spread where that is wider: the record's parity.thresholds). GFLOP: per image, counted "
         "from the Keras graph; export s: every artifact of the model, exported once and shared by its frameworks.",
         "",
@@ -223,7 +236,7 @@ def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
     from .sweep import PLAN
 
     plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))
-    rows = matrix_rows(plan, records)
+    rows = matrix_rows(plan, records, folder)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=MATRIX_COLUMNS, lineterminator="\n")
     writer.writeheader()
