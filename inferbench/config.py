@@ -588,6 +588,7 @@ class ChildResult:
     error: str | None = None
     traceback: str | None = None
     usage_error: bool = False
+    died: bool = False  # the process ended without a result (killed, crashed, out of time), not by an exception
 
 
 JOB_TYPES: dict[str, type] = {"cell": CellJob, "export": ExportJob}

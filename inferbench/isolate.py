@@ -107,7 +107,7 @@ class Child:
             code = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.close()
-            return ChildResult(ok=False, error=f"timed out after {timeout_s:g} s")
+            return ChildResult(ok=False, error=f"timed out after {timeout_s:g} s", died=True)
         except BaseException:
             self.close()
             raise
@@ -115,7 +115,7 @@ class Child:
             if self.result_path.exists():
                 return decode(ChildResult, json.loads(self.result_path.read_text()), "child result")
             tail = self.log_path.read_text(errors="replace").strip().splitlines()[-20:]
-            return ChildResult(ok=False, error=_describe_exit(code), traceback="\n".join(tail))
+            return ChildResult(ok=False, error=_describe_exit(code), traceback="\n".join(tail), died=True)
         finally:
             self.close()
 

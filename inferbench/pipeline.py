@@ -214,7 +214,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
                 continue
             if res.usage_error and strict:
                 raise UsageError(res.error)
-            died = res.traceback is None and not res.usage_error and len(chain) > 1  # killed, not an exception
+            died = res.died and len(chain) > 1  # killed (for memory, say), not an exception: retried alone
             rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
             if not died:
                 failed[k] = str(res.error or "the export process ended without making it")

@@ -41,8 +41,8 @@ def emit(phase: str) -> None:
 def failure(exc: BaseException) -> ChildResult:
     if isinstance(exc, (UsageError, MissingDependency)):
         return ChildResult(ok=False, error=str(exc), usage_error=isinstance(exc, UsageError))
-    if isinstance(exc, TooBig):  # refused before it started; a traceback, though empty: it was not killed
-        return ChildResult(ok=False, error=str(exc), traceback="")
+    if isinstance(exc, TooBig):  # refused before it started, in one line
+        return ChildResult(ok=False, error=str(exc))
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return ChildResult(ok=False, error=f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
                        traceback=traceback.format_exc())

@@ -86,7 +86,10 @@ def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -
     from .exporters import cache as artifact_cache
 
     kept = folder / EXPORTS if folder is not None else None
-    out: dict[str, float] = json.loads(kept.read_text()) if kept is not None and kept.exists() else {}
+    try:
+        out: dict[str, float] = json.loads(kept.read_text()) if kept is not None and kept.exists() else {}
+    except ValueError:  # a damaged file: what the manifests still say
+        out = {}
     seen: set[str] = set()
     for r in records:
         where = (r.get("config") or {}).get("artifact_dir")
@@ -198,9 +201,10 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         + (f", {counts['not run yet']} not run yet" if counts["not run yet"] else "") + ".",
         "",
         "Marks: " + ", ".join(f"{m} {s}" for s, m in MARKS.items()) + ". The number is the largest error relative "
-        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1, or 3x the model's own "
-        "eager-against-graph spread where that is wider: the record's parity.thresholds). GFLOP: per image, counted "
-        "from the Keras graph; export s: every artifact of the model, exported once and shared by its frameworks.",
+        "to max |reference| (FP32 gate: within 1e-3, and a cosine within 1e-6 of 1; each image within 3x the "
+        "model's own eager-against-graph spread where that is wider: the record's parity.thresholds). GFLOP: per "
+        "image, counted from the Keras graph; export s: every artifact made for the model, exported once and "
+        "shared by its frameworks.",
         "",
         "| model | px | params | GFLOP | export s | " + " | ".join(frameworks) + " |",
         "|---|---:|---:|---:|---:|" + "---|" * len(frameworks),

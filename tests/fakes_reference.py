@@ -4,6 +4,7 @@ each timed batch."""
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,10 @@ def export(ctx: Any) -> dict[str, Any]:
             log.write(f"reference {os.getpid()}\n")
     if os.environ.get("FAKE_REFERENCE_FAILS"):
         raise RuntimeError("the fake reference export failed")
+    marker = os.environ.get("FAKE_REFERENCE_KILLED_ONCE")  # killed (as for memory) the first time, then fine
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
     weights = np.load(ctx.folder / WEIGHTS)["weights"]
     for bs in ctx.batch_sizes:
         batch = make_inputs(get_model(ctx.model), bs, ctx.resolution, ctx.seed + 3)

@@ -107,6 +107,20 @@ def test_a_models_exports_share_one_process_and_a_failure_fails_its_own(fakes, t
     assert "export keras  exported in" in err and "export reference  FAILED: RuntimeError: the fake reference" in err
 
 
+def test_an_export_killed_in_the_shared_process_is_retried_alone(fakes, tmp_path, monkeypatch, capsys):
+    """An export the kernel kills (for memory, say) while it shares a process with the model's other exports is
+    run again in a process of its own; what was made before it stays made."""
+    log = tmp_path / "exports.log"
+    monkeypatch.setenv("FAKE_EXPORT_LOG", str(log))
+    monkeypatch.setenv("FAKE_REFERENCE_KILLED_ONCE", str(tmp_path / "killed"))
+    assert _run(tmp_path, "--framework", "fake") == 0
+    (keras, pid1), (first, pid2), (again, pid3) = (line.split() for line in log.read_text().splitlines())
+    assert (keras, first, again) == ("keras", "reference", "reference")
+    assert pid1 == pid2 != pid3  # killed in the shared process, then alone
+    (rec,) = results.iter_records(tmp_path / "out")[0]
+    assert rec["status"] == "ok" and rec["parity"]["status"] == "passed"
+
+
 def test_a_worker_that_dies_mid_rounds_fails_alone(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-dies", "--min-iterations", "80") == 1
     df = results.load(tmp_path / "out").set_index("framework")

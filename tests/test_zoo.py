@@ -221,7 +221,7 @@ def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts
     monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 64.0)
     assert memory_refusal(ctx) is None  # a bigger machine runs it
     res = failure(TooBig(why))
-    assert res.error == why and res.traceback is not None  # refused, not killed: never retried on its own
+    assert res.error == why and not res.died  # refused, not killed: never retried on its own
     record = {"status": "error", "error": f"export of onnx failed: {why}", "parity": {"status": "not_run"}}
     assert _outcome(record)["status"] == "too big here"
     assert _outcome({**record, "error": "RuntimeError: boom"})["status"] == "failed"

@@ -112,8 +112,8 @@ def memory_refusal(ctx: ExportContext) -> str | None:
     if need <= 0.9 * available:
         return None
     return (f"not run: the ONNX conversion (tf2onnx, through TensorFlow's graph optimiser) would need about "
-            f"{need:.0f} GB for {weights_gb:.1f} GB of weights, more than the {available:.0f} GB available: this "
-            "model's ONNX export needs a machine with more memory")
+            f"{need:.0f} GB for {weights_gb:.1f} GB of weights, more than 90% of the {available:.0f} GB available: "
+            "this model's ONNX export needs a machine with more memory")
 
 
 def constants_as_arrays(model: Any) -> list[str]:
@@ -157,7 +157,7 @@ def optimiser_garbage_collected() -> Iterator[None]:
         return copy.deepcopy(value, memo)
 
     original = optimizer.copy
-    optimizer.copy = types.SimpleNamespace(deepcopy=deepcopy)
+    optimizer.copy = types.SimpleNamespace(**{**vars(copy), "deepcopy": deepcopy})  # the rest of copy as it is
     try:
         yield
     finally:
