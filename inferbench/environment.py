@@ -51,6 +51,21 @@ def memory_total_gb(field: str = "MemTotal") -> float | None:
     return None
 
 
+def memory_shortfall(params: int | None, base_gb: float, weight_copies: float, count: int = 1,
+                     own_gb: float = 0.0) -> tuple[float, float, float] | None:
+    """``(need, weights, available)`` in GB when ``count`` processes, each holding ~``base_gb`` plus
+    ``weight_copies`` copies of ``params`` float32 weights, would take more than 90% of the memory available
+    now (plus ``own_gb``, what the asking process holds already); None when they fit or a size is unknown. The
+    one estimate behind every memory refusal (a group's workers, an ONNX conversion)."""
+    available = memory_total_gb("MemAvailable")
+    if not params or not available or count < 1:
+        return None
+    available += own_gb
+    weights = params * 4 / 2**30
+    need = count * (base_gb + weight_copies * weights)
+    return None if need <= 0.9 * available else (need, weights, available)
+
+
 def git_commit() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
     try:

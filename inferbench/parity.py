@@ -107,8 +107,16 @@ def spread(reference: np.ndarray, other: np.ndarray) -> dict[str, Any]:
     max error relative to its own max |reference|, and the smallest cosine."""
     ref = np.asarray(reference, dtype=np.float64)
     other = np.asarray(other, dtype=np.float64).reshape(ref.shape)
-    return {"max_rel_err": per_image_rel_err(ref, other), "cosine": compare(ref, other)["cosine"],
-            "method": SPREAD_METHOD}
+    return {"max_rel_err": per_image_rel_err(ref, other), "cosine": min_cosine(ref, other), "method": SPREAD_METHOD}
+
+
+def min_cosine(ref: np.ndarray, cand: np.ndarray) -> float:
+    """The smallest per-image cosine similarity (0 where not finite, or where an output is all zeros)."""
+    if not np.all(np.isfinite(cand)):
+        return 0.0
+    num = (ref * cand).sum(axis=1)
+    den = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
+    return float(np.min(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)))
 
 
 def per_image_rel_err(ref: np.ndarray, cand: np.ndarray) -> float:
@@ -141,9 +149,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     max_abs = float(err.max()) if finite else float("inf")
     scale = float(np.abs(ref).max())
     max_rel = max_abs / scale if scale > 0 else float("inf")
-    num = (ref * cand).sum(axis=1)
-    den = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
-    cosine = float(np.min(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0))) if finite else 0.0
+    cosine = min_cosine(ref, cand)
     ref_top = ref.argmax(axis=1)
     cand_top = cand.argmax(axis=1)
     agree = ref_top == cand_top

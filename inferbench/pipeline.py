@@ -289,21 +289,18 @@ WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
     """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
     fit in the memory available now (None: they fit, or the model's size is unknown)."""
-    from .environment import memory_total_gb
+    from .environment import memory_shortfall
 
-    available = memory_total_gb("MemAvailable")
-    if workers < 1 or not stats or not available:
+    short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
+    if short is None:
         return None
-    weights_gb = stats["params"] * 4 / 2**30
-    need = workers * (WORKER_BASE_GB + WEIGHT_COPIES * weights_gb)
-    if need <= 0.9 * available:
-        return None
+    need, weights_gb, available = short
     who = f"the {workers} frameworks of this group, loaded side by side for interleaved rounds," if workers > 1 \
         else "this framework"
     advice = "run fewer frameworks at once (--framework) or one at a time (--sequential)" if workers > 1 \
         else "a lower --resolution or --batch-size will not shrink the weights: this model needs a bigger machine"
     return (f"not run: {who} would hold about {need:.0f} GB ({weights_gb:.1f} GB of weights, about "
-            f"{WEIGHT_COPIES:g} copies each, beside ~{WORKER_BASE_GB:g} GB of runtime), more than the "
+            f"{WEIGHT_COPIES:g} copies each, beside ~{WORKER_BASE_GB:g} GB of runtime), more than 90% of the "
             f"{available:.0f} GB available: {advice}")
 
 

@@ -98,19 +98,16 @@ EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES = 3.0, 20.0
 def memory_refusal(ctx: ExportContext) -> str | None:
     """Why this model's ONNX conversion would not fit the memory this process can have now (None: it fits, or
     the model's size is unknown): said before it starts, instead of the kernel killing it halfway."""
-    from ..environment import memory_total_gb
+    from ..environment import memory_shortfall
     from ..measure.memory import current_rss_mb
     from . import cache
 
     stats = (cache.read_manifest(ctx.folder)["artifacts"].get("keras") or {}).get("model_stats") or {}
-    available = memory_total_gb("MemAvailable")
-    if not stats.get("params") or not available:
+    short = memory_shortfall(stats.get("params"), EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES,
+                             own_gb=current_rss_mb() / 1024)
+    if short is None:
         return None
-    available += current_rss_mb() / 1024
-    weights_gb = stats["params"] * 4 / 2**30
-    need = EXPORT_BASE_GB + EXPORT_WEIGHT_COPIES * weights_gb
-    if need <= 0.9 * available:
-        return None
+    need, weights_gb, available = short
     return (f"not run: the ONNX conversion (tf2onnx, through TensorFlow's graph optimiser) would need about "
             f"{need:.0f} GB for {weights_gb:.1f} GB of weights, more than 90% of the {available:.0f} GB available: "
             "this model's ONNX export needs a machine with more memory")
