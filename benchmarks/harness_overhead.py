@@ -11,13 +11,15 @@ With ``--sampler`` it measures instead what the power sampler costs the measurem
 inferbench's loop alone against blocks of the same loop with the energy monitor running (its
 sampler thread reading the sensor every 20 ms). The sensor is the real one where the machine has
 it (NVML on a GPU, RAPL's counter on a CPU); elsewhere a stand-in that makes one /proc read per
-sample, so at least the thread's wake-ups are measured, and the output says which. (This script
-runs the frameworks on the CPU; the sampler's cost on a GPU run is still to be measured.)
+sample, so at least the thread's wake-ups are measured, and the output says which. ``--device gpu``
+runs ``torch`` on the GPU (the first in PCI bus order) with NVML as the sensor: the sampler's cost where
+it matters most, a small model whose every call is launch-bound on the CPU thread.
 
 With ``--wall-time`` it also times the default ``python -m inferbench.run`` end to end, cold (empty
 artifact cache) and warm.
 
-    python benchmarks/harness_overhead.py [--blocks 30] [--block-seconds 0.5] [--sampler] [--wall-time]
+    python benchmarks/harness_overhead.py [--blocks 30] [--block-seconds 0.5] [--sampler] [--device cpu|gpu]
+                                          [--cache-dir DIR] [--wall-time]
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class StandInSensor:
             return float(len(fh.read(256)))
 
 
-def child(framework: str, folder: str, blocks: int, block_s: float, threads: int, sampler: bool) -> dict:
+def child(framework: str, folder: str, blocks: int, block_s: float, threads: int, sampler: bool,
+          gpu_uuid: str | None = None) -> dict:
     from inferbench.exporters import EXPORTERS
     from inferbench.frameworks import get_framework, load_runner
     from inferbench.measure.timing import TimingConfig, run_block
@@ -56,7 +59,8 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
 
     fw = get_framework(framework)
     spec = get_model("mobilenet_v3_large")
-    ctx = LoadContext(Path(folder), Path(folder) / EXPORTERS[fw.artifact].path, spec, 224, "cpu", threads, 0)
+    device = "gpu" if gpu_uuid else "cpu"
+    ctx = LoadContext(Path(folder), Path(folder) / EXPORTERS[fw.artifact].path, spec, 224, device, threads, 0)
     runner = load_runner(fw)()
     runner.load(ctx)
     x = make_inputs(spec, 1, 224, 3)
@@ -72,10 +76,13 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
         import torch
 
         module, tensor = runner.module, prepared
+        sync = torch.cuda.synchronize if gpu_uuid else (lambda: None)
 
         def bare() -> object:
             with torch.inference_mode():
-                return module(tensor)
+                out = module(tensor)
+            sync()
+            return out
 
     for _ in range(20):
         bare()
@@ -97,7 +104,10 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
     if sampler:  # baseline: inferbench's loop alone; candidate: the same loop with the energy monitor
         from inferbench.measure import power
 
-        sensor, _ = power.sensor_for({"kind": "cpu", "gpu": None})  # RAPL where the kernel exposes it
+        where = {"kind": "gpu", "gpu": {"uuid": gpu_uuid}} if gpu_uuid else {"kind": "cpu", "gpu": None}
+        sensor, why = power.sensor_for(where)  # NVML on a GPU; RAPL where the kernel exposes it
+        if sensor is None and gpu_uuid:
+            sys.exit(f"no NVML sensor: {why}")
         sensor = sensor or StandInSensor()
         sensor_name = sensor.name
         blocks_ab = (harness_block, lambda: harness_block([("energy", power.EnergyMonitor(sensor))]))
@@ -116,7 +126,7 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
             "ratio_ci95": cmp["ci95"], "pairs": blocks, "sensor": sensor_name}
 
 
-def ensure_artifacts(cache_dir: str) -> Path:
+def ensure_artifacts(cache_dir: str, device: str = "cpu") -> Path:
     import contextlib
     import io
 
@@ -124,7 +134,8 @@ def ensure_artifacts(cache_dir: str) -> Path:
     from inferbench.run import main
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["--framework", "onnxrt,torch", "--duration", "0", "--min-iterations", "1", "--warmup", "0",
+        code = main(["--framework", "onnxrt,torch" if device == "cpu" else "torch", "--device", device,
+                     "--duration", "0", "--min-iterations", "1", "--warmup", "0", "--rounds", "1",
                      "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
     if code != 0:
         sys.exit("could not export the default model")
@@ -147,8 +158,11 @@ def main() -> None:
     p.add_argument("--block-seconds", type=float, default=0.5, help="seconds per block (default: %(default)s)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     p.add_argument("--sampler", action="store_true", help="measure the power sampler's cost instead")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: onnxrt and torch on the CPU; gpu: torch on the first GPU (default: %(default)s)")
     p.add_argument("--wall-time", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
+    p.add_argument("--gpu-uuid", help=argparse.SUPPRESS)
     args = p.parse_args()
     from inferbench.device import default_threads
     from inferbench.isolate import thread_env
@@ -156,18 +170,25 @@ def main() -> None:
     threads = default_threads()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.blocks, args.block_seconds, threads,
-                               args.sampler)))
+                               args.sampler, args.gpu_uuid)))
         return
-    folder = ensure_artifacts(args.cache_dir)
-    env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": ""}
+    folder = ensure_artifacts(args.cache_dir, args.device)
+    gpu = None
+    if args.device == "gpu":
+        from inferbench.device import resolve
+
+        gpu = resolve("gpu", 0).gpu
+    env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else "",
+           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     what, a, b = (("power-sampler overhead", "inferbench loop", "with sampler") if args.sampler
                   else ("harness overhead", "bare loop", "inferbench"))
-    print(f"{what}, mobilenet_v3_large 224 bs1 on the CPU, {threads} threads, {args.blocks} pairs of "
+    where = f"on {gpu.name} ({gpu.uuid})" if gpu else "on the CPU"
+    print(f"{what}, mobilenet_v3_large 224 bs1 {where}, {threads} threads, {args.blocks} pairs of "
           f"{args.block_seconds} s blocks")
-    for fw in ("onnxrt", "torch"):
+    for fw in ("torch",) if gpu else ("onnxrt", "torch"):
         out = subprocess.run([sys.executable, __file__, "--blocks", str(args.blocks), "--block-seconds",
                               str(args.block_seconds), "--child", fw, str(folder)]
-                             + (["--sampler"] if args.sampler else []),
+                             + (["--sampler"] if args.sampler else []) + (["--gpu-uuid", gpu.uuid] if gpu else []),
                              env=env, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         lo, hi = r["ratio_ci95"]

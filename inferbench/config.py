@@ -249,7 +249,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cuda_graphs", ("--cuda-graphs",), "torch, torch-native on a GPU: replay a CUDA graph", False,
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
-           choices=KERAS_BACKENDS),
+           choices=KERAS_BACKENDS, commands=("run", "sweep", "selftest")),
     Option("log_to", ("--log-to",), "also log each cell as a tracking run: mlflow (MLFLOW_TRACKING_URI, default a "
            "local store), wandb (offline unless WANDB_MODE says otherwise); grouped by run or sweep", [], names,
            metavar="mlflow|wandb[,...]"),
@@ -654,11 +654,12 @@ def build(values: dict[str, Any]) -> Built:
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     for spec in models:
-        frameworks, left_out = choose(values["frameworks"], device.kind, spec)
-        for k, why in left_out.items():
-            left.setdefault(k, {})[spec.name] = why
         res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
                                  for r in values["resolutions"])
+        have = exported(config, spec, res_list)
+        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have)
+        for k, why in left_out.items():
+            left.setdefault(k, {})[spec.name] = why
         for res in res_list:
             for bs in values["batch_sizes"]:
                 for fw in frameworks:
@@ -677,6 +678,23 @@ def build(values: dict[str, Any]) -> Built:
                          f"{len(cells) * per_cell / 3600:.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
+    """Everything that changes the artifacts of ``spec`` at ``resolution`` (the cache folder's name hashes it); a
+    model file's weights are its own contents."""
+    from .exporters import cache as artifact_cache
+
+    weights = spec.source.path if spec.source else config.weights
+    return artifact_cache.key_inputs(spec.name, resolution, weights, config.seed)
+
+
+def exported(config: RunConfig, spec: Any, resolutions: Any) -> set[str]:
+    """The artifact kinds of ``spec`` whose exporters are not installed here but which need no export at any of
+    ``resolutions``: in the cache already, or brought from another machine."""
+    from .exporters import already_made
+
+    return already_made(Path(config.cache_dir), spec, [cache_key(config, spec, r) for r in resolutions])
 
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:

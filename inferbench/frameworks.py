@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from .errors import UsageError
@@ -41,6 +42,7 @@ class Framework:
     needs_torchvision_twin: bool = False  # runs only models that torchvision implements
     best_on: tuple[str, ...] = ()  # devices where it is its runtime's best-known setting (the key set 'best')
     also_loads: tuple[str, ...] = ()  # artifact kinds its runner loads too, for a model file that lacks ``artifact``
+    gpu_build: str | None = None  # the pip distribution of its GPU build, where the CPU build has the same import name
 
     def takes(self, precision: str) -> bool:
         return precision == self.precision or precision in self.precisions
@@ -86,13 +88,24 @@ class Framework:
 
         return self.same_weights or (self.ported and model in ported_models())
 
+    def runtime_packages(self, options: Any = None) -> tuple[str, ...]:
+        """The packages its runner imports with these runner options: Keras on JAX or torch needs that backend,
+        not TensorFlow."""
+        backend = getattr(options, "keras_backend", "tensorflow") if "keras_backend" in self.options else None
+        if backend in KERAS_BACKEND_PACKAGES:
+            return ("keras", KERAS_BACKEND_PACKAGES[backend])
+        return self.packages
+
     def child_env(self, options: Any) -> dict[str, str]:
         return {var: str(getattr(options, name)) for var, name in self.env}
 
 
 _TF = ("tensorflow", "keras")
+#: What Keras needs besides itself on a backend other than TensorFlow (--keras-backend).
+KERAS_BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
 _KERAS = dict(options=("keras_backend",), env=(("KERAS_BACKEND", "keras_backend"),))
 _TORCH_OPTIONS = ("torch_compile", "cuda_graphs")
+_ONNX2TORCH = ("torch", "onnx2torch", "onnx", "safetensors")  # the module rebuilt from the ONNX graph + its weights
 
 FRAMEWORKS: dict[str, Framework] = {
     fw.key: fw
@@ -111,17 +124,16 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime", "onnxruntime-gpu"), "onnxruntime",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
-                  best_on=("cpu", "gpu")),
+                  best_on=("cpu", "gpu"), gpu_build="onnxruntime-gpu"),
         Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
-                  devices=("gpu",), precisions=("fp16",)),
+                  devices=("gpu",), precisions=("fp16",), gpu_build="onnxruntime-gpu"),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
                   "file) converted by OpenVINO, static batch shape, LATENCY hint, f32", devices=("cpu",),
                   best_on=("cpu",), also_loads=("onnx",)),
-        Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", ("torch", "onnx2torch"),
-                  ("torch", "onnx2torch"), "torch",
+        Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),
         Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "ported", ("torch", "torchvision"),
@@ -171,10 +183,12 @@ def display_order(key: str) -> int:
     return keys.index(key) if key in keys else len(keys)
 
 
-def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], dict[str, str]]:
+def choose(keys: list[str], device: str, model: Any, options: Any = None,
+           have: frozenset[str] | set[str] = frozenset()) -> tuple[list[Framework], dict[str, str]]:
     """The frameworks to run for ``keys`` (a set of :data:`SETS` or framework keys) on ``device`` for
-    ``model``, and those a set left out with the reason (not installed, no implementation of the model,
-    needs a GPU).
+    ``model`` with the runner ``options``, and those a set left out with the reason (not installed, no
+    implementation of the model, needs a GPU). ``have``: artifact kinds that need no export here (cached, or
+    brought from another machine), whose exporters need not be installed.
 
     A framework named explicitly that cannot run the model or the device is a UsageError; one that is
     named explicitly but not installed runs and becomes a failed row naming the extra to install.
@@ -188,7 +202,7 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
             for fw in FRAMEWORKS.values():
                 if not in_set(fw, key, device):
                     continue
-                reason = unavailable_reason(fw, device, model) or fw.unsupported(model)
+                reason = unavailable_reason(fw, device, model, options, have) or fw.unsupported(model)
                 if reason is None:
                     chosen.append(fw)
                 else:
@@ -204,33 +218,56 @@ def choose(keys: list[str], device: str, model: Any) -> tuple[list[Framework], d
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
 
 
-def needed_packages(fw: Framework, model: Any = None) -> dict[str, str]:
-    """Every package ``fw`` needs, its own and its artifacts' exporters' (the reference export included: the
-    Keras model's, or a model file's own framework), with the extra that installs each."""
+def needed_packages(fw: Framework, model: Any = None, options: Any = None,
+                    have: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """Every package ``fw`` needs with these runner ``options``, its own and its artifacts' exporters' (the
+    reference export included: the Keras model's, or a model file's own framework) but for the artifact kinds
+    in ``have`` (already exported, here or elsewhere), with the extra that installs each."""
     from .exporters import export_order, exporter_extra, exporter_packages
 
-    needed = {pkg: fw.extra for pkg in fw.packages}
+    needed = {pkg: fw.extra for pkg in fw.runtime_packages(options)}
     for kind in export_order([fw.artifact_for(model)], model):
-        needed.update({pkg: exporter_extra(kind, model) for pkg in exporter_packages(kind, model) if pkg not in needed})
+        if kind not in have:
+            needed.update({pkg: exporter_extra(kind, model) for pkg in exporter_packages(kind, model)
+                           if pkg not in needed})
     if model is not None:  # what the model's own builder needs (ViT: keras-hub), in every process that loads it
         needed.update({pkg: model.extra for pkg in model.packages if pkg not in needed})
     return needed
 
 
-def missing_packages(fw: Framework, model: Any = None) -> list[str]:
+def missing_packages(fw: Framework, model: Any = None, options: Any = None,
+                     have: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Import names of the packages ``fw`` needs that are not installed (checked without importing them)."""
-    return [pkg for pkg in needed_packages(fw, model) if importlib.util.find_spec(pkg) is None]
+    return [pkg for pkg in needed_packages(fw, model, options, have) if importlib.util.find_spec(pkg) is None]
 
 
-def unavailable_reason(fw: Framework, device: str, model: Any = None) -> str | None:
-    """Why ``fw`` cannot run here (for ``model``, a ModelSpec; None: a registered model), or None if it can."""
+def unavailable_reason(fw: Framework, device: str, model: Any = None, options: Any = None,
+                       have: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """Why ``fw`` cannot run here (for ``model``, a ModelSpec, None: a registered model; with the runner
+    ``options``; ``have``: the artifact kinds already exported), or None if it can."""
     if device not in fw.devices:
         return "needs an NVIDIA GPU"
-    missing = missing_packages(fw, model)
+    missing = missing_packages(fw, model, options, have)
+    if not missing and device == "gpu" and fw.gpu_build and not _installed(fw.gpu_build):
+        return (f"{fw.packages[0]} is its CPU build here; the GPU needs {fw.gpu_build} (pip install -e \".[gpu]\", "
+                f"which replaces it)")
     if missing:  # its own extra installs all it needs (tests/test_registry.py holds pyproject to that)
         extras = [fw.extra] + ([model.extra] if model is not None and set(missing) & set(model.packages) else [])
+        extras += [KERAS_BACKEND_EXTRAS[p] for p in missing if p in KERAS_BACKEND_EXTRAS and fw.options]
         return f"{', '.join(missing)} not installed: pip install -e \".[{','.join(dict.fromkeys(extras))}]\""
     return None
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.version(distribution)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+#: The extra that installs a Keras backend's package.
+KERAS_BACKEND_EXTRAS = {"jax": "jax"}
 
 
 def distributions() -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import results
-from .config import CellJob, CellKey, ChildResult, RunConfig
+from .config import CellJob, CellKey, ChildResult, RunConfig, cache_key, exported
 from .errors import UsageError
 from .frameworks import Framework, get_framework, unavailable_reason
 
@@ -111,13 +112,20 @@ def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | No
     from .isolate import thread_env
 
     env = {k: v for k, v in os.environ.items() if not controlled(k)}
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": "tensorflow",
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": default_keras_backend(),
                 "TORCHINDUCTOR_CACHE_DIR": str(Path(config.cache_dir) / "torchinductor"),
                 **config.device.child_env(), **thread_env(config.threads)})
     if fw is not None and cell is not None:
         env.update(fw.child_env(cell.options))
     env.update({k: os.environ[k] for k in config.pass_env if k in os.environ})
     return env
+
+
+def default_keras_backend() -> str:
+    """The backend Keras runs on where no runner option says otherwise (exports, the reference): TensorFlow,
+    or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch. A Keras
+    model's weights read the same on every backend (the ``ported`` export)."""
+    return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
 
 
 def recorded_env(env: dict[str, str]) -> dict[str, str]:
@@ -139,34 +147,46 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
-    from .exporters import EXPORTERS, export_order, job_for, requires, shares_process
+    from .exporters import EXPORTERS, export_order, exporter_extra, exporter_packages, job_for, requires, shares_process
     from .exporters import cache as artifact_cache
     from .isolate import run_child
     from .models import get_model
 
     spec = get_model(model)
-    weights = spec.source.path if spec.source else config.weights  # a model file: its contents key the cache
-    key_inputs = artifact_cache.key_inputs(model, resolution, weights, config.seed)
-    folder = artifact_cache.artifact_dir(Path(config.cache_dir), key_inputs)
-    runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind, spec)]
+    key_inputs = cache_key(config, spec, resolution)
+    key_weights = spec.source.path if spec.source else config.weights
+    cache_dir = Path(config.cache_dir)
+    folder = artifact_cache.artifact_dir(cache_dir, key_inputs)
+    have = exported(config, spec, [resolution])
+    runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind, spec, config.options, have)]
     needed = [fw.artifact_for(spec) for fw in runnable if fw.artifact != "none"]
     label = f"{model}@{resolution} export"
 
-    def made(kind: str) -> bool:
-        entry = artifact_cache.cached(folder, kind)
-        return bool(entry) and (not EXPORTERS[kind].per_batch_size
-                                or set(batch_sizes) <= set(entry.get("batch_sizes", ())))
+    def covers(kind: str) -> Any:
+        return lambda entry: not EXPORTERS[kind].per_batch_size or set(batch_sizes) <= set(entry.get("batch_sizes", ()))
 
     todo: list[str] = []
+    failed: dict[str, str] = {}
     for kind in export_order(needed, spec) if runnable else []:
-        if made(kind):
+        entry = artifact_cache.cached(folder, kind)
+        if entry and covers(kind)(entry):
             progress.say(f"{label} {kind}", "cached")
+            continue
+        missing = [p for p in exporter_packages(kind, spec) if importlib.util.find_spec(p) is None]
+        source = artifact_cache.brought(cache_dir, key_inputs, kind, covers(kind)) if missing else None
+        if source is not None:  # exported elsewhere (a GPU machine without TensorFlow): verified, copied in
+            artifact_cache.bring(source, folder, kind, key_inputs)
+            progress.result(f"{label} {kind}", f"brought from {source.name} (exported with other library "
+                            f"versions; {', '.join(missing)} not installed here)")
+        elif missing:
+            failed[kind] = (f"{', '.join(missing)} not installed: pip install -e \".[{exporter_extra(kind, spec)}]\" "
+                            f"(or bring a cache folder exported elsewhere with --cache-dir)")
+            progress.result(f"{label} {kind}", f"FAILED: {failed[kind]}", failure=True)
         else:
             todo.append(kind)
     shared = [k for k in todo if shares_process(k, spec)]  # first, in one process, where no dependency forbids
     if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, spec)):
         todo = shared + [k for k in todo if k not in shared]
-    failed: dict[str, str] = {}
 
     def blocked(kind: str) -> bool:
         """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
@@ -182,7 +202,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
         if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
             sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
                 "batch_sizes", ()), *batch_sizes}))
-        return job_for(kind, folder, spec, resolution, weights, config.seed, sizes, key_inputs)
+        return job_for(kind, folder, spec, resolution, key_weights, config.seed, sizes, key_inputs)
 
     alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
     while todo:
@@ -246,7 +266,7 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
     fw = get_framework(cell.framework)
     spec = get_model(cell.model)
     kind = fw.artifact_for(spec)
-    reason = unavailable_reason(fw, config.device.kind, spec)
+    reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]))
     for needed in (kind, "reference"):  # every cell's parity needs the reference outputs
         if reason is None and needed in failed_exports:
             reason = f"export of {needed} failed: {failed_exports[needed]}"
@@ -278,7 +298,23 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     outcomes.update(zip(runnable, measured))
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [results.Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],
-                              stats) for cell in cells]
+                              stats, provenance(folder, cell)) for cell in cells]
+
+
+def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
+    """Where the artifacts a cell used came from: for its own kind, those it is made from, and the reference
+    outputs, when and with which library versions each was exported, and the cache it was brought from (an
+    artifact exported on another machine)."""
+    from .exporters import EXPORTERS, export_order
+    from .exporters import cache as artifact_cache
+    from .models import get_model
+
+    spec = get_model(cell.model)
+    kind = get_framework(cell.framework).artifact_for(spec)
+    entries = artifact_cache.read_manifest(folder).get("artifacts", {})
+    kinds = export_order([kind], spec) if kind in EXPORTERS else export_order([], spec)
+    return {k: {key: entries[k][key] for key in ("exported_at", "versions", "brought_from") if key in entries[k]}
+            for k in kinds if isinstance(entries.get(k), dict)}
 
 
 #: What a worker holds, estimated from the model's weights (fitted on the zoo's records, rounded up: TF workers

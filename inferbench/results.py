@@ -114,7 +114,8 @@ class Record:
 
     @classmethod
     def of(cls, job: CellJob, run_id: str, created_at: str, environment: dict[str, Any], child_env: dict[str, str],
-           outcome: ChildResult, model_stats: dict[str, Any] | None = None) -> Record:
+           outcome: ChildResult, model_stats: dict[str, Any] | None = None,
+           artifacts: dict[str, Any] | None = None) -> Record:
         """The record of a cell from the job that ran and what its child process sent back."""
         import dataclasses
 
@@ -130,7 +131,8 @@ class Record:
             schema_version=SCHEMA_VERSION, model=cell.model, resolution=cell.resolution, batch_size=cell.batch_size,
             framework=cell.framework, precision=cell.precision, scenario=cell.scenario, variant=cell.variant,
             options=encode(cell.options),
-            config={**encode(config), "artifact_dir": job.artifact_dir, "child_env": child_env},
+            config={**encode(config), "artifact_dir": job.artifact_dir, "child_env": child_env,
+                    "artifacts": artifacts or {}},
             environment=environment, run_id=run_id, created_at=created_at, model_stats=model_stats,
             **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
         )

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from .cli import Parser, guarded, typed
-from .config import add_options, given, with_defaults
+from .config import RunnerOptions, add_options, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
+from .exporters import already_made
+from .exporters import cache as artifact_cache
 from .frameworks import FRAMEWORKS, unavailable_reason
+from .models import get_model
 from .run import main as run_main
+
+MODEL = "mobilenet_v3_large"  # the default model, at its own resolution, seeded random weights
 
 
 def build_parser(prog: str = "python -m inferbench.selftest") -> Parser:
@@ -42,9 +48,14 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if kind == "gpu" and not gpus:
         raise UsageError("no NVIDIA GPU found on this machine (nvidia-smi lists none); the GPU check needs one "
                          "(--cpu checks the CPU path)")
+    options = RunnerOptions(keras_backend=values["keras_backend"])
+    spec = get_model(MODEL)
+    cache_dir = Path(values["cache_dir"] or artifact_cache.default_cache_dir())
+    # artifacts exported elsewhere (a GPU machine without TensorFlow) need no exporter here
+    have = already_made(cache_dir, spec, [artifact_cache.key_inputs(MODEL, spec.resolution(None), "random", 0)])
     runnable, missing = [], []
     for fw in FRAMEWORKS.values():
-        reason = unavailable_reason(fw, kind)
+        reason = unavailable_reason(fw, kind, spec, options, have)
         (missing.append(f"{fw.key}: {reason}") if reason else runnable.append(fw.key))
     print(f"selftest on the {kind}: running {', '.join(runnable) or 'nothing'}", file=sys.stderr)
     for line in missing:
@@ -54,8 +65,9 @@ def _main(argv: list[str] | None, prog: str) -> int:
         return 1
     device = ["--device", "gpu", "--gpu-id", str(values["gpu_id"])] if kind == "gpu" else ["--device", "cpu"]
     out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    code = run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8",
-                     "--duration", str(values["duration"]),
+    code = run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8", "--model", MODEL,
+                     "--keras-backend", values["keras_backend"],
+                     "--duration", str(values["duration"]), "--rounds", "2",
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],

@@ -23,8 +23,10 @@ QUICK = ["--model", "mobilenet_v3_small", "--resolution", "32", "--duration", "0
          "--warmup", "1", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu", "--rounds", "4"]
 
 
-def _run(tmp_path, *argv):
-    return run_main([*QUICK, *argv, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+def _run(tmp_path, *argv, cache="cache"):
+    """A quick run into ``tmp_path/out``, with the artifact cache ``tmp_path/cache`` (None: the one in ``argv``)."""
+    return run_main([*QUICK, *argv, "--output-dir", str(tmp_path / "out"),
+                     *(["--cache-dir", str(tmp_path / cache)] if cache else [])])
 
 
 def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_path, capsys):
@@ -190,7 +192,7 @@ def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_pat
     keep = {k: v for k, v in frameworks.FRAMEWORKS.items() if k in ("fake", "fake-slow")}
     monkeypatch.setattr(frameworks, "FRAMEWORKS", keep)
     monkeypatch.setattr(frameworks, "missing_packages",
-                        lambda fw, model=None: ["slowlib"] if fw.key == "fake-slow" else [])
+                        lambda fw, *a, **k: ["slowlib"] if fw.key == "fake-slow" else [])
     assert _run(tmp_path, "--framework", "all") == 0
     err = capsys.readouterr().err
     assert 'not run here: fake-slow (slowlib not installed: pip install -e ".[test]")' in err
@@ -198,6 +200,43 @@ def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_pat
     # named explicitly, it is a failed row that says what to install
     assert _run(tmp_path / "b", "--framework", "fake-slow") == 1
     assert results.load(tmp_path / "b" / "out").iloc[0]["error"] == 'slowlib not installed: pip install -e ".[test]"'
+
+
+def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_path, capsys, monkeypatch):
+    """A machine that cannot export (a GPU machine without TensorFlow) uses a cache exported elsewhere: each
+    artifact hashed against its manifest, copied into this machine's own cache folder, its origin in the record.
+    A damaged one is not brought: the cell fails with one line naming what to install."""
+    import dataclasses
+    import shutil
+
+    from inferbench import exporters
+
+    assert _run(tmp_path, "--framework", "fake") == 0  # exported "elsewhere": every exporter installed
+    (elsewhere,) = (tmp_path / "cache").glob("mobilenet_v3_small_32_*")
+    capsys.readouterr()
+    for kind in ("keras", "reference"):  # this machine lacks the exporters' framework (and so keys another folder)
+        monkeypatch.setitem(exporters.EXPORTERS, kind, dataclasses.replace(exporters.EXPORTERS[kind],
+                                                                         packages=("fake_tensorflow",)))
+    monkeypatch.setitem(exporters.SOURCE_PACKAGES, "keras", ("fake_tensorflow",))  # the reference outputs' framework
+    assert _run(tmp_path / "here", "--framework", "fake", "--cache-dir", str(tmp_path / "cache"), cache=None) == 0
+    err = capsys.readouterr().err
+    assert f"keras  brought from {elsewhere.name}" in err and "fake_tensorflow not installed here" in err
+    (here,) = set((tmp_path / "cache").glob("mobilenet_v3_small_32_*")) - {elsewhere}
+    assert (here / fakes.WEIGHTS).read_bytes() == (elsewhere / fakes.WEIGHTS).read_bytes()
+    rec = results.load(tmp_path / "here" / "out").iloc[0]
+    assert rec["status"] == "ok" and rec["parity.status"] == "passed"
+    raw = json.loads(next((tmp_path / "here" / "out").glob("*/*_fake.json")).read_text())
+    assert raw["config"]["artifacts"]["keras"]["brought_from"]["folder"] == elsewhere.name
+    assert raw["config"]["artifacts"]["reference"]["brought_from"]["folder"] == elsewhere.name
+
+    shutil.rmtree(here)  # and once more, from a damaged copy: one weight changed after it was exported
+    weights = elsewhere / fakes.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    assert _run(tmp_path / "damaged", "--framework", "fake", "--cache-dir", str(tmp_path / "cache"), cache=None) == 1
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err + out.out and "brought from" not in out.err
+    error = results.load(tmp_path / "damaged" / "out").iloc[0]["error"]
+    assert error == 'fake_tensorflow not installed: pip install -e ".[test]"'
 
 
 # --------------------------------------------------------------------------- sweeps: plan, resume, kills

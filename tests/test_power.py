@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import threading
 
@@ -61,6 +62,87 @@ def test_idle_baseline_from_counter_and_from_samples():
     base = power.idle_baseline(FakeSensor(clock, watts=55.0, counter=False), seconds=1.0, clock=clock,
                                sleep=clock.sleep)
     assert base["method"] == "samples" and base["idle_w"] == pytest.approx(55.0)
+
+
+class DecayingSensor:
+    """A GPU after its last kernel: power falls from ``busy`` to ``idle`` with time constant ``tau`` (s); the
+    counter is its exact integral."""
+
+    name = "fake"
+    wrap_j = None
+
+    def __init__(self, clock, busy=300.0, idle=70.0, tau=1.5):
+        self.clock, self.busy, self.idle, self.tau = clock, busy, idle, tau
+
+    def power_w(self):
+        return self.idle + (self.busy - self.idle) * math.exp(-self.clock() / self.tau)
+
+    def energy_j(self):
+        t = self.clock()
+        return self.idle * t + (self.busy - self.idle) * self.tau * (1 - math.exp(-t / self.tau))
+
+
+def test_the_idle_baseline_waits_for_the_power_to_settle():
+    clock = Clock()
+    rushed = power.idle_baseline(DecayingSensor(clock), seconds=2.0, clock=clock, sleep=clock.sleep,
+                                 settle_first=False)
+    assert rushed["idle_w"] > 1.3 * 70  # taken at once, the baseline holds the tail of the work before it
+    clock = Clock()
+    base = power.idle_baseline(DecayingSensor(clock), seconds=2.0, clock=clock, sleep=clock.sleep)
+    assert base["settle"]["settled"] is True and 2.0 < base["settle"]["settle_s"] < power.SETTLE_MAX_S
+    assert base["idle_w"] == pytest.approx(70.0, rel=0.05) and base["method"] == "counter"
+    # the windows it watched fall, then level off
+    windows = base["settle"]["windows_w"]
+    assert windows[0] > windows[-1] and abs(windows[-1] - windows[-2]) <= power.SETTLE_TOLERANCE * windows[-2]
+
+
+def test_settling_gives_up_on_a_device_that_never_settles():
+    clock = Clock()
+
+    class Busy(FakeSensor):  # another tenant's load, growing by a fifth every window
+        def power_w(self):
+            return 100.0 * 1.2 ** (self.clock() / power.SETTLE_WINDOW_S)
+
+    out = power.settle(Busy(clock), clock=clock, sleep=clock.sleep)
+    assert out["settled"] is False and out["settle_s"] >= power.SETTLE_MAX_S
+    assert power.settle(_NoPower(), clock=clock, sleep=clock.sleep)["settled"] is None  # RAPL: nothing to watch
+
+
+class _NoPower:
+    name, wrap_j = "rapl-like", None
+
+    def power_w(self):
+        return None
+
+    def energy_j(self):
+        return 1.0
+
+
+def test_sensor_errors_are_no_reading_not_a_failed_cell():
+    clock = Clock()
+
+    class Flaky(FakeSensor):
+        def power_w(self):
+            raise OSError("NVML_ERROR_UNKNOWN")
+
+        def energy_j(self):
+            raise OSError("NVML_ERROR_GPU_IS_LOST")
+
+    base = power.idle_baseline(Flaky(clock), seconds=0.5, clock=clock, sleep=clock.sleep)
+    assert base["idle_w"] is None and base["method"] == "none"
+    monitor = power.EnergyMonitor(Flaky(clock), idle_w=None, clock=clock)
+    monitor.start()
+    out = monitor.stop(window_s=2.0)
+    assert out["available"] is False and out["reason"]
+
+
+def test_throttle_reasons_are_named_from_the_bits():
+    names = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "user_defined_clocks": 0x2,
+             "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20}
+    assert power.throttle_names(0x1, names) == []  # idle between blocks is no slowdown
+    assert power.throttle_names(0x4 | 0x20, names) == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert power.throttle_names(0x2, names) == ["applications_clocks_setting"]  # one name per bit
+    assert power.throttle_names(0x8 | 0x400, names) == ["hw_slowdown", "unknown_0x400"]
 
 
 def test_energy_over_window_gross_net_and_per_inference():

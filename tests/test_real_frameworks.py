@@ -271,7 +271,7 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
     _, _, cache_dir = default_run
     real = frameworks.missing_packages
     monkeypatch.setattr(frameworks, "missing_packages",
-                        lambda fw, model=None: ["onnx2torch"] if fw.key == "torch" else real(fw, model))
+                        lambda fw, *a, **k: ["onnx2torch"] if fw.key == "torch" else real(fw, *a, **k))
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
                  "--cache-dir", str(cache_dir)])

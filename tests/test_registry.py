@@ -148,3 +148,34 @@ def test_the_typed_chain_makes_a_json_round_trip():
     assert RunnerOptions(torch_compile=True).for_framework(FRAMEWORKS["onnxrt"]) == RunnerOptions()
     with pytest.raises(ValueError, match=r"cell job.cell.batch_size: expected int"):
         job_from_json(job_to_json(job).replace('"batch_size": 8', '"batch_size": 8.5'))
+
+
+def test_the_cpu_build_of_onnx_runtime_is_not_offered_for_the_gpu(monkeypatch):
+    """A GPU machine with ONNX Runtime's CPU build (same import name) must not run onnxrt on the GPU: it would
+    fall back to the CPU. The GPU build is a distribution of its own."""
+    from inferbench import frameworks
+
+    monkeypatch.setattr(frameworks, "missing_packages", lambda fw, *a, **k: [])
+    monkeypatch.setattr(frameworks, "_installed", lambda dist: dist != "onnxruntime-gpu")
+    why = frameworks.unavailable_reason(FRAMEWORKS["onnxrt"], "gpu")
+    assert why == 'onnxruntime is its CPU build here; the GPU needs onnxruntime-gpu (pip install -e ".[gpu]", which ' \
+        'replaces it)'
+    assert frameworks.unavailable_reason(FRAMEWORKS["onnxrt"], "cpu") is None
+    assert frameworks.unavailable_reason(FRAMEWORKS["onnxrt-trt"], "gpu") == why
+    monkeypatch.setattr(frameworks, "_installed", lambda dist: True)
+    assert frameworks.unavailable_reason(FRAMEWORKS["onnxrt"], "gpu") is None
+
+
+def test_keras_on_another_backend_needs_that_backend_not_tensorflow():
+    from inferbench.config import RunnerOptions
+    from inferbench.frameworks import needed_packages
+
+    for key in ("keras-eager", "keras", "kerasxla"):
+        fw = FRAMEWORKS[key]
+        assert fw.runtime_packages(RunnerOptions(keras_backend="jax")) == ("keras", "jax")
+        assert fw.runtime_packages(RunnerOptions(keras_backend="torch")) == ("keras", "torch")
+        assert fw.runtime_packages(RunnerOptions()) == ("tensorflow", "keras")
+        # with the Keras model and its reference already exported (brought from elsewhere), TensorFlow is not needed
+        assert "tensorflow" not in needed_packages(fw, None, RunnerOptions(keras_backend="jax"), {"keras", "reference"})
+        assert "tensorflow" in needed_packages(fw, None, RunnerOptions(keras_backend="jax"))
+    assert FRAMEWORKS["torch"].runtime_packages(RunnerOptions(keras_backend="jax")) == FRAMEWORKS["torch"].packages

@@ -37,13 +37,13 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "tf", "keras/model.keras"),
         Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "reference", per_batch_size=True),
-        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("tensorflow", "keras"), "tf",
-                 "ported/keras_weights.npz"),
+        # the Keras weights read on whichever Keras backend is installed (pipeline.default_keras_backend)
+        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("keras",), "tf", "ported/keras_weights.npz"),
         Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "tf", "savedmodel"),
         Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "onnxruntime",
                  "onnx/model.onnx"),
-        Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx"), "torch",
-                 "torch/model.pt"),
+        Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx", "safetensors"),
+                 "torch", "torch/model.safetensors"),
         # Engines depend on the GPU model, TensorRT version and batch range, so the TensorRT runner
         # builds them on the target GPU (cold start includes the build) and caches them by all three.
         Exporter("tensorrt", "inferbench.exporters.tensorrt", ("onnx",), ("tensorrt",), "tensorrt",
@@ -166,6 +166,20 @@ def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:
     entry["files"] = {str(Path(k)): v for k, v in files.items()}
     cache.record(ctx.folder, job.kind, entry, job.key_inputs)
     return entry
+
+
+def already_made(cache_dir: Path, model: Any, keys: list[dict[str, Any]]) -> set[str]:
+    """The artifact kinds of ``model`` (a ModelSpec) whose exporter's packages are not installed here, but which
+    are intact in ``cache_dir`` under every cache key of ``keys`` (exported here before, or brought from another
+    machine: :func:`cache.brought`). Only those kinds are hashed: with every exporter installed this reads nothing."""
+    import importlib.util
+
+    from . import cache
+
+    kinds = {k for k in EXPORTERS if any(importlib.util.find_spec(p) is None for p in exporter_packages(k, model))}
+    for key in keys if kinds else []:
+        kinds &= cache.available(cache_dir, key, kinds)
+    return kinds
 
 
 def shares_process(kind: str, model: Any = None) -> bool:

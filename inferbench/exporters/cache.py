@@ -17,8 +17,9 @@ from typing import Any
 from ..results import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 4  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
-#                   4: the Keras export measures the model's FP32 spread (reference/fp32_spread.json)
+EXPORT_FORMAT = 5  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
+#                   4: the Keras export measures the model's FP32 spread (reference/fp32_spread.json);
+#                   5: the torch export is weights only (torch/model.safetensors), no pickle
 MANIFEST = "manifest.json"
 
 
@@ -92,11 +93,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 def cached(folder: Path, kind: str) -> dict[str, Any] | None:
     """The manifest entry of ``kind`` if its files are all present and unchanged, else None."""
     entry = read_manifest(folder).get("artifacts", {}).get(kind)
-    if not entry:
+    if not entry or not isinstance(entry, dict) or not isinstance(entry.get("files", {}), dict):
         return None
     for rel, digest in entry.get("files", {}).items():
         path = folder / rel
-        if not path.is_file() or sha256_file(path) != digest:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or not path.is_file() or sha256_file(path) != digest:
             return None
     return entry
 
@@ -106,3 +107,53 @@ def record(folder: Path, kind: str, entry: dict[str, Any], inputs: dict[str, Any
     manifest["key_inputs"] = inputs
     manifest.setdefault("artifacts", {})[kind] = entry
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def _identity(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What an artifact is of (model, resolution, weights, seed, export format), without the library versions
+    that made it."""
+    return {k: v for k, v in inputs.items() if k != "versions"}
+
+
+def brought(cache_dir: Path, inputs: dict[str, Any], kind: str, covers: Any = lambda entry: True) -> Path | None:
+    """Another folder of ``cache_dir`` holding ``kind`` for the same model, resolution, weights, seed and export
+    format, intact (every file hashes to its manifest), made with other library versions: a cache exported on
+    another machine and brought here (a GPU machine without TensorFlow). ``covers(entry)``: is that entry enough
+    (a per-batch-size export holds every batch size needed)? None when there is none."""
+    own = artifact_dir(cache_dir, inputs)
+    for manifest in sorted(cache_dir.glob(f"{inputs['model']}_{inputs['resolution']}_*/{MANIFEST}")):
+        folder = manifest.parent
+        if folder == own or _identity(read_manifest(folder).get("key_inputs") or {}) != _identity(inputs):
+            continue
+        entry = cached(folder, kind)
+        if entry and covers(entry):
+            return folder
+    return None
+
+
+def bring(source: Path, folder: Path, kind: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Copy ``kind``'s files and manifest entry from ``source`` (see :func:`brought`) into ``folder``; the entry
+    keeps the versions it was exported with and says where it came from."""
+    import shutil
+
+    entry = cached(source, kind)
+    if entry is None:
+        raise ValueError(f"{kind} is not intact in {source}")
+    for rel in entry.get("files", {}):
+        target = folder / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:  # a manifest names files inside its folder only
+            raise ValueError(f"{source / MANIFEST} names a file outside its folder: {rel!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(source / rel, tmp)
+        os.replace(tmp, target)
+    origin = read_manifest(source).get("key_inputs", {}).get("versions")
+    entry = {**entry, "brought_from": {"folder": source.name, "key_versions": origin}}
+    record(folder, kind, entry, inputs)
+    return entry
+
+
+def available(cache_dir: Path, inputs: dict[str, Any], kinds: Any) -> set[str]:
+    """Those of ``kinds`` that need no export here: intact in this cache folder, or in one brought from elsewhere."""
+    own = artifact_dir(cache_dir, inputs)
+    return {k for k in kinds if cached(own, k) or brought(cache_dir, inputs, k)}

@@ -19,4 +19,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     path = ctx.path("ported")
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **keras_weights(model))
-    return {"paths": ["ported"], "notes": []}
+    import keras
+
+    return {"paths": ["ported"], "keras_backend": keras.backend.backend(),
+            "notes": [f"read on Keras' {keras.backend.backend()} backend"]}

@@ -70,12 +70,17 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     return predict
 
 
+def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
+    """The 16 seeded reference inputs every export is compared on (NumPy only: the same bytes on every machine)."""
+    return make_inputs(spec, PARITY_INPUTS, resolution, seed + 2)
+
+
 def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict) -> dict[str, Any]:
     """The 16 seeded reference inputs and the source's outputs on them; refused (UsageError) when the outputs
     are degenerate, since they could not tell a correct export from a broken one."""
     from ..errors import UsageError
 
-    inputs = make_inputs(spec, PARITY_INPUTS, ctx.resolution, ctx.seed + 2)
+    inputs = parity_inputs(spec, ctx.resolution, ctx.seed)
     logits = predict(inputs)
     try:
         facts = check_reference(logits, classifier=spec.source is None)

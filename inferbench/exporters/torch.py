@@ -1,4 +1,9 @@
-"""A PyTorch module with weights identical to the ONNX export (onnx2torch), saved whole.
+"""The ONNX export as a PyTorch module (onnx2torch), stored as its weights alone (``torch/model.safetensors``).
+
+No pickle is ever written or read: the runner rebuilds the module from the ONNX graph with onnx2torch (code,
+not a file's instructions) and loads these weights into it with ``strict=True``, so a planted or damaged file
+can fail the cell but never run anything. (Earlier versions saved the whole module with ``torch.save`` and
+loaded it with ``weights_only=False``: a pickle in a shared cache ran arbitrary code.)
 
 onnx2torch does not implement ``auto_pad="SAME_UPPER"``, which tf2onnx writes for some convolutions and
 poolings (ConvNeXt at 32 px); such nodes get the explicit padding TensorFlow's "same" means (the extra
@@ -8,27 +13,36 @@ shape inference. The parity gate checks the module like any other export.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import ExportContext
 
 
-def export(ctx: ExportContext) -> dict[str, Any]:
+def convert(onnx_path: str | Path) -> tuple[Any, int]:
+    """The ONNX file as a torch module in eval mode (onnx2torch), and how many SAME paddings were made explicit."""
     import onnx
     import onnx2torch
-    import torch
 
-    graph = onnx.load(ctx.path("onnx"))
+    graph = onnx.load(str(onnx_path))
     rewritten = explicit_same_padding(graph)
-    module = onnx2torch.convert(graph).eval()
-    out = ctx.folder / "torch" / "model.pt"
+    return onnx2torch.convert(graph).eval(), rewritten
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    from safetensors.torch import save_file
+
+    module, rewritten = convert(ctx.path("onnx"))
+    out = ctx.path("torch")
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(module, out)
+    # onnx2torch may share one tensor between modules: safetensors stores each storage once, contiguous
+    state = {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+    save_file(state, str(out), metadata={"format": "onnx2torch-state-dict", "tensors": str(len(state))})
     return {
         "paths": ["torch"],
         "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
                             "layout": "NHWC (as the ONNX graph)"},
-        "notes": ["loading needs onnx2torch installed (the module is pickled whole)"]
+        "notes": ["weights only (safetensors); the module is rebuilt from the ONNX export by onnx2torch at load"]
         + ([f"{rewritten} node(s) with auto_pad SAME given explicit pads for onnx2torch"] if rewritten else []),
     }
 

@@ -13,6 +13,7 @@ Sensors are injected, so every piece of this logic is tested on machines without
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -92,23 +93,66 @@ def trapezoid_j(samples: list[tuple[float, float]]) -> float | None:
     return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(samples, samples[1:]))
 
 
+def _read(fn: Callable[[], float | None]) -> float | None:
+    """One sensor reading; a sensor error (NVML's, a powercap file gone) is no reading, never a failed cell."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - NVMLError and friends
+        return None
+
+
+#: Settling: mean power over windows of SETTLE_WINDOW_S until two in a row agree within SETTLE_TOLERANCE (or
+#: SETTLE_MAX_S has passed). NVML's power reading is itself a ~1 s moving average on Ampere and newer, and a GPU
+#: keeps its clocks (and its power) up for a while after the last kernel: a baseline taken at once is too high.
+SETTLE_WINDOW_S = 0.5
+SETTLE_TOLERANCE = 0.03
+SETTLE_MAX_S = 8.0
+
+
+def settle(sensor: Sensor, clock: Clock = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
+           window_s: float = SETTLE_WINDOW_S, tolerance: float = SETTLE_TOLERANCE,
+           max_s: float = SETTLE_MAX_S) -> dict[str, Any]:
+    """Wait until the idle device's power stops falling: ``{"settled", "settle_s", "windows_w"}`` (the
+    windows' mean powers, for the record). A sensor without a power reading cannot be watched: it is not waited
+    for (``settled`` None)."""
+    start = clock()
+    means: list[float] = []
+    if _read(sensor.power_w) is None:
+        return {"settled": None, "settle_s": 0.0, "windows_w": means}
+    while clock() - start < max_s:
+        t0, watts = clock(), []
+        while clock() - t0 < window_s:
+            w = _read(sensor.power_w)
+            if w is not None:
+                watts.append(w)
+            sleep(min(0.05, window_s))
+        if not watts:
+            return {"settled": None, "settle_s": clock() - start, "windows_w": means}
+        means.append(sum(watts) / len(watts))
+        if len(means) >= 2 and abs(means[-1] - means[-2]) <= tolerance * max(abs(means[-2]), 1e-9):
+            return {"settled": True, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means]}
+    return {"settled": False, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means]}
+
+
 def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.monotonic,
-                  sleep: Callable[[float], Any] = time.sleep) -> dict[str, Any]:
-    """Mean power of the idle device over ``seconds``, from the counter if there is one, else from samples."""
-    e0, t0 = sensor.energy_j(), clock()
+                  sleep: Callable[[float], Any] = time.sleep, settle_first: bool = True) -> dict[str, Any]:
+    """Mean power of the idle device over ``seconds``, from the counter if there is one, else from samples;
+    first (``settle_first``) waits for the power to stop falling after the work before it (:func:`settle`)."""
+    settled = settle(sensor, clock, sleep) if settle_first else None
+    e0, t0 = _read(sensor.energy_j), clock()
     watts: list[float] = []
     while clock() - t0 < seconds:
-        w = sensor.power_w()
+        w = _read(sensor.power_w)
         if w is not None:
             watts.append(w)
         sleep(min(0.05, seconds))
-    e1, t1 = sensor.energy_j(), clock()
-    if e0 is not None and e1 is not None and t1 > t0:
-        return {"idle_w": counter_delta(e0, e1, sensor.wrap_j) / (t1 - t0), "seconds": t1 - t0,
-                "method": "counter"}
+    e1, t1 = _read(sensor.energy_j), clock()
+    out: dict[str, Any] = {"seconds": t1 - t0, "settle": settled}
+    if e0 is not None and e1 is not None and t1 > t0 and e1 >= e0:
+        return {"idle_w": (e1 - e0) / (t1 - t0), **out, "method": "counter"}
     if watts:
-        return {"idle_w": sum(watts) / len(watts), "seconds": t1 - t0, "method": "samples"}
-    return {"idle_w": None, "seconds": t1 - t0, "method": "none"}
+        return {"idle_w": sum(watts) / len(watts), **out, "method": "samples"}
+    return {"idle_w": None, **out, "method": "none"}
 
 
 @dataclass
@@ -124,13 +168,13 @@ class EnergyMonitor:
     def start(self) -> None:
         # a sensor without a power reading (RAPL) gets no sampler thread waking for nothing
         self.sampler = (self.sampler_factory(self.sensor.power_w, self.interval_s, self.clock)
-                        if self.sensor.power_w() is not None else None)
+                        if _read(self.sensor.power_w) is not None else None)
         if self.sampler is not None:
             self.sampler.start()
-        self.e0 = self.sensor.energy_j()
+        self.e0 = _read(self.sensor.energy_j)
 
     def stop(self, window_s: float) -> dict[str, Any]:
-        e1 = self.sensor.energy_j()
+        e1 = _read(self.sensor.energy_j)
         samples = self.sampler.stop() if self.sampler is not None else []
         watts = [w for _, w in samples]
         gross_j: float | None = None
@@ -275,6 +319,38 @@ class NvmlSensor:
         used = [p.usedGpuMemory for p in procs if p.pid == pid and p.usedGpuMemory is not None]
         return used[0] / 2**20 if used else None
 
+    def tenants(self) -> dict[str, Any]:
+        """The device's other compute processes now (another tenant's kernels share the SMs and the power): how
+        many, and the device memory they hold. Inside a container NVML may list none, or PIDs of another
+        namespace: ``tenants_visible`` says whether this process itself was seen (our own pid is not counted)."""
+        import os
+
+        try:
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except self.nvml.NVMLError:
+            return {"other_processes": None, "other_processes_memory_mb": None, "tenants_visible": False}
+        mine = {os.getpid(), os.getppid()}
+        others = [p for p in procs if p.pid not in mine]
+        return {"other_processes": len(others),
+                "other_processes_memory_mb": sum((p.usedGpuMemory or 0) for p in others) / 2**20,
+                "tenants_visible": any(p.pid in mine for p in procs)}
+
+    def throttle_reasons(self) -> list[str] | None:
+        """Why the clocks are below their maximum now (power cap, thermal, ...), by NVML's names; None if unknown."""
+        n = self.nvml
+        get = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        try:
+            mask = int(get(self.handle))
+        except n.NVMLError:
+            return None
+        names = {}
+        for attr in dir(n):
+            for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+                if attr.startswith(prefix) and attr[len(prefix):] not in ("All", "None", "Unknown"):
+                    key = re.sub(r"(?<!^)(?=[A-Z])", "_", attr[len(prefix):]).lower()
+                    names.setdefault(key, int(getattr(n, attr)))
+        return throttle_names(mask, names)
+
     def state(self) -> dict[str, Any]:
         """Identity and state for the record: name, UUID, driver, memory, power limit, clocks, temperature."""
         n, h = self.nvml, self.handle
@@ -287,6 +363,9 @@ class NvmlSensor:
                 return None
 
         return {
+            **self.tenants(), "throttle_reasons": self.throttle_reasons(),
+            "utilization_pct": safe(lambda: n.nvmlDeviceGetUtilizationRates(h).gpu),
+            "pstate": safe(lambda: n.nvmlDeviceGetPerformanceState(h)),
             "name": safe(lambda: n.nvmlDeviceGetName(h)), "uuid": safe(lambda: n.nvmlDeviceGetUUID(h)),
             "driver": safe(n.nvmlSystemGetDriverVersion),
             "cuda_driver_version": safe(n.nvmlSystemGetCudaDriverVersion),
@@ -298,6 +377,20 @@ class NvmlSensor:
             "temperature_c": safe(lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
             "energy_counter": self.has_counter,
         }
+
+
+def throttle_names(mask: int, names: dict[str, int]) -> list[str]:
+    """The names of the bits set in an NVML clocks-event (throttle) ``mask``; ``names``: name -> bit (NVML's
+    constants without their prefix: ``sw_power_cap``, ``hw_slowdown``, ...; one name per bit, the first in
+    alphabetical order). GPU idle is left out: it is the state between blocks, not a slowdown of the timed work."""
+    by_bit: dict[int, str] = {}
+    for name, bit in sorted(names.items()):
+        by_bit.setdefault(bit, name)
+    known = 0
+    for bit in by_bit:
+        known |= bit
+    out = [name for bit, name in sorted(by_bit.items()) if bit and mask & bit and name != "gpu_idle"]
+    return out + ([f"unknown_0x{mask & ~known:x}"] if mask & ~known else [])
 
 
 def sensor_for(device: dict[str, Any]) -> tuple[Any, str]:

@@ -37,14 +37,21 @@ class KerasEagerRunner(TfBase):
         elif self.backend == "torch":
             import torch
 
+            from .torch import strict_fp32
+
             torch.set_num_threads(ctx.threads)
             self.torch = torch
+            self.tf32 = strict_fp32(torch, ctx)
         else:
             import jax
 
             platform = jax.devices()[0].platform
             if self.gpu and platform != "gpu":
-                raise RuntimeError(f"JAX runs on {platform}, not on the GPU (is jax[cuda12] installed?)")
+                raise RuntimeError(f"JAX runs on {platform}, not on the GPU (is JAX's CUDA plugin installed? "
+                                   "pip install -U 'jax[cuda13]')")
+            if self.gpu:  # XLA's GPU default for FP32 convolutions and products is TF32: FP32 means FP32
+                jax.config.update("jax_default_matmul_precision", "highest")
+            self.tf32 = False if self.gpu else None
             self.jax = jax
         self.threads = ctx.threads
         import keras
@@ -102,7 +109,8 @@ class KerasEagerRunner(TfBase):
             out = super().details()
         else:
             sync = {"jax": "jax.block_until_ready", "torch": "torch.cuda.synchronize" if self.gpu else "none-cpu"}
-            out = {"sync": sync[self.backend], "intra_op_threads": self.threads, "jit_compile": False}
+            out = {"sync": sync[self.backend], "intra_op_threads": self.threads, "jit_compile": False,
+                   "tf32": self.tf32}
         out["keras_backend"] = self.backend
         return out
 

@@ -23,6 +23,8 @@ def setup_tensorflow(ctx: LoadContext) -> Any:
         tf.config.experimental.set_memory_growth(gpu, True)  # so peak memory means something
     if ctx.device == "gpu" and not tf.config.list_physical_devices("GPU"):
         raise RuntimeError("TensorFlow sees no GPU (is the CUDA build of TensorFlow installed?)")
+    if ctx.device == "gpu":  # TF runs FP32 convolutions on TF32 tensor cores by default: FP32 means FP32
+        tf.config.experimental.enable_tensor_float_32_execution(False)
     return tf
 
 
@@ -84,6 +86,7 @@ class TfBase(Runner):
             "jit_compile": self.jit,
             "intra_op_threads": self.tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": self.tf.config.threading.get_inter_op_parallelism_threads(),
+            "tf32": self.tf.config.experimental.tensor_float_32_execution_enabled() if self.gpu else None,
         }
 
 

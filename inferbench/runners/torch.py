@@ -21,6 +21,18 @@ def cuda_uuid(torch: Any) -> str:
     return "GPU-" + str(torch.cuda.get_device_properties(0).uuid).removeprefix("GPU-")
 
 
+def strict_fp32(torch: Any, ctx: LoadContext) -> bool | None:
+    """FP32 on a GPU means FP32: cuDNN's convolutions (and matrix products) would otherwise run on TF32 tensor
+    cores by default, with a 10-bit mantissa that fails the FP32 parity gate. Returns whether TF32 is allowed
+    (None on the CPU, where it does not exist)."""
+    if ctx.device != "gpu":
+        return None
+    allowed = ctx.precision != "fp32"  # fp16/bf16 compute below TF32 anyway
+    torch.backends.cudnn.allow_tf32 = allowed
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    return allowed
+
+
 class TorchRunner(Runner):
     name = "torch"
     channels_first = False  # the converted module takes NHWC, as the ONNX graph does
@@ -39,6 +51,7 @@ class TorchRunner(Runner):
             raise RuntimeError("torch sees no CUDA device (is a CUDA build of torch installed?)")
         opts = ctx.options
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[ctx.precision]
+        self.tf32 = strict_fp32(torch, ctx)
         self.channels_last = opts.channels_last and self.channels_first
         self.compiled = opts.torch_compile
         self.cuda_graphs = opts.cuda_graphs
@@ -51,7 +64,16 @@ class TorchRunner(Runner):
         self.module = torch.compile(module) if self.compiled else module
 
     def build(self, ctx: LoadContext) -> Any:
-        return self.torch.load(ctx.artifact, weights_only=False)
+        """The module rebuilt from the ONNX export by onnx2torch, with the exported weights (safetensors, no
+        pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs."""
+        from safetensors.torch import load_file
+
+        from ..exporters import EXPORTERS
+        from ..exporters.torch import convert
+
+        module, _ = convert(ctx.folder / EXPORTERS["onnx"].path)
+        module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
+        return module
 
     def prepare(self, batch: np.ndarray) -> Any:
         torch = self.torch
@@ -118,6 +140,7 @@ class TorchRunner(Runner):
             "channels_last": self.channels_last,
             "torch_compile": self.compiled,
             "cuda_graphs": self.cuda_graphs,
+            "tf32": self.tf32,
         }
 
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine does for inferbench, in one go (README, "On a GPU"):
+#   the brought wheels into a private folder, the brought artifact cache unpacked (a GPU machine without
+#   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the GPU selftest, the
+#   sweeps of benchmarks/gpu/*.toml, the power sampler's overhead with the real NVML sensor, and the report.
+#
+# Prepared on a CPU machine first (the wheels for the GPU machine's Python, and the artifacts):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl keras==3.15.1 \
+#       namex==0.1.0 optree==0.20.0 onnx2torch==1.5.15
+#   python benchmarks/gpu_bring.py pack .gpu/cache.tar.xz
+# then, on the GPU machine, from the repository root:  bash benchmarks/gpu_run.sh
+#
+# Steps already done (a marker in the results folder) are skipped and an interrupted sweep resumes, so a call
+# that runs out of time is continued by the next one (with .gpu/results carried along, or GPU_RUN_RESULTS kept on a
+# machine that stays warm). No step starts with less than
+# 30 s left of GPU_RUN_BUDGET_S; each is stopped (SIGINT: records written so far stay) when the budget ends.
+# A dry run of everything but the GPU, on a CPU machine: GPU_RUN_DEVICE=cpu GPU_RUN_WHEELS=none GPU_RUN_QUICK=1
+# (batch 1, half-second blocks; the cuda_graphs sweep then fails: CUDA graphs need a GPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/inferbench-gpu-out}
+# the results: .gpu/results in the tree (carried from one call to the next), or a folder that outlives the call on
+# a machine kept warm between calls (GPU_RUN_RESULTS=/tmp/...), seeded from .gpu/results when it is new
+RESULTS=${GPU_RUN_RESULTS:-.gpu/results}
+if [ ! -d "$RESULTS" ] && [ -d .gpu/results ]; then mkdir -p "$(dirname "$RESULTS")" && cp -a .gpu/results "$RESULTS"; fi
+CACHE=${GPU_RUN_CACHE:-/tmp/inferbench-gpu-cache}
+DEVICE=${GPU_RUN_DEVICE:-gpu}
+BUDGET_S=${GPU_RUN_BUDGET_S:-540}
+WHEELS=${GPU_RUN_WHEELS:-.whl}
+QUICK=() SELFTEST_QUICK=()
+if [ -n "${GPU_RUN_QUICK:-}" ]; then
+  QUICK=(--batch-size 1 --duration 0.5 --rounds 2 --warmup 1 --min-iterations 2) SELFTEST_QUICK=(--duration 0.5)
+fi
+START=$SECONDS
+export PYTHONUNBUFFERED=1
+mkdir -p "$RESULTS" "$OUT"
+
+left() { echo $((BUDGET_S - (SECONDS - START))); }
+
+step() {  # step NAME COMMAND...: once (a marker says it is done), within the time left, logged
+  local name=$1 t rc
+  shift
+  if [ -e "$RESULTS/.done-$name" ]; then echo "== $name: done in an earlier call"; return; fi
+  t=$(left)
+  if [ "$t" -lt 30 ]; then echo "== $name: not started, ${t} s left in this call"; return; fi
+  echo "== $name ($(date +%T), ${t} s left)"
+  timeout -s INT -k 30 "$t" "$@" 2>&1 | tee -a "$RESULTS/log-$name.txt"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -le 1 ]; then touch "$RESULTS/.done-$name"; fi  # 1: a cell failed (its record says why)
+  echo "== $name: exit status $rc ($(date +%T))"
+}
+
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if [ ! -d "$CACHE" ]; then python3 benchmarks/gpu_bring.py unpack .gpu/cache.tar.xz "$CACHE" || exit 1; fi
+{ date -u; python3 --version; nvidia-smi -q 2>&1 | head -60; python3 -m pip list 2>/dev/null \
+    | grep -iE "^(torch|torchvision|jax|jaxlib|jax-cuda|keras|onnx|onnx2torch|onnxruntime|nvidia-ml-py|safetensors|numpy) "
+} > "$RESULTS/machine-$(date +%H%M%S).txt" 2>&1
+
+step selftest python3 -m inferbench selftest "--$DEVICE" --keras-backend jax --cache-dir "$CACHE" \
+  --output-dir "$RESULTS/selftest" "${SELFTEST_QUICK[@]}"
+for s in batch inductor variants keras_torch cuda_graphs; do
+  if [ -f "$RESULTS/sweeps/$s/sweep.json" ]; then
+    step "sweep-$s" python3 -m inferbench sweep --resume "$RESULTS/sweeps/$s"
+  else
+    step "sweep-$s" python3 -m inferbench sweep --config "benchmarks/gpu/$s.toml" --name "$s" --device "$DEVICE" \
+      --output-dir "$RESULTS/sweeps" --cache-dir "$CACHE" "${QUICK[@]}"
+  fi
+done
+step sampler python3 benchmarks/harness_overhead.py --sampler --device "$DEVICE" --cache-dir "$CACHE" --blocks 20
+rm -f "$RESULTS/.done-report"  # the report is made again from whatever is there
+step report python3 -m inferbench report "$RESULTS"/sweeps/* --out "$RESULTS/report"
+tar -C "$(dirname "$RESULTS")" -cJf "$OUT/results.tar.xz" --transform "s,^$(basename "$RESULTS"),results," \
+  "$(basename "$RESULTS")"
+echo "packed $(du -h "$OUT/results.tar.xz" | cut -f1) into $OUT/results.tar.xz after $((SECONDS - START)) s"
