@@ -50,6 +50,15 @@ step() {  # step NAME COMMAND...: once (a marker says it is done), within the ti
   echo "== $name: exit status $rc ($(date +%T))"
 }
 
+sweep() {  # sweep NAME: benchmarks/gpu/NAME.toml, or the rest of it where an earlier call began it
+  if [ -f "$RESULTS/sweeps/$1/sweep.json" ]; then
+    step "sweep-$1" python3 -m inferbench sweep --resume "$RESULTS/sweeps/$1"
+  else
+    step "sweep-$1" python3 -m inferbench sweep --config "benchmarks/gpu/$1.toml" --name "$1" --device "$DEVICE" \
+      --output-dir "$RESULTS/sweeps" --cache-dir "$CACHE" "${QUICK[@]}"
+  fi
+}
+
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$WHEELS"/*.whl || exit 1
@@ -63,15 +72,9 @@ if [ ! -d "$CACHE" ]; then python3 benchmarks/gpu_bring.py unpack .gpu/cache.tar
 
 step selftest python3 -m inferbench selftest "--$DEVICE" --keras-backend jax --cache-dir "$CACHE" \
   --output-dir "$RESULTS/selftest" "${SELFTEST_QUICK[@]}"
-for s in batch inductor variants keras_torch cuda_graphs; do
-  if [ -f "$RESULTS/sweeps/$s/sweep.json" ]; then
-    step "sweep-$s" python3 -m inferbench sweep --resume "$RESULTS/sweeps/$s"
-  else
-    step "sweep-$s" python3 -m inferbench sweep --config "benchmarks/gpu/$s.toml" --name "$s" --device "$DEVICE" \
-      --output-dir "$RESULTS/sweeps" --cache-dir "$CACHE" "${QUICK[@]}"
-  fi
-done
+sweep batch
 step sampler python3 benchmarks/harness_overhead.py --sampler --device "$DEVICE" --cache-dir "$CACHE" --blocks 20
+for s in cuda_graphs inductor variants keras_torch; do sweep "$s"; done
 rm -f "$RESULTS/.done-report"  # the report is made again from whatever is there
 step report python3 -m inferbench report "$RESULTS"/sweeps/* --out "$RESULTS/report"
 tar -C "$(dirname "$RESULTS")" -cJf "$OUT/results.tar.xz" --transform "s,^$(basename "$RESULTS"),results," \

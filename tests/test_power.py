@@ -277,3 +277,31 @@ def test_real_nvml_sensor():
         e0 = sensor.energy_j()
         threading.Event().wait(0.3)
         assert sensor.energy_j() >= e0
+
+
+def test_the_group_s_own_idle_workers_are_not_counted_as_other_tenants(tmp_path):
+    """NVML lists every process on the GPU: this worker, the group's other workers (idle, waiting for their
+    block: same parent) and anyone else's. Only the last are other tenants."""
+    import subprocess
+    import sys
+
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # another worker of ours
+    script = f"""
+import json, os, types
+from inferbench.measure.power import NvmlSensor
+Proc = lambda pid, mb: types.SimpleNamespace(pid=pid, usedGpuMemory=mb * 2**20)
+class Err(Exception): pass
+procs = [Proc(os.getpid(), 100), Proc({sibling.pid}, 200), Proc(1, 300)]  # ours, our group's, someone else's
+nvml = types.SimpleNamespace(NVMLError=Err, nvmlDeviceGetComputeRunningProcesses=lambda h: procs)
+sensor = object.__new__(NvmlSensor)
+sensor.nvml, sensor.handle = nvml, None
+print(json.dumps(sensor.tenants()))
+"""
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    finally:
+        sibling.kill()
+    import json
+
+    assert json.loads(out) == {"other_processes": 1, "other_processes_memory_mb": 300.0, "group_workers": 1,
+                               "tenants_visible": True}

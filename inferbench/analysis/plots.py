@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ..frameworks import display_order
 from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
@@ -273,21 +273,30 @@ def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None)
             drawn = fit["n"] >= MIN_FIT_POINTS and np.isfinite(fit["r2"]) and fit["r2"] >= MIN_R2
             fits.append({"device": panel, "framework": fw, "external": external, "drawn": drawn, **fit})
             color = _color(fw)
+            why = f"R²={fit['r2']:.2f}" if fit["n"] >= MIN_FIT_POINTS and np.isfinite(fit["r2"]) else \
+                f"{fit['n']} point{'s' if fit['n'] != 1 else ''}"
             ax.scatter(g["throughput"], g["mean_power_w"], s=18, edgecolors=color,
                        facecolors="none" if external else color,
-                       label=f"{fw}: R²={fit['r2']:.2f}" + ("" if drawn else ", no line"))
+                       label=f"{fw}: {why}" + ("" if drawn else ", no line"))
             if drawn:
                 xs = np.linspace(g["throughput"].min(), g["throughput"].max(), 20)
                 ax.plot(xs, fit["slope"] * xs + fit["intercept"], color=color, lw=0.8, ls="--" if external else "-")
         ax.set_title(f"mean power vs throughput: {panel}"
                      + ("\n(published figures, not our measurements)" if panel.startswith("external") else ""))
         ax.set_xlabel("throughput, samples / s")
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_formatter(FuncFormatter(_thousands))
         ax.set_ylabel("mean power, W")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # each panel its own fits
     fig.tight_layout()
     plt.close(fig)
     return fig, pd.DataFrame(fits)
+
+
+def _thousands(value: float, _pos: Any = None) -> str:
+    """A tick label that stays short: 12500 -> 12.5k."""
+    return f"{value / 1000:g}k" if abs(value) >= 1000 else f"{value:g}"
 
 
 def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,

@@ -330,10 +330,11 @@ class NvmlSensor:
         except self.nvml.NVMLError:
             return {"other_processes": None, "other_processes_memory_mb": None, "tenants_visible": False}
         mine = {os.getpid(), os.getppid()}
-        others = [p for p in procs if p.pid not in mine]
+        group = [p for p in procs if p.pid not in mine and _parent(p.pid) == os.getppid()]  # our group's idle workers
+        others = [p for p in procs if p.pid not in mine and p not in group]
         return {"other_processes": len(others),
                 "other_processes_memory_mb": sum((p.usedGpuMemory or 0) for p in others) / 2**20,
-                "tenants_visible": any(p.pid in mine for p in procs)}
+                "group_workers": len(group), "tenants_visible": any(p.pid in mine for p in procs)}
 
     def throttle_reasons(self) -> list[str] | None:
         """Why the clocks are below their maximum now (power cap, thermal, ...), by NVML's names; None if unknown."""
@@ -391,6 +392,14 @@ def throttle_names(mask: int, names: dict[str, int]) -> list[str]:
         known |= bit
     out = [name for bit, name in sorted(by_bit.items()) if bit and mask & bit and name != "gpu_idle"]
     return out + ([f"unknown_0x{mask & ~known:x}"] if mask & ~known else [])
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process ``pid`` (None where /proc cannot tell: another PID namespace, gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def sensor_for(device: dict[str, Any]) -> tuple[Any, str]:
