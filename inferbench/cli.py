@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import itertools
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import UsageError
+from .errors import UsageError, shorten
 
 
 class Parser(argparse.ArgumentParser):
@@ -114,7 +115,7 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         with _signals_interrupt():
             return body(argv)
     except UsageError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {shorten(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -125,5 +126,6 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         return 0
     except OSError as exc:  # the machine, not the input: a full disk, a folder taken away; one line, exit 1
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)
-        return 1
+        print(f"{prog}: error: {shorten(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        return 2 if exc.errno == errno.ENAMETOOLONG else 1  # a name too long is the input's, not the machine's
+

@@ -78,7 +78,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
         try:
             return tp(**kwargs)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise _same_kind(exc, f"{where}: {exc}") from None
     if origin in (tuple, list):
         if not isinstance(data, (list, tuple)):
             raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
@@ -105,3 +105,14 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected {tp.__name__}, got {data!r}")
         return data
     raise TypeError(f"{where}: no decoder for {tp!r}")  # a programming error, not bad input
+
+
+def _same_kind(exc: Exception, message: str) -> ValueError:
+    """``message`` as an error of ``exc``'s own kind where that kind is a ValueError taking one message (a
+    record's ImpossibleRecord stays one), else a plain ValueError."""
+    if isinstance(exc, ValueError):
+        try:
+            return type(exc)(message)
+        except TypeError:  # a ValueError of another signature (UnicodeDecodeError)
+            pass
+    return ValueError(message)

@@ -12,7 +12,8 @@ interval`` (fewer than 3 rounds, or no raw samples, on a side), and with ``--fai
 ``REGRESSION`` when the whole interval lies above 1 + PCT/100 (slower by more than PCT percent with 95%
 confidence: a noisy machine does not make CI flaky), or when NEW's outputs no longer pass parity, or
 NEW failed where OLD ran. Exit status: 0, or 1 when ``--fail-above`` is given and a cell regressed; 2
-for bad input.
+for bad input; 3 when no cell in common could be judged (none has an interval): a gate that judged nothing
+does not pass.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from .cli import Parser, check_writable, guarded, typed
-from .config import non_negative_float
+from .config import non_negative_float, path_value
 from .errors import UsageError
 from .results import write_csv
 from .summary import fmt, table
+
+NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
 KEY = ["device_model", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
@@ -45,7 +48,8 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
     p.add_argument("--fail-above", metavar="PCT", type=non_negative_float, default=None,
                    help="exit 1 when a cell is slower by more than PCT percent with 95%% confidence (its whole "
                    "interval above 1 + PCT/100), failed, or lost parity (default: report only, exit 0)")
-    p.add_argument("--csv", metavar="FILE", default=None, help="also write the table as CSV (default: none)")
+    p.add_argument("--csv", metavar="FILE", default=None, type=path_value,
+                   help="also write the table as CSV (default: none)")
     return p
 
 
@@ -125,9 +129,13 @@ def _main(argv: list[str] | None, prog: str) -> int:
     print("\n".join(lines + notes))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)
+    unclear = [r for r in rows if r["verdict"].startswith("no interval")]
+    if len(unclear) == len(rows):  # a gate that judged nothing must not pass
+        print(f"nothing could be judged: none of the {len(rows)} cells in common has an interval (each side needs "
+              "3 or more rounds with their raw samples)", file=sys.stderr)
+        return NOTHING_JUDGED
     if args.fail_above is None:
         return 0
-    unclear = [r for r in rows if r["verdict"].startswith("no interval")]
     if unclear:
         print(f"{len(unclear)} of {len(rows)} cells have no interval and were not judged", file=sys.stderr)
     regressed = [r for r in rows if "REGRESSION" in r["verdict"]]

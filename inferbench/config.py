@@ -25,7 +25,7 @@ from typing import Any
 
 from .codec import decode, encode
 from .device import Device
-from .errors import UsageError
+from .errors import UsageError, shorten
 from .frameworks import COMMON_OPTIONS, Framework, choose, get_framework
 from .measure.timing import TimingConfig
 from .models import ModelFile, register
@@ -115,6 +115,16 @@ def resolutions(text: str) -> list[int | str]:
             raise argparse.ArgumentTypeError(f"resolution must be an integer, 'default' or 'min', got {item!r}") \
                 from None
     return list(dict.fromkeys(out))
+
+
+def path_value(text: str) -> str:
+    """A folder or file name from the command line: not empty, and no part longer than the file system takes."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("must name a folder or file, got an empty string")
+    too_long = [part for part in Path(text).parts if len(part.encode()) > 255]
+    if too_long:
+        raise argparse.ArgumentTypeError(f"{shorten(too_long[0])} is longer than a file name may be (255 bytes)")
+    return str(text)
 
 
 def precisions(text: str) -> list[str]:
@@ -264,13 +274,15 @@ OPTIONS: tuple[Option, ...] = (
            commands=MEASURING),
     Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
            "call per batch)", "inference", choices=tuple(SCENARIOS)),
-    Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/", "benchmark_results",
-           metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
-           command_defaults=(("sweep", "benchmark_results/sweeps"), ("zoo", "benchmark_results/zoo"))),
+    Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
+           "benchmark_results/ holds the project's own committed runs)", "inferbench-results",
+           parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
+           command_defaults=(("sweep", "inferbench-results/sweeps"), ("zoo", "inferbench-results/zoo"))),
     Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
-           "~/.cache/inferbench/artifacts)", None, metavar="DIR", in_file=False,
+           "~/.cache/inferbench/artifacts)", None, parse=path_value, metavar="DIR", in_file=False,
            commands=("run", "sweep", "selftest", "zoo")),
-    Option("name", ("--name",), "folder name (default: sweep-<timestamp> or zoo-<timestamp>)", None, metavar="NAME",
+    Option("name", ("--name",), "folder name (default: sweep-<timestamp> or zoo-<timestamp>)", None, path_value,
+           metavar="NAME",
            commands=("sweep", "zoo"), in_file=False),
     Option("config", ("--config",), "TOML, JSON or YAML file with the keys of these options (command-line "
            "values win)", None, metavar="FILE", commands=("sweep",), in_file=False),
@@ -315,9 +327,12 @@ def read_config_file(path: str) -> dict[str, Any]:
     """A sweep config file's values, each checked like its command-line flag."""
     file = Path(path)
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1]
+        raise UsageError(f"config {path} is not UTF-8 text (byte {exc.start}: {bad!r})") from None
     try:
         if file.suffix == ".toml":
             import tomllib
@@ -333,8 +348,8 @@ def read_config_file(path: str) -> dict[str, Any]:
             raise UsageError(f"config must be .toml, .json or .yaml, got {path}")
     except UsageError:
         raise
-    except Exception as exc:
-        raise UsageError(f"cannot parse config {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - every parser's own error (RecursionError included) is bad input
+        raise UsageError(f"cannot parse config {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a table of keys")
     valid = [o.name for o in OPTIONS if o.in_file]
@@ -650,9 +665,9 @@ def build(values: dict[str, Any]) -> Built:
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
                        sequential=values["sequential"])
-    cells: list[CellKey] = []
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
+    plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
     for spec in models:
         res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
                                  for r in values["resolutions"])
@@ -660,22 +675,22 @@ def build(values: dict[str, Any]) -> Built:
         frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have)
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
-        for res in res_list:
-            for bs in values["batch_sizes"]:
-                for fw in frameworks:
-                    for prec in precisions_of(fw, values["precisions"], explicit):
-                        cells.append(CellKey(spec.name, res, bs, fw.key, prec, config.scenario,
-                                             options.for_framework(fw)))
+        plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
     skipped = {k: next(iter(by.values())) if len(by) == 1 or len(set(by.values())) == 1 and len(by) == len(models)
                else f"not for {len(by)} of {len(models)} models: {', '.join(by)} (e.g. {next(iter(by.values()))})"
                for k, by in left.items()}
-    if not cells:
+    # the grid's size by arithmetic, before a cell is made: a 1.7-million-cell grid is refused at once
+    size = sum(len(res) * len(values["batch_sizes"]) * sum(len(p) for _, p in fws) for _, res, fws in plan)
+    if not size:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
         raise UsageError(f"nothing can run here ({why})")
-    if len(cells) > MAX_CELLS and not values["yes"]:
+    if size > MAX_CELLS and not values["yes"]:
         per_cell = timing.min_duration_s + timing.warmup_seconds + 10.0  # + loading, parity, first call
-        raise UsageError(f"this grid has {len(cells)} cells (more than {MAX_CELLS}), about "
-                         f"{len(cells) * per_cell / 3600:.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
+        raise UsageError(f"this grid has {size:,} cells (more than {MAX_CELLS}), about "
+                         f"{size * per_cell / 3600:,.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
+    cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
+             for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
+             for fw, precs in fws for prec in precs]
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
 

@@ -19,3 +19,16 @@ class MissingDependency(Exception):
 
 class TooBig(Exception):
     """Work that would not fit this machine's memory, refused before it starts; the message begins "not run:"."""
+
+
+#: The longest stretch of a user's text an error line repeats (a 100,000-character --model stays one line).
+LONGEST_WORD = 120
+
+
+def shorten(message: str) -> str:
+    """An error message as one readable line: any word longer than LONGEST_WORD cut in the middle."""
+    def cut(word: str) -> str:
+        half = LONGEST_WORD // 2
+        return word if len(word) <= LONGEST_WORD else f"{word[:half]}...({len(word):,} characters)...{word[-20:]}"
+
+    return " ".join(cut(w) for w in " ".join(message.splitlines()).split(" "))

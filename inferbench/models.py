@@ -6,8 +6,8 @@ inside the child process that needs them.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
+import json
 import re
 import warnings
 from collections.abc import Iterator
@@ -45,7 +45,7 @@ FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder"
 class ModelFile:
     """A model the user brings as a file (``--model PATH``): where it is, its format, the input it takes."""
 
-    name: str  # the file's stem: the model's name in records and file names
+    name: str  # the file's stem and 8 hex digits of its content's hash: the model's name in records and file names
     path: str  # absolute
     format: str  # key of FILE_FORMATS
     resolution: int  # square images of this many pixels a side
@@ -197,14 +197,25 @@ def register(*files: ModelFile) -> None:
 
 def is_model_file(text: str) -> bool:
     """Does a ``--model`` value name a file (or SavedModel folder) rather than a registered model?"""
-    return text not in MODELS and (text.endswith((".keras", ".onnx")) or "/" in text or Path(text).is_dir())
+    if text in MODELS:
+        return False
+    if text.endswith((".keras", ".onnx")) or "/" in text:
+        return True
+    try:
+        return Path(text).is_dir()
+    except OSError:  # a name longer than the file system takes is no folder
+        return False
 
 
 def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None) -> ModelFile:
     """Recognise and check a model file without importing a framework (an ONNX file needs the ``onnx``
     package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``)."""
     path = Path(text).expanduser()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # ENAMETOOLONG
+        raise UsageError(f"--model {text}: {exc.strerror or exc}") from None
+    if not exists:
         raise UsageError(f"model file {text} does not exist")
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
@@ -238,8 +249,17 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
     if h != w:
         raise UsageError(f"{text} takes {h}x{w} images; inferbench times square images only")
     name = path.name.removesuffix(path.suffix) if path.suffix else path.name
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "model"
-    return ModelFile(name, str(path.resolve()), fmt, int(h), layout, batch)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "model"
+    # the content's hash is part of the name, so of every cell's identity: two different networks saved under one
+    # name never pool in a report or pair in compare, and the same file copied elsewhere still does
+    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, int(h), layout, batch)
+
+
+def content_digest(path: Path) -> str:
+    """8 hex digits of the sha256 of a model file (of every file of a SavedModel folder, with their paths)."""
+    from .exporters import cache
+
+    return (cache.sha256_file(path) if path.is_file() else cache.sha256_tree(path))[:8]
 
 
 def _show(shape: tuple[int | None, ...]) -> str:
@@ -259,21 +279,19 @@ def _parse_shape(text: str) -> tuple[int | None, ...]:
 
 def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
     """The input shape a .keras archive declares in its config.json (read without Keras)."""
-    import json
-    import zipfile
+    from .filecheck import keras_config, keras_endpoints
 
-    try:
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise UsageError(f"{path} is not a readable .keras archive: {exc}") from None
+    config = keras_config(path)
+    keras_endpoints(config, path)
     build = (config.get("build_config") or {}).get("input_shape")
     if build is None:
         layers = (config.get("config") or {}).get("layers") or []
-        build = next((lay.get("config", {}).get("batch_shape") for lay in layers
-                      if lay.get("class_name") == "InputLayer"), None)
+        build = next((lay.get("config", {}).get("batch_shape") for lay in layers if isinstance(lay, dict)
+                      and lay.get("class_name") == "InputLayer" and isinstance(lay.get("config"), dict)), None)
     if isinstance(build, dict) or (build and isinstance(build[0], list)):
         raise UsageError(f"{path} has several inputs; inferbench times models with one image input")
+    if build is not None and (not isinstance(build, list) or not all(d is None or isinstance(d, int) for d in build)):
+        raise UsageError(f"{path}: its config.json gives no readable input shape ({str(build)[:80]})")
     return tuple(build) if build else None
 
 
@@ -287,11 +305,12 @@ def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
     except Exception as exc:  # onnx raises DecodeError and others for a file that is not a model
         raise UsageError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") \
             from None
+    from .filecheck import check_onnx
+
+    check_onnx(graph, path)
     inits = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
-    if len(inputs) != 1:
-        raise UsageError(f"{path} has {len(inputs)} inputs; inferbench times models with one image input")
-    return tuple(d.dim_value or None for d in inputs[0].type.tensor_type.shape.dim)
+    (first,) = [i for i in graph.input if i.name not in inits]
+    return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -380,6 +399,9 @@ def describe_weights(weights: str) -> str:
                 archive.namelist()
         except zipfile.BadZipFile as exc:
             raise UsageError(f"weights file {weights} is not a complete .keras archive (truncated?): {exc}") from None
+        from .filecheck import keras_config, keras_endpoints
+
+        keras_endpoints(keras_config(path, "weights file"), path)
     return str(path.resolve())
 
 
@@ -439,14 +461,12 @@ def keras_builder(spec: ModelSpec) -> Any:
 def load_keras(path: str | Path) -> Any:
     """A saved ``.keras`` model (uncompiled). A model built with keras-hub needs its classes registered first
     (imported only then: it takes seconds)."""
-    import zipfile
-
     import keras
 
-    with contextlib.suppress(OSError, KeyError, zipfile.BadZipFile):
-        with zipfile.ZipFile(path) as archive:
-            if b'"keras_hub' in archive.read("config.json"):
-                import keras_hub  # noqa: F401
+    from .filecheck import keras_config
+
+    if '"keras_hub' in json.dumps(keras_config(Path(path))):  # bounded: a zip bomb is refused before Keras reads it
+        import keras_hub  # noqa: F401
     with warnings.catch_warnings():  # keras-hub's classifier says its compile() was not called: none is wanted
         warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called.*")
         return keras.saving.load_model(path, compile=False)

@@ -165,87 +165,90 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     def covers(kind: str) -> Any:
         return lambda entry: not EXPORTERS[kind].per_batch_size or set(batch_sizes) <= set(entry.get("batch_sizes", ()))
 
-    todo: list[str] = []
-    failed: dict[str, str] = {}
-    for kind in export_order(needed, spec) if runnable else []:
-        entry = artifact_cache.cached(folder, kind)
-        if entry and covers(kind)(entry):
-            progress.say(f"{label} {kind}", "cached")
-            continue
-        missing = [p for p in exporter_packages(kind, spec) if importlib.util.find_spec(p) is None]
-        source = artifact_cache.brought(cache_dir, key_inputs, kind, covers(kind)) if missing else None
-        if source is not None:  # exported elsewhere (a GPU machine without TensorFlow): verified, copied in
-            artifact_cache.bring(source, folder, kind, key_inputs)
-            progress.result(f"{label} {kind}", f"brought from {source.name} (exported with other library "
-                            f"versions; {', '.join(missing)} not installed here)")
-        elif missing:
-            failed[kind] = (f"{', '.join(missing)} not installed: pip install -e \".[{exporter_extra(kind, spec)}]\" "
-                            f"(or bring a cache folder exported elsewhere with --cache-dir)")
-            progress.result(f"{label} {kind}", f"FAILED: {failed[kind]}", failure=True)
-        else:
-            todo.append(kind)
-    shared = [k for k in todo if shares_process(k, spec)]  # first, in one process, where no dependency forbids
-    if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, spec)):
-        todo = shared + [k for k in todo if k not in shared]
-
-    def blocked(kind: str) -> bool:
-        """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
-        deps = [dep for dep in requires(kind, spec) if dep in failed]
-        if deps:
-            root = failed[deps[0]]
-            failed[kind] = root if root.startswith("needs the ") else \
-                f"needs the {deps[0]} export, which failed: {root}"
-        return bool(deps)
-
-    def job(kind: str) -> Any:
-        sizes = batch_sizes
-        if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
-            sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
-                "batch_sizes", ()), *batch_sizes}))
-        return job_for(kind, folder, spec, resolution, key_weights, config.seed, sizes, key_inputs)
-
-    alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
-    while todo:
-        kind = todo.pop(0)
-        if blocked(kind):
-            continue
-        chain = [kind]  # the TensorFlow-side exports share one process: TensorFlow is imported once
-        while kind not in alone and shares_process(kind, spec) and todo and todo[0] not in alone \
-                and shares_process(todo[0], spec):
-            nxt = todo.pop(0)
-            if not blocked(nxt):
-                chain.append(nxt)
-        progress.add(len(chain))
-        jobs = [job(k) for k in chain]
-        def stamp(entry: dict[str, Any] | None) -> Any:
-            return (entry or {}).get("exported_at"), (entry or {}).get("files")
-
-        before = {k: stamp(artifact_cache.read_manifest(folder)["artifacts"].get(k)) for k in chain}
-        timeout = None if config.timeout_s is None else config.timeout_s * len(chain)  # --timeout is per export
-        res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(config),
-                        lambda phase: progress.say(label, phase), timeout)
-        for i, k in enumerate(chain):
-            progress.done += 1
-            entry = artifact_cache.read_manifest(folder)["artifacts"].get(k)
-            if entry and (res.ok or stamp(entry) != before[k]):  # recorded by this process, hashes and all
-                notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
-                progress.result(f"{label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
-                                + "".join(f"\n    note: {n}" for n in notes))
+    waiting = "waiting: another inferbench process is exporting this model to the same cache"
+    with artifact_cache.export_lock(folder, lambda: progress.result(label, waiting)):
+        todo: list[str] = []
+        failed: dict[str, str] = {}
+        for kind in export_order(needed, spec) if runnable else []:
+            entry = artifact_cache.cached(folder, kind)
+            if entry and covers(kind)(entry):
+                progress.say(f"{label} {kind}", "cached")
                 continue
-            if res.usage_error and strict:
-                raise UsageError(res.error)
-            died = res.died and len(chain) > 1  # killed (for memory, say), not an exception: retried alone
-            rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
-            if not died:
-                failed[k] = str(res.error or "the export process ended without making it")
-                progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
+            missing = [p for p in exporter_packages(kind, spec) if importlib.util.find_spec(p) is None]
+            source = artifact_cache.brought(cache_dir, key_inputs, kind, covers(kind)) if missing else None
+            if source is not None:  # exported elsewhere (a GPU machine without TensorFlow): verified, copied in
+                artifact_cache.bring(source, folder, kind, key_inputs)
+                progress.result(f"{label} {kind}", f"brought from {source.name} (exported with other library "
+                                f"versions; {', '.join(missing)} not installed here)")
+            elif missing:
+                extra = exporter_extra(kind, spec)
+                failed[kind] = (f"{', '.join(missing)} not installed: pip install -e \".[{extra}]\" "
+                                "(or bring a cache folder exported elsewhere with --cache-dir)")
+                progress.result(f"{label} {kind}", f"FAILED: {failed[kind]}", failure=True)
             else:
-                progress.done -= 1
-            todo[:0] = rest
-            alone.update(rest)
-            progress.add(-len(rest))
-            break
-    return folder, failed
+                todo.append(kind)
+        shared = [k for k in todo if shares_process(k, spec)]  # first, in one process, where no dependency forbids
+        if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, spec)):
+            todo = shared + [k for k in todo if k not in shared]
+
+        def blocked(kind: str) -> bool:
+            """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
+            deps = [dep for dep in requires(kind, spec) if dep in failed]
+            if deps:
+                root = failed[deps[0]]
+                failed[kind] = root if root.startswith("needs the ") else \
+                    f"needs the {deps[0]} export, which failed: {root}"
+            return bool(deps)
+
+        def job(kind: str) -> Any:
+            sizes = batch_sizes
+            if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
+                sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
+                    "batch_sizes", ()), *batch_sizes}))
+            return job_for(kind, folder, spec, resolution, key_weights, config.seed, sizes, key_inputs)
+
+        alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
+        while todo:
+            kind = todo.pop(0)
+            if blocked(kind):
+                continue
+            chain = [kind]  # the TensorFlow-side exports share one process: TensorFlow is imported once
+            while kind not in alone and shares_process(kind, spec) and todo and todo[0] not in alone \
+                    and shares_process(todo[0], spec):
+                nxt = todo.pop(0)
+                if not blocked(nxt):
+                    chain.append(nxt)
+            progress.add(len(chain))
+            jobs = [job(k) for k in chain]
+            def stamp(entry: dict[str, Any] | None) -> Any:
+                return (entry or {}).get("exported_at"), (entry or {}).get("files")
+
+            before = {k: stamp(artifact_cache.read_manifest(folder)["artifacts"].get(k)) for k in chain}
+            timeout = None if config.timeout_s is None else config.timeout_s * len(chain)  # --timeout is per export
+            res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(config),
+                            lambda phase: progress.say(label, phase), timeout)
+            for i, k in enumerate(chain):
+                progress.done += 1
+                entry = artifact_cache.read_manifest(folder)["artifacts"].get(k)
+                if entry and (res.ok or stamp(entry) != before[k]):  # recorded by this process, hashes and all
+                    notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
+                    progress.result(f"{label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
+                                    + "".join(f"\n    note: {n}" for n in notes))
+                    continue
+                if res.usage_error and strict:
+                    raise UsageError(res.error)
+                died = res.died and len(chain) > 1  # killed (for memory, say), not an exception: retried alone
+                rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
+                if not died:
+                    failed[k] = str(res.error or "the export process ended without making it")
+                    progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
+                else:
+                    progress.done -= 1
+                todo[:0] = rest
+                alone.update(rest)
+                progress.add(-len(rest))
+                break
+        return folder, failed
 
 
 def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],

@@ -9,15 +9,17 @@ when asked for (``--reference``), in their own labelled section.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
 
+from . import markdown
 from .cli import Parser, check_writable, guarded, typed
-from .config import add_options, with_defaults
+from .config import add_options, path_value, with_defaults
 from .errors import UsageError
 from .ranking import contenders, recommendation_lines, recommendations
-from .results import atomic_write_text, write_recommendation
+from .results import atomic_write_bytes, atomic_write_text, write_recommendation
 
 
 def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:
@@ -26,7 +28,8 @@ def build_parser(prog: str = "python -m inferbench.report") -> argparse.Argument
                examples=[f"{prog} benchmark_results/20261123-191553_mobilenet_v3_large_224_cpu --out report",
                          f"{prog} results-h100/ results-h200/ --out cross-gpu --normalise-to onnxrt"])
     p.add_argument("results", nargs="+", metavar="RESULTS", help="result folders (searched recursively) or files")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for report.md and the figures (required)")
+    p.add_argument("--out", required=True, metavar="DIR", type=path_value,
+                   help="folder for report.md and the figures (required)")
     p.add_argument("--reference", action="store_true",
                    help="add published figures of other projects, in their own labelled section (default: only "
                    "these records)")
@@ -36,21 +39,6 @@ def build_parser(prog: str = "python -m inferbench.report") -> argparse.Argument
     p.add_argument("--normalise-to", metavar="FRAMEWORK",
                    help="add throughput relative to this framework per device (default: none)")
     return p
-
-
-def _md_table(df: Any, floatfmt: str = ".3g") -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in df.iterrows():
-        cells = []
-        for c in cols:
-            v = row[c]
-            if isinstance(v, float):
-                cells.append(f"{v:,.0f}" if abs(v) >= 1000 else format(v, floatfmt))
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
@@ -77,11 +65,11 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     recs = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in latest.iterrows()],
                            objective)
     runs = sorted({str(r) for r in latest["run_id"]})
-    md += ["## Recommendation", "", "```", *recommendation_lines(recs), "```", "",
+    md += ["## Recommendation", "", "```", *map(markdown.code, recommendation_lines(recs)), "```", "",
            f"From the latest record of each cell ({len(latest)} of {len(df)} records; run"
-           f"{'s' if len(runs) > 1 else ''} {', '.join(runs)}). The margin is the runner-up's figure over the "
-           "recommended one's, paired within rounds when both ran in the same run; 'within the noise' means its "
-           "95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
+           f"{'s' if len(runs) > 1 else ''} {markdown.text(', '.join(runs))}). The margin is the runner-up's figure "
+           "over the recommended one's, paired within rounds when both ran in the same run; 'within the noise' means "
+           "its 95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
 
     devices = df.groupby("device_name").agg(
         records=("framework", "size"), hosts=("host", lambda s: ", ".join(sorted(set(map(str, s))))),
@@ -95,9 +83,10 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     if len(failed) or len(bad_parity):
         md += ["## Failures (shown, never ranked)", ""]
         for _, r in failed.iterrows():
-            md.append(f"- {r['cell']} {r['framework']} bs{r['batch_size']}: failed — {r['error']}")
+            md.append("- " + markdown.text(f"{r['cell']} {r['framework']} bs{r['batch_size']}: failed — {r['error']}"))
         for _, r in bad_parity.iterrows():
-            md.append(f"- {r['cell']} {r['framework']} bs{r['batch_size']}: **parity failed** ({r['parity.reason']})")
+            md.append(f"- {markdown.text(str(r['cell']) + ' ' + str(r['framework']))} bs{r['batch_size']}: "
+                      f"**parity failed** ({markdown.text(r['parity.reason'])})")
         md.append("")
 
     table = analysis.ok(df).sort_values(["device_name", "cell", "batch_size", "p50_ms"])
@@ -113,7 +102,8 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                                                             "rate": "GFLOP/s (of peak)"})
     md += ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval of the "
            "median comes from the variation between rounds (records from before rounds have none); stability "
-           "is about that estimate. Only cells whose outputs passed parity are ranked.", "", _md_table(summary), ""]
+           "is about that estimate. Only cells whose outputs passed parity are ranked.", "", markdown.table(summary),
+           ""]
 
     def figure(name: str, fig: Any, caption: str) -> None:
         if fig is None:
@@ -133,7 +123,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
            "steps (p50 latency ratios; > 1 means faster).", ""]
     dec = analysis.xla_decomposition(df)
     if not dec.empty:
-        md += [_md_table(dec[["device_name", "cell", "batch_size", "path", "eager_ms", "graph_ms", "xla_ms",
+        md += [markdown.table(dec[["device_name", "cell", "batch_size", "path", "eager_ms", "graph_ms", "xla_ms",
                               "graph_vs_eager", "xla_vs_graph", "xla_vs_eager"]]), ""]
     figure("xla_steps.png", plots.xla_steps(df), "eager→graph→XLA speedups")
 
@@ -151,11 +141,11 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
         for (device, model, res, precision), g in with_energy.groupby(analysis.FRONTIER_GROUP):
             front = analysis.pareto_front(g, x=energy_col, y="throughput")
-            md += [f"{model}@{res} {precision}, {device}:", "",
-                   _md_table(front[["batch_size", "framework", energy_col, "throughput", "p50_ms"]]), ""]
+            md += [markdown.text(f"{model}@{res} {precision}, {device}:"), "",
+                   markdown.table(front[["batch_size", "framework", energy_col, "throughput", "p50_ms"]]), ""]
     for name, pod in analysis.podiums(df).items():
         md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device, model, resolution, batch size and "
-               "precision; verified cells only)", "", _md_table(pod), ""]
+               "precision; verified cells only)", "", markdown.table(pod), ""]
 
     md += ["## Is the difference real?", ""]
     for (device, cell, bs, precision), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size",
@@ -172,26 +162,28 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                 continue
             said.add(frozenset((a, b)))
             where = {"device_name": device, "cell": cell, "batch_size": bs, "precision": precision}
-            md.append(f"- {cell} bs{bs} {precision} on {device}: {analysis.compare(df, a, b, **where)}")
+            md.append("- " + markdown.text(f"{cell} bs{bs} {precision} on {device}: "
+                                           f"{analysis.compare(df, a, b, **where)}"))
     md.append("")
 
     md += ["## Power and energy", ""]
     if not analysis.has_energy(df):
         reasons = sorted({str(r) for r in df.get("energy.reason", []) if isinstance(r, str)})
-        md += ["These records carry no energy figures" + (f" ({'; '.join(reasons)})" if reasons else "") + ": "
+        md += ["These records carry no energy figures" + (f" ({markdown.text('; '.join(reasons))})" if reasons else "")
+               + ": "
                "energy needs NVML on an NVIDIA GPU or a readable RAPL counter on the CPU."
                + (" The figure below shows published external figures only." if ref is not None else ""), ""]
     if analysis.has_energy(df) or ref is not None:
         fig, fits = plots.power_vs_throughput(df, ref)
         figure("power_vs_throughput.png", fig, "power vs throughput with least-squares fits")
         if not fits.empty:
-            md += [_md_table(fits), ""]
+            md += [markdown.table(fits), ""]
 
     md += ["## Across devices", ""]
     if norm is not None:
         col = f"throughput_vs_{normalise_to}"
         md += [f"Throughput relative to `{normalise_to}` on the same device, cell and batch:", "",
-               _md_table(norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
+               markdown.table(norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
     across = plots.cross_device(df, ref)
     if across is None:
         md += ["*These records come from one device" + ("" if ref is not None else " (and no published figures "
@@ -199,18 +191,22 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     else:
         figure("cross_device.png", across, "throughput across devices")
 
-    md += ["## Sources", "", f"{len(df)} records from: {', '.join(map(str, paths))}", "", _md_table(devices), ""]
+    md += ["## Sources", "", f"{len(df)} records from: {markdown.text(', '.join(map(str, paths)))}", "",
+           markdown.table(devices), ""]
     if ref is not None:
         md += ["## Published external figures", "",
                "Not our measurements: other projects' published numbers, kept apart and labelled. Caveats:", ""]
         for source, g in ref.groupby("source"):
-            md.append(f"- **{source}** ({len(g)} rows): {g['caveat'].iloc[0]}; framework notes: "
-                      + "; ".join(sorted({f'{a} = {b}' for a, b in zip(g['framework_published'], g['framework_note'])
-                                          if b})))
+            md.append(f"- **{markdown.text(source)}** ({len(g)} rows): {markdown.text(g['caveat'].iloc[0])}; framework "
+                      "notes: " + markdown.text("; ".join(sorted({f'{a} = {b}' for a, b in
+                                                               zip(g['framework_published'], g['framework_note'])
+                                                               if b}))))
         md.append("")
     for name, fig in pending:
-        fig.savefig(out / name, dpi=110, bbox_inches="tight")  # legends sit outside the panels
+        image = io.BytesIO()
+        fig.savefig(image, format="png", dpi=110, bbox_inches="tight")  # legends sit outside the panels
         plt.close(fig)
+        atomic_write_bytes(out / name, image.getvalue())  # a full disk leaves no half-written figure
     write_recommendation(out / "recommendation.json", recs, objective)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
@@ -246,17 +242,17 @@ def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
                    f"{int((tf_path['xla_vs_eager'] > 1).sum())}. `graph_has_xla`: Keras 3 on TensorFlow compiles "
                    "grouped convolutions with XLA even in graph mode (TensorFlow's CPU kernels lack them), so for "
                    "these models (ConvNeXt, RegNet) `tf` is partly XLA already and the step measures the rest.", "",
-                   _md_table(shown[["device_name", "model", "resolution", "batch_size", "eager_ms", "graph_ms",
+                   markdown.table(shown[["device_name", "model", "resolution", "batch_size", "eager_ms", "graph_ms",
                                     "xla_ms", "xla_vs_graph_ci", "xla_vs_eager", "graph_has_xla"]].rename(
                        columns={"xla_vs_graph_ci": "XLA vs graph [95% CI]", "xla_vs_eager": "XLA vs eager"})), ""]
     for name, pod in analysis.xla_podiums(df).items():
         md += [f"**Podium: {name}** (top 3 models per device, resolution and batch size; `tf` → `tfxla`)", "",
-               _md_table(pod), ""]
+               markdown.table(pod), ""]
     fastest = analysis.fastest_models(df)
     if not fastest.empty:
         md += ["**Fastest models** per device, resolution and batch size (each on its fastest verified framework; "
                "fraction_of_peak: achieved GFLOP/s over the device's measured peak FP32 matrix-product rate)", "",
-               _md_table(fastest), ""]
+               markdown.table(fastest), ""]
     if df["gflop_per_image"].notna().any():
         figure("throughput_vs_flops.png", plots.throughput_vs_flops(df), "throughput against GFLOP per image, with "
                "the measured peak FP32 rate")
@@ -286,7 +282,7 @@ def _published_models(df: Any, ref: Any) -> list[str]:
          "our_gflop", "published_gmac", "flop_ratio"]].rename(columns={"device_name": "published_gpu"})
     return ["**Beside the published GPU figures** (keras-xla-benchmarks, XLA on, batch 4, external: not our "
             "measurements). Their FLOPs column counts multiply-adds, ours FLOPs (2 per multiply-add): a ratio near "
-            "2 means both count the same network.", "", _md_table(table), ""]
+            "2 means both count the same network.", "", markdown.table(table), ""]
 
 
 def _main(argv: list[str] | None, prog: str) -> int:

@@ -63,6 +63,13 @@ STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
 
 
+MAX_LATENCY_MS = 8.64e7  # a day: a longer call is no measurement inferbench made
+
+
+class ImpossibleRecord(ValueError):
+    """A record whose numbers cannot be true (negative or infinite latencies, ...)."""
+
+
 @dataclass(frozen=True)
 class Record:
     """One cell's result, as written to ``<cell file name>``; see README's schema table."""
@@ -104,6 +111,45 @@ class Record:
             raise ValueError("an ok record needs latency statistics")
         if self.parity.get("status") not in PARITY_STATUSES:
             raise ValueError(f"bad parity status {self.parity.get('status')!r}")
+        impossible = self.impossible()
+        if impossible:
+            raise ImpossibleRecord(impossible)
+
+    def impossible(self) -> str | None:
+        """What makes this record's numbers impossible (a latency that is not a finite positive number, a
+        negative or infinite throughput, no samples), or None: such a record is never ranked, it is refused."""
+        def number(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1 and isinstance(self.resolution, int)
+                and self.resolution >= 1):
+            return f"batch size {self.batch_size!r} and resolution {self.resolution!r} must be positive integers"
+        if self.status != "ok":
+            return None
+        lat = self.latency_ms or {}
+        for key in ("p50", "p99", "mean", "min", "max"):
+            if key in lat and not (number(lat[key]) and 0 < lat[key] <= MAX_LATENCY_MS):
+                return (f"latency_ms.{key} = {str(lat[key])[:40]}: not a number of milliseconds above 0 and at most "
+                        f"{MAX_LATENCY_MS:.0e} (a day)")
+        if "p50" not in lat:
+            return "no latency_ms.p50"
+        n = lat.get("n")
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+            return f"latency_ms.n = {str(n)[:40]}: not a count of at least 1"
+        if not (number(self.throughput_per_s) and self.throughput_per_s >= 0):
+            return f"throughput_per_s = {str(self.throughput_per_s)[:40]}: not a finite non-negative number"
+        ci = lat.get("p50_ci95")
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(number(v) for v in ci)):
+            return f"latency_ms.p50_ci95 = {str(ci)[:60]}: not two finite numbers"
+        raw = self.raw_latencies_ms
+        if raw is not None and not (isinstance(raw, list) and all(number(v) and v > 0 for v in raw)):
+            return "raw_latencies_ms holds a value that is not a finite positive number"
+        energy = self.energy or {}
+        for key in ("joules_per_inference", "mean_power_w"):
+            v = energy.get(key)
+            if v is not None and not (number(v) and v >= 0):
+                return f"energy.{key} = {str(v)[:40]}: not a finite non-negative number"
+        return None
 
     @property
     def filename(self) -> str:
@@ -253,13 +299,18 @@ def _umask() -> int:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
     ``open(path, "w")`` would give (0666 less the umask)."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a figure): a full disk leaves the old file or none, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would lock colleagues out of shared results
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -343,11 +394,28 @@ def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
             "fraction_of_peak": rate / peak if rate and peak else None}
 
 
-def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> None:
+#: A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK(...), +cmd|...).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a spreadsheet shows it, never runs it: text that would start a formula gets a leading
+    apostrophe (numbers, negative ones included, are left as they are)."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        try:
+            float(value)
+            return value
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]], lineterminator: str = "\r\n") -> None:
+    """Every CSV inferbench writes: atomically, each text cell neutralised for spreadsheets (:func:`csv_cell`)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns))
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator=lineterminator)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     atomic_write_text(path, buf.getvalue())
 
 
@@ -387,21 +455,27 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     unsupported: dict[Any, list[str]] = {}
     for file in files:
         try:
-            data = json.loads(file.read_text())
-        except (OSError, ValueError) as exc:
-            skipped.append(f"{file}: not readable JSON ({str(exc)[:100]})")
+            data = json.loads(file.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep to be a record
+            skipped.append(f"{file}: not readable JSON ({type(exc).__name__}: {str(exc)[:100]})")
             continue
         if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
             if file.name not in ("sweep.json", "recommendation.json"):  # a run's own files beside its records
                 skipped.append(f"{file}: not an inferbench record")
             continue
         version = data["schema_version"]
+        if not isinstance(version, int) or isinstance(version, bool):
+            skipped.append(f"{file}: schema_version {str(version)[:40]} is not a number")
+            continue
         if version not in SUPPORTED_SCHEMAS:
             unsupported.setdefault(version, []).append(str(file))
             continue
         try:
             record = parse(data, file.name)
-        except (ValueError, TypeError, KeyError) as exc:
+        except ImpossibleRecord as exc:
+            skipped.append(f"{file}: impossible values, never ranked ({exc})")
+            continue
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             skipped.append(f"{file}: incomplete record ({str(exc)[:100]})")  # named, as resume sets it aside
             continue
         records.append({**encode(record), "_source": str(file.resolve())})
@@ -449,6 +523,12 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd
     return tidy(flat)
 
 
+#: Columns the analysis and the report read that a valid record may not have (filled with None).
+OPTIONAL_COLUMNS = ("config.threads", "environment.inferbench.commit", "environment.hostname", "parity.reason",
+                    "latency_ms.p50_ci95", "latency_ms.stability.verdict", "energy.reason", "latency_ms.n",
+                    "latency_ms.p99", "config.device.gpu.name", "environment.cpu.model")
+
+
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
     """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
     import pandas as pd
@@ -456,6 +536,9 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     from .ranking import RANKED_PARITY, display_name
 
     out = df.copy()
+    for column in OPTIONAL_COLUMNS:  # a record may lack a block (an old schema, a minimal writer): never a KeyError
+        if column not in out:
+            out[column] = None
     # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
     # the key); records of schema 2 carry precision and variant at the top level
     out["framework_key"] = out["framework"]

@@ -106,7 +106,9 @@ def _main(argv: list[str] | None, prog: str) -> int:
                 out_root.rmdir()
         raise
     print(format_summary(executed.records, values["objective"], terminal_width()), file=sys.stdout)
-    print(f"\nresults: {run_dir}/ (a JSON record per cell, summary.csv, comparisons.csv, recommendation.json)\n"
+    written = [name for name, there in (("a JSON record per cell", executed.records),
+                                        *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
+    print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)
     if config.log_to:
@@ -114,6 +116,10 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
         print(where(config.log_to))
     return exit_status(executed)
+
+
+#: What a run writes beside its records (named in the final line only when it is there).
+SUMMARY_FILES = ("summary.csv", "comparisons.csv", "recommendation.json")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 precisions), each isolated as in ``run``, resumable.
 
     python -m inferbench.sweep --models mobilenet_v3_large,resnet50 --resolutions 160,224 \\
-        --batch-sizes 1,8,32 --frameworks all --output-dir benchmark_results/sweeps
+        --batch-sizes 1,8,32 --frameworks all
     python -m inferbench.sweep --config sweep.toml
-    python -m inferbench.sweep --resume benchmark_results/sweeps/<sweep id>
+    python -m inferbench.sweep --resume inferbench-results/sweeps/<sweep id>
 
 The plan (the configuration plus its cells) is written to ``<sweep dir>/sweep.json`` before the
 first cell; every record is written atomically under its cell's file name, so ``--resume`` after

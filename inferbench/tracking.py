@@ -35,6 +35,32 @@ def check(targets: tuple[str, ...] | list[str]) -> None:
         module, extra = TARGETS[target]
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--log-to {target} needs {module}: pip install -e \".[{extra}]\"")
+        if target == "mlflow":
+            check_mlflow_uri(os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_ALLOW_FILE_STORE"))
+
+
+#: Tracking URI schemes MLflow 3 stores runs in (a server, a database, Databricks).
+MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+
+
+def check_mlflow_uri(uri: str | None, allow_file_store: str | None = None) -> None:
+    """A tracking URI MLflow will take, found before anything runs: MLflow 3 refuses its file store (a ``file:``
+    URI or a plain path) unless MLFLOW_ALLOW_FILE_STORE=true, with a message that reads like a notice."""
+    from urllib.parse import urlparse
+
+    if not uri:
+        return  # MLflow's default: sqlite:///mlflow.db in the working folder
+    scheme = urlparse(uri).scheme.split("+")[0].lower()  # postgresql+psycopg2
+    if scheme in MLFLOW_SCHEMES:
+        return
+    if scheme in ("", "file") or len(scheme) == 1:  # a path (C:\... has a one-letter scheme)
+        if str(allow_file_store).lower() in ("1", "true"):
+            return
+        raise UsageError(f"MLFLOW_TRACKING_URI={uri[:200]} is a file store, which MLflow 3 no longer writes to "
+                         "(set MLFLOW_ALLOW_FILE_STORE=true to use it anyway); use sqlite:///mlflow.db or a server's "
+                         "http(s):// address")
+    raise UsageError(f"MLFLOW_TRACKING_URI={uri[:200]}: MLflow cannot store runs at a {scheme}: URI (it takes "
+                     f"{', '.join(MLFLOW_SCHEMES)}, or a file store with MLFLOW_ALLOW_FILE_STORE=true)")
 
 
 def where(targets: tuple[str, ...]) -> str:

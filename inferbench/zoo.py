@@ -3,7 +3,7 @@ a short timing), and a support matrix of the outcome: ``matrix.md`` and ``matrix
 
     inferbench zoo                                   # every model, each at its own resolution
     inferbench zoo --model 'efficientnet*' --resolution 96
-    inferbench zoo --resume benchmark_results/zoo/zoo-20261125-090000
+    inferbench zoo --resume inferbench-results/zoo/zoo-20261125-090000
 
 A zoo is a sweep (its plan in ``sweep.json``, a record per cell, resumable after any interruption) whose
 cells run one at a time (``--sequential``: one framework loaded at a time, so that the biggest models fit),
@@ -17,18 +17,16 @@ started: it would not fit this machine's memory) or not run here (not installed,
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, markdown
 from .cli import Parser, guarded, typed
 from .config import add_options, given
 from .errors import UsageError
-from .results import atomic_write_text, compute_rate
+from .results import atomic_write_text, compute_rate, write_csv
 
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
@@ -45,7 +43,7 @@ def build_parser(prog: str = "python -m inferbench.zoo") -> argparse.ArgumentPar
                "timing. Writes a support matrix (matrix.md, matrix.csv) beside the records; resumable like a sweep.",
                examples=[f"{prog}                                        # every model at its own resolution",
                          f"{prog} --model 'efficientnet*,vit_b_16' --resolution 96",
-                         f"{prog} --resume benchmark_results/zoo/zoo-20261125-090000"])
+                         f"{prog} --resume inferbench-results/zoo/zoo-20261125-090000"])
     add_options(p, "zoo")
     return p
 
@@ -214,17 +212,18 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         params = f"{first['params'] / 1e6:.1f}M" if first.get("params") else "-"
         gflop = f"{first['gflop_per_image']:.3g}" if first.get("gflop_per_image") is not None else "-"
         export = f"{first['export_s']:.0f}" if first.get("export_s") is not None else "-"
-        lines.append(f"| {model} | {first.get('resolution', '')} | {params} | {gflop} | {export} | "
+        lines.append(f"| {markdown.text(model)} | {first.get('resolution', '')} | {params} | {gflop} | {export} | "
                      + " | ".join(_cell_text(cell[(model, k)]) for k in frameworks) + " |")
     problems = [r for r in rows if r["status"] in ("failed parity", "failed")]
     lines += ["", "## What fails, and why", ""]
-    lines += [f"- {r['model']} × {r['framework']}: {r['status']}: {r['reason']}" for r in problems] or ["- nothing"]
+    lines += ["- " + markdown.text(f"{r['model']} × {r['framework']}: {r['status']}: {r['reason']}")
+              for r in problems] or ["- nothing"]
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r["status"] in ("unsupported", "too big here", "not run here"):
             reasons.setdefault(f"{r['framework']}: {_generic(r['reason'], r['model'])}", []).append(r["model"])
     lines += ["", "## Unsupported, too big or not run here, and why", ""]
-    lines += [f"- {why} ({len(ms)} model{'s' if len(ms) > 1 else ''}: {', '.join(ms)})"
+    lines += ["- " + markdown.text(f"{why} ({len(ms)} model{'s' if len(ms) > 1 else ''}: {', '.join(ms)})")
               for why, ms in reasons.items()] or ["- nothing"]
     return "\n".join(lines) + "\n"
 
@@ -241,11 +240,7 @@ def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
 
     plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))
     rows = matrix_rows(plan, records, folder)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=MATRIX_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(folder / "matrix.csv", buffer.getvalue())
+    write_csv(folder / "matrix.csv", MATRIX_COLUMNS, rows, lineterminator="\n")
     environment = next((r.get("environment") for r in records if r.get("environment")), None)
     atomic_write_text(folder / "matrix.md", render_markdown(plan, rows, environment))
     passed = sum(r["status"] == "passed" for r in rows)

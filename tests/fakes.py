@@ -37,6 +37,7 @@ def export(ctx: Any) -> dict[str, Any]:
     if os.environ.get("FAKE_EXPORT_LOG"):  # the process each export ran in, for the tests
         with open(os.environ["FAKE_EXPORT_LOG"], "a") as log:
             log.write(f"keras {os.getpid()}\n")
+    time.sleep(float(os.environ.get("FAKE_EXPORT_SLEEP", "0")))  # a slow export, for the tests of the cache's lock
     weights = np.random.default_rng(ctx.seed).normal(0, 1, (48, 10)).astype(np.float32)
     (ctx.folder / "keras").mkdir(parents=True, exist_ok=True)
     np.savez(ctx.folder / WEIGHTS, weights=weights)

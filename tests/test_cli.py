@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +50,13 @@ BAD_INPUTS = [
     (["--weights", "empty.keras"], "is not a .keras (zip) archive (it is empty)"),
     (["--weights", "text.weights.h5"], "is not an HDF5 file"),
     (["--weights", "cut.keras"], "is not a complete .keras archive (truncated?)"),
+    # 1.7 million cells: refused by arithmetic, before a cell is made
+    (["--model", "*", "--framework", "onnxrt", "--batch-size", ",".join(map(str, range(1, 26_001)))],
+     "this grid has 1,690,000 cells (more than 2000)"),
+    (["--output-dir", ""], "--output-dir: must name a folder or file, got an empty string"),
+    (["--cache-dir", ""], "--cache-dir: must name a folder or file, got an empty string"),
+    (["--model", "m" * 100_000], "unknown model 'mmmm"),
+    (["--model", "m" * 100_000 + ".onnx"], "--model mmmm"),
 ]
 
 
@@ -129,3 +137,19 @@ def test_gpu_selftest_without_gpu_is_one_clear_line(capsys):
     assert selftest(["--gpu"]) == 2
     err = capsys.readouterr().err
     assert "no NVIDIA GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_users_runs_never_land_among_the_committed_results():
+    """README's two commands in order: `inferbench run` writes where git ignores it, so the tests that count the
+    project's committed records (benchmark_results/) pass after it too."""
+    import subprocess
+
+    from inferbench.config import BY_NAME, MEASURING
+
+    root = Path(__file__).resolve().parent.parent
+    for command in (*MEASURING, "selftest"):
+        default = Path(BY_NAME["output_dir"].default_for(command))
+        assert default.parts[0] != "benchmark_results", command
+        probe = default / "20261125-000000_mobilenet_v3_large_224_cpu" / "record.json"
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=root).returncode
+        assert ignored == 0, f"{command}: {default} is not git-ignored"

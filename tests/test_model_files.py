@@ -7,6 +7,7 @@ one-line refusals; the slow ones run every framework that can take each format e
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -57,9 +58,10 @@ def onnx_file(path, layout="NCHW", size=32, batch="batch", channels=3):
 
 def test_an_onnx_file_is_read_without_running_it(tmp_path):
     f = open_model_file(str(onnx_file(tmp_path / "my net.onnx")))
-    assert (f.name, f.format, f.resolution, f.layout, f.batch_size) == ("my_net", "onnx", 32, "NCHW", None)
+    assert (f.format, f.resolution, f.layout, f.batch_size) == ("onnx", 32, "NCHW", None)
+    assert re.fullmatch(r"my_net-[0-9a-f]{8}", f.name)  # its stem, and its content's hash
     register(f)
-    spec = get_model("my_net")
+    spec = get_model(f.name)
     nchw, nhwc = make_inputs(spec, 2, 32, 0), make_inputs(get_model("mobilenet_v3_large"), 2, 32, 0)
     assert nchw.shape == (2, 3, 32, 32) and np.array_equal(nchw, nhwc.transpose(0, 3, 1, 2))
     g = open_model_file(str(onnx_file(tmp_path / "fixed.onnx", layout="NHWC", batch=1, size=40)))
@@ -70,17 +72,18 @@ def test_what_each_format_runs_and_why_not(tmp_path):
     sm = tmp_path / "sm"
     sm.mkdir()
     (sm / "saved_model.pb").write_bytes(b"")  # recognised by its layout; read only by TensorFlow, in a child
-    register(open_model_file(str(onnx_file(tmp_path / "net.onnx"))), open_model_file(str(sm), "48x48x3"))
-    chosen, skipped = choose(["all"], "cpu", get_model("net"))
+    net, smf = open_model_file(str(onnx_file(tmp_path / "net.onnx"))), open_model_file(str(sm), "48x48x3")
+    register(net, smf)
+    chosen, skipped = choose(["all"], "cpu", get_model(net.name))
     assert {fw.key for fw in chosen} <= {"onnxrt", "openvino", "torch"}
     assert "is an .onnx file" in skipped["tf"] and "is an .onnx file" in skipped["keras"]
     assert "is a model file" in skipped["torch-native"]
-    chosen, skipped = choose(["all"], "cpu", get_model("sm"))
+    chosen, skipped = choose(["all"], "cpu", get_model(smf.name))
     assert {fw.key for fw in chosen} <= {"tf", "tfxla", "openvino"}
     assert "tf2onnx.convert --saved-model" in skipped["onnxrt"] and "ONNX export" in skipped["torch"]
-    assert get_model("sm").source.resolution == 48
-    with pytest.raises(UsageError, match="needs the Keras model, and net is an .onnx file"):
-        choose(["keras"], "cpu", get_model("net"))
+    assert get_model(smf.name).source.resolution == 48
+    with pytest.raises(UsageError, match=f"needs the Keras model, and {net.name} is an .onnx file"):
+        choose(["keras"], "cpu", get_model(net.name))
 
 
 def run_main(capsys, *argv):
@@ -92,19 +95,84 @@ BAD = [
     (["--model", "{tmp}/none.onnx"], "model file {tmp}/none.onnx does not exist"),
     (["--model", "{tmp}"], "is a folder without saved_model.pb: not a TF SavedModel"),
     (["--model", "{tmp}/net.onnx", "--weights", "imagenet"], "a model file brings its own weights"),
-    (["--model", "{tmp}/net.onnx", "--resolution", "64"], "net takes 32 px inputs"),
+    (["--model", "{tmp}/net.onnx", "--resolution", "64"], "takes 32 px inputs (read from {tmp}/net.onnx)"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x7"], "is not HxWxC, CxHxW or NxHxWxC"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x48x48"], "does not match the input ?x3x32x32"),
     (["--model", "{tmp}/gray.onnx"], "inferbench times RGB images"),
     (["--model", "{tmp}/fixed.onnx"], "has its batch size fixed to 1: pass --batch-size 1"),
-    (["--model", "{tmp}/mobilenet_v2.onnx"], "has the name of the registered model mobilenet_v2: rename the file"),
     (["--model", "{tmp}/net.txt"], "inferbench reads a .keras file, a TF SavedModel folder, an .onnx file"),
     (["--input-shape", "32x32x3"], "--input-shape applies to a model file (--model PATH) only"),
 ]
 
 
+def keras_archive(path, config, members=None):
+    """A .keras-shaped zip: ``config`` as its config.json (a dict, or raw bytes), plus ``members``."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", config if isinstance(config, bytes) else json.dumps(config))
+        for name, data in (members or {}).items():
+            z.writestr(name, data)
+    return path
+
+
+def odd_onnx(path, kind):
+    """ONNX files inferbench must refuse up front: two outputs, an int8 input, a custom operator, external data
+    read from outside the model's folder."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    dtype = TensorProto.INT8 if kind == "int8" else TensorProto.FLOAT
+    x = helper.make_tensor_value_info("images", dtype, ["batch", 3, 32, 32])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in
+            (("logits", "features") if kind == "two-outputs" else ("logits",))]
+    domain = "com.example.custom" if kind == "custom-op" else ""
+    nodes = [helper.make_node("Identity" if kind != "custom-op" else "MagicPool", ["images"], ["logits"],
+                              domain=domain)]
+    if kind == "two-outputs":
+        nodes.append(helper.make_node("Identity", ["images"], ["features"]))
+    inits = []
+    if kind == "external":
+        w = helper.make_tensor("w", TensorProto.FLOAT, [4], [0.0] * 4)
+        w.ClearField("float_data")
+        w.data_location = TensorProto.EXTERNAL
+        w.external_data.add(key="location", value="../../../etc/passwd")
+        inits.append(w)
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(helper.make_graph(nodes, kind, [x], outs, inits), opset_imports=opsets)
+    onnx.save(model, path)
+    return path
+
+
+BAD += [
+    (["--model", "{tmp}/two-outputs.onnx"], "has 2 outputs (logits, features); inferbench times models with one"),
+    (["--model", "{tmp}/int8.onnx"], "takes int8 input; inferbench feeds float32 images"),
+    (["--model", "{tmp}/custom-op.onnx"], "uses operators outside ONNX's own domains (com.example.custom:MagicPool)"),
+    (["--model", "{tmp}/external.onnx"], "reads external data from '../../../etc/passwd', outside the model's folder"),
+    (["--model", "{tmp}/two-inputs.keras"], "has 2 inputs; inferbench times models with one image input and one"),
+    (["--model", "{tmp}/two-outputs.keras"], "has 2 outputs; inferbench times models with one image input and one"),
+    (["--model", "{tmp}/list.keras"], "its config.json is not a Keras model's configuration"),
+    (["--model", "{tmp}/string-config.keras"], "its config.json is not a Keras model's configuration"),
+    (["--model", "{tmp}/deep.keras"], "its config.json cannot be read (RecursionError"),
+    (["--model", "{tmp}/no-config.keras"], "has no config.json: not a .keras archive"),
+]
+
+
 @pytest.mark.parametrize("argv,message", BAD)
 def test_bad_model_files_are_one_line(capsys, tmp_path, argv, message):
+    for kind in ("two-outputs", "int8", "custom-op", "external"):
+        odd_onnx(tmp_path / f"{kind}.onnx", kind)
+    functional = {"class_name": "Functional", "config": {"layers": [], "input_layers": ["x", 0, 0],
+                                                          "output_layers": ["y", 0, 0]}}
+    two_in = {**functional, "config": {**functional["config"], "input_layers": [["a", 0, 0], ["b", 0, 0]]}}
+    two_out = {**functional, "config": {**functional["config"], "output_layers": [["a", 0, 0], ["b", 0, 0]]}}
+    for name, config in (("two-inputs", two_in), ("two-outputs", two_out), ("list", [1, 2]),
+                         ("string-config", {"config": "a string"}), ("deep", b"[" * 100_000 + b"]" * 100_000)):
+        keras_archive(tmp_path / f"{name}.keras", config)
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "no-config.keras", "w") as z:
+        z.writestr("model.weights.h5", b"x")
     onnx_file(tmp_path / "net.onnx")
     onnx_file(tmp_path / "gray.onnx", channels=1)
     onnx_file(tmp_path / "fixed.onnx", batch=1)
@@ -124,8 +192,9 @@ def test_list_says_what_runs_a_model_file(capsys, tmp_path):
     code = main(["--model", str(onnx_file(tmp_path / "net.onnx")), "--list"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.startswith(f"Your model: net (an .onnx file, input 3x32x32 NCHW, batch any): {tmp_path}/net.onnx")
-    assert "needs the Keras model, and net is an .onnx file" in out
+    assert re.match(rf"Your model: net-[0-9a-f]{{8}} \(an .onnx file, input 3x32x32 NCHW, batch any\): "
+                    rf"{tmp_path}/net.onnx", out)
+    assert re.search(r"needs the Keras model, and net-[0-9a-f]{8} is an .onnx file", out)
 
 
 # --------------------------------------------------------------------------- end to end, real frameworks
@@ -145,11 +214,11 @@ def test_an_onnx_file_runs_on_onnxrt_openvino_and_torch(tmp_path, shared_cache, 
     df = _records(tmp_path / "out")
     assert set(df["framework"]) == {"onnxrt", "openvino", "torch"}
     assert set(df["parity.status"]) == {"passed"} and (df["parity.max_rel_err"] < 1e-4).all()
-    record = json.loads(next((tmp_path / "out").rglob("tinynet_32_bs4_openvino.json")).read_text())
+    record = json.loads(next((tmp_path / "out").rglob("tinynet-*_32_bs4_openvino.json")).read_text())
     assert record["config"]["model_files"][0]["path"] == str(path) and record["runner"]["model_source"].startswith(
         "onnx")
     # the reference is ONNX Runtime's, at full precision, on the file as given
-    manifest = json.loads(next(shared_cache.glob("tinynet_32_*/manifest.json")).read_text())
+    manifest = json.loads(next(shared_cache.glob("tinynet-*_32_*/manifest.json")).read_text())
     assert manifest["artifacts"]["reference"]["source"] == "onnx"
     assert manifest["artifacts"]["onnx"]["imported_from"] == str(path)
 
@@ -176,11 +245,65 @@ def test_a_keras_file_and_a_savedmodel_run_where_their_format_allows(tmp_path, s
                  "--output-dir", str(out), "--cache-dir", str(shared_cache)])
     assert code == 0, capsys.readouterr().err
     df = _records(out)
-    assert set(df["framework"]) == {"keras", "tf", "onnxrt", "openvino", "torch"} and set(df["model"]) == {"kfile"}
+    assert set(df["framework"]) == {"keras", "tf", "onnxrt", "openvino", "torch"}
+    assert {m.split("-")[0] for m in df["model"]} == {"kfile"}
     assert set(df["parity.status"]) == {"passed"} and (df["resolution"] == 40).all()
     code = main(["--model", str(tmp_path / "smodel"), "--input-shape", "40x40x3", "--framework", "all", *QUICK,
                  "--output-dir", str(out), "--cache-dir", str(shared_cache)])
     assert code == 0, capsys.readouterr().err
     df = _records(out)
-    assert set(df[df.model == "smodel"]["framework"]) == {"tf", "tfxla", "openvino"}
+    assert set(df[df.model.str.startswith("smodel-")]["framework"]) == {"tf", "tfxla", "openvino"}
     assert set(df["parity.status"]) == {"passed"}
+
+
+def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):
+    """A 1.5 MB .keras whose config.json inflates to 1.5 GiB once drove a run past 3 GB for minutes: the declared
+    sizes are checked before anything is inflated."""
+    import resource
+    import subprocess
+    import sys
+    import time
+    import zipfile
+
+    bomb = tmp_path / "bomb.keras"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("config.json", "w", force_zip64=True) as member:
+            for _ in range(1536):  # 1.5 GiB of spaces, written a MiB at a time
+                member.write(b" " * 2**20)
+    assert bomb.stat().st_size < 3 * 2**20
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "inferbench", "run", "--model", str(bomb), "--output-dir",
+                           str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "refused as a zip bomb" in proc.stderr
+    assert took < 20 and peak_mb < 1024, (took, peak_mb)
+    assert not (tmp_path / "out").exists()
+    # the same archive as --weights, and a config.json just over the cap without compression
+    with pytest.raises(UsageError, match="refused as a zip bomb"):
+        models.describe_weights(str(bomb))
+    from inferbench import filecheck
+
+    big = keras_archive(tmp_path / "big.keras", {"config": {}, "pad": " " * 2**20})
+    with pytest.raises(UsageError, match=r"its config.json is 1 MiB \(at most 0 MiB\)"):
+        import unittest.mock
+
+        with unittest.mock.patch.object(filecheck, "CONFIG_CAP", 2**19):
+            filecheck.keras_config(big)
+
+
+def test_two_networks_saved_under_one_name_never_pool(tmp_path):
+    """Model files are told apart by content: the same name, different weights -> different models in every
+    record, file name, report group and compare pair; the same file copied elsewhere stays the same model."""
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    onnx_file(tmp_path / "a" / "tiny.onnx")
+    onnx_file(tmp_path / "b" / "tiny.onnx", size=48)  # another network, the same file name
+    first, second = (open_model_file(str(tmp_path / d / "tiny.onnx"), resolution=None) for d in ("a", "b"))
+    assert first.name != second.name and first.name.startswith("tiny-") and second.name.startswith("tiny-")
+    shutil.copy(tmp_path / "a" / "tiny.onnx", tmp_path / "copy.onnx")
+    assert open_model_file(str(tmp_path / "copy.onnx")).name.split("-")[1] == first.name.split("-")[1]

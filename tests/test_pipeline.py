@@ -239,6 +239,36 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
     assert error == 'fake_tensorflow not installed: pip install -e ".[test]"'
 
 
+def test_the_final_line_names_only_what_was_written(fakes, tmp_path, capsys, monkeypatch):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "summary.csv")
+
+    monkeypatch.setattr(results, "write_summary", full)
+    assert _run(tmp_path, "--framework", "fake") == 1
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("results: ")]
+    assert "a JSON record per cell" in line and "summary.csv" not in line and "recommendation.json" not in line
+
+
+def test_two_runs_exporting_one_model_to_one_cache_take_turns(fakes, tmp_path):
+    """Two processes, one cache, one model, started together: the export runs once (the second waits for the
+    first's lock, then finds it cached) and both runs measure."""
+    launch = "import sys, fakes; fakes.register(); from inferbench.run import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "FAKE_EXPORT_LOG": str(tmp_path / "exports.log"),
+           "FAKE_EXPORT_SLEEP": "2"}
+    procs = [subprocess.Popen([sys.executable, "-c", launch, *QUICK, "--framework", "fake", "--output-dir",
+                               str(tmp_path / f"out{i}"), "--cache-dir", str(tmp_path / "cache")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert (tmp_path / "exports.log").read_text().count("keras") == 1
+    assert any("waiting: another inferbench process is exporting this model" in err for _, err in outs)
+    for i in (1, 2):
+        assert results.load(tmp_path / f"out{i}").iloc[0]["parity.status"] == "passed"
+
+
 # --------------------------------------------------------------------------- sweeps: plan, resume, kills
 GRID = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--batch-sizes", "1,2,3",
         "--frameworks", "fake-slow,fake", "--duration", "0.3", "--min-iterations", "3", "--warmup", "1",

@@ -247,19 +247,19 @@ def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run
     folder = model_folder(cache_dir)
     broken_cache = tmp_path / "cache"
     shutil.copytree(folder, broken_cache / folder.name)
-    pt = broken_cache / folder.name / "torch" / "model.pt"
+    pt = broken_cache / folder.name / "torch" / "model.safetensors"
     # keep the manifest's hash valid for the broken file so the cache reuses it
     pt.write_bytes(b"not a torch file")
     manifest_path = broken_cache / folder.name / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["artifacts"]["torch"]["files"] = {"torch/model.pt": cache.sha256_file(pt)}
+    manifest["artifacts"]["torch"]["files"] = {"torch/model.safetensors": cache.sha256_file(pt)}
     manifest_path.write_text(json.dumps(manifest))
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
                  "--cache-dir", str(broken_cache)])
     assert code == 1
     df = results.load(out).set_index("framework")
-    assert df.loc["torch", "status"] == "failed" and "UnpicklingError" in df.loc["torch", "error"]
+    assert df.loc["torch", "status"] == "failed" and "SafetensorError" in df.loc["torch", "error"]
     assert "Traceback" in df.loc["torch", "traceback"]
     assert df.loc["onnxrt", "status"] == "ok"
     assert "torch bs1 failed" in capsys.readouterr().out
@@ -367,3 +367,39 @@ def test_a_weights_file_of_another_model_is_refused(tmp_path, capsys):
     assert err[-1].startswith(f"inferbench.run: error: {path} holds a model of ")
     assert "not mobilenet_v3_large (" in err[-1] and "Traceback" not in "\n".join(err)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys):
+    """The torch artifact is weights only: a pickle planted in its place (its manifest hash rewritten to match, as
+    an attacker with write access to a shared cache could) fails the cell with one line, and runs nothing."""
+    import pickle
+
+    from inferbench.exporters import EXPORTERS
+    from inferbench.exporters import cache as artifact_cache
+
+    _, _, cache_dir = default_run
+    (folder,) = cache_dir.glob("mobilenet_v3_small_96_*")
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+
+    target = folder / EXPORTERS["torch"].path
+    saved = target.read_bytes()
+    manifest = artifact_cache.read_manifest(folder)
+    try:
+        target.write_bytes(pickle.dumps(Payload()))
+        manifest["artifacts"]["torch"]["files"] = artifact_cache.hash_tree(target, folder)
+        artifact_cache.record(folder, "torch", manifest["artifacts"]["torch"], manifest["key_inputs"])
+        code = main([*MODEL, *QUICK, "--framework", "torch", "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(cache_dir)])
+    finally:  # the shared cache as it was, for the other tests
+        target.write_bytes(saved)
+        manifest["artifacts"]["torch"]["files"] = artifact_cache.hash_tree(target, folder)
+        artifact_cache.record(folder, "torch", manifest["artifacts"]["torch"], manifest["key_inputs"])
+    assert not marker.exists()
+    assert code == 1
+    error = results.load(tmp_path / "out").iloc[0]["error"]
+    assert "\n" not in error and "safetensors" in error.lower() or "header" in error.lower(), error
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -320,3 +321,105 @@ def test_the_xla_report_across_models(tmp_path):
     assert "significantly faster in 1 and significantly slower in 1 of 3" in text
     for png in ("xla_gain_by_model", "throughput_vs_flops"):
         assert (out / f"{png}.png").stat().st_size > 10_000 and f"({png}.png)" in text
+
+
+def _hostile_folder(tmp_path: Path) -> Path:
+    """One good record beside records no one should believe or that no reader should choke on."""
+    from test_results import make_record
+
+    from inferbench import results
+
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    good = results.encode(make_record("onnxrt", p50=5.0))
+    (folder / "good.json").write_text(json.dumps(good))
+
+    def variant(name: str, framework: str = "torch", **change: object) -> None:
+        rec = json.loads(json.dumps(good))
+        for dotted, value in change.items():
+            *path, key = dotted.split("__")
+            target = rec
+            for part in path:
+                target = target[part]
+            target[key] = value
+        rec["framework"] = framework  # torch: a contender that would win on every impossible number
+        (folder / f"{name}.json").write_text(json.dumps(rec, allow_nan=True))
+
+    variant("negative", latency_ms__p50=-5.0)
+    variant("zero", latency_ms__p50=0.0)
+    variant("huge", latency_ms__p50=1e308)
+    variant("nan", latency_ms__p50=float("nan"))
+    variant("infinite", latency_ms__p50=float("inf"))
+    variant("no-throughput", throughput_per_s=None)
+    variant("string-p50", latency_ms__p50="fast")
+    variant("list-version", schema_version=[4])
+    variant("million-samples", "tf", raw_latencies_ms=[5.0] * 1_000_000)  # believable, only large
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "markup.json").write_text(json.dumps({
+        **good, "framework": "openvino",
+        "model": "# Evil <script>alert(1)</script> ![x](http://evil.example/i.png) | $\\frac{$"}))  # and bad TeX
+    return folder
+
+
+def test_impossible_or_hostile_records_are_named_skipped_and_never_ranked(tmp_path, capsys):
+    folder = _hostile_folder(tmp_path)
+    out = tmp_path / "report"
+    assert main([str(folder), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for name in ("negative", "zero", "huge", "nan", "infinite", "no-throughput", "string-p50"):
+        assert f"{name}.json: impossible values, never ranked" in err, name
+    assert "list-version.json: schema_version [4] is not a number" in err and "deep.json: not readable JSON" in err
+    text = (out / "report.md").read_text()
+    assert "torch" not in text.split("## Results")[1].split("##")[0]  # no impossible cell in the table
+    # a record's text is shown, never obeyed: no heading, script, remote image or broken table row (inside a
+    # fenced code block, where Markdown shows everything literally, the text stays as it is but cannot close it)
+    fenced = re.findall(r"^```\n(.*?)^```$", text, re.M | re.S)
+    assert len(fenced) == 1 and "```" not in fenced[0]
+    outside = re.sub(r"^```\n.*?^```$", "", text, flags=re.M | re.S)
+    assert not re.search(r"^#+ Evil", outside, re.M) and "<script>" not in outside and "![x](http" not in outside
+    assert "&lt;script&gt;" in outside and r"\# Evil" in outside
+    rows = [ln for ln in text.splitlines() if "Evil" in ln and ln.startswith("|")]
+    assert rows and all(re.search(r"png\) \\\|", ln) for ln in rows)  # the | inside stays in its cell
+
+
+def test_compare_skips_impossible_records_and_a_gate_that_judged_nothing_fails(tmp_path, capsys):
+    from inferbench.compare import NOTHING_JUDGED
+    from inferbench.compare import main as compare_main
+
+    folder = _hostile_folder(tmp_path)
+    code = compare_main([str(folder), str(folder), "--fail-above", "10", "--csv", str(tmp_path / "c.csv")])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "negative.json: impossible values, never ranked" in err
+    # the only believable cells have no rounds: nothing could be judged, and the gate does not pass
+    assert code == NOTHING_JUDGED == 3 and "nothing could be judged" in err
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    evil = [r for r in rows if "Evil" in r["model"]]
+    assert evil and all(not v.startswith(("=", "+", "@")) for r in rows for v in r.values())
+
+
+def test_every_csv_neutralises_spreadsheet_formulas(tmp_path):
+    from inferbench.results import write_csv
+
+    write_csv(tmp_path / "x.csv", ["a", "b", "c"], [{"a": "=HYPERLINK(\"http://evil\",\"x\")", "b": -1.5, "c": "-2"},
+                                                  {"a": "@SUM(A1)", "b": "+cmd|' /C calc'!A0", "c": "\tx"}])
+    rows = list(csv.DictReader((tmp_path / "x.csv").open()))
+    assert rows[0] == {"a": "'=HYPERLINK(\"http://evil\",\"x\")", "b": "-1.5", "c": "-2"}  # numbers stay numbers
+    assert rows[1] == {"a": "'@SUM(A1)", "b": "'+cmd|' /C calc'!A0", "c": "'\tx"}
+
+
+def test_a_full_disk_leaves_no_half_written_figure(tmp_path, capsys, monkeypatch):
+    """Figures are written like records: whole or not at all (a full disk once left a 0-byte PNG)."""
+    import errno
+
+    from inferbench import results
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(results.os, "fsync", full)
+    out = tmp_path / "report"
+    assert main([str(FIXTURE), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not list(out.glob("*.png")) and not list(out.glob(".*.tmp"))

@@ -50,7 +50,7 @@ def test_config_file_and_plan(tmp_path, capsys):
     ('duration = 1e308\n', "duration: must be at most 86400"),
     ('seed = 1180591620717411303424\n', "seed: must be at most 4294967295"),
     ('frameworks = ["onnxrt", "tf"]\nresolutions = [' + ",".join(str(r) for r in range(32, 1100, 8)) + ']\n'
-     'batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9]\n', "this grid has 2412 cells (more than 2000), about"),
+     'batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9]\n', "this grid has 2,412 cells (more than 2000), about"),
 ])
 def test_bad_configs(tmp_path, capsys, content, message):
     cfg = tmp_path / "bad.toml"

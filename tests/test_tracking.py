@@ -107,6 +107,24 @@ def test_log_to_bad_input_is_one_line_before_anything_runs(fakes, here, capsys, 
     assert not (here / "out").exists()
 
 
+@pytest.mark.parametrize("uri,message", [
+    ("file:///tmp/mlruns", "is a file store, which MLflow 3 no longer writes to (set MLFLOW_ALLOW_FILE_STORE=true"),
+    ("./mlruns", "is a file store, which MLflow 3 no longer writes to"),
+    ("bad://what", "MLflow cannot store runs at a bad: URI (it takes http, https, sqlite"),
+])
+def test_a_tracking_uri_mlflow_refuses_is_the_real_reason_before_anything_runs(fakes, here, capsys, monkeypatch,
+                                                                               uri, message):
+    """MLflow's own refusal of a file store reads like a deprecation notice, and came only after the cells ran."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert _run(here, "--log-to", "mlflow") == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (here / "out").exists()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the way MLflow itself offers out
+    if uri != "bad://what":
+        tracking.check_mlflow_uri(uri, "true")
+
+
 def test_a_store_that_fails_keeps_the_records_and_says_so(fakes, here, capsys, monkeypatch):
     (here / "blocker").write_text("a file where the store's folder should be")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{here}/blocker/mlflow.db")

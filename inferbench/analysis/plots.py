@@ -27,7 +27,9 @@ SMALL = 8  # the smallest text in any figure, in points
 #: A least-squares line is drawn only when it explains this much of the variance, over this many points.
 MIN_R2, MIN_FIT_POINTS = 0.5, 4
 plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "legend.fontsize": SMALL, "xtick.labelsize": SMALL,
-                     "ytick.labelsize": SMALL})
+                     "ytick.labelsize": SMALL,
+                     # names come from records: "$x$" in a model name is text, never TeX (a bad one raised on save)
+                     "text.parse_math": False})
 
 
 def _order(fw: str) -> int:

@@ -7,9 +7,12 @@ files still hash to what the manifest recorded.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -157,3 +160,22 @@ def available(cache_dir: Path, inputs: dict[str, Any], kinds: Any) -> set[str]:
     """Those of ``kinds`` that need no export here: intact in this cache folder, or in one brought from elsewhere."""
     own = artifact_dir(cache_dir, inputs)
     return {k for k in kinds if cached(own, k) or brought(cache_dir, inputs, k)}
+
+
+@contextlib.contextmanager
+def export_lock(folder: Path, on_wait: Any = lambda: None) -> Iterator[None]:
+    """Hold ``folder``'s export lock: two processes exporting one model to one cache (two runs, a run and a
+    sweep) take turns, and the second finds what the first made instead of writing the same files at once.
+    ``on_wait()`` is called once when another process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".export.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

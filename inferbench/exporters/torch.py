@@ -3,7 +3,7 @@
 No pickle is ever written or read: the runner rebuilds the module from the ONNX graph with onnx2torch (code,
 not a file's instructions) and loads these weights into it with ``strict=True``, so a planted or damaged file
 can fail the cell but never run anything. (Earlier versions saved the whole module with ``torch.save`` and
-loaded it with ``weights_only=False``: a pickle in a shared cache ran arbitrary code.)
+unpickled it on load: a pickle planted in a shared cache ran arbitrary code.)
 
 onnx2torch does not implement ``auto_pad="SAME_UPPER"``, which tf2onnx writes for some convolutions and
 poolings (ConvNeXt at 32 px); such nodes get the explicit padding TensorFlow's "same" means (the extra

@@ -1,0 +1,123 @@
+"""Files a user or a cache hands to inferbench, checked before anything reads them whole or runs them.
+
+- A ``.keras`` file is a zip archive: its members' declared sizes and compression ratios are checked before
+  one byte is inflated (a 1.5 MB file whose ``config.json`` inflates to 1.5 GiB is refused in milliseconds),
+  and its ``config.json`` is read through a cap and must be a Keras model's configuration.
+- An ``.onnx`` file is read without its external data and refused when inferbench could not time it honestly:
+  several inputs or outputs, an input that is not floating point, an operator outside ONNX's own domains (a
+  custom op needs a library of its own), external data outside the model's folder.
+
+Every refusal is a :class:`~inferbench.errors.UsageError`: one line, exit status 2, before any export.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+MiB = 2**20
+CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
+MAX_RATIO = 100.0  # declared size over compressed size, for members over RATIO_FLOOR (weights: ~1; JSON: ~10)
+RATIO_FLOOR = MiB
+MAX_MEMBERS = 100_000
+ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")  # what ONNX Runtime runs without a custom library
+
+
+def _memory_bytes() -> float:
+    from .environment import memory_total_gb
+
+    gb = memory_total_gb()
+    return gb * 2**30 if gb else float("inf")
+
+
+def check_archive(path: Path, what: str) -> list[zipfile.ZipInfo]:
+    """The members of the zip archive ``path`` once their declared sizes are sane; UsageError otherwise.
+    Python's zipfile never inflates a member past its declared size, so the declared sizes bound the reading."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise UsageError(f"{what} {path} is not a readable .keras (zip) archive: {exc}") from None
+    if len(infos) > MAX_MEMBERS:
+        raise UsageError(f"{what} {path} holds {len(infos):,} files: not a .keras archive")
+    total = sum(i.file_size for i in infos)
+    if total > _memory_bytes():
+        raise UsageError(f"{what} {path} would inflate to {total / 2**30:.1f} GiB, more than this machine's memory")
+    for info in infos:
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > RATIO_FLOOR and ratio > MAX_RATIO:
+            raise UsageError(f"{what} {path}: {info.filename} inflates {ratio:,.0f}x ({info.compress_size:,} -> "
+                             f"{info.file_size:,} bytes); refused as a zip bomb")
+    return infos
+
+
+def keras_config(path: Path, what: str = "model file") -> dict[str, Any]:
+    """The ``config.json`` of the .keras archive ``path``, bounded and checked to be a model's configuration."""
+    infos = {i.filename: i for i in check_archive(path, what)}
+    info = infos.get("config.json")
+    if info is None:
+        raise UsageError(f"{what} {path} has no config.json: not a .keras archive")
+    if info.file_size > CONFIG_CAP:
+        raise UsageError(f"{what} {path}: its config.json is {info.file_size / MiB:,.0f} MiB (at most "
+                         f"{CONFIG_CAP // MiB} MiB); not a model configuration")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read(info))
+    except (OSError, zipfile.BadZipFile, ValueError, RecursionError) as exc:
+        raise UsageError(f"{what} {path}: its config.json cannot be read ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("config", {}), dict):
+        raise UsageError(f"{what} {path}: its config.json is not a Keras model's configuration")
+    return config
+
+
+def _endpoints(value: Any) -> int:
+    """How many inputs or outputs a functional model's ``input_layers``/``output_layers`` names."""
+    if not value:
+        return 0
+    return len(value) if isinstance(value[0], list) else 1
+
+
+def keras_endpoints(config: dict[str, Any], path: Path) -> None:
+    """A .keras model with several inputs or outputs is refused: inferbench times one image in, one output out."""
+    inner = config.get("config") or {}
+    for key, word in (("input_layers", "inputs"), ("output_layers", "outputs")):
+        n = _endpoints(inner.get(key))
+        if n > 1:
+            raise UsageError(f"{path} has {n} {word}; inferbench times models with one image input and one output")
+
+
+def check_onnx(graph: Any, path: Path) -> None:
+    """An ONNX graph inferbench can time honestly: one floating-point input, one output, standard operators,
+    external data inside the model's folder (``graph``: ``onnx.load(path, load_external_data=False).graph``)."""
+    from onnx import TensorProto
+
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise UsageError(f"{path} has {len(inputs)} inputs; inferbench times models with one image input")
+    if len(graph.output) != 1:
+        names = ", ".join(o.name for o in graph.output)
+        raise UsageError(f"{path} has {len(graph.output)} outputs ({names[:200]}); inferbench times models with one "
+                         "output (export the classifier's logits alone)")
+    elem = inputs[0].type.tensor_type.elem_type
+    if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE):
+        kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)
+        raise UsageError(f"{path} takes {kind} input; inferbench feeds float32 images (a quantised model with a "
+                         "floating-point input is fine)")
+    custom = sorted({f"{n.domain}:{n.op_type}" for n in graph.node if n.domain not in ONNX_DOMAINS})
+    if custom:
+        raise UsageError(f"{path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): they need "
+                         "a custom-op library that inferbench does not load")
+    folder = path.resolve().parent
+    for tensor in graph.initializer:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            where = {e.key: e.value for e in tensor.external_data}.get("location", "")
+            target = (folder / where).resolve()
+            if not target.is_relative_to(folder):
+                raise UsageError(f"{path}: initializer {tensor.name[:80]} reads external data from {where[:120]!r}, "
+                                 "outside the model's folder; refused")
