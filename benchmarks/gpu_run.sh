@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a lent GPU machine does for inferbench, in one go (README, "On a GPU"):
+# Everything a lent GPU machine does for inferbench, in one go (docs/gpu.md):
 #   the brought wheels into a private folder, the brought artifact cache unpacked (a GPU machine without
 #   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the GPU selftest, the
 #   sweeps of benchmarks/gpu/*.toml, the power sampler's overhead with the real NVML sensor, and the report.

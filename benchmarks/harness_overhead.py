@@ -130,7 +130,7 @@ def ensure_artifacts(cache_dir: str, device: str = "cpu") -> Path:
     import contextlib
     import io
 
-    from inferbench.exporters import cache
+    from inferbench.exporters import cache, key_inputs
     from inferbench.run import main
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -139,7 +139,7 @@ def ensure_artifacts(cache_dir: str, device: str = "cpu") -> Path:
                      "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
     if code != 0:
         sys.exit("could not export the default model")
-    return cache.artifact_dir(Path(cache_dir), cache.key_inputs("mobilenet_v3_large", 224, "random", 0))
+    return cache.artifact_dir(Path(cache_dir), key_inputs("mobilenet_v3_large", 224, "random", 0))
 
 
 def wall_time() -> None:

@@ -47,7 +47,8 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
     p.add_argument("new", metavar="NEW", help="result folder or record file to check against it")
     p.add_argument("--fail-above", metavar="PCT", type=non_negative_float, default=None,
                    help="exit 1 when a cell is slower by more than PCT percent with 95%% confidence (its whole "
-                   "interval above 1 + PCT/100), failed, or lost parity (default: report only, exit 0)")
+                   "interval above 1 + PCT/100), failed, or lost parity (default: report only: exit 0, or 3 when no "
+                   "cell in common could be judged)")
     p.add_argument("--csv", metavar="FILE", default=None, type=path_value,
                    help="also write the table as CSV (default: none)")
     return p

@@ -28,7 +28,7 @@ ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")  # what ONNX Runti
 
 
 def _memory_bytes() -> float:
-    from .environment import memory_total_gb
+    from .machine import memory_total_gb
 
     gb = memory_total_gb()
     return gb * 2**30 if gb else float("inf")
@@ -75,26 +75,55 @@ def keras_config(path: Path, what: str = "model file") -> dict[str, Any]:
     return config
 
 
-def _endpoints(value: Any) -> int:
-    """How many inputs or outputs a functional model's ``input_layers``/``output_layers`` names."""
+def _endpoints(value: Any, path: Path, key: str) -> int:
+    """How many inputs or outputs a functional model's ``input_layers``/``output_layers`` names: one
+    ``[name, i, j]``, a list of them, or (Keras 3) a dict of them."""
     if not value:
         return 0
-    return len(value) if isinstance(value[0], list) else 1
+    if isinstance(value, dict):
+        return len(value)
+    if isinstance(value, list):
+        return len(value) if isinstance(value[0], (list, dict)) else 1
+    raise UsageError(f"{path}: its config.json's {key} is {type(value).__name__}, not a Keras model's list of layers")
 
 
 def keras_endpoints(config: dict[str, Any], path: Path) -> None:
     """A .keras model with several inputs or outputs is refused: inferbench times one image in, one output out."""
     inner = config.get("config") or {}
     for key, word in (("input_layers", "inputs"), ("output_layers", "outputs")):
-        n = _endpoints(inner.get(key))
+        n = _endpoints(inner.get(key), path, key)
         if n > 1:
             raise UsageError(f"{path} has {n} {word}; inferbench times models with one image input and one output")
 
 
-def check_onnx(graph: Any, path: Path) -> None:
-    """An ONNX graph inferbench can time honestly: one floating-point input, one output, standard operators,
-    external data inside the model's folder (``graph``: ``onnx.load(path, load_external_data=False).graph``)."""
+def keras_input_shape(config: dict[str, Any], path: Path) -> tuple[int | None, ...] | None:
+    """The input shape a .keras archive's config declares (its build config, else its InputLayer), or None; any
+    shape that is not a list of sizes is bad input."""
+    build = config.get("build_config")
+    shape = build.get("input_shape") if isinstance(build, dict) else None
+    if build is not None and not isinstance(build, dict):
+        raise UsageError(f"{path}: its config.json's build_config is {type(build).__name__}, not a Keras build config")
+    if shape is None:
+        layers = (config.get("config") or {}).get("layers") or []
+        if not isinstance(layers, list):
+            raise UsageError(f"{path}: its config.json's layers are {type(layers).__name__}, not a list")
+        shape = next((lay["config"].get("batch_shape") for lay in layers if isinstance(lay, dict)
+                      and lay.get("class_name") == "InputLayer" and isinstance(lay.get("config"), dict)), None)
+    if isinstance(shape, dict) or (isinstance(shape, list) and shape and isinstance(shape[0], list)):
+        raise UsageError(f"{path} has several inputs; inferbench times models with one image input")
+    if shape is not None and not (isinstance(shape, list) and all(d is None or (isinstance(d, int) and d > 0)
+                                                                  for d in shape)):
+        raise UsageError(f"{path}: its config.json gives no readable input shape ({str(shape)[:80]})")
+    return tuple(shape) if shape else None
+
+
+def check_onnx(model: Any, path: Path) -> None:
+    """An ONNX model inferbench can time honestly: one float32 input, one output, standard operators, external
+    data inside the model's folder (``model``: ``onnx.load(path, load_external_data=False)``)."""
     from onnx import TensorProto
+    from onnx.external_data_helper import _get_all_tensors
+
+    graph = model.graph
 
     inits = {i.name for i in graph.initializer}
     inputs = [i for i in graph.input if i.name not in inits]
@@ -105,16 +134,16 @@ def check_onnx(graph: Any, path: Path) -> None:
         raise UsageError(f"{path} has {len(graph.output)} outputs ({names[:200]}); inferbench times models with one "
                          "output (export the classifier's logits alone)")
     elem = inputs[0].type.tensor_type.elem_type
-    if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE):
+    if elem != TensorProto.FLOAT:
         kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)
         raise UsageError(f"{path} takes {kind} input; inferbench feeds float32 images (a quantised model with a "
-                         "floating-point input is fine)")
+                         "float32 input is fine)")
     custom = sorted({f"{n.domain}:{n.op_type}" for n in graph.node if n.domain not in ONNX_DOMAINS})
     if custom:
         raise UsageError(f"{path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): they need "
                          "a custom-op library that inferbench does not load")
     folder = path.resolve().parent
-    for tensor in graph.initializer:
+    for tensor in _get_all_tensors(model):  # initializers, Constant nodes and subgraphs alike
         if tensor.data_location == TensorProto.EXTERNAL:
             where = {e.key: e.value for e in tensor.external_data}.get("location", "")
             target = (folder / where).resolve()

@@ -92,7 +92,7 @@ class Framework:
         """The packages its runner imports with these runner options: Keras on JAX or torch needs that backend,
         not TensorFlow."""
         backend = getattr(options, "keras_backend", "tensorflow") if "keras_backend" in self.options else None
-        if backend in KERAS_BACKEND_PACKAGES:
+        if backend in KERAS_BACKEND_PACKAGES and "keras" in self.packages:
             return ("keras", KERAS_BACKEND_PACKAGES[backend])
         return self.packages
 
@@ -202,7 +202,7 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
             for fw in FRAMEWORKS.values():
                 if not in_set(fw, key, device):
                     continue
-                reason = unavailable_reason(fw, device, model, options, have) or fw.unsupported(model)
+                reason = fw.unsupported(model) or unavailable_reason(fw, device, model, options, have)
                 if reason is None:
                     chosen.append(fw)
                 else:

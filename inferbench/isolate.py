@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .codec import decode
-from .config import CellJob, ChildResult, ExportJob, job_to_json
+from .spec import CellJob, ChildResult, ExportJob, job_to_json
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
@@ -52,7 +52,7 @@ class Child:
     The worker writes JSON lines to a pipe of its own (``INFERBENCH_CHANNEL_FD``), never to stdout, so
     that a framework printing there cannot garble them: ``{"progress": phase}`` lines go to
     ``progress``, every other message waits in :meth:`reply`. Commands go to its stdin as JSON lines.
-    Its final :class:`~inferbench.config.ChildResult` comes back as a file (:meth:`result`).
+    Its final :class:`~inferbench.spec.ChildResult` comes back as a file (:meth:`result`).
     """
 
     def __init__(self, job: CellJob | ExportJob, env: dict[str, str],

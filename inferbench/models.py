@@ -257,9 +257,9 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
 
 def content_digest(path: Path) -> str:
     """8 hex digits of the sha256 of a model file (of every file of a SavedModel folder, with their paths)."""
-    from .exporters import cache
+    from .digest import sha256_file, sha256_tree
 
-    return (cache.sha256_file(path) if path.is_file() else cache.sha256_tree(path))[:8]
+    return (sha256_file(path) if path.is_file() else sha256_tree(path))[:8]
 
 
 def _show(shape: tuple[int | None, ...]) -> str:
@@ -279,20 +279,11 @@ def _parse_shape(text: str) -> tuple[int | None, ...]:
 
 def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
     """The input shape a .keras archive declares in its config.json (read without Keras)."""
-    from .filecheck import keras_config, keras_endpoints
+    from .filecheck import keras_config, keras_endpoints, keras_input_shape
 
     config = keras_config(path)
     keras_endpoints(config, path)
-    build = (config.get("build_config") or {}).get("input_shape")
-    if build is None:
-        layers = (config.get("config") or {}).get("layers") or []
-        build = next((lay.get("config", {}).get("batch_shape") for lay in layers if isinstance(lay, dict)
-                      and lay.get("class_name") == "InputLayer" and isinstance(lay.get("config"), dict)), None)
-    if isinstance(build, dict) or (build and isinstance(build[0], list)):
-        raise UsageError(f"{path} has several inputs; inferbench times models with one image input")
-    if build is not None and (not isinstance(build, list) or not all(d is None or isinstance(d, int) for d in build)):
-        raise UsageError(f"{path}: its config.json gives no readable input shape ({str(build)[:80]})")
-    return tuple(build) if build else None
+    return keras_input_shape(config, path)
 
 
 def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
@@ -301,15 +292,15 @@ def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
     except ImportError:
         raise UsageError("reading an .onnx model needs the onnx package: pip install -e \".[onnxruntime]\"") from None
     try:
-        graph = onnx.load(str(path), load_external_data=False).graph
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError and others for a file that is not a model
         raise UsageError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") \
             from None
     from .filecheck import check_onnx
 
-    check_onnx(graph, path)
-    inits = {i.name for i in graph.initializer}
-    (first,) = [i for i in graph.input if i.name not in inits]
+    check_onnx(model, path)
+    inits = {i.name for i in model.graph.initializer}
+    (first,) = [i for i in model.graph.input if i.name not in inits]
     return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim)
 
 

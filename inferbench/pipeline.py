@@ -1,8 +1,8 @@
 """The work shared by ``run`` and ``sweep``: export once per (model, resolution), then run each cell
 in its own child process and write its record atomically.
 
-The chain, in order: :class:`~inferbench.config.RunConfig` + :class:`~inferbench.config.CellKey` ->
-:class:`~inferbench.config.CellJob` (sent to the child) -> :class:`~inferbench.config.ChildResult`
+The chain, in order: :class:`~inferbench.spec.RunConfig` + :class:`~inferbench.spec.CellKey` ->
+:class:`~inferbench.spec.CellJob` (sent to the child) -> :class:`~inferbench.spec.ChildResult`
 (sent back) -> :class:`~inferbench.results.Record` (written under the cell's file name).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import importlib.util
 import json
 import os
@@ -24,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from . import results
-from .config import CellJob, CellKey, ChildResult, RunConfig, cache_key, exported
+from .config import cache_key, exported
 from .errors import UsageError
 from .frameworks import Framework, get_framework, unavailable_reason
+from .spec import CellJob, CellKey, ChildResult, ExportJob, RunConfig
 
 
 class Progress:
@@ -113,7 +115,7 @@ def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | No
 
     env = {k: v for k, v in os.environ.items() if not controlled(k)}
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": default_keras_backend(),
-                "TORCHINDUCTOR_CACHE_DIR": str(Path(config.cache_dir) / "torchinductor"),
+                "TORCHINDUCTOR_CACHE_DIR": str(private_cache("torchinductor")),
                 **config.device.child_env(), **thread_env(config.threads)})
     if fw is not None and cell is not None:
         env.update(fw.child_env(cell.options))
@@ -126,6 +128,28 @@ def default_keras_backend() -> str:
     or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch. A Keras
     model's weights read the same on every backend (the ``ported`` export)."""
     return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
+
+
+@functools.cache
+def private_cache(name: str) -> Path:
+    """A cache folder only this user can write (mode 0700, owned by this user), never in the artifact cache: what
+    torch's inductor keeps there (pickled graphs, generated Python modules) is loaded and run, so a folder others
+    can write to would let them run code in a benchmark. A folder that fails the check is not used: a fresh
+    private temporary one is (its compiled programs then start cold)."""
+    import stat
+    import tempfile
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferbench" / "private"
+    folder = base / name
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in (base, folder):
+            info = path.stat()
+            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise PermissionError(f"{path} is not this user's alone")
+        return folder
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"inferbench-{name}-"))
 
 
 def recorded_env(env: dict[str, str]) -> dict[str, str]:
@@ -147,7 +171,15 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
-    from .exporters import EXPORTERS, export_order, exporter_extra, exporter_packages, job_for, requires, shares_process
+    from .exporters import (
+        EXPORTERS,
+        export_order,
+        exporter_extra,
+        exporter_module,
+        exporter_packages,
+        requires,
+        shares_process,
+    )
     from .exporters import cache as artifact_cache
     from .isolate import run_child
     from .models import get_model
@@ -205,7 +237,9 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
                 sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
                     "batch_sizes", ()), *batch_sizes}))
-            return job_for(kind, folder, spec, resolution, key_weights, config.seed, sizes, key_inputs)
+            return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
+                             folder=str(folder), model=spec.name, resolution=resolution, weights=key_weights,
+                             seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source)
 
         alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
         while todo:
@@ -328,7 +362,7 @@ WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
     """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
     fit in the memory available now (None: they fit, or the model's size is unknown)."""
-    from .environment import memory_shortfall
+    from .machine import memory_shortfall
 
     short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
     if short is None:
@@ -354,7 +388,7 @@ def peak_fp32(config: RunConfig) -> dict[str, Any]:
     """The device's peak FP32 rate, measured once per machine and thread count (:mod:`inferbench.measure.peak`)."""
     import socket
 
-    from .environment import cpu_model
+    from .machine import cpu_model
     from .measure.peak import peak_fp32 as measured
 
     gpu = config.device.gpu
@@ -466,6 +500,9 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
     for cell in todo:  # interleaved: a group per model, resolution and batch size; --sequential: a cell each
         key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if config.sequential else ())
         groups.setdefault(key, []).append(cell)
+    # every record of the run, kept in memory as it is written (read from disk once, for a resumed folder): the
+    # summary files are rewritten from it after each group, never by reading every record back
+    kept = {results.record_key(r): r for r in records_of(run_dir, cells)}
     for same in groups.values():
         group, batch_sizes = group_of(same[0])
         folder, failed = exports[group]
@@ -483,18 +520,25 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
                 unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
                 progress.result(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}", failure=True)
                 continue
+            written = results.as_written(record)
+            kept[results.record_key(written)] = written
             if config.log_to:
                 from .tracking import log
 
-                unwritten.update(log(config.log_to, json.loads(path.read_text()), path))
+                unwritten.update(log(config.log_to, written, path))
             progress.result(cell.label, one_line(record), failure=record.status != "ok"
                             or record.parity["status"] == "failed")
         try:
-            results.write_summary(run_dir, records_of(run_dir, cells), objective)
+            results.write_summary(run_dir, ordered(kept, cells), objective)
         except OSError as exc:
             unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
             progress.result("summary.csv", f"not written: {unwritten['summary.csv']}", failure=True)
-    return Executed(records_of(run_dir, cells), unwritten)
+    return Executed(ordered(kept, cells), unwritten)
+
+
+def ordered(kept: dict[str, dict[str, Any]], cells: list[CellKey]) -> list[dict[str, Any]]:
+    """The kept records of ``cells``, in the run's order of cells."""
+    return [kept[c.filename] for c in cells if c.filename in kept]
 
 
 def records_of(run_dir: Path, cells: list[CellKey]) -> list[dict[str, Any]]:

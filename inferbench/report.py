@@ -253,12 +253,13 @@ def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
         md += ["**Fastest models** per device, resolution and batch size (each on its fastest verified framework; "
                "fraction_of_peak: achieved GFLOP/s over the device's measured peak FP32 matrix-product rate)", "",
                markdown.table(fastest), ""]
-    if df["gflop_per_image"].notna().any():
+    counted = df.loc[df["gflop_per_image"].notna(), "model"].nunique()
+    if counted > 1:
         figure("throughput_vs_flops.png", plots.throughput_vs_flops(df), "throughput against GFLOP per image, with "
                "the measured peak FP32 rate")
     else:
-        md += ["*No FLOP counts in these records (they come before schema 4): no throughput-against-FLOPs figure.*",
-               ""]
+        md += [f"*FLOP counts for {'one model' if counted else 'no model'} in these records (records before schema "
+               "4 have none): no throughput-against-FLOPs figure, which needs two models or more.*", ""]
     if ref is not None:
         md += _published_models(df, ref)
     return md

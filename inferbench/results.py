@@ -10,7 +10,7 @@ Schema history (``schema_version``):
   2 — issue 8: the cell's identity at the top level (``precision``, ``scenario``, ``variant``, and
       ``options``: the runner options of this cell); ``config`` is the run configuration that ran
       (``config.timing`` is the timing after any energy extension; ``timing.config`` is gone); short
-      codes instead of sentences as values (``timing.timed_region``, ``runner.sync``, ...; README's
+      codes instead of sentences as values (``timing.timed_region``, ``runner.sync``, ...; docs/results-schema.md's
       schema table says what each means). Every schema-1 record is upgraded on load.
   3 — issue 9: cells measured in interleaved rounds. ``raw_rounds`` (the round of each raw latency),
       ``timing.blocks`` (one entry per block: round, n, window, wall-clock start),
@@ -33,7 +33,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 from . import SCHEMA_VERSION
 from .codec import decode, encode
 from .errors import UsageError
+from .files import atomic_write_bytes, atomic_write_text  # noqa: F401 - also results' names
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .config import CellJob, ChildResult
+    from .spec import CellJob, ChildResult
 
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
@@ -72,7 +72,7 @@ class ImpossibleRecord(ValueError):
 
 @dataclass(frozen=True)
 class Record:
-    """One cell's result, as written to ``<cell file name>``; see README's schema table."""
+    """One cell's result, as written to ``<cell file name>``; see docs/results-schema.md."""
 
     schema_version: int
     model: str
@@ -153,7 +153,7 @@ class Record:
 
     @property
     def filename(self) -> str:
-        from .config import record_filename
+        from .spec import record_filename
 
         return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
                                self.variant, self.scenario)
@@ -237,8 +237,8 @@ def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
-    from .config import RunnerOptions
     from .frameworks import FRAMEWORKS
+    from .spec import RunnerOptions
 
     rec = json.loads(json.dumps(old))  # a deep copy
     config = rec.setdefault("config", {})
@@ -283,43 +283,18 @@ def parse(data: Any, where: str) -> Record:
 
 
 # --------------------------------------------------------------------------- writing
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux), else set and restored at once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def as_written(record: Record) -> dict[str, Any]:
+    """The record as its file holds it (what reading it back gives), without reading it back."""
+    return json.loads(json.dumps(_finite(encode(record))))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
-    ``open(path, "w")`` would give (0666 less the umask)."""
-    atomic_write_bytes(path, text.encode())
+def record_key(record: dict[str, Any]) -> str:
+    """A record's cell, as its file name (the identity :class:`~inferbench.spec.CellKey` writes it under)."""
+    from .spec import record_filename
 
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """:func:`atomic_write_text` for bytes (a figure): a full disk leaves the old file or none, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would lock colleagues out of shared results
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    return record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
+                           record.get("precision", "fp32"), record.get("variant", ""),
+                           record.get("scenario", "inference"))
 
 
 def write_record(folder: Path, record: Record) -> Path:

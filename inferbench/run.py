@@ -56,7 +56,7 @@ def list_everything(out: Any = None, model: Any = None) -> None:
     for fw in FRAMEWORKS.values():
         reasons = {}
         for dev in ("cpu", "gpu"):
-            reason = unavailable_reason(fw, dev, model) or (fw.unsupported(model) if model is not None else None)
+            reason = (fw.unsupported(model) if model is not None else None) or unavailable_reason(fw, dev, model)
             if dev == "gpu" and reason is None and not gpus:
                 reason = "no NVIDIA GPU on this machine"
             reasons[dev] = "yes" if reason is None else f"no ({reason})"

@@ -16,7 +16,7 @@ from .cli import Parser, guarded, typed
 from .config import RunnerOptions, add_options, given, with_defaults
 from .device import list_gpus
 from .errors import UsageError
-from .exporters import already_made
+from .exporters import already_made, key_inputs
 from .exporters import cache as artifact_cache
 from .frameworks import FRAMEWORKS, unavailable_reason
 from .models import get_model
@@ -52,7 +52,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     spec = get_model(MODEL)
     cache_dir = Path(values["cache_dir"] or artifact_cache.default_cache_dir())
     # artifacts exported elsewhere (a GPU machine without TensorFlow) need no exporter here
-    have = already_made(cache_dir, spec, [artifact_cache.key_inputs(MODEL, spec.resolution(None), "random", 0)])
+    have = already_made(cache_dir, spec, [key_inputs(MODEL, spec.resolution(None), "random", 0)])
     runnable, missing = [], []
     for fw in FRAMEWORKS.values():
         reason = unavailable_reason(fw, kind, spec, options, have)

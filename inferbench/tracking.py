@@ -104,11 +104,9 @@ def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], di
 
 
 def _cell_name(record: dict[str, Any]) -> str:
-    from .config import record_filename
+    from .results import record_key
 
-    return record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
-                           record.get("precision", "fp32"), record.get("variant", ""),
-                           record.get("scenario", "inference")).removesuffix(".json")
+    return record_key(record).removesuffix(".json")
 
 
 def log(targets: tuple[str, ...], record: dict[str, Any], path: Path) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Child-process side: ``python -m inferbench.worker JOB.json RESULT.json``.
 
 Process plumbing only: read a job (:mod:`inferbench.config`), run it (an export, or a cell through its
-scenario, :mod:`inferbench.scenarios`), write the :class:`~inferbench.config.ChildResult` atomically.
+scenario, :mod:`inferbench.scenarios`), write the :class:`~inferbench.spec.ChildResult` atomically.
 Each export and each cell runs in a process of its own, so no two frameworks ever share one (thread
 pools, allocators and CUDA contexts fight).
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .codec import encode
-from .config import CellJob, ChildResult, job_from_json
 from .errors import MissingDependency, TooBig, UsageError
+from .spec import CellJob, ChildResult, job_from_json
 
 _channel: Any = None
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     fd = os.environ.get("INFERBENCH_CHANNEL_FD")
     _channel = os.fdopen(int(fd), "w") if fd else None
     result = run_job(job_path.read_text())
-    from .results import atomic_write_text
+    from .files import atomic_write_text
 
     atomic_write_text(result_path, json.dumps(encode(result), allow_nan=True))
     return 0

@@ -153,3 +153,18 @@ def test_a_users_runs_never_land_among_the_committed_results():
         probe = default / "20261125-000000_mobilenet_v3_large_224_cpu" / "record.json"
         ignored = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=root).returncode
         assert ignored == 0, f"{command}: {default} is not git-ignored"
+
+
+def test_a_huge_grid_is_refused_before_a_cell_is_made(capsys, tmp_path):
+    """1.7 million cells once took minutes and 560 MB before the 2000-cell check: the size comes by arithmetic."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        code, _, err = run_main(capsys, "--model", "*", "--framework", "onnxrt", "--batch-size",
+                                ",".join(map(str, range(1, 26_001))), "--output-dir", str(tmp_path / "out"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 2 and "this grid has 1,690,000 cells" in err
+    assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB allocated: were the cells made?"

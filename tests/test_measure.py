@@ -164,6 +164,7 @@ def _drifting_pair(rng: np.random.Generator, true_ratio: float, rounds: int = 8,
     return a, ra, b, rb
 
 
+@pytest.mark.slow  # a simulation of thousands of runs: a minute of CPU
 def test_paired_interval_covers_the_true_ratio_under_drift_where_the_iid_one_does_not():
     rng = np.random.default_rng(42)
     trials, paired_cover, iid_cover, aa_false = 100, 0, 0, 0

@@ -217,7 +217,6 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
     for kind in ("keras", "reference"):  # this machine lacks the exporters' framework (and so keys another folder)
         monkeypatch.setitem(exporters.EXPORTERS, kind, dataclasses.replace(exporters.EXPORTERS[kind],
                                                                          packages=("fake_tensorflow",)))
-    monkeypatch.setitem(exporters.SOURCE_PACKAGES, "keras", ("fake_tensorflow",))  # the reference outputs' framework
     assert _run(tmp_path / "here", "--framework", "fake", "--cache-dir", str(tmp_path / "cache"), cache=None) == 0
     err = capsys.readouterr().err
     assert f"keras  brought from {elsewhere.name}" in err and "fake_tensorflow not installed here" in err
@@ -450,13 +449,32 @@ def test_two_runs_in_the_same_second_get_two_folders(fakes, tmp_path, monkeypatc
 def test_a_group_too_big_to_load_side_by_side_is_refused_before_loading(monkeypatch):
     """ConvNeXt-XLarge's 1.4 GB of weights in ten frameworks at once would not fit in 24 GB: its cells fail with
     the reason and the way out, before any worker loads; one framework at a time (--sequential) goes ahead."""
-    from inferbench import environment
+    from inferbench import machine
     from inferbench.pipeline import memory_refusal
 
-    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 22.0)
+    monkeypatch.setattr(machine, "memory_total_gb", lambda field="MemTotal": 22.0)
     why = memory_refusal({"params": 350_000_000}, 10)
     assert why and "about 49 GB" in why and "22 GB available" in why and "--sequential" in why
     assert memory_refusal({"params": 350_000_000}, 1) is None  # one worker (--sequential): 5 GB fits
     assert "this framework would hold about 57 GB" in memory_refusal({"params": 5_000_000_000}, 1)
     assert memory_refusal({"params": 5_500_000}, 10) is None  # MobileNetV3-Large: 10 x ~1.1 GB
     assert memory_refusal(None, 10) is None  # a model file without a Keras graph: size unknown
+
+
+def test_the_compiled_program_cache_is_this_users_alone(tmp_path, monkeypatch):
+    """Inductor loads and runs what its cache holds (pickled graphs, generated modules): it never lives in the
+    shared artifact cache, and a folder others can write to is not used."""
+    from inferbench import pipeline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pipeline.private_cache.cache_clear()
+    try:
+        mine = pipeline.private_cache("torchinductor")
+        assert mine == tmp_path / "inferbench" / "private" / "torchinductor"
+        assert mine.stat().st_mode & 0o777 == 0o700
+        pipeline.private_cache.cache_clear()
+        (tmp_path / "inferbench" / "private").chmod(0o777)  # writable by anyone: refused
+        fallback = pipeline.private_cache("torchinductor")
+        assert not fallback.is_relative_to(tmp_path) and fallback.stat().st_mode & 0o777 == 0o700
+    finally:
+        pipeline.private_cache.cache_clear()

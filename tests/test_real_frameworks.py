@@ -401,5 +401,5 @@ def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys)
     assert not marker.exists()
     assert code == 1
     error = results.load(tmp_path / "out").iloc[0]["error"]
-    assert "\n" not in error and "safetensors" in error.lower() or "header" in error.lower(), error
+    assert "\n" not in error and ("safetensor" in error.lower() or "header" in error.lower()), error
 

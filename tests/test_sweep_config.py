@@ -51,10 +51,13 @@ def test_config_file_and_plan(tmp_path, capsys):
     ('seed = 1180591620717411303424\n', "seed: must be at most 4294967295"),
     ('frameworks = ["onnxrt", "tf"]\nresolutions = [' + ",".join(str(r) for r in range(32, 1100, 8)) + ']\n'
      'batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9]\n', "this grid has 2,412 cells (more than 2000), about"),
+    (b'models = ["mobilenet_v3_small"]\n# caf\xe9 in Latin-1\n', "is not UTF-8 text (byte 37: b'\\xe9')"),
+    ('models = ["' + "n" * 100_000 + '"]\n', "unknown model 'nnnn"),
+    ('models = ["' + "n" * 300 + '.onnx"]\n', "File name too long"),
 ])
 def test_bad_configs(tmp_path, capsys, content, message):
     cfg = tmp_path / "bad.toml"
-    cfg.write_text(content)
+    cfg.write_bytes(content if isinstance(content, bytes) else content.encode())
     assert main(["--config", str(cfg), "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -137,3 +140,10 @@ def test_plan_round_trip_and_the_committed_version_1_plan():
     names = {c.filename for c in old.cells}
     assert "mobilenet_v2_160_bs1_onnxrt.json" in names  # the committed records are its cells: nothing reruns
     assert names <= {p.name for p in committed.parent.glob("*.json")}
+
+
+def test_a_sweep_name_longer_than_the_file_system_takes_is_one_short_line(tmp_path, capsys):
+    assert main(["--name", "x" * 300, "--model", "mobilenet_v3_small", "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "is longer than a file name may be (255 bytes)" in err and len(err) < 400
+    assert not (tmp_path / "out").exists()

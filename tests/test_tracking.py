@@ -28,6 +28,7 @@ def _run(tmp_path, *argv):
                      str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
 
 
+@pytest.mark.slow  # MLflow's real SQLite store: its schema migrations take most of a minute
 def test_mlflow_gets_one_run_per_cell_grouped_by_the_run(fakes, here, capsys, monkeypatch):
     import mlflow
 

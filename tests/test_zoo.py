@@ -170,6 +170,7 @@ def test_same_padding_is_made_explicit_for_onnx2torch():
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # tf2onnx: a real framework, which the lean fast layer does not install
 def test_the_onnx_converter_frees_each_replaced_graph_before_copying_the_next():
     """tf2onnx's optimiser deep-copies the graph before each pass; a graph it replaced (nodes and graph refer to
     each other) used to wait for the cycle collector while the copies piled up (RegNetY-32GF's export was killed
@@ -204,7 +205,7 @@ def test_the_onnx_converter_frees_each_replaced_graph_before_copying_the_next():
 def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts(tmp_path, monkeypatch):
     """ConvNeXt-XLarge's conversion went past 22 GB on this 24 GB machine and was killed; it is refused before
     it starts, in one line, and the matrix shows its pairs as too big here, not as failures."""
-    from inferbench import environment
+    from inferbench import machine
     from inferbench.errors import TooBig
     from inferbench.exporters import ExportContext
     from inferbench.exporters import cache as artifact_cache
@@ -215,10 +216,10 @@ def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts
     ctx = ExportContext(folder=tmp_path, model="convnext_xlarge", resolution=128, weights="random", seed=0)
     assert memory_refusal(ctx) is None  # no Keras export yet: the size is unknown, nothing is refused
     artifact_cache.record(tmp_path, "keras", {"model_stats": {"params": 350_196_968}}, {})
-    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 23.0)
+    monkeypatch.setattr(machine, "memory_total_gb", lambda field="MemTotal": 23.0)
     why = memory_refusal(ctx)
     assert why.startswith("not run: the ONNX conversion") and "about 29 GB for 1.3 GB of weights" in why
-    monkeypatch.setattr(environment, "memory_total_gb", lambda field="MemTotal": 64.0)
+    monkeypatch.setattr(machine, "memory_total_gb", lambda field="MemTotal": 64.0)
     assert memory_refusal(ctx) is None  # a bigger machine runs it
     res = failure(TooBig(why))
     assert res.error == why and not res.died  # refused, not killed: never retried on its own

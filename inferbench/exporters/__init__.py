@@ -2,7 +2,7 @@
 
 Each exporter module has ``export(ctx: ExportContext) -> dict`` writing under ``ctx.folder``
 and returning ``{"paths": [top-level entries it wrote], "notes": [...], "input_signature": {...}}``.
-:func:`run` is what a child process calls for an :class:`~inferbench.config.ExportJob`.
+:func:`run` is what a child process calls for an :class:`~inferbench.spec.ExportJob`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..models import FILE_FORMATS, register
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import ExportJob
+    from ..spec import ExportJob
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,35 @@ EXPORTERS: dict[str, Exporter] = {
 }
 
 
+def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
+    """Everything that changes a model's artifacts: the cache folder's name hashes it (:func:`cache.artifact_dir`).
+    A weights file or a model file counts by its content's hash; every exporter's library version counts."""
+    from ..digest import sha256_file, sha256_tree
+    from .cache import EXPORT_FORMAT, package_versions
+
+    weights_id = weights
+    if weights not in ("random", "imagenet"):
+        path = Path(weights)  # a weights file, or a model file (a SavedModel is a folder)
+        weights_id = f"file:{sha256_file(path) if path.is_file() else sha256_tree(path)}"
+    return {
+        "model": model,
+        "resolution": resolution,
+        "weights": weights_id,
+        "seed": seed if weights == "random" else None,
+        "versions": package_versions(packages()),
+        "export_format": EXPORT_FORMAT,
+    }
+
+
 def packages() -> tuple[str, ...]:
     """Every package some exporter uses: their versions are part of the artifact cache key."""
     return tuple(dict.fromkeys(p for e in EXPORTERS.values() for p in e.packages))
 
 
 #: What a model file's reference outputs are computed with (exporters ``reference`` and ``imported``):
-#: the file's own framework at full precision, with no graph optimisation that could change the numbers.
-SOURCE_PACKAGES = {"keras": ("tensorflow", "keras"), "savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx")}
+#: the file's own framework at full precision, with no graph optimisation that could change the numbers. (A Keras
+#: source, registered or a .keras file, uses the ``reference`` exporter's own packages.)
+SOURCE_PACKAGES = {"savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx")}
 _KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onnx": "an ONNX export",
                "ported": "the Keras weights"}
 
@@ -83,7 +104,8 @@ def _from_source(kind: str, model: Any) -> bool:
 
 
 def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
-    return SOURCE_PACKAGES[source_kind(model)] if _from_source(kind, model) else EXPORTERS[kind].packages
+    src = source_kind(model)
+    return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
 
 
 def exporter_extra(kind: str, model: Any = None) -> str:
@@ -111,16 +133,11 @@ def unreachable(kind: str, model: Any) -> str | None:
     return None
 
 
-def job_for(kind: str, folder: Path, model: Any, resolution: int, weights: str, seed: int,
-            batch_sizes: tuple[int, ...], key_inputs: dict[str, Any]) -> ExportJob:
-    """The job that makes ``kind`` for ``model`` (a ModelSpec); a model file's own format is imported."""
-    from ..config import ExportJob
-
-    imported = kind != "reference" and _from_source(kind, model)
-    return ExportJob(kind=kind, module="inferbench.exporters.imported" if imported else EXPORTERS[kind].module,
-                     packages=exporter_packages(kind, model), folder=str(folder), model=model.name,
-                     resolution=resolution, weights=weights, seed=seed, batch_sizes=batch_sizes,
-                     key_inputs=key_inputs, model_file=model.source)
+def exporter_module(kind: str, model: Any = None) -> str:
+    """The module that makes ``kind`` for ``model`` (a ModelSpec): its exporter's, or for a model file's own format
+    the importer's."""
+    return "inferbench.exporters.imported" if kind != "reference" and _from_source(kind, model) \
+        else EXPORTERS[kind].module
 
 
 def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:

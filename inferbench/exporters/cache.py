@@ -17,7 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..results import atomic_write_text
+from ..digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - the cache's names for them too
+from ..files import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
 EXPORT_FORMAT = 5  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
@@ -44,53 +45,20 @@ def package_versions(names: tuple[str, ...] | list[str]) -> dict[str, str | None
     return out
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_tree(root: Path) -> str:
-    """One sha256 of every file under ``root``, with their relative paths."""
-    return hashlib.sha256(json.dumps(hash_tree(root, root), sort_keys=True).encode()).hexdigest()
-
-
-def hash_tree(root: Path, base: Path | None = None) -> dict[str, str]:
-    """sha256 of every file under ``root`` (or of ``root`` itself), keyed by path relative to ``base``
-    (default: ``root``'s parent)."""
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    return {str(p.relative_to(base or root.parent)): sha256_file(p) for p in files}
-
-
-def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
-    from . import packages
-
-    weights_id = weights
-    if weights not in ("random", "imagenet"):
-        path = Path(weights)  # a weights file, or a model file (a SavedModel is a folder)
-        weights_id = f"file:{sha256_file(path) if path.is_file() else sha256_tree(path)}"
-    return {
-        "model": model,
-        "resolution": resolution,
-        "weights": weights_id,
-        "seed": seed if weights == "random" else None,
-        "versions": package_versions(packages()),
-        "export_format": EXPORT_FORMAT,
-    }
-
-
 def artifact_dir(cache_dir: Path, inputs: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir / f"{inputs['model']}_{inputs['resolution']}_{digest}"
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """A folder's manifest, or an empty one where it is missing or is not a manifest (a damaged or planted file)."""
     try:
-        return json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
+        data = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError, RecursionError):
         return {"artifacts": {}}
+    if not isinstance(data, dict) or not isinstance(data.get("artifacts", {}), dict):
+        return {"artifacts": {}}
+    return data
 
 
 def cached(folder: Path, kind: str) -> dict[str, Any] | None:

@@ -43,7 +43,7 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
     The FLOPs are TensorFlow's profiler count over the frozen inference graph at batch 1 (convolutions,
     matrix products, element-wise ops), plus the ``Einsum`` ops it does not count (a ViT's attention
     products), each ``2 x`` the product of its index sizes. ``grouped_convolutions`` counts the layers
-    that Keras 3 on TensorFlow compiles with XLA even outside ``jit_compile`` (see README: the XLA report).
+    that Keras 3 on TensorFlow compiles with XLA even outside ``jit_compile`` (see docs/measured.md: the XLA report).
     """
     import math
 

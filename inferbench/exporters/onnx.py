@@ -98,7 +98,7 @@ EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES = 3.0, 20.0
 def memory_refusal(ctx: ExportContext) -> str | None:
     """Why this model's ONNX conversion would not fit the memory this process can have now (None: it fits, or
     the model's size is unknown): said before it starts, instead of the kernel killing it halfway."""
-    from ..environment import memory_shortfall
+    from ..machine import memory_shortfall
     from ..measure.memory import current_rss_mb
     from . import cache
 

@@ -91,7 +91,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         return {"gflops": None, "method": METHOD, "why": f"the measurement failed: {str(exc).splitlines()[0][:200]}"}
     if result.get("gflops"):
-        from ..results import atomic_write_text
+        from ..files import atomic_write_text
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-#: Codes recorded with every statistic (README's schema table spells them out).
+#: Codes recorded with every statistic (docs/results-schema.md spells them out).
 PERCENTILE_RULE = "numpy-linear"  # linear interpolation between closest ranks, Hyndman-Fan type 7
 #: Relative standard deviation of one cell's median between invocations (processes) of one
 #: configuration that the rounds of a single run cannot see (module docstring; re-measure it on another

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..config import RunnerOptions
 from ..models import ModelSpec
+from ..spec import RunnerOptions
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,6 @@ class Runner:
         return None
 
     def details(self) -> dict[str, Any]:
-        """Facts recorded with the result (``runner``): ``sync`` (a code, see README), threads,
+        """Facts recorded with the result (``runner``): ``sync`` (a code, see docs/results-schema.md), threads,
         providers, compile flags..."""
         return {}

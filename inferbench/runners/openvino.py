@@ -1,7 +1,7 @@
 """OpenVINO Runtime runner (``openvino``): the TF SavedModel, converted by OpenVINO's own TensorFlow
 frontend at load, compiled for the CPU plugin with a static input shape.
 
-Why this configuration (measured on this project's 2-core AMD EPYC, MobileNetV3-Large; README has the
+Why this configuration (measured on this project's 2-core AMD EPYC, MobileNetV3-Large; docs/frameworks.md has the
 numbers): OpenVINO reading the tf2onnx ONNX graph ran about 3x slower than ONNX Runtime on the same
 file, because tf2onnx wraps every convolution in layout transposes that ONNX Runtime's optimiser
 removes and OpenVINO's ONNX frontend keeps; the same weights converted from the SavedModel compile

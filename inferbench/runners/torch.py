@@ -23,8 +23,8 @@ def cuda_uuid(torch: Any) -> str:
 
 def strict_fp32(torch: Any, ctx: LoadContext) -> bool | None:
     """FP32 on a GPU means FP32: cuDNN's convolutions (and matrix products) would otherwise run on TF32 tensor
-    cores by default, with a 10-bit mantissa that fails the FP32 parity gate. Returns whether TF32 is allowed
-    (None on the CPU, where it does not exist)."""
+    cores by default, rounding their inputs to a 10-bit mantissa (about 1e-3 relative, ten times coarser than the
+    FP32 gate's 1e-4). Returns whether TF32 is allowed (None on the CPU, where it does not exist)."""
     if ctx.device != "gpu":
         return None
     allowed = ctx.precision != "fp32"  # fp16/bf16 compute below TF32 anyway

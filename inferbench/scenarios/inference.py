@@ -26,7 +26,7 @@ And at the end (:meth:`Session.finish`):
 
 9. **collect**: statistics from the rounds, energy per inference, memory, runner details.
 
-``finish`` returns a :class:`~inferbench.config.CellOutcome`: the record's measurement blocks and the
+``finish`` returns a :class:`~inferbench.spec.CellOutcome`: the record's measurement blocks and the
 timing configuration that ran.
 """
 
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from ..codec import encode
-from ..config import CellJob, CellOutcome
 from ..measure.timing import BLOCK_WARMUP_CALLS, TimingConfig
+from ..spec import CellJob, CellOutcome
 
 Emit = Callable[[str], None]
 

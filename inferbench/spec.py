@@ -1,0 +1,216 @@
+"""The typed chain's wire objects: what a run's configuration, a cell's identity, a job sent to a child process
+and the result it sends back are. Frozen dataclasses, each making a JSON round trip through
+:mod:`inferbench.codec`; they import the registries they name (frameworks, models, scenarios, the device) and
+nothing that builds them: the command lines' options and :func:`inferbench.config.build` sit above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import decode, encode
+from .device import Device
+from .frameworks import COMMON_OPTIONS, Framework, get_framework
+from .measure.timing import TimingConfig
+from .models import ModelFile
+from .scenarios import SCENARIOS
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+
+
+#: Short names of runner options in a cell's variant tag (the others: the name with dashes).
+_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile"}
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Runner options that change what is measured: each cell carries the ones its framework takes."""
+
+    channels_last: bool = False
+    torch_compile: bool = False
+    cuda_graphs: bool = False
+    keras_backend: str = "tensorflow"
+    include_transfer: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keras_backend not in KERAS_BACKENDS:
+            raise ValueError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, not {self.keras_backend!r}")
+
+    def for_framework(self, fw: Framework) -> RunnerOptions:
+        """These options with the ones ``fw`` does not take back at their defaults."""
+        takes = set(COMMON_OPTIONS) | set(fw.options)
+        default = RunnerOptions()
+        return RunnerOptions(**{f.name: getattr(self if f.name in takes else default, f.name)
+                                for f in dataclasses.fields(self)})
+
+    @property
+    def tag(self) -> str:
+        """Short name of every option away from its default: part of the cell's identity and file name."""
+        default = RunnerOptions()
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != getattr(default, f.name):
+                word = _TAG_WORDS.get(f.name, f.name.replace("_", "-"))
+                parts.append(word if value is True else f"{word}-{value}")
+        return "+".join(parts)
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """The identity of a cell: file name, progress label, resume check and analysis grouping."""
+
+    model: str
+    resolution: int
+    batch_size: int
+    framework: str
+    precision: str = "fp32"
+    scenario: str = "inference"
+    options: RunnerOptions = field(default_factory=RunnerOptions)
+
+    def __post_init__(self) -> None:
+        if self.resolution < 1 or self.batch_size < 1:
+            raise ValueError(f"resolution and batch_size must be positive, got {self.resolution}, {self.batch_size}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}")
+
+    def check(self) -> None:
+        """The cell against the registries: a model and framework that exist, a resolution the model
+        takes, a precision and runner options its framework takes (UsageError or ValueError if not)."""
+        from .models import get_model
+
+        fw = get_framework(self.framework)
+        get_model(self.model).resolution(self.resolution)
+        if not fw.takes(self.precision):
+            raise ValueError(f"{self.framework} does not run in {self.precision}")
+        if self.options != self.options.for_framework(fw):
+            raise ValueError(f"{self.framework} does not take the options of {self.label}")
+
+    @property
+    def variant(self) -> str:
+        return self.options.tag
+
+    @property
+    def label(self) -> str:
+        prec = "" if self.precision == "fp32" else f" {self.precision}"
+        var = f" +{self.variant}" if self.variant else ""
+        scen = "" if self.scenario == "inference" else f" [{self.scenario}]"
+        return f"{self.model}@{self.resolution} {self.framework}{prec}{var} bs{self.batch_size}{scen}"
+
+    @property
+    def filename(self) -> str:
+        return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
+                               self.variant, self.scenario)
+
+
+def record_filename(model: str, resolution: int, batch_size: int, framework: str, precision: str = "fp32",
+                    variant: str = "", scenario: str = "inference") -> str:
+    """The one file name of a cell's record (fp32, default options and inference add nothing)."""
+    parts = [f"{model}_{resolution}_bs{batch_size}_{framework}"]
+    parts += [precision] if precision != "fp32" else []
+    parts += [variant] if variant else []
+    parts += [scenario] if scenario != "inference" else []
+    return "_".join(parts) + ".json"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every cell of one run or sweep shares; written into each record as ``config``."""
+
+    weights: str
+    seed: int
+    device: Device
+    threads: int
+    timing: TimingConfig
+    options: RunnerOptions
+    cache_dir: str
+    timeout_s: float | None = None
+    scenario: str = "inference"
+    pass_env: tuple[str, ...] = ()  # shell variables passed on to the children on purpose
+    model_files: tuple[ModelFile, ...] = ()  # the user's model files among the cells' models (--model PATH)
+    log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
+    sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
+
+    def __post_init__(self) -> None:
+        if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
+            raise ValueError(f"device must be the CPU or one GPU, got {self.device}")
+        if self.threads < 1 or self.seed < 0:
+            raise ValueError(f"threads must be positive and seed non-negative, got {self.threads}, {self.seed}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
+            raise ValueError(f"timeout_s must be a positive finite number or null, got {self.timeout_s}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}")
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """One cell, as the parent sends it to a child process."""
+
+    cell: CellKey
+    framework: Framework
+    config: RunConfig
+    artifact_dir: str
+    artifact: str | None  # the file or folder the runner loads (None: it builds its own model)
+    group_batch_sizes: tuple[int, ...]  # every batch size of this (model, resolution) in the run (TensorRT profiles)
+    idle_seconds: float = 2.0
+    interleaving: dict[str, Any] = field(default_factory=dict)  # the group its rounds were interleaved with
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """One export of one artifact kind, as the parent sends it to a child process."""
+
+    kind: str
+    module: str
+    packages: tuple[str, ...]
+    folder: str
+    model: str
+    resolution: int
+    weights: str
+    seed: int
+    batch_sizes: tuple[int, ...]
+    key_inputs: dict[str, Any]
+    model_file: ModelFile | None = None  # the model, if it is the user's file
+    then: tuple[ExportJob, ...] = ()  # exports of the same model that follow in the same process
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What a cell's scenario measured: the record's measurement blocks and the timing that ran."""
+
+    timing: TimingConfig  # after any extension of the window for the energy counter
+    blocks: dict[str, Any]  # parity, latency_ms, throughput_per_s, raw_latencies_ms, timing, energy, ...
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """What a child process sends back: a cell's outcome or an export's manifest entry, or its error
+    (a usage error is one line for the user)."""
+
+    ok: bool
+    cell: CellOutcome | None = None
+    export: dict[str, Any] | None = None
+    error: str | None = None
+    traceback: str | None = None
+    usage_error: bool = False
+    died: bool = False  # the process ended without a result (killed, crashed, out of time), not by an exception
+
+
+JOB_TYPES: dict[str, type] = {"cell": CellJob, "export": ExportJob}
+
+
+def job_to_json(job: CellJob | ExportJob) -> str:
+    kind = next(k for k, cls in JOB_TYPES.items() if isinstance(job, cls))
+    return json.dumps({"type": kind, "job": encode(job)})
+
+
+def job_from_json(text: str) -> CellJob | ExportJob:
+    data = json.loads(text)
+    return decode(JOB_TYPES[data["type"]], data["job"], f"{data['type']} job")
