@@ -252,8 +252,11 @@ def unavailable_reason(fw: Framework, device: str, model: Any = None, options: A
         return (f"{fw.packages[0]} is its CPU build here; the GPU needs {fw.gpu_build} (pip install -e \".[gpu]\", "
                 f"which replaces it)")
     if missing:  # its own extra installs all it needs (tests/test_registry.py holds pyproject to that)
-        extras = [fw.extra] + ([model.extra] if model is not None and set(missing) & set(model.packages) else [])
-        extras += [KERAS_BACKEND_EXTRAS[p] for p in missing if p in KERAS_BACKEND_EXTRAS and fw.options]
+        backend = [p for p in missing if p in KERAS_BACKEND_EXTRAS and fw.options]
+        of_model = [p for p in missing if model is not None and p in model.packages]
+        own = [p for p in missing if p not in backend and p not in of_model]  # only these need fw's own extra
+        extras = ([fw.extra] if own else []) + ([model.extra] if of_model else [])
+        extras += [KERAS_BACKEND_EXTRAS[p] for p in backend]
         return f"{', '.join(missing)} not installed: pip install -e \".[{','.join(dict.fromkeys(extras))}]\""
     return None
 
