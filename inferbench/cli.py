@@ -70,13 +70,22 @@ def new_folder(root: Path, name: str, numbered: bool = True) -> Path:
     raise AssertionError("unreachable")
 
 
-def exit_status(executed: Any) -> int:
-    """0 when every cell ran, its record was written and none failed parity, else 1 (after one line per
-    record that could not be written)."""
+def exit_status(executed: Any, require_valid: bool = False) -> int:
+    """0 when every cell ran, its record was written and none failed parity (and, with ``require_valid``, the run
+    is valid), else 1 (after one line per record that could not be written, and one when the run is not valid)."""
+    from .ranking import validity_of
+
     for label, why in executed.unwritten.items():
         print(f"not written: {label}: {why}", file=sys.stderr)
     bad = [r for r in executed.records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
-    return 1 if bad or executed.unwritten else 0
+    invalid = False
+    if require_valid:
+        verdict = validity_of(executed.records)
+        invalid = verdict["valid"] is not True
+        if invalid:
+            print(f"--require-valid: the run is not valid ({verdict['not_valid']} of {verdict['cells']} cells): "
+                  f"{verdict['reason']}", file=sys.stderr)
+    return 1 if bad or executed.unwritten or invalid else 0
 
 
 class Interrupted(KeyboardInterrupt):

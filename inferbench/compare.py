@@ -33,8 +33,8 @@ NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
 KEY = ["device_model", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
-COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_source",
-           "new_source")
+COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_valid",
+           "new_valid", "old_source", "new_source")
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
@@ -77,7 +77,8 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
         o, n = sides["OLD"][key], sides["NEW"][key]
         row: dict[str, Any] = dict(zip(KEY, key)) | {
             "old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
-            "ratio_ci_high": None, "old_source": o["_source"], "new_source": n["_source"]}
+            "ratio_ci_high": None, "old_valid": _valid(o), "new_valid": _valid(n), "old_source": o["_source"],
+            "new_source": n["_source"]}
         if o["status"] != "ok" or n["status"] != "ok":
             row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
             row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
@@ -101,6 +102,12 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
     return rows, notes
 
 
+def _valid(row: Any) -> str:
+    """A side's validity (was the machine quiet enough?) in a word."""
+    value = row.get("validity.valid")
+    return "yes" if value is True else "NO" if value is False else "unknown"
+
+
 def _label(cell: dict[str, Any]) -> str:
     return (f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on "
             f"{cell['device_model']}, {cell['threads']} threads")
@@ -122,11 +129,12 @@ def _main(argv: list[str] | None, prog: str) -> int:
         raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "
                          f"({devices['NEW']})")
     where = [k for k in ("device_model", "threads") if len({r[k] for r in rows}) > 1]  # shown when they vary
-    lines = table(("cell", "bs", "framework", *where, "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]", "verdict"), [
+    lines = table(("cell", "bs", "framework", *where, "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]",
+                   "valid OLD/NEW", "verdict"), [
         (f"{r['model']}@{r['resolution']}", str(r["batch_size"]), r["framework"], *(str(r[k]) for k in where),
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
-         r["verdict"]) for r in rows])
+         f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
     print("\n".join(lines + notes))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)

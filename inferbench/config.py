@@ -261,6 +261,12 @@ OPTIONS: tuple[Option, ...] = (
            "a group's cells side by side in interleaved rounds: for models too big to load every framework at once "
            "(comparisons between cells are then unpaired, their intervals wider; the zoo always runs so)", False,
            switch=True),
+    Option("max_other_load", ("--max-other-load",), "a cell is not valid when other work (other processes, and on "
+           "a virtual machine the hypervisor's steal) took more than PCT percent of the cores the run uses during one "
+           "of its blocks", 25.0, non_negative_float, metavar="PCT", maximum=100.0, commands=MEASURING),
+    Option("require_valid", ("--require-valid",), "exit 1 unless the run is valid: no cell measured while other "
+           "work took more than --max-other-load (for CI; a machine whose state cannot be read is not valid)", False,
+           switch=True, commands=MEASURING, in_file=False),
     Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
            positive_float, metavar="S", maximum=7 * DAY_S, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
@@ -483,7 +489,7 @@ def build(values: dict[str, Any]) -> Built:
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
-                       sequential=values["sequential"])
+                       sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0)
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)

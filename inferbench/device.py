@@ -7,10 +7,12 @@ so that "--gpu-id 1" and the NVML handle used for power always mean the same phy
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .errors import UsageError
 
@@ -91,9 +93,34 @@ def resolve(device: str, gpu_id: int | None, gpus: list[Gpu] | None = None) -> D
     return Device("gpu", gpus[index])
 
 
-def default_threads() -> int:
-    """Cores available to this process (respects taskset/cgroup affinity)."""
+def default_threads(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """Cores this process may really use: its CPU affinity (taskset, cpusets), capped by a CPU quota of its cgroup
+    (a container given 1.5 CPUs of a 16-core machine gets 2 threads, not 16)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cpu_quota(cgroup_root)
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota of this process's cgroup in cores (cgroup v2 ``cpu.max``, else v1 ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``), or None where there is none or it cannot be read."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    own = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), "/")
+    for folder in (root / own.lstrip("/"), root):  # v2: the process's own cgroup, else the root's
+        try:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        except (OSError, ValueError):
+            continue
+    try:  # v1
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .device import Device, default_threads
+from .device import Device, cpu_quota, default_threads
 from .machine import _cpu_flags, cpu_model, memory_total_gb
 
 #: Recorded besides every framework's and exporter's packages (from their registries): the analysis
@@ -62,6 +62,7 @@ def capture(device: Device) -> dict[str, Any]:
             "machine": platform.machine(),
             "logical_cores": os.cpu_count(),
             "available_cores": default_threads(),
+            "cpu_quota": cpu_quota(),
             "flags": _cpu_flags(),
         },
         "memory_gb": memory_total_gb(),

@@ -152,7 +152,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     out = []
     for key in sorted(groups, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k]):
         cells = groups[key]
-        rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit}
+        rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
+                                                                     "validity": validity_of(cells)}
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
@@ -190,6 +191,28 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     return out
 
 
+def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One verdict for records (a group, a run): not valid if one is not, unknown if one is unknown
+    (:func:`inferbench.measure.machine.combine`); older records, which nothing watched, are unknown."""
+    from .measure.machine import combine
+
+    return combine([{"valid": field(r, "validity.valid"), "reason": field(r, "validity.reason")
+                     or "machine state unknown: not recorded"} for r in records])
+
+
+def validity_line(recs: list[dict[str, Any]]) -> str:
+    """The first line of every answer: is it what the runtimes can do, or what a busy machine gave?"""
+    from .measure.machine import combine
+
+    verdict = combine([r["validity"] for r in recs if r.get("validity")])
+    if verdict["valid"] is True:
+        return f"VALID: {verdict['reason']} ({verdict['cells']} cells)"
+    if verdict["valid"] is False:
+        return (f"NOT VALID ({verdict['not_valid']} of {verdict['cells']} cells): {verdict['reason']}. This ranking "
+                "is what the busy machine gave, not what the runtimes can do: re-run when it is quiet")
+    return f"validity not known: {verdict['reason']}"
+
+
 def _has_raw(record: Mapping[str, Any]) -> bool:
     raw = field(record, "raw_latencies_ms")
     return raw is not None and not isinstance(raw, float) and len(raw) > 0
@@ -216,7 +239,8 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
         return []
     objective = recs[0]["objective"]
     _, lower, _, _, words = OBJECTIVES[objective]
-    lines = [f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
+    lines = [validity_line(recs),
+             f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
     for rec in recs:
         at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']}" + (
             "" if rec["precision"] == "fp32" else f" {rec['precision']}") + f" on {rec['device']}" + (

@@ -94,10 +94,11 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) else "")
                 for a, ci in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
         stability=table["latency_ms.stability.verdict"],
+        valid=[{True: "yes", False: "NO"}.get(v, "unknown") for v in table["validity.valid"]],
         rate=[f"{g:.3g}" + (f" ({p:.0%})" if p == p else "") if g == g else "-"
               for g, p in zip(table["gflop_per_s"], table["fraction_of_peak"])],
     )[["device_name", "cell", "batch_size", "framework", "parity.status", "p50_ci", "p99_ms", "latency_ms.n",
-       "throughput", "rate", "stability"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
+       "throughput", "rate", "stability", "valid"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
                                                             "throughput": "samples/s", "parity.status": "parity",
                                                             "rate": "GFLOP/s (of peak)"})
     md += ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval of the "

@@ -23,6 +23,10 @@ Schema history (``schema_version``):
   4 — issue 11: ``model_stats`` (parameters and FLOPs per image of the model as it ran, counted from its
       Keras graph; null for a model file without a Keras graph) and ``environment.peak_fp32`` (the device's
       measured FP32 matrix-product rate). Upgrading sets both to null: nothing was counted then.
+  5 — issue 23: ``machine_state`` (the machine during every timed block: cores other work took, steal, load;
+      see :mod:`inferbench.measure.machine`) and ``validity`` (``valid``: true, false or null when the machine's
+      state is unknown, and the ``reason``). Upgrading sets ``machine_state`` to null and ``validity`` to unknown:
+      nothing watched the machine then.
 """
 
 from __future__ import annotations
@@ -51,13 +55,17 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
-SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4})
+SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4, 5})
+#: The validity of a record from before inferbench watched the machine.
+UNWATCHED = {"valid": None, "reason": "machine state unknown: measured before inferbench watched the machine "
+                                      "(schema 4 and older)"}
 SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
     "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
     "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
     "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
-    "stability", "params", "gflop_per_image", "gflop_per_s", "fraction_of_peak", "error",
+    "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image", "gflop_per_s",
+    "fraction_of_peak", "error",
 )
 STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
@@ -103,6 +111,8 @@ class Record:
     device_check: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
     model_stats: dict[str, Any] | None = None
+    machine_state: dict[str, Any] | None = None
+    validity: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -219,6 +229,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("schema_version") == 3:
         data = {**data, "schema_version": 4, "model_stats": None,
                 "environment": {**(data.get("environment") or {}), "peak_fp32": None}}
+    if data.get("schema_version") == 4:
+        data = {**data, "schema_version": 5, "machine_state": None, "validity": UNWATCHED}
     return data
 
 
@@ -353,6 +365,9 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "energy_missing": None if energy.get("available") else energy.get("reason"),
         "rounds": (lat.get("stability") or {}).get("rounds"),
         "stability": (lat.get("stability") or {}).get("verdict"),
+        "valid": (record.get("validity") or {}).get("valid"),
+        "validity_reason": (record.get("validity") or {}).get("reason"),
+        "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
         **compute_rate(record),
         "error": record.get("error"),
     }
@@ -406,8 +421,12 @@ def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = 
 
 
 def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
-    """``recommendation.json``: the objective and, per group, :func:`inferbench.ranking.recommendations`."""
-    answer = {"objective": objective, "recommendations": recs}
+    """``recommendation.json``: the run's validity, the objective and, per group (each with its own validity),
+    :func:`inferbench.ranking.recommendations`."""
+    from .measure.machine import combine
+
+    answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
+              "recommendations": recs}
     atomic_write_text(path, json.dumps(_finite(answer), indent=1, default=_plain) + "\n")
 
 
@@ -499,7 +518,8 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd
 
 
 #: Columns the analysis and the report read that a valid record may not have (filled with None).
-OPTIONAL_COLUMNS = ("config.threads", "environment.inferbench.commit", "environment.hostname", "parity.reason",
+OPTIONAL_COLUMNS = ("validity.valid", "validity.reason", "config.threads", "environment.inferbench.commit",
+                    "environment.hostname", "parity.reason",
                     "latency_ms.p50_ci95", "latency_ms.stability.verdict", "energy.reason", "latency_ms.n",
                     "latency_ms.p99", "config.device.gpu.name", "environment.cpu.model")
 

@@ -115,7 +115,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
         from .tracking import where
 
         print(where(config.log_to))
-    return exit_status(executed)
+    return exit_status(executed, bool(values.get("require_valid")))
 
 
 #: What a run writes beside its records (named in the final line only when it is there).

@@ -137,8 +137,11 @@ class RunConfig:
     model_files: tuple[ModelFile, ...] = ()  # the user's model files among the cells' models (--model PATH)
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
+    max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.max_other_load <= 1.0:
+            raise ValueError(f"max_other_load must be between 0 and 1, got {self.max_other_load}")
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
             raise ValueError(f"device must be the CPU or one GPU, got {self.device}")
         if self.threads < 1 or self.seed < 0:

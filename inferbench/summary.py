@@ -65,7 +65,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
     header = (("model@res",) if multi else ()) + (
-        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "samples/s",
+        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "valid", "samples/s",
         "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
         ("W", "J/inf") if energy else ())
     rows = []
@@ -78,7 +78,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
-            _stability(lat), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
+            _stability(lat), valid_word(r), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
             fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
             fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
@@ -107,6 +107,14 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         lines.append(f"unstable estimates: {', '.join(unstable)}; run more rounds (--rounds) or on a quieter "
                      "machine before trusting small differences")
     return "\n".join(lines)
+
+
+def valid_word(record: dict[str, Any]) -> str:
+    """A cell's validity in a word or two, for a table: yes, NO (the machine was busy), unknown."""
+    valid = (record.get("validity") or {}).get("valid")
+    if record.get("status") != "ok":
+        return "-"
+    return "yes" if valid is True else "NO" if valid is False else "unknown"
 
 
 def _stability(lat: dict[str, Any]) -> str:

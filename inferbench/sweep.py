@@ -70,7 +70,7 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     except OSError:
         raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
-    extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose")]
+    extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose", "require_valid")]
     if extra:
         flags = ", ".join(BY_NAME[k].flags[-1] for k in extra)
         raise UsageError(f"--resume runs the saved plan; drop {flags}")
@@ -118,7 +118,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
-                        finish)
+                        finish, bool(values.get("require_valid")))
     else:
         plan, skipped = make_plan(values, command)
         name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
@@ -141,11 +141,11 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
             return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
-                        finish)
+                        finish, bool(values.get("require_valid")))
 
 
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
-         finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
+         finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False) -> int:
     from .pipeline import execute
 
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
@@ -160,7 +160,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         from .tracking import where
 
         print(where(plan.config.log_to))
-    return exit_status(executed)
+    return exit_status(executed, require_valid)
 
 
 if __name__ == "__main__":

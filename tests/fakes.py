@@ -116,9 +116,41 @@ class SlowRunner(FakeRunner):
     delay_s = 0.02
 
 
+def _machine(other_cores: float) -> None:
+    """This worker's view of the machine from now on: the machine's busy time is its own plus ``other_cores`` of
+    other work (and nothing else), whatever the real machine is doing."""
+    from inferbench.measure import machine
+
+    tps, start = machine._ticks(), time.monotonic()
+
+    def stat() -> str:
+        own = machine.read_own_stat().rsplit(")", 1)[1].split()
+        ticks = float(own[11]) + float(own[12]) + other_cores * (time.monotonic() - start) * tps
+        return f"cpu  {ticks:.0f} 0 0 1000000 0 0 0 0 0 0\n"
+
+    machine.read_proc_stat = stat
+
+
+class QuietRunner(FakeRunner):
+    """The machine is quiet: no other work during the blocks."""
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        _machine(0.0)
+
+
+class BusyRunner(FakeRunner):
+    """Other work takes 1.8 cores throughout, as a neighbour's job on a shared 2-core runner would."""
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        _machine(1.8)
+
+
 FAKES = {
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
     "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
+    "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner",
 }
 
 

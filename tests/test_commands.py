@@ -172,15 +172,16 @@ def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin
     (thr,) = recommendations(recs, "throughput")
     assert thr["unit"] == "samples/s" and thr["ci95"][0] < thr["value"] < thr["ci95"][1]
     lines = recommendation_lines([rec])
-    assert lines[0] == "recommendation (median latency, lower is better; verified cells only):"
-    assert lines[1].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: onnxrt, 5.")
-    assert lines[2].startswith("    2.00x better than tf [95% CI")  # the margin on its own line
+    assert lines[0] == "validity not known: machine state unknown: not recorded"  # first: was the machine quiet?
+    assert lines[1] == "recommendation (median latency, lower is better; verified cells only):"
+    assert lines[2].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: onnxrt, 5.")
+    assert lines[3].startswith("    2.00x better than tf [95% CI")  # the margin on its own line
     assert lines[-1] == "  energy not measured: no energy figures in this record"
     # without raw samples (an incomplete record): the value, no interval, a point margin that says so
     bare = [{**r, "raw_latencies_ms": None} for r in recs]
     (rec,) = recommendations(bare, "p50")
     assert rec["ci95"] is None and rec["margin"]["method"] == "none-no-raw-latencies"
-    assert "(no interval: none-no-raw-latencies)" in recommendation_lines([rec])[2]
+    assert "(no interval: none-no-raw-latencies)" in recommendation_lines([rec])[3]
 
 
 def test_cells_of_different_thread_counts_are_never_one_group():
@@ -200,8 +201,8 @@ def test_a_margin_within_the_noise_says_either_will_do_and_energy_says_why_it_is
             for fw, p in (("onnxrt", 5.0), ("openvino", 5.05))]
     (rec,) = recommendations(recs, "p50")
     assert not rec["margin"]["significant"]
-    assert recommendation_lines([rec])[2].startswith("    openvino is within the noise (1.0")
-    assert recommendation_lines([rec])[2].endswith("]): either will do")
+    assert recommendation_lines([rec])[3].startswith("    openvino is within the noise (1.0")
+    assert recommendation_lines([rec])[3].endswith("]): either will do")
     (energy,) = recommendations(recs, "energy")
     assert energy["recommended"] is None and energy["reason"] == (
         "no verified cell with energy per inference (no RAPL zone)")
@@ -219,7 +220,7 @@ def test_a_run_writes_its_recommendation_for_the_objective(fakes, tmp_path, caps
     assert answer["objective"] == "p99"
     (rec,) = answer["recommendations"]
     assert rec["recommended"] == "fake" and rec["not_ranked"] == {"fake-wrong": "parity failed"}
-    assert capsys.readouterr().out.startswith("recommendation (p99 latency, lower is better")
+    assert capsys.readouterr().out.splitlines()[1].startswith("recommendation (p99 latency, lower is better")
 
 
 # --------------------------------------------------------------------------- files and loading

@@ -403,3 +403,25 @@ def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys)
     error = results.load(tmp_path / "out").iloc[0]["error"]
     assert "\n" not in error and ("safetensor" in error.lower() or "header" in error.lower()), error
 
+
+
+def test_a_run_beside_busy_processes_says_it_is_not_valid(default_run, tmp_path, capsys):
+    """Real work beside a real run (one busy loop per core): every cell is marked not valid, and the answer says so
+    first, whatever the timings say."""
+    import subprocess
+    import sys
+
+    _, _, cache_dir = default_run
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(0.5)
+        code = main([*MODEL, *QUICK, "--duration", "2.1", "--rounds", "3", "--framework", "onnxrt",
+                     "--output-dir", str(tmp_path / "out"), "--cache-dir", str(cache_dir), "--require-valid"])
+    finally:
+        for hog in hogs:
+            hog.kill()
+    out = capsys.readouterr()
+    assert code == 1 and "--require-valid: the run is not valid" in out.err
+    assert out.out.startswith("NOT VALID (1 of 1 cells): other work took ")
+    rec = results.load(tmp_path / "out").iloc[0]
+    assert rec["validity.valid"] == False and rec["machine_state.other_cores_max"] > 0.5  # noqa: E712

@@ -142,7 +142,9 @@ def test_the_report_opens_with_the_answer_and_shows_only_the_users_data(tmp_path
     out = tmp_path / "report"
     assert main([str(tmp_path), "--out", str(out), "--objective", "p50"]) == 0
     text = (out / "report.md").read_text()
-    assert text.startswith("# inferbench report\n\n## Recommendation\n\n```\nrecommendation (median latency")
+    assert text.startswith("# inferbench report\n\n## Recommendation\n\n```\nvalidity not known: machine state "
+                           "unknown: measured before inferbench watched the machine (schema 4 and older)\n"
+                           "recommendation (median latency")
     assert ": onnxrt, 2.000 ms" in text
     assert "external" not in text.lower() and "perfacct" not in text  # no one else's figures unless asked
     assert "no energy figures" in text and "no data" not in text.split("## Power and energy")[1].split("##")[0]

@@ -6,7 +6,9 @@ same within 2% on this project's 2-core machine, and costs seconds to import); o
 with TF32 off. It runs in a child process with the run's
 thread count and controlled environment, best of several repeats after a warm-up, and is cached per
 (host, device, threads, library versions) in the artifact cache, so a machine pays for it once
-(about 1 s on the CPU). A measurement taken while something else loaded the machine stays low: delete
+(about 1 s on the CPU). Other work's share of the machine is watched meanwhile (``machine``): a measurement
+taken while other work took more of it than a run allows (``valid``: false) is used once, never cached
+(a busy machine's peak was once a fifth of the real one and inflated every "% of peak"). Delete
 ``<cache dir>/peak/`` to measure again.
 
     python -m inferbench.measure.peak cpu     # prints the measurement as JSON (what the parent runs)
@@ -22,6 +24,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from .machine import MAX_OTHER_LOAD
 
 METHOD = "best-matmul-fp32"
 CPU_SIZE = 2048
@@ -76,7 +80,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    full = {**key, "kind": kind, "versions": versions}
+    full = {**key, "kind": kind, "versions": versions, "format": 2}  # 2: only valid measurements are cached
     digest = hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "peak" / f"{digest}.json"
     try:
@@ -90,7 +94,9 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         return {"gflops": None, "method": METHOD, "why": f"the measurement failed: {str(exc).splitlines()[0][:200]}"}
-    if result.get("gflops"):
+    busy = (result.get("machine") or {}).get("other_cores")
+    result["valid"] = None if busy is None else busy <= MAX_OTHER_LOAD * max(int(key.get("threads") or 1), 1)
+    if result.get("gflops") and result["valid"]:  # a measurement on a busy machine is never cached
         from ..files import atomic_write_text
 
         try:
@@ -101,5 +107,16 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     return result
 
 
+def measured_with_machine(kind: str) -> dict[str, Any]:
+    """:func:`measure`, with how much of the machine other work took meanwhile (``machine``)."""
+    from .machine import MachineMonitor
+
+    monitor = MachineMonitor()
+    monitor.start()
+    start = time.perf_counter()
+    result = measure(kind)
+    return {**result, "machine": monitor.stop(time.perf_counter() - start)}
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure(sys.argv[1])))
+    print(json.dumps(measured_with_machine(sys.argv[1])))

@@ -72,6 +72,9 @@ class Session:
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
         self.timing, self.energy = _energy_setup(job, emit)
+        from ..measure.machine import MachineMonitor
+
+        self.monitors = [*self.energy.monitors, ("machine", MachineMonitor())]  # read around each block, not in it
         self.call, self.sync, self.region = _timed_call(self.runner, self.batch, self.prepared, cell)
         emit("warm-up")
         from ..measure.timing import warm_up
@@ -90,8 +93,7 @@ class Session:
         if not self.blocks:
             self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
                       "interleaved with the group's other cells")
-        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index,
-                                     monitors=self.energy.monitors))
+        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=self.monitors))
         return {"round": round_index}
 
     def finish(self) -> CellOutcome:
@@ -127,8 +129,28 @@ class Session:
                 "gpu_state": self.energy.gpu_state or None,
                 "device_check": self.device_check,
                 "runner": self.runner.details(),
+                **machine_state(self.blocks, self.job.config, self.energy.gpu_state),
             },
         )
+
+
+def machine_state(blocks: list[Any], config: Any, gpu_state: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``machine_state`` (the machine during every block) and ``validity``: not valid when other work
+    took more than ``config.max_other_load`` of the run's cores in a block, or, on a GPU, when another process
+    used it or its clocks were held down (power cap, thermal) at the start or the end."""
+    from ..measure.machine import summarize
+
+    state = summarize([b.monitors["machine"] for b in blocks], config.threads, config.max_other_load)
+    validity = state.pop("validity")
+    for when in ("start", "end"):
+        gpu = (gpu_state or {}).get(when) or {}
+        if validity["valid"] is not False and gpu.get("other_processes"):
+            validity = {"valid": False, "reason": f"{gpu['other_processes']} other process(es) used the GPU at the "
+                                                  f"{when} of the cell"}
+        if validity["valid"] is not False and gpu.get("throttle_reasons"):
+            validity = {"valid": False, "reason": f"the GPU's clocks were held down at the {when} of the cell "
+                                                  f"({', '.join(gpu['throttle_reasons'])})"}
+    return {"machine_state": state, "validity": validity}
 
 
 def run(job: CellJob, emit: Emit) -> CellOutcome:
