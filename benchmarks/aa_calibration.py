@@ -30,11 +30,14 @@ def main() -> None:
 
     import numpy as np
 
-    from inferbench.config import build, with_defaults
-    from inferbench.frameworks import get_framework
+    from inferbench.cli.options import build, with_defaults
+    from inferbench.execution.childenv import child_env
+    from inferbench.execution.exports import ensure_exports
+    from inferbench.execution.pipeline import cell_job
+    from inferbench.execution.progress import Progress
+    from inferbench.execution.rounds import measure_group
     from inferbench.measure.stats import INVOCATION_SD, compare, iid_compare
-    from inferbench.pipeline import Progress, cell_job, child_env, ensure_exports
-    from inferbench.rounds import measure_group
+    from inferbench.registry.frameworks import get_framework
 
     values = with_defaults({"frameworks": [args.framework], "rounds": args.rounds, "duration": args.duration,
                             "cache_dir": args.cache_dir, "device": "cpu"}, "run")

@@ -33,10 +33,11 @@ REMADE = "reference/inputs.npy"  # made again from the seed on unpacking
 
 
 def pack(out: Path, model: str, resolution: int, batch_sizes: tuple[int, ...], cache_dir: str) -> None:
-    from inferbench.config import build, with_defaults
-    from inferbench.errors import UsageError
-    from inferbench.frameworks import get_framework
-    from inferbench.pipeline import Progress, ensure_exports
+    from inferbench.base.errors import UsageError
+    from inferbench.cli.options import build, with_defaults
+    from inferbench.execution.exports import ensure_exports
+    from inferbench.execution.progress import Progress
+    from inferbench.registry.frameworks import get_framework
 
     keys = ["onnxrt", "torch-native"]  # their artifacts: the ONNX export, and the Keras model with its reference
     values = with_defaults({"frameworks": keys, "models": [model], "resolutions": [resolution],
@@ -58,7 +59,7 @@ def pack(out: Path, model: str, resolution: int, batch_sizes: tuple[int, ...], c
 def unpack(archive: Path, cache_dir: Path) -> None:
     from inferbench.exporters import cache
     from inferbench.exporters.reference import parity_inputs
-    from inferbench.models import get_model
+    from inferbench.registry.models import get_model
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:xz") as tar:

@@ -51,11 +51,12 @@ class StandInSensor:
 
 def child(framework: str, folder: str, blocks: int, block_s: float, threads: int, sampler: bool,
           gpu_uuid: str | None = None) -> dict:
-    from inferbench.exporters import EXPORTERS
-    from inferbench.frameworks import get_framework, load_runner
-    from inferbench.measure.timing import TimingConfig, run_block
-    from inferbench.models import get_model, make_inputs
+    from inferbench.measure.timing import run_block
+    from inferbench.registry.artifacts import EXPORTERS
+    from inferbench.registry.frameworks import get_framework, load_runner
+    from inferbench.registry.models import get_model, make_inputs
     from inferbench.runners.base import LoadContext
+    from inferbench.spec import TimingConfig
 
     fw = get_framework(framework)
     spec = get_model("mobilenet_v3_large")
@@ -164,8 +165,8 @@ def main() -> None:
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
     p.add_argument("--gpu-uuid", help=argparse.SUPPRESS)
     args = p.parse_args()
-    from inferbench.device import default_threads
-    from inferbench.isolate import thread_env
+    from inferbench.base.device import default_threads
+    from inferbench.execution.childenv import thread_env
 
     threads = default_threads()
     if args.child:
@@ -175,7 +176,7 @@ def main() -> None:
     folder = ensure_artifacts(args.cache_dir, args.device)
     gpu = None
     if args.device == "gpu":
-        from inferbench.device import resolve
+        from inferbench.base.device import resolve
 
         gpu = resolve("gpu", 0).gpu
     env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else "",

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def list_main(argv: list[str]) -> int:
     """``inferbench list``: the registered models and frameworks, and whether each runs here."""
-    from .cli import Parser, guarded
+    from .cli.common import Parser, guarded
     from .run import list_everything
 
     def body(args: list[str] | None) -> int:

@@ -5,7 +5,7 @@ Cells are matched on their identity (device model, threads, model, resolution, b
 with precision and variant, scenario; not the host: a CI runner is rebuilt); where a folder holds
 several records of one cell, the latest is used and the line says so. OLD and NEW come from
 different runs, so the interval is the unpaired one
-(:func:`inferbench.ranking.comparison`): both cells' between-round variation plus the invocation term.
+(:func:`inferbench.analysis.ranking.comparison`): both cells' between-round variation plus the invocation term.
 
 Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
 interval`` (fewer than 3 rounds, or no raw samples, on a side), and with ``--fail-above PCT``:
@@ -23,11 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, check_writable, guarded, typed
-from .config import non_negative_float, path_value
-from .errors import UsageError
-from .results import write_csv
-from .summary import fmt, table
+from .base.errors import UsageError
+from .cli.common import Parser, guarded, typed
+from .cli.options import non_negative_float, path_value
+from .cli.summary import fmt, table
+from .execution.folders import check_writable
+from .records.table import write_csv
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 
@@ -55,9 +56,10 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
 
 
 def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per cell found in both frames (of :func:`inferbench.results.load`), and the lines about
+    """One row per cell found in both frames (of :func:`inferbench.records.load`), and the lines about
     cells found on one side only or several times."""
-    from .ranking import comparison, device_model
+    from .analysis.ranking import comparison
+    from .records.table import device_model
 
     notes = []
     sides = {}
@@ -114,7 +116,7 @@ def _label(cell: dict[str, Any]) -> str:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from .results import load
+    from .records.load import load
 
     args = build_parser(typed(prog)).parse_args(argv)
     if args.csv:  # bad input, not a regression: exit 2 before anything is read (exit 1 means "regressed")

@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import markdown
-from .cli import Parser, check_writable, guarded, typed
-from .config import add_options, path_value, with_defaults
-from .errors import UsageError
-from .ranking import contenders, recommendation_lines, recommendations
-from .results import atomic_write_bytes, atomic_write_text, write_recommendation
+from .analysis.ranking import contenders, recommendation_lines, recommendations, write_recommendation
+from .base import markdown
+from .base.errors import UsageError
+from .base.files import atomic_write_bytes, atomic_write_text
+from .cli.common import Parser, guarded, typed
+from .cli.options import add_options, path_value, with_defaults
+from .execution.folders import check_writable
 
 
 def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:

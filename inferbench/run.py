@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
-from .config import add_options, build, given, open_files, verbosity, with_defaults
-from .device import list_gpus
-from .errors import UsageError
-from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
-from .models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
-from .summary import format_summary, terminal_width
+from .base.device import list_gpus
+from .base.errors import UsageError
+from .cli.common import Parser, exit_status, guarded, say_skipped, typed
+from .cli.options import add_options, build, given, open_files, verbosity, with_defaults
+from .cli.summary import format_summary, terminal_width
+from .execution.folders import check_writable, new_folder
+from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
+from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
 
 
 def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentParser:
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from .pipeline import execute, folder_lock
+    from .execution.folders import folder_lock
+    from .execution.pipeline import execute
 
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
@@ -112,7 +114,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)
     if config.log_to:
-        from .tracking import where
+        from .execution.tracking import where
 
         print(where(config.log_to))
     return exit_status(executed, bool(values.get("require_valid")))

@@ -12,15 +12,16 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import Parser, guarded, typed
-from .config import RunnerOptions, add_options, given, with_defaults
-from .device import list_gpus
-from .errors import UsageError
+from .base.device import list_gpus
+from .base.errors import UsageError
+from .cli.common import Parser, guarded, typed
+from .cli.options import add_options, given, with_defaults
 from .exporters import already_made, key_inputs
 from .exporters import cache as artifact_cache
-from .frameworks import FRAMEWORKS, unavailable_reason
-from .models import get_model
+from .registry.frameworks import FRAMEWORKS, unavailable_reason
+from .registry.models import get_model
 from .run import main as run_main
+from .spec import RunnerOptions
 
 MODEL = "mobilenet_v3_large"  # the default model, at its own resolution, seeded random weights
 

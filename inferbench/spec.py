@@ -1,7 +1,7 @@
 """The typed chain's wire objects: what a run's configuration, a cell's identity, a job sent to a child process
 and the result it sends back are. Frozen dataclasses, each making a JSON round trip through
-:mod:`inferbench.codec`; they import the registries they name (frameworks, models, scenarios, the device) and
-nothing that builds them: the command lines' options and :func:`inferbench.config.build` sit above.
+:mod:`inferbench.base.codec`; they import the registries they name (frameworks, models, scenarios, the device) and
+nothing that builds them: the command lines' options and :func:`inferbench.cli.options.build` sit above.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import decode, encode
-from .device import Device
-from .frameworks import COMMON_OPTIONS, Framework, get_framework
-from .measure.timing import TimingConfig
-from .models import ModelFile
-from .scenarios import SCENARIOS
+from .base.codec import decode, encode
+from .base.device import Device
+from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
+from .registry.models import ModelFile
+from .registry.scenarios import SCENARIOS
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
@@ -84,7 +83,7 @@ class CellKey:
     def check(self) -> None:
         """The cell against the registries: a model and framework that exist, a resolution the model
         takes, a precision and runner options its framework takes (UsageError or ValueError if not)."""
-        from .models import get_model
+        from .registry.models import get_model
 
         fw = get_framework(self.framework)
         get_model(self.model).resolution(self.resolution)
@@ -118,6 +117,33 @@ def record_filename(model: str, resolution: int, batch_size: int, framework: str
     parts += [variant] if variant else []
     parts += [scenario] if scenario != "inference" else []
     return "_".join(parts) + ".json"
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup_iterations: int = 5
+    warmup_seconds: float = 1.0
+    min_duration_s: float = 4.0  # per cell, all rounds together
+    min_iterations: int = 16  # per cell, all rounds together
+    rounds: int = 8
+
+    def __post_init__(self) -> None:
+        if self.warmup_iterations < 0 or self.warmup_seconds < 0:
+            raise ValueError("warm-up must not be negative")
+        if self.min_iterations < 1:
+            raise ValueError("min_iterations must be at least 1")
+        if self.min_duration_s < 0:
+            raise ValueError("min_duration_s must not be negative")
+        if self.rounds < 1:
+            raise ValueError("rounds must be at least 1")
+
+    @property
+    def block_s(self) -> float:
+        return self.min_duration_s / self.rounds
+
+    @property
+    def block_iterations(self) -> int:
+        return math.ceil(self.min_iterations / self.rounds)
 
 
 @dataclass(frozen=True)

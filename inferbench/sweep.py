@@ -23,22 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .cli import Parser, check_writable, exit_status, guarded, new_folder, say_skipped, typed
-from .config import (
-    BY_NAME,
-    Plan,
-    add_options,
-    build,
-    given,
-    read_config_file,
-    record_filename,
-    verbosity,
-    with_defaults,
-)
-from .device import list_gpus
-from .errors import UsageError
-from .results import atomic_write_text
-from .summary import format_summary, terminal_width
+from .base.device import list_gpus
+from .base.errors import UsageError
+from .base.files import atomic_write_text
+from .cli.common import Parser, exit_status, guarded, say_skipped, typed
+from .cli.options import BY_NAME, Plan, add_options, build, given, read_config_file, verbosity, with_defaults
+from .cli.summary import format_summary, terminal_width
+from .execution.folders import check_writable, new_folder
+from .spec import record_filename
 
 PLAN = "sweep.json"
 GRID = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
@@ -109,7 +101,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                   finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
     """A new sweep (``values``: the options given, on ``command``'s defaults) or a resumed one (``resume``);
     ``finish(folder, records)`` runs after the cells (the zoo's matrix)."""
-    from .pipeline import folder_lock
+    from .execution.folders import folder_lock
 
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
@@ -146,7 +138,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
 
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False) -> int:
-    from .pipeline import execute
+    from .execution.pipeline import execute
 
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
@@ -157,7 +149,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         finish(sweep_dir, executed.records)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
-        from .tracking import where
+        from .execution.tracking import where
 
         print(where(plan.config.log_to))
     return exit_status(executed, require_valid)

@@ -22,11 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, markdown
-from .cli import Parser, guarded, typed
-from .config import add_options, given
-from .errors import UsageError
-from .results import atomic_write_text, compute_rate, write_csv
+from . import __version__
+from .base import markdown
+from .base.errors import UsageError
+from .base.files import atomic_write_text
+from .cli.common import Parser, guarded, typed
+from .cli.options import add_options, given
+from .records.table import compute_rate, write_csv
 
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
@@ -105,8 +107,8 @@ def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -
 def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = None) -> list[dict[str, Any]]:
     """One row per (model of the plan, framework): its outcome. The frameworks are those the plan names, or with
     a set ('all', 'best'), every framework of the registry on the plan's device."""
-    from .frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
-    from .models import get_model
+    from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
+    from .registry.models import get_model
 
     device = plan.config.device.kind
     asked = plan.grid.get("frameworks") or ["all"]
@@ -169,7 +171,7 @@ def _cell_text(row: dict[str, Any]) -> str:
 
 
 def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str, Any] | None) -> str:
-    from .frameworks import FRAMEWORKS
+    from .registry.frameworks import FRAMEWORKS
 
     frameworks = [k for k in FRAMEWORKS if any(r["framework"] == k for r in rows)]
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -235,7 +237,7 @@ def _generic(reason: str, model: str) -> str:
 
 def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
     """``matrix.csv`` and ``matrix.md`` in a zoo folder, from its plan and records (the sweep's finish step)."""
-    from .config import Plan
+    from .cli.options import Plan
     from .sweep import PLAN
 
     plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))

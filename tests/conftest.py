@@ -16,13 +16,14 @@ def fakes(monkeypatch):
     """The fake frameworks and exporter (tests/fakes.py), registered for this test and its child processes."""
     import fakes as module
 
-    from inferbench import exporters, frameworks, pipeline
+    from inferbench.execution import pipeline
+    from inferbench.registry import artifacts, frameworks
 
     registry = dict(frameworks.FRAMEWORKS)
-    exporter_registry = dict(exporters.EXPORTERS)
+    exporter_registry = dict(artifacts.EXPORTERS)
     module.register(registry, exporter_registry)
     monkeypatch.setattr(frameworks, "FRAMEWORKS", registry)
-    monkeypatch.setattr(exporters, "EXPORTERS", exporter_registry)
+    monkeypatch.setattr(artifacts, "EXPORTERS", exporter_registry)
     # the peak FP32 rate is a child process of its own per machine and cache: not measured for the fakes
     monkeypatch.setattr(pipeline, "peak_fp32", lambda config: {"gflops": None, "method": "best-matmul-fp32",
                                                                "why": "not measured with the fake frameworks"})

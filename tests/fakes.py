@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from inferbench.exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, Exporter
-from inferbench.frameworks import Framework
-from inferbench.models import get_model, make_inputs
+from inferbench.registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, Exporter
+from inferbench.registry.frameworks import Framework
+from inferbench.registry.models import get_model, make_inputs
 from inferbench.runners.base import LoadContext, Runner
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +32,7 @@ def _logits(weights: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 def export(ctx: Any) -> dict[str, Any]:
     """Stands in for the Keras exporter: writes the 'model' and the reference inputs and logits."""
-    from inferbench.exporters import PARITY_INPUTS
+    from inferbench.registry.artifacts import PARITY_INPUTS
 
     if os.environ.get("FAKE_EXPORT_LOG"):  # the process each export ran in, for the tests
         with open(os.environ["FAKE_EXPORT_LOG"], "a") as log:
@@ -163,8 +163,8 @@ def frameworks() -> dict[str, Framework]:
 
 def register(registry: dict[str, Framework] | None = None, exporters: dict[str, Exporter] | None = None) -> None:
     """Add the fake frameworks and put the fake exporters in the Keras and reference exporters' place."""
-    from inferbench import exporters as ex
-    from inferbench import frameworks as fw
+    from inferbench.registry import artifacts as ex
+    from inferbench.registry import frameworks as fw
 
     (fw.FRAMEWORKS if registry is None else registry).update(frameworks())
     registry = ex.EXPORTERS if exporters is None else exporters

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from fakes import WEIGHTS, _logits
 
-from inferbench.exporters import timed_reference
-from inferbench.models import get_model, make_inputs
+from inferbench.registry.artifacts import timed_reference
+from inferbench.registry.models import get_model, make_inputs
 
 
 def export(ctx: Any) -> dict[str, Any]:

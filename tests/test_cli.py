@@ -121,8 +121,9 @@ def test_list_shows_models_and_frameworks(capsys):
 
 def test_import_inferbench_imports_no_framework():
     code = (
-        "import sys, inferbench, inferbench.run, inferbench.results, inferbench.models, inferbench.frameworks, "
-        "inferbench.exporters, inferbench.parity, inferbench.summary, inferbench.isolate\n"
+        "import sys, inferbench, inferbench.run, inferbench.records, inferbench.registry.models, "
+        "inferbench.registry.frameworks, inferbench.exporters, inferbench.measure.parity, inferbench.cli.summary, "
+        "inferbench.execution.isolate, inferbench.analysis.ranking\n"
         "heavy = [m for m in ('tensorflow', 'torch', 'onnxruntime', 'keras', 'onnx', 'tensorrt') if m in sys.modules]\n"
         "print(heavy)"
     )
@@ -144,7 +145,7 @@ def test_a_users_runs_never_land_among_the_committed_results():
     project's committed records (benchmark_results/) pass after it too."""
     import subprocess
 
-    from inferbench.config import BY_NAME, MEASURING
+    from inferbench.cli.options import BY_NAME, MEASURING
 
     root = Path(__file__).resolve().parent.parent
     for command in (*MEASURING, "selftest"):

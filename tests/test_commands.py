@@ -12,17 +12,18 @@ from importlib.metadata import entry_points
 import pytest
 from test_results import make_record
 
-from inferbench import __version__, results
+from inferbench import __version__, records
+from inferbench.analysis.ranking import recommendation_lines, recommendations, write_summary
+from inferbench.base.codec import encode
 from inferbench.commands import COMMANDS
 from inferbench.commands import main as inferbench
-from inferbench.ranking import recommendation_lines, recommendations
 
 ROUNDS = [i % 4 for i in range(50)]
 
 
-def _folder(path, *records):
-    for r in records:
-        results.write_record(path, r)
+def _folder(path, *recs):
+    for r in recs:
+        records.write_record(path, r)
     return path
 
 
@@ -160,7 +161,7 @@ def test_compare_refuses_folders_with_nothing_in_common(tmp_path, capsys):
 def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin():
     fast_unverified = make_record("torch-native", p50=2.0, raw_rounds=ROUNDS,
                                   parity={**make_record().parity, "status": "not_applicable"})
-    recs = [results.encode(r) for r in (make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
+    recs = [encode(r) for r in (make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
                                         make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}),
                                         fast_unverified)]
     (rec,) = recommendations(recs, "p50")
@@ -188,7 +189,7 @@ def test_cells_of_different_thread_counts_are_never_one_group():
     one = make_record("onnxrt", raw_rounds=ROUNDS, config={"device": {"kind": "cpu", "gpu": None}, "threads": 1})
     two = make_record("onnxrt", p50=3.0, raw_rounds=ROUNDS, config={"device": {"kind": "cpu", "gpu": None},
                                                                     "threads": 2})
-    recs = recommendations([results.encode(one), results.encode(two)])
+    recs = recommendations([encode(one), encode(two)])
     assert [(r["threads"], r["recommended"], "runner_up" in r) for r in recs] == [(1, "onnxrt", False),
                                                                                  (2, "onnxrt", False)]
     assert any(", 2 threads: onnxrt, 3.060 ms" in line for line in recommendation_lines(recs))
@@ -196,7 +197,7 @@ def test_cells_of_different_thread_counts_are_never_one_group():
 
 
 def test_a_margin_within_the_noise_says_either_will_do_and_energy_says_why_it_is_missing():
-    recs = [results.encode(make_record(fw, p50=p, raw_rounds=ROUNDS, timing={"group": "g"},
+    recs = [encode(make_record(fw, p50=p, raw_rounds=ROUNDS, timing={"group": "g"},
                                        energy={"available": False, "reason": "no RAPL zone"}))
             for fw, p in (("onnxrt", 5.0), ("openvino", 5.05))]
     (rec,) = recommendations(recs, "p50")
@@ -228,8 +229,8 @@ def test_a_run_writes_its_recommendation_for_the_objective(fakes, tmp_path, caps
 def test_results_are_written_with_the_users_umask(tmp_path, umask, mode):
     old = os.umask(umask)
     try:
-        path = results.write_record(tmp_path, make_record())
-        results.write_summary(tmp_path, [results.encode(make_record())])
+        path = records.write_record(tmp_path, make_record())
+        write_summary(tmp_path, [encode(make_record())])
     finally:
         os.umask(old)
     for file in (path, tmp_path / "summary.csv", tmp_path / "comparisons.csv", tmp_path / "recommendation.json"):
@@ -241,12 +242,12 @@ def test_one_loader_feeds_the_analysis(tmp_path):
 
     folder = _folder(tmp_path / "run", make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
                      make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}))
-    results.write_summary(folder, [])  # the run's own files beside the records are not records
-    df = results.load(folder)
-    assert analysis.load is results.load
+    write_summary(folder, [])  # the run's own files beside the records are not records
+    df = records.load(folder)
+    assert analysis.load is records.load
     assert {"device_name", "p50_ms", "ranked", "cell"} <= set(df.columns)
     assert analysis.compare(df, "onnxrt", "tf").startswith("onnxrt is 2.00x the speed of tf")
-    assert len(results.load([folder, folder / "mobilenet_v3_large_224_bs1_tf.json"])) == 2  # each file once
+    assert len(records.load([folder, folder / "mobilenet_v3_large_224_bs1_tf.json"])) == 2  # each file once
 
 
 # --------------------------------------------------------------------------- progress
@@ -256,7 +257,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_updates_one_line_on_a_terminal_and_prints_results_only_when_piped():
-    from inferbench.pipeline import Progress
+    from inferbench.execution.progress import Progress
 
     for stream, verbosity in ((_Terminal(), 0), (io.StringIO(), 0), (io.StringIO(), 1), (io.StringIO(), -1)):
         p = Progress(2, stream, verbosity)
@@ -288,9 +289,9 @@ def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):
 
 
 def test_the_table_narrows_to_a_terminal_and_says_what_it_left_out():
-    from inferbench.summary import format_summary
+    from inferbench.cli.summary import format_summary
 
-    recs = [results.encode(make_record(fw, raw_rounds=ROUNDS)) for fw in ("onnxrt", "torch-inductor")]
+    recs = [encode(make_record(fw, raw_rounds=ROUNDS)) for fw in ("onnxrt", "torch-inductor")]
     full = format_summary(recs)  # piped: every column
     table = [line for line in full.splitlines() if line.startswith("framework")][0]
     assert "peak MB" in table and len(table) > 100

@@ -1,7 +1,7 @@
 import pytest
 
-from inferbench.device import Device, Gpu, resolve
-from inferbench.errors import UsageError
+from inferbench.base.device import Device, Gpu, resolve
+from inferbench.base.errors import UsageError
 from inferbench.scenarios.inference import check_device
 
 GPUS = [Gpu(0, "GPU-aaa", "NVIDIA A2", "00000000:17:00.0", 15000.0),

@@ -9,8 +9,8 @@ import os
 import pytest
 from test_pipeline import QUICK
 
-from inferbench import results
-from inferbench.device import cpu_quota, default_threads
+from inferbench import records
+from inferbench.base.device import cpu_quota, default_threads
 from inferbench.measure import machine
 from inferbench.run import main as run_main
 
@@ -118,7 +118,7 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
     out = capsys.readouterr().out
     assert out.startswith("VALID: other work stayed within what is allowed in every block (1 cells)\n"
                           "recommendation (median latency")
-    rec = results.load(tmp_path / "quiet" / "out").iloc[0]
+    rec = records.load(tmp_path / "quiet" / "out").iloc[0]
     assert rec["validity.valid"] == True and rec["machine_state.other_cores_max"] < 0.1  # noqa: E712
     assert rec["schema_version"] == 5 and len(rec["machine_state.blocks"]) == 4
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from inferbench.measure.stats import INVOCATION_SD, compare, iid_compare, round_medians, stability, summarize, t975
-from inferbench.measure.timing import BLOCK_WARMUP_CALLS, TimingConfig, run_timed
+from inferbench.measure.timing import BLOCK_WARMUP_CALLS, run_timed
+from inferbench.spec import TimingConfig
 
 
 class FakeClock:

@@ -12,10 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from inferbench import models, results
-from inferbench.errors import UsageError
-from inferbench.frameworks import choose
-from inferbench.models import get_model, make_inputs, open_model_file, register
+from inferbench import records
+from inferbench.base.errors import UsageError
+from inferbench.registry import models
+from inferbench.registry.frameworks import choose
+from inferbench.registry.models import get_model, make_inputs, open_model_file, register
 from inferbench.run import main
 
 QUICK = ["--duration", "0.3", "--rounds", "3", "--warmup", "2", "--warmup-seconds", "0", "--min-iterations", "3",
@@ -199,7 +200,7 @@ def test_list_says_what_runs_a_model_file(capsys, tmp_path):
 
 # --------------------------------------------------------------------------- end to end, real frameworks
 def _records(out):
-    df = results.load(out)
+    df = records.load(out)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
     return df
 
@@ -287,7 +288,7 @@ def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):
     # the same archive as --weights, and a config.json just over the cap without compression
     with pytest.raises(UsageError, match="refused as a zip bomb"):
         models.describe_weights(str(bomb))
-    from inferbench import filecheck
+    from inferbench.registry import filecheck
 
     big = keras_archive(tmp_path / "big.keras", {"config": {}, "pad": " " * 2**20})
     with pytest.raises(UsageError, match=r"its config.json is 1 MiB \(at most 0 MiB\)"):

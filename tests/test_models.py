@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from inferbench.errors import UsageError
-from inferbench.frameworks import FRAMEWORKS, choose, unavailable_reason
-from inferbench.models import MODELS, describe_weights, get_model, list_models, make_images, make_inputs
+from inferbench.base.errors import UsageError
+from inferbench.registry.frameworks import FRAMEWORKS, choose, unavailable_reason
+from inferbench.registry.models import MODELS, describe_weights, get_model, list_models, make_images, make_inputs
 
 
 def test_registry_has_the_promised_models():
@@ -34,7 +34,7 @@ def test_resolution_limits_per_model():
 
 
 def test_model_patterns_on_the_command_line():
-    from inferbench.config import expand_patterns
+    from inferbench.cli.options import expand_patterns
 
     assert expand_patterns(["efficientnet_b[01]", "vgg16", "efficientnet_b0"]) == [
         "efficientnet_b0", "efficientnet_b1", "vgg16"]
@@ -117,7 +117,8 @@ def test_every_runner_path_resolves_to_a_module_file():
 def test_every_model_has_a_keras_builder_name():
     for spec in MODELS.values():
         module, _, name = spec.keras_builder.rpartition(":")
-        assert (module == "inferbench.builders" and name[0].islower()) or (not module and name[0].isupper()), spec
+        builder = module == "inferbench.registry.builders" and name[0].islower()
+        assert builder or (not module and name[0].isupper()), spec
 
 
 def _names_in(module: str, expression: str) -> set[str]:
@@ -136,7 +137,7 @@ def _names_in(module: str, expression: str) -> set[str]:
 def test_every_keras_application_is_registered_and_every_twin_exists():
     """Every builder keras.applications ships is registered (none forgotten, none misspelt), and every
     torchvision twin named in the registry exists in the installed torchvision."""
-    from inferbench import builders
+    from inferbench.registry import builders
 
     shipped = _names_in("keras.applications", "n for n in dir(m) if n[0].isupper()")
     registered = {s.keras_builder for s in MODELS.values() if ":" not in s.keras_builder}
@@ -154,7 +155,7 @@ def test_precision_options():
     assert FRAMEWORKS["tensorrt-fp16"].precision_for("fp16") == "fp16"
     with pytest.raises(UsageError, match="tf runs in fp32 only"):
         FRAMEWORKS["tf"].precision_for("fp16")
-    from inferbench.config import precisions_of
+    from inferbench.cli.options import precisions_of
 
     assert precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=False) == ["fp32"]  # with 'all', others keep theirs
     assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False) == ["bf16"]
@@ -167,7 +168,7 @@ def test_precision_options():
 def test_every_regnet_stage_has_whole_groups_of_its_group_width():
     """Keras 2's table gives RegNetX-8.0GF's first stage 80 filters in groups of 120: zero groups, and the model
     could not be built (the zoo found it). The group width is capped at the stage's width, as in the paper's code."""
-    from inferbench.builders import REGNETS, group_count
+    from inferbench.registry.builders import REGNETS, group_count
 
     for name, (_, _, widths, group_width) in REGNETS.items():
         for width in widths:
@@ -179,7 +180,7 @@ def test_every_regnet_stage_has_whole_groups_of_its_group_width():
 
 @pytest.mark.slow
 def test_regnetx_080_builds():
-    from inferbench.builders import regnet
+    from inferbench.registry.builders import regnet
 
     model = regnet("x080", input_shape=(32, 32, 3))
     assert model.output_shape == (None, 1000) and model.get_layer("s1_b1_b_conv").groups == 1

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from inferbench.parity import THRESHOLDS, DegenerateReference, check_reference, compare
+from inferbench.measure.parity import THRESHOLDS, DegenerateReference, check_reference, compare
 
 
 def _reference(n=16, classes=1000, seed=0):
@@ -86,7 +86,7 @@ def test_a_model_with_a_large_own_spread_gets_a_wider_gate_and_others_do_not():
     differs from the graph reference by up to 1.55e-3 per image: each image within 3x that spread (the cosine gap
     within 9x) passes them; a model with a small spread keeps the fixed gate, a broken export still fails the
     wider one, and a spread that is not finite, measured another way or huge widens nothing or only so far."""
-    from inferbench.parity import SPREAD_METHOD, WIDEST
+    from inferbench.measure.parity import SPREAD_METHOD, WIDEST
 
     ref = _reference()
     scale = np.abs(ref).max()
@@ -121,7 +121,7 @@ def test_a_model_with_a_large_own_spread_gets_a_wider_gate_and_others_do_not():
 def test_the_spread_is_measured_image_by_image():
     """A batch's error relative to its max |reference| hides an image with small logits (ResNet-152's 16 reference
     images span max |logit| 2.7 to 66): the spread takes each image relative to its own."""
-    from inferbench.parity import spread
+    from inferbench.measure.parity import spread
 
     ref = _reference()
     ref[0] *= 20  # one image with logits 20x the others'

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferbench import SCHEMA_VERSION, results
+from inferbench import SCHEMA_VERSION, records
 from inferbench.run import main as run_main
 from inferbench.sweep import main as sweep_main
 
@@ -53,7 +53,7 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     assert rec["parity"]["checked_batch_sizes"] == [16, 2]
     assert rec["memory"]["timed_peak_host_mb"] > 0
     assert rec["config"]["threads"] == 1 and rec["config"]["device"] == {"kind": "cpu", "gpu": None}
-    results.parse(rec, "record")  # and it reads back as a Record
+    records.parse(rec, "record")  # and it reads back as a Record
     out = capsys.readouterr().out
     # the answer first: whether the machine let it be valid, then the recommendation, before the table
     assert out.startswith("validity not known: machine state unknown: the timed blocks (0.")  # QUICK's are tiny
@@ -69,7 +69,7 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
 
 def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-wrong,fake-crash") == 1
-    df = results.load(tmp_path / "out").set_index("framework")
+    df = records.load(tmp_path / "out").set_index("framework")
     assert df.loc["fake", "status"] == "ok" and df.loc["fake", "parity.status"] == "passed"
     assert df.loc["fake-wrong", "status"] == "ok" and df.loc["fake-wrong", "parity.status"] == "failed"
     assert df.loc["fake-crash", "status"] == "failed"
@@ -85,7 +85,7 @@ def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, 
     monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
     assert _run(tmp_path, "--framework", "fake,fake-slow,fake-wrong", "--rounds", "8") == 1  # fake-wrong: parity
     assert len(log.read_text().split()) == 3  # one worker per cell, each loaded once for all 8 rounds
-    recs = results.iter_records(tmp_path / "out")[0]
+    recs = records.iter_records(tmp_path / "out")[0]
     blocks = sorted((b["started_at"], b["round"], r["framework"]) for r in recs for b in r["timing"]["blocks"])
     assert [rnd for _, rnd, _ in blocks] == sorted(r for r in range(8) for _ in range(3))  # round by round
     orders = {tuple(fw for _, rnd, fw in blocks if rnd == r) for r in range(8)}
@@ -105,7 +105,7 @@ def test_a_models_exports_share_one_process_and_a_failure_fails_its_own(fakes, t
     monkeypatch.setenv("FAKE_REFERENCE_FAILS", "1")
     assert _run(tmp_path, "--framework", "fake", "--seed", "1") == 1
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["keras", "reference"]
-    (rec,) = [r for r in results.iter_records(tmp_path / "out")[0] if r["config"]["seed"] == 1]
+    (rec,) = [r for r in records.iter_records(tmp_path / "out")[0] if r["config"]["seed"] == 1]
     assert rec["status"] == "failed" and "the fake reference export failed" in rec["error"]
     err = capsys.readouterr().err
     assert "export keras  exported in" in err and "export reference  FAILED: RuntimeError: the fake reference" in err
@@ -121,13 +121,13 @@ def test_an_export_killed_in_the_shared_process_is_retried_alone(fakes, tmp_path
     (keras, pid1), (first, pid2), (again, pid3) = (line.split() for line in log.read_text().splitlines())
     assert (keras, first, again) == ("keras", "reference", "reference")
     assert pid1 == pid2 != pid3  # killed in the shared process, then alone
-    (rec,) = results.iter_records(tmp_path / "out")[0]
+    (rec,) = records.iter_records(tmp_path / "out")[0]
     assert rec["status"] == "ok" and rec["parity"]["status"] == "passed"
 
 
 def test_a_worker_that_dies_mid_rounds_fails_alone(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-dies", "--min-iterations", "80") == 1
-    df = results.load(tmp_path / "out").set_index("framework")
+    df = records.load(tmp_path / "out").set_index("framework")
     assert df.loc["fake", "status"] == "ok" and len(df.loc["fake", "timing.blocks"]) == 4
     assert df.loc["fake-dies", "status"] == "failed"
     assert df.loc["fake-dies", "error"] == "child process exited with status 9 without a result"
@@ -135,7 +135,7 @@ def test_a_worker_that_dies_mid_rounds_fails_alone(fakes, tmp_path, capsys):
 
 def test_parity_is_checked_at_the_timed_batch_size_too(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-batchbug", "--batch-size", "4") == 1  # a parity failure
-    df = results.load(tmp_path / "out").set_index("framework")
+    df = records.load(tmp_path / "out").set_index("framework")
     assert df.loc["fake", "parity.checked_batch_sizes"] == [16, 4]
     assert df.loc["fake-batchbug", "parity.status"] == "failed"
     # every parity call runs at the timed batch size, so the bug shows on the reference inputs too
@@ -149,7 +149,7 @@ def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkey
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     monkeypatch.setenv("ORT_FAKE", "1")
     assert _run(tmp_path, "--framework", "fake") == 0
-    (rec,) = results.iter_records(tmp_path / "out")[0]
+    (rec,) = records.iter_records(tmp_path / "out")[0]
     assert rec["runner"]["environment_seen"] == {"TF_XLA_FLAGS": None, "OMP_NUM_THREADS": "1", "ORT_FAKE": None,
                                                  "KERAS_BACKEND": "tensorflow"}
     env = rec["config"]["child_env"]
@@ -157,7 +157,7 @@ def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkey
     assert "not passed on" in capsys.readouterr().err  # and the user is told, naming them
     # passed on by name, on purpose: the child sees it and the record says so
     assert _run(tmp_path, "--framework", "fake", "--pass-env", "TF_XLA_FLAGS") == 0
-    (rec,) = [r for r in results.iter_records(tmp_path / "out")[0] if r["config"]["pass_env"]]
+    (rec,) = [r for r in records.iter_records(tmp_path / "out")[0] if r["config"]["pass_env"]]
     assert rec["runner"]["environment_seen"]["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
     assert rec["config"]["child_env"]["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
     assert rec["config"]["pass_env"] == ["TF_XLA_FLAGS"]
@@ -167,7 +167,7 @@ def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):
     start = time.monotonic()
     assert _run(tmp_path, "--framework", "fake-hang", "--timeout", "3", "-v") == 1  # -v: every phase as a line
     assert time.monotonic() - start < 30
-    rec = results.load(tmp_path / "out").iloc[0]
+    rec = records.load(tmp_path / "out").iloc[0]
     assert rec["error"] == "timed out after 3 s"
     assert "loading" in capsys.readouterr().err  # progress still flowed while the parent waited
 
@@ -189,7 +189,7 @@ def test_runner_options_are_part_of_the_identity(fakes, tmp_path):
 
 
 def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_path, capsys, monkeypatch):
-    from inferbench import frameworks
+    from inferbench.registry import frameworks
 
     keep = {k: v for k, v in frameworks.FRAMEWORKS.items() if k in ("fake", "fake-slow")}
     monkeypatch.setattr(frameworks, "FRAMEWORKS", keep)
@@ -198,10 +198,10 @@ def test_all_skips_what_is_not_installed_with_the_install_command(fakes, tmp_pat
     assert _run(tmp_path, "--framework", "all") == 0
     err = capsys.readouterr().err
     assert 'not run here: fake-slow (slowlib not installed: pip install -e ".[test]")' in err
-    assert list(results.load(tmp_path / "out")["framework"]) == ["fake"]
+    assert list(records.load(tmp_path / "out")["framework"]) == ["fake"]
     # named explicitly, it is a failed row that says what to install
     assert _run(tmp_path / "b", "--framework", "fake-slow") == 1
-    assert results.load(tmp_path / "b" / "out").iloc[0]["error"] == 'slowlib not installed: pip install -e ".[test]"'
+    assert records.load(tmp_path / "b" / "out").iloc[0]["error"] == 'slowlib not installed: pip install -e ".[test]"'
 
 
 def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_path, capsys, monkeypatch):
@@ -211,20 +211,20 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
     import dataclasses
     import shutil
 
-    from inferbench import exporters
+    from inferbench.registry import artifacts
 
     assert _run(tmp_path, "--framework", "fake") == 0  # exported "elsewhere": every exporter installed
     (elsewhere,) = (tmp_path / "cache").glob("mobilenet_v3_small_32_*")
     capsys.readouterr()
     for kind in ("keras", "reference"):  # this machine lacks the exporters' framework (and so keys another folder)
-        monkeypatch.setitem(exporters.EXPORTERS, kind, dataclasses.replace(exporters.EXPORTERS[kind],
+        monkeypatch.setitem(artifacts.EXPORTERS, kind, dataclasses.replace(artifacts.EXPORTERS[kind],
                                                                          packages=("fake_tensorflow",)))
     assert _run(tmp_path / "here", "--framework", "fake", "--cache-dir", str(tmp_path / "cache"), cache=None) == 0
     err = capsys.readouterr().err
     assert f"keras  brought from {elsewhere.name}" in err and "fake_tensorflow not installed here" in err
     (here,) = set((tmp_path / "cache").glob("mobilenet_v3_small_32_*")) - {elsewhere}
     assert (here / fakes.WEIGHTS).read_bytes() == (elsewhere / fakes.WEIGHTS).read_bytes()
-    rec = results.load(tmp_path / "here" / "out").iloc[0]
+    rec = records.load(tmp_path / "here" / "out").iloc[0]
     assert rec["status"] == "ok" and rec["parity.status"] == "passed"
     raw = json.loads(next((tmp_path / "here" / "out").glob("*/*_fake.json")).read_text())
     assert raw["config"]["artifacts"]["keras"]["brought_from"]["folder"] == elsewhere.name
@@ -236,7 +236,7 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
     assert _run(tmp_path / "damaged", "--framework", "fake", "--cache-dir", str(tmp_path / "cache"), cache=None) == 1
     out = capsys.readouterr()
     assert "Traceback" not in out.err + out.out and "brought from" not in out.err
-    error = results.load(tmp_path / "damaged" / "out").iloc[0]["error"]
+    error = records.load(tmp_path / "damaged" / "out").iloc[0]["error"]
     assert error == 'fake_tensorflow not installed: pip install -e ".[test]"'
 
 
@@ -246,7 +246,7 @@ def test_the_final_line_names_only_what_was_written(fakes, tmp_path, capsys, mon
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "summary.csv")
 
-    monkeypatch.setattr(results, "write_summary", full)
+    monkeypatch.setattr("inferbench.execution.pipeline.write_summary", full)
     assert _run(tmp_path, "--framework", "fake") == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("results: ")]
@@ -267,7 +267,7 @@ def test_two_runs_exporting_one_model_to_one_cache_take_turns(fakes, tmp_path):
     assert (tmp_path / "exports.log").read_text().count("keras") == 1
     assert any("waiting: another inferbench process is exporting this model" in err for _, err in outs)
     for i in (1, 2):
-        assert results.load(tmp_path / f"out{i}").iloc[0]["parity.status"] == "passed"
+        assert records.load(tmp_path / f"out{i}").iloc[0]["parity.status"] == "passed"
 
 
 # --------------------------------------------------------------------------- sweeps: plan, resume, kills
@@ -318,7 +318,7 @@ def test_killed_sweep_resumes_without_loss_or_repeat(fakes, tmp_path):
     for name, stamp in before.items():
         assert after[name] == stamp, f"{name} was rerun"
     assert not [p for p in sweep_dir.iterdir() if p.name.endswith(".tmp")]
-    df = results.load(sweep_dir)
+    df = records.load(sweep_dir)
     assert not df.duplicated(["model", "resolution", "batch_size", "framework"]).any()
     assert (df["status"] == "ok").all() and set(df["parity.status"]) == {"passed"}
     assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 7
@@ -451,8 +451,8 @@ def test_two_runs_in_the_same_second_get_two_folders(fakes, tmp_path, monkeypatc
 def test_a_group_too_big_to_load_side_by_side_is_refused_before_loading(monkeypatch):
     """ConvNeXt-XLarge's 1.4 GB of weights in ten frameworks at once would not fit in 24 GB: its cells fail with
     the reason and the way out, before any worker loads; one framework at a time (--sequential) goes ahead."""
-    from inferbench import machine
-    from inferbench.pipeline import memory_refusal
+    from inferbench.base import machine
+    from inferbench.execution.exports import memory_refusal
 
     monkeypatch.setattr(machine, "memory_total_gb", lambda field="MemTotal": 22.0)
     why = memory_refusal({"params": 350_000_000}, 10)
@@ -466,17 +466,17 @@ def test_a_group_too_big_to_load_side_by_side_is_refused_before_loading(monkeypa
 def test_the_compiled_program_cache_is_this_users_alone(tmp_path, monkeypatch):
     """Inductor loads and runs what its cache holds (pickled graphs, generated modules): it never lives in the
     shared artifact cache, and a folder others can write to is not used."""
-    from inferbench import pipeline
+    from inferbench.execution import childenv
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    pipeline.private_cache.cache_clear()
+    childenv.private_cache.cache_clear()
     try:
-        mine = pipeline.private_cache("torchinductor")
+        mine = childenv.private_cache("torchinductor")
         assert mine == tmp_path / "inferbench" / "private" / "torchinductor"
         assert mine.stat().st_mode & 0o777 == 0o700
-        pipeline.private_cache.cache_clear()
+        childenv.private_cache.cache_clear()
         (tmp_path / "inferbench" / "private").chmod(0o777)  # writable by anyone: refused
-        fallback = pipeline.private_cache("torchinductor")
+        fallback = childenv.private_cache("torchinductor")
         assert not fallback.is_relative_to(tmp_path) and fallback.stat().st_mode & 0o777 == 0o700
     finally:
-        pipeline.private_cache.cache_clear()
+        childenv.private_cache.cache_clear()

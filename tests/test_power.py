@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from inferbench.measure import power
-from inferbench.measure.timing import TimingConfig, run_timed
+from inferbench.measure.timing import run_timed
+from inferbench.spec import TimingConfig
 
 
 class FakeSensor:
@@ -266,7 +267,7 @@ def test_rapl_reads_a_powercap_zone(tmp_path):
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (NVML)")
 def test_real_nvml_sensor():
     pytest.importorskip("pynvml", reason='the GPU extra is not installed: pip install -e ".[gpu]"')
-    from inferbench.device import list_gpus
+    from inferbench.base.device import list_gpus
 
     gpu = list_gpus()[0]
     sensor = power.NvmlSensor(gpu.uuid)

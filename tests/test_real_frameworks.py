@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferbench import results
-from inferbench.config import CellJob, CellKey, RunConfig, RunnerOptions
-from inferbench.device import Device
-from inferbench.exporters import EXPORTERS, cache
-from inferbench.frameworks import FRAMEWORKS, unavailable_reason
-from inferbench.isolate import thread_env
-from inferbench.measure.timing import TimingConfig
-from inferbench.rounds import measure_group
+from inferbench import records
+from inferbench.base.device import Device
+from inferbench.execution.childenv import thread_env
+from inferbench.execution.rounds import measure_group
+from inferbench.exporters import cache
+from inferbench.registry.artifacts import EXPORTERS
+from inferbench.registry.frameworks import FRAMEWORKS, unavailable_reason
 from inferbench.run import main
+from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
 
 pytestmark = pytest.mark.slow
 MODEL = ["--model", "mobilenet_v3_small", "--resolution", "96"]
@@ -61,7 +61,7 @@ def default_run(tmp_path_factory, shared_cache):
 def test_every_cpu_framework_runs_and_passes_parity(default_run):
     code, out, _ = default_run
     assert code == 0
-    df = results.load(out)
+    df = records.load(out)
     assert len(df) == len(CPU_FRAMEWORKS) * 2
     assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
@@ -101,8 +101,8 @@ def test_records_follow_the_schema(default_run):
     files = sorted(out.rglob("*_bs*.json"))
     assert len(files) == 2 * len(CPU_FRAMEWORKS) and len(list(out.rglob("recommendation.json"))) == 1
     rec = json.loads(files[0].read_text())
-    assert set(rec) == set(results.Record.__dataclass_fields__)
-    assert results.parse(rec, files[0].name).status == "ok"
+    assert set(rec) == set(records.Record.__dataclass_fields__)
+    assert records.parse(rec, files[0].name).status == "ok"
     lat = rec["latency_ms"]
     assert lat["n"] >= 5 and lat["n"] == len(rec["raw_latencies_ms"])
     assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
@@ -120,7 +120,7 @@ def test_records_follow_the_schema(default_run):
 
 def test_same_thread_count_everywhere(default_run):
     _, out, _ = default_run
-    df = results.load(out)
+    df = records.load(out)
     intra = df["runner.intra_op_threads"].dropna().astype(int)
     assert len(intra) == len(df)  # every runner records its intra-op thread count
     assert set(intra) == {2}
@@ -128,7 +128,7 @@ def test_same_thread_count_everywhere(default_run):
 
 def test_xla_is_only_on_for_xla_frameworks(default_run):
     _, out, _ = default_run
-    df = results.load(out)
+    df = records.load(out)
     jit = dict(zip(df["framework"], df["runner.jit_compile"]))
     assert jit["tfxla"] is True and jit["kerasxla"] is True
     assert jit["tf"] is False and jit["keras"] is False and jit["keras-eager"] is False
@@ -258,7 +258,7 @@ def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run
     code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
                  "--cache-dir", str(broken_cache)])
     assert code == 1
-    df = results.load(out).set_index("framework")
+    df = records.load(out).set_index("framework")
     assert df.loc["torch", "status"] == "failed" and "SafetensorError" in df.loc["torch", "error"]
     assert "Traceback" in df.loc["torch", "traceback"]
     assert df.loc["onnxrt", "status"] == "ok"
@@ -266,7 +266,7 @@ def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run
 
 
 def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path, default_run):
-    from inferbench import frameworks
+    from inferbench.registry import frameworks
 
     _, _, cache_dir = default_run
     real = frameworks.missing_packages
@@ -276,7 +276,7 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
     code = main([*MODEL, *QUICK, "--framework", "torch,onnxrt", "--output-dir", str(out),
                  "--cache-dir", str(cache_dir)])
     assert code == 1
-    df = results.load(out).set_index("framework")
+    df = records.load(out).set_index("framework")
     assert df.loc["torch", "error"] == 'onnx2torch not installed: pip install -e ".[torch]"'
     assert df.loc["onnxrt", "status"] == "ok"
 
@@ -288,7 +288,7 @@ def test_options_reach_the_runner_and_the_record(default_run, tmp_path):
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16",
                  "--include-transfer", "--channels-last", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
-    df = results.load(out).set_index("framework_key")
+    df = records.load(out).set_index("framework_key")
     assert set(df["framework"]) == {"torch:bf16+e2e", "torch-native:bf16+channels-last+e2e"}  # display names
     assert (df["status"] == "ok").all(), df["error"]
     assert df.loc["torch", "precision"] == "bf16" and df.loc["torch", "runner.dtype"] == "bfloat16"
@@ -324,7 +324,7 @@ def test_keras_on_the_torch_backend(default_run, tmp_path):
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "keras-eager,keras", "--keras-backend", "torch",
                  "--output-dir", str(out), "--cache-dir", str(cache_dir)])
-    df = results.load(out).set_index("framework")
+    df = records.load(out).set_index("framework")
     assert (df["status"] == "ok").all(), df["error"]
     assert code == 0
     assert set(df["runner.keras_backend"]) == {"torch"}
@@ -340,7 +340,7 @@ def test_missing_keras_backend_is_a_failed_row(default_run, tmp_path):
     out = tmp_path / "out"
     assert main([*MODEL, *QUICK, "--framework", "keras", "--keras-backend", "jax", "--output-dir", str(out),
                  "--cache-dir", str(cache_dir)]) == 1
-    rec = results.load(out).iloc[0]
+    rec = records.load(out).iloc[0]
     assert rec["status"] == "failed" and 'pip install -e ".[jax]"' in rec["error"]
 
 
@@ -352,7 +352,7 @@ def test_a_weights_file_of_another_model_is_refused(tmp_path, capsys):
 
     path = tmp_path / "small.keras"
     script = ("import keras, sys\n"
-              "from inferbench.models import build_keras_model, get_model\n"
+              "from inferbench.registry.models import build_keras_model, get_model\n"
               "keras.applications.MobileNetV3Small(weights=None, classifier_activation=None, "
               f"input_shape=(96, 96, 3)).save({str(path)!r})\n"
               f"build_keras_model(get_model('mobilenet_v3_small'), 96, {str(path)!r}, 0)\n"  # fits its own model
@@ -374,8 +374,8 @@ def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys)
     an attacker with write access to a shared cache could) fails the cell with one line, and runs nothing."""
     import pickle
 
-    from inferbench.exporters import EXPORTERS
     from inferbench.exporters import cache as artifact_cache
+    from inferbench.registry.artifacts import EXPORTERS
 
     _, _, cache_dir = default_run
     (folder,) = cache_dir.glob("mobilenet_v3_small_96_*")
@@ -400,7 +400,7 @@ def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys)
         artifact_cache.record(folder, "torch", manifest["artifacts"]["torch"], manifest["key_inputs"])
     assert not marker.exists()
     assert code == 1
-    error = results.load(tmp_path / "out").iloc[0]["error"]
+    error = records.load(tmp_path / "out").iloc[0]["error"]
     assert "\n" not in error and ("safetensor" in error.lower() or "header" in error.lower()), error
 
 
@@ -423,5 +423,5 @@ def test_a_run_beside_busy_processes_says_it_is_not_valid(default_run, tmp_path,
     out = capsys.readouterr()
     assert code == 1 and "--require-valid: the run is not valid" in out.err
     assert out.out.startswith("NOT VALID (1 of 1 cells): other work took ")
-    rec = results.load(tmp_path / "out").iloc[0]
+    rec = records.load(tmp_path / "out").iloc[0]
     assert rec["validity.valid"] == False and rec["machine_state.other_cores_max"] > 0.5  # noqa: E712

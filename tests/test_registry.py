@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from inferbench import environment, exporters
-from inferbench.config import OPTIONS, CellKey, RunConfig, RunnerOptions, add_options
-from inferbench.frameworks import FRAMEWORKS, distributions
-from inferbench.measure.timing import TimingConfig
+from inferbench import exporters
+from inferbench.cli.options import OPTIONS, add_options
+from inferbench.execution import environment
+from inferbench.registry import artifacts
+from inferbench.registry.frameworks import FRAMEWORKS, distributions
+from inferbench.spec import CellKey, RunConfig, RunnerOptions, TimingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -34,13 +36,13 @@ def test_each_framework_entry_agrees_with_pyproject_and_its_module(key):
     assert fw.precision in ("fp32", "fp16", "bf16") and set(fw.precisions) <= {"fp16", "bf16"}
     assert set(fw.options) <= {f for f in RunnerOptions.__dataclass_fields__}
     assert {name for _, name in fw.env} <= set(fw.options)
-    assert fw.artifact == "none" or fw.artifact in exporters.EXPORTERS
+    assert fw.artifact == "none" or fw.artifact in artifacts.EXPORTERS
 
 
 def test_a_framework_needs_its_exporters_packages_too():
     """'all' must not pick a framework whose artifact cannot be exported here (e.g. only the openvino
     extra installed: the SavedModel needs TensorFlow)."""
-    from inferbench.frameworks import needed_packages
+    from inferbench.registry.frameworks import needed_packages
 
     for fw in FRAMEWORKS.values():
         needed = needed_packages(fw)
@@ -53,12 +55,12 @@ def test_a_framework_needs_its_exporters_packages_too():
 def test_a_frameworks_own_extra_installs_everything_it_needs(key):
     """The missing-package line names one extra; installing it must be enough, exports included (import
     names are the distribution names here; onnxruntime-gpu provides onnxruntime)."""
-    from inferbench.frameworks import needed_packages
+    from inferbench.registry.frameworks import needed_packages
 
     fw = FRAMEWORKS[key]
     installs = _names(EXTRAS[fw.extra]) | ({"onnxruntime"} if "onnxruntime-gpu" in _names(EXTRAS[fw.extra]) else set())
     assert set(needed_packages(fw)) <= installs, f"[{fw.extra}] lacks {set(needed_packages(fw)) - installs}"
-    for kind, exporter in exporters.EXPORTERS.items():
+    for kind, exporter in artifacts.EXPORTERS.items():
         assert set(exporter.packages) <= _names(EXTRAS[exporter.extra]), kind
     cpu = {k for k, f in FRAMEWORKS.items() if "cpu" in f.devices}
     if key in cpu:  # the cpu extra is the union of the CPU runtimes
@@ -90,14 +92,14 @@ def test_the_base_install_runs_report_compare_and_list(tmp_path):
 
 def test_recorded_versions_and_the_cache_key_follow_the_registries():
     recorded = set(environment.packages())
-    assert set(distributions()) <= recorded and set(exporters.packages()) <= recorded
+    assert set(distributions()) <= recorded and set(artifacts.packages()) <= recorded
     versions = environment.package_versions()
     for name in distributions():
         installed = importlib.util.find_spec(name.replace("-", "_")) is not None
         if installed and name not in ("onnxruntime-gpu",):
             assert name in versions, f"{name} is installed but its version is not recorded"
 
-    assert set(exporters.key_inputs("mobilenet_v3_small", 96, "random", 0)["versions"]) == set(exporters.packages())
+    assert set(exporters.key_inputs("mobilenet_v3_small", 96, "random", 0)["versions"]) == set(artifacts.packages())
 
 
 def test_display_order_and_colours_come_from_the_registry():
@@ -131,9 +133,9 @@ def test_every_option_is_declared_once_and_shared_by_run_and_sweep():
 
 
 def test_the_typed_chain_makes_a_json_round_trip():
-    from inferbench.codec import decode, encode
-    from inferbench.config import CellJob, ChildResult, job_from_json, job_to_json
-    from inferbench.device import Device, Gpu
+    from inferbench.base.codec import decode, encode
+    from inferbench.base.device import Device, Gpu
+    from inferbench.spec import CellJob, ChildResult, job_from_json, job_to_json
 
     gpu = Device("gpu", Gpu(0, "GPU-x", "H100", "0000:17:00.0", 81559.0))
     config = RunConfig("random", 0, gpu, 16, TimingConfig(1, 0.5, 2.0, 20), RunnerOptions(torch_compile=True),
@@ -153,7 +155,7 @@ def test_the_typed_chain_makes_a_json_round_trip():
 def test_the_cpu_build_of_onnx_runtime_is_not_offered_for_the_gpu(monkeypatch):
     """A GPU machine with ONNX Runtime's CPU build (same import name) must not run onnxrt on the GPU: it would
     fall back to the CPU. The GPU build is a distribution of its own."""
-    from inferbench import frameworks
+    from inferbench.registry import frameworks
 
     monkeypatch.setattr(frameworks, "missing_packages", lambda fw, *a, **k: [])
     monkeypatch.setattr(frameworks, "_installed", lambda dist: dist != "onnxruntime-gpu")
@@ -167,8 +169,8 @@ def test_the_cpu_build_of_onnx_runtime_is_not_offered_for_the_gpu(monkeypatch):
 
 
 def test_keras_on_another_backend_needs_that_backend_not_tensorflow():
-    from inferbench.config import RunnerOptions
-    from inferbench.frameworks import needed_packages
+    from inferbench.registry.frameworks import needed_packages
+    from inferbench.spec import RunnerOptions
 
     for key in ("keras-eager", "keras", "kerasxla"):
         fw = FRAMEWORKS[key]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from inferbench import results
+from inferbench import records
+from inferbench.base.files import atomic_write_text
 from inferbench.run import main as run_main
 from inferbench.sweep import main as sweep_main
 
@@ -112,7 +113,7 @@ def test_an_unreadable_record_is_named_set_aside_and_rerun(fakes, tmp_path, caps
     broken = sweep_dir / "mobilenet_v3_small_32_bs2_fake.json"
     broken.write_text(broken.read_text()[:200])  # truncated, as by a full disk or a crash elsewhere
     capsys.readouterr()
-    assert len(results.load(sweep_dir)) == 2
+    assert len(records.load(sweep_dir)) == 2
     err = capsys.readouterr().err
     assert f"inferbench: skipped {broken}: not readable JSON" in err
     assert sweep_main(["--resume", str(sweep_dir)]) == 0
@@ -120,19 +121,19 @@ def test_an_unreadable_record_is_named_set_aside_and_rerun(fakes, tmp_path, caps
     assert "mobilenet_v3_small_32_bs2_fake.json could not be read" in err and "its cell runs again" in err
     (aside,) = sweep_dir.glob("mobilenet_v3_small_32_bs2_fake.json.unreadable-*")  # kept, never deleted
     assert len(aside.read_text()) == 200
-    df = results.load(sweep_dir)
+    df = records.load(sweep_dir)
     assert sorted(df["batch_size"]) == [1, 2, 3] and (df["status"] == "ok").all()
 
 
 def test_a_failed_write_fails_that_cell_only(fakes, tmp_path, capsys, monkeypatch):
-    real = results.atomic_write_text
+    real = atomic_write_text
 
     def full_disk(path, text):
         if Path(path).name == "mobilenet_v3_small_32_bs2_fake.json":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
-    monkeypatch.setattr(results, "atomic_write_text", full_disk)
+    monkeypatch.setattr("inferbench.records.record.atomic_write_text", full_disk)
     code = run_main(["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--batch-size",
                      "1,2,3", "--duration", "0.02", "--min-iterations", "3", "--warmup", "0", "--warmup-seconds", "0",
                      "--threads", "1", "--device", "cpu", "--output-dir", str(tmp_path / "out"), "--cache-dir",

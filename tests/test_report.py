@@ -16,6 +16,7 @@ from matplotlib.text import Annotation
 
 from inferbench import analysis
 from inferbench.analysis import plots
+from inferbench.base.codec import encode
 from inferbench.report import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,7 +273,7 @@ def _zoo_records(folder: Path) -> None:
     model, slower on the small one, within the noise on the middle one."""
     from test_results import make_record
 
-    from inferbench import results
+    from inferbench import records
     from inferbench.measure.stats import summarize
 
     rounds = [r for r in range(6) for _ in range(10)]
@@ -282,7 +283,7 @@ def _zoo_records(folder: Path) -> None:
                                ("densenet121", 5.7e9, {"keras-eager": 60.0, "tf": 15.0, "tfxla": 15.0})):
         for fw, p50 in p50s.items():
             lat = [p50 * n for n in noise]
-            results.write_record(folder, make_record(
+            records.write_record(folder, make_record(
                 fw, model=model, latency_ms=summarize(lat), raw_latencies_ms=lat, raw_rounds=rounds,
                 throughput_per_s=1000 / p50, timing={"group": f"g/{model}"}, run_id="zoo",
                 model_stats={"params": 1, "flops_per_image": int(flops), "flops_method": "test",
@@ -329,11 +330,10 @@ def _hostile_folder(tmp_path: Path) -> Path:
     """One good record beside records no one should believe or that no reader should choke on."""
     from test_results import make_record
 
-    from inferbench import results
 
     folder = tmp_path / "hostile"
     folder.mkdir()
-    good = results.encode(make_record("onnxrt", p50=5.0))
+    good = encode(make_record("onnxrt", p50=5.0))
     (folder / "good.json").write_text(json.dumps(good))
 
     def variant(name: str, framework: str = "torch", **change: object) -> None:
@@ -401,7 +401,7 @@ def test_compare_skips_impossible_records_and_a_gate_that_judged_nothing_fails(t
 
 
 def test_every_csv_neutralises_spreadsheet_formulas(tmp_path):
-    from inferbench.results import write_csv
+    from inferbench.records.table import write_csv
 
     write_csv(tmp_path / "x.csv", ["a", "b", "c"], [{"a": "=HYPERLINK(\"http://evil\",\"x\")", "b": -1.5, "c": "-2"},
                                                   {"a": "@SUM(A1)", "b": "+cmd|' /C calc'!A0", "c": "\tx"}])
@@ -414,12 +414,12 @@ def test_a_full_disk_leaves_no_half_written_figure(tmp_path, capsys, monkeypatch
     """Figures are written like records: whole or not at all (a full disk once left a 0-byte PNG)."""
     import errno
 
-    from inferbench import results
+    from inferbench.base import files
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(results.os, "fsync", full)
+    monkeypatch.setattr(files.os, "fsync", full)
     out = tmp_path / "report"
     assert main([str(FIXTURE), "--out", str(out)]) == 1
     err = capsys.readouterr().err

@@ -8,8 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferbench import SCHEMA_VERSION, results
-from inferbench.errors import UsageError
+from inferbench import SCHEMA_VERSION, records
+from inferbench.analysis.ranking import write_summary
+from inferbench.base.codec import encode
+from inferbench.base.errors import UsageError
+from inferbench.base.files import atomic_write_text
 from inferbench.measure.stats import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -30,23 +33,23 @@ def make_record(framework="onnxrt", status="ok", p50=5.0, **overrides):
         run_id="r", created_at="2026-11-23T10:00:00+0000", raw_latencies_ms=lat if status == "ok" else None,
     )
     fields.update(overrides)
-    return results.Record(**fields)
+    return records.Record(**fields)
 
 
 def test_write_and_load_roundtrip(tmp_path):
-    results.write_record(tmp_path / "run", make_record("onnxrt"))
-    results.write_record(tmp_path / "run", make_record("torch", p50=9.0, precision="bf16", variant="compile"))
+    records.write_record(tmp_path / "run", make_record("onnxrt"))
+    records.write_record(tmp_path / "run", make_record("torch", p50=9.0, precision="bf16", variant="compile"))
     (tmp_path / "run" / "unrelated.json").write_text('{"hello": 1}')
     assert sorted(p.name for p in (tmp_path / "run").glob("*_bs1_*.json")) == [
         "mobilenet_v3_large_224_bs1_onnxrt.json", "mobilenet_v3_large_224_bs1_torch_bf16_compile.json"]
-    df = results.load(tmp_path)
+    df = records.load(tmp_path)
     assert sorted(df["framework_key"]) == ["onnxrt", "torch"]
     assert sorted(df["framework"]) == ["onnxrt", "torch:bf16+compile"]  # the display name the analysis uses
     assert set(df.columns) >= {"latency_ms.p50", "parity.status", "environment.cpu.model", "raw_latencies_ms",
                                "precision", "variant", "scenario"}
     assert len(df.loc[df.framework_key == "torch", "raw_latencies_ms"].iloc[0]) == 50
     rec = json.loads((tmp_path / "run" / "mobilenet_v3_large_224_bs1_onnxrt.json").read_text())
-    assert results.parse(rec, "again") == make_record("onnxrt")  # the JSON round trip is exact
+    assert records.parse(rec, "again") == make_record("onnxrt")  # the JSON round trip is exact
 
 
 def test_a_record_refuses_what_it_cannot_be(tmp_path):
@@ -54,14 +57,14 @@ def test_a_record_refuses_what_it_cannot_be(tmp_path):
         make_record(latency_ms=None)
     with pytest.raises(ValueError, match="bad parity status"):
         make_record(parity={"status": "maybe"})
-    data = json.loads(json.dumps(results.encode(make_record())))
+    data = json.loads(json.dumps(encode(make_record())))
     del data["parity"]
     with pytest.raises(ValueError, match="missing key 'parity'"):
-        results.parse(data, "r.json")
-    data = json.loads(json.dumps(results.encode(make_record())))
+        records.parse(data, "r.json")
+    data = json.loads(json.dumps(encode(make_record())))
     data["batch_size"] = "1"
     with pytest.raises(ValueError, match=r"r.json.batch_size: expected int"):
-        results.parse(data, "r.json")
+        records.parse(data, "r.json")
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
@@ -73,7 +76,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(KeyboardInterrupt):
-        results.atomic_write_text(target, "new content")
+        atomic_write_text(target, "new content")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
@@ -85,7 +88,7 @@ def test_summary_and_comparisons_csv(tmp_path):
             make_record("torch-native", p50=2.0, raw_rounds=rounds, timing={"group": "r/g"},
                         parity={**make_record().parity, "status": "not_applicable"})]
     recs[0] = make_record(raw_rounds=rounds, timing={"group": "r/g"})
-    results.write_summary(tmp_path, [results.encode(r) for r in recs])
+    write_summary(tmp_path, [encode(r) for r in recs])
     lines = (tmp_path / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("run_id,framework,model,resolution,batch_size,precision,variant,device,device_name,host")
     assert {"p90_ms", "p95_ms", "energy_j_per_inference", "energy_missing"} <= set(lines[0].split(","))
@@ -102,19 +105,19 @@ def test_summary_and_comparisons_csv(tmp_path):
 
 def test_load_errors_are_clear(tmp_path):
     with pytest.raises(UsageError, match="no inferbench result records"):
-        results.load(tmp_path)
+        records.load(tmp_path)
     with pytest.raises(UsageError, match="no such file"):
-        results.load(tmp_path / "nope")
-    newer = results.encode(make_record())
+        records.load(tmp_path / "nope")
+    newer = encode(make_record())
     newer["schema_version"] = SCHEMA_VERSION + 1
     (tmp_path / "new.json").write_text(json.dumps(newer))
     with pytest.raises(UsageError, match=f"schema_version {SCHEMA_VERSION + 1} in 1 file.*upgrade inferbench"):
-        results.load(tmp_path)
+        records.load(tmp_path)
 
 
 def test_schema_1_records_are_upgraded_on_load():
     """Old result files are kept as fixtures (and committed results) so that old records keep loading."""
-    df = results.load(FIXTURES / "schema_v1")
+    df = records.load(FIXTURES / "schema_v1")
     assert (df["schema_version"] == SCHEMA_VERSION).all()
     row = df.iloc[0]
     assert row["latency_ms.n"] == len(row["raw_latencies_ms"])
@@ -129,7 +132,7 @@ def test_schema_1_records_are_upgraded_on_load():
     # schema 3 -> 4: nothing was counted then; no FLOPs are made up
     assert row["model_stats"] is None and row["environment.peak_fp32"] is None and pd.isna(row["gflop_per_s"])
     # the committed sweep's 144 schema-1 records upgrade; the 2 x 14 runs of 2026-11-23 and -24 are schema 3
-    every = results.load([p for p in COMMITTED.iterdir() if p.is_dir() and p.name != "zoo"
+    every = records.load([p for p in COMMITTED.iterdir() if p.is_dir() and p.name != "zoo"
                           and not p.name.startswith("gpu-")])
     assert len(every) == 172 and (every["schema_version"] == SCHEMA_VERSION).all()
     assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync"}
@@ -141,7 +144,7 @@ def test_schema_1_options_become_the_variant(tmp_path):
     src["config"]["options"] = {"compile": True, "channels_last": True, "include_transfer": False,
                                 "cuda_graphs": False, "keras_backend": "torch"}
     src["config"]["precision"] = "bf16"
-    up = results.parse(src, "v1")
+    up = records.parse(src, "v1")
     assert up.framework == "torch-native" and up.precision == "bf16"
     assert up.variant == "channels-last+compile"  # keras_backend is not an option torch-native takes
     assert up.filename == "mobilenet_v3_large_224_bs1_torch-native_bf16_channels-last+compile.json"
@@ -155,18 +158,18 @@ def test_schema_1_energy_and_timing_are_upgraded(tmp_path):
     src["energy"] = {"available": True, "method": "NVML energy counter", "warning": "short",
                      "idle_baseline": {"method": "power samples", "idle_w": 50.0},
                      "sampler": {"thread": "background (sensor calls ...)", "reading": "nvmlDeviceGetPowerUsage (...)"}}
-    up = results.parse(src, "v1")
+    up = records.parse(src, "v1")
     assert up.config["timing"]["min_duration_s"] == 2.0 and "config" not in up.timing
     assert up.energy == {"available": True, "method": "nvml-counter", "idle_baseline": {"method": "samples",
                          "idle_w": 50.0}, "sampler": {"thread": "background", "reading": "nvml-power-usage"}}
     src["energy"]["method"] = "NVML power samples (trapezoid)"
-    assert results.parse(src, "v1").energy["method"] == "nvml-samples-trapezoid"
+    assert records.parse(src, "v1").energy["method"] == "nvml-samples-trapezoid"
 
 
 def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
-    from inferbench.summary import format_summary
+    from inferbench.cli.summary import format_summary
 
-    src = results.encode(make_record())
+    src = encode(make_record())
     assert "dev MB" not in format_summary([src])  # a CPU run has no device memory column
     gpu = {**src, "config": {"device": {"kind": "gpu", "label": "gpu0"}},
            "energy": {"available": True, "mean_power_w": 61.5, "joules_per_inference": 0.0123}}
@@ -180,22 +183,22 @@ def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
 
 
 def test_the_published_json_schema_holds_every_record():
-    """inferbench/schema/record.schema.json: what other tools can validate against. Every committed record
+    """inferbench/records/schema/record.schema.json: what other tools can validate against. Every committed record
     (upgraded to the current schema) and a fresh one pass; its fields are the Record's; a broken one fails."""
     import jsonschema
 
-    schema = json.loads(results.SCHEMA_FILE.read_text())
+    schema = json.loads(records.SCHEMA_FILE.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    assert set(schema["properties"]) == set(results.Record.__dataclass_fields__)
-    records, _ = results.iter_records(COMMITTED)
-    assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] for r in records) == 172
-    gpu = [r for r in records if "/gpu-h100-20261125/" in r["_source"]]  # the H100 run: energy and GPU state
+    assert set(schema["properties"]) == set(records.Record.__dataclass_fields__)
+    found, _ = records.iter_records(COMMITTED)
+    assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] for r in found) == 172
+    gpu = [r for r in found if "/gpu-h100-20261125/" in r["_source"]]  # the H100 run: energy and GPU state
     assert len(gpu) == 24 and all(r["energy"]["available"] and r["gpu_state"]["start"]["uuid"] for r in gpu)
-    for rec in records:
+    for rec in found:
         errors = list(validator.iter_errors({k: v for k, v in rec.items() if k != "_source"}))
         assert not errors, f"{rec['_source']}: {errors[0].message}"
-    fresh = results.encode(make_record())
+    fresh = encode(make_record())
     assert validator.is_valid(fresh)
     for broken in ({**fresh, "status": "done"}, {**fresh, "schema_version": 2}, {**fresh, "batch_size": 0},
                    {k: v for k, v in fresh.items() if k != "parity"}, {**fresh, "extra_key": 1}):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferbench import results
-from inferbench.config import given
+from inferbench import records
+from inferbench.cli.options import given
 from inferbench.sweep import build_parser, main, make_plan
 
 
@@ -75,7 +75,7 @@ def test_yaml_and_toml_configs_mean_the_same(tmp_path):
 
 
 def test_all_leaves_out_what_a_model_lacks(tmp_path, monkeypatch):
-    from inferbench import frameworks
+    from inferbench.registry import frameworks
 
     monkeypatch.setattr(frameworks, "missing_packages", lambda fw, *a, **k: [])  # as if everything were installed
     cfg = tmp_path / "sweep.toml"
@@ -111,7 +111,7 @@ def test_weights_a_model_cannot_load_fail_its_cells_not_the_sweep(tmp_path, caps
 
     assert main(["--models", "mobilenet_v3_small", "--resolutions", "96", "--frameworks", "onnxrt,torch", *common,
                  "--output-dir", str(tmp_path / "out"), "--name", "s"]) == 1
-    df = results.load(tmp_path / "out" / "s")
+    df = records.load(tmp_path / "out" / "s")
     assert len(df) == 2 and (df["status"] == "failed").all()
     assert df["error"].str.contains("cannot load weights").all()
 
@@ -126,7 +126,7 @@ def test_a_sweep_name_never_leaves_the_output_folder(tmp_path, capsys):
 def test_plan_round_trip_and_the_committed_version_1_plan():
     """The plan is the configuration plus its cells; a saved plan reads back equal, and the committed
     sweep's plan (version 1) is upgraded with the same cells and timing."""
-    from inferbench.config import Plan
+    from inferbench.cli.options import Plan
 
     plan = _plan("--models", "mobilenet_v3_small", "--batch-sizes", "1,4", "--frameworks", "onnxrt,torch",
                  "--precisions", "fp32,bf16", "--torch-compile", "--device", "cpu")

@@ -9,7 +9,8 @@ import struct
 import pytest
 from test_pipeline import QUICK
 
-from inferbench import results, tracking
+from inferbench import records
+from inferbench.execution import tracking
 from inferbench.run import main as run_main
 
 
@@ -40,7 +41,7 @@ def test_mlflow_gets_one_run_per_cell_grouped_by_the_run(fakes, here, capsys, mo
     runs = mlflow.search_runs(experiment_names=["inferbench"]).set_index("tags.mlflow.runName")
     assert sorted(runs.index) == ["mobilenet_v3_small_32_bs1_fake", "mobilenet_v3_small_32_bs2_fake"]
     assert set(runs["tags.inferbench.group"]) == {run_dir.name}
-    df = results.load(run_dir).set_index("batch_size")
+    df = records.load(run_dir).set_index("batch_size")
     row = runs.loc["mobilenet_v3_small_32_bs2_fake"]
     assert row["metrics.p50_ms"] == pytest.approx(df.loc[2, "latency_ms.p50"])
     assert row["metrics.throughput_per_s"] == pytest.approx(df.loc[2, "throughput_per_s"])
@@ -81,7 +82,7 @@ def test_wandb_offline_gets_one_run_per_cell_with_summary_config_and_record(fake
     (run_dir,) = (here / "out").iterdir()
     runs = sorted((here / "wandb").glob("offline-run-*"))
     assert len(runs) == 2
-    p50 = results.load(run_dir).set_index("batch_size")["latency_ms.p50"]
+    p50 = records.load(run_dir).set_index("batch_size")["latency_ms.p50"]
     seen = {}
     for folder in runs:
         (file,) = folder.glob("run-*.wandb")

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferbench import results
-from inferbench.frameworks import FRAMEWORKS, unavailable_reason
-from inferbench.models import MODELS, get_model
+from inferbench import records
+from inferbench.registry.frameworks import FRAMEWORKS, unavailable_reason
+from inferbench.registry.models import MODELS, get_model
 from inferbench.zoo import main as zoo_main
 
 QUICK = ["--duration", "0.05", "--min-iterations", "2", "--warmup", "1", "--threads", "1", "--device", "cpu"]
@@ -49,7 +49,7 @@ def test_the_zoo_writes_a_matrix_of_every_outcome_and_resumes(fakes, tmp_path, c
     assert "**3 of 9 (model, framework) pairs that ran pass parity**; 3 fail parity, 3 fail to run" in text
     assert "| resnet50_v2 | 32 |" in text and "fake-crash: failed: RuntimeError: the fake framework crashed" in text
     # one framework loaded at a time: every cell is its own group
-    recs = results.iter_records(folder)[0]
+    recs = records.iter_records(folder)[0]
     assert len({r["timing"]["group"] for r in recs if r["status"] == "ok"}) == 6
     # resumable like a sweep: nothing runs again, the matrix is written again, with the export times it had
     # even when the artifact cache is gone (a full matrix's cache held 51 GB here)
@@ -59,7 +59,7 @@ def test_the_zoo_writes_a_matrix_of_every_outcome_and_resumes(fakes, tmp_path, c
     capsys.readouterr()
     assert zoo_main(["--resume", str(folder)]) == 1
     assert (folder / "matrix.md").read_text() == text and "support matrix" in capsys.readouterr().out
-    assert len(results.iter_records(folder)[0]) == 9
+    assert len(records.iter_records(folder)[0]) == 9
 
 
 def test_the_zoo_takes_one_resolution_and_one_batch_size(tmp_path, capsys):
@@ -72,9 +72,9 @@ def test_the_zoo_takes_one_resolution_and_one_batch_size(tmp_path, capsys):
 
 def test_unsupported_pairs_say_why():
     """The matrix's reasons come from the registry: no torchvision twin, no weight port."""
-    from inferbench.config import CellKey, Plan, RunConfig, RunnerOptions
-    from inferbench.device import Device
-    from inferbench.measure.timing import TimingConfig
+    from inferbench.base.device import Device
+    from inferbench.cli.options import Plan
+    from inferbench.spec import CellKey, RunConfig, RunnerOptions, TimingConfig
     from inferbench.zoo import matrix_rows
 
     config = RunConfig("random", 0, Device("cpu"), 1, TimingConfig(), RunnerOptions(), "")
@@ -132,7 +132,7 @@ def test_one_model_of_each_family_passes_parity_on_every_cpu_framework(tmp_path,
             else:  # a torchvision twin on its own weights: ran, finite and non-degenerate
                 assert row["status"] == "unverified", row
     assert (code_b, other.returncode) == (0, 0), err_a[-2000:]
-    recs = {(r["model"], r["framework"]): r for half in "ab" for r in results.iter_records(out / half)[0]}
+    recs = {(r["model"], r["framework"]): r for half in "ab" for r in records.iter_records(out / half)[0]}
     stats = recs[("vit_b_16", "onnxrt")]["model_stats"]  # FLOPs and parameters, counted, with each record
     assert stats["flops_resolution"] == 32
     assert stats["params"] == 86_567_656 - (197 - 5) * 768  # ViT-B/16 (86.57M) with 2x2 + 1 positions
@@ -205,12 +205,12 @@ def test_the_onnx_converter_frees_each_replaced_graph_before_copying_the_next():
 def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts(tmp_path, monkeypatch):
     """ConvNeXt-XLarge's conversion went past 22 GB on this 24 GB machine and was killed; it is refused before
     it starts, in one line, and the matrix shows its pairs as too big here, not as failures."""
-    from inferbench import machine
-    from inferbench.errors import TooBig
-    from inferbench.exporters import ExportContext
+    from inferbench.base import machine
+    from inferbench.base.errors import TooBig
+    from inferbench.execution.worker import failure
     from inferbench.exporters import cache as artifact_cache
     from inferbench.exporters.onnx import memory_refusal
-    from inferbench.worker import failure
+    from inferbench.registry.artifacts import ExportContext
     from inferbench.zoo import _outcome
 
     ctx = ExportContext(folder=tmp_path, model="convnext_xlarge", resolution=128, weights="random", seed=0)

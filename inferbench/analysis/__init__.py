@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import UsageError
-from ..ranking import verdict
-from ..results import ENERGY_J_PER_INF, load, tidy
+from ..base.errors import UsageError
+from ..records.load import ENERGY_J_PER_INF, load, tidy
+from .ranking import verdict
 
 XLA_STEPS = {  # family -> (eager, graph, xla)
     "keras": ("keras-eager", "keras", "kerasxla"),
@@ -64,7 +64,7 @@ def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
     the XLA step are separate columns, so the part of the gain that is just leaving eager mode shows.
     ``xla_vs_graph_significant`` is False where the interval contains 1.
     """
-    from ..ranking import comparison
+    from .ranking import comparison
 
     rows = []
     good = latest(df[df["ranked"]])

@@ -1,4 +1,4 @@
-"""Figures for reports and notebooks. Each function takes the frame of :func:`inferbench.results.load`
+"""Figures for reports and notebooks. Each function takes the frame of :func:`inferbench.records.load`
 and returns a closed matplotlib Figure (shown once in a notebook, saved by the report), or None when the
 records hold no data for it.
 
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from ..frameworks import display_order
+from ..registry.frameworks import display_order
 from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
 SMALL = 8  # the smallest text in any figure, in points

@@ -86,7 +86,7 @@ def load_reference(folder: str | Path | None = None) -> pd.DataFrame:
     if (root / "xla_keras_benchmarks.csv").is_file():
         parts.append(_xla_keras(root / "xla_keras_benchmarks.csv"))
     if not parts:
-        from ..errors import UsageError
+        from ..base.errors import UsageError
 
         raise UsageError(f"no reference data found in {root}")
     out = pd.concat(parts, ignore_index=True)

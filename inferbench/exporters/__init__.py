@@ -9,53 +9,21 @@ from __future__ import annotations
 
 import importlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..models import FILE_FORMATS, register
+from ..registry.models import register
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..spec import ExportJob
-
-
-@dataclass(frozen=True)
-class Exporter:
-    kind: str
-    module: str
-    requires: tuple[str, ...]  # artifacts that must exist first
-    packages: tuple[str, ...]
-    extra: str
-    path: str  # artifact path inside the cache folder, as runners load it
-    built_by_runner: bool = False  # GPU-specific: built (and cached) in the runner's own process
-    per_batch_size: bool = False  # writes one file per timed batch size (re-run when one is missing)
-
-
-EXPORTERS: dict[str, Exporter] = {
-    e.kind: e
-    for e in [
-        Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "tf", "keras/model.keras"),
-        Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "tf",
-                 "reference", per_batch_size=True),
-        # the Keras weights read on whichever Keras backend is installed (pipeline.default_keras_backend)
-        Exporter("ported", "inferbench.exporters.ported", ("keras",), ("keras",), "tf", "ported/keras_weights.npz"),
-        Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "tf", "savedmodel"),
-        Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "onnxruntime",
-                 "onnx/model.onnx"),
-        Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx", "safetensors"),
-                 "torch", "torch/model.safetensors"),
-        # Engines depend on the GPU model, TensorRT version and batch range, so the TensorRT runner
-        # builds them on the target GPU (cold start includes the build) and caches them by all three.
-        Exporter("tensorrt", "inferbench.exporters.tensorrt", ("onnx",), ("tensorrt",), "tensorrt",
-                 "tensorrt/", built_by_runner=True),
-    ]
-}
+from ..registry import artifacts
+from ..registry.artifacts import ExportContext, exporter_packages, packages
 
 
 def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
     """Everything that changes a model's artifacts: the cache folder's name hashes it (:func:`cache.artifact_dir`).
     A weights file or a model file counts by its content's hash; every exporter's library version counts."""
-    from ..digest import sha256_file, sha256_tree
+    from ..base.digest import sha256_file, sha256_tree
     from .cache import EXPORT_FORMAT, package_versions
 
     weights_id = weights
@@ -70,74 +38,6 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str
         "versions": package_versions(packages()),
         "export_format": EXPORT_FORMAT,
     }
-
-
-def packages() -> tuple[str, ...]:
-    """Every package some exporter uses: their versions are part of the artifact cache key."""
-    return tuple(dict.fromkeys(p for e in EXPORTERS.values() for p in e.packages))
-
-
-#: What a model file's reference outputs are computed with (exporters ``reference`` and ``imported``):
-#: the file's own framework at full precision, with no graph optimisation that could change the numbers. (A Keras
-#: source, registered or a .keras file, uses the ``reference`` exporter's own packages.)
-SOURCE_PACKAGES = {"savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx")}
-_KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onnx": "an ONNX export",
-               "ported": "the Keras weights"}
-
-
-def source_kind(model: Any) -> str:
-    """The artifact kind every other one derives from: the model file's own format, else the Keras model."""
-    return model.source.format if model is not None and model.source is not None else "keras"
-
-
-def requires(kind: str, model: Any = None) -> tuple[str, ...]:
-    """The kinds ``kind`` is made from, for ``model`` (a ModelSpec; a model file is imported, not made)."""
-    src = source_kind(model)
-    if kind == "reference":
-        return (src,)
-    return () if kind == src else EXPORTERS[kind].requires
-
-
-def _from_source(kind: str, model: Any) -> bool:
-    """Is ``kind`` made by the source's own framework (the reference outputs, an imported model file)?"""
-    return kind == "reference" or kind == source_kind(model) != "keras"
-
-
-def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
-    src = source_kind(model)
-    return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
-
-
-def exporter_extra(kind: str, model: Any = None) -> str:
-    """The pip extra that installs what making ``kind`` needs."""
-    return EXPORTERS[source_kind(model) if _from_source(kind, model) else kind].extra
-
-
-def unreachable(kind: str, model: Any) -> str | None:
-    """Why ``kind`` cannot be made for ``model`` (a ModelSpec), or None: from a model file, inferbench makes
-    only what its converters make from that format (everything starts from a Keras model)."""
-    src = source_kind(model)
-    if kind in (src, "reference", "none") or src == "keras":
-        return None
-    if not EXPORTERS[kind].requires:  # the Keras model: only from a registered model or a .keras file
-        return f"needs {_KIND_NAMES[kind]}, and {model.name} is {FILE_FORMATS[src]}"
-    for dep in EXPORTERS[kind].requires:
-        why = unreachable(dep, model)
-        if why and EXPORTERS[dep].requires:
-            return why  # the dependency is the one a converter cannot make: name it
-        if why:
-            hint = " (convert it yourself: python -m tf2onnx.convert --saved-model DIR --output model.onnx, " \
-                "then pass the .onnx)" if (src, kind) == ("savedmodel", "onnx") else ""
-            return f"needs {_KIND_NAMES[kind]}, which inferbench makes from a Keras model only; {model.name} is " \
-                f"{FILE_FORMATS[src]}{hint}"
-    return None
-
-
-def exporter_module(kind: str, model: Any = None) -> str:
-    """The module that makes ``kind`` for ``model`` (a ModelSpec): its exporter's, or for a model file's own format
-    the importer's."""
-    return "inferbench.exporters.imported" if kind != "reference" and _from_source(kind, model) \
-        else EXPORTERS[kind].module
 
 
 def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
@@ -193,56 +93,10 @@ def already_made(cache_dir: Path, model: Any, keys: list[dict[str, Any]]) -> set
 
     from . import cache
 
-    kinds = {k for k in EXPORTERS if any(importlib.util.find_spec(p) is None for p in exporter_packages(k, model))}
+    kinds = {k for k in artifacts.EXPORTERS
+             if any(importlib.util.find_spec(p) is None for p in exporter_packages(k, model))}
     for key in keys if kinds else []:
         kinds &= cache.available(cache_dir, key, kinds)
     return kinds
 
 
-def shares_process(kind: str, model: Any = None) -> bool:
-    """May ``kind`` be exported in one process with the model's other TensorFlow-side exports? (The torch and
-    TensorRT conversions, and a model file's ONNX Runtime reference, get a process of their own.)"""
-    return not set(exporter_packages(kind, model)) & {"torch", "onnx2torch", "tensorrt", "onnxruntime", "openvino"}
-
-
-def export_order(kinds: list[str], model: Any = None) -> list[str]:
-    """The requested artifact kinds and everything they need, dependencies first (for ``model``, a ModelSpec:
-    a model file's kinds start from the file)."""
-    order: list[str] = []
-
-    def visit(kind: str) -> None:
-        if kind in order or kind == "none":
-            return
-        for dep in requires(kind, model):
-            visit(dep)
-        if not EXPORTERS[kind].built_by_runner:
-            order.append(kind)
-
-    visit("reference")  # the reference outputs come from the source: the Keras model or the model file
-    for kind in kinds:
-        visit(kind)
-    return order
-
-
-@dataclass(frozen=True)
-class ExportContext:
-    folder: Path  # the artifact cache folder of this (model, resolution, weights, versions)
-    model: str
-    resolution: int
-    weights: str
-    seed: int
-    batch_sizes: tuple[int, ...] = (1,)
-
-    def path(self, kind: str) -> Path:
-        return self.folder / EXPORTERS[kind].path
-
-
-PARITY_INPUTS = 16  # seeded image-like inputs the parity gate compares on
-REFERENCE_INPUTS = "reference/inputs.npy"
-REFERENCE_LOGITS = "reference/logits.npy"
-REFERENCE_SPREAD = "reference/fp32_spread.json"  # the model's own FP32 rounding spread (a Keras source only)
-
-
-def timed_reference(batch_size: int) -> str:
-    """The Keras logits of the timed batch of ``batch_size`` (exporter ``reference``)."""
-    return f"reference/timed-bs{batch_size}.npy"

@@ -17,8 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - the cache's names for them too
-from ..files import atomic_write_text
+from ..base.digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - the cache's names for them too
+from ..base.files import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
 EXPORT_FORMAT = 5  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..models import get_model
-from . import ExportContext
+from ..registry.artifacts import ExportContext
+from ..registry.models import get_model
 from .reference import predictor, write_parity_reference
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import build_keras_model, get_model
-from . import ExportContext
+from ..registry.artifacts import ExportContext
+from ..registry.models import build_keras_model, get_model
 from .reference import predictor, write_fp32_spread, write_parity_reference
 
 
@@ -50,7 +50,7 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from ..models import walk_layers
+    from ..registry.models import walk_layers
     from .onnx import convertible_ops
 
     fn = tf.function(lambda x: model(x, training=False))

@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TooBig
-from . import REFERENCE_INPUTS, ExportContext
+from ..base.errors import TooBig
+from ..registry.artifacts import REFERENCE_INPUTS, ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
     import onnx
 
-    from ..models import load_keras
+    from ..registry.models import load_keras
 
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES = 3.0, 20.0
 def memory_refusal(ctx: ExportContext) -> str | None:
     """Why this model's ONNX conversion would not fit the memory this process can have now (None: it fits, or
     the model's size is unknown): said before it starts, instead of the kernel killing it halfway."""
-    from ..machine import memory_shortfall
+    from ..base.machine import memory_shortfall
     from ..measure.memory import current_rss_mb
     from . import cache
 
@@ -119,7 +119,7 @@ def constants_as_arrays(model: Any) -> list[str]:
     keras-hub's position ids. Returns ``layer.attribute`` of each one changed."""
     import tensorflow as tf
 
-    from ..models import walk_layers
+    from ..registry.models import walk_layers
 
     changed = []
     for layer in walk_layers(model):

@@ -1,5 +1,5 @@
 """The Keras model's weights as NumPy arrays (``ported/keras_weights.npz``), for the torchvision twins
-(:mod:`inferbench.ports`): read here, in a TensorFlow process, and loaded into torch in the runner's own
+(:mod:`inferbench.registry.ports`): read here, in a TensorFlow process, and loaded into torch in the runner's own
 process, so that TensorFlow and torch never share one."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from . import ExportContext
+from ..registry.artifacts import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..models import load_keras
-    from ..ports import keras_weights
+    from ..registry.models import load_keras
+    from ..registry.ports import keras_weights
 
     model = load_keras(ctx.path("keras"))
     path = ctx.path("ported")

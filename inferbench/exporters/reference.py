@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelSpec, get_model, images_per_call, make_inputs
-from ..parity import DegenerateReference, check_reference
-from . import (
+from ..measure.parity import DegenerateReference, check_reference
+from ..registry.artifacts import (
     PARITY_INPUTS,
     REFERENCE_INPUTS,
     REFERENCE_LOGITS,
@@ -25,6 +24,7 @@ from . import (
     source_kind,
     timed_reference,
 )
+from ..registry.models import ModelSpec, get_model, images_per_call, make_inputs
 
 Predict = Callable[[np.ndarray], np.ndarray]
 
@@ -43,7 +43,7 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        from ..models import graph_call, load_keras
+        from ..registry.models import graph_call, load_keras
 
         call = graph_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
@@ -78,7 +78,7 @@ def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
 def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict) -> dict[str, Any]:
     """The 16 seeded reference inputs and the source's outputs on them; refused (UsageError) when the outputs
     are degenerate, since they could not tell a correct export from a broken one."""
-    from ..errors import UsageError
+    from ..base.errors import UsageError
 
     inputs = parity_inputs(spec, ctx.resolution, ctx.seed)
     logits = predict(inputs)
@@ -98,7 +98,7 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
     parity gate widens for a model whose spread is large (see ``parity.SPREAD_FACTOR``)."""
     import json
 
-    from .. import parity
+    from ..measure import parity
 
     inputs = np.load(ctx.folder / REFERENCE_INPUTS)
     eager = np.concatenate([np.asarray(model(inputs[i:i + 1], training=False), dtype=np.float32).reshape(1, -1)

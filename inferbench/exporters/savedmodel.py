@@ -6,11 +6,11 @@ import contextlib
 import io
 from typing import Any
 
-from . import ExportContext
+from ..registry.artifacts import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..models import load_keras
+    from ..registry.models import load_keras
 
     model = load_keras(ctx.path("keras"))
     with contextlib.redirect_stdout(io.StringIO()):  # Keras prints the endpoint listing

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MissingDependency
-from ..models import get_model
-from . import PARITY_INPUTS, ExportContext
+from ..base.errors import MissingDependency
+from ..registry.artifacts import PARITY_INPUTS, ExportContext
+from ..registry.models import get_model
 
 
 def _trt() -> Any:

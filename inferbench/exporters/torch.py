@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import ExportContext
+from ..registry.artifacts import ExportContext
 
 
 def convert(onnx_path: str | Path) -> tuple[Any, int]:

@@ -97,7 +97,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     busy = (result.get("machine") or {}).get("other_cores")
     result["valid"] = None if busy is None else busy <= MAX_OTHER_LOAD * max(int(key.get("threads") or 1), 1)
     if result.get("gflops") and result["valid"]:  # a measurement on a busy machine is never cached
-        from ..files import atomic_write_text
+        from ..base.files import atomic_write_text
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

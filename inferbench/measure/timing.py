@@ -6,17 +6,18 @@ call to the end of this one, so the latencies add up exactly to the block's wind
 own cost stays at one clock read and one list append.
 
 A cell is timed in ``rounds`` blocks (the parent interleaves the blocks of a run's cells, see
-:mod:`inferbench.rounds`); ``min_duration_s`` and ``min_iterations`` are per cell, split evenly over
+:mod:`inferbench.execution.rounds`); ``min_duration_s`` and ``min_iterations`` are per cell, split evenly over
 the rounds. :func:`run_timed` runs the warm-up and all blocks back to back, for in-process use.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from ..spec import TimingConfig
 
 Clock = Callable[[], float]
 BLOCK_WARMUP_CALLS = 1  # untimed calls before each block: caches warm again after the other cells' blocks
@@ -28,33 +29,6 @@ class WindowMonitor(Protocol):
     def start(self) -> None: ...
 
     def stop(self, window_s: float) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class TimingConfig:
-    warmup_iterations: int = 5
-    warmup_seconds: float = 1.0
-    min_duration_s: float = 4.0  # per cell, all rounds together
-    min_iterations: int = 16  # per cell, all rounds together
-    rounds: int = 8
-
-    def __post_init__(self) -> None:
-        if self.warmup_iterations < 0 or self.warmup_seconds < 0:
-            raise ValueError("warm-up must not be negative")
-        if self.min_iterations < 1:
-            raise ValueError("min_iterations must be at least 1")
-        if self.min_duration_s < 0:
-            raise ValueError("min_duration_s must not be negative")
-        if self.rounds < 1:
-            raise ValueError("rounds must be at least 1")
-
-    @property
-    def block_s(self) -> float:
-        return self.min_duration_s / self.rounds
-
-    @property
-    def block_iterations(self) -> int:
-        return math.ceil(self.min_iterations / self.rounds)
 
 
 @dataclass

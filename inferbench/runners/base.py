@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..models import ModelSpec
+from ..registry.models import ModelSpec
 from ..spec import RunnerOptions
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependency
-from ..models import load_keras
+from ..base.errors import MissingDependency
+from ..registry.models import load_keras
 from .base import LoadContext
 from .tf import TfBase, setup_tensorflow
 

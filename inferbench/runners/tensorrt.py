@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependency
+from ..base.errors import MissingDependency
 from .base import LoadContext, Runner
 
 
@@ -24,8 +24,8 @@ class TensorRTRunner(Runner):
             raise MissingDependency("tensorrt", "tensorrt", "tensorrt-fp32/fp16") from None
         import torch
 
-        from ..exporters import ExportContext
         from ..exporters.tensorrt import build_engine
+        from ..registry.artifacts import ExportContext
 
         if ctx.device != "gpu" or not torch.cuda.is_available():
             raise RuntimeError("TensorRT needs an NVIDIA GPU")

@@ -36,7 +36,7 @@ def serving_function(loaded: Any) -> Any:
     signature = loaded.signatures.get("serving_default")
     inputs = signature.structured_input_signature[1] if signature is not None else {}
     if signature is None or len(inputs) != 1:
-        from ..errors import UsageError
+        from ..base.errors import UsageError
 
         raise UsageError("the SavedModel has neither a 'serve' endpoint nor a 'serving_default' signature with "
                          "one input")

@@ -68,8 +68,8 @@ class TorchRunner(Runner):
         pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs."""
         from safetensors.torch import load_file
 
-        from ..exporters import EXPORTERS
         from ..exporters.torch import convert
+        from ..registry.artifacts import EXPORTERS
 
         module, _ = convert(ctx.folder / EXPORTERS["onnx"].path)
         module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
@@ -151,7 +151,7 @@ class TorchNativeRunner(TorchRunner):
     def build(self, ctx: LoadContext) -> Any:
         import torchvision
 
-        from ..ports import build_torchvision, ported_models
+        from ..registry.ports import build_torchvision, ported_models
 
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
@@ -176,7 +176,7 @@ def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
     give a head initialised to zeros (ViT's) random weights, and set the batch-norm running statistics from
     image-like inputs, so that the outputs vary across classes and inputs (torchvision's stock init gives
     near-constant logits)."""
-    from ..models import make_inputs
+    from ..registry.models import make_inputs
 
     rng = np.random.default_rng(ctx.seed)
 

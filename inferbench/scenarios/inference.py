@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from ..codec import encode
-from ..measure.timing import BLOCK_WARMUP_CALLS, TimingConfig
-from ..spec import CellJob, CellOutcome
+from ..base.codec import encode
+from ..measure.timing import BLOCK_WARMUP_CALLS
+from ..spec import CellJob, CellOutcome, TimingConfig
 
 Emit = Callable[[str], None]
 
@@ -53,9 +53,9 @@ class Session:
     """One cell, loaded and warmed up, measuring a block per round on command."""
 
     def __init__(self, job: CellJob, emit: Emit) -> None:
-        from ..frameworks import load_runner
         from ..measure.memory import current_rss_mb, peak_rss_mb
-        from ..models import get_model, make_inputs
+        from ..registry.frameworks import load_runner
+        from ..registry.models import get_model, make_inputs
 
         self.job, self.emit = job, emit
         cell = job.cell
@@ -155,7 +155,7 @@ def machine_state(blocks: list[Any], config: Any, gpu_state: dict[str, Any]) -> 
 
 def run(job: CellJob, emit: Emit) -> CellOutcome:
     """One cell alone, in this process: set-up, every round's block back to back, collect (for tests
-    and benchmarks; a run interleaves the blocks of its cells, see :mod:`inferbench.rounds`)."""
+    and benchmarks; a run interleaves the blocks of its cells, see :mod:`inferbench.execution.rounds`)."""
     session = Session(job, emit)
     for r in range(session.timing.config.rounds):
         session.block(r)
@@ -190,8 +190,8 @@ def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]
 def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dict[str, Any]:
     """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
     reference; own weights: finite, input-dependent outputs on the reference inputs only."""
-    from .. import parity
-    from ..exporters import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SPREAD, timed_reference
+    from ..measure import parity
+    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SPREAD, timed_reference
 
     emit("parity check")
     folder = Path(job.artifact_dir)

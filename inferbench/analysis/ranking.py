@@ -8,17 +8,18 @@ is shown but never a winner, runner-up, baseline, podium or frontier entry.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
-RANKED_PARITY = ("passed",)
+from ..base.files import atomic_write_text
+from ..records.record import _finite
+from ..records.table import SUMMARY_COLUMNS, device_of, field, ranked, record_name, summary_row, write_csv
+
 T = TypeVar("T")
 COMPARISON_COLUMNS = ("model", "resolution", "batch_size", "precision", "framework", "baseline", "ratio",
                       "ratio_ci_low", "ratio_ci_high", "significant", "verified", "method")
-
-
-def ranked(status: str, parity_status: str) -> bool:
-    return status == "ok" and parity_status in RANKED_PARITY
 
 
 def contenders(rows: Iterable[T], status: Callable[[T], str], parity: Callable[[T], str],
@@ -28,17 +29,6 @@ def contenders(rows: Iterable[T], status: Callable[[T], str], parity: Callable[[
     return sorted((r for r in rows if ranked(status(r), parity(r))), key=p50)
 
 
-def display_name(framework: str, precision: str = "fp32", variant: str = "") -> str:
-    """Framework key, with the precision where the key does not already say it and the variant
-    (``torch:bf16``, ``torch+compile``)."""
-    name = framework if precision == "fp32" or framework.endswith(precision) else f"{framework}:{precision}"
-    return f"{name}+{variant}" if variant else name
-
-
-def record_name(record: Mapping[str, Any]) -> str:
-    return display_name(record["framework"], record.get("precision", "fp32"), record.get("variant", ""))
-
-
 def _group(record: Mapping[str, Any]) -> str | None:
     timing = record.get("timing")
     return timing.get("group") if isinstance(timing, Mapping) else record.get("timing.group")
@@ -46,9 +36,9 @@ def _group(record: Mapping[str, Any]) -> str | None:
 
 def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") -> dict[str, Any]:
     """A's median latency (or p99, or mean) over B's from two records (or rows of
-    :func:`inferbench.results.load`): paired within rounds when they were measured in the same group of
+    :func:`inferbench.records.load`): paired within rounds when they were measured in the same group of
     the same run, else unpaired."""
-    from .measure.stats import compare
+    from ..measure.stats import compare
 
     if not (_has_raw(a) and _has_raw(b)):  # a record without its samples: the point ratio, and no claim
         key = {"p50": "latency_ms.p50", "p99": "latency_ms.p99", "mean": "latency_ms.mean"}[stat]
@@ -111,29 +101,6 @@ _FORMAT = {"ms": ".3f", "samples/s": ".1f", "J/inference": ".4g"}
 RECOMMENDATION_KEY = ("device", "threads", "scenario", "model", "resolution", "batch_size", "precision")
 
 
-def field(record: Mapping[str, Any], dotted: str) -> Any:
-    """A value of a record by its dotted name (nested dicts, or the flat rows of ``results.load``);
-    None where absent or NaN."""
-    if dotted in record:
-        value = record[dotted]
-    else:
-        value = record
-        for part in dotted.split("."):
-            if not isinstance(value, Mapping) or part not in value:
-                return None
-            value = value[part]
-    return None if isinstance(value, float) and value != value else value
-
-
-def device_model(record: Mapping[str, Any]) -> str:
-    """The GPU's or the CPU's model name (without the ``@ host`` the analysis adds to tell hosts apart)."""
-    return str(field(record, "config.device.gpu.name") or field(record, "environment.cpu.model") or "unknown device")
-
-
-def device_of(record: Mapping[str, Any]) -> str:
-    return str(field(record, "device_name") or device_model(record))
-
-
 def _group_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
     return (device_of(r), field(r, "config.threads"), field(r, "scenario") or "inference",
             *(field(r, k) for k in RECOMMENDATION_KEY[3:]))
@@ -143,7 +110,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
     cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
     share a run), its stability verdict, and its energy or why there is none."""
-    from .measure.stats import interval
+    from ..measure.stats import interval
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -194,7 +161,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
 def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One verdict for records (a group, a run): not valid if one is not, unknown if one is unknown
     (:func:`inferbench.measure.machine.combine`); older records, which nothing watched, are unknown."""
-    from .measure.machine import combine
+    from ..measure.machine import combine
 
     return combine([{"valid": field(r, "validity.valid"), "reason": field(r, "validity.reason")
                      or "machine state unknown: not recorded"} for r in records])
@@ -202,7 +169,7 @@ def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def validity_line(recs: list[dict[str, Any]]) -> str:
     """The first line of every answer: is it what the runtimes can do, or what a busy machine gave?"""
-    from .measure.machine import combine
+    from ..measure.machine import combine
 
     verdict = combine([r["validity"] for r in recs if r.get("validity")])
     if verdict["valid"] is True:
@@ -262,3 +229,28 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
     if missing:  # said once: on a machine without a sensor it is the same for every line
         lines.append(f"  energy not measured: {'; '.join(missing)}")
     return lines
+
+
+def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
+    """``summary.csv`` (one row per cell), ``comparisons.csv`` (each cell against its group's fastest
+    verified cell, :func:`inferbench.analysis.ranking.comparison_rows`) and ``recommendation.json`` (the best
+    verified cell per group for ``objective``, :func:`inferbench.analysis.ranking.recommendations`) in ``folder``."""
+
+    write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
+    write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
+    write_recommendation(Path(folder) / "recommendation.json", recommendations(records, objective), objective)
+
+
+def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
+    """``recommendation.json``: the run's validity, the objective and, per group (each with its own validity),
+    :func:`inferbench.analysis.ranking.recommendations`."""
+    from ..measure.machine import combine
+
+    answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
+              "recommendations": recs}
+    atomic_write_text(path, json.dumps(_finite(answer), indent=1, default=_plain) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars (from the rows of :func:`load`) as plain numbers."""
+    return value.item() if hasattr(value, "item") else str(value)

@@ -31,26 +31,19 @@ Schema history (``schema_version``):
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
-import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import SCHEMA_VERSION
-from .codec import decode, encode
-from .errors import UsageError
-from .files import atomic_write_bytes, atomic_write_text  # noqa: F401 - also results' names
+from .. import SCHEMA_VERSION
+from ..base.codec import decode, encode
+from ..base.files import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
 
-    from .spec import CellJob, ChildResult
+    from ..spec import CellJob, ChildResult
 
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
@@ -59,14 +52,6 @@ SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4, 5})
 #: The validity of a record from before inferbench watched the machine.
 UNWATCHED = {"valid": None, "reason": "machine state unknown: measured before inferbench watched the machine "
                                       "(schema 4 and older)"}
-SUMMARY_COLUMNS = (
-    "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
-    "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
-    "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
-    "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
-    "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image", "gflop_per_s",
-    "fraction_of_peak", "error",
-)
 STATUSES = ("ok", "failed")
 PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
 
@@ -163,7 +148,7 @@ class Record:
 
     @property
     def filename(self) -> str:
-        from .spec import record_filename
+        from ..spec import record_filename
 
         return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
                                self.variant, self.scenario)
@@ -249,8 +234,8 @@ def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
-    from .frameworks import FRAMEWORKS
-    from .spec import RunnerOptions
+    from ..registry.frameworks import FRAMEWORKS
+    from ..spec import RunnerOptions
 
     rec = json.loads(json.dumps(old))  # a deep copy
     config = rec.setdefault("config", {})
@@ -302,7 +287,7 @@ def as_written(record: Record) -> dict[str, Any]:
 
 def record_key(record: dict[str, Any]) -> str:
     """A record's cell, as its file name (the identity :class:`~inferbench.spec.CellKey` writes it under)."""
-    from .spec import record_filename
+    from ..spec import record_filename
 
     return record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
                            record.get("precision", "fp32"), record.get("variant", ""),
@@ -326,237 +311,3 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def summary_row(record: dict[str, Any]) -> dict[str, Any]:
-    from .ranking import device_of
-
-    lat = record.get("latency_ms") or {}
-    ci = lat.get("p50_ci95") or [None, None]
-    cold = record.get("cold_start") or {}
-    energy = record.get("energy") or {}
-    return {
-        "run_id": record.get("run_id"),
-        "framework": record["framework"],
-        "model": record["model"],
-        "resolution": record["resolution"],
-        "batch_size": record["batch_size"],
-        "precision": record.get("precision", "fp32"),
-        "variant": record.get("variant", ""),
-        "device": (record.get("config", {}).get("device") or {}).get("kind"),
-        "device_name": device_of(record),
-        "host": (record.get("environment") or {}).get("hostname"),
-        "status": record["status"],
-        "parity": record["parity"]["status"],
-        "p50_ms": lat.get("p50"),
-        "p50_ci95_low_ms": ci[0],
-        "p50_ci95_high_ms": ci[1],
-        "p90_ms": lat.get("p90"),
-        "p95_ms": lat.get("p95"),
-        "p99_ms": lat.get("p99"),
-        "mean_ms": lat.get("mean"),
-        "cv": lat.get("cv"),
-        "n": lat.get("n"),
-        "throughput_per_s": record.get("throughput_per_s"),
-        "load_s": cold.get("load_s"),
-        "first_call_s": cold.get("first_call_s"),
-        "peak_host_memory_mb": (record.get("memory") or {}).get("peak_host_mb"),
-        "timed_peak_host_memory_mb": (record.get("memory") or {}).get("timed_peak_host_mb"),
-        "energy_j_per_inference": energy.get("joules_per_inference"),
-        "mean_power_w": energy.get("mean_power_w"),
-        "energy_missing": None if energy.get("available") else energy.get("reason"),
-        "rounds": (lat.get("stability") or {}).get("rounds"),
-        "stability": (lat.get("stability") or {}).get("verdict"),
-        "valid": (record.get("validity") or {}).get("valid"),
-        "validity_reason": (record.get("validity") or {}).get("reason"),
-        "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
-        **compute_rate(record),
-        "error": record.get("error"),
-    }
-
-
-def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
-    """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
-    image) and its fraction of the device's measured peak FP32 rate (None where either is unknown)."""
-    stats = record.get("model_stats") or {}
-    flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
-    rate = throughput * flops / 1e9 if flops and throughput else None
-    peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")
-    return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,
-            "fraction_of_peak": rate / peak if rate and peak else None}
-
-
-#: A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK(...), +cmd|...).
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_cell(value: Any) -> Any:
-    """A value as a spreadsheet shows it, never runs it: text that would start a formula gets a leading
-    apostrophe (numbers, negative ones included, are left as they are)."""
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        try:
-            float(value)
-            return value
-        except ValueError:
-            return "'" + value
-    return value
-
-
-def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]], lineterminator: str = "\r\n") -> None:
-    """Every CSV inferbench writes: atomically, each text cell neutralised for spreadsheets (:func:`csv_cell`)."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator=lineterminator)
-    writer.writeheader()
-    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
-    atomic_write_text(path, buf.getvalue())
-
-
-def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
-    """``summary.csv`` (one row per cell), ``comparisons.csv`` (each cell against its group's fastest
-    verified cell, :func:`inferbench.ranking.comparison_rows`) and ``recommendation.json`` (the best
-    verified cell per group for ``objective``, :func:`inferbench.ranking.recommendations`) in ``folder``."""
-    from .ranking import COMPARISON_COLUMNS, comparison_rows, recommendations
-
-    write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
-    write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
-    write_recommendation(Path(folder) / "recommendation.json", recommendations(records, objective), objective)
-
-
-def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
-    """``recommendation.json``: the run's validity, the objective and, per group (each with its own validity),
-    :func:`inferbench.ranking.recommendations`."""
-    from .measure.machine import combine
-
-    answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
-              "recommendations": recs}
-    atomic_write_text(path, json.dumps(_finite(answer), indent=1, default=_plain) + "\n")
-
-
-def _plain(value: Any) -> Any:
-    """NumPy scalars (from the rows of :func:`load`) as plain numbers."""
-    return value.item() if hasattr(value, "item") else str(value)
-
-
-# --------------------------------------------------------------------------- reading
-def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
-    the current schema, as dicts (with ``_source``, the file it came from); and every file it skipped,
-    with the reason."""
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"no such file or folder: {path}")
-    files = [path] if path.is_file() else sorted(path.rglob("*.json"))
-    records = []
-    skipped: list[str] = []
-    unsupported: dict[Any, list[str]] = {}
-    for file in files:
-        try:
-            data = json.loads(file.read_bytes())
-        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep to be a record
-            skipped.append(f"{file}: not readable JSON ({type(exc).__name__}: {str(exc)[:100]})")
-            continue
-        if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
-            if file.name not in ("sweep.json", "recommendation.json"):  # a run's own files beside its records
-                skipped.append(f"{file}: not an inferbench record")
-            continue
-        version = data["schema_version"]
-        if not isinstance(version, int) or isinstance(version, bool):
-            skipped.append(f"{file}: schema_version {str(version)[:40]} is not a number")
-            continue
-        if version not in SUPPORTED_SCHEMAS:
-            unsupported.setdefault(version, []).append(str(file))
-            continue
-        try:
-            record = parse(data, file.name)
-        except ImpossibleRecord as exc:
-            skipped.append(f"{file}: impossible values, never ranked ({exc})")
-            continue
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            skipped.append(f"{file}: incomplete record ({str(exc)[:100]})")  # named, as resume sets it aside
-            continue
-        records.append({**encode(record), "_source": str(file.resolve())})
-    if unsupported:
-        found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
-        newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
-        hint = "upgrade inferbench" if newer else "these records come from another tool or a pre-release"
-        raise UsageError(f"{path} mixes in records this inferbench cannot read ({found}; it reads "
-                         f"{', '.join(map(str, sorted(SUPPORTED_SCHEMAS)))}): {hint}")
-    return records, skipped
-
-
-ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
-
-
-def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
-    """The one loader: result folders (searched recursively) or record files, from one machine or several,
-    as one DataFrame with a row per record, at the current schema — what every function of
-    :mod:`inferbench.analysis`, the report and ``compare`` take.
-
-    Nested blocks are flattened with dots (``latency_ms.p50``, ``parity.status``,
-    ``environment.cpu.model``); raw latencies and their rounds stay list columns (``raw_latencies_ms``,
-    ``raw_rounds``); :func:`tidy` adds the columns the analysis uses (``device_name``, ``p50_ms``,
-    ``ranked``, ...). A file given twice (a folder and its sub-folder) counts once.
-    """
-    import pandas as pd
-
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    if not paths:
-        raise UsageError("no result folders given")
-    records: list[dict[str, Any]] = []
-    for path in paths:
-        found, skipped = iter_records(Path(path))
-        if not found:
-            also = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0]})" if skipped else ""
-            raise UsageError(f"no inferbench result records found under {path}{also}")
-        for line in skipped:  # every file left out is named, with the reason
-            print(f"inferbench: skipped {line}", file=sys.stderr)
-        records += found
-    records = list({r["_source"]: r for r in records}.values())
-    raw = ("raw_latencies_ms", "raw_rounds")
-    flat = pd.json_normalize([{k: v for k, v in r.items() if k not in raw} for r in records])
-    for key in raw:
-        flat[key] = [r.get(key) for r in records]
-    return tidy(flat)
-
-
-#: Columns the analysis and the report read that a valid record may not have (filled with None).
-OPTIONAL_COLUMNS = ("validity.valid", "validity.reason", "config.threads", "environment.inferbench.commit",
-                    "environment.hostname", "parity.reason",
-                    "latency_ms.p50_ci95", "latency_ms.stability.verdict", "energy.reason", "latency_ms.n",
-                    "latency_ms.p99", "config.device.gpu.name", "environment.cpu.model")
-
-
-def tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
-    import pandas as pd
-
-    from .ranking import RANKED_PARITY, display_name
-
-    out = df.copy()
-    for column in OPTIONAL_COLUMNS:  # a record may lack a block (an old schema, a minimal writer): never a KeyError
-        if column not in out:
-            out[column] = None
-    # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
-    # the key); records of schema 2 carry precision and variant at the top level
-    out["framework_key"] = out["framework"]
-    out["framework"] = [display_name(f, p, v) for f, p, v in zip(out["framework"], out["precision"], out["variant"])]
-    gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
-    cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
-    out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
-    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
-    out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
-    # two machines with the same GPU (or CPU) model are two machines: name them apart
-    shared = out.groupby("device_name")["host"].transform("nunique") > 1
-    out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
-    out["p50_ms"] = out.get("latency_ms.p50")
-    out["p99_ms"] = out.get("latency_ms.p99")
-    out["throughput"] = out.get("throughput_per_s")
-    out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
-    out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
-    out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
-    flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float))
-    out["gflop_per_image"] = flops.astype(float) / 1e9
-    out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
-    peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))
-    out["fraction_of_peak"] = out["gflop_per_s"] / peak.astype(float)
-    if ENERGY_J_PER_INF in out:
-        out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
-    return out

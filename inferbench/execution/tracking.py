@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 #: --log-to target -> (import name, pip extra that installs it)
 TARGETS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
@@ -75,8 +75,8 @@ def where(targets: tuple[str, ...]) -> str:
 
 def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
     """A record as (parameters, metrics, tags)."""
-    from . import __version__
-    from .results import summary_row
+    from .. import __version__
+    from ..records.table import summary_row
 
     params: dict[str, str] = {}
     metrics: dict[str, float] = {}
@@ -104,7 +104,7 @@ def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], di
 
 
 def _cell_name(record: dict[str, Any]) -> str:
-    from .results import record_key
+    from ..records.record import record_key
 
     return record_key(record).removesuffix(".json")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ranking import recommendation_lines, recommendations, record_name
+from ..analysis.ranking import recommendation_lines, recommendations
+from ..records.table import record_name
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -21,7 +22,7 @@ def terminal_width() -> int | None:
 
 def _rate(record: dict[str, Any]) -> str:
     """Achieved GFLOP/s and its share of the device's measured peak FP32 rate: "133 (28%)"."""
-    from .results import compute_rate
+    from ..records.table import compute_rate
 
     rate = compute_rate(record)
     if rate["gflop_per_s"] is None:

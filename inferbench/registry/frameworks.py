@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 #: Runner options every framework takes (they change the timed region, not the framework).
 COMMON_OPTIONS = ("include_transfer",)
@@ -35,7 +35,7 @@ class Framework:
     precision: str = "fp32"
     precisions: tuple[str, ...] = ()  # other precisions it can run with --precision (besides its own)
     same_weights: bool = True  # False: its own weights (outputs only sanity-checked, never ranked)...
-    ported: bool = False  # ...unless the Keras weights are ported into it (inferbench.ports) for the model
+    ported: bool = False  # ...unless the Keras weights are ported into it (inferbench.registry.ports) for the model
     needs_port: bool = False  # runs only models with a weight port
     options: tuple[str, ...] = ()  # runner options it takes, besides COMMON_OPTIONS
     env: tuple[tuple[str, str], ...] = ()  # child environment variable <- runner option
@@ -58,7 +58,7 @@ class Framework:
         """The artifact kind it loads for ``model`` (a ModelSpec): its own, or one it also loads that a model
         file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras weights of a
         model without a port (a torchvision twin then runs its own weights)."""
-        from .exporters import unreachable
+        from .artifacts import unreachable
         from .ports import ported_models
 
         if self.artifact == "ported" and model is not None and model.name not in ported_models():
@@ -68,7 +68,7 @@ class Framework:
 
     def unsupported(self, model: Any) -> str | None:
         """Why this framework cannot run ``model`` (a ModelSpec), or None."""
-        from .exporters import unreachable
+        from .artifacts import unreachable
         from .ports import ported_models
 
         if self.needs_torchvision_twin and model.source is not None:
@@ -223,7 +223,7 @@ def needed_packages(fw: Framework, model: Any = None, options: Any = None,
     """Every package ``fw`` needs with these runner ``options``, its own and its artifacts' exporters' (the
     reference export included: the Keras model's, or a model file's own framework) but for the artifact kinds
     in ``have`` (already exported, here or elsewhere), with the extra that installs each."""
-    from .exporters import export_order, exporter_extra, exporter_packages
+    from .artifacts import export_order, exporter_extra, exporter_packages
 
     needed = {pkg: fw.extra for pkg in fw.runtime_packages(options)}
     for kind in export_order([fw.artifact_for(model)], model):

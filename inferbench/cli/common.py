@@ -1,22 +1,19 @@
 """What every inferbench command line shares: one-line errors, writable-folder checks, the exit-status
-wrapper. The options themselves are declared once, in :mod:`inferbench.config`."""
+wrapper. The options themselves are declared once, in :mod:`inferbench.cli.options`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import errno
-import itertools
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
-from .errors import UsageError, shorten
+from .. import __version__
+from ..base.errors import UsageError, shorten
 
 
 class Parser(argparse.ArgumentParser):
@@ -39,15 +36,6 @@ def typed(prog: str) -> str:
     return prog if " " in prog else f"python -m {prog}"
 
 
-def check_writable(folder: Path, what: str = "output dir") -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write to {what} {folder}: {exc.strerror or exc}") from None
-
-
 def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
     """One line for what 'all' left out here, and why (not installed: the command that installs it)."""
     if skipped:
@@ -55,25 +43,10 @@ def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
               file=stream or sys.stderr)
 
 
-def new_folder(root: Path, name: str, numbered: bool = True) -> Path:
-    """A results folder no other run or sweep shares: created exclusively; ``-2``, ``-3``... if the name is
-    taken (two runs started in the same second), or FileExistsError when ``numbered`` is False."""
-    for i in itertools.count(1):
-        candidate = root / (name if i == 1 else f"{name}-{i}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            if not numbered:
-                raise
-            continue
-    raise AssertionError("unreachable")
-
-
 def exit_status(executed: Any, require_valid: bool = False) -> int:
     """0 when every cell ran, its record was written and none failed parity (and, with ``require_valid``, the run
     is valid), else 1 (after one line per record that could not be written, and one when the run is not valid)."""
-    from .ranking import validity_of
+    from ..analysis.ranking import validity_of
 
     for label, why in executed.unwritten.items():
         print(f"not written: {label}: {why}", file=sys.stderr)

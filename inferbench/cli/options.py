@@ -23,26 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .codec import decode, encode
-from .errors import UsageError, shorten
-from .frameworks import Framework, choose, get_framework
-from .measure.timing import TimingConfig
-from .models import ModelFile, register
-from .scenarios import SCENARIOS
-from .spec import (  # noqa: F401 - re-exported: the wire objects' old home
-    JOB_TYPES,
+from ..base.codec import decode, encode
+from ..base.errors import UsageError, shorten
+from ..execution.exports import exported
+from ..registry.frameworks import Framework, choose, get_framework
+from ..registry.models import ModelFile, register
+from ..registry.scenarios import SCENARIOS
+from ..spec import (
     KERAS_BACKENDS,
     PRECISIONS,
-    CellJob,
     CellKey,
-    CellOutcome,
-    ChildResult,
-    ExportJob,
     RunConfig,
     RunnerOptions,
-    job_from_json,
-    job_to_json,
-    record_filename,
+    TimingConfig,
 )
 
 DAY_S = 86_400.0
@@ -425,7 +418,7 @@ class Plan:
 
 def _upgrade_plan_v1(data: dict[str, Any]) -> dict[str, Any]:
     """Plan 1 (issue 4) kept settings as a loose dict and the device as a request ('auto')."""
-    from .device import resolve
+    from ..base.device import resolve
 
     s = data["settings"]
     opts = s.get("options") or {}
@@ -454,9 +447,9 @@ class Built:
 
 def build(values: dict[str, Any]) -> Built:
     """Checked option values (defaults included) -> the run's configuration and its cells."""
-    from .device import default_threads, resolve
-    from .exporters import cache as artifact_cache
-    from .models import describe_weights, get_model
+    from ..base.device import default_threads, resolve
+    from ..exporters import cache as artifact_cache
+    from ..registry.models import describe_weights, get_model
 
     for key in ("models", "resolutions", "batch_sizes"):
         if not values[key]:
@@ -464,18 +457,18 @@ def build(values: dict[str, Any]) -> Built:
     files = open_files(values)
     models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
     if values["weights"] == "imagenet":
-        from .builders import refuse_imagenet
+        from ..registry.builders import refuse_imagenet
 
         refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
     model_files = tuple(m for m in files if isinstance(m, ModelFile))
-    from .tracking import check as check_tracking
+    from ..execution.tracking import check as check_tracking
 
     check_tracking(values["log_to"])
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
-    from .isolate import thread_env
+    from ..execution.childenv import thread_env
 
     reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
     if reserved:
@@ -520,26 +513,9 @@ def build(values: dict[str, Any]) -> Built:
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
 
 
-def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
-    """Everything that changes the artifacts of ``spec`` at ``resolution`` (the cache folder's name hashes it); a
-    model file's weights are its own contents."""
-    from .exporters import key_inputs
-
-    weights = spec.source.path if spec.source else config.weights
-    return key_inputs(spec.name, resolution, weights, config.seed)
-
-
-def exported(config: RunConfig, spec: Any, resolutions: Any) -> set[str]:
-    """The artifact kinds of ``spec`` whose exporters are not installed here but which need no export at any of
-    ``resolutions``: in the cache already, or brought from another machine."""
-    from .exporters import already_made
-
-    return already_made(Path(config.cache_dir), spec, [cache_key(config, spec, r) for r in resolutions])
-
-
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
-    from .models import is_model_file, open_model_file
+    from ..registry.models import is_model_file, open_model_file
 
     names = expand_patterns(values["models"])
     files: list[str | ModelFile] = list(names)
@@ -565,7 +541,7 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
 def expand_patterns(models: list[str]) -> list[str]:
     """``--model`` values with shell-style patterns (``efficientnet_b*``, ``*``) replaced by the registered models
     they match, in registry order; a pattern that matches none is bad input."""
-    from .models import MODELS, list_models
+    from ..registry.models import MODELS, list_models
 
     out: list[str] = []
     for m in models:
@@ -581,7 +557,7 @@ def expand_patterns(models: list[str]) -> list[str]:
 
 def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:
     """The input batch alone must fit in a quarter of the machine's memory, with room for the framework."""
-    from .machine import memory_total_gb
+    from ..base.machine import memory_total_gb
 
     memory_gb = memory_total_gb() or math.inf
     for cell in cells:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
@@ -154,12 +154,12 @@ MODELS: dict[str, ModelSpec] = {
     for spec in [
         *[ModelSpec(name, builder, twin, px, minimum, prep, family=family)
           for name, builder, twin, px, minimum, prep, family in _APPLICATIONS],
-        # Keras 2's RegNets, which Keras 3 dropped, built by inferbench.builders
-        *[ModelSpec(f"regnet{b}_{f}", f"inferbench.builders:regnet{b}{f}",
+        # Keras 2's RegNets, which Keras 3 dropped, built by inferbench.registry.builders
+        *[ModelSpec(f"regnet{b}_{f}", f"inferbench.registry.builders:regnet{b}{f}",
                     f"regnet_{b}_{_TORCHVISION_REGNETS[f]}" if f in _TORCHVISION_REGNETS else None, 224, 32,
                     "included", family="regnet")
           for b in "xy" for f in ("002", "004", "006", "008", "016", "032", "040", "064", "080", "120", "160", "320")],
-        ModelSpec("vit_b_16", "inferbench.builders:vit_b16", "vit_b_16", 224, 32, "tf", family="vit",
+        ModelSpec("vit_b_16", "inferbench.registry.builders:vit_b16", "vit_b_16", 224, 32, "tf", family="vit",
                   resolution_multiple=16, packages=("keras_hub",), extra="vit"),
     ]
 }
@@ -257,7 +257,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
 
 def content_digest(path: Path) -> str:
     """8 hex digits of the sha256 of a model file (of every file of a SavedModel folder, with their paths)."""
-    from .digest import sha256_file, sha256_tree
+    from ..base.digest import sha256_file, sha256_tree
 
     return (sha256_file(path) if path.is_file() else sha256_tree(path))[:8]
 

@@ -20,19 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .codec import decode
-from .spec import CellJob, ChildResult, ExportJob, job_to_json
+from ..base.codec import decode
+from ..spec import CellJob, ChildResult, ExportJob, job_to_json
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """Same intra-op thread count for every framework, set before the framework is imported."""
-    n = str(threads)
-    return {
-        "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
-        "TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": "1",
-    }
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder that holds the inferbench package
 
 
 def _describe_exit(code: int) -> str:
@@ -47,7 +38,7 @@ def _describe_exit(code: int) -> str:
 
 
 class Child:
-    """One worker process (``python -m inferbench.worker``) and the channel to it.
+    """One worker process (``python -m inferbench.execution.worker``) and the channel to it.
 
     The worker writes JSON lines to a pipe of its own (``INFERBENCH_CHANNEL_FD``), never to stdout, so
     that a framework printing there cannot garble them: ``{"progress": phase}`` lines go to
@@ -66,7 +57,7 @@ class Child:
         child_env["INFERBENCH_PARENT_PID"] = str(os.getpid())  # the worker dies with its parent
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "inferbench.worker", str(job_path), str(self.result_path)],
+                [sys.executable, "-m", "inferbench.execution.worker", str(job_path), str(self.result_path)],
                 stdin=subprocess.PIPE, stdout=log, stderr=log, text=True, env=child_env, pass_fds=(write_fd,))
         os.close(write_fd)
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 #: name -> (block type, stage depths, stage widths, group width); from Keras 2's RegNet table.
 REGNETS: dict[str, tuple[str, tuple[int, ...], tuple[int, ...], int]] = {

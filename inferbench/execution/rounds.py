@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..spec import CellJob, ChildResult
 from .isolate import Child
-from .spec import CellJob, ChildResult
 
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
 #: have gone to sleep before the next block is timed.

@@ -11,9 +11,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .device import Device, cpu_quota, default_threads
-from .machine import _cpu_flags, cpu_model, memory_total_gb
+from .. import __version__
+from ..base.device import Device, cpu_quota, default_threads
+from ..base.machine import _cpu_flags, cpu_model, memory_total_gb
 
 #: Recorded besides every framework's and exporter's packages (from their registries): the analysis
 #: stack, the GPU energy sensor, and Keras' JAX backend.
@@ -21,7 +21,7 @@ BASE_PACKAGES = ("numpy", "pandas", "nvidia-ml-py", "jax", "jaxlib")
 
 
 def git_commit() -> dict[str, Any]:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the folder that holds the inferbench package
     try:
         commit = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
@@ -36,8 +36,8 @@ def git_commit() -> dict[str, Any]:
 
 
 def packages() -> tuple[str, ...]:
-    from .exporters import packages as export_packages
-    from .frameworks import distributions
+    from ..registry.artifacts import packages as export_packages
+    from ..registry.frameworks import distributions
 
     return tuple(dict.fromkeys((*BASE_PACKAGES, *distributions(), *export_packages())))
 

@@ -7,7 +7,7 @@
   several inputs or outputs, an input that is not floating point, an operator outside ONNX's own domains (a
   custom op needs a library of its own), external data outside the model's folder.
 
-Every refusal is a :class:`~inferbench.errors.UsageError`: one line, exit status 2, before any export.
+Every refusal is a :class:`~inferbench.base.errors.UsageError`: one line, exit status 2, before any export.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 MiB = 2**20
 CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
@@ -28,7 +28,7 @@ ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")  # what ONNX Runti
 
 
 def _memory_bytes() -> float:
-    from .machine import memory_total_gb
+    from ..base.machine import memory_total_gb
 
     gb = memory_total_gb()
     return gb * 2**30 if gb else float("inf")

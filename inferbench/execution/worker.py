@@ -1,6 +1,6 @@
-"""Child-process side: ``python -m inferbench.worker JOB.json RESULT.json``.
+"""Child-process side: ``python -m inferbench.execution.worker JOB.json RESULT.json``.
 
-Process plumbing only: read a job (:mod:`inferbench.config`), run it (an export, or a cell through its
+Process plumbing only: read a job (:mod:`inferbench.cli.options`), run it (an export, or a cell through its
 scenario, :mod:`inferbench.scenarios`), write the :class:`~inferbench.spec.ChildResult` atomically.
 Each export and each cell runs in a process of its own, so no two frameworks ever share one (thread
 pools, allocators and CUDA contexts fight).
@@ -8,7 +8,7 @@ pools, allocators and CUDA contexts fight).
 Messages to the parent are JSON lines on the pipe ``INFERBENCH_CHANNEL_FD`` (``{"progress": phase}``,
 ``{"ready": true}``, ``{"block": {...}}``). A cell's worker sets up its session, says ready, then
 measures one block per ``{"block": R}`` line on stdin until ``{"finish": true}`` (see
-:mod:`inferbench.rounds`). Any failure ends the worker with a failed result.
+:mod:`inferbench.execution.rounds`). Any failure ends the worker with a failed result.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .codec import encode
-from .errors import MissingDependency, TooBig, UsageError
-from .spec import CellJob, ChildResult, job_from_json
+from ..base.codec import encode
+from ..base.errors import MissingDependency, TooBig, UsageError
+from ..spec import CellJob, ChildResult, job_from_json
 
 _channel: Any = None
 
@@ -54,11 +54,11 @@ def run_job(text: str, commands: Any = None) -> ChildResult:
     try:
         job = job_from_json(text)
         if isinstance(job, CellJob):
-            from .models import register
+            from ..registry.models import register
 
             register(*job.config.model_files)
             return serve(job, sys.stdin if commands is None else commands)
-        from .exporters import run
+        from ..exporters import run
 
         return ChildResult(ok=True, export=run(job, emit))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as a failed row
@@ -66,7 +66,7 @@ def run_job(text: str, commands: Any = None) -> ChildResult:
 
 
 def serve(job: CellJob, commands: Any) -> ChildResult:
-    from .scenarios import get_scenario
+    from ..registry.scenarios import get_scenario
 
     session = get_scenario(job.cell.scenario)(job, emit)
     send({"ready": True})
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     fd = os.environ.get("INFERBENCH_CHANNEL_FD")
     _channel = os.fdopen(int(fd), "w") if fd else None
     result = run_job(job_path.read_text())
-    from .files import atomic_write_text
+    from ..base.files import atomic_write_text
 
     atomic_write_text(result_path, json.dumps(encode(result), allow_nan=True))
     return 0

@@ -1,0 +1,99 @@
+"""The environment a child process starts with: what inferbench controls (threads, device, backend, the variables
+that change what a framework computes or how fast), what it drops from the shell and what the user passes on."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+from ..registry.frameworks import Framework
+from ..spec import CellKey, RunConfig
+
+#: Variables that change what a framework computes or how fast. A child never inherits them from the
+#: shell: inferbench sets the ones it needs (threads, device, backend, logging) and drops the rest,
+#: unless the user passes one on by name (``--pass-env``); the record's ``config.child_env`` holds them all.
+CONTROLLED_NAMES = ("TF_XLA_FLAGS", "XLA_FLAGS", "KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                    "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "LD_PRELOAD", "NVIDIA_TF32_OVERRIDE",
+                    "ATEN_CPU_CAPABILITY")
+
+
+CONTROLLED_PREFIXES = ("TF_", "XLA_", "OMP_", "MKL_", "MKLDNN_", "KMP_", "GOMP_", "DNNL_", "ONEDNN_", "ORT_",
+                       "OPENBLAS_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "OV_",
+                       "OPENVINO_", "JAX_", "MALLOC_")
+
+
+#: Terraform's variables share TensorFlow's TF_ prefix and change nothing here.
+TERRAFORM_PREFIXES = ("TF_CLI_", "TF_VAR_", "TF_LOG", "TF_IN_AUTOMATION", "TF_WORKSPACE", "TF_DATA_DIR",
+                      "TF_PLUGIN_CACHE_DIR", "TF_INPUT", "TF_REGISTRY_", "TF_TOKEN_")
+
+
+def controlled(name: str) -> bool:
+    return (name in CONTROLLED_NAMES or name.startswith(CONTROLLED_PREFIXES)) and not name.startswith(
+        TERRAFORM_PREFIXES)
+
+
+def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | None = None) -> dict[str, str]:
+    """The whole environment a child process starts with: the parent's, minus every controlled variable
+    (:func:`controlled`), plus what inferbench sets (the device it may see, the thread count, oneDNN on,
+    the variables its framework takes from the cell's runner options) and what ``--pass-env`` names."""
+
+    env = {k: v for k, v in os.environ.items() if not controlled(k)}
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": default_keras_backend(),
+                "TORCHINDUCTOR_CACHE_DIR": str(private_cache("torchinductor")),
+                **config.device.child_env(), **thread_env(config.threads)})
+    if fw is not None and cell is not None:
+        env.update(fw.child_env(cell.options))
+    env.update({k: os.environ[k] for k in config.pass_env if k in os.environ})
+    return env
+
+
+def default_keras_backend() -> str:
+    """The backend Keras runs on where no runner option says otherwise (exports, the reference): TensorFlow,
+    or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch. A Keras
+    model's weights read the same on every backend (the ``ported`` export)."""
+    return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
+
+
+@functools.cache
+def private_cache(name: str) -> Path:
+    """A cache folder only this user can write (mode 0700, owned by this user), never in the artifact cache: what
+    torch's inductor keeps there (pickled graphs, generated Python modules) is loaded and run, so a folder others
+    can write to would let them run code in a benchmark. A folder that fails the check is not used: a fresh
+    private temporary one is (its compiled programs then start cold)."""
+    import stat
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferbench" / "private"
+    folder = base / name
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in (base, folder):
+            info = path.stat()
+            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise PermissionError(f"{path} is not this user's alone")
+        return folder
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"inferbench-{name}-"))
+
+
+def recorded_env(env: dict[str, str]) -> dict[str, str]:
+    """The controlled part of a child's environment, as recorded with each result."""
+    return {k: v for k, v in sorted(env.items()) if controlled(k)}
+
+
+def ignored_shell_variables(config: RunConfig) -> list[str]:
+    """Controlled variables set in this shell that the children will not see as they are (not passed on,
+    and not what inferbench sets them to anyway)."""
+    ours = child_env(config)
+    return sorted(k for k, v in os.environ.items() if controlled(k) and k not in config.pass_env and ours.get(k) != v)
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Same intra-op thread count for every framework, set before the framework is imported."""
+    n = str(threads)
+    return {
+        "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
+        "TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": "1",
+    }

@@ -1,0 +1,147 @@
+"""Loading records: result folders (searched recursively) or record files, from one machine or several, upgraded,
+checked and flattened into one table (pandas) for the analysis, the report and compare."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import SCHEMA_VERSION
+from ..base.codec import encode
+from ..base.errors import UsageError
+from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, parse
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+
+# --------------------------------------------------------------------------- reading
+def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
+    the current schema, as dicts (with ``_source``, the file it came from); and every file it skipped,
+    with the reason."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"no such file or folder: {path}")
+    files = [path] if path.is_file() else sorted(path.rglob("*.json"))
+    records = []
+    skipped: list[str] = []
+    unsupported: dict[Any, list[str]] = {}
+    for file in files:
+        try:
+            data = json.loads(file.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep to be a record
+            skipped.append(f"{file}: not readable JSON ({type(exc).__name__}: {str(exc)[:100]})")
+            continue
+        if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
+            if file.name not in ("sweep.json", "recommendation.json"):  # a run's own files beside its records
+                skipped.append(f"{file}: not an inferbench record")
+            continue
+        version = data["schema_version"]
+        if not isinstance(version, int) or isinstance(version, bool):
+            skipped.append(f"{file}: schema_version {str(version)[:40]} is not a number")
+            continue
+        if version not in SUPPORTED_SCHEMAS:
+            unsupported.setdefault(version, []).append(str(file))
+            continue
+        try:
+            record = parse(data, file.name)
+        except ImpossibleRecord as exc:
+            skipped.append(f"{file}: impossible values, never ranked ({exc})")
+            continue
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            skipped.append(f"{file}: incomplete record ({str(exc)[:100]})")  # named, as resume sets it aside
+            continue
+        records.append({**encode(record), "_source": str(file.resolve())})
+    if unsupported:
+        found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
+        newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
+        hint = "upgrade inferbench" if newer else "these records come from another tool or a pre-release"
+        raise UsageError(f"{path} mixes in records this inferbench cannot read ({found}; it reads "
+                         f"{', '.join(map(str, sorted(SUPPORTED_SCHEMAS)))}): {hint}")
+    return records, skipped
+
+
+ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
+
+
+def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
+    """The one loader: result folders (searched recursively) or record files, from one machine or several,
+    as one DataFrame with a row per record, at the current schema — what every function of
+    :mod:`inferbench.analysis`, the report and ``compare`` take.
+
+    Nested blocks are flattened with dots (``latency_ms.p50``, ``parity.status``,
+    ``environment.cpu.model``); raw latencies and their rounds stay list columns (``raw_latencies_ms``,
+    ``raw_rounds``); :func:`tidy` adds the columns the analysis uses (``device_name``, ``p50_ms``,
+    ``ranked``, ...). A file given twice (a folder and its sub-folder) counts once.
+    """
+    import pandas as pd
+
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:
+        raise UsageError("no result folders given")
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        found, skipped = iter_records(Path(path))
+        if not found:
+            also = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0]})" if skipped else ""
+            raise UsageError(f"no inferbench result records found under {path}{also}")
+        for line in skipped:  # every file left out is named, with the reason
+            print(f"inferbench: skipped {line}", file=sys.stderr)
+        records += found
+    records = list({r["_source"]: r for r in records}.values())
+    raw = ("raw_latencies_ms", "raw_rounds")
+    flat = pd.json_normalize([{k: v for k, v in r.items() if k not in raw} for r in records])
+    for key in raw:
+        flat[key] = [r.get(key) for r in records]
+    return tidy(flat)
+
+
+#: Columns the analysis and the report read that a valid record may not have (filled with None).
+OPTIONAL_COLUMNS = ("validity.valid", "validity.reason", "config.threads", "environment.inferbench.commit",
+                    "environment.hostname", "parity.reason",
+                    "latency_ms.p50_ci95", "latency_ms.stability.verdict", "energy.reason", "latency_ms.n",
+                    "latency_ms.p99", "config.device.gpu.name", "environment.cpu.model")
+
+
+def tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
+    import pandas as pd
+
+    from .table import RANKED_PARITY, display_name
+
+    out = df.copy()
+    for column in OPTIONAL_COLUMNS:  # a record may lack a block (an old schema, a minimal writer): never a KeyError
+        if column not in out:
+            out[column] = None
+    # torch at bf16, or compiled, is a different contender from plain torch: name it so (framework_key keeps
+    # the key); records of schema 2 carry precision and variant at the top level
+    out["framework_key"] = out["framework"]
+    out["framework"] = [display_name(f, p, v) for f, p, v in zip(out["framework"], out["precision"], out["variant"])]
+    gpu_name = out["config.device.gpu.name"] if "config.device.gpu.name" in out else pd.Series(None, index=out.index)
+    cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
+    out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
+    out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
+    out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
+    # two machines with the same GPU (or CPU) model are two machines: name them apart
+    shared = out.groupby("device_name")["host"].transform("nunique") > 1
+    out.loc[shared, "device_name"] = out.loc[shared, "device_name"] + " @ " + out.loc[shared, "host"].astype(str)
+    out["p50_ms"] = out.get("latency_ms.p50")
+    out["p99_ms"] = out.get("latency_ms.p99")
+    out["throughput"] = out.get("throughput_per_s")
+    out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
+    out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
+    out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
+    flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float))
+    out["gflop_per_image"] = flops.astype(float) / 1e9
+    out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
+    peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))
+    out["fraction_of_peak"] = out["gflop_per_s"] / peak.astype(float)
+    if ENERGY_J_PER_INF in out:
+        out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
+    return out

@@ -1,0 +1,149 @@
+"""The one column table of a record: its fields by dotted name, its display name, the summary's columns and rows,
+and every CSV inferbench writes (each text cell neutralised for spreadsheets)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..base.files import atomic_write_text
+
+if TYPE_CHECKING:  # pragma: no cover
+
+    pass
+
+
+SUMMARY_COLUMNS = (
+    "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
+    "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
+    "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
+    "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
+    "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image", "gflop_per_s",
+    "fraction_of_peak", "error",
+)
+
+
+def summary_row(record: dict[str, Any]) -> dict[str, Any]:
+
+    lat = record.get("latency_ms") or {}
+    ci = lat.get("p50_ci95") or [None, None]
+    cold = record.get("cold_start") or {}
+    energy = record.get("energy") or {}
+    return {
+        "run_id": record.get("run_id"),
+        "framework": record["framework"],
+        "model": record["model"],
+        "resolution": record["resolution"],
+        "batch_size": record["batch_size"],
+        "precision": record.get("precision", "fp32"),
+        "variant": record.get("variant", ""),
+        "device": (record.get("config", {}).get("device") or {}).get("kind"),
+        "device_name": device_of(record),
+        "host": (record.get("environment") or {}).get("hostname"),
+        "status": record["status"],
+        "parity": record["parity"]["status"],
+        "p50_ms": lat.get("p50"),
+        "p50_ci95_low_ms": ci[0],
+        "p50_ci95_high_ms": ci[1],
+        "p90_ms": lat.get("p90"),
+        "p95_ms": lat.get("p95"),
+        "p99_ms": lat.get("p99"),
+        "mean_ms": lat.get("mean"),
+        "cv": lat.get("cv"),
+        "n": lat.get("n"),
+        "throughput_per_s": record.get("throughput_per_s"),
+        "load_s": cold.get("load_s"),
+        "first_call_s": cold.get("first_call_s"),
+        "peak_host_memory_mb": (record.get("memory") or {}).get("peak_host_mb"),
+        "timed_peak_host_memory_mb": (record.get("memory") or {}).get("timed_peak_host_mb"),
+        "energy_j_per_inference": energy.get("joules_per_inference"),
+        "mean_power_w": energy.get("mean_power_w"),
+        "energy_missing": None if energy.get("available") else energy.get("reason"),
+        "rounds": (lat.get("stability") or {}).get("rounds"),
+        "stability": (lat.get("stability") or {}).get("verdict"),
+        "valid": (record.get("validity") or {}).get("valid"),
+        "validity_reason": (record.get("validity") or {}).get("reason"),
+        "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
+        **compute_rate(record),
+        "error": record.get("error"),
+    }
+
+
+def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
+    """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
+    image) and its fraction of the device's measured peak FP32 rate (None where either is unknown)."""
+    stats = record.get("model_stats") or {}
+    flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
+    rate = throughput * flops / 1e9 if flops and throughput else None
+    peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")
+    return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,
+            "fraction_of_peak": rate / peak if rate and peak else None}
+
+
+#: A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK(...), +cmd|...).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a spreadsheet shows it, never runs it: text that would start a formula gets a leading
+    apostrophe (numbers, negative ones included, are left as they are)."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        try:
+            float(value)
+            return value
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]], lineterminator: str = "\r\n") -> None:
+    """Every CSV inferbench writes: atomically, each text cell neutralised for spreadsheets (:func:`csv_cell`)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator=lineterminator)
+    writer.writeheader()
+    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+RANKED_PARITY = ("passed",)
+
+
+def ranked(status: str, parity_status: str) -> bool:
+    return status == "ok" and parity_status in RANKED_PARITY
+
+
+def display_name(framework: str, precision: str = "fp32", variant: str = "") -> str:
+    """Framework key, with the precision where the key does not already say it and the variant
+    (``torch:bf16``, ``torch+compile``)."""
+    name = framework if precision == "fp32" or framework.endswith(precision) else f"{framework}:{precision}"
+    return f"{name}+{variant}" if variant else name
+
+
+def record_name(record: Mapping[str, Any]) -> str:
+    return display_name(record["framework"], record.get("precision", "fp32"), record.get("variant", ""))
+
+
+def field(record: Mapping[str, Any], dotted: str) -> Any:
+    """A value of a record by its dotted name (nested dicts, or the flat rows of ``results.load``);
+    None where absent or NaN."""
+    if dotted in record:
+        value = record[dotted]
+    else:
+        value = record
+        for part in dotted.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                return None
+            value = value[part]
+    return None if isinstance(value, float) and value != value else value
+
+
+def device_model(record: Mapping[str, Any]) -> str:
+    """The GPU's or the CPU's model name (without the ``@ host`` the analysis adds to tell hosts apart)."""
+    return str(field(record, "config.device.gpu.name") or field(record, "environment.cpu.model") or "unknown device")
+
+
+def device_of(record: Mapping[str, Any]) -> str:
+    return str(field(record, "device_name") or device_model(record))
