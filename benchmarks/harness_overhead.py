@@ -103,15 +103,20 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
 
     sensor_name = None
     if sampler:  # baseline: inferbench's loop alone; candidate: the same loop with the energy monitor
-        from inferbench.measure import power
+        from inferbench.measure.trackers.energy import EnergyMonitor
+        from inferbench.measure.trackers.rapl import RaplSensor
 
-        where = {"kind": "gpu", "gpu": {"uuid": gpu_uuid}} if gpu_uuid else {"kind": "cpu", "gpu": None}
-        sensor, why = power.sensor_for(where)  # NVML on a GPU; RAPL where the kernel exposes it
-        if sensor is None and gpu_uuid:
-            sys.exit(f"no NVML sensor: {why}")
-        sensor = sensor or StandInSensor()
+        if gpu_uuid:  # NVML on a GPU; RAPL where the kernel exposes it
+            from inferbench.measure.trackers.nvml import NvmlSensor
+
+            try:
+                sensor = NvmlSensor(gpu_uuid)
+            except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError
+                sys.exit(f"no NVML sensor: {exc}")
+        else:
+            sensor = RaplSensor.find()[0] or StandInSensor()
         sensor_name = sensor.name
-        blocks_ab = (harness_block, lambda: harness_block([("energy", power.EnergyMonitor(sensor))]))
+        blocks_ab = (harness_block, lambda: harness_block([("energy", EnergyMonitor(sensor))]))
     else:  # baseline: a bare loop; candidate: inferbench's loop
         blocks_ab = (bare_block, harness_block)
     medians: tuple[list[float], list[float]] = ([], [])

@@ -119,7 +119,7 @@ class SlowRunner(FakeRunner):
 def _machine(other_cores: float) -> None:
     """This worker's view of the machine from now on: the machine's busy time is its own plus ``other_cores`` of
     other work (and nothing else), whatever the real machine is doing."""
-    from inferbench.measure import machine
+    from inferbench.measure.trackers import machine
 
     tps, start = machine._ticks(), time.monotonic()
 

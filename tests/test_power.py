@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 
-from inferbench.measure import power
 from inferbench.measure.timing import run_timed
+from inferbench.measure.trackers import energy as power
+from inferbench.measure.trackers.nvml import NvmlSensor, throttle_names
+from inferbench.measure.trackers.rapl import RaplSensor
 from inferbench.spec import TimingConfig
 
 
@@ -140,10 +143,10 @@ def test_sensor_errors_are_no_reading_not_a_failed_cell():
 def test_throttle_reasons_are_named_from_the_bits():
     names = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "user_defined_clocks": 0x2,
              "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20}
-    assert power.throttle_names(0x1, names) == []  # idle between blocks is no slowdown
-    assert power.throttle_names(0x4 | 0x20, names) == ["sw_power_cap", "sw_thermal_slowdown"]
-    assert power.throttle_names(0x2, names) == ["applications_clocks_setting"]  # one name per bit
-    assert power.throttle_names(0x8 | 0x400, names) == ["hw_slowdown", "unknown_0x400"]
+    assert throttle_names(0x1, names) == []  # idle between blocks is no slowdown
+    assert throttle_names(0x4 | 0x20, names) == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert throttle_names(0x2, names) == ["applications_clocks_setting"]  # one name per bit
+    assert throttle_names(0x8 | 0x400, names) == ["hw_slowdown", "unknown_0x400"]
 
 
 def test_energy_over_window_gross_net_and_per_inference():
@@ -250,18 +253,30 @@ def test_a_sensor_without_power_reading_gets_no_sampler_thread():
 
 
 def test_no_sensor_here_gives_a_reason(tmp_path):
-    sensor, why = power.RaplSensor.find(tmp_path)
+    sensor, why = RaplSensor.find(tmp_path)
     assert sensor is None and "no RAPL" in why
 
 
-def test_rapl_reads_a_powercap_zone(tmp_path):
-    zone = tmp_path / "intel-rapl:0"
-    zone.mkdir()
-    (zone / "energy_uj").write_text("5000000\n")
-    (zone / "max_energy_range_uj").write_text("262143328850\n")
-    sensor, why = power.RaplSensor.find(tmp_path)
-    assert sensor is not None and why == ""
-    assert sensor.energy_j() == 5.0 and sensor.wrap_j == pytest.approx(262143.32885)
+def test_rapl_sums_every_package_across_wraps(tmp_path):
+    """Every package zone counts (a two-socket machine's second package was left out), its sub-zones (core, dram)
+    never do (they are inside the package already), and a counter that wraps between two readings still adds up."""
+    def zone(name: str, uj: int, wrap: int = 262143328850) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "energy_uj").write_text(f"{uj}\n")
+        (folder / "max_energy_range_uj").write_text(f"{wrap}\n")
+        return folder
+
+    p0, p1 = zone("intel-rapl:0", 5_000_000), zone("intel-rapl:1", 262_000_000_000)
+    zone("intel-rapl:0:0", 1_000_000)  # the core sub-zone of package 0
+    sensor, why = RaplSensor.find(tmp_path)
+    assert sensor is not None and why == "" and sensor.packages == 2 and sensor.wrap_j is None
+    start = sensor.energy_j()
+    (p0 / "energy_uj").write_text("8000000\n")  # +3 J
+    (p1 / "energy_uj").write_text("1000000\n")  # wrapped: +143.32885 J + 1 J
+    assert sensor.energy_j() - start == pytest.approx(3.0 + 143.32885 + 1.0)
+    (tmp_path / "intel-rapl:0:0" / "energy_uj").write_text("9000000000\n")  # a sub-zone changes nothing
+    assert sensor.energy_j() - start == pytest.approx(147.32885)
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (NVML)")
@@ -270,7 +285,7 @@ def test_real_nvml_sensor():
     from inferbench.base.device import list_gpus
 
     gpu = list_gpus()[0]
-    sensor = power.NvmlSensor(gpu.uuid)
+    sensor = NvmlSensor(gpu.uuid)
     state = sensor.state()
     assert state["uuid"] == gpu.uuid
     assert sensor.power_w() > 0
@@ -289,7 +304,7 @@ def test_the_group_s_own_idle_workers_are_not_counted_as_other_tenants(tmp_path)
     sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # another worker of ours
     script = f"""
 import json, os, types
-from inferbench.measure.power import NvmlSensor
+from inferbench.measure.trackers.nvml import NvmlSensor
 Proc = lambda pid, mb: types.SimpleNamespace(pid=pid, usedGpuMemory=mb * 2**20)
 class Err(Exception): pass
 procs = [Proc(os.getpid(), 100), Proc({sibling.pid}, 200), Proc(1, 300)]  # ours, our group's, someone else's

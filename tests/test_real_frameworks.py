@@ -201,17 +201,24 @@ class WallSensor:
         self._note("state")
         return {"name": "fake GPU"}
 
+    def process_memory_mb(self, pid):
+        return None
+
 
 def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch):
     """The worker's whole energy path (baseline, extended window, counter, sampler, per inference),
     in-process on the CPU with a sensor that stands in for NVML."""
-    from inferbench.measure import power
+    from inferbench.measure import trackers
+    from inferbench.measure.trackers import energy as power
+    from inferbench.measure.trackers.machine import MachineTracker
+    from inferbench.measure.trackers.nvml import NvmlTracker
     from inferbench.scenarios import inference
 
     _, _, cache_dir = default_run
     folder = model_folder(cache_dir)
     sensor = WallSensor()
-    monkeypatch.setattr(power, "sensor_for", lambda device: (sensor, ""))
+    monkeypatch.setattr(trackers, "open_trackers",
+                        lambda job: ([NvmlTracker(sensor, job.idle_seconds), MachineTracker.open(job)], {}))
     real_baseline = power.idle_baseline
 
     def baseline_then_mark(*args, **kwargs):

@@ -160,8 +160,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
 
 def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One verdict for records (a group, a run): not valid if one is not, unknown if one is unknown
-    (:func:`inferbench.measure.machine.combine`); older records, which nothing watched, are unknown."""
-    from ..measure.machine import combine
+    (:func:`inferbench.measure.trackers.machine.combine`); older records, which nothing watched, are unknown."""
+    from ..measure.trackers.machine import combine
 
     return combine([{"valid": field(r, "validity.valid"), "reason": field(r, "validity.reason")
                      or "machine state unknown: not recorded"} for r in records])
@@ -169,7 +169,7 @@ def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def validity_line(recs: list[dict[str, Any]]) -> str:
     """The first line of every answer: is it what the runtimes can do, or what a busy machine gave?"""
-    from ..measure.machine import combine
+    from ..measure.trackers.machine import combine
 
     verdict = combine([r["validity"] for r in recs if r.get("validity")])
     if verdict["valid"] is True:
@@ -244,7 +244,7 @@ def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = 
 def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
     """``recommendation.json``: the run's validity, the objective and, per group (each with its own validity),
     :func:`inferbench.analysis.ranking.recommendations`."""
-    from ..measure.machine import combine
+    from ..measure.trackers.machine import combine
 
     answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
               "recommendations": recs}

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .machine import MAX_OTHER_LOAD
+from .trackers.machine import MAX_OTHER_LOAD
 
 METHOD = "best-matmul-fp32"
 CPU_SIZE = 2048
@@ -109,7 +109,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
 
 def measured_with_machine(kind: str) -> dict[str, Any]:
     """:func:`measure`, with how much of the machine other work took meanwhile (``machine``)."""
-    from .machine import MachineMonitor
+    from .trackers.machine import MachineMonitor
 
     monitor = MachineMonitor()
     monitor.start()

@@ -24,9 +24,9 @@ Schema history (``schema_version``):
       Keras graph; null for a model file without a Keras graph) and ``environment.peak_fp32`` (the device's
       measured FP32 matrix-product rate). Upgrading sets both to null: nothing was counted then.
   5 — issue 23: ``machine_state`` (the machine during every timed block: cores other work took, steal, load;
-      see :mod:`inferbench.measure.machine`) and ``validity`` (``valid``: true, false or null when the machine's
-      state is unknown, and the ``reason``). Upgrading sets ``machine_state`` to null and ``validity`` to unknown:
-      nothing watched the machine then.
+      see :mod:`inferbench.measure.trackers.machine`) and ``validity`` (``valid``: true, false or null when the
+      machine's state is unknown, and the ``reason``). Upgrading sets ``machine_state`` to null and ``validity``
+      to unknown: nothing watched the machine then.
 """
 
 from __future__ import annotations

@@ -71,10 +71,8 @@ class Session:
         self.parity = _parity(job, self.runner, self.runner.to_numpy(first_out), emit)
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
-        self.timing, self.energy = _energy_setup(job, emit)
-        from ..measure.machine import MachineMonitor
-
-        self.monitors = [*self.energy.monitors, ("machine", MachineMonitor())]  # read around each block, not in it
+        self.trackers, self.untracked = _open_trackers(job, emit)
+        self.timing = _timing_for(job.config.timing, self.trackers)
         self.call, self.sync, self.region = _timed_call(self.runner, self.batch, self.prepared, cell)
         emit("warm-up")
         from ..measure.timing import warm_up
@@ -93,7 +91,8 @@ class Session:
         if not self.blocks:
             self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
                       "interleaved with the group's other cells")
-        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=self.monitors))
+        monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
+        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
         return {"round": round_index}
 
     def finish(self) -> CellOutcome:
@@ -109,13 +108,17 @@ class Session:
         throughput = m.throughput(cell.batch_size)
         memory = {**self.memory, "timed_peak_host_mb": peak_rss_mb() if self.timed_memory else None,
                   "timed_peak_method": "vmhwm-reset" if self.timed_memory else None}
+        from ..measure.trackers import Finished
+
+        tracked = _finish_trackers(self.trackers, self.untracked,
+                                   Finished(self.blocks, m.iterations * cell.batch_size, throughput,
+                                            device_memory(self.runner, memory)))
         return CellOutcome(
             timing=self.timing.config,
             blocks={
                 "parity": self.parity,
                 "latency_ms": summarize(latencies_ms, m.rounds),
                 "throughput_per_s": throughput,
-                "energy": self.energy.finish(m, cell.batch_size, throughput),
                 "raw_latencies_ms": latencies_ms,
                 "raw_rounds": m.rounds,
                 "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
@@ -125,32 +128,51 @@ class Session:
                                        "started_at": b.started_at} for b in self.blocks],
                            **self.job.interleaving, **self.timing.notes},
                 "cold_start": self.cold_start,
-                "memory": device_memory(self.runner, self.energy.sensor, memory),
-                "gpu_state": self.energy.gpu_state or None,
                 "device_check": self.device_check,
                 "runner": self.runner.details(),
-                **machine_state(self.blocks, self.job.config, self.energy.gpu_state),
+                **tracked,
             },
         )
 
 
-def machine_state(blocks: list[Any], config: Any, gpu_state: dict[str, Any]) -> dict[str, Any]:
-    """The record's ``machine_state`` (the machine during every block) and ``validity``: not valid when other work
-    took more than ``config.max_other_load`` of the run's cores in a block, or, on a GPU, when another process
-    used it or its clocks were held down (power cap, thermal) at the start or the end."""
-    from ..measure.machine import summarize
+def _open_trackers(job: CellJob, emit: Emit) -> tuple[list[Any], dict[str, str]]:
+    """Every tracker for the cell's device (:mod:`inferbench.measure.trackers`), set up (idle baselines, the device's
+    state at the start); one that cannot be set up is left out with the reason, never the cell."""
+    from ..measure.trackers import open_trackers
 
-    state = summarize([b.monitors["machine"] for b in blocks], config.threads, config.max_other_load)
-    validity = state.pop("validity")
-    for when in ("start", "end"):
-        gpu = (gpu_state or {}).get(when) or {}
-        if validity["valid"] is not False and gpu.get("other_processes"):
-            validity = {"valid": False, "reason": f"{gpu['other_processes']} other process(es) used the GPU at the "
-                                                  f"{when} of the cell"}
-        if validity["valid"] is not False and gpu.get("throttle_reasons"):
-            validity = {"valid": False, "reason": f"the GPU's clocks were held down at the {when} of the cell "
-                                                  f"({', '.join(gpu['throttle_reasons'])})"}
-    return {"machine_state": state, "validity": validity}
+    opened, missing = open_trackers(job)
+    ready = []
+    for tracker in opened:
+        try:
+            tracker.setup(emit)
+            ready.append(tracker)
+        except Exception as exc:  # noqa: BLE001 - a sensor's failure costs its figures, never the cell
+            for block in tracker.provides:
+                missing.setdefault(block, f"{tracker.name} failed to start: {type(exc).__name__}: {str(exc)[:160]}")
+    return ready, missing
+
+
+def _finish_trackers(trackers: list[Any], missing: dict[str, str], done: Any) -> dict[str, Any]:
+    """The record's blocks from the trackers (energy, GPU state, machine state, device memory where only NVML can
+    tell) and the cell's ``validity`` from their verdicts (:func:`inferbench.measure.trackers.judge`); a block no
+    tracker could give says why (``energy``: available false and the reason)."""
+    from ..measure.trackers import judge
+
+    fields: dict[str, Any] = {"energy": {"available": False, "reason": missing.get("energy", "no energy sensor")},
+                              "gpu_state": None, "machine_state": None, "memory": done.memory}
+    verdicts = []
+    for tracker in trackers:
+        try:
+            contribution = tracker.finish(done)
+        except Exception as exc:  # noqa: BLE001 - a sensor's failure costs its figures, never the cell
+            why = f"{tracker.name} failed: {type(exc).__name__}: {str(exc)[:160]}"
+            fields.update({b: {"available": False, "reason": why} for b in tracker.provides if b == "energy"})
+            verdicts.append({"valid": None, "reason": f"machine state unknown: {why}"})
+            continue
+        fields.update(contribution.fields)
+        if contribution.validity is not None:
+            verdicts.append(contribution.validity)
+    return {**fields, "validity": judge(verdicts)}
 
 
 def run(job: CellJob, emit: Emit) -> CellOutcome:
@@ -228,46 +250,14 @@ class _Timing:
     notes: dict[str, Any]
 
 
-@dataclasses.dataclass
-class _Energy:
-    sensor: Any
-    reason: str
-    monitors: list[tuple[str, Any]]
-    gpu_state: dict[str, Any]
-    idle: dict[str, Any] | None = None
-
-    def finish(self, measurement: Any, batch_size: int, throughput: float) -> dict[str, Any]:
-        from ..measure import power
-
-        if self.sensor is None:
-            return {"available": False, "reason": self.reason}
-        energy = power.per_inference(power.combine([b.monitors["energy"] for b in measurement.blocks]),
-                                     measurement.iterations * batch_size, throughput)
-        energy["idle_baseline"] = self.idle
-        if hasattr(self.sensor, "state"):
-            self.gpu_state["end"] = self.sensor.state()
-        return energy
-
-
-def _energy_setup(job: CellJob, emit: Emit) -> tuple[_Timing, _Energy]:
-    from ..measure import power
-
-    timing = _Timing(job.config.timing, {})
-    sensor, reason = power.sensor_for(encode(job.config.device))
-    energy = _Energy(sensor, reason, [], {})
-    if sensor is None:
-        return timing, energy
-    if hasattr(sensor, "state"):
-        energy.gpu_state["start"] = sensor.state()
-    emit("idle power baseline")
-    energy.idle = power.idle_baseline(sensor, seconds=job.idle_seconds)
-    energy.monitors.append(("energy", power.EnergyMonitor(sensor, energy.idle["idle_w"])))
-    if timing.config.block_s < power.MIN_WINDOW_S * 2:
-        # never report energy over a block the ~100 ms counter cannot resolve
-        timing.notes["extended_for_energy_from_s"] = timing.config.min_duration_s
-        timing.config = dataclasses.replace(timing.config,
-                                            min_duration_s=power.MIN_WINDOW_S * 2 * timing.config.rounds)
-    return timing, energy
+def _timing_for(timing: TimingConfig, trackers: list[Any]) -> _Timing:
+    """The timing that runs: blocks lengthened where a tracker cannot resolve shorter ones (an energy counter that
+    updates every ~100 ms); the record's ``timing.extended_for_energy_from_s`` says from what."""
+    need = max((t.min_block_s for t in trackers), default=0.0)
+    if timing.block_s >= need:
+        return _Timing(timing, {})
+    return _Timing(dataclasses.replace(timing, min_duration_s=need * timing.rounds),
+                   {"extended_for_energy_from_s": timing.min_duration_s})
 
 
 def _timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
@@ -278,16 +268,11 @@ def _timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tup
     return lambda: runner.call(prepared), runner.synchronize, "call+sync"
 
 
-def device_memory(runner: Any, sensor: Any, memory: dict[str, Any]) -> dict[str, Any]:
-    """Peak device memory from the framework's allocator; where it has none, what NVML attributes to
-    this process at the end of the run (a current figure, not a peak: the record says which)."""
+def device_memory(runner: Any, memory: dict[str, Any]) -> dict[str, Any]:
+    """Peak device memory from the framework's allocator (where it has none, a tracker may add what it sees: NVML's
+    figure for this process at the end of the run)."""
     peak = runner.peak_device_memory_mb()
-    memory.update(peak_device_mb=peak, device_memory_method="allocator-peak" if peak is not None else None)
-    if peak is None and hasattr(sensor, "process_memory_mb"):
-        used = sensor.process_memory_mb(os.getpid())
-        if used is not None:
-            memory.update(device_used_mb_at_end=used, device_memory_method="nvml-process-at-end")
-    return memory
+    return {**memory, "peak_device_mb": peak, "device_memory_method": "allocator-peak" if peak is not None else None}
 
 
 def check_device(device: dict[str, Any], runner: Any) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Power and energy around the timed window, never on the timed thread.
+"""Energy around the timed window, never on the timed thread: what the RAPL and NVML trackers share.
 
 Two sources, combined when both exist:
 - an *energy counter* read just before and just after the window (NVML's total-energy counter on
@@ -13,12 +13,10 @@ Sensors are injected, so every piece of this logic is tested on machines without
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 Clock = Callable[[], float]
@@ -246,170 +244,30 @@ def per_inference(energy: dict[str, Any], inferences: int, throughput: float) ->
     return out
 
 
-# --------------------------------------------------------------------------- real sensors
-class RaplSensor:
-    """CPU package energy from Linux powercap (intel-rapl); µJ counter that wraps at max_energy_range_uj."""
+class EnergyTracker:
+    """The energy part of a tracker (see :mod:`inferbench.measure.trackers`): an idle baseline once the device has
+    settled, an energy monitor around every block, and the cell's ``energy`` block from all of them. RAPL and
+    NVML open it with their sensor."""
 
-    name = "RAPL"
+    name = "energy"
+    provides: tuple[str, ...] = ("energy",)
+    min_block_s = MIN_WINDOW_S * 2  # never energy over a block the ~100 ms counter cannot resolve
 
-    def __init__(self, zone: Path) -> None:
-        self.zone = zone
-        self._wrap = int((zone / "max_energy_range_uj").read_text()) / 1e6
-        self.energy_j()  # fail now if unreadable
+    def __init__(self, sensor: Sensor, idle_seconds: float = 2.0) -> None:
+        self.sensor, self.idle_seconds = sensor, idle_seconds
+        self.idle: dict[str, Any] = {"idle_w": None}
 
-    @classmethod
-    def find(cls, root: Path = Path("/sys/class/powercap")) -> tuple[RaplSensor | None, str]:
-        zones = sorted(root.glob("intel-rapl:[0-9]")) if root.is_dir() else []
-        if not zones:
-            return None, f"no RAPL package zone under {root} (virtual machine or non-Intel/AMD kernel driver)"
-        try:
-            return cls(zones[0]), ""
-        except (OSError, ValueError) as exc:
-            return None, f"RAPL counter not readable ({exc}); reading it may need root"
+    def setup(self, emit: Callable[[str], None]) -> None:
+        emit("idle power baseline")
+        self.idle = idle_baseline(self.sensor, seconds=self.idle_seconds)
 
-    def energy_j(self) -> float | None:
-        return int((self.zone / "energy_uj").read_text()) / 1e6
+    def monitor(self) -> EnergyMonitor:
+        return EnergyMonitor(self.sensor, self.idle["idle_w"])
 
-    def power_w(self) -> float | None:
-        return None  # RAPL has no instantaneous power: the counter is the measurement
+    def finish(self, done: Any) -> Any:
+        from . import Contribution
 
-    @property
-    def wrap_j(self) -> float | None:
-        return self._wrap
-
-
-class NvmlSensor:
-    """An NVIDIA GPU through NVML, found by UUID (NVML ignores CUDA_VISIBLE_DEVICES)."""
-
-    name = "NVML"
-    # NVML documents nvmlDeviceGetPowerUsage as a ~1 s moving average on Ampere (except GA100) and
-    # newer, so the sampler's peak is a peak of 1 s averages there; the energy counter is exact.
-    power_reading = "nvml-power-usage"  # driver-averaged over ~1 s on Ampere and newer
-
-    def __init__(self, uuid: str) -> None:
-        import pynvml  # from nvidia-ml-py
-
-        pynvml.nvmlInit()
-        self.nvml = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        try:
-            pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
-            self.has_counter = True
-        except pynvml.NVMLError:
-            self.has_counter = False  # pre-Volta: sampler only
-
-    def energy_j(self) -> float | None:
-        if not self.has_counter:
-            return None
-        return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1e3  # mJ
-
-    def power_w(self) -> float | None:
-        return self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3  # mW
-
-    @property
-    def wrap_j(self) -> float | None:
-        return None  # 64-bit mJ counter
-
-    def process_memory_mb(self, pid: int) -> float | None:
-        """Device memory NVML attributes to ``pid`` now (None where it cannot tell, e.g. in containers)."""
-        try:
-            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-        except self.nvml.NVMLError:
-            return None
-        used = [p.usedGpuMemory for p in procs if p.pid == pid and p.usedGpuMemory is not None]
-        return used[0] / 2**20 if used else None
-
-    def tenants(self) -> dict[str, Any]:
-        """The device's other compute processes now (another tenant's kernels share the SMs and the power): how
-        many, and the device memory they hold. Inside a container NVML may list none, or PIDs of another
-        namespace: ``tenants_visible`` says whether this process itself was seen (our own pid is not counted)."""
-        import os
-
-        try:
-            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-        except self.nvml.NVMLError:
-            return {"other_processes": None, "other_processes_memory_mb": None, "tenants_visible": False}
-        mine = {os.getpid(), os.getppid()}
-        group = [p for p in procs if p.pid not in mine and _parent(p.pid) == os.getppid()]  # our group's idle workers
-        others = [p for p in procs if p.pid not in mine and p not in group]
-        return {"other_processes": len(others),
-                "other_processes_memory_mb": sum((p.usedGpuMemory or 0) for p in others) / 2**20,
-                "group_workers": len(group), "tenants_visible": any(p.pid in mine for p in procs)}
-
-    def throttle_reasons(self) -> list[str] | None:
-        """Why the clocks are below their maximum now (power cap, thermal, ...), by NVML's names; None if unknown."""
-        n = self.nvml
-        get = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
-        try:
-            mask = int(get(self.handle))
-        except n.NVMLError:
-            return None
-        names = {}
-        for attr in dir(n):
-            for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
-                if attr.startswith(prefix) and attr[len(prefix):] not in ("All", "None", "Unknown"):
-                    key = re.sub(r"(?<!^)(?=[A-Z])", "_", attr[len(prefix):]).lower()
-                    names.setdefault(key, int(getattr(n, attr)))
-        return throttle_names(mask, names)
-
-    def state(self) -> dict[str, Any]:
-        """Identity and state for the record: name, UUID, driver, memory, power limit, clocks, temperature."""
-        n, h = self.nvml, self.handle
-
-        def safe(fn: Callable[[], Any]) -> Any:
-            try:
-                value = fn()
-                return value.decode() if isinstance(value, bytes) else value
-            except n.NVMLError:
-                return None
-
-        return {
-            **self.tenants(), "throttle_reasons": self.throttle_reasons(),
-            "utilization_pct": safe(lambda: n.nvmlDeviceGetUtilizationRates(h).gpu),
-            "pstate": safe(lambda: n.nvmlDeviceGetPerformanceState(h)),
-            "name": safe(lambda: n.nvmlDeviceGetName(h)), "uuid": safe(lambda: n.nvmlDeviceGetUUID(h)),
-            "driver": safe(n.nvmlSystemGetDriverVersion),
-            "cuda_driver_version": safe(n.nvmlSystemGetCudaDriverVersion),
-            "memory_total_mb": safe(lambda: n.nvmlDeviceGetMemoryInfo(h).total / 2**20),
-            "memory_used_mb": safe(lambda: n.nvmlDeviceGetMemoryInfo(h).used / 2**20),
-            "power_limit_w": safe(lambda: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3),
-            "sm_clock_mhz": safe(lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
-            "memory_clock_mhz": safe(lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
-            "temperature_c": safe(lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
-            "energy_counter": self.has_counter,
-        }
-
-
-def throttle_names(mask: int, names: dict[str, int]) -> list[str]:
-    """The names of the bits set in an NVML clocks-event (throttle) ``mask``; ``names``: name -> bit (NVML's
-    constants without their prefix: ``sw_power_cap``, ``hw_slowdown``, ...; one name per bit, the first in
-    alphabetical order). GPU idle is left out: it is the state between blocks, not a slowdown of the timed work."""
-    by_bit: dict[int, str] = {}
-    for name, bit in sorted(names.items()):
-        by_bit.setdefault(bit, name)
-    known = 0
-    for bit in by_bit:
-        known |= bit
-    out = [name for bit, name in sorted(by_bit.items()) if bit and mask & bit and name != "gpu_idle"]
-    return out + ([f"unknown_0x{mask & ~known:x}"] if mask & ~known else [])
-
-
-def _parent(pid: int) -> int | None:
-    """The parent of process ``pid`` (None where /proc cannot tell: another PID namespace, gone)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def sensor_for(device: dict[str, Any]) -> tuple[Any, str]:
-    """The sensor for a cell's device, or (None, why not)."""
-    gpu = device.get("gpu")
-    if gpu:
-        try:
-            return NvmlSensor(gpu["uuid"]), ""
-        except ImportError:
-            return None, 'nvidia-ml-py not installed: pip install -e ".[gpu]"'
-        except Exception as exc:  # NVMLError and friends
-            return None, f"NVML unavailable: {exc}"
-    return RaplSensor.find()
+        energy = per_inference(combine([b.monitors[self.name] for b in done.blocks]), done.inferences,
+                               done.throughput)
+        energy["idle_baseline"] = self.idle
+        return Contribution({"energy": energy})

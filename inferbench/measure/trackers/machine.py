@@ -159,3 +159,31 @@ def combine(validities: list[dict[str, Any]]) -> dict[str, Any]:
     if unknown:
         return {"valid": None, "reason": unknown[0]["reason"], **counts}
     return {"valid": True, "reason": "other work stayed within what is allowed in every block", **counts}
+
+
+class MachineTracker:
+    """The machine during every block, on every device: other work's share of the cores, and the cell's verdict."""
+
+    name = "machine"
+    provides = ("machine_state",)
+    min_block_s = 0.0
+
+    def __init__(self, threads: int, max_other_load: float = MAX_OTHER_LOAD) -> None:
+        self.threads, self.max_other_load = threads, max_other_load
+
+    @classmethod
+    def open(cls, job: Any) -> MachineTracker:
+        return cls(job.config.threads, job.config.max_other_load)
+
+    def setup(self, emit: Callable[[str], None]) -> None:
+        pass
+
+    def monitor(self) -> MachineMonitor:
+        return MachineMonitor()
+
+    def finish(self, done: Any) -> Any:
+        from . import Contribution
+
+        state = summarize([b.monitors[self.name] for b in done.blocks], self.threads, self.max_other_load)
+        validity = state.pop("validity")
+        return Contribution({"machine_state": state}, validity)
