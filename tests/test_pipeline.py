@@ -240,13 +240,31 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
     assert error == 'fake_tensorflow not installed: pip install -e ".[test]"'
 
 
+def test_the_summary_grows_a_row_per_cell_and_is_never_rebuilt(fakes, tmp_path, monkeypatch):
+    """summary.csv gets each cell's row once, as its record is written (a run used to rebuild it from every record
+    after every group: quadratic in the run's size); comparisons and the recommendation cover every group."""
+    from inferbench.analysis import ranking
+
+    rows = []
+    real = ranking.summary_row
+    monkeypatch.setattr(ranking, "summary_row", lambda r: rows.append(r["batch_size"]) or real(r))
+    assert _run(tmp_path, "--framework", "fake", "--batch-size", "1,2,3") == 0
+    assert sorted(rows) == [1, 2, 3]  # once per cell: three groups, no rebuild
+    (folder,) = (tmp_path / "out").iterdir()
+    summary = (folder / "summary.csv").read_text().splitlines()
+    assert len(summary) == 4 and summary[0].startswith("run_id,framework")
+    answer = json.loads((folder / "recommendation.json").read_text())
+    assert [r["batch_size"] for r in answer["recommendations"]] == [1, 2, 3]
+    assert len((folder / "comparisons.csv").read_text().splitlines()) == 4
+
+
 def test_the_final_line_names_only_what_was_written(fakes, tmp_path, capsys, monkeypatch):
     import errno
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "summary.csv")
 
-    monkeypatch.setattr("inferbench.execution.pipeline.write_summary", full)
+    monkeypatch.setattr("inferbench.analysis.ranking.write_csv", full)
     assert _run(tmp_path, "--framework", "fake") == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("results: ")]

@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 
 from ..base.files import atomic_write_text
 from ..records.record import _finite
-from ..records.table import SUMMARY_COLUMNS, device_of, field, ranked, record_name, summary_row, write_csv
+from ..records.table import (
+    SUMMARY_COLUMNS,
+    append_csv,
+    device_of,
+    field,
+    ranked,
+    record_name,
+    summary_row,
+    write_csv,
+)
 
 T = TypeVar("T")
 COMPARISON_COLUMNS = ("model", "resolution", "batch_size", "precision", "framework", "baseline", "ratio",
@@ -106,6 +115,11 @@ def _group_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
             *(field(r, k) for k in RECOMMENDATION_KEY[3:]))
 
 
+def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
+    """A group key in an order that puts numbers before text and never compares the two."""
+    return [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in key]
+
+
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
     """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
     cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
@@ -117,7 +131,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     for r in records:
         groups.setdefault(_group_key(r), []).append(r)
     out = []
-    for key in sorted(groups, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k]):
+    for key in sorted(groups, key=_sortable):
         cells = groups[key]
         rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
                                                                      "validity": validity_of(cells)}
@@ -231,14 +245,51 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
-    """``summary.csv`` (one row per cell), ``comparisons.csv`` (each cell against its group's fastest
-    verified cell, :func:`inferbench.analysis.ranking.comparison_rows`) and ``recommendation.json`` (the best
-    verified cell per group for ``objective``, :func:`inferbench.analysis.ranking.recommendations`) in ``folder``."""
+class RunFiles:
+    """The files a run writes beside its records, kept current as its cells finish: ``summary.csv`` (a row per
+    cell, appended as each record is written), ``comparisons.csv`` (each cell against its group's fastest verified
+    cell, :func:`comparison_rows`) and ``recommendation.json`` (the best verified cell per group for ``objective``,
+    :func:`recommendations`). Only the groups a finished cell belongs to are recomputed (:meth:`flush`): nothing is
+    ever read back, and a run's cost stays linear in its cells. ``records``: those already in the folder (a resumed
+    run), written first."""
 
-    write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
-    write_csv(Path(folder) / "comparisons.csv", COMPARISON_COLUMNS, comparison_rows(records))
-    write_recommendation(Path(folder) / "recommendation.json", recommendations(records, objective), objective)
+    def __init__(self, folder: Path, objective: str = "p50", records: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.folder, self.objective = Path(folder), objective
+        self.groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        self.comparisons: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self.recs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self.dirty: set[tuple[Any, ...]] = set()
+        records = list(records)
+        write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
+        for record in records:
+            self._keep(record)
+        self.flush()
+
+    def _keep(self, record: Mapping[str, Any]) -> None:
+        key = _group_key(record)
+        self.groups.setdefault(key, []).append(record)
+        self.dirty.add(key)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """A cell's record has been written: its summary row now, its group at the next :meth:`flush`."""
+        append_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_row(record))
+        self._keep(record)
+
+    def flush(self) -> None:
+        """Recompute the groups that changed; rewrite ``comparisons.csv`` and ``recommendation.json``."""
+        for key in self.dirty:
+            self.comparisons[key] = comparison_rows(self.groups[key])
+            self.recs[key] = recommendations(self.groups[key], self.objective)
+        self.dirty.clear()
+        order = sorted(self.groups, key=_sortable)
+        write_csv(self.folder / "comparisons.csv", COMPARISON_COLUMNS, [r for k in order for r in self.comparisons[k]])
+        write_recommendation(self.folder / "recommendation.json", [r for k in order for r in self.recs[k]],
+                             self.objective)
+
+
+def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
+    """The files of :class:`RunFiles` from ``records`` at once."""
+    RunFiles(folder, objective, records)
 
 
 def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:

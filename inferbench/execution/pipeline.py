@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.ranking import write_summary
+from ..analysis.ranking import RunFiles
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..spec import CellJob, CellKey, ChildResult, RunConfig
@@ -155,9 +155,10 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
     for cell in todo:  # interleaved: a group per model, resolution and batch size; --sequential: a cell each
         key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if config.sequential else ())
         groups.setdefault(key, []).append(cell)
-    # every record of the run, kept in memory as it is written (read from disk once, for a resumed folder): the
-    # summary files are rewritten from it after each group, never by reading every record back
+    # every record of the run, kept in memory as it is written (read from disk once, for a resumed folder); the
+    # summary files grow with each cell (RunFiles), never rebuilt by reading every record back
     kept = {record_key(r): r for r in records_of(run_dir, cells)}
+    files = _run_files(run_dir, objective, ordered(kept, cells), unwritten, progress)
     for same in groups.values():
         group, batch_sizes = group_of(same[0])
         folder, failed = exports[group]
@@ -177,18 +178,42 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
                 continue
             written = as_written(record)
             kept[record_key(written)] = written
+            _summary_file(files, lambda f, r=written: f.add(r), run_dir, unwritten, progress)
             if config.log_to:
                 from .tracking import log
 
                 unwritten.update(log(config.log_to, written, path))
             progress.result(cell.label, one_line(record), failure=record.status != "ok"
                             or record.parity["status"] == "failed")
-        try:
-            write_summary(run_dir, ordered(kept, cells), objective)
-        except OSError as exc:
-            unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-            progress.result("summary.csv", f"not written: {unwritten['summary.csv']}", failure=True)
+        _summary_file(files, RunFiles.flush, run_dir, unwritten, progress)
     return Executed(ordered(kept, cells), unwritten)
+
+
+def _run_files(run_dir: Path, objective: str, records: list[dict[str, Any]], unwritten: dict[str, str],
+               progress: Progress) -> RunFiles | None:
+    """The run's summary files, started from the records already in the folder (None when they cannot be
+    written: the records still are, and the final line names only what exists)."""
+    try:
+        return RunFiles(run_dir, objective, records)
+    except OSError as exc:
+        _not_written(exc, run_dir, unwritten, progress)
+        return None
+
+
+def _summary_file(files: RunFiles | None, update: Any, run_dir: Path, unwritten: dict[str, str],
+                  progress: Progress) -> None:
+    """Keep the summary files current; a failed write (disk full) is said once and the run goes on without them."""
+    if files is None or "summary.csv" in unwritten:
+        return
+    try:
+        update(files)
+    except OSError as exc:
+        _not_written(exc, run_dir, unwritten, progress)
+
+
+def _not_written(exc: OSError, run_dir: Path, unwritten: dict[str, str], progress: Progress) -> None:
+    unwritten["summary.csv"] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
+    progress.result("summary.csv", f"not written: {unwritten['summary.csv']}", failure=True)
 
 
 def ordered(kept: dict[str, dict[str, Any]], cells: list[CellKey]) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,22 @@ def write_csv(path: Path, columns: Iterable[str], rows: Iterable[dict[str, Any]]
     writer.writeheader()
     writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     atomic_write_text(path, buf.getvalue())
+
+
+def append_csv(path: Path, columns: Iterable[str], row: dict[str, Any], lineterminator: str = "\r\n") -> None:
+    """One row at the end of a CSV inferbench writes (the header first when the file is new), neutralised like
+    :func:`write_csv`: a run's ``summary.csv`` grows a line per cell instead of being rewritten from every record."""
+    path = Path(path)
+    if not path.exists():
+        write_csv(path, columns, [row], lineterminator)
+        return
+    buf = io.StringIO()
+    csv.DictWriter(buf, fieldnames=list(columns), lineterminator=lineterminator).writerow(
+        {k: csv_cell(v) for k, v in row.items()})
+    with path.open("a", newline="") as fh:
+        fh.write(buf.getvalue())
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 RANKED_PARITY = ("passed",)
