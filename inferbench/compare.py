@@ -29,11 +29,12 @@ from .cli.options import non_negative_float, path_value
 from .cli.summary import fmt, table
 from .execution.folders import check_writable
 from .records.table import write_csv
+from .spec import IDENTITY
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
-KEY = ["device_model", "threads", "model", "resolution", "batch_size", "framework", "scenario"]
+KEY = ["device_model", "threads", *IDENTITY]
 COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_valid",
            "new_valid", "old_source", "new_source")
 

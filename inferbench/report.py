@@ -141,7 +141,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
     else:
         md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
-        for (device, model, res, precision), g in with_energy.groupby(analysis.FRONTIER_GROUP):
+        for (device, model, res, precision, _scenario), g in with_energy.groupby(analysis.FRONTIER_GROUP):
             front = analysis.pareto_front(g, x=energy_col, y="throughput")
             md += [markdown.text(f"{model}@{res} {precision}, {device}:"), "",
                    markdown.table(front[["batch_size", "framework", energy_col, "throughput", "p50_ms"]]), ""]
@@ -150,8 +150,10 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                "precision; verified cells only)", "", markdown.table(pod), ""]
 
     md += ["## Is the difference real?", ""]
-    for (device, cell, bs, precision), g in analysis.latest(df).groupby(["device_name", "cell", "batch_size",
-                                                                          "precision"]):
+    for key, g in analysis.latest(df).groupby(analysis.GROUP):
+        where = dict(zip(analysis.GROUP, key))
+        device, cell, bs, precision = where["device_name"], f"{where['model']}@{where['resolution']}", \
+            where["batch_size"], where["precision"]
         ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
                             lambda r: r["p50_ms"])
         pairs = [(ranked[0]["framework"], ranked[1]["framework"])] if len(ranked) > 1 else []
@@ -163,7 +165,6 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
             if frozenset((a, b)) in said:  # the top two may also be a pair of the list: say it once
                 continue
             said.add(frozenset((a, b)))
-            where = {"device_name": device, "cell": cell, "batch_size": bs, "precision": precision}
             md.append("- " + markdown.text(f"{cell} bs{bs} {precision} on {device}: "
                                            f"{analysis.compare(df, a, b, **where)}"))
     md.append("")

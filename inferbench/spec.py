@@ -109,6 +109,16 @@ class CellKey:
                                self.variant, self.scenario)
 
 
+#: A cell's identity as a record's columns say it, declared once: :class:`CellKey`'s fields, its runner options
+#: written as the ``variant`` tag. Every grouping of the analysis, ``compare`` and the ranking is derived from it.
+IDENTITY = ("model", "resolution", "batch_size", "framework", "precision", "scenario", "variant")
+#: The runtime part of the identity: what a comparison sets side by side...
+RUNTIME = ("framework", "variant")
+#: ...within a group that shares the rest (one model, resolution, batch size, precision and scenario).
+GROUP_FIELDS = tuple(f for f in IDENTITY if f not in RUNTIME)
+assert [f.name for f in dataclasses.fields(CellKey)] == [*IDENTITY[:-1], "options"], "IDENTITY must follow CellKey"
+
+
 def record_filename(model: str, resolution: int, batch_size: int, framework: str, precision: str = "fp32",
                     variant: str = "", scenario: str = "inference") -> str:
     """The one file name of a cell's record (fp32, default options and inference add nothing)."""

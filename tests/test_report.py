@@ -157,8 +157,10 @@ def test_linear_fit_and_normalise():
     fit = analysis.linear_fit([1, 2, 3, 4], [3, 5, 7, 9.5])
     assert fit["slope"] == pytest.approx(2.15) and 0.98 < fit["r2"] < 1.0
     assert np.isnan(analysis.linear_fit([1], [2])["r2"])
-    df = pd.DataFrame({"device_name": ["a"] * 3, "host": ["h"] * 3, "cell": ["m@224"] * 3, "batch_size": [1, 1, 1],
-                       "framework": ["onnxrt", "tf", "tf"], "scenario": ["inference"] * 3, "threads": [2] * 3,
+    df = pd.DataFrame({"device_name": ["a"] * 3, "host": ["h"] * 3, "cell": ["m@224"] * 3, "model": ["m"] * 3,
+                       "resolution": [224] * 3, "batch_size": [1, 1, 1], "precision": ["fp32"] * 3,
+                       "variant": [""] * 3, "framework": ["onnxrt", "tf", "tf"], "scenario": ["inference"] * 3,
+                       "threads": [2] * 3,
                        "throughput": [200.0, 50.0, 40.0],
                        "ranked": [True] * 3, "created_at": ["2026-01-01", "2026-01-02", "2026-01-01"]})
     norm = analysis.normalise(df, "onnxrt").set_index("framework")["throughput_vs_onnxrt"]

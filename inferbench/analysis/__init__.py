@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..base.errors import UsageError
 from ..records.load import ENERGY_J_PER_INF, load, tidy
+from ..spec import GROUP_FIELDS, IDENTITY
 from .ranking import verdict
 
 XLA_STEPS = {  # family -> (eager, graph, xla)
@@ -26,9 +27,9 @@ def ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"]
 
 
-#: One identity per record (``framework`` here is the display name: key, precision and variant; the thread
-#: count is a run-level setting that changes what is measured, so it is part of it too).
-CELL_KEY = ["device_name", "host", "threads", "cell", "batch_size", "framework", "scenario"]
+#: One identity per record: the cell's (:data:`inferbench.spec.IDENTITY`) on one device of one host at one thread
+#: count (a run-level setting that changes what is measured).
+CELL_KEY = ["device_name", "host", "threads", *IDENTITY]
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:
@@ -141,10 +142,11 @@ def pareto_front(df: pd.DataFrame, x: str = "p50_ms", y: str = "throughput", min
     return good.loc[keep].sort_values(x)
 
 
-#: A ranking compares only like with like: one model, resolution, batch size and precision on one device.
-GROUP = ["device_name", "model", "resolution", "batch_size", "precision"]
-#: A latency/throughput frontier spans the batch sizes of one model, resolution and precision on one device.
-FRONTIER_GROUP = ["device_name", "model", "resolution", "precision"]
+#: A ranking compares only like with like: one model, resolution, batch size, precision and scenario on one device
+#: (:data:`inferbench.spec.GROUP_FIELDS`).
+GROUP = ["device_name", *GROUP_FIELDS]
+#: A latency/throughput frontier spans the batch sizes of one group.
+FRONTIER_GROUP = [k for k in GROUP if k != "batch_size"]
 
 
 def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:

@@ -228,7 +228,7 @@ def pareto(df: pd.DataFrame) -> Figure | None:
     panels = list(good.groupby(FRONTIER_GROUP))
     fig, axes = _grid(len(panels), width=6.0, height=4.5)
     handles: dict[str, Any] = {}
-    for ax, ((device, model, res, precision), g) in zip(axes.flat, panels):
+    for ax, ((device, model, res, precision, _scenario), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3))
             for _, r in gf.iterrows():

@@ -25,10 +25,11 @@ from ..records.table import (
     summary_row,
     write_csv,
 )
+from ..spec import GROUP_FIELDS
 
 T = TypeVar("T")
-COMPARISON_COLUMNS = ("model", "resolution", "batch_size", "precision", "framework", "baseline", "ratio",
-                      "ratio_ci_low", "ratio_ci_high", "significant", "verified", "method")
+COMPARISON_COLUMNS = (*GROUP_FIELDS, "framework", "baseline", "ratio", "ratio_ci_low", "ratio_ci_high", "significant",
+                      "verified", "method")
 
 
 def contenders(rows: Iterable[T], status: Callable[[T], str], parity: Callable[[T], str],
@@ -76,9 +77,9 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``comparisons.csv``: per (model, resolution, batch size, precision), every cell that ran against the
     fastest verified cell (the baseline): ratio = its median latency / the baseline's, with the interval."""
     rows = []
-    key = ("model", "resolution", "batch_size", "precision")
-    for group in sorted({tuple(r[k] for k in key) for r in records}, key=str):
-        cells = [r for r in records if tuple(r[k] for k in key) == group and r["status"] == "ok"
+    key = GROUP_FIELDS
+    for group in sorted({tuple(r.get(k) for k in key) for r in records}, key=str):
+        cells = [r for r in records if tuple(r.get(k) for k in key) == group and r["status"] == "ok"
                  and r.get("raw_latencies_ms")]
         best = contenders(cells, lambda r: r["status"], lambda r: r["parity"]["status"],
                           lambda r: r["latency_ms"]["p50"])
@@ -107,12 +108,12 @@ OBJECTIVES = {
 }
 _FORMAT = {"ms": ".3f", "samples/s": ".1f", "J/inference": ".4g"}
 #: One recommendation per group: cells that differ in any of these are never compared.
-RECOMMENDATION_KEY = ("device", "threads", "scenario", "model", "resolution", "batch_size", "precision")
+RECOMMENDATION_KEY = ("device", "threads", *GROUP_FIELDS)
 
 
 def _group_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (device_of(r), field(r, "config.threads"), field(r, "scenario") or "inference",
-            *(field(r, k) for k in RECOMMENDATION_KEY[3:]))
+    return (device_of(r), field(r, "config.threads"),
+            *(field(r, k) or ("inference" if k == "scenario" else None) for k in GROUP_FIELDS))
 
 
 def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
