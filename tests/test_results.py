@@ -14,6 +14,7 @@ from inferbench.base.codec import encode
 from inferbench.base.errors import UsageError
 from inferbench.base.files import atomic_write_text
 from inferbench.measure.stats import summarize
+from inferbench.registry.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COMMITTED = Path(__file__).resolve().parent.parent / "benchmark_results"
@@ -180,6 +181,23 @@ def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
     header, _, torch_row, onnx_row = lines[start:start + 4]
     assert "dev MB" in header and "W" in header.split() and "J/inf" in header
     assert " 812 " in torch_row and "1034 (nvml)" in onnx_row and "61.5" in torch_row and "0.0123" in onnx_row
+
+
+def test_the_schema_file_is_generated_from_the_record_type_and_the_docs_name_every_field():
+    """One declaration of a record's shape: the Record type and its block shapes. The shipped schema file is what
+    inferbench.records.schema makes from them (regenerate with python -m inferbench.records.schema), and
+    docs/results-schema.md's table names exactly the Record's fields."""
+    import re
+
+    from inferbench.records import schema
+
+    assert records.SCHEMA_FILE.read_text() == schema.render(), "run python -m inferbench.records.schema"
+    generated = schema.record_schema()
+    assert generated["properties"]["scenario"]["enum"] == list(SCENARIOS)  # from the registry, every scenario
+    table = (Path(__file__).parents[1] / "docs" / "results-schema.md").read_text()
+    documented = {name for row in re.findall(r"^\| (`[^|]*`) \|", table, flags=re.M)
+                  for name in re.findall(r"`(\w+)`", row)}
+    assert documented == set(records.Record.__dataclass_fields__)
 
 
 def test_the_published_json_schema_holds_every_record():

@@ -35,11 +35,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from .. import SCHEMA_VERSION
 from ..base.codec import decode, encode
 from ..base.files import atomic_write_text
+from ..registry.scenarios import SCENARIOS
+from ..spec import PRECISIONS
+from . import blocks
+from .blocks import Enum, Min, NonEmpty
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -68,36 +72,36 @@ class Record:
     """One cell's result, as written to ``<cell file name>``; see docs/results-schema.md."""
 
     schema_version: int
-    model: str
-    resolution: int
-    batch_size: int
-    framework: str
-    precision: str
-    scenario: str
+    model: Annotated[str, NonEmpty()]
+    resolution: Annotated[int, Min(1)]
+    batch_size: Annotated[int, Min(1)]
+    framework: Annotated[str, NonEmpty()]
+    precision: Annotated[str, Enum(PRECISIONS)]
+    scenario: Annotated[str, Enum(SCENARIOS)]
     variant: str
     options: dict[str, Any]
-    status: str
+    status: Annotated[str, Enum(STATUSES)]
     error: str | None
-    parity: dict[str, Any]
-    latency_ms: dict[str, Any] | None
-    throughput_per_s: float | None
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    run_id: str
-    created_at: str
+    parity: Annotated[dict[str, Any], blocks.Parity]
+    latency_ms: Annotated[dict[str, Any] | None, blocks.Latency]
+    throughput_per_s: Annotated[float | None, Min(0, exclusive=True)]
+    config: Annotated[dict[str, Any], blocks.Config]
+    environment: Annotated[dict[str, Any], blocks.Environment]
+    run_id: Annotated[str, NonEmpty()]
+    created_at: Annotated[str, NonEmpty()]
     traceback: str | None = None
-    raw_latencies_ms: list[float] | None = None
-    raw_rounds: list[int] | None = None
+    raw_latencies_ms: list[Annotated[float, Min(0)]] | None = None
+    raw_rounds: list[Annotated[int, Min(0)]] | None = None
     timing: dict[str, Any] | None = None
-    cold_start: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
-    energy: dict[str, Any] | None = None
+    cold_start: Annotated[dict[str, Any] | None, blocks.ColdStart] = None
+    memory: Annotated[dict[str, Any] | None, blocks.Memory] = None
+    energy: Annotated[dict[str, Any] | None, blocks.Energy] = None
     gpu_state: dict[str, Any] | None = None
     device_check: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
-    model_stats: dict[str, Any] | None = None
-    machine_state: dict[str, Any] | None = None
-    validity: dict[str, Any] | None = None
+    model_stats: Annotated[dict[str, Any] | None, blocks.ModelStats] = None
+    machine_state: Annotated[dict[str, Any] | None, blocks.MachineState] = None
+    validity: Annotated[dict[str, Any] | None, blocks.Validity] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -251,9 +255,9 @@ def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
         config.pop(gone, None)
     rec.update(schema_version=2, precision=(old.get("config") or {}).get("precision") or "fp32",
                scenario="inference", variant=cell_options.tag, options=encode(cell_options))
-    for (*blocks, key), codes in _V1_CODES.items():
+    for (*path, key), codes in _V1_CODES.items():
         section: Any = rec
-        for block in blocks:
+        for block in path:
             section = section.get(block) if isinstance(section, dict) else None
         if isinstance(section, dict) and isinstance(section.get(key), str):
             section[key] = next((code for prefix, code in codes if section[key].startswith(prefix)), section[key])

@@ -1,0 +1,175 @@
+"""The shape of a record's blocks, declared once: what :class:`~inferbench.records.record.Record`'s fields hold, for
+the published JSON Schema (generated from these types by :mod:`inferbench.records.schema`, never written by hand)
+and for readers. A block is a plain JSON object in the record; its shape lists the keys every reader may rely on
+(more may follow as inferbench learns to measure more: blocks stay open to new keys, the record itself does not).
+
+Markers in ``Annotated[...]`` add what a type cannot say (:class:`Enum`, :class:`Min`, :class:`NonEmpty`,
+:class:`Pair`, :class:`Doc`); a shape class there says what a block of plain JSON holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+
+@dataclass(frozen=True)
+class Enum:
+    """One of these values (of a registry: its keys)."""
+
+    values: Any
+
+
+@dataclass(frozen=True)
+class Min:
+    """At least ``value`` (``exclusive``: more than it)."""
+
+    value: float
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
+class Doc:
+    text: str
+
+
+@dataclass(frozen=True)
+class NonEmpty:
+    """A string of at least one character."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Exactly two items (an interval's low and high)."""
+
+
+Number = float | None
+Interval = Annotated[list[float] | None, Pair()]
+
+
+@dataclass(frozen=True)
+class Stability:
+    verdict: Annotated[str, Enum(("stable", "unstable", "unknown"))]
+    rounds: int
+    advice: str
+    half_width: Number = None
+    drift: Number = None
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Per-iteration latencies in milliseconds, summarised."""
+
+    n: Annotated[int, Min(1)]
+    mean: float
+    p50: float
+    p99: float
+    p50_ci95: Interval
+    percentile_rule: str
+    ci_method: str
+    stability: Stability
+    min: float | None = None
+    max: float | None = None
+    p25: float | None = None
+    p75: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    iqr: float | None = None
+    std: Number = None
+    cv: Number = None
+    p50_ci95_iid: Interval = None
+
+
+@dataclass(frozen=True)
+class Parity:
+    status: Annotated[str, Enum(("passed", "failed", "not_applicable", "not_run"))]
+    reason: str | None = None
+    max_abs_err: Number = None
+    max_rel_err: Number = None
+    cosine: Number = None
+    top1_agreement: Number = None
+    inputs: int | None = None
+    precision: str | None = None
+    thresholds: dict[str, Any] | None = None
+    checked_batch_sizes: list[int] | None = None
+    sanity: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    load_s: Number = None
+    first_call_s: Number = None
+    load_includes: str | None = None
+
+
+@dataclass(frozen=True)
+class Memory:
+    peak_host_mb: Number = None
+    timed_peak_host_mb: Number = None
+    host_before_load_mb: Number = None
+    peak_device_mb: Number = None
+    device_used_mb_at_end: Number = None
+
+
+@dataclass(frozen=True)
+class Energy:
+    available: bool
+    reason: str | None = None
+    joules_per_inference: Number = None
+    mean_power_w: Number = None
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """The model as it ran: parameters and floating-point operations per image (a multiply-add counts 2), counted
+    from its Keras graph at batch 1; null for a model file without one."""
+
+    params: Annotated[int, Min(0)]
+    flops_per_image: Annotated[int | None, Min(0)]
+    flops_method: str
+    flops_resolution: Annotated[int, Min(1)] | None = None
+    grouped_convolutions: Annotated[int, Min(0)] | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceShape:
+    kind: Annotated[str, Enum(("cpu", "gpu"))]
+
+
+@dataclass(frozen=True)
+class Config:
+    """The run configuration that ran (:class:`inferbench.spec.RunConfig`), with the artifacts and the child's
+    controlled environment."""
+
+    device: DeviceShape
+    threads: int | None = None
+    seed: int | None = None
+    weights: str | None = None
+
+
+@dataclass(frozen=True)
+class PeakFp32:
+    """The device's peak FP32 rate as inferbench measured it (a large matrix product, best of repeats): gflops,
+    method, library, threads; gflops null with a why when it could not be measured."""
+
+    gflops: Number = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class Environment:
+    peak_fp32: PeakFp32 | None = None
+
+
+@dataclass(frozen=True)
+class Validity:
+    """Was the machine quiet enough for the numbers to be the runtimes' own? True, false, or null when unknown."""
+
+    valid: bool | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class MachineState:
+    """The machine during every timed block (cores other work took, steal, load), its threshold and summary."""
