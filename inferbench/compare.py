@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .base.errors import UsageError
+from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
 from .cli.options import non_negative_float, path_value
 from .cli.summary import fmt, table
-from .execution.folders import check_writable
 from .records.table import write_csv
 from .spec import IDENTITY
 

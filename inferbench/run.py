@@ -15,10 +15,10 @@ from typing import Any
 
 from .base.device import list_gpus
 from .base.errors import UsageError
+from .base.files import check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import add_options, build, given, open_files, verbosity, with_defaults
 from .cli.summary import format_summary, terminal_width
-from .execution.folders import check_writable, new_folder
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
 

@@ -25,11 +25,10 @@ from typing import Any
 
 from .base.device import list_gpus
 from .base.errors import UsageError
-from .base.files import atomic_write_text
+from .base.files import atomic_write_text, check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import BY_NAME, Plan, add_options, build, given, read_config_file, verbosity, with_defaults
 from .cli.summary import format_summary, terminal_width
-from .execution.folders import check_writable, new_folder
 from .spec import record_filename
 
 PLAN = "sweep.json"

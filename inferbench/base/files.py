@@ -1,10 +1,14 @@
-"""Files written whole or not at all, with the user's umask (a base module: it imports nothing of inferbench's)."""
+"""Files written whole or not at all, with the user's umask, and the folders results go to (a base module: it imports
+only the errors beside it)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
+
+from .errors import UsageError
 
 
 def _umask() -> int:
@@ -44,3 +48,27 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def check_writable(folder: Path, what: str = "output dir") -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to {what} {folder}: {exc.strerror or exc}") from None
+
+
+def new_folder(root: Path, name: str, numbered: bool = True) -> Path:
+    """A results folder no other run or sweep shares: created exclusively; ``-2``, ``-3``... if the name is
+    taken (two runs started in the same second), or FileExistsError when ``numbered`` is False."""
+    for i in itertools.count(1):
+        candidate = root / (name if i == 1 else f"{name}-{i}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            if not numbered:
+                raise
+            continue
+    raise AssertionError("unreachable")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,25 +55,3 @@ def set_aside_if_unreadable(path: Path) -> str | None:
         return f"{path.name} could not be read ({str(exc)[:120]}); moved to {aside.name}, its cell runs again"
 
 
-def check_writable(folder: Path, what: str = "output dir") -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write to {what} {folder}: {exc.strerror or exc}") from None
-
-
-def new_folder(root: Path, name: str, numbered: bool = True) -> Path:
-    """A results folder no other run or sweep shares: created exclusively; ``-2``, ``-3``... if the name is
-    taken (two runs started in the same second), or FileExistsError when ``numbered`` is False."""
-    for i in itertools.count(1):
-        candidate = root / (name if i == 1 else f"{name}-{i}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            if not numbered:
-                raise
-            continue
-    raise AssertionError("unreachable")

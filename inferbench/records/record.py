@@ -42,8 +42,21 @@ from ..base.codec import decode, encode
 from ..base.files import atomic_write_text
 from ..registry.scenarios import SCENARIOS
 from ..spec import PRECISIONS
-from . import blocks
-from .blocks import Enum, Min, NonEmpty
+from .blocks import (
+    ColdStart,
+    Config,
+    Energy,
+    Enum,
+    Environment,
+    Latency,
+    MachineState,
+    Memory,
+    Min,
+    ModelStats,
+    NonEmpty,
+    Parity,
+    Validity,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -82,26 +95,26 @@ class Record:
     options: dict[str, Any]
     status: Annotated[str, Enum(STATUSES)]
     error: str | None
-    parity: Annotated[dict[str, Any], blocks.Parity]
-    latency_ms: Annotated[dict[str, Any] | None, blocks.Latency]
+    parity: Annotated[dict[str, Any], Parity]
+    latency_ms: Annotated[dict[str, Any] | None, Latency]
     throughput_per_s: Annotated[float | None, Min(0, exclusive=True)]
-    config: Annotated[dict[str, Any], blocks.Config]
-    environment: Annotated[dict[str, Any], blocks.Environment]
+    config: Annotated[dict[str, Any], Config]
+    environment: Annotated[dict[str, Any], Environment]
     run_id: Annotated[str, NonEmpty()]
     created_at: Annotated[str, NonEmpty()]
     traceback: str | None = None
     raw_latencies_ms: list[Annotated[float, Min(0)]] | None = None
     raw_rounds: list[Annotated[int, Min(0)]] | None = None
     timing: dict[str, Any] | None = None
-    cold_start: Annotated[dict[str, Any] | None, blocks.ColdStart] = None
-    memory: Annotated[dict[str, Any] | None, blocks.Memory] = None
-    energy: Annotated[dict[str, Any] | None, blocks.Energy] = None
+    cold_start: Annotated[dict[str, Any] | None, ColdStart] = None
+    memory: Annotated[dict[str, Any] | None, Memory] = None
+    energy: Annotated[dict[str, Any] | None, Energy] = None
     gpu_state: dict[str, Any] | None = None
     device_check: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
-    model_stats: Annotated[dict[str, Any] | None, blocks.ModelStats] = None
-    machine_state: Annotated[dict[str, Any] | None, blocks.MachineState] = None
-    validity: Annotated[dict[str, Any] | None, blocks.Validity] = None
+    model_stats: Annotated[dict[str, Any] | None, ModelStats] = None
+    machine_state: Annotated[dict[str, Any] | None, MachineState] = None
+    validity: Annotated[dict[str, Any] | None, Validity] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

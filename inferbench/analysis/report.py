@@ -1,0 +1,336 @@
+"""The report: the records of one or several result folders as ``report.md`` with PNG figures, written as a list of
+small sections (:data:`SECTIONS`), each a function of the report's :class:`Context` that returns its Markdown lines
+and asks for its figures. Figures are saved only once every section is done (a bad input leaves no half-report),
+each atomically.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..base import markdown
+from ..base.errors import UsageError
+from ..base.files import atomic_write_bytes, atomic_write_text
+from .ranking import contenders, recommendation_lines, recommendations, write_recommendation
+
+
+@dataclass
+class Context:
+    """What every section reads (the records, the published figures if asked for) and where figures go."""
+
+    df: Any  # the records (inferbench.records.load)
+    paths: list[str]
+    objective: str
+    ref: Any = None  # published external figures (--reference)
+    normalise_to: str | None = None
+    norm: Any = None
+    recs: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[tuple[str, Any]] = field(default_factory=list)  # figures, saved once the report is known good
+
+    def figure(self, name: str, fig: Any, caption: str) -> list[str]:
+        """A figure's Markdown (or the line that says there was no data for it); the figure is saved later."""
+        if fig is None:
+            return [f"*{caption}: no data in these records.*", ""]
+        self.pending.append((name, fig))
+        return [f"![{caption}]({name})", "", f"*{caption}*", ""]
+
+
+def recommendation(ctx: Context) -> list[str]:
+    from . import latest
+
+    last = latest(ctx.df)
+    ctx.recs = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()],
+                               ctx.objective)
+    runs = sorted({str(r) for r in last["run_id"]})
+    return ["## Recommendation", "", "```", *map(markdown.code, recommendation_lines(ctx.recs)), "```", "",
+            f"From the latest record of each cell ({len(last)} of {len(ctx.df)} records; run"
+            f"{'s' if len(runs) > 1 else ''} {markdown.text(', '.join(runs))}). The margin is the runner-up's figure "
+            "over the recommended one's, paired within rounds when both ran in the same run; 'within the noise' "
+            "means its 95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
+
+
+def failures(ctx: Context) -> list[str]:
+    df = ctx.df
+    failed = df[df["status"] != "ok"]
+    bad_parity = df[(df["status"] == "ok") & (df["parity.status"] == "failed")]
+    if not (len(failed) or len(bad_parity)):
+        return []
+    md = ["## Failures (shown, never ranked)", ""]
+    for _, r in failed.iterrows():
+        md.append("- " + markdown.text(f"{r['cell']} {r['framework']} bs{r['batch_size']}: failed — {r['error']}"))
+    for _, r in bad_parity.iterrows():
+        md.append(f"- {markdown.text(str(r['cell']) + ' ' + str(r['framework']))} bs{r['batch_size']}: "
+                  f"**parity failed** ({markdown.text(r['parity.reason'])})")
+    return [*md, ""]
+
+
+def results(ctx: Context) -> list[str]:
+    from . import ok
+
+    table = ok(ctx.df).sort_values(["device_name", "cell", "batch_size", "p50_ms"])
+    summary = table.assign(
+        p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) else "")
+                for a, ci in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
+        stability=table["latency_ms.stability.verdict"],
+        valid=[{True: "yes", False: "NO"}.get(v, "unknown") for v in table["validity.valid"]],
+        rate=[f"{g:.3g}" + (f" ({p:.0%})" if p == p else "") if g == g else "-"
+              for g, p in zip(table["gflop_per_s"], table["fraction_of_peak"])],
+    )[["device_name", "cell", "batch_size", "framework", "parity.status", "p50_ci", "p99_ms", "latency_ms.n",
+       "throughput", "rate", "stability", "valid"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
+                                                            "throughput": "samples/s", "parity.status": "parity",
+                                                            "rate": "GFLOP/s (of peak)"})
+    return ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval of the "
+            "median comes from the variation between rounds (records from before rounds have none); stability "
+            "is about that estimate. Only cells whose outputs passed parity are ranked.", "", markdown.table(summary),
+            ""]
+
+
+def batch_sizes(ctx: Context) -> list[str]:
+    from . import plots
+
+    df = ctx.df
+    return ["## Throughput and latency vs batch size", "",
+            *ctx.figure("throughput_vs_batch.png", plots.throughput_vs_batch(df), "throughput vs batch size"),
+            *ctx.figure("latency_p50_vs_batch.png", plots.latency_vs_batch(df, "p50"), "p50 latency vs batch size"),
+            *ctx.figure("latency_p99_vs_batch.png", plots.latency_vs_batch(df, "p99"), "p99 latency vs batch size"),
+            *ctx.figure("latency_distributions.png", plots.latency_distributions(df),
+                        "latency distributions (raw samples)")]
+
+
+def xla_steps(ctx: Context) -> list[str]:
+    from . import plots, xla_decomposition
+
+    md = ["## Eager → graph → XLA", "",
+          "The seeds compared XLA with *eager* execution; here leaving eager mode and adding XLA are separate "
+          "steps (p50 latency ratios; > 1 means faster).", ""]
+    dec = xla_decomposition(ctx.df)
+    if not dec.empty:
+        md += [markdown.table(dec[["device_name", "cell", "batch_size", "path", "eager_ms", "graph_ms", "xla_ms",
+                                   "graph_vs_eager", "xla_vs_graph", "xla_vs_eager"]]), ""]
+    return md + ctx.figure("xla_steps.png", plots.xla_steps(ctx.df), "eager→graph→XLA speedups")
+
+
+def across_models(ctx: Context) -> list[str]:
+    return _across_models(ctx.df, ctx.ref, ctx.figure) if ctx.df["model"].nunique() > 1 else []
+
+
+def frontier(ctx: Context) -> list[str]:
+    from . import ENERGY_J_PER_INF, FRONTIER_GROUP, latest, pareto_front, plots, podiums
+
+    df = ctx.df
+    md = ["## Pareto frontier and podiums", "",
+          *ctx.figure("pareto.png", plots.pareto(df), "latency vs throughput, Pareto frontier")]
+    good = latest(df[df["ranked"]])
+    with_energy = good[good[ENERGY_J_PER_INF].notna()] if ENERGY_J_PER_INF in good else good.iloc[:0]
+    if with_energy.empty:
+        md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
+    else:
+        md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
+        for key, g in with_energy.groupby(FRONTIER_GROUP):
+            where = dict(zip(FRONTIER_GROUP, key))
+            front = pareto_front(g, x=ENERGY_J_PER_INF, y="throughput")
+            md += [markdown.text(f"{where['model']}@{where['resolution']} {where['precision']}, "
+                                 f"{where['device_name']}:"), "",
+                   markdown.table(front[["batch_size", "framework", ENERGY_J_PER_INF, "throughput", "p50_ms"]]), ""]
+    for name, pod in podiums(df).items():
+        md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device, model, resolution, batch size and "
+               "precision; verified cells only)", "", markdown.table(pod), ""]
+    return md
+
+
+#: Pairs worth a sentence wherever both ran: the steps the seed projects asked about.
+PAIRS = (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"), ("torch-inductor", "torch-native"))
+
+
+def significance(ctx: Context) -> list[str]:
+    from . import GROUP, compare, latest
+
+    md = ["## Is the difference real?", ""]
+    for key, g in latest(ctx.df).groupby(GROUP):
+        where = dict(zip(GROUP, key))
+        ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
+                            lambda r: r["p50_ms"])
+        names = {r["framework"] for r in ranked}
+        pairs = [(ranked[0]["framework"], ranked[1]["framework"])] if len(ranked) > 1 else []
+        pairs += [(x, y) for x, y in PAIRS if {x, y} <= names]
+        said: set[frozenset[str]] = set()
+        for a, b in pairs:
+            if frozenset((a, b)) in said:  # the top two may also be a pair of the list: say it once
+                continue
+            said.add(frozenset((a, b)))
+            md.append("- " + markdown.text(f"{where['model']}@{where['resolution']} bs{where['batch_size']} "
+                                           f"{where['precision']} on {where['device_name']}: "
+                                           f"{compare(ctx.df, a, b, **where)}"))
+    return [*md, ""]
+
+
+def energy(ctx: Context) -> list[str]:
+    from . import has_energy, plots
+
+    df, ref = ctx.df, ctx.ref
+    md = ["## Power and energy", ""]
+    if not has_energy(df):
+        reasons = sorted({str(r) for r in df.get("energy.reason", []) if isinstance(r, str)})
+        md += ["These records carry no energy figures" + (f" ({markdown.text('; '.join(reasons))})" if reasons else "")
+               + ": energy needs NVML on an NVIDIA GPU or a readable RAPL counter on the CPU."
+               + (" The figure below shows published external figures only." if ref is not None else ""), ""]
+    if has_energy(df) or ref is not None:
+        fig, fits = plots.power_vs_throughput(df, ref)
+        md += ctx.figure("power_vs_throughput.png", fig, "power vs throughput with least-squares fits")
+        if not fits.empty:
+            md += [markdown.table(fits), ""]
+    return md
+
+
+def devices(ctx: Context) -> list[str]:
+    from . import plots
+
+    md = ["## Across devices", ""]
+    if ctx.norm is not None:
+        col = f"throughput_vs_{ctx.normalise_to}"
+        md += [f"Throughput relative to `{ctx.normalise_to}` on the same device, cell and batch:", "",
+               markdown.table(ctx.norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
+    across = plots.cross_device(ctx.df, ctx.ref)
+    if across is None:
+        return md + ["*These records come from one device" + ("" if ctx.ref is not None else " (and no published "
+                     "figures were asked for: --reference)") + ": nothing to set side by side across devices.*", ""]
+    return md + ctx.figure("cross_device.png", across, "throughput across devices")
+
+
+def sources(ctx: Context) -> list[str]:
+    df, ref = ctx.df, ctx.ref
+    machines = df.groupby("device_name").agg(
+        records=("framework", "size"), hosts=("host", lambda s: ", ".join(sorted(set(map(str, s))))),
+        threads=("config.threads", lambda s: ", ".join(sorted({str(int(v)) for v in s.dropna()}))),
+        first=("created_at", "min"), last=("created_at", "max"),
+        commits=("environment.inferbench.commit", lambda s: ", ".join(sorted({str(v)[:8] for v in s.dropna()}))),
+    ).reset_index()
+    md = ["## Sources", "", f"{len(df)} records from: {markdown.text(', '.join(map(str, ctx.paths)))}", "",
+          markdown.table(machines), ""]
+    if ref is None:
+        return md
+    md += ["## Published external figures", "",
+           "Not our measurements: other projects' published numbers, kept apart and labelled. Caveats:", ""]
+    for source, g in ref.groupby("source"):
+        notes = sorted({f"{a} = {b}" for a, b in zip(g["framework_published"], g["framework_note"]) if b})
+        md.append(f"- **{markdown.text(source)}** ({len(g)} rows): {markdown.text(g['caveat'].iloc[0])}; framework "
+                  "notes: " + markdown.text("; ".join(notes)))
+    return [*md, ""]
+
+
+#: The report, section by section, in order.
+SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
+    recommendation, failures, results, batch_sizes, xla_steps, across_models, frontier, significance, energy,
+    devices, sources)
+
+
+def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
+                 normalise_to: str | None = None, objective: str = "p50") -> Path:
+    """``report.md``, its figures and ``recommendation.json`` in ``out``, from the records under ``paths``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display (notebooks keep their inline backend)
+    import matplotlib.pyplot as plt
+
+    from ..base.files import check_writable
+    from . import load, load_reference, normalise, ok
+
+    df = load(paths)
+    if ok(df).empty:
+        first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
+        raise UsageError(f"no successful measurement among the {len(df)} records (e.g. {first}): nothing to report")
+    ctx = Context(df, list(paths), objective, ref=load_reference(reference_dir) if use_reference else None,
+                  normalise_to=normalise_to,
+                  norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None)  # an unknown one: exit 2
+    check_writable(out)  # only once the inputs are known to be good
+    md = ["# inferbench report", ""]
+    for section in SECTIONS:
+        md += section(ctx)
+    for name, fig in ctx.pending:
+        image = io.BytesIO()
+        fig.savefig(image, format="png", dpi=110, bbox_inches="tight")  # legends sit outside the panels
+        plt.close(fig)
+        atomic_write_bytes(out / name, image.getvalue())  # a full disk leaves no half-written figure
+    write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective)
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(md))
+    return path
+
+
+def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
+    """The seed project's XLA report across models, from these records: XLA's gain per model and resolution over
+    graph mode and over eager, its podiums, the fastest models, throughput against FLOPs; and, when published
+    figures were asked for, how they compare."""
+    from .. import analysis
+    from . import plots
+
+    md = ["## Across models: XLA, podiums and the machine's limit", "",
+          "The seed project (keras-xla-benchmarks) reported XLA's gain over *eager* execution; here the gain over "
+          "graph mode (`tf` → `tfxla`, the SavedModel's serving function with and without `jit_compile`) is the "
+          "headline, with its 95% interval paired within rounds, and the gain over eager (`keras-eager` → `tfxla`) "
+          "is shown beside it for comparison with theirs.", ""]
+    md += figure("xla_gain_by_model.png", plots.xla_gain_by_model(df),
+                 "XLA's speedup per model, over graph mode and over eager")
+    dec = analysis.xla_decomposition(df)
+    if not dec.empty:
+        tf_path = dec[dec["path"] == "tf"].sort_values(["device_name", "resolution", "batch_size", "xla_vs_graph"],
+                                                      ascending=[True, True, True, False])
+        if not tf_path.empty:
+            shown = tf_path.assign(
+                xla_vs_graph_ci=[f"{v:.2f}" + (f" [{c[0]:.2f}, {c[1]:.2f}]" if isinstance(c, list) else "")
+                                 for v, c in zip(tf_path["xla_vs_graph"], tf_path["xla_vs_graph_ci95"])])
+            faster = int((tf_path["xla_vs_graph_significant"].fillna(False) & (tf_path["xla_vs_graph"] > 1)).sum())
+            slower = int((tf_path["xla_vs_graph_significant"].fillna(False) & (tf_path["xla_vs_graph"] < 1)).sum())
+            md += [f"XLA over graph mode: significantly faster in {faster} and significantly slower in {slower} of "
+                   f"{len(tf_path)} (model, resolution) cells; over eager it is faster in "
+                   f"{int((tf_path['xla_vs_eager'] > 1).sum())}. `graph_has_xla`: Keras 3 on TensorFlow compiles "
+                   "grouped convolutions with XLA even in graph mode (TensorFlow's CPU kernels lack them), so for "
+                   "these models (ConvNeXt, RegNet) `tf` is partly XLA already and the step measures the rest.", "",
+                   markdown.table(shown[["device_name", "model", "resolution", "batch_size", "eager_ms", "graph_ms",
+                                    "xla_ms", "xla_vs_graph_ci", "xla_vs_eager", "graph_has_xla"]].rename(
+                       columns={"xla_vs_graph_ci": "XLA vs graph [95% CI]", "xla_vs_eager": "XLA vs eager"})), ""]
+    for name, pod in analysis.xla_podiums(df).items():
+        md += [f"**Podium: {name}** (top 3 models per device, resolution and batch size; `tf` → `tfxla`)", "",
+               markdown.table(pod), ""]
+    fastest = analysis.fastest_models(df)
+    if not fastest.empty:
+        md += ["**Fastest models** per device, resolution and batch size (each on its fastest verified framework; "
+               "fraction_of_peak: achieved GFLOP/s over the device's measured peak FP32 matrix-product rate)", "",
+               markdown.table(fastest), ""]
+    counted = df.loc[df["gflop_per_image"].notna(), "model"].nunique()
+    if counted > 1:
+        md += figure("throughput_vs_flops.png", plots.throughput_vs_flops(df),
+                     "throughput against GFLOP per image, with the measured peak FP32 rate")
+    else:
+        md += [f"*FLOP counts for {'one model' if counted else 'no model'} in these records (records before schema "
+               "4 have none): no throughput-against-FLOPs figure, which needs two models or more.*", ""]
+    if ref is not None:
+        md += _published_models(df, ref)
+    return md
+
+
+def _published_models(df: Any, ref: Any) -> list[str]:
+    """Where these records agree and differ with keras-xla-benchmarks' published GPU figures (XLA on, batch 4)."""
+    from .. import analysis
+
+    published = ref[ref["source"].str.contains("keras-xla", case=False) & ref["model"].notna()][
+        ["model", "resolution", "device_name", "throughput", "gflops"]]
+    ours = analysis.latest(df[df["ranked"] & (df["framework"] == "tfxla")])[
+        ["model", "resolution", "batch_size", "throughput", "gflop_per_image"]]
+    both = ours.merge(published, on=["model", "resolution"], suffixes=("", "_published"))
+    if both.empty:
+        return ["*Published keras-xla-benchmarks figures: none for the models and resolutions of these records.*",
+                ""]
+    table = both.assign(our_gflop=both["gflop_per_image"], published_gmac=both["gflops"],
+                        flop_ratio=both["gflop_per_image"] / both["gflops"])[
+        ["model", "resolution", "device_name", "throughput_published", "batch_size", "throughput",
+         "our_gflop", "published_gmac", "flop_ratio"]].rename(columns={"device_name": "published_gpu"})
+    return ["**Beside the published GPU figures** (keras-xla-benchmarks, XLA on, batch 4, external: not our "
+            "measurements). Their FLOPs column counts multiply-adds, ours FLOPs (2 per multiply-add): a ratio near "
+            "2 means both count the same network.", "", markdown.table(table), ""]
+
+

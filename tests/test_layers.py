@@ -1,0 +1,75 @@
+"""The house's rule (docs/architecture.md): each module belongs to one layer and imports only from its own layer or
+those below it, counting imports inside functions; so there is no import circle either. This test reads every
+module's imports and fails on an arrow that points up."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "inferbench"
+#: Lowest first. The frameworks' side (exporters, runners, scenarios) is one layer: an exporter may use a runner.
+LAYERS = ("base", "registry", "spec", "measure", ("exporters", "runners", "scenarios"), "records", "analysis",
+          "execution", "cli")
+RANK = {name: i for i, names in enumerate(LAYERS) for name in ((names,) if isinstance(names, str) else names)}
+COMMANDS = len(LAYERS)  # run, sweep, zoo, report, compare, selftest, commands, __main__: the top
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1  # inferbench itself: the version, nothing else
+    return RANK.get(parts[1], COMMANDS)
+
+
+def _imports() -> dict[str, set[str]]:
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("inferbench")):
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else node.module
+                # a submodule named in the import is the target, else the module the names come from
+                targets = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules] or [base]
+                found.update(t for t in targets if t in modules and t != name)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in modules and a.name != name)
+        edges[name] = found
+    return edges
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    up = sorted(f"{a} -> {b}" for a, targets in _imports().items() for b in targets if _layer(b) > _layer(a))
+    assert not up, "imports pointing up a layer:\n" + "\n".join(up)
+
+
+def test_there_is_no_import_circle():
+    edges = _imports()
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        seen[node] = 1
+        for nxt in edges[node]:
+            if seen.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [node, nxt]))
+            if nxt not in seen:
+                visit(nxt, path + [node])
+        seen[node] = 2
+
+    for module in edges:
+        if module not in seen:
+            visit(module, [])
+
+
+def test_every_module_sits_in_a_layer_or_is_a_command():
+    commands = {m for m in _imports() if _layer(m) == COMMANDS}
+    assert commands == {f"inferbench.{c}" for c in ("run", "sweep", "zoo", "report", "compare", "selftest",
+                                                      "commands", "__main__")}, commands
