@@ -116,3 +116,36 @@ def test_every_registered_tracker_loads_and_says_what_it_provides():
     for name in trackers.TRACKERS:
         cls = trackers.load_tracker(name)
         assert callable(cls.open) and cls.provides and isinstance(cls.min_block_s, float), name
+
+
+def test_the_cpu_clock_is_read_around_each_block_and_heat_throttling_makes_a_cell_not_valid(tmp_path):
+    """A sensor added as one module and one entry (trackers/cpufreq.py): its figures join machine_state beside the
+    machine tracker's, and thermal throttling during a block says the cell is not valid."""
+    from inferbench.measure.trackers.cpufreq import Clocks, ClockTracker
+
+    for i in range(2):
+        cpu = tmp_path / f"cpu{i}"
+        (cpu / "cpufreq").mkdir(parents=True)
+        (cpu / "thermal_throttle").mkdir()
+        (cpu / "cpufreq" / "scaling_cur_freq").write_text("3000000\n")
+        (cpu / "cpufreq" / "cpuinfo_max_freq").write_text("3500000\n")
+        (cpu / "thermal_throttle" / "core_throttle_count").write_text("7\n")
+    tracker = ClockTracker(Clocks(sys_cpu=tmp_path, cpuinfo=tmp_path / "none"))
+    assert tracker.source == "sysfs-scaling_cur_freq"
+
+    def block(throttled: int, mhz: int) -> types.SimpleNamespace:
+        (tmp_path / "cpu1" / "cpufreq" / "scaling_cur_freq").write_text(f"{mhz * 1000}\n")
+        monitor = tracker.monitor()
+        monitor.start()
+        (tmp_path / "cpu1" / "thermal_throttle" / "core_throttle_count").write_text(f"{7 + throttled}\n")
+        return types.SimpleNamespace(monitors={tracker.name: monitor.stop(1.0)})
+
+    cool = tracker.finish(_done([block(0, 3000)]))
+    clock = cool.fields["machine_state"]["cpu_clock"]
+    assert clock["mhz_rated"] == 3500 and clock["mhz_min"] == 3000 and clock["throttle_events"] == 0
+    assert cool.validity is None  # the clock alone is no verdict
+    hot = tracker.finish(_done([block(3, 2200)]))
+    assert hot.fields["machine_state"]["cpu_clock"]["mhz_min"] == 2200
+    assert hot.validity == {"valid": False, "reason": "the CPU throttled for heat 3 time(s) during the blocks"}
+    merged = _finish_trackers([Judges({"valid": True, "reason": "quiet"}), tracker], {}, _done([block(0, 3000)]))
+    assert merged["validity"]["valid"] is True and merged["machine_state"]["cpu_clock"]["mhz_min"] == 3000

@@ -161,6 +161,7 @@ def _finish_trackers(trackers: list[Any], missing: dict[str, str], done: Any) ->
     fields: dict[str, Any] = {"energy": {"available": False, "reason": missing.get("energy", "no energy sensor")},
                               "gpu_state": None, "machine_state": None, "memory": done.memory}
     verdicts = []
+    given: set[str] = set()
     for tracker in trackers:
         try:
             contribution = tracker.finish(done)
@@ -169,7 +170,10 @@ def _finish_trackers(trackers: list[Any], missing: dict[str, str], done: Any) ->
             fields.update({b: {"available": False, "reason": why} for b in tracker.provides if b == "energy"})
             verdicts.append({"valid": None, "reason": f"machine state unknown: {why}"})
             continue
-        fields.update(contribution.fields)
+        for block, value in contribution.fields.items():  # a block two trackers write is merged key by key
+            both = block in given and isinstance(fields.get(block), dict) and isinstance(value, dict)
+            fields[block] = {**fields[block], **value} if both else value
+            given.add(block)
         if contribution.validity is not None:
             verdicts.append(contribution.validity)
     return {**fields, "validity": judge(verdicts)}

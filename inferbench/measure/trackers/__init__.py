@@ -1,13 +1,15 @@
 """Trackers: what is watched while a cell is measured, besides the latencies the loop times — the machine's other
-work (``machine``), the CPU package energy (``rapl``), the GPU's energy, state and tenants (``nvml``). Adding one =
-one module with a class that follows :class:`Tracker` + one entry in :data:`TRACKERS`.
+work (``machine``), the CPU's clock and thermal throttling (``cpu_clock``), the CPU package energy (``rapl``), the
+GPU's energy, state and tenants (``nvml``). Adding one = one module with a class that follows :class:`Tracker` + one
+entry in :data:`TRACKERS`.
 
 A scenario opens every tracker that applies to its device (:func:`open_trackers`), calls ``setup`` once before the
 warm-up (an idle baseline, the device's state at the start), reads each tracker's window monitor just before and
 just after every timed block (never inside it: see :func:`inferbench.measure.timing.run_block`), and at the end
-merges what each ``finish`` returns into the record: its blocks (``energy``, ``gpu_state``, ``machine_state``, ...)
-and its say on the cell's validity (:func:`judge`). A tracker that does not apply to the device (RAPL on a GPU
-cell) is left out; one that applies but cannot be read says why, and the record keeps the reason.
+merges what each ``finish`` returns into the record: its blocks (``energy``, ``gpu_state``, ``machine_state``, ...;
+a block two trackers write is merged key by key) and its say on the cell's validity (:func:`judge`). A tracker that
+does not apply to the device (RAPL on a GPU cell) is left out; one that applies but cannot be read says why, and the
+record keeps the reason.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Every tracker, by name: the class that opens it (nothing is imported until a cell runs).
 TRACKERS: dict[str, str] = {
     "machine": "inferbench.measure.trackers.machine:MachineTracker",
+    "cpu_clock": "inferbench.measure.trackers.cpufreq:ClockTracker",
     "rapl": "inferbench.measure.trackers.rapl:RaplTracker",
     "nvml": "inferbench.measure.trackers.nvml:NvmlTracker",
 }
