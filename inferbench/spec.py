@@ -23,7 +23,7 @@ KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 
 
 #: Short names of runner options in a cell's variant tag (the others: the name with dashes).
-_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile"}
+_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile", "tune": "tuned"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class RunnerOptions:
     cuda_graphs: bool = False
     keras_backend: str = "tensorflow"
     include_transfer: bool = False
+    tune: bool = False  # each runtime at its best setting measured here (a short tuning phase before the rounds)
 
     def __post_init__(self) -> None:
         if self.keras_backend not in KERAS_BACKENDS:
@@ -174,8 +175,11 @@ class RunConfig:
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
     max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
+    tune_budget_s: float = 6.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
 
     def __post_init__(self) -> None:
+        if not 0 < self.tune_budget_s < math.inf:
+            raise ValueError(f"tune_budget_s must be a positive finite number, got {self.tune_budget_s}")
         if not 0.0 <= self.max_other_load <= 1.0:
             raise ValueError(f"max_other_load must be between 0 and 1, got {self.max_other_load}")
         if self.device.kind not in ("cpu", "gpu") or (self.device.kind == "gpu") != (self.device.gpu is not None):
@@ -200,6 +204,7 @@ class CellJob:
     group_batch_sizes: tuple[int, ...]  # every batch size of this (model, resolution) in the run (TensorRT profiles)
     idle_seconds: float = 2.0
     interleaving: dict[str, Any] = field(default_factory=dict)  # the group its rounds were interleaved with
+    setting: dict[str, Any] = field(default_factory=dict)  # load-time settings of a tuning candidate's worker
 
 
 @dataclass(frozen=True)

@@ -147,16 +147,44 @@ class BusyRunner(FakeRunner):
         _machine(1.8)
 
 
+class KnobRunner(FakeRunner):
+    """A runtime whose speed depends on its settings, as ONNX Runtime's on spinning: the default (the grid's first)
+    is the slowest; a load-time setting (its own worker) and a live one each make it faster."""
+
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return [{}, {"warm": True}], [{"delay_ms": 6.0}, {"delay_ms": 2.0}]
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        self.load_s = 0.0 if ctx.setting.get("warm") else 0.002
+        self.delay_s = 0.006 + self.load_s
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        self.delay_s = float(setting.get("delay_ms", 6.0)) / 1e3 + self.load_s
+
+
+class FlatRunner(KnobRunner):
+    """Settings that change nothing: tuning must keep the default."""
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        self.delay_s = 0.003
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        self.delay_s = 0.003
+
+
 FAKES = {
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
     "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
-    "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner",
+    "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
 }
 
 
 def frameworks() -> dict[str, Framework]:
     return {key: Framework(key, f"fakes:{cls}", "keras", ("numpy",), ("numpy",), "test", f"test double ({cls})",
-                           devices=("cpu",), options=("torch_compile", "keras_backend"),
+                           devices=("cpu",), options=("torch_compile", "keras_backend", "tune"),
                            env=(("KERAS_BACKEND", "keras_backend"),))
             for key, cls in FAKES.items()}
 

@@ -262,6 +262,12 @@ OPTIONS: tuple[Option, ...] = (
            switch=True, commands=MEASURING, in_file=False),
     Option("timeout", ("--timeout",), "give up on a cell after this many seconds (default: no limit)", None,
            positive_float, metavar="S", maximum=7 * DAY_S, commands=MEASURING),
+    Option("tune", ("--tune",), "before the timed rounds, try each runtime's small grid of settings (threads, "
+           "spinning, OpenVINO's hint and pinning, OpenMP's wait policy) in short paired rounds and measure the "
+           "fastest (the cell is then '+tuned'; docs/frameworks.md lists the grids): auto = on for the default "
+           "'best' set", "auto", choices=("auto", "on", "off"), commands=MEASURING),
+    Option("tune_budget", ("--tune-budget",), "seconds of timed tuning blocks per cell, every setting together",
+           6.0, positive_float, metavar="S", maximum=3600.0, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
            "the window), as the seed projects did", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
@@ -467,7 +473,9 @@ def build(values: dict[str, Any]) -> Built:
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)})
+    tune = values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"])
+    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions) if f.name != "tune"},
+                            tune=tune)
     from ..execution.childenv import thread_env
 
     reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
@@ -482,7 +490,8 @@ def build(values: dict[str, Any]) -> Built:
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
-                       sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0)
+                       sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
+                       tune_budget_s=values["tune_budget"])
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)

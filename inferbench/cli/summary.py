@@ -107,7 +107,20 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     if unstable:  # one line: on a noisy machine it can be every row
         lines.append(f"unstable estimates: {', '.join(unstable)}; run more rounds (--rounds) or on a quieter "
                      "machine before trusting small differences")
+    tuned = [tuning_line(r) for r in records if r.get("tuning")]
+    if tuned:
+        lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
     return "\n".join(lines)
+
+
+def tuning_line(record: dict[str, Any]) -> str:
+    """What a tuned cell's tuning phase chose, and why, in one line."""
+    t = record["tuning"]
+    chosen = "its own setting" if t["chosen"] == t["default"] else \
+        ", ".join(f"{k}={v}" for k, v in t["chosen"].items())
+    took = f" in {t['seconds']:.0f} s" if t.get("seconds") is not None else ""
+    return f"  {record_name(record)} bs{record['batch_size']}: {chosen}: {t['reason']} ({len(t['table'])} " \
+           f"settings tried{took})"
 
 
 def valid_word(record: dict[str, Any]) -> str:

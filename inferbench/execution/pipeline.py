@@ -72,7 +72,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
         outcomes.update({cell: ChildResult(ok=False, error=too_big) for cell in runnable})
         runnable = []
     measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
-                             int(nonce, 16), progress.say, config.timeout_s)
+                             int(nonce, 16), progress.say, config.timeout_s, progress.result)
     outcomes.update(zip(runnable, measured))
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],

@@ -7,16 +7,24 @@ for its block before the next: one worker measures at a time, the others wait id
 strict as one process per run, and a slow change of the machine lands on every cell of a round alike.
 Each framework is loaded once per run, not once per round.
 
+A cell asked to be tuned (``+tuned``) first goes through a tuning phase (:func:`_tune`): a worker for each of its
+runner's load-time settings beside its own, every (worker, live setting) pair a short block per tuning round, all
+of the group's candidates in a fresh random order each round; :func:`inferbench.measure.tuning.choose` picks the
+setting, the chosen worker measures the cell with it, the others are closed.
+
 A worker that fails (at set-up or in a block) or runs out of its time ends with a failed result; the
 other cells go on.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..spec import CellJob, ChildResult
 from .isolate import Child
@@ -24,6 +32,8 @@ from .isolate import Child
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
 #: have gone to sleep before the next block is timed.
 SETTLE_S = 0.02
+#: Rounds of the tuning phase: the fewest that give a paired interval.
+TUNE_ROUNDS = 3
 
 
 @dataclass
@@ -35,17 +45,21 @@ class _Cell:
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
-                  progress: Callable[[str, str], None], timeout_s: float | None = None) -> list[ChildResult]:
+                  progress: Callable[[str, str], None], timeout_s: float | None = None,
+                  note: Callable[[str, str], None] | None = None) -> list[ChildResult]:
     """Measure ``jobs`` in interleaved rounds; one result per job, in order. ``seed`` draws the order of
-    every round; ``progress(label, text)``."""
+    every round; ``progress(label, text)`` hears the passing phases, ``note`` what lasts (a tuning's outcome)."""
     cells: list[_Cell] = []
+    spawned: list[_Cell] = []  # the tuning phase's extra workers
     try:
         for job, env in zip(jobs, envs):
             cell = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label: progress(lb, phase)))
             cells.append(cell)
             _await(cell, "ready", timeout_s)
-        rounds = jobs[0].config.timing.rounds if jobs else 0
         order = random.Random(seed)
+        _tune([(c, env) for c, env in zip(cells, envs) if c.job.cell.options.tune and c.result is None], order,
+              progress, note or progress, timeout_s, spawned)
+        rounds = jobs[0].config.timing.rounds if jobs else 0
         for r in range(rounds):
             live = [c for c in cells if c.result is None]
             if not live:
@@ -62,27 +76,101 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         for cell in finishing:
             cell.result = cell.child.result(_left(cell, timeout_s))
     finally:
-        for cell in cells:
+        for cell in cells + spawned:
             cell.child.close()
     return [c.result or ChildResult(ok=False, error="not measured") for c in cells]
+
+
+def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
+          note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell]) -> None:
+    """The tuning phase of ``cells`` (with their workers' environments): candidates measured in interleaved rounds,
+    each cell then measured by the worker of its chosen setting, with its chosen live setting."""
+    from ..measure.tuning import Candidate, choose
+    from ..registry.frameworks import load_runner
+
+    if not cells:
+        return
+    plans: list[tuple[_Cell, list[_Cell], list[tuple[_Cell, Candidate]], float]] = []
+    before = {id(cell): cell.used_s for cell, _ in cells}  # the tuning's own time: its workers' from here on
+    for cell, env in cells:
+        config = cell.job.config
+        load_grid, live_grid = load_runner(cell.job.framework).tuning_grid(config.threads, config.device.kind)
+        workers = [cell]
+        for setting in load_grid[1:]:  # a worker of its own for each load-time setting
+            job = dataclasses.replace(cell.job, setting=setting)
+            label = f"{cell.job.cell.label} ({', '.join(f'{k}={v}' for k, v in setting.items())})"
+            extra = _Cell(job, Child(job, env, lambda phase, lb=label: progress(lb, phase)))
+            spawned.append(extra)
+            _await(extra, "ready", timeout_s)
+            if extra.result is None:
+                workers.append(extra)
+            else:
+                extra.child.close()
+        candidates = [(w, Candidate(w.job.setting, live)) for w in workers for live in live_grid]
+        block_s = max(0.05, config.tune_budget_s / (TUNE_ROUNDS * len(candidates)))
+        plans.append((cell, workers, candidates, block_s))
+    for r in range(TUNE_ROUNDS):
+        pairs = [(w, cand, block_s) for _, _, candidates, block_s in plans for w, cand in candidates]
+        order.shuffle(pairs)
+        for worker, cand, block_s in pairs:
+            if worker.result is not None:
+                continue
+            time.sleep(SETTLE_S)
+            worker.child.send({"tune": {"setting": cand.live, "round": r, "block_s": block_s}})
+            reply = _await(worker, "tune", timeout_s)
+            if reply is not None:
+                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
+        progress(_group_label([c.job for c, _ in cells]), f"tuning round {r + 1}/{TUNE_ROUNDS} done")
+    for cell, workers, candidates, block_s in plans:
+        decision = choose([cand for _, cand in candidates])
+        chosen = next((w for w, cand in candidates if cand.load == decision["chosen_load"] and w.result is None), cell)
+        seconds = sum(w.used_s for w in workers) - before[id(cell)]
+        if chosen is not cell:  # the cell goes on in the worker of its chosen load-time setting
+            cell.child.close()
+            cell.child, cell.used_s, cell.result = chosen.child, cell.used_s + chosen.used_s, None
+        for worker in workers[1:]:
+            if worker is not chosen:
+                worker.child.close()
+        if cell.result is not None:
+            continue
+        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
+        cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": _plain(decision)}})
+        if _await(cell, "apply", timeout_s) is not None:
+            note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
+                "inferbench's own setting kept" if decision["is_default"] else
+                ", ".join(f"{k}={v}" for k, v in decision["chosen"].items())) + f" ({decision['reason']})")
+
+
+def _plain(value: Any) -> Any:
+    """A decision as JSON can carry it (inf and NaN as None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _left(cell: _Cell, timeout_s: float | None) -> float | None:
     return None if timeout_s is None else max(0.0, timeout_s - cell.used_s)
 
 
-def _await(cell: _Cell, key: str, timeout_s: float | None) -> None:
-    """Wait for the worker's ``key`` message; on its end or time-out, its result is the failure."""
+def _await(cell: _Cell, key: str, timeout_s: float | None) -> dict[str, Any] | None:
+    """Wait for the worker's ``key`` message and return it; on its end or time-out, its result is the failure
+    (and None is returned)."""
     start = time.monotonic()
     try:
         message = cell.child.reply(_left(cell, timeout_s))
     except TimeoutError:
         cell.child.close()
         cell.result = ChildResult(ok=False, error=f"timed out after {timeout_s:g} s")
-        return
+        return None
     cell.used_s += time.monotonic() - start
     if message is None or key not in message:  # it ended: its result says why
         cell.result = cell.child.result(30.0)
+        return None
+    return message
 
 
 def _group_label(jobs: list[CellJob]) -> str:

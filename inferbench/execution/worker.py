@@ -74,6 +74,11 @@ def serve(job: CellJob, commands: Any) -> ChildResult:
         command = json.loads(line)
         if "block" in command:
             send({"block": session.block(int(command["block"]))})
+        elif "tune" in command:  # a tuning block with a live setting (inferbench.execution.rounds)
+            t = command["tune"]
+            send({"tune": session.tune(t["setting"], int(t["round"]), float(t["block_s"]))})
+        elif "apply" in command:
+            send({"apply": session.apply(command["apply"]["setting"], command["apply"]["tuning"])})
         elif command.get("finish"):
             return ChildResult(ok=True, cell=session.finish())
     raise RuntimeError("the parent stopped sending commands")

@@ -173,3 +173,15 @@ class Validity:
 @dataclass(frozen=True)
 class MachineState:
     """The machine during every timed block (cores other work took, steal, load), its threshold and summary."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The tuning phase of a tuned cell (``+tuned``): every setting tried with its median latency and its ratio to
+    inferbench's own setting, the one chosen and why; null when the cell was not tuned."""
+
+    chosen: dict[str, Any]
+    default: dict[str, Any]
+    reason: str
+    table: list[dict[str, Any]]
+    seconds: Number = None

@@ -55,6 +55,7 @@ from .blocks import (
     ModelStats,
     NonEmpty,
     Parity,
+    Tuning,
     Validity,
 )
 
@@ -115,6 +116,7 @@ class Record:
     model_stats: Annotated[dict[str, Any] | None, ModelStats] = None
     machine_state: Annotated[dict[str, Any] | None, MachineState] = None
     validity: Annotated[dict[str, Any] | None, Validity] = None
+    tuning: Annotated[dict[str, Any] | None, Tuning] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -104,7 +104,8 @@ _TF = ("tensorflow", "keras")
 #: What Keras needs besides itself on a backend other than TensorFlow (--keras-backend).
 KERAS_BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
 _KERAS = dict(options=("keras_backend",), env=(("KERAS_BACKEND", "keras_backend"),))
-_TORCH_OPTIONS = ("torch_compile", "cuda_graphs")
+_TORCH_OPTIONS = ("torch_compile", "cuda_graphs", "tune")
+_TUNE = ("tune",)  # runners with a tuning grid (Runner.tuning_grid)
 _ONNX2TORCH = ("torch", "onnx2torch", "onnx", "safetensors")  # the module rebuilt from the ONNX graph + its weights
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -118,13 +119,13 @@ FRAMEWORKS: dict[str, Framework] = {
                   "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
                   **_KERAS),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "tf",
-                  "TF SavedModel serving function (graph mode, no XLA)", best_on=("cpu", "gpu")),
+                  "TF SavedModel serving function (graph mode, no XLA)", best_on=("cpu", "gpu"), options=_TUNE),
         Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), ("tensorflow",),
-                  "tf", "the same SavedModel function under tf.function(jit_compile=True) (XLA)"),
+                  "tf", "the same SavedModel function under tf.function(jit_compile=True) (XLA)", options=_TUNE),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime", "onnxruntime-gpu"), "onnxruntime",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
-                  best_on=("cpu", "gpu"), gpu_build="onnxruntime-gpu"),
+                  best_on=("cpu", "gpu"), gpu_build="onnxruntime-gpu", options=_TUNE),
         Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
@@ -132,7 +133,7 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
                   "file) converted by OpenVINO, static batch shape, LATENCY hint, f32", devices=("cpu",),
-                  best_on=("cpu",), also_loads=("onnx",)),
+                  best_on=("cpu",), also_loads=("onnx",), options=_TUNE),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),
@@ -147,7 +148,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
                   "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16"),
-                  needs_torchvision_twin=True, best_on=("cpu", "gpu")),
+                  needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=_TUNE),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",), best_on=("gpu",)),

@@ -25,10 +25,23 @@ class LoadContext:
     options: RunnerOptions = field(default_factory=RunnerOptions)
     batch_size: int = 1  # the batch size this cell times (a static-shape runtime compiles for it)
     batch_sizes: tuple[int, ...] = (1,)  # every batch size of this model and resolution in the run
+    setting: dict[str, Any] = field(default_factory=dict)  # load-time settings being tuned (see Runner.tuning_grid)
 
 
 class Runner:
     name: ClassVar[str]
+
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The settings worth trying on this machine (docs/frameworks.md), inferbench's own first in each list:
+        load-time ones (read from ``LoadContext.setting`` at load: a worker of their own each) and live ones
+        (switched by :meth:`apply` in a loaded runner). ``[{}], [{}]``: nothing to tune."""
+        return [{}], [{}]
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        """Switch to a live setting of :meth:`tuning_grid` (an empty one: as loaded)."""
+        if setting:
+            raise NotImplementedError(f"{self.name} has no live settings to switch")
 
     def load(self, ctx: LoadContext) -> None:
         raise NotImplementedError

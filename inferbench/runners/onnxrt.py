@@ -24,15 +24,18 @@ class OnnxRuntimeRunner(Runner):
     def providers(self, ctx: LoadContext) -> list[Any]:
         return list(PROVIDERS[ctx.device])
 
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """On the CPU: intra-op threads (the run's count, and 1) x spinning (on: ONNX Runtime's default, threads
+        spin between ops; off: they sleep, which a busy machine rewards)."""
+        if device != "cpu":
+            return [{}], [{}]
+        return [{}], [{"intra_op_threads": t, "allow_spinning": s} for t in dict.fromkeys((threads, 1)) for s in (1, 0)]
+
     def load(self, ctx: LoadContext) -> None:
         import onnxruntime as ort
 
-        self.ort = ort
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = ctx.threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
+        self.ort, self.ctx = ort, ctx
         wanted = self.providers(ctx)
         first = wanted[0] if isinstance(wanted[0], str) else wanted[0][0]
         available = ort.get_available_providers()
@@ -41,14 +44,29 @@ class OnnxRuntimeRunner(Runner):
                 f"ONNX Runtime lacks {first} (available: {', '.join(available)}); "
                 "on a GPU install onnxruntime-gpu (pip install -e \".[gpu]\")"
             )
-        self.session = ort.InferenceSession(str(ctx.artifact), so, providers=wanted)
+        self.sessions: dict[tuple[int, int], Any] = {}
+        self.apply({})
         active = self.session.get_providers()
         if active[0] != first:
             raise RuntimeError(f"ONNX Runtime fell back to {active[0]} instead of {first}")
         self.gpu = ctx.device == "gpu"
         self.input_name = self.session.get_inputs()[0].name
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self.threads = ctx.threads
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        """A session per setting, made once: full graph optimisation, the thread count and spinning asked for."""
+        key = (int(setting.get("intra_op_threads", self.ctx.threads)), int(setting.get("allow_spinning", 1)))
+        if key not in self.sessions:
+            ort = self.ort
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            so.intra_op_num_threads = key[0]
+            so.inter_op_num_threads = 1
+            so.add_session_config_entry("session.intra_op.allow_spinning", str(key[1]))
+            so.log_severity_level = 3
+            self.sessions[key] = ort.InferenceSession(str(self.ctx.artifact), so, providers=self.providers(self.ctx))
+        self.session = self.sessions[key]
+        self.threads, self.spinning = key
 
     def prepare(self, batch: np.ndarray) -> Any:
         if not self.gpu:
@@ -83,6 +101,7 @@ class OnnxRuntimeRunner(Runner):
             "graph_optimization_level": "ORT_ENABLE_ALL",
             "intra_op_threads": self.threads,
             "inter_op_threads": 1,
+            "allow_spinning": bool(self.spinning),
         }
 
 

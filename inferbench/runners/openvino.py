@@ -33,6 +33,13 @@ from .base import LoadContext, Runner
 class OpenVinoRunner(Runner):
     name = "openvino"
 
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The performance hint (LATENCY: one stream with every thread; THROUGHPUT: the plugin's streams, fewer
+        threads each, as benchmark_app's throughput mode) x CPU pinning (threads bound to cores, the plugin's
+        default on Linux, or free to move)."""
+        return [{}], [{"hint": h, "pinning": p} for h in ("LATENCY", "THROUGHPUT") for p in (True, False)]
+
     def load(self, ctx: LoadContext) -> None:
         import openvino as ov
 
@@ -42,13 +49,24 @@ class OpenVinoRunner(Runner):
         self.batch = ctx.batch_size
         model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "savedmodel"
-        self.compiled = ov.Core().compile_model(model, "CPU", {
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_NUM_THREADS": ctx.threads,
-            "INFERENCE_PRECISION_HINT": "f32",
-        })
-        self.request = self.compiled.create_infer_request()
+        self.ov, self.model, self.threads = ov, model, ctx.threads
+        self.core = ov.Core()
+        self.compiled_for: dict[tuple[str, bool], Any] = {}
+        self.apply({})
         self.version = ov.get_version()
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        """A compiled model and infer request per setting, made once."""
+        key = (str(setting.get("hint", "LATENCY")), bool(setting.get("pinning", True)))
+        if key not in self.compiled_for:
+            compiled = self.core.compile_model(self.model, "CPU", {
+                "PERFORMANCE_HINT": key[0],
+                "INFERENCE_NUM_THREADS": self.threads,
+                "INFERENCE_PRECISION_HINT": "f32",
+                "ENABLE_CPU_PINNING": key[1],
+            })
+            self.compiled_for[key] = (compiled, compiled.create_infer_request())
+        self.compiled, self.request = self.compiled_for[key]
 
     def _infer(self, batch: np.ndarray) -> Any:
         self.request.infer({0: batch}, share_inputs=True, share_outputs=True)
@@ -69,6 +87,7 @@ class OpenVinoRunner(Runner):
             "performance_hint": str(prop("PERFORMANCE_HINT")),
             "inference_precision": prop("INFERENCE_PRECISION_HINT").to_string(),
             "streams": int(prop("NUM_STREAMS")),
+            "cpu_pinning": bool(prop("ENABLE_CPU_PINNING")),
             "model_source": f"{self.source} (openvino.convert_model)",
             "static_batch": self.batch,
             "openvino": self.version,

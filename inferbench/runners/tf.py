@@ -17,8 +17,8 @@ def setup_tensorflow(ctx: LoadContext) -> Any:
     """Import TensorFlow with the run's thread count and GPU memory growth; returns the module."""
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(int(ctx.setting.get("intra_op_threads", ctx.threads)))
+    tf.config.threading.set_inter_op_parallelism_threads(int(ctx.setting.get("inter_op_threads", 1)))
     for gpu in tf.config.list_physical_devices("GPU"):
         tf.config.experimental.set_memory_growth(gpu, True)  # so peak memory means something
     if ctx.device == "gpu" and not tf.config.list_physical_devices("GPU"):
@@ -47,6 +47,16 @@ def serving_function(loaded: Any) -> Any:
 
 class TfBase(Runner):
     jit = False
+
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """On the CPU: intra-op threads (the run's count, and 1) x inter-op threads (1, 2); TensorFlow reads both
+        once, at start-up: a worker each."""
+        if device != "cpu":
+            return [{}], [{}]
+        default = {"intra_op_threads": threads, "inter_op_threads": 1}
+        grid = [{"intra_op_threads": a, "inter_op_threads": b} for a in dict.fromkeys((threads, 1)) for b in (1, 2)]
+        return [{k: v for k, v in g.items() if v != default[k]} for g in grid], [{}]
 
     def load(self, ctx: LoadContext) -> None:
         tf = self.tf = setup_tensorflow(ctx)

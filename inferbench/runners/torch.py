@@ -37,10 +37,23 @@ class TorchRunner(Runner):
     name = "torch"
     channels_first = False  # the converted module takes NHWC, as the ONNX graph does
 
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """On the CPU: OpenMP's wait policy (libgomp's default spins; PASSIVE sleeps at once: read when torch is
+        imported, so a worker of its own) x intra-op threads (the run's count, and 1)."""
+        if device != "cpu":
+            return [{}], [{}]
+        return [{}, {"omp_wait_policy": "PASSIVE"}], [{"intra_op_threads": t} for t in dict.fromkeys((threads, 1))]
+
+    def apply(self, setting: dict[str, Any]) -> None:
+        self.torch.set_num_threads(int(setting.get("intra_op_threads", self.threads)))
+
     def load(self, ctx: LoadContext) -> None:
+        if ctx.setting.get("omp_wait_policy"):  # before torch (and its libgomp) is imported
+            os.environ["OMP_WAIT_POLICY"] = str(ctx.setting["omp_wait_policy"])
         import torch
 
-        self.torch = torch
+        self.torch, self.threads = torch, ctx.threads
         torch.set_num_threads(ctx.threads)
         try:
             torch.set_num_interop_threads(1)
@@ -135,6 +148,7 @@ class TorchRunner(Runner):
             "inference_mode": True,
             "intra_op_threads": self.torch.get_num_threads(),
             "inter_op_threads": self.torch.get_num_interop_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "input_layout": "NCHW" if self.channels_first else "NHWC",
             "dtype": str(self.dtype).replace("torch.", ""),
             "channels_last": self.channels_last,

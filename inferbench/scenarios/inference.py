@@ -83,6 +83,7 @@ class Session:
         self.timed_memory = _reset_peak_rss()
         self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
         self.blocks: list[Any] = []
+        self.tuning: dict[str, Any] | None = None  # set by apply() when the cell was tuned
 
     def block(self, round_index: int) -> dict[str, Any]:
         """Measure this round's block; the reply tells the parent it is done."""
@@ -94,6 +95,31 @@ class Session:
         monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
         self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
         return {"round": round_index}
+
+    def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:
+        """One tuning block with a live ``setting`` (:meth:`Runner.apply`): its median latency, for the parent's
+        choice (:mod:`inferbench.measure.tuning`)."""
+        from ..measure.timing import run_block
+
+        self.runner.apply(setting)
+        config = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=3,
+                              rounds=1)
+        block = run_block(self.call, self.sync, config, round_index)
+        return {"p50_ms": float(np.median(block.latencies_s)) * 1e3, "n": len(block.latencies_s)}
+
+    def apply(self, setting: dict[str, Any], tuning: dict[str, Any]) -> dict[str, Any]:
+        """Measure from now on with the chosen live ``setting``; what is timed is checked again (parity, when the
+        setting is not the one checked at set-up) and warmed up afresh. ``tuning``: the record's tuning block."""
+        from ..measure.timing import warm_up
+
+        self.runner.apply(setting)
+        self.tuning = tuning
+        if setting and setting != tuning.get("default"):
+            out = self.runner.call(self.prepared)
+            self.runner.synchronize(out)
+            self.parity = _parity(self.job, self.runner, self.runner.to_numpy(out), self.emit)
+        self.warmup = warm_up(self.call, self.sync, self.timing.config)
+        return {"applied": setting}
 
     def finish(self) -> CellOutcome:
         from ..measure.memory import peak_rss_mb
@@ -130,6 +156,7 @@ class Session:
                 "cold_start": self.cold_start,
                 "device_check": self.device_check,
                 "runner": self.runner.details(),
+                "tuning": self.tuning,
                 **tracked,
             },
         )
@@ -206,7 +233,7 @@ def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]
         folder=Path(job.artifact_dir), artifact=None if job.artifact is None else Path(job.artifact),
         model=spec, resolution=job.cell.resolution, device=job.config.device.kind, threads=job.config.threads,
         seed=job.config.seed, precision=job.cell.precision, options=job.cell.options,
-        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes)
+        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes, setting=dict(job.setting))
     emit("loading")
     start = time.perf_counter()
     runner.load(ctx)

@@ -1,0 +1,89 @@
+"""Each runtime at its best setting measured here (issue 23): the tuning phase's choice on simulated rounds, and
+the whole phase through the pipeline on fake runners whose speed depends on their settings."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_pipeline import QUICK
+
+from inferbench import records
+from inferbench.measure.tuning import MIN_GAIN, Candidate, choose
+from inferbench.run import main as run_main
+
+
+def _candidates(rng: np.random.Generator, centres_ms: list[float], rounds: int = 3, noise: float = 0.05,
+                drift: float = 0.3) -> list[Candidate]:
+    """Round medians of settings with the given true medians: each round the machine's speed moves for everyone
+    (``drift``, shared: what pairing within rounds cancels) and each block has its own noise."""
+    shared = np.exp(rng.normal(0.0, drift, rounds))
+    out = []
+    for i, centre in enumerate(centres_ms):
+        own = np.exp(rng.normal(0.0, noise, rounds))
+        out.append(Candidate({}, {"setting": i}, {r: float(centre * shared[r] * own[r]) for r in range(rounds)}))
+    return out
+
+
+def test_a_setting_that_is_clearly_faster_is_chosen():
+    rng = np.random.default_rng(0)
+    picked = [choose(_candidates(rng, [10.0, 9.5, 4.0, 12.0]))["chosen"] for _ in range(50)]
+    assert picked.count({"setting": 2}) >= 48  # 2.5x faster, through a drift of 30% per round
+
+
+def test_settings_that_change_nothing_keep_the_default():
+    """The same true speed for every setting: picking the fastest of four would switch on noise alone; the rule
+    (paired interval below 1 and at least MIN_GAIN faster) keeps the default nearly always."""
+    rng = np.random.default_rng(1)
+    switched = sum(not choose(_candidates(rng, [10.0] * 4))["is_default"] for _ in range(400))
+    assert switched / 400 <= 0.05, switched
+    # and a small real gain below the bar is not worth a switch either
+    small = sum(not choose(_candidates(rng, [10.0, 10.0 * (1 - MIN_GAIN / 2)], noise=0.01))["is_default"]
+                for _ in range(200))
+    assert small / 200 <= 0.05, small
+
+
+def test_too_few_rounds_keep_the_default_and_say_so():
+    rng = np.random.default_rng(2)
+    decision = choose(_candidates(rng, [10.0, 2.0], rounds=2))
+    assert decision["is_default"] and "fewer than 3 tuning rounds" in decision["reason"]
+    assert [row["p50_ms"] is not None for row in decision["table"]] == [True, True]
+
+
+def _run(tmp_path, *argv):
+    return run_main([*QUICK, *argv, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+
+
+def test_a_tuned_run_measures_each_runtime_at_the_setting_its_rounds_chose(fakes, tmp_path, capsys, monkeypatch):
+    """fake-knob is 4x faster with its load-time setting (a worker of its own) and its faster live setting: the
+    cell is measured so, under its own name (+tuned), with the tuning table in the record; a framework run without
+    --tune keeps inferbench's own setting and its plain name."""
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
+    assert _run(tmp_path, "--framework", "fake-knob", "--tune", "on", "--tune-budget", "1.5") == 0
+    out = capsys.readouterr()
+    assert "tuned in " in out.err and "warm=True, delay_ms=2.0 (0." in out.err
+    assert "tuning (each runtime's grid tried in short paired rounds" in out.out
+    rec = records.load(tmp_path / "out").iloc[0]
+    assert rec["variant"] == "tuned" and rec["framework"] == "fake-knob+tuned"
+    assert rec["latency_ms.p50"] < 4.0  # measured at 2 ms a call, not the default's 8
+    assert len(log.read_text().split()) == 2  # the cell's worker and one for the load-time setting
+    (folder,) = (tmp_path / "out").iterdir()
+    tuning = json.loads(next(folder.glob("*_fake-knob_tuned.json")).read_text())["tuning"]
+    assert tuning["chosen"] == {"warm": True, "delay_ms": 2.0} and len(tuning["table"]) == 4
+    assert tuning["default"] == {"delay_ms": 6.0} and tuning["seconds"] > 0
+    assert _run(tmp_path / "plain", "--framework", "fake-knob") == 0  # named explicitly: --tune auto is off
+    plain = records.load(tmp_path / "plain" / "out").iloc[0]
+    assert plain["variant"] == "" and plain.get("tuning") is None and plain["latency_ms.p50"] > 6.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tune", "maybe"], "argument --tune: invalid choice: 'maybe' (choose from 'auto', 'on', 'off')"),
+    (["--tune-budget", "0"], "argument --tune-budget: must be > 0, got '0'"),
+    (["--tune-budget", "inf"], "argument --tune-budget: must be a finite number, got 'inf'"),
+])
+def test_bad_tuning_options_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    assert run_main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"{message} (see --help)") and not (tmp_path / "out").exists()
