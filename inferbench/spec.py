@@ -175,7 +175,7 @@ class RunConfig:
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
     max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
-    tune_budget_s: float = 6.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
+    tune_budget_s: float = 4.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
 
     def __post_init__(self) -> None:
         if not 0 < self.tune_budget_s < math.inf:

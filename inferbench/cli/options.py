@@ -267,7 +267,7 @@ OPTIONS: tuple[Option, ...] = (
            "fastest (the cell is then '+tuned'; docs/frameworks.md lists the grids): auto = on for the default "
            "'best' set", "auto", choices=("auto", "on", "off"), commands=MEASURING),
     Option("tune_budget", ("--tune-budget",), "seconds of timed tuning blocks per cell, every setting together",
-           6.0, positive_float, metavar="S", maximum=3600.0, commands=MEASURING),
+           4.0, positive_float, metavar="S", maximum=3600.0, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
            "the window), as the seed projects did", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),

@@ -229,6 +229,11 @@ class TorchInductorRunner(TorchNativeRunner):
 
     name = "torch-inductor"
 
+    @classmethod
+    def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Threads only: a worker for OpenMP's other wait policy would compile the model again (12 s here)."""
+        return [{}], super().tuning_grid(threads, device)[1]
+
     def load(self, ctx: LoadContext) -> None:
         import dataclasses
 
