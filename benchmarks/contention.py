@@ -6,7 +6,7 @@ the validity line, the recommendation and its margin, and each cell's median and
 work took. The goal: the busy run gives the same answer or says it is not valid — never a confident different
 answer. Check the load (``uptime``) before the quiet run: on a shared machine "quiet" is a claim.
 
-    python benchmarks/contention.py [--out DIR] [--busy N] [--cache-dir DIR]
+    python benchmarks/contention.py [--out DIR] [--busy N[,N...]] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def run(out: Path, cache_dir: str, busy: int) -> dict:
     cells = {}
     for path in folder.glob("mobilenet_*.json"):
         rec = json.loads(path.read_text())
+        tuning = rec.get("tuning") or {}
         cells[rec["framework"]] = {"p50_ms": (rec.get("latency_ms") or {}).get("p50"),
                                    "valid": (rec.get("validity") or {}).get("valid"),
-                                   "other_cores_max": (rec.get("machine_state") or {}).get("other_cores_max")}
+                                   "other_cores_max": (rec.get("machine_state") or {}).get("other_cores_max"),
+                                   "tuned_to": tuning.get("chosen"), "tuning_reason": tuning.get("reason")}
     rec = answer["recommendations"][0]
     return {"busy_processes": busy, "load_avg_1m_at_start": load, "wall_s": round(wall, 1), "exit": proc.returncode,
             "first_line": proc.stdout.splitlines()[0] if proc.stdout else None, "validity": answer["validity"],
@@ -50,23 +52,29 @@ def run(out: Path, cache_dir: str, busy: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="inferbench-results/contention", help="where the two runs go")
-    p.add_argument("--busy", type=int, default=os.cpu_count() or 2, help="busy processes beside the second run")
+    p.add_argument("--busy", default=f"1,{os.cpu_count() or 2}",
+                   help="busy processes beside each further run, comma-separated (default: 1 and one per core)")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "inferbench" / "artifacts"))
     args = p.parse_args()
     out = Path(args.out)
-    results = [run(out / "quiet", args.cache_dir, 0), run(out / "busy", args.cache_dir, args.busy)]
+    levels = [int(v) for v in args.busy.split(",") if v.strip()]
+    results = [run(out / "quiet", args.cache_dir, 0)] + [run(out / f"busy-{n}", args.cache_dir, n) for n in levels]
     (out / "contention.json").write_text(json.dumps(results, indent=1))
+    lines = []
     for r in results:
-        print(f"{r['busy_processes']} busy processes beside it (load {r['load_avg_1m_at_start']:.2f} at the start), "
-              f"{r['wall_s']} s: {r['first_line']}")
-        print(f"  recommended {r['recommended']} (runner-up {r['runner_up']}); cells: "
-              + ", ".join(f"{k} {v['p50_ms']:.2f} ms (others {v['other_cores_max']:.2f} cores, valid {v['valid']})"
-                          for k, v in sorted(r["cells"].items()) if v["p50_ms"]))
-    same = results[0]["recommended"] == results[1]["recommended"]
-    said = results[1]["validity"]["valid"] is False
-    print(f"\nthe busy run {'gave the same answer' if same else 'gave another answer'}"
-          f"{'' if same else (' and said it is not valid' if said else ' WITHOUT saying it is not valid')}")
-
+        lines.append(f"{r['busy_processes']} busy processes beside it (load {r['load_avg_1m_at_start']:.2f} at the "
+                     f"start), {r['wall_s']} s: {r['first_line']}")
+        lines.append(f"  recommended {r['recommended']} (runner-up {r['runner_up']}); cells: " + ", ".join(
+            f"{k} {v['p50_ms']:.2f} ms (others {v['other_cores_max']:.2f} cores, valid {v['valid']}, tuned to "
+            f"{v['tuned_to']})" for k, v in sorted(r["cells"].items()) if v["p50_ms"]))
+    quiet = results[0]
+    for r in results[1:]:
+        same = quiet["recommended"] == r["recommended"]
+        said = r["validity"]["valid"] is False
+        verdict = "" if same else " and it said it is not valid" if said else " WITHOUT saying it is not valid"
+        lines.append(f"with {r['busy_processes']} busy: {'the same answer' if same else 'another answer'}{verdict}")
+    (out / "contention.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 if __name__ == "__main__":
     main()
