@@ -133,8 +133,8 @@ def test_schema_1_records_are_upgraded_on_load():
     # schema 3 -> 4: nothing was counted then; no FLOPs are made up
     assert row["model_stats"] is None and row["environment.peak_fp32"] is None and pd.isna(row["gflop_per_s"])
     # the committed sweep's 144 schema-1 records upgrade; the 2 x 14 runs of 2026-11-23 and -24 are schema 3
-    every = records.load([p for p in COMMITTED.iterdir() if p.is_dir() and p.name != "zoo"
-                          and not p.name.startswith("gpu-")])
+    every = records.load([p for p in COMMITTED.iterdir() if p.is_dir()
+                          and (p.name == "sweeps" or p.name.startswith("202611"))])
     assert len(every) == 172 and (every["schema_version"] == SCHEMA_VERSION).all()
     assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync"}
     assert set(every["timing.timed_region"]) == {"call+sync"}
@@ -210,7 +210,10 @@ def test_the_published_json_schema_holds_every_record():
     validator = jsonschema.Draft202012Validator(schema)
     assert set(schema["properties"]) == set(records.Record.__dataclass_fields__)
     found, _ = records.iter_records(COMMITTED)
-    assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] for r in found) == 172
+    assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
+               for r in found) == 172
+    watched = [r for r in found if "/contention-cpu-20261126/" in r["_source"]]  # issue 23: the machine watched
+    assert len(watched) == 12 and all(r["validity"]["valid"] is not None and r["tuning"] for r in watched)
     gpu = [r for r in found if "/gpu-h100-20261125/" in r["_source"]]  # the H100 run: energy and GPU state
     assert len(gpu) == 24 and all(r["energy"]["available"] and r["gpu_state"]["start"]["uuid"] for r in gpu)
     for rec in found:
