@@ -1,87 +1,216 @@
 """A/A calibration: how often does inferbench call two measurements of the *same* thing different?
 
-One configuration (default: onnxrt, MobileNetV3-Large 224, batch 1) is measured as two cells of one
-group — two workers loading the same artifact, interleaved in rounds exactly as a run measures its
-cells — ``--repeats`` times. Each repeat asks the question a run answers for two frameworks: is the
-paired ratio of their median latencies significantly different from 1 at 95%? For an honest method
-the answer is "yes" about 5% of the time; the iid bootstrap the seed projects used is shown beside it.
+Two modes.
+
+Within one run (default): one configuration (onnxrt, MobileNetV3-Large 224, batch 1) measured as two cells of one
+group — two cells, each with its worker processes, interleaved in rounds exactly as a run measures its cells —
+``--repeats`` times; each repeat asks the question a run answers for two frameworks: is the paired ratio of their
+medians significantly different from 1 at 95%? The iid bootstrap the seed projects used is shown beside it.
+
+Across invocations (``--across``), what ``compare`` is used for in CI: ``--invocations`` plain runs of one
+configuration (``inferbench run --framework onnxrt,openvino --tune off``), one after another, and ``compare``
+between every pair of them (45 pairs for 10 runs): how often does it call identical runs "significant" (goal: at
+most 10% of pairs), and "REGRESSION" with ``--fail-above 10`` (at most 5%)? Then, with ``--slowdown
+FRAMEWORK:FACTOR``, as many runs again with that framework slowed down on purpose (inferbench's test-only
+``INFERBENCH_TEST_SLOWDOWN``: busy work after each call) paired with the plain ones: a real slowdown must still be
+caught (goal for 1.3x: "slower" and "REGRESSION" in at least 90% of pairs). ``--busy N`` runs every invocation with
+N busy loops beside it: the runs must say they are not valid, and ``compare`` must call such pairs "not
+comparable", never a regression.
 
     python benchmarks/aa_calibration.py [--repeats 40] [--framework onnxrt] [--rounds 8] [--duration 2]
+    python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
+                                        [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
+import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=40, help="A/A comparisons (default: %(default)s)")
-    p.add_argument("--framework", default="onnxrt", help="framework key (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=8, help="rounds per comparison (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=2.0, help="timed seconds per cell (default: %(default)s)")
-    p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
-    args = p.parse_args()
+def wilson(k: int, n: int) -> str:
+    """A rate with its Wilson score interval."""
+    if not n:
+        return "0/0"
+    z, ph = 1.96, k / n
+    centre = (ph + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return f"{k}/{n} = {ph:.1%} [95% CI {max(0, centre - half):.1%}-{min(1, centre + half):.1%}]"
 
+
+def within(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from inferbench.analysis.ranking import sample_of
     from inferbench.cli.options import build, with_defaults
     from inferbench.execution.childenv import child_env
     from inferbench.execution.exports import ensure_exports
     from inferbench.execution.pipeline import cell_job
     from inferbench.execution.progress import Progress
     from inferbench.execution.rounds import measure_group
-    from inferbench.measure.stats import INVOCATION_SD, compare, iid_compare
+    from inferbench.measure.stats import compare, iid_compare
     from inferbench.registry.frameworks import get_framework
 
     values = with_defaults({"frameworks": [args.framework], "rounds": args.rounds, "duration": args.duration,
-                            "cache_dir": args.cache_dir, "device": "cpu"}, "run")
+                            "cache_dir": args.cache_dir, "device": "cpu", "tune": "off"}, "run")
     built = build(values)
     config, (cell,) = built.config, built.cells
     fw = get_framework(cell.framework)
-    quiet = Progress(1, open("/dev/null", "w"))
+    quiet = Progress(1, open(os.devnull, "w"))
     folder, failed = ensure_exports(config, cell.model, cell.resolution, [fw], (cell.batch_size,), quiet)
     if failed:
         sys.exit(f"export failed: {failed}")
     env = child_env(config, fw, cell)
-    print(f"A/A: {cell.label} measured as two cells, {args.repeats} times; {args.rounds} rounds, "
-          f"{args.duration:g} s per cell, {config.threads} threads")
+    print(f"A/A: {cell.label} measured as two cells, {args.repeats} times; {args.rounds} rounds over "
+          f"{config.processes} processes each, {args.duration:g} s per cell, {config.threads} threads")
     paired_sig = iid_sig = 0
-    ratios = []
     start = time.monotonic()
     for i in range(args.repeats):
         jobs = [cell_job(config, cell, folder, (cell.batch_size,), {"group": f"aa/{i}", "group_cells": 2})] * 2
         a, b = measure_group(jobs, [env, env], config.seed + i, lambda label, text: None)
         if not (a.ok and b.ok):
             sys.exit(f"a measurement failed: {a.error or b.error}")
-        la, lb = (r.cell.blocks for r in (a, b))
-        cmp = compare(la["raw_latencies_ms"], la["raw_rounds"], lb["raw_latencies_ms"], lb["raw_rounds"], paired=True)
-        iid = iid_compare(la["raw_latencies_ms"], lb["raw_latencies_ms"])
+        ra, rb = ({**r.cell.blocks, "timing": r.cell.blocks["timing"]} for r in (a, b))
+        cmp = compare(sample_of(ra), sample_of(rb), paired=True)
+        iid = iid_compare(ra["raw_latencies_ms"], rb["raw_latencies_ms"])
         paired_sig += bool(cmp["significant"])
         iid_sig += bool(iid["significant"])
-        ratios.append(cmp["ratio"])
         print(f"  {i + 1:3d}: ratio {cmp['ratio']:.4f} [{cmp['ci95'][0]:.4f}, {cmp['ci95'][1]:.4f}]"
               f"{'  significant' if cmp['significant'] else ''}   iid: "
               f"{'significant' if iid['significant'] else 'not significant'}", flush=True)
-    n = args.repeats
+    print(f"declared significant (nominal 5%): rounds and processes {wilson(paired_sig, args.repeats)}; iid "
+          f"bootstrap {wilson(iid_sig, args.repeats)}; {time.monotonic() - start:.0f} s ({np.__name__} "
+          f"{np.__version__})")
 
-    def wilson(k: int) -> str:  # the rate with its Wilson score interval
-        z, ph = 1.96, k / n
-        centre = (ph + z * z / (2 * n)) / (1 + z * z / n)
-        half = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-        return f"{k}/{n} = {ph:.1%} [95% CI {max(0, centre - half):.1%}-{min(1, centre + half):.1%}]"
 
-    print(f"declared significant (nominal 5%): paired rounds {wilson(paired_sig)}; iid bootstrap {wilson(iid_sig)}")
-    print(f"A/A ratios: median {np.median(ratios):.4f}, spread (5th-95th percentile) "
-          f"{np.percentile(ratios, 5):.4f}-{np.percentile(ratios, 95):.4f}; {time.monotonic() - start:.0f} s")
-    per_worker = np.std(np.log(ratios), ddof=1) / math.sqrt(2)
-    print(f"per-worker spread (sd of log A/A ratios / sqrt 2, rounds' noise included): {per_worker:.2%} "
-          f"(inferbench assumes INVOCATION_SD = {INVOCATION_SD:.1%})")
+def invoke(folder: Path, frameworks: str, cache_dir: str, busy: int, slowdown: str | None) -> float:
+    """One plain ``inferbench run`` into ``folder``, with ``busy`` busy loops beside it; returns its wall time."""
+    env = {**os.environ, **({"INFERBENCH_TEST_SLOWDOWN": slowdown} if slowdown else {})}
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        time.sleep(1.0 if busy else 0.0)
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "inferbench", "run", "--framework", frameworks, "--tune", "off",
+                               "--output-dir", str(folder), "--cache-dir", cache_dir, "-q"],
+                              capture_output=True, text=True, env=env)
+        wall = time.monotonic() - start
+    finally:
+        for hog in hogs:
+            hog.kill()
+    if proc.returncode not in (0, 1):
+        sys.exit(f"inferbench run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return wall
+
+
+def verdicts(old: Path, new: Path, fail_above: float = 10.0) -> list[dict]:
+    """``compare``'s rows for one pair of runs, as the command computes them."""
+    from inferbench.compare import compare_frames
+    from inferbench.records.load import load
+
+    rows, _ = compare_frames(load(old), load(new), fail_above)
+    return rows
+
+
+def tally(pairs: list[tuple[Path, Path]]) -> dict[str, dict[str, int]]:
+    """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable."""
+    out: dict[str, dict[str, int]] = {}
+    for old, new in pairs:
+        for row in verdicts(old, new):
+            t = out.setdefault(row["framework"], {"pairs": 0, "significant": 0, "slower": 0, "regression": 0,
+                                                  "not_comparable": 0, "no_interval": 0})
+            t["pairs"] += 1
+            v = row["verdict"]
+            t["significant"] += v in ("faster", "slower") or v.startswith("REGRESSION (slower")
+            t["slower"] += v == "slower" or v.startswith("REGRESSION (slower")
+            t["regression"] += "REGRESSION" in v
+            t["not_comparable"] += v.startswith("not comparable")
+            t["no_interval"] += v.startswith("no interval")
+    return out
+
+
+def across(args: argparse.Namespace) -> None:
+    import contextlib
+    import io
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    modes = [("aa", 0, None, args.invocations)]
+    if args.slowdown:
+        modes.append(("slowed", 0, args.slowdown, max(3, args.invocations // 2)))
+    if args.busy:
+        modes.append((f"busy-{args.busy}", args.busy, None, args.invocations))
+    runs: dict[str, list[Path]] = {}
+    walls: dict[str, list[float]] = {}
+    for name, busy, slowdown, count in modes:
+        runs[name], walls[name] = [], []
+        for i in range(count):
+            folder = out / name / f"{i:02d}"
+            walls[name].append(invoke(folder, args.frameworks, args.cache_dir, busy, slowdown))
+            (run_dir,) = [p for p in folder.iterdir() if p.is_dir()]
+            runs[name].append(run_dir)
+            print(f"{name} {i + 1}/{count}: {walls[name][-1]:.0f} s", file=sys.stderr, flush=True)
+    quiet_io = io.StringIO()
+    with contextlib.redirect_stderr(quiet_io):  # the loader's notes on every pair
+        results = {"aa": tally(list(itertools.combinations(runs["aa"], 2)))}
+        if args.slowdown:
+            results["slowed"] = tally([(a, s) for a in runs["aa"] for s in runs["slowed"]])
+        if args.busy:
+            results[f"busy-{args.busy}"] = tally(list(itertools.combinations(runs[f"busy-{args.busy}"], 2)))
+    spread = process_spread(runs["aa"])
+    lines = [f"{len(runs['aa'])} plain invocations of `inferbench run --framework {args.frameworks} --tune off`, "
+             f"compared pairwise ({math.comb(len(runs['aa']), 2)} pairs per framework); --fail-above 10"]
+    for name, table in results.items():
+        for fw, t in sorted(table.items()):
+            lines.append(f"  {name:8s} {fw:10s} significant {wilson(t['significant'], t['pairs'])}; slower "
+                         f"{wilson(t['slower'], t['pairs'])}; REGRESSION {wilson(t['regression'], t['pairs'])}; "
+                         f"not comparable {t['not_comparable']}; no interval {t['no_interval']}")
+    lines.append("measured spread between worker processes (pooled per run; median over the plain runs): "
+                 + ", ".join(f"{fw} {sd:.2%}" for fw, sd in spread.items()))
+    lines.append("wall time per invocation: " + ", ".join(f"{k} {sum(v) / len(v):.0f} s" for k, v in walls.items()))
+    (out / "calibration.json").write_text(json.dumps({"frameworks": args.frameworks, "slowdown": args.slowdown,
+                                                      "busy": args.busy, "results": results,
+                                                      "process_sd": spread, "walls_s": walls}, indent=1))
+    (out / "calibration.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def process_spread(run_dirs: list[Path]) -> dict[str, float]:
+    """Per framework, the median over runs of the pooled between-process standard deviation its records carry."""
+    import statistics
+
+    per: dict[str, list[float]] = {}
+    for run_dir in run_dirs:
+        for path in run_dir.glob("*.json"):
+            rec = json.loads(path.read_text())
+            var = (((rec.get("latency_ms") or {}).get("spread") or {}).get("pooled_between_var"))
+            if "framework" in rec and var is not None:
+                per.setdefault(rec["framework"], []).append(math.sqrt(var))
+    return {fw: statistics.median(v) for fw, v in per.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--across", action="store_true", help="across invocations (what compare is used for)")
+    p.add_argument("--repeats", type=int, default=40, help="within a run: A/A comparisons (default: %(default)s)")
+    p.add_argument("--framework", default="onnxrt", help="within a run: framework key (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=8, help="within a run: rounds (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=2.0, help="within a run: seconds per cell (default: %(default)s)")
+    p.add_argument("--invocations", type=int, default=10, help="across: plain runs (default: %(default)s)")
+    p.add_argument("--frameworks", default="onnxrt,openvino", help="across: what each run measures")
+    p.add_argument("--slowdown", default=None, metavar="FRAMEWORK:FACTOR", help="across: also runs slowed so")
+    p.add_argument("--busy", type=int, default=0, help="across: also runs with N busy loops beside each")
+    p.add_argument("--out", default="inferbench-results/calibration", help="across: where the runs go")
+    p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
+    args = p.parse_args()
+    across(args) if args.across else within(args)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 with a 95% interval, for a CI job.
 
 Cells are matched on their identity (device model, threads, model, resolution, batch size, framework
-with precision and variant, scenario; not the host: a CI runner is rebuilt); where a folder holds
-several records of one cell, the latest is used and the line says so. OLD and NEW come from
-different runs, so the interval is the unpaired one
-(:func:`inferbench.analysis.ranking.comparison`): both cells' between-round variation plus the invocation term.
+with precision and variant — the variant names the environment passed on with ``--pass-env`` — scenario; a model
+file's name carries its content's hash; not the host: a CI runner is rebuilt); where a folder holds several records
+of one cell, the latest is used and the line says so. OLD and NEW come from different runs, so the interval is the
+unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
+worker processes, as measured in its run (records from before schema 6 have no measured process spread: an assumed
+one is used and the line says so). A cell measured while the machine was busy (not valid) on either side is ``not
+comparable``: never a regression, never "faster". The geometric mean of the judged cells' ratios follows the table.
 
 Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
-interval`` (fewer than 3 rounds, or no raw samples, on a side), and with ``--fail-above PCT``:
+interval`` (fewer than 3 rounds, or no raw samples, on a side), ``not comparable``, and with ``--fail-above PCT``:
 ``REGRESSION`` when the whole interval lies above 1 + PCT/100 (slower by more than PCT percent with 95%
 confidence: a noisy machine does not make CI flaky), or when NEW's outputs no longer pass parity, or
 NEW failed where OLD ran. Exit status: 0, or 1 when ``--fail-above`` is given and a cell regressed; 2
@@ -19,6 +22,7 @@ does not pass.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,8 +39,8 @@ NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
 KEY = ["device_model", "threads", *IDENTITY]
-COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "old_valid",
-           "new_valid", "old_source", "new_source")
+COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "method",
+           "old_valid", "new_valid", "old_source", "new_source")
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
@@ -80,9 +84,12 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
         o, n = sides["OLD"][key], sides["NEW"][key]
         row: dict[str, Any] = dict(zip(KEY, key)) | {
             "old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
-            "ratio_ci_high": None, "old_valid": _valid(o), "new_valid": _valid(n), "old_source": o["_source"],
-            "new_source": n["_source"]}
-        if o["status"] != "ok" or n["status"] != "ok":
+            "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
+            "old_source": o["_source"], "new_source": n["_source"]}
+        busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
+        if busy:
+            row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
+        elif o["status"] != "ok" or n["status"] != "ok":
             row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
             row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
         elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
@@ -90,7 +97,7 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
         else:
             cmp = comparison(n, o)
             ci = cmp["ci95"] or [None, None]
-            row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1])
+            row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1], method=cmp["method"])
             if cmp["ci95"] is None:
                 row["verdict"] = f"no interval ({cmp['method']})"
             elif not cmp["significant"]:
@@ -103,6 +110,25 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
                 row["verdict"] = "slower"
         rows.append(row)
     return rows, notes
+
+
+def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The geometric mean of the judged cells' NEW/OLD ratios with its interval (as pyperf's compare_to gives
+    one), and a line when some side's spread between processes was assumed, not measured."""
+    from .measure.stats import geometric_mean
+
+    judged = [r for r in rows if r["ratio_ci_low"] is not None]
+    out = []
+    gm = geometric_mean([(r["ratio"], (math.log(r["ratio_ci_high"]) - math.log(r["ratio_ci_low"])) / (2 * 1.96))
+                         for r in judged])
+    if gm is not None and len(judged) > 1:
+        out.append(f"geometric mean NEW/OLD over {gm['cells']} cells: {gm['ratio']:.3f} "
+                   f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
+    assumed = [r for r in judged if "assumed" in (r.get("method") or "")]
+    if assumed:
+        out.append(f"{len(assumed)} of {len(judged)} judged cells have a side from before inferbench measured the "
+                   "spread between processes (schema 5 and older): an assumed 1.5% stands in for it, not a measurement")
+    return out
 
 
 def _valid(row: Any) -> str:
@@ -138,13 +164,15 @@ def _main(argv: list[str] | None, prog: str) -> int:
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
-    print("\n".join(lines + notes))
+    print("\n".join(lines + notes + summary_lines(rows)))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)
-    unclear = [r for r in rows if r["verdict"].startswith("no interval")]
+    unclear = [r for r in rows if r["verdict"].startswith(("no interval", "not comparable"))]
     if len(unclear) == len(rows):  # a gate that judged nothing must not pass
-        print(f"nothing could be judged: none of the {len(rows)} cells in common has an interval (each side needs "
-              "3 or more rounds with their raw samples)", file=sys.stderr)
+        why = "measured on a busy machine (not valid)" if any(r["verdict"].startswith("not comparable")
+                                                            for r in rows) else "without an interval"
+        print(f"nothing could be judged: every one of the {len(rows)} cells in common was {why} (an interval needs "
+              "3 or more rounds with their raw samples on each side)", file=sys.stderr)
         return NOTHING_JUDGED
     if args.fail_above is None:
         return 0

@@ -36,6 +36,7 @@ class RunnerOptions:
     keras_backend: str = "tensorflow"
     include_transfer: bool = False
     tune: bool = False  # each runtime at its best setting measured here (a short tuning phase before the rounds)
+    env: str = ""  # digest of the shell variables passed on to the measured children (--pass-env): "" for none
 
     def __post_init__(self) -> None:
         if self.keras_backend not in KERAS_BACKENDS:
@@ -175,9 +176,12 @@ class RunConfig:
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
     max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
+    processes: int = 2  # worker processes per cell, its rounds spread over them (--processes)
     tune_budget_s: float = 4.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
 
     def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ValueError(f"processes must be at least 1, got {self.processes}")
         if not 0 < self.tune_budget_s < math.inf:
             raise ValueError(f"tune_budget_s must be a positive finite number, got {self.tune_budget_s}")
         if not 0.0 <= self.max_other_load <= 1.0:

@@ -113,6 +113,51 @@ def test_compare_says_no_difference_faster_and_regression(tmp_path, capsys):
     assert inferbench(["compare", str(old), str(new), "--fail-above", "40"]) == 0
 
 
+def test_compare_never_judges_a_busy_run_and_gives_the_geometric_mean(tmp_path, capsys):
+    """A cell measured while the machine was busy (not valid) on either side is "not comparable": never a
+    regression, however slow. The judged cells' geometric mean ratio follows the table (as pyperf's compare_to);
+    sides from before the spread between processes was measured say it was assumed."""
+    busy = {"valid": False, "reason": "other work took 1.4 cores"}
+    old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS), make_record("tf", raw_rounds=ROUNDS),
+                  make_record("torch", p50=8.0, raw_rounds=ROUNDS))
+    new = _folder(tmp_path / "new", make_record("onnxrt", p50=5.05, raw_rounds=ROUNDS),
+                  make_record("tf", p50=5.1, raw_rounds=ROUNDS),
+                  make_record("torch", p50=30.0, raw_rounds=ROUNDS, validity=busy))
+    assert inferbench(["compare", str(old), str(new), "--fail-above", "10"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[2]: line for line in out.splitlines()[2:5]}
+    assert rows["torch"].endswith("not comparable: NEW measured on a busy machine (not valid)")
+    assert "geometric mean NEW/OLD over 2 cells: 1.0" in out and "an assumed 1.5% stands in for it" in out
+    only_busy = _folder(tmp_path / "busy", make_record("torch", p50=30.0, raw_rounds=ROUNDS, validity=busy))
+    assert inferbench(["compare", str(old), str(only_busy), "--fail-above", "10"]) == 3  # nothing comparable
+    assert "measured on a busy machine (not valid)" in capsys.readouterr().err
+
+
+def test_cells_measured_under_another_environment_are_another_cell(tmp_path, monkeypatch):
+    """--pass-env makes the shell's variables part of the cell's identity (+env-<digest>): cells measured under
+    different values never pool or pair; the export never sees them."""
+    from inferbench.cli.options import build, with_defaults
+
+    def cells(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        values = with_defaults({"frameworks": ["onnxrt"], "pass_env": ["TF_XLA_FLAGS"], "cache_dir": str(tmp_path),
+                                "device": "cpu"}, "run")
+        return build(values).cells[0]
+
+    plain = build(with_defaults({"frameworks": ["onnxrt"], "cache_dir": str(tmp_path), "device": "cpu"}, "run"))
+    a, b = cells(TF_XLA_FLAGS="--tf_xla_auto_jit=2"), cells(TF_XLA_FLAGS="--tf_xla_auto_jit=0")
+    assert plain.cells[0].variant == "" and a.variant.startswith("env-") and a.variant != b.variant
+    assert a.filename != b.filename and a.label.endswith(f"+{a.variant} bs1")
+    from inferbench.execution.childenv import child_env
+    from inferbench.registry.frameworks import get_framework
+
+    config = build(with_defaults({"frameworks": ["onnxrt"], "pass_env": ["TF_XLA_FLAGS"], "cache_dir": str(tmp_path),
+                                  "device": "cpu"}, "run")).config
+    assert "TF_XLA_FLAGS" not in child_env(config)  # an export's process
+    assert child_env(config, get_framework("onnxrt"), b)["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=0"  # the measured one
+
+
 def test_compare_flags_lost_parity_and_unmatched_cells(tmp_path, capsys):
     old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS), make_record("tf", raw_rounds=ROUNDS))
     bad = {**make_record().parity, "status": "failed", "reason": "max_rel_err 0.3"}

@@ -10,7 +10,7 @@ import time
 import pytest
 from test_pipeline import QUICK
 
-from inferbench import records
+from inferbench import SCHEMA_VERSION, records
 from inferbench.base.device import cpu_quota, default_threads
 from inferbench.measure.trackers import machine
 from inferbench.run import main as run_main
@@ -123,7 +123,7 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
                           "recommendation (median latency")
     rec = records.load(tmp_path / "quiet" / "out").iloc[0]
     assert rec["validity.valid"] == True and rec["machine_state.other_cores_max"] < 0.1  # noqa: E712
-    assert rec["schema_version"] == 5 and len(rec["machine_state.blocks"]) == 2
+    assert rec["schema_version"] == SCHEMA_VERSION and len(rec["machine_state.blocks"]) == 2
 
     assert _run(tmp_path / "busy", "--framework", "fake-busy,fake-quiet") == 0  # measured; the verdict is said
     out = capsys.readouterr().out

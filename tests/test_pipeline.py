@@ -48,7 +48,10 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     # measured in 4 rounds, each sample with its round; parity on the reference inputs and the timed batch
     assert len(rec["raw_rounds"]) == len(rec["raw_latencies_ms"]) and set(rec["raw_rounds"]) == {0, 1, 2, 3}
     assert [b["round"] for b in rec["timing"]["blocks"]] == [0, 1, 2, 3]
-    assert rec["latency_ms"]["ci_method"] == "between-rounds-t-95+invocation-sd-1.5%"
+    # its rounds spread over two worker processes (round r by process r mod 2), the spread between them measured
+    assert [b["process"] for b in rec["timing"]["blocks"]] == [0, 1, 0, 1] and rec["timing"]["processes"] == 2
+    assert rec["latency_ms"]["ci_method"] == "rounds-and-processes-t-95"
+    assert rec["latency_ms"]["spread"]["processes"] == 2 and rec["latency_ms"]["spread"]["measured"]
     assert rec["latency_ms"]["stability"]["rounds"] == 4
     assert rec["parity"]["checked_batch_sizes"] == [16, 2]
     assert rec["memory"]["timed_peak_host_mb"] > 0
@@ -84,7 +87,7 @@ def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, 
     log = tmp_path / "loads.log"
     monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
     assert _run(tmp_path, "--framework", "fake,fake-slow,fake-wrong", "--rounds", "8") == 1  # fake-wrong: parity
-    assert len(log.read_text().split()) == 3  # one worker per cell, each loaded once for all 8 rounds
+    assert len(log.read_text().split()) == 6  # two workers per cell, each loaded once for all 8 rounds
     recs = records.iter_records(tmp_path / "out")[0]
     blocks = sorted((b["started_at"], b["round"], r["framework"]) for r in recs for b in r["timing"]["blocks"])
     assert [rnd for _, rnd, _ in blocks] == sorted(r for r in range(8) for _ in range(3))  # round by round

@@ -103,13 +103,35 @@ def test_the_idle_baseline_waits_for_the_power_to_settle():
 def test_settling_gives_up_on_a_device_that_never_settles():
     clock = Clock()
 
-    class Busy(FakeSensor):  # another tenant's load, growing by a fifth every window
+    rate = math.log(1.2) / power.SETTLE_WINDOW_S
+
+    class Busy(FakeSensor):  # another tenant's load, growing by a fifth every window (its counter integrates it)
         def power_w(self):
-            return 100.0 * 1.2 ** (self.clock() / power.SETTLE_WINDOW_S)
+            return 100.0 * math.exp(rate * self.clock())
+
+        def energy_j(self):
+            return 100.0 * math.expm1(rate * self.clock()) / rate
 
     out = power.settle(Busy(clock), clock=clock, sleep=clock.sleep)
-    assert out["settled"] is False and out["settle_s"] >= power.SETTLE_MAX_S
-    assert power.settle(_NoPower(), clock=clock, sleep=clock.sleep)["settled"] is None  # RAPL: nothing to watch
+    assert out["settled"] is False and out["settle_s"] >= power.SETTLE_MAX_S and out["reading"] == "counter"
+    class Blind(_NoPower):  # neither a counter nor a power reading
+        def energy_j(self):
+            return None
+
+    assert power.settle(Blind(), clock=clock, sleep=clock.sleep)["settled"] is None  # nothing to watch
+
+
+def test_a_counter_alone_is_enough_to_wait_for_the_power_to_settle():
+    """RAPL has an energy counter and no power reading: the idle baseline still waits for the package to cool
+    down after the parity calls (it used not to wait at all)."""
+    class CounterOnly(DecayingSensor):
+        def power_w(self):
+            return None
+
+    clock = Clock()
+    base = power.idle_baseline(CounterOnly(clock), seconds=2.0, clock=clock, sleep=clock.sleep)
+    assert base["settle"]["settled"] is True and base["settle"]["reading"] == "counter"
+    assert base["idle_w"] == pytest.approx(70.0, rel=0.05) and base["settle"]["settle_s"] > 2.0
 
 
 class _NoPower:

@@ -100,7 +100,7 @@ def test_summary_and_comparisons_csv(tmp_path):
         ("torch-native", "onnxrt", "False"), ("onnxrt", "onnxrt", "True"), ("torch", "onnxrt", "True")]
     torch = rows[2]
     assert float(torch["ratio"]) == pytest.approx(2.0) and torch["significant"] == "True"
-    assert torch["method"] == "paired-rounds-t-95+invocation-sd-1.5%"
+    assert torch["method"] == "paired-rounds-and-processes-t-95+process-sd-assumed-1.5%"  # no processes recorded
     assert float(torch["ratio_ci_low"]) <= 2.0 <= float(torch["ratio_ci_high"])
 
 

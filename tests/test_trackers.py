@@ -85,9 +85,10 @@ def test_a_tracker_is_one_class_and_one_entry(monkeypatch):
     monitor = energy.monitor()
     monitor.start()
     energy.sensor.t += 2.0
-    block = types.SimpleNamespace(monitors={"energy": monitor.stop(2.0)})
+    block = types.SimpleNamespace(monitors={"energy": monitor.stop(2.0)}, latencies_s=[0.2] * 10, round=0)
     out = _finish_trackers(opened, missing, _done([block]))
     assert out["energy"]["gross_j"] == pytest.approx(100.0) and out["energy"]["joules_per_inference"] == 10.0
+    assert out["energy"]["per_round_j_per_inference"] == {"0": pytest.approx(10.0)}  # for its interval
     assert out["validity"] == {"valid": True, "reason": "quiet"}
 
 

@@ -55,8 +55,20 @@ def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") ->
         return {"ratio": field(a, key) / field(b, key), "ci95": None, "significant": None,
                 "method": "none-no-raw-latencies", "rounds": 0}
     group = _group(a)
-    return compare(a["raw_latencies_ms"], field(a, "raw_rounds"), b["raw_latencies_ms"], field(b, "raw_rounds"),
-                   paired=group is not None and group == _group(b), stat=stat)
+    return compare(sample_of(a), sample_of(b), paired=group is not None and group == _group(b), stat=stat)
+
+
+def sample_of(record: Mapping[str, Any]) -> Any:
+    """A record's raw latencies as the statistics take them: with the process of each round and the group's pooled
+    between-process variance (absent in records from before schema 6: then assumed, and the method says so)."""
+    from ..measure.stats import Sample
+
+    blocks = field(record, "timing.blocks") or []
+    processes = {int(b["round"]): int(b.get("process", 0)) for b in blocks} or None
+    var = field(record, "latency_ms.spread.pooled_between_var")
+    df = field(record, "latency_ms.spread.pooled_between_df")
+    return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
+                  (float(var), int(df)) if var is not None and df else None)
 
 
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:
@@ -125,7 +137,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
     cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
     share a run), its stability verdict, and its energy or why there is none."""
-    from ..measure.stats import interval
+    from ..measure.stats import interval, needed_samples
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -139,8 +151,14 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
+        if objective == "p99":  # a tail is ranked only where the samples bound it (order statistics)
+            rec["not_ranked"].update({record_name(r): f"too few samples for a p99 interval (effective n "
+                                      f"{field(r, 'latency_ms.n_effective') or 0:.0f}, {needed_samples(0.99)} needed)"
+                                      for r in cells if ranked(r["status"], field(r, "parity.status"))
+                                      and field(r, "latency_ms.p99_ci95") is None})
         scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
-                         and field(r, path) is not None), key=lambda r: field(r, path) * (1 if lower else -1))
+                         and field(r, path) is not None and record_name(r) not in rec["not_ranked"]),
+                        key=lambda r: field(r, path) * (1 if lower else -1))
         if not scored:
             reasons = {field(r, "energy.reason") for r in cells} - {None} if objective == "energy" else set()
             rec.update(recommended=None, reason=f"no verified cell with {words}" + (
@@ -150,8 +168,12 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         best = scored[0]
         value = field(best, path)
         ci = None
-        raw = field(best, "raw_latencies_ms")
-        found = None if stat is None or not _has_raw(best) else interval(raw, field(best, "raw_rounds"), stat)
+        sample = sample_of(best) if _has_raw(best) else None
+        found = None if stat is None or sample is None else interval(
+            sample.latencies, sample.rounds, stat, sample.processes, sample.between)
+        if objective == "p99":  # the order statistics' interval, not the rounds'
+            tail = field(best, "latency_ms.p99_ci95")
+            found = None if tail is None else (tail[0], tail[1], value)
         if found is not None:  # latency: its interval; throughput: the batch over the mean latency
             lo, hi, centre = found
             ci = [lo, hi] if lower else [value * centre / hi, value * centre / lo]

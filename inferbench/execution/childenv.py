@@ -38,16 +38,33 @@ def controlled(name: str) -> bool:
 def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | None = None) -> dict[str, str]:
     """The whole environment a child process starts with: the parent's, minus every controlled variable
     (:func:`controlled`), plus what inferbench sets (the device it may see, the thread count, oneDNN on,
-    the variables its framework takes from the cell's runner options) and what ``--pass-env`` names."""
-
+    the variables its framework takes from the cell's runner options) and, for a measured cell only, what
+    ``--pass-env`` names (never an export: the artifact cache does not key on them; the cell's identity does,
+    ``+env-<digest>``)."""
     env = {k: v for k, v in os.environ.items() if not controlled(k)}
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": default_keras_backend(),
                 "TORCHINDUCTOR_CACHE_DIR": str(private_cache("torchinductor")),
                 **config.device.child_env(), **thread_env(config.threads)})
     if fw is not None and cell is not None:
         env.update(fw.child_env(cell.options))
-    env.update({k: os.environ[k] for k in config.pass_env if k in os.environ})
+        env.update(passed_env(config.pass_env))
     return env
+
+
+def passed_env(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The shell variables ``--pass-env`` names that are set, as the measured children get them."""
+    return {k: os.environ[k] for k in names if k in os.environ}
+
+
+def env_digest(names: tuple[str, ...] | list[str]) -> str:
+    """A short digest of the variables passed on (names and values): part of a cell's identity, so that cells
+    measured under different environments are never pooled or compared ("" when nothing is passed)."""
+    import hashlib
+
+    passed = passed_env(names)
+    if not passed:
+        return ""
+    return hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(passed.items())).encode()).hexdigest()[:8]
 
 
 def default_keras_backend() -> str:
@@ -87,7 +104,8 @@ def ignored_shell_variables(config: RunConfig) -> list[str]:
     """Controlled variables set in this shell that the children will not see as they are (not passed on,
     and not what inferbench sets them to anyway)."""
     ours = child_env(config)
-    return sorted(k for k, v in os.environ.items() if controlled(k) and k not in config.pass_env and ours.get(k) != v)
+    return sorted(k for k, v in os.environ.items() if controlled(k) and k not in config.pass_env
+                  and ours.get(k) != v)
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -1,11 +1,14 @@
 """Parent side of the rounds: the cells of a group measured in interleaved blocks.
 
-Every cell of a group (a run's cells of one model, resolution and batch size) gets a worker process of
-its own, started one after another so that load and first-call times are not contended. Once all are
-ready, each round sends every worker one block command, in a fresh random order per round, and waits
-for its block before the next: one worker measures at a time, the others wait idle, so isolation is as
-strict as one process per run, and a slow change of the machine lands on every cell of a round alike.
-Each framework is loaded once per run, not once per round.
+Every cell of a group (a run's cells of one model, resolution and batch size) gets ``config.processes`` worker
+processes of its own (2 by default), started one after another so that load and first-call times are not
+contended. Once all are ready, each round sends each cell's block to one of its workers (round r to worker
+r mod P: every worker measures some of the rounds), the cells in a fresh random order per round, and waits for
+each block before the next: one worker measures at a time, the others wait idle, so isolation is as strict as one
+process per run, and a slow change of the machine lands on every cell of a round alike. Each framework is loaded
+once per worker, not once per round. What differs between a cell's workers and stays for their whole life (memory
+layout, thread placement) is what a second invocation meets anew: its size is measured from them
+(:mod:`inferbench.measure.stats`), and the scenario merges the workers' outcomes into the cell's.
 
 A cell asked to be tuned (``+tuned``) first goes through a tuning phase (:func:`_tune`): a worker for each of its
 runner's load-time settings beside its own, every (worker, live setting) pair a short block per tuning round, all
@@ -38,47 +41,77 @@ TUNE_ROUNDS = 3
 
 @dataclass
 class _Cell:
+    """A worker process of a cell."""
+
     job: CellJob
     child: Child
     used_s: float = 0.0  # the worker's own time so far (set-up and blocks): what --timeout limits
     result: ChildResult | None = None  # set when it has ended
+    tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None,
                   note: Callable[[str, str], None] | None = None) -> list[ChildResult]:
-    """Measure ``jobs`` in interleaved rounds; one result per job, in order. ``seed`` draws the order of
-    every round; ``progress(label, text)`` hears the passing phases, ``note`` what lasts (a tuning's outcome)."""
-    cells: list[_Cell] = []
+    """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
+    scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
+    ``note`` what lasts (a tuning's outcome)."""
+    from ..registry.scenarios import scenario_module
+
+    replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
     spawned: list[_Cell] = []  # the tuning phase's extra workers
     try:
         for job, env in zip(jobs, envs):
-            cell = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label: progress(lb, phase)))
-            cells.append(cell)
-            _await(cell, "ready", timeout_s)
+            replicas.append([_start(job, env, progress, timeout_s)])
         order = random.Random(seed)
-        _tune([(c, env) for c, env in zip(cells, envs) if c.job.cell.options.tune and c.result is None], order,
-              progress, note or progress, timeout_s, spawned)
+        _tune([(r[0], env) for r, env in zip(replicas, envs) if r[0].job.cell.options.tune and r[0].result is None],
+              order, progress, note or progress, timeout_s, spawned)
+        for workers, env in zip(replicas, envs):  # the cell's other processes, at the first one's setting
+            first = workers[0]
+            count = min(first.job.config.processes, first.job.config.timing.rounds) if first.result is None else 1
+            for i in range(1, count):
+                worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})")
+                workers.append(worker)
+                if worker.result is None and first.tuning is not None:
+                    worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
+                    _await(worker, "apply", timeout_s)
         rounds = jobs[0].config.timing.rounds if jobs else 0
         for r in range(rounds):
-            live = [c for c in cells if c.result is None]
+            live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
             order.shuffle(live)
-            for cell in live:
+            for worker in live:
                 time.sleep(SETTLE_S)
-                cell.child.send({"block": r})
-                _await(cell, "block", timeout_s)
+                worker.child.send({"block": r})
+                _await(worker, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
-        finishing = [c for c in cells if c.result is None]
-        for cell in finishing:  # all at once: the workers collect and exit side by side
-            cell.child.send({"finish": True})
-        for cell in finishing:
-            cell.result = cell.child.result(_left(cell, timeout_s))
+        finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
+        for worker in finishing:  # all at once: the workers collect and exit side by side
+            worker.child.send({"finish": True})
+        for worker in finishing:
+            worker.result = worker.child.result(_left(worker, timeout_s))
     finally:
-        for cell in cells + spawned:
-            cell.child.close()
-    return [c.result or ChildResult(ok=False, error="not measured") for c in cells]
+        for worker in [x for w in replicas for x in w] + spawned:
+            worker.child.close()
+    out = []
+    for job, workers in zip(jobs, replicas):
+        failed = next((w.result or ChildResult(ok=False, error="not measured") for w in workers
+                       if w.result is None or not w.result.ok), None)
+        out.append(failed or ChildResult(ok=True, cell=scenario_module(job.cell.scenario).merge(
+            [w.result.cell for w in workers if w.result is not None], job.cell.batch_size)))
+    if jobs:  # what the group's cells share (the between-process spread), pooled over them
+        cells = scenario_module(jobs[0].cell.scenario).finalize_group([r.cell if r.ok else None for r in out])
+        out = [dataclasses.replace(r, cell=c) if r.ok else r for r, c in zip(out, cells)]
+    return out
+
+
+def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
+           suffix: str = "") -> _Cell:
+    """A worker for ``job``, loaded and ready (or ended with its failure)."""
+    worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
+    _await(worker, "ready", timeout_s)
+    return worker
 
 
 def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
@@ -127,14 +160,16 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
         seconds = sum(w.used_s for w in workers) - before[id(cell)]
         if chosen is not cell:  # the cell goes on in the worker of its chosen load-time setting
             cell.child.close()
-            cell.child, cell.used_s, cell.result = chosen.child, cell.used_s + chosen.used_s, None
+            cell.child, cell.job = chosen.child, chosen.job
+            cell.used_s, cell.result = cell.used_s + chosen.used_s, None
         for worker in workers[1:]:
             if worker is not chosen:
                 worker.child.close()
         if cell.result is not None:
             continue
         decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
-        cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": _plain(decision)}})
+        cell.tuning = _plain(decision)
+        cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
         if _await(cell, "apply", timeout_s) is not None:
             note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
                 "inferbench's own setting kept" if decision["is_default"] else

@@ -1,28 +1,29 @@
-"""Statistics from raw per-iteration latencies measured in rounds.
+"""Statistics from raw per-iteration latencies measured in rounds, by several worker processes.
 
 Successive iterations on a shared machine are not independent (lag-1 correlation 0.88 measured on
 onnxrt), so no interval here resamples single iterations. A cell is measured in R rounds (a block per
-round, the cells of a run in a fresh random order each round); what varies between rounds is what the
-intervals are made of:
+round, the cells of a run in a fresh random order each round), and its rounds are spread over P worker
+processes (round r by process r mod P, every process of every cell alive side by side). Two things vary:
 
-- a cell's p50 interval: ``p50 * exp(+-t * s / sqrt(R))``, with ``s`` the standard deviation of the
-  log round medians and ``t`` Student's 97.5% quantile with R-1 degrees of freedom (``between-rounds-t-95``,
-  widened as below);
-- A vs B measured in the same rounds (paired): the per-round ratios of round medians, their geometric
-  mean and a t-interval on their logs (``paired-rounds-t-95``): a slow change of the machine hits both
-  cells of a round and cancels in the ratio;
-- A vs B from different runs (unpaired): the ratio of p50s, with both cells' between-round variances
-  (``unpaired-rounds-t-95``, degrees of freedom of the smaller side);
-- fewer than 3 rounds on either side (records from before rounds): no interval, and no claim.
+- **between rounds** within a process: the machine's speed that minute (what interleaving spreads over
+  every cell alike, and what pairing within rounds cancels);
+- **between processes**: what stays fixed for a worker's whole life (memory layout, thread placement) and
+  no round can see. Across invocations this is what moves a cell's median: a constant used to stand in for
+  it (1.5%, from six quiet runs); it is now measured.
 
-Rounds cannot see what stays fixed for a whole run: each worker process's memory layout and thread
-placement, and the state the machine was in that minute. On a quiet machine that part dominates: the
-same two-framework ratio moved with a standard deviation of 2.1% over six invocations whose own
-intervals were +-0.3%, and an A/A comparison of two workers of one configuration was "significant"
-in 14 of 20 repeats (2026-11-24, the 2-core machine; ``benchmarks/``). So every interval adds
-:data:`INVOCATION_SD` per cell as a known variance (normal quantile) to the between-round term:
-``half = sqrt((t * se_rounds)**2 + cells * (1.96 * INVOCATION_SD)**2)``, ``cells`` 1 for a p50 and
-2 for a ratio; the method codes say so (``...+invocation-sd-1.5%``).
+:func:`spread` fits the one-way random-effects model ``y[r] = mu + b[process(r)] + e[r]`` to the log round
+medians ``y`` (a moment estimate of the between-process variance, as in the analysis of variance);
+:func:`pool_between` pools that component over the cells of a group (the processes of one cell are few:
+the component is a property of the machine and the run, shared by its cells, and each cell contributes its
+own degrees of freedom). A cell's p50 interval is then ``p50 * exp(+-t * se)`` with
+``se**2 = within / R + between / P`` and Satterthwaite's degrees of freedom. A vs B in the same rounds
+(paired): the same model on the per-round log ratios, whose between-process part is both cells'
+(``between_A + between_B``). A vs B from different runs (``compare``): both cells' ``se`` added.
+
+Tail percentiles (p90, p95, p99) get distribution-free intervals from order statistics: the binomial
+distribution of the number of samples below the quantile, on an *effective* sample size that discounts
+the correlation of successive iterations within a round. Below the count a quantile needs for any 95%
+bound (299 for the p99), there is no interval, and the percentile is "too few samples", never ranked.
 
 Percentiles use linear interpolation between closest ranks (NumPy's default 'linear' method,
 Hyndman & Fan type 7); tools disagree at small n, so every record names the rule and carries n.
@@ -31,26 +32,28 @@ Hyndman & Fan type 7); tools disagree at small n, so every record names the rule
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 #: Codes recorded with every statistic (docs/results-schema.md spells them out).
 PERCENTILE_RULE = "numpy-linear"  # linear interpolation between closest ranks, Hyndman-Fan type 7
-#: Relative standard deviation of one cell's median between invocations (processes) of one
-#: configuration that the rounds of a single run cannot see (module docstring; re-measure it on another
-#: machine with benchmarks/reproducibility.py and benchmarks/aa_calibration.py).
-INVOCATION_SD = 0.015
-_INVOCATION = f"+invocation-sd-{INVOCATION_SD:.1%}"
-CI_METHOD = "between-rounds-t-95" + _INVOCATION
-PAIRED_METHOD = "paired-rounds-t-95" + _INVOCATION
-UNPAIRED_METHOD = "unpaired-rounds-t-95" + _INVOCATION
+CI_METHOD = "rounds-and-processes-t-95"
+PAIRED_METHOD = "paired-rounds-and-processes-t-95"
+UNPAIRED_METHOD = "unpaired-rounds-and-processes-t-95"
+#: Where the between-process part could not be measured (one process, records from before schema 6): the
+#: relative standard deviation assumed instead, and the method's mark that says so.
+ASSUMED_PROCESS_SD = 0.015
+ASSUMED = "+process-sd-assumed-1.5%"
+TAIL_METHOD = "order-statistics-binomial-95-effective-n"
 _Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
-#: Stability verdict thresholds: the p50's 95% interval half-width, and the drift first -> last third of rounds.
+#: Stability verdict thresholds: the p50's 95% interval half-width, and the drift over the rounds (a slope).
 UNSTABLE_HALF_WIDTH = 0.10
 UNSTABLE_DRIFT = 0.10
+TAILS = {"p90": 0.90, "p95": 0.95, "p99": 0.99}
 
 # Student's t, 97.5% quantile, for 1..30 degrees of freedom (beyond: a Cornish-Fisher expansion).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -58,9 +61,11 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.045, 2.042)
 
 
-def t975(df: int) -> float:
+def t975(df: float) -> float:
+    """Student's t 97.5% quantile; a fractional ``df`` (Satterthwaite's) is rounded down: conservative."""
     if df < 1:
         raise ValueError("need at least one degree of freedom")
+    df = int(math.floor(df))
     if df <= len(_T975):
         return _T975[df - 1]
     z = _Z975
@@ -87,58 +92,190 @@ def round_medians(latencies: Sequence[float], rounds: Sequence[int] | None) -> d
     return round_stats(latencies, rounds, "p50")
 
 
-def _log_spread(logs: np.ndarray) -> tuple[float, float]:
-    """(mean, standard error) of log values."""
-    return float(logs.mean()), float(logs.std(ddof=1) / math.sqrt(logs.size))
+# --------------------------------------------------------------------------- the spread of an estimate
+@dataclass(frozen=True)
+class Spread:
+    """How much a cell's log statistic varies between its rounds (within a process) and between its processes."""
+
+    rounds: int
+    processes: int
+    within_var: float  # of the log round statistics, within a process (pooled over processes)
+    within_df: int
+    between_var: float | None  # the between-process component (this cell's own moment estimate); None: unmeasured
+    between_df: int  # processes - 1
+    between_raw: float | None = None  # the estimate before clipping at 0 (what pooling averages: no upward bias)
+
+    def se(self, between_var: float | None = None, between_df: float | None = None) -> tuple[float, float]:
+        """(standard error of the cell's log estimate, Satterthwaite's degrees of freedom); ``between_var`` (a
+        pooled one) in place of the cell's own; where none was measured, the assumed component."""
+        b = self.between_var if between_var is None else between_var
+        bdf = self.between_df if between_df is None else between_df
+        parts = [(self.within_var / self.rounds, self.within_df)]
+        if b is None or bdf < 1:
+            parts.append(((ASSUMED_PROCESS_SD ** 2) / self.processes, math.inf))
+        else:
+            parts.append((b / self.processes, bdf))
+        var = sum(v for v, _ in parts)
+        denominator = sum(v * v / df for v, df in parts if v > 0 and df < math.inf)
+        df = var * var / denominator if denominator > 0 else max(self.within_df, 1)
+        return math.sqrt(var), max(1.0, min(df, 1e6))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def _half_width(t: float, se: float, cells: int) -> float:
-    """Half-width on the log scale: the rounds' t-interval and the invocation term of ``cells`` cells."""
-    return math.hypot(t * se, math.sqrt(cells) * _Z975 * INVOCATION_SD)
+def process_of(rounds: Sequence[int], processes: int | Mapping[int, int] | None) -> dict[int, int]:
+    """The process of each round: a mapping as given, round mod ``processes`` for a count, one process for None."""
+    if isinstance(processes, Mapping):
+        return {int(k): int(v) for k, v in processes.items()}
+    count = int(processes or 1)
+    return {int(r): int(r) % count for r in set(rounds)}
 
 
-def interval(latencies: Sequence[float], rounds: Sequence[int] | None,
-             stat: str = "p50") -> tuple[float, float, float] | None:
-    """95% interval of ``stat`` (of :data:`STATISTICS`) from the variation between rounds, and the pooled
-    value it is centred on: (low, high, value); None with fewer than 3 rounds."""
-    per_round = np.array(list(round_stats(latencies, rounds, stat).values()))
-    if per_round.size < MIN_ROUNDS or np.any(per_round <= 0):
+def spread(per_round: Mapping[int, float], processes: Mapping[int, int]) -> Spread | None:
+    """The one-way random-effects fit to log round statistics ``per_round`` (round -> value > 0) grouped by
+    ``processes`` (round -> process); None with fewer than :data:`MIN_ROUNDS` rounds."""
+    rounds = sorted(per_round)
+    if len(rounds) < MIN_ROUNDS or any(per_round[r] <= 0 for r in rounds):
+        return None
+    y = {r: math.log(per_round[r]) for r in rounds}
+    groups: dict[int, list[float]] = {}
+    for r in rounds:
+        groups.setdefault(processes.get(r, 0), []).append(y[r])
+    n, k = len(rounds), len(groups)
+    grand = sum(y.values()) / n
+    ss_within = sum((v - sum(g) / len(g)) ** 2 for g in groups.values() for v in g)
+    within_df = n - k
+    if within_df < 1:  # one round per process: no within-process spread to separate
+        return Spread(n, k, float(np.var(list(y.values()), ddof=1)), n - 1, None, 0)
+    msw = ss_within / within_df
+    if k < 2:
+        return Spread(n, 1, msw, within_df, None, 0)
+    msb = sum(len(g) * (sum(g) / len(g) - grand) ** 2 for g in groups.values()) / (k - 1)
+    n0 = (n - sum(len(g) ** 2 for g in groups.values()) / n) / (k - 1)  # unbalanced one-way ANOVA
+    raw = (msb - msw) / n0
+    return Spread(n, k, msw, within_df, max(0.0, raw), k - 1, raw)
+
+
+def pool_between(spreads: Sequence[Spread | None]) -> tuple[float | None, int]:
+    """The between-process variance pooled over cells (their raw moment estimates weighted by degrees of
+    freedom, then clipped at 0) and its degrees of freedom; (None, 0) when no cell had two processes."""
+    usable = [s for s in spreads if s is not None and s.between_raw is not None and s.between_df > 0]
+    df = sum(s.between_df for s in usable)
+    if not df:
+        return None, 0
+    return max(0.0, sum(s.between_raw * s.between_df for s in usable) / df), df  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------- one cell
+def interval(latencies: Sequence[float], rounds: Sequence[int] | None, stat: str = "p50",
+             processes: int | Mapping[int, int] | None = None, between: tuple[float | None, int] | None = None,
+             ) -> tuple[float, float, float] | None:
+    """95% interval of ``stat`` (of :data:`STATISTICS`) and the pooled value it is centred on: (low, high,
+    value); ``between``: a pooled (variance, df) of the between-process part in place of the cell's own.
+    None with fewer than 3 rounds."""
+    per_round = round_stats(latencies, rounds, stat)
+    fit = spread(per_round, process_of(list(per_round), processes))
+    if fit is None:
         return None
     value = float(STATISTICS[stat](np.asarray(latencies, dtype=np.float64)))
-    half = _half_width(t975(per_round.size - 1), _log_spread(np.log(per_round))[1], cells=1)
+    se, df = fit.se(*(between or (None, None)))
+    half = t975(df) * se
     return value * math.exp(-half), value * math.exp(half), value
 
 
-def median_interval(latencies: Sequence[float], rounds: Sequence[int] | None) -> tuple[float, float] | None:
-    """95% interval of the p50 from the variation between rounds, or None with fewer than 3 rounds."""
-    found = interval(latencies, rounds, "p50")
+def median_interval(latencies: Sequence[float], rounds: Sequence[int] | None,
+                    processes: int | Mapping[int, int] | None = None,
+                    between: tuple[float | None, int] | None = None) -> tuple[float, float] | None:
+    """95% interval of the p50 from the rounds and the processes, or None with fewer than 3 rounds."""
+    found = interval(latencies, rounds, "p50", processes, between)
     return None if found is None else found[:2]
 
 
-def stability(latencies: Sequence[float], rounds: Sequence[int] | None) -> dict[str, Any]:
-    """Is the p50 estimate stable? From the between-round spread (the interval's half-width) and the
-    drift from the first to the last third of the rounds; ``advice`` is the one line for the user."""
-    meds = np.array([m for _, m in sorted(round_medians(latencies, rounds).items())])
-    if meds.size < MIN_ROUNDS:
-        return {"verdict": "unknown", "rounds": int(meds.size), "half_width": None, "drift": None,
+def _binom_cdf(n: int, q: float) -> np.ndarray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, q) (log-space, exact)."""
+    k = np.arange(n + 1, dtype=np.float64)
+    lgamma = np.vectorize(math.lgamma)
+    logpmf = math.lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) + k * math.log(q) + (n - k) * math.log1p(-q)
+    return np.cumsum(np.exp(logpmf - logpmf.max())) / np.exp(logpmf - logpmf.max()).sum()
+
+
+def needed_samples(q: float, level: float = 0.95) -> int:
+    """Samples a quantile ``q`` needs before any order statistic bounds it from above at ``level`` (299 for the
+    p99: below that, even the largest sample is under the p99 more than 5% of the time)."""
+    return math.ceil(math.log(1 - level) / math.log(q))
+
+
+def effective_n(latencies: Sequence[float], rounds: Sequence[int] | None) -> float:
+    """The sample count discounted for the correlation of successive iterations within a round (lag-1,
+    AR(1)'s ``n (1 - rho) / (1 + rho)``); the round-to-round level is taken out first."""
+    x = np.log(np.asarray(latencies, dtype=np.float64))
+    r = np.zeros(x.size, dtype=int) if rounds is None else np.asarray(rounds, dtype=int)
+    pairs_a, pairs_b = [], []
+    for k in np.unique(r):
+        v = x[r == k]
+        v = v - np.median(v)
+        if v.size > 2:
+            pairs_a.append(v[:-1])
+            pairs_b.append(v[1:])
+    if not pairs_a:
+        return float(x.size)
+    a, b = np.concatenate(pairs_a), np.concatenate(pairs_b)
+    rho = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else 0.0
+    rho = min(max(rho, 0.0), 0.99)
+    return x.size * (1 - rho) / (1 + rho)
+
+
+def percentile_interval(latencies: Sequence[float], rounds: Sequence[int] | None, q: float,
+                        ) -> tuple[float, float] | None:
+    """A distribution-free 95% interval of the ``q`` quantile from order statistics: the binomial count of
+    samples below it, on the effective sample size (:func:`effective_n`), mapped back onto the sorted samples;
+    None below :func:`needed_samples`."""
+    x = np.sort(np.asarray(latencies, dtype=np.float64))
+    n_eff = int(math.floor(effective_n(latencies, rounds)))
+    if n_eff < needed_samples(q):
+        return None
+    cdf = _binom_cdf(n_eff, q)
+    lo_k = int(np.searchsorted(cdf, 0.025))  # the order statistic at or below the quantile with 97.5%
+    hi_k = int(np.searchsorted(cdf, 0.975)) + 1
+    scale = x.size / n_eff
+    lo = x[min(x.size - 1, max(0, int(math.floor(lo_k * scale)) - 1))] if lo_k > 0 else x[0]
+    hi = x[min(x.size - 1, int(math.ceil(hi_k * scale)) - 1)]
+    return float(lo), float(hi)
+
+
+def stability(latencies: Sequence[float], rounds: Sequence[int] | None,
+              processes: int | Mapping[int, int] | None = None,
+              between: tuple[float | None, int] | None = None) -> dict[str, Any]:
+    """Is the p50 estimate stable? From the data alone: the interval's half-width (rounds and processes) and the
+    drift over the rounds, the least-squares slope of the log round medians times the rounds' span."""
+    meds = round_medians(latencies, rounds)
+    if len(meds) < MIN_ROUNDS:
+        return {"verdict": "unknown", "rounds": len(meds), "half_width": None, "drift": None,
                 "advice": f"fewer than {MIN_ROUNDS} rounds, so no interval: measure with --rounds {MIN_ROUNDS} or more"}
-    logs = np.log(meds)
-    half = math.expm1(_half_width(t975(meds.size - 1), _log_spread(logs)[1], cells=1))
-    third = max(1, meds.size // 3)
-    drift = math.expm1(float(logs[-third:].mean() - logs[:third].mean()))
+    fit = spread(meds, process_of(list(meds), processes))
+    se, df = fit.se(*(between or (None, None)))  # type: ignore[union-attr]
+    half = math.expm1(t975(df) * se)
+    order = sorted(meds)
+    xs, ys = np.asarray(order, dtype=np.float64), np.log([meds[r] for r in order])
+    slope = float(np.polyfit(xs, ys, 1)[0]) if xs.std() > 0 else 0.0
+    drift = math.expm1(slope * (xs.max() - xs.min()))
     reasons = []
     if half > UNSTABLE_HALF_WIDTH:
-        reasons.append(f"rounds disagree (p50 +-{half:.0%})")
+        reasons.append(f"rounds and processes disagree (p50 +-{half:.0%})")
     if abs(drift) > UNSTABLE_DRIFT:
-        reasons.append(f"p50 drifted {drift:+.0%} from the first to the last rounds")
+        reasons.append(f"p50 drifted {drift:+.0%} over the rounds")
     advice = "" if not reasons else "; ".join(reasons) + \
         ": run more rounds (--rounds) or on a quieter machine before trusting small differences"
-    return {"verdict": "unstable" if reasons else "stable", "rounds": int(meds.size), "half_width": half,
-            "drift": drift, "advice": advice}
+    return {"verdict": "unstable" if reasons else "stable", "rounds": len(meds), "half_width": half,
+            "drift": drift, "drift_method": "log-median-slope-over-rounds", "advice": advice}
 
 
-def summarize(latencies_ms: Sequence[float], rounds: Sequence[int] | None = None) -> dict[str, Any]:
-    """Summary of per-iteration latencies in milliseconds (the ``latency_ms`` block of a record)."""
+def summarize(latencies_ms: Sequence[float], rounds: Sequence[int] | None = None,
+              processes: int | Mapping[int, int] | None = None,
+              between: tuple[float | None, int] | None = None) -> dict[str, Any]:
+    """Summary of per-iteration latencies in milliseconds (the ``latency_ms`` block of a record). ``processes``:
+    the process of each round (or their count); ``between``: the group's pooled between-process variance."""
     x = np.asarray(latencies_ms, dtype=np.float64)
     n = int(x.size)
     if n == 0:
@@ -146,44 +283,100 @@ def summarize(latencies_ms: Sequence[float], rounds: Sequence[int] | None = None
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     p25, p50, p75, p90, p95, p99 = (float(v) for v in np.percentile(x, [25, 50, 75, 90, 95, 99]))
-    ci = median_interval(x, rounds)
+    ci = median_interval(x, rounds, processes, between)
+    per_round = round_medians(x, rounds)
+    fit = spread(per_round, process_of(list(per_round), processes))
+    tails: dict[str, Any] = {}
+    for name, q in TAILS.items():
+        tail = percentile_interval(x, rounds, q)
+        tails[f"{name}_ci95"] = None if tail is None else list(tail)
+    n_eff = effective_n(x, rounds)
+    too_few = [name for name, q in TAILS.items() if n_eff < needed_samples(q)]
+    spread_block = None if fit is None else {
+        **fit.as_dict(), "pooled_between_var": None if between is None else between[0],
+        "pooled_between_df": None if between is None else between[1],
+        "se_log": fit.se(*(between or (None, None)))[0], "df": fit.se(*(between or (None, None)))[1],
+        "measured": (between is not None and between[0] is not None) or fit.between_var is not None}
     return {
         "n": n, "mean": mean, "std": std, "cv": std / mean if mean > 0 else float("nan"),
         "min": float(x.min()), "max": float(x.max()),
         "p25": p25, "p50": p50, "p75": p75, "p90": p90, "p95": p95, "p99": p99, "iqr": p75 - p25,
         "p50_ci95": None if ci is None else list(ci),
+        **tails,
+        "n_effective": n_eff,
+        "tails_too_few_samples": too_few,
+        "tail_method": TAIL_METHOD,
         "percentile_rule": PERCENTILE_RULE,
-        "ci_method": CI_METHOD,
-        "stability": stability(x, rounds),
+        "ci_method": CI_METHOD + ("" if spread_block and spread_block["measured"] else ASSUMED),
+        "spread": spread_block,
+        "stability": stability(x, rounds, processes, between),
     }
 
 
-def compare(a_ms: Sequence[float], a_rounds: Sequence[int] | None, b_ms: Sequence[float],
-            b_rounds: Sequence[int] | None, paired: bool, stat: str = "p50") -> dict[str, Any]:
-    """A's median latency over B's (or another of :data:`STATISTICS`), with a 95% interval and whether
-    it excludes 1.
+# --------------------------------------------------------------------------- two cells
+@dataclass(frozen=True)
+class Sample:
+    """A cell's raw latencies as a comparison needs them: the rounds, the process of each round, and the
+    group's pooled between-process variance (None: unmeasured, assumed)."""
 
-    ``paired``: A and B were measured in the same rounds of one run (their round indices pair up).
-    ``ci95`` and ``significant`` are None where the records give no interval (fewer than 3 rounds).
+    latencies: Sequence[float]
+    rounds: Sequence[int] | None
+    processes: Mapping[int, int] | int | None = None
+    between: tuple[float | None, int] | None = None
+
+
+def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, Any]:
+    """A's statistic over B's (of :data:`STATISTICS`), with a 95% interval and whether it excludes 1.
+
+    ``paired``: A and B were measured in the same rounds of one run (their round indices pair up): the per-round
+    log ratios, with both cells' between-process parts. Unpaired: both cells' standard errors, each with its
+    rounds and processes. ``ci95`` and ``significant`` are None with fewer than 3 rounds on a side.
     """
-    ma, mb = round_stats(a_ms, a_rounds, stat), round_stats(b_ms, b_rounds, stat)
+    ma, mb = round_stats(a.latencies, a.rounds, stat), round_stats(b.latencies, b.rounds, stat)
     common = sorted(set(ma) & set(mb))
+    assumed = not all(s.between and s.between[0] is not None for s in (a, b))
     if paired and len(common) >= MIN_ROUNDS:
-        logs = np.log([ma[k] / mb[k] for k in common])
-        mean, se = _log_spread(logs)
-        df, method = len(common) - 1, PAIRED_METHOD
+        pa, pb = process_of(common, a.processes), process_of(common, b.processes)
+        ratios = {r: ma[r] / mb[r] for r in common}
+        fit = spread(ratios, {r: pa[r] * 1000 + pb[r] for r in common})
+        between_a, between_b = (s.between or (None, 0) for s in (a, b))
+        if between_a[0] is not None and between_b[0] is not None:
+            pooled = (between_a[0] + between_b[0], min(between_a[1], between_b[1]))
+        else:
+            pooled = (None, 0)
+        se, df = fit.se(*pooled)  # type: ignore[union-attr]
+        mean = float(np.mean(np.log(list(ratios.values()))))
+        method = PAIRED_METHOD
     else:
         f = STATISTICS[stat]
-        mean = math.log(float(f(np.asarray(a_ms, dtype=np.float64))) / float(f(np.asarray(b_ms, dtype=np.float64))))
-        if min(len(ma), len(mb)) < MIN_ROUNDS:
+        mean = math.log(float(f(np.asarray(a.latencies, dtype=np.float64))) /
+                        float(f(np.asarray(b.latencies, dtype=np.float64))))
+        fits = [spread(m, process_of(list(m), s.processes)) for m, s in ((ma, a), (mb, b))]
+        if any(fit is None for fit in fits):
             return {"ratio": math.exp(mean), "ci95": None, "significant": None, "method": "none-too-few-rounds",
                     "rounds": min(len(ma), len(mb))}
-        se = math.hypot(*(_log_spread(np.log(list(m.values())))[1] for m in (ma, mb)))
-        df, method = min(len(ma), len(mb)) - 1, UNPAIRED_METHOD
-    half = _half_width(t975(df), se, cells=2)
+        parts = [fit.se(*(s.between or (None, None))) for fit, s in zip(fits, (a, b))]  # type: ignore[union-attr]
+        se = math.hypot(parts[0][0], parts[1][0])
+        denominator = sum(p[0] ** 4 / p[1] for p in parts)
+        df = se ** 4 / denominator if denominator > 0 else 1.0
+        method = UNPAIRED_METHOD
+        common = list(range(min(len(ma), len(mb))))
+    half = t975(df) * se
     lo, hi = math.exp(mean - half), math.exp(mean + half)
-    return {"ratio": math.exp(mean), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi, "method": method,
-            "rounds": df + 1}
+    return {"ratio": math.exp(mean), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi,
+            "method": method + (ASSUMED if assumed else ""), "rounds": len(common), "df": df}
+
+
+def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
+    """The geometric mean of several ratios, each given with the standard error of its log (as pyperf's
+    ``compare_to`` prints one), with a normal 95% interval; None without any."""
+    if not ratios:
+        return None
+    logs = np.log([r for r, _ in ratios])
+    se = math.sqrt(sum(s * s for _, s in ratios)) / len(ratios)
+    mean = float(logs.mean())
+    return {"ratio": math.exp(mean), "ci95": [math.exp(mean - _Z975 * se), math.exp(mean + _Z975 * se)],
+            "cells": len(ratios)}
 
 
 def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> dict[str, Any]:
@@ -195,3 +388,15 @@ def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> 
                        for _ in range(1000)])
     lo, hi = (float(v) for v in np.quantile(ratios, [0.025, 0.975]))
     return {"ratio": float(np.median(a) / np.median(b)), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi}
+
+
+def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,
+                       ) -> tuple[float, float] | None:
+    """A 95% interval around ``value`` from a statistic measured once per round (energy per inference, say),
+    with the rounds' and the processes' parts as for latency; None with fewer than 3 rounds."""
+    fit = spread(per_round, process_of(list(per_round), processes))
+    if fit is None or value <= 0:
+        return None
+    se, df = fit.se()
+    half = t975(df) * se
+    return value * math.exp(-half), value * math.exp(half)

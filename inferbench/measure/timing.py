@@ -12,6 +12,7 @@ the rounds. :func:`run_timed` runs the warm-up and all blocks back to back, for 
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ..spec import TimingConfig
 
 Clock = Callable[[], float]
 BLOCK_WARMUP_CALLS = 1  # untimed calls before each block: caches warm again after the other cells' blocks
+GC_DURING_BLOCKS = "disabled"  # Python's garbage collector is off inside every timed block (recorded)
 
 
 class WindowMonitor(Protocol):
@@ -95,14 +97,20 @@ def run_block(call: Callable[[], Any], synchronize: Callable[[Any], None], confi
     latencies: list[float] = []
     append = latencies.append
     min_n, min_s = config.block_iterations, config.block_s
-    start = prev = clock()
-    while True:
-        synchronize(call())
-        now = clock()
-        append(now - prev)
-        prev = now
-        if len(latencies) >= min_n and now - start >= min_s:
-            break
+    collecting = gc.isenabled()
+    gc.disable()  # no collection inside the window, as timeit does (GC_DURING_BLOCKS)
+    try:
+        start = prev = clock()
+        while True:
+            synchronize(call())
+            now = clock()
+            append(now - prev)
+            prev = now
+            if len(latencies) >= min_n and now - start >= min_s:
+                break
+    finally:
+        if collecting:
+            gc.enable()
     window = prev - start
     return Block(round_index, latencies, window, {name: monitor.stop(window) for name, monitor in monitors},
                  started_at)

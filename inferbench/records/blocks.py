@@ -78,6 +78,11 @@ class Latency:
     std: Number = None
     cv: Number = None
     p50_ci95_iid: Interval = None
+    p90_ci95: Interval = None
+    p95_ci95: Interval = None
+    p99_ci95: Interval = None
+    n_effective: Number = None
+    spread: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

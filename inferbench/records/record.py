@@ -26,7 +26,14 @@ Schema history (``schema_version``):
   5 — issue 23: ``machine_state`` (the machine during every timed block: cores other work took, steal, load;
       see :mod:`inferbench.measure.trackers.machine`) and ``validity`` (``valid``: true, false or null when the
       machine's state is unknown, and the ``reason``). Upgrading sets ``machine_state`` to null and ``validity``
-      to unknown: nothing watched the machine then.
+      to unknown: nothing watched the machine then. ``tuning``: a tuned cell's tuning phase (null otherwise).
+  6 — issue 24: each cell's rounds spread over worker processes (``timing.processes``, each block's ``process``),
+      ``latency_ms.spread`` (the variance between rounds within a process and between processes, its pooled
+      value over the group, the standard error and degrees of freedom the interval used), order-statistic
+      intervals of the tails (``p90_ci95``, ``p95_ci95``, ``p99_ci95``, null below the samples they need;
+      ``n_effective``, ``tails_too_few_samples``), the drift as a slope, ``energy.joules_per_inference_ci95`` and
+      its ``per_round_j_per_inference``, ``timing.gc``. Upgrading a schema-5 record leaves the spread unmeasured:
+      its comparisons use an assumed one and say so.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
-SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4, 5})
+SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4, 5, 6})
 #: The validity of a record from before inferbench watched the machine.
 UNWATCHED = {"valid": None, "reason": "machine state unknown: measured before inferbench watched the machine "
                                       "(schema 4 and older)"}
@@ -235,6 +242,11 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
                 "environment": {**(data.get("environment") or {}), "peak_fp32": None}}
     if data.get("schema_version") == 4:
         data = {**data, "schema_version": 5, "machine_state": None, "validity": UNWATCHED}
+    if data.get("schema_version") == 5:  # one process per cell: no spread between processes was measured
+        lat = data.get("latency_ms")
+        data = {**data, "schema_version": 6, "latency_ms": None if lat is None else {
+            **lat, "spread": None, "spread_note": "measured before inferbench measured the spread between worker "
+                                                  "processes (schema 5 and older): comparisons assume one"}}
     return data
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..base.errors import UsageError
 
 #: Runner options every framework takes (they change the timed region, not the framework).
-COMMON_OPTIONS = ("include_transfer",)
+COMMON_OPTIONS = ("include_transfer", "env")
 
 
 @dataclass(frozen=True)

@@ -13,5 +13,12 @@ SCENARIOS: dict[str, str] = {
 
 
 def get_scenario(name: str) -> Callable[..., Any]:
+    """The scenario's session class (what a worker runs)."""
     module, _, func = SCENARIOS[name].partition(":")
     return getattr(importlib.import_module(module), func)
+
+
+def scenario_module(name: str) -> Any:
+    """The scenario's module: besides its session class, ``merge(outcomes, batch_size)`` (one cell's processes as
+    one outcome) and ``finalize_group(outcomes)`` (what a group's cells share), which the parent calls."""
+    return importlib.import_module(SCENARIOS[name].partition(":")[0])

@@ -6,6 +6,7 @@ no global auto-jit flag is ever set, so it cannot leak into other frameworks' ru
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,9 @@ class TfBase(Runner):
         return {
             "sync": "tf.sync_devices" if self.gpu else "none-cpu",
             "jit_compile": self.jit,
+            # XLA the shell asked for (--pass-env TF_XLA_FLAGS): auto-jit compiles graph-mode functions too
+            "tf_xla_flags": os.environ.get("TF_XLA_FLAGS"),
+            "auto_jit": "auto_jit" in (os.environ.get("TF_XLA_FLAGS") or ""),
             "intra_op_threads": self.tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": self.tf.config.threading.get_inter_op_parallelism_threads(),
             "tf32": self.tf.config.experimental.tensor_float_32_execution_enabled() if self.gpu else None,

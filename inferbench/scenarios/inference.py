@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..base.codec import encode
-from ..measure.timing import BLOCK_WARMUP_CALLS
+from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS
 from ..spec import CellJob, CellOutcome, TimingConfig
 
 Emit = Callable[[str], None]
@@ -150,6 +150,7 @@ class Session:
                 "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
                            "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
                            "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
+                           "gc": GC_DURING_BLOCKS, "test_slowdown": test_slowdown(cell.framework),
                            "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s,
                                        "started_at": b.started_at} for b in self.blocks],
                            **self.job.interleaving, **self.timing.notes},
@@ -160,6 +161,96 @@ class Session:
                 **tracked,
             },
         )
+
+
+def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
+    """One cell's outcome from its worker processes' (each measured some of the rounds): the raw latencies
+    together, their statistics with the process of each round, throughput over every window, energy and the
+    machine's state over every block; parity failed if any process's did; the rest from the first process."""
+    from ..measure import stats
+    from ..measure.trackers import judge
+    from ..measure.trackers.machine import summarize as machine_summary
+
+    if len(outcomes) == 1:
+        return outcomes[0]
+    first = outcomes[0].blocks
+    blocks = sorted(({**b, "process": i} for i, o in enumerate(outcomes) for b in o.blocks["timing"]["blocks"]),
+                    key=lambda b: b["round"])
+    processes = {b["round"]: b["process"] for b in blocks}
+    samples = sorted(((r, x) for o in outcomes for r, x in zip(o.blocks["raw_rounds"], o.blocks["raw_latencies_ms"])),
+                     key=lambda rx: rx[0])  # sorted is stable: each round keeps its order
+    rounds, latencies = [r for r, _ in samples], [x for _, x in samples]
+    window = sum(o.blocks["timing"]["window_s"] for o in outcomes)
+    parity = next((o.blocks["parity"] for o in outcomes if o.blocks["parity"].get("status") == "failed"),
+                  first["parity"])
+    memory = {k: max((o.blocks["memory"].get(k) for o in outcomes if isinstance(o.blocks["memory"].get(k),
+                                                                                (int, float))), default=v)
+              for k, v in first["memory"].items()}
+    merged = {**first, "parity": parity, "memory": memory, "raw_latencies_ms": latencies, "raw_rounds": rounds,
+              "latency_ms": stats.summarize(latencies, rounds, processes),
+              "throughput_per_s": len(latencies) * batch_size / window if window > 0 else float("nan"),
+              "timing": {**first["timing"], "blocks": blocks, "window_s": window, "processes": len(outcomes),
+                         "process_of_round": "round mod processes"},
+              "energy": _merge_energy([o.blocks["energy"] for o in outcomes], processes, len(latencies) * batch_size,
+                                      window),
+              "validity": judge([o.blocks["validity"] for o in outcomes if o.blocks.get("validity")])}
+    states = [o.blocks["machine_state"] for o in outcomes if o.blocks.get("machine_state")]
+    if len(states) == len(outcomes) and all("threads" in st for st in states):
+        merged["machine_state"] = {**states[0], **{k: v for k, v in machine_summary(
+            [b for st in states for b in st["blocks"]], states[0]["threads"], states[0]["max_other_load"]).items()
+            if k != "validity"}}
+    return CellOutcome(timing=outcomes[0].timing, blocks=merged)
+
+
+def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], inferences: int,
+                  window: float) -> dict[str, Any]:
+    """The processes' energy blocks as one: energies and windows add up, peaks take the maximum; per inference
+    with its interval from the per-round figures (rounds and processes)."""
+    from ..measure import stats
+
+    if not all(b.get("available") for b in blocks):
+        return next(b for b in blocks if not b.get("available"))
+    out = dict(blocks[0])
+    for key in ("gross_j", "net_j"):
+        values = [b.get(key) for b in blocks]
+        out[key] = None if any(v is None for v in values) else float(sum(values))
+    peaks = [b["peak_power_w"] for b in blocks if b.get("peak_power_w") is not None]
+    per_round = {int(r): v for b in blocks for r, v in (b.get("per_round_j_per_inference") or {}).items()}
+    out.update(window_s=window, peak_power_w=max(peaks) if peaks else None, per_round_j_per_inference=per_round,
+               mean_power_w=out["gross_j"] / window if out["gross_j"] is not None and window > 0 else None,
+               joules_per_inference=out["gross_j"] / inferences if out["gross_j"] is not None else None,
+               net_joules_per_inference=out["net_j"] / inferences if out["net_j"] is not None else None)
+    if out["joules_per_inference"]:
+        ci = stats.per_round_interval(out["joules_per_inference"], per_round, processes)
+        out["joules_per_inference_ci95"] = None if ci is None else list(ci)
+    return out
+
+
+def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | None]:
+    """The cells of a group, each with the between-process part of its intervals pooled over the group's cells
+    (:func:`inferbench.measure.stats.pool_between`: the component belongs to the machine and the run; one cell's
+    two or three processes measure it poorly on their own)."""
+    from ..measure import stats
+
+    fits = []
+    for o in outcomes:
+        spread = (o.blocks.get("latency_ms") or {}).get("spread") if o is not None else None
+        fits.append(None if not spread else stats.Spread(**{k: spread[k] for k in (
+            "rounds", "processes", "within_var", "within_df", "between_var", "between_df", "between_raw")}))
+    pooled = stats.pool_between(fits)
+    if pooled[0] is None:
+        return outcomes
+    out: list[CellOutcome | None] = []
+    for o in outcomes:
+        if o is None or not (o.blocks.get("latency_ms") or {}).get("spread"):
+            out.append(o)
+            continue
+        b = o.blocks
+        processes = {blk["round"]: blk.get("process", 0) for blk in b["timing"]["blocks"]}
+        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, pooled)
+        out.append(CellOutcome(timing=o.timing, blocks={**b, "latency_ms": {
+            **latency, "spread": {**latency["spread"], "pooled_cells": sum(f is not None for f in fits)}}}))
+    return out
 
 
 def _open_trackers(job: CellJob, emit: Emit) -> tuple[list[Any], dict[str, str]]:
@@ -291,11 +382,34 @@ def _timing_for(timing: TimingConfig, trackers: list[Any]) -> _Timing:
                    {"extended_for_energy_from_s": timing.min_duration_s})
 
 
+#: Test-only (benchmarks/aa_calibration.py): ``FRAMEWORK:FACTOR`` makes every timed call of that framework's cells
+#: FACTOR times as long, by busy work after it; the record says so (``timing.test_slowdown``), the cell's identity
+#: does not change, so that ``compare`` can be shown a real slowdown of one configuration.
+TEST_SLOWDOWN = "INFERBENCH_TEST_SLOWDOWN"
+
+
+def test_slowdown(framework: str) -> float | None:
+    key, _, factor = os.environ.get(TEST_SLOWDOWN, "").partition(":")
+    return float(factor) if key == framework and factor else None
+
+
 def _timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
     """What one timed iteration is: (call, synchronize, timed-region code)."""
     if cell.options.include_transfer:
         # host array in, host array out, as the seed projects timed it: the copies are inside the window
         return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
+    factor = test_slowdown(cell.framework)
+    if factor is not None:
+        def slowed() -> Any:
+            start = time.perf_counter()
+            out = runner.call(prepared)
+            runner.synchronize(out)
+            until = time.perf_counter() + (factor - 1.0) * (time.perf_counter() - start)
+            while time.perf_counter() < until:
+                pass
+            return out
+
+        return slowed, lambda _: None, "call+sync+test-slowdown"
     return lambda: runner.call(prepared), runner.synchronize, "call+sync"
 
 

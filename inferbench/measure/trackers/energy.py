@@ -110,26 +110,36 @@ SETTLE_MAX_S = 8.0
 def settle(sensor: Sensor, clock: Clock = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
            window_s: float = SETTLE_WINDOW_S, tolerance: float = SETTLE_TOLERANCE,
            max_s: float = SETTLE_MAX_S) -> dict[str, Any]:
-    """Wait until the idle device's power stops falling: ``{"settled", "settle_s", "windows_w"}`` (the
-    windows' mean powers, for the record). A sensor without a power reading cannot be watched: it is not waited
+    """Wait until the idle device's power stops falling: ``{"settled", "settle_s", "windows_w", "reading"}`` (the
+    windows' mean powers, for the record). Each window's mean comes from the energy counter where there is one
+    (RAPL has nothing else), else from power readings; a sensor with neither cannot be watched and is not waited
     for (``settled`` None)."""
     start = clock()
     means: list[float] = []
-    if _read(sensor.power_w) is None:
-        return {"settled": None, "settle_s": 0.0, "windows_w": means}
+    counter = _read(sensor.energy_j) is not None
+    if not counter and _read(sensor.power_w) is None:
+        return {"settled": None, "settle_s": 0.0, "windows_w": means, "reading": None}
+    reading = "counter" if counter else "power"
     while clock() - start < max_s:
-        t0, watts = clock(), []
+        t0, e0, watts = clock(), _read(sensor.energy_j) if counter else None, []
         while clock() - t0 < window_s:
-            w = _read(sensor.power_w)
-            if w is not None:
-                watts.append(w)
+            if not counter:
+                w = _read(sensor.power_w)
+                if w is not None:
+                    watts.append(w)
             sleep(min(0.05, window_s))
-        if not watts:
-            return {"settled": None, "settle_s": clock() - start, "windows_w": means}
-        means.append(sum(watts) / len(watts))
+        e1, t1 = (_read(sensor.energy_j) if counter else None), clock()
+        if counter and e0 is not None and e1 is not None and e1 >= e0 and t1 > t0:
+            means.append((e1 - e0) / (t1 - t0))
+        elif watts:
+            means.append(sum(watts) / len(watts))
+        else:
+            return {"settled": None, "settle_s": clock() - start, "windows_w": means, "reading": reading}
         if len(means) >= 2 and abs(means[-1] - means[-2]) <= tolerance * max(abs(means[-2]), 1e-9):
-            return {"settled": True, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means]}
-    return {"settled": False, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means]}
+            return {"settled": True, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means],
+                    "reading": reading}
+    return {"settled": False, "settle_s": clock() - start, "windows_w": [round(m, 2) for m in means],
+            "reading": reading}
 
 
 def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.monotonic,
@@ -270,4 +280,9 @@ class EnergyTracker:
         energy = per_inference(combine([b.monitors[self.name] for b in done.blocks]), done.inferences,
                                done.throughput)
         energy["idle_baseline"] = self.idle
+        samples = sum(len(b.latencies_s) for b in done.blocks)
+        batch = done.inferences / samples if samples else 0
+        energy["per_round_j_per_inference"] = {  # for the interval between rounds (and processes)
+            str(b.round): b.monitors[self.name]["gross_j"] / (len(b.latencies_s) * batch)
+            for b in done.blocks if b.monitors[self.name].get("gross_j") is not None and b.latencies_s and batch}
         return Contribution({"energy": energy})
