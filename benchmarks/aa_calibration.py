@@ -7,9 +7,11 @@ group — two cells, each with its worker processes, interleaved in rounds exact
 ``--repeats`` times; each repeat asks the question a run answers for two frameworks: is the paired ratio of their
 medians significantly different from 1 at 95%? The iid bootstrap the seed projects used is shown beside it.
 
-Across invocations (``--across``), what ``compare`` is used for in CI: ``--invocations`` plain runs of one
-configuration (``inferbench run --framework onnxrt,openvino --tune off``), one after another, and ``compare``
-between every pair of them (45 pairs for 10 runs): how often does it call identical runs "significant" (goal: at
+Across invocations (``--across``), what ``compare`` is used for in CI: first ``--invocations`` plain runs of one
+configuration (``inferbench run --framework onnxrt,openvino --tune off``) measure this machine's spread between
+invocations at one machine speed and write it beside the artifact cache (every later run records it, and
+``compare`` adds it to both sides); then as many again, and ``compare`` between every pair of those (45 pairs for
+10 runs): how often does it call identical runs "significant" (goal: at
 most 10% of pairs), and "REGRESSION" with ``--fail-above 10`` (at most 5%)? Then, with ``--slowdown
 FRAMEWORK:FACTOR``, as many runs again with that framework slowed down on purpose (inferbench's test-only
 ``INFERBENCH_TEST_SLOWDOWN``: busy work after each call) paired with the plain ones: a real slowdown must still be
@@ -137,18 +139,22 @@ def tally(pairs: list[tuple[Path, Path]]) -> dict[str, dict[str, int]]:
 
 
 def across(args: argparse.Namespace) -> None:
+    """Calibrate, then evaluate: the first ``--invocations`` plain runs measure this machine's spread between
+    invocations (written beside the artifact cache, where every later run records it); the next ones, which carry
+    it, are compared pairwise, with the slowed and busy runs, and give the rates."""
     import contextlib
     import io
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    modes = [("aa", 0, None, args.invocations)]
+    modes = [("calibrate", 0, None, args.invocations), ("aa", 0, None, args.invocations)]
     if args.slowdown:
         modes.append(("slowed", 0, args.slowdown, max(3, args.invocations // 2)))
     if args.busy:
         modes.append((f"busy-{args.busy}", args.busy, None, args.invocations))
     runs: dict[str, list[Path]] = {}
     walls: dict[str, list[float]] = {}
+    calibration = None
     for name, busy, slowdown, count in modes:
         runs[name], walls[name] = [], []
         for i in range(count):
@@ -157,6 +163,10 @@ def across(args: argparse.Namespace) -> None:
             (run_dir,) = [p for p in folder.iterdir() if p.is_dir()]
             runs[name].append(run_dir)
             print(f"{name} {i + 1}/{count}: {walls[name][-1]:.0f} s", file=sys.stderr, flush=True)
+        if name == "calibrate":
+            calibration = calibrate(runs[name], args.cache_dir, args.frameworks)
+            print(f"calibrated: sd between invocations {calibration['sd']:.2%} -> {calibration['file']}",
+                  file=sys.stderr, flush=True)
     quiet_io = io.StringIO()
     with contextlib.redirect_stderr(quiet_io):  # the loader's notes on every pair
         results = {"aa": tally(list(itertools.combinations(runs["aa"], 2)))}
@@ -165,21 +175,66 @@ def across(args: argparse.Namespace) -> None:
         if args.busy:
             results[f"busy-{args.busy}"] = tally(list(itertools.combinations(runs[f"busy-{args.busy}"], 2)))
     spread = process_spread(runs["aa"])
-    lines = [f"{len(runs['aa'])} plain invocations of `inferbench run --framework {args.frameworks} --tune off`, "
-             f"compared pairwise ({math.comb(len(runs['aa']), 2)} pairs per framework); --fail-above 10"]
+    lines = [f"calibration: {len(runs['calibrate'])} plain invocations of `inferbench run --framework "
+             f"{args.frameworks} --tune off` measured the spread between invocations at one machine speed: "
+             + ", ".join(f"{fw} {sd:.2%}" for fw, sd in calibration["per_framework"].items())  # type: ignore[index]
+             + f" (the runs' speeds on a fixed matrix product: {calibration['speeds']})",  # type: ignore[index]
+             f"then {len(runs['aa'])} more, which carry it, compared pairwise ({math.comb(len(runs['aa']), 2)} pairs "
+             "per framework); --fail-above 10"]
     for name, table in results.items():
         for fw, t in sorted(table.items()):
             lines.append(f"  {name:8s} {fw:10s} significant {wilson(t['significant'], t['pairs'])}; slower "
                          f"{wilson(t['slower'], t['pairs'])}; REGRESSION {wilson(t['regression'], t['pairs'])}; "
                          f"not comparable {t['not_comparable']}; no interval {t['no_interval']}")
-    lines.append("measured spread between worker processes (pooled per run; median over the plain runs): "
-                 + ", ".join(f"{fw} {sd:.2%}" for fw, sd in spread.items()))
+    lines.append("measured spread between worker processes within a run (pooled per run; median over the plain "
+                 "runs): " + ", ".join(f"{fw} {sd:.2%}" for fw, sd in spread.items()))
     lines.append("wall time per invocation: " + ", ".join(f"{k} {sum(v) / len(v):.0f} s" for k, v in walls.items()))
     (out / "calibration.json").write_text(json.dumps({"frameworks": args.frameworks, "slowdown": args.slowdown,
-                                                      "busy": args.busy, "results": results,
-                                                      "process_sd": spread, "walls_s": walls}, indent=1))
+                                                      "busy": args.busy, "calibration": calibration,
+                                                      "results": results, "process_sd": spread, "walls_s": walls},
+                                                     indent=1))
     (out / "calibration.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
+    """This machine's spread between invocations, from plain runs of one configuration: per framework, the standard
+    deviation of the log median between runs at one machine speed (runs grouped by their speed on the fixed matrix
+    product, :mod:`inferbench.measure.trackers.speed`; a pooled deviation over the groups, since ``compare`` never
+    sets runs of different speeds side by side), the largest over the frameworks; written where runs read it."""
+    import statistics
+
+    from inferbench.execution.environment import calibration_path
+    from inferbench.measure.trackers.speed import same_state
+
+    per: dict[str, list[tuple[float, float]]] = {}
+    threads = None
+    for run_dir in run_dirs:
+        for path in run_dir.glob("*_bs1_*.json"):
+            rec = json.loads(path.read_text())
+            speed = ((rec.get("machine_state") or {}).get("speed") or {}).get("gflops_median")
+            per.setdefault(rec["framework"], []).append((math.log(rec["latency_ms"]["p50"]), speed or 0.0))
+            threads = rec["config"]["threads"]
+    per_framework = {}
+    for fw, values in per.items():
+        groups: list[list[tuple[float, float]]] = []
+        for v in sorted(values, key=lambda x: x[1]):  # runs at one speed together
+            if groups and same_state(groups[-1][0][1], v[1]):
+                groups[-1].append(v)
+            else:
+                groups.append([v])
+        ss = sum((x - statistics.fmean(y for y, _ in g)) ** 2 for g in groups for x, _ in g)
+        df = sum(len(g) - 1 for g in groups)
+        per_framework[fw] = math.sqrt(ss / df) if df else float("nan")
+    sd = max(v for v in per_framework.values() if v == v)
+    path = calibration_path(cache_dir, int(threads or 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {"sd": sd, "per_framework": per_framework, "invocations": len(run_dirs), "frameworks": frameworks,
+              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "benchmarks/aa_calibration.py --across",
+              "method": "sd of the log median between invocations at one machine speed, pooled over speeds",
+              "speeds": sorted({round(s) for vs in per.values() for _, s in vs})}
+    path.write_text(json.dumps(result, indent=1))
+    return {**result, "file": str(path)}
 
 
 def process_spread(run_dirs: list[Path]) -> dict[str, float]:

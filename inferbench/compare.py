@@ -32,6 +32,7 @@ from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
 from .cli.options import non_negative_float, path_value
 from .cli.summary import fmt, table
+from .measure.trackers.speed import same_state
 from .records.table import write_csv
 from .spec import IDENTITY
 
@@ -87,8 +88,12 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
             "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
             "old_source": o["_source"], "new_source": n["_source"]}
         busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
+        speeds = [r.get("machine_state.speed.gflops_median") for r in (o, n)]
         if busy:
             row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
+        elif same_state(*speeds) is False:
+            row["verdict"] = (f"not comparable: the machine itself ran at another speed ({speeds[0]:.0f} and "
+                              f"{speeds[1]:.0f} GFLOP/s on a fixed matrix product)")
         elif o["status"] != "ok" or n["status"] != "ok":
             row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
             row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
@@ -124,6 +129,11 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     if gm is not None and len(judged) > 1:
         out.append(f"geometric mean NEW/OLD over {gm['cells']} cells: {gm['ratio']:.3f} "
                    f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
+    calibrated = [r for r in judged if "invocation-calibrated" in (r.get("method") or "")]
+    if judged and len(calibrated) < len(judged):
+        out.append(f"{len(judged) - len(calibrated)} of {len(judged)} judged cells come from a machine whose spread "
+                   "between invocations was never measured (python benchmarks/aa_calibration.py --across measures "
+                   "it): their intervals hold within a run, and may call identical runs different")
     assumed = [r for r in judged if "assumed" in (r.get("method") or "")]
     if assumed:
         out.append(f"{len(assumed)} of {len(judged)} judged cells have a side from before inferbench measured the "

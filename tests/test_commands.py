@@ -1,6 +1,7 @@
 """The front door: the ``inferbench`` command, ``compare`` for CI, the recommendation first, one loader,
 files a colleague can read."""
 
+import csv
 import io
 import json
 import os
@@ -131,6 +132,29 @@ def test_compare_never_judges_a_busy_run_and_gives_the_geometric_mean(tmp_path, 
     only_busy = _folder(tmp_path / "busy", make_record("torch", p50=30.0, raw_rounds=ROUNDS, validity=busy))
     assert inferbench(["compare", str(old), str(only_busy), "--fail-above", "10"]) == 3  # nothing comparable
     assert "measured on a busy machine (not valid)" in capsys.readouterr().err
+
+
+def test_compare_never_pairs_runs_at_another_machine_speed_and_adds_the_measured_invocation_spread(tmp_path,
+                                                                                                  capsys):
+    """Two runs whose machine ran at different speeds on the fixed matrix product (148 and 201 GFLOP/s: a state of
+    the VM) are not comparable; where the machine's spread between invocations was measured (calibration, in the
+    record), compare adds it to both sides and says so, and the interval is wider than without."""
+    slow = {"machine_state": {"speed": {"gflops_median": 148.0}}}
+    fast = {"machine_state": {"speed": {"gflops_median": 201.0}}}
+    old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS, **fast))
+    new = _folder(tmp_path / "new", make_record("onnxrt", p50=9.0, raw_rounds=ROUNDS, **slow))
+    assert inferbench(["compare", str(old), str(new), "--fail-above", "10"]) == 3
+    assert "not comparable: the machine itself ran at another speed (201 and 148 GFLOP/s" in capsys.readouterr().out
+    calibrated = {"cpu": {"model": "Test CPU"}, "invocation_spread": {"sd": 0.05, "measured_at": "2026-11-26"}}
+    for name, env in (("plain", {"cpu": {"model": "Test CPU"}}), ("calibrated", calibrated)):
+        a = _folder(tmp_path / name / "a", make_record("onnxrt", raw_rounds=ROUNDS, environment=env))
+        b = _folder(tmp_path / name / "b", make_record("onnxrt", p50=5.3, raw_rounds=ROUNDS, environment=env))
+        inferbench(["compare", str(a), str(b), "--csv", str(tmp_path / f"{name}.csv")])
+    out = capsys.readouterr().out
+    assert "never measured (python benchmarks/aa_calibration.py --across measures it)" in out
+    rows = {name: next(csv.DictReader((tmp_path / f"{name}.csv").open())) for name in ("plain", "calibrated")}
+    width = {k: float(v["ratio_ci_high"]) / float(v["ratio_ci_low"]) for k, v in rows.items()}
+    assert width["calibrated"] > width["plain"] and "+invocation-calibrated" in rows["calibrated"]["method"]
 
 
 def test_cells_measured_under_another_environment_are_another_cell(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@ import pytest
 
 from inferbench.base.device import Device, Gpu, resolve
 from inferbench.base.errors import UsageError
-from inferbench.scenarios.inference import check_device
+from inferbench.scenarios.base import check_device
 
 GPUS = [Gpu(0, "GPU-aaa", "NVIDIA A2", "00000000:17:00.0", 15000.0),
         Gpu(1, "GPU-bbb", "Tesla V100S", "00000000:65:00.0", 32000.0)]

@@ -9,7 +9,7 @@ import pytest
 
 from inferbench.measure import trackers
 from inferbench.measure.trackers.energy import EnergyTracker
-from inferbench.scenarios.inference import _finish_trackers, _open_trackers
+from inferbench.scenarios.base import finish_tracked, open_tracked
 
 
 class Counter:
@@ -79,14 +79,14 @@ def _with(monkeypatch, **entries):
 
 def test_a_tracker_is_one_class_and_one_entry(monkeypatch):
     _with(monkeypatch, energy="Opens", judge="Judges")
-    opened, missing = _open_trackers(JOB, lambda phase: None)
+    opened, missing = open_tracked(JOB, lambda phase: None)
     assert [t.name for t in opened] == ["energy", "judge"] and missing == {}
     energy = opened[0]
     monitor = energy.monitor()
     monitor.start()
     energy.sensor.t += 2.0
     block = types.SimpleNamespace(monitors={"energy": monitor.stop(2.0)}, latencies_s=[0.2] * 10, round=0)
-    out = _finish_trackers(opened, missing, _done([block]))
+    out = finish_tracked(opened, missing, _done([block]))
     assert out["energy"]["gross_j"] == pytest.approx(100.0) and out["energy"]["joules_per_inference"] == 10.0
     assert out["energy"]["per_round_j_per_inference"] == {"0": pytest.approx(10.0)}  # for its interval
     assert out["validity"] == {"valid": True, "reason": "quiet"}
@@ -94,12 +94,12 @@ def test_a_tracker_is_one_class_and_one_entry(monkeypatch):
 
 def test_a_sensor_that_cannot_be_read_costs_its_figures_never_the_cell(monkeypatch):
     _with(monkeypatch, energy="CannotOpen", judge="Judges")
-    opened, missing = _open_trackers(JOB, lambda phase: None)
-    out = _finish_trackers(opened, missing, _done())
+    opened, missing = open_tracked(JOB, lambda phase: None)
+    out = finish_tracked(opened, missing, _done())
     assert out["energy"] == {"available": False, "reason": "FAKE counter not readable (permission denied)"}
     _with(monkeypatch, energy="Crashes", judge="Judges")
-    opened, missing = _open_trackers(JOB, lambda phase: None)
-    out = _finish_trackers(opened, missing, _done())
+    opened, missing = open_tracked(JOB, lambda phase: None)
+    out = finish_tracked(opened, missing, _done())
     assert out["energy"]["available"] is False and "the counter vanished" in out["energy"]["reason"]
     assert out["validity"]["valid"] is None  # a watcher that failed cannot vouch for the cell
 
@@ -148,5 +148,24 @@ def test_the_cpu_clock_is_read_around_each_block_and_heat_throttling_makes_a_cel
     hot = tracker.finish(_done([block(3, 2200)]))
     assert hot.fields["machine_state"]["cpu_clock"]["mhz_min"] == 2200
     assert hot.validity == {"valid": False, "reason": "the CPU throttled for heat 3 time(s) during the blocks"}
-    merged = _finish_trackers([Judges({"valid": True, "reason": "quiet"}), tracker], {}, _done([block(0, 3000)]))
+    merged = finish_tracked([Judges({"valid": True, "reason": "quiet"}), tracker], {}, _done([block(0, 3000)]))
     assert merged["validity"]["valid"] is True and merged["machine_state"]["cpu_clock"]["mhz_min"] == 3000
+
+
+def test_the_machines_own_speed_is_read_around_each_block():
+    """A fixed matrix product before and after every block (trackers/speed.py): on the 2-core VM it ran at 148 or
+    201 GFLOP/s as the hypervisor placed the virtual CPUs, and the runtimes' latencies moved with it."""
+    from inferbench.measure.trackers.speed import SpeedTracker, probe, same_state
+
+    readings = iter([201.0, 199.0, 148.0, 150.0])
+    tracker = SpeedTracker(read=lambda: next(readings))
+    blocks = []
+    for _ in range(2):
+        monitor = tracker.monitor()
+        monitor.start()
+        blocks.append(types.SimpleNamespace(monitors={"speed": monitor.stop(0.5)}))
+    speed = tracker.finish(_done(blocks)).fields["machine_state"]["speed"]
+    assert speed["gflops_median"] == pytest.approx(174.5) and speed["gflops_min"] == 148.0 and speed["states"] == 2
+    assert same_state(201.0, 195.0) is True and same_state(201.0, 148.0) is False
+    assert same_state(float("nan"), 148.0) is None and same_state(None, 148.0) is None
+    assert probe(seconds=0.01) > 0.1  # the real product, on this machine

@@ -67,8 +67,10 @@ def sample_of(record: Mapping[str, Any]) -> Any:
     processes = {int(b["round"]): int(b.get("process", 0)) for b in blocks} or None
     var = field(record, "latency_ms.spread.pooled_between_var")
     df = field(record, "latency_ms.spread.pooled_between_df")
+    invocation = field(record, "environment.invocation_spread.sd")
     return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
-                  (float(var), int(df)) if var is not None and df else None)
+                  (float(var), int(df)) if var is not None and df else None,
+                  None if invocation is None else float(invocation) ** 2)
 
 
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:

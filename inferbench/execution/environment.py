@@ -72,3 +72,27 @@ def capture(device: Device) -> dict[str, Any]:
         "env": {k: v for k, v in os.environ.items()
                 if k.startswith(("TF_XLA", "XLA_", "OMP_", "MKL_", "CUDA_VISIBLE", "KERAS_BACKEND"))},
     }
+
+
+def calibration_path(cache_dir: str | Path, threads: int) -> Path:
+    """Where this machine's measured spread between invocations is kept (per host, CPU model and thread count),
+    beside the artifact cache: ``benchmarks/aa_calibration.py --across`` writes it."""
+    import hashlib
+    import json
+
+    key = json.dumps({"host": socket.gethostname(), "cpu": cpu_model(), "threads": threads}, sort_keys=True)
+    return Path(cache_dir) / "calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any] | None:
+    """This machine's measured spread between invocations (``sd`` of a cell's log median, with how and when it was
+    measured), or None where it was never measured; every record carries it (``environment.invocation_spread``)
+    and ``compare`` adds it to each side."""
+    import json
+
+    path = calibration_path(cache_dir, threads)
+    try:
+        data = json.loads(path.read_text())
+        return {**data, "file": str(path)} if isinstance(data, dict) and isinstance(data.get("sd"), float) else None
+    except (OSError, ValueError):
+        return None

@@ -133,9 +133,10 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
 
 def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
              progress: Progress, strict: bool, objective: str, unwritten: dict[str, str]) -> Executed:
-    from .environment import capture
+    from .environment import capture, invocation_calibration
 
-    environment = {**capture(config.device), "peak_fp32": peak_fp32(config)}
+    environment = {**capture(config.device), "peak_fp32": peak_fp32(config),
+                   "invocation_spread": invocation_calibration(config.cache_dir, config.threads)}
     exports: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
 
     def group_of(cell: CellKey) -> tuple[tuple[str, int], tuple[int, ...]]:

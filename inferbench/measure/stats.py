@@ -323,6 +323,7 @@ class Sample:
     rounds: Sequence[int] | None
     processes: Mapping[int, int] | int | None = None
     between: tuple[float | None, int] | None = None
+    invocation_var: float | None = None  # the machine's measured variance between invocations (calibration)
 
 
 def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, Any]:
@@ -360,6 +361,10 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
         denominator = sum(p[0] ** 4 / p[1] for p in parts)
         df = se ** 4 / denominator if denominator > 0 else 1.0
         method = UNPAIRED_METHOD
+        invocation = [s.invocation_var for s in (a, b) if s.invocation_var is not None]
+        if invocation:  # what differs between invocations and no run can see, measured on this machine
+            se = math.sqrt(se * se + 2 * max(invocation))
+            method += "+invocation-calibrated"
         common = list(range(min(len(ma), len(mb))))
     half = t975(df) * se
     lo, hi = math.exp(mean - half), math.exp(mean + half)

@@ -32,12 +32,7 @@ timing configuration that ran.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,8 +40,19 @@ import numpy as np
 from ..base.codec import encode
 from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS
 from ..spec import CellJob, CellOutcome, TimingConfig
-
-Emit = Callable[[str], None]
+from .base import (
+    Emit,
+    check_device,
+    check_parity,
+    device_memory,
+    finish_tracked,
+    load,
+    open_tracked,
+    reset_peak_rss,
+    test_slowdown,
+    timed_call,
+    timing_for,
+)
 
 
 class Session:
@@ -61,26 +67,26 @@ class Session:
         cell = job.cell
         spec = get_model(cell.model)
         rss_before = current_rss_mb()
-        self.runner, load_s = _load(job, load_runner(job.framework)(), spec, emit)
+        self.runner, load_s = load(job, load_runner(job.framework)(), spec, emit)
         self.batch = make_inputs(spec, cell.batch_size, cell.resolution, job.config.seed + 3)
         emit("first call")
         start = time.perf_counter()
         first_out = self.runner.call(self.runner.prepare(self.batch))
         self.runner.synchronize(first_out)
         first_call_s = time.perf_counter() - start
-        self.parity = _parity(job, self.runner, self.runner.to_numpy(first_out), emit)
+        self.parity = check_parity(job, self.runner, self.runner.to_numpy(first_out), emit)
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
-        self.trackers, self.untracked = _open_trackers(job, emit)
-        self.timing = _timing_for(job.config.timing, self.trackers)
-        self.call, self.sync, self.region = _timed_call(self.runner, self.batch, self.prepared, cell)
+        self.trackers, self.untracked = open_tracked(job, emit)
+        self.timing = timing_for(job.config.timing, self.trackers)
+        self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, cell)
         emit("warm-up")
         from ..measure.timing import warm_up
 
         self.warmup = warm_up(self.call, self.sync, self.timing.config)
         self.cold_start = {"load_s": load_s, "first_call_s": first_call_s, "load_includes": "import+load"}
         self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}
-        self.timed_memory = _reset_peak_rss()
+        self.timed_memory = reset_peak_rss()
         self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
         self.blocks: list[Any] = []
         self.tuning: dict[str, Any] | None = None  # set by apply() when the cell was tuned
@@ -117,7 +123,7 @@ class Session:
         if setting and setting != tuning.get("default"):
             out = self.runner.call(self.prepared)
             self.runner.synchronize(out)
-            self.parity = _parity(self.job, self.runner, self.runner.to_numpy(out), self.emit)
+            self.parity = check_parity(self.job, self.runner, self.runner.to_numpy(out), self.emit)
         self.warmup = warm_up(self.call, self.sync, self.timing.config)
         return {"applied": setting}
 
@@ -136,7 +142,7 @@ class Session:
                   "timed_peak_method": "vmhwm-reset" if self.timed_memory else None}
         from ..measure.trackers import Finished
 
-        tracked = _finish_trackers(self.trackers, self.untracked,
+        tracked = finish_tracked(self.trackers, self.untracked,
                                    Finished(self.blocks, m.iterations * cell.batch_size, throughput,
                                             device_memory(self.runner, memory)))
         return CellOutcome(
@@ -199,6 +205,10 @@ def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
         merged["machine_state"] = {**states[0], **{k: v for k, v in machine_summary(
             [b for st in states for b in st["blocks"]], states[0]["threads"], states[0]["max_other_load"]).items()
             if k != "validity"}}
+        if all(st.get("speed") for st in states):
+            from ..measure.trackers.speed import summarize as speed_summary
+
+            merged["machine_state"]["speed"] = speed_summary([b for st in states for b in st["speed"]["blocks"]])
     return CellOutcome(timing=outcomes[0].timing, blocks=merged)
 
 
@@ -253,50 +263,6 @@ def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | Non
     return out
 
 
-def _open_trackers(job: CellJob, emit: Emit) -> tuple[list[Any], dict[str, str]]:
-    """Every tracker for the cell's device (:mod:`inferbench.measure.trackers`), set up (idle baselines, the device's
-    state at the start); one that cannot be set up is left out with the reason, never the cell."""
-    from ..measure.trackers import open_trackers
-
-    opened, missing = open_trackers(job)
-    ready = []
-    for tracker in opened:
-        try:
-            tracker.setup(emit)
-            ready.append(tracker)
-        except Exception as exc:  # noqa: BLE001 - a sensor's failure costs its figures, never the cell
-            for block in tracker.provides:
-                missing.setdefault(block, f"{tracker.name} failed to start: {type(exc).__name__}: {str(exc)[:160]}")
-    return ready, missing
-
-
-def _finish_trackers(trackers: list[Any], missing: dict[str, str], done: Any) -> dict[str, Any]:
-    """The record's blocks from the trackers (energy, GPU state, machine state, device memory where only NVML can
-    tell) and the cell's ``validity`` from their verdicts (:func:`inferbench.measure.trackers.judge`); a block no
-    tracker could give says why (``energy``: available false and the reason)."""
-    from ..measure.trackers import judge
-
-    fields: dict[str, Any] = {"energy": {"available": False, "reason": missing.get("energy", "no energy sensor")},
-                              "gpu_state": None, "machine_state": None, "memory": done.memory}
-    verdicts = []
-    given: set[str] = set()
-    for tracker in trackers:
-        try:
-            contribution = tracker.finish(done)
-        except Exception as exc:  # noqa: BLE001 - a sensor's failure costs its figures, never the cell
-            why = f"{tracker.name} failed: {type(exc).__name__}: {str(exc)[:160]}"
-            fields.update({b: {"available": False, "reason": why} for b in tracker.provides if b == "energy"})
-            verdicts.append({"valid": None, "reason": f"machine state unknown: {why}"})
-            continue
-        for block, value in contribution.fields.items():  # a block two trackers write is merged key by key
-            both = block in given and isinstance(fields.get(block), dict) and isinstance(value, dict)
-            fields[block] = {**fields[block], **value} if both else value
-            given.add(block)
-        if contribution.validity is not None:
-            verdicts.append(contribution.validity)
-    return {**fields, "validity": judge(verdicts)}
-
-
 def run(job: CellJob, emit: Emit) -> CellOutcome:
     """One cell alone, in this process: set-up, every round's block back to back, collect (for tests
     and benchmarks; a run interleaves the blocks of its cells, see :mod:`inferbench.execution.rounds`)."""
@@ -306,131 +272,3 @@ def run(job: CellJob, emit: Emit) -> CellOutcome:
     return session.finish()
 
 
-def _reset_peak_rss() -> bool:
-    """Reset this process's resident-set high-water mark (Linux: ``clear_refs`` 5), so that the peak
-    read after the timed phase is the timed phase's; False where the kernel does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
-    from ..runners.base import LoadContext
-
-    ctx = LoadContext(
-        folder=Path(job.artifact_dir), artifact=None if job.artifact is None else Path(job.artifact),
-        model=spec, resolution=job.cell.resolution, device=job.config.device.kind, threads=job.config.threads,
-        seed=job.config.seed, precision=job.cell.precision, options=job.cell.options,
-        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes, setting=dict(job.setting))
-    emit("loading")
-    start = time.perf_counter()
-    runner.load(ctx)
-    return runner, time.perf_counter() - start
-
-
-def _parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dict[str, Any]:
-    """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
-    reference; own weights: finite, input-dependent outputs on the reference inputs only."""
-    from ..measure import parity
-    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SPREAD, timed_reference
-
-    emit("parity check")
-    folder = Path(job.artifact_dir)
-    precision, bs = job.cell.precision, job.cell.batch_size
-    out = at_batch_size(runner, np.load(folder / REFERENCE_INPUTS), bs)
-    if not job.framework.verified(job.cell.model):
-        return parity.sanity(out)
-    spread_file = folder / REFERENCE_SPREAD  # a Keras source's own rounding spread, which may widen the gate
-    spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision, spread)
-    path = folder / timed_reference(bs)
-    if not path.exists():  # never skipped quietly: what is timed is what is checked
-        raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread), bs)
-
-
-def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
-    """The runner's outputs for ``inputs``, computed in calls of exactly the timed batch size (the last
-    one padded with copies of its last input): what is checked is the program that is timed, and a
-    compiling runtime (XLA, inductor, OpenVINO's static shape, TensorRT) never compiles another."""
-    outputs = []
-    for start in range(0, len(inputs), batch_size):
-        chunk = inputs[start:start + batch_size]
-        padded = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
-        out = runner.call(runner.prepare(np.ascontiguousarray(padded)))
-        runner.synchronize(out)
-        outputs.append(np.array(runner.to_numpy(out)[:len(chunk)], copy=True))
-    return np.concatenate(outputs)
-
-
-@dataclasses.dataclass
-class _Timing:
-    config: TimingConfig
-    notes: dict[str, Any]
-
-
-def _timing_for(timing: TimingConfig, trackers: list[Any]) -> _Timing:
-    """The timing that runs: blocks lengthened where a tracker cannot resolve shorter ones (an energy counter that
-    updates every ~100 ms); the record's ``timing.extended_for_energy_from_s`` says from what."""
-    need = max((t.min_block_s for t in trackers), default=0.0)
-    if timing.block_s >= need:
-        return _Timing(timing, {})
-    return _Timing(dataclasses.replace(timing, min_duration_s=need * timing.rounds),
-                   {"extended_for_energy_from_s": timing.min_duration_s})
-
-
-#: Test-only (benchmarks/aa_calibration.py): ``FRAMEWORK:FACTOR`` makes every timed call of that framework's cells
-#: FACTOR times as long, by busy work after it; the record says so (``timing.test_slowdown``), the cell's identity
-#: does not change, so that ``compare`` can be shown a real slowdown of one configuration.
-TEST_SLOWDOWN = "INFERBENCH_TEST_SLOWDOWN"
-
-
-def test_slowdown(framework: str) -> float | None:
-    key, _, factor = os.environ.get(TEST_SLOWDOWN, "").partition(":")
-    return float(factor) if key == framework and factor else None
-
-
-def _timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
-    """What one timed iteration is: (call, synchronize, timed-region code)."""
-    if cell.options.include_transfer:
-        # host array in, host array out, as the seed projects timed it: the copies are inside the window
-        return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
-    factor = test_slowdown(cell.framework)
-    if factor is not None:
-        def slowed() -> Any:
-            start = time.perf_counter()
-            out = runner.call(prepared)
-            runner.synchronize(out)
-            until = time.perf_counter() + (factor - 1.0) * (time.perf_counter() - start)
-            while time.perf_counter() < until:
-                pass
-            return out
-
-        return slowed, lambda _: None, "call+sync+test-slowdown"
-    return lambda: runner.call(prepared), runner.synchronize, "call+sync"
-
-
-def device_memory(runner: Any, memory: dict[str, Any]) -> dict[str, Any]:
-    """Peak device memory from the framework's allocator (where it has none, a tracker may add what it sees: NVML's
-    figure for this process at the end of the run)."""
-    peak = runner.peak_device_memory_mb()
-    return {**memory, "peak_device_mb": peak, "device_memory_method": "allocator-peak" if peak is not None else None}
-
-
-def check_device(device: dict[str, Any], runner: Any) -> dict[str, Any] | None:
-    """On a GPU: the framework must run on the GPU whose NVML handle measures power and memory."""
-    if device.get("kind") != "gpu" or not device.get("gpu"):
-        return None
-    want = device["gpu"]["uuid"]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    seen = runner.device_uuid()
-    check = {"nvml_uuid": want, "cuda_visible_devices": visible, "framework_uuid": seen,
-             "method": "cuda_visible_devices" + ("+framework_uuid" if seen else "")}
-    if visible != want:
-        raise RuntimeError(f"the child sees CUDA_VISIBLE_DEVICES={visible!r}, not the measured GPU {want}")
-    if seen is not None and seen.lower() != want.lower():
-        raise RuntimeError(f"the framework runs on GPU {seen}, but power and memory are read from {want}")
-    return check
