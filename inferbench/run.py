@@ -17,7 +17,7 @@ from .base.device import list_gpus
 from .base.errors import UsageError
 from .base.files import check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
-from .cli.options import add_options, build, given, open_files, verbosity, with_defaults
+from .cli.options import add_options, build, given, objective_for, open_files, verbosity, with_defaults
 from .cli.summary import format_summary, terminal_width
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
@@ -99,7 +99,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
     try:
         with folder_lock(run_dir):
-            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=values["objective"],
+            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
                                verbosity=verbosity(values))
     except UsageError:
         if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
@@ -107,7 +107,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise
-    print(format_summary(executed.records, values["objective"], terminal_width()), file=sys.stdout)
+    print(format_summary(executed.records, objective_for(values), terminal_width()), file=sys.stdout)
     written = [name for name, there in (("a JSON record per cell", executed.records),
                                         *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"

@@ -177,9 +177,13 @@ class RunConfig:
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
     max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
     processes: int = 2  # worker processes per cell, its rounds spread over them (--processes)
+    quick: bool = False  # a first answer: fewer, shorter rounds; LoadGen's tests shortened (--quick)
+    slo_p99_ms: float | None = None  # the server scenario's p99 bound (--slo-p99)
     tune_budget_s: float = 4.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
 
     def __post_init__(self) -> None:
+        if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:
+            raise ValueError(f"slo_p99_ms must be a positive finite number, got {self.slo_p99_ms}")
         if self.processes < 1:
             raise ValueError(f"processes must be at least 1, got {self.processes}")
         if not 0 < self.tune_budget_s < math.inf:
@@ -209,6 +213,7 @@ class CellJob:
     idle_seconds: float = 2.0
     interleaving: dict[str, Any] = field(default_factory=dict)  # the group its rounds were interleaved with
     setting: dict[str, Any] = field(default_factory=dict)  # load-time settings of a tuning candidate's worker
+    log_dir: str | None = None  # where a scenario keeps its logs beside the record (LoadGen's)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,17 @@ from .base.device import list_gpus
 from .base.errors import UsageError
 from .base.files import atomic_write_text, check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
-from .cli.options import BY_NAME, Plan, add_options, build, given, read_config_file, verbosity, with_defaults
+from .cli.options import (
+    BY_NAME,
+    Plan,
+    add_options,
+    build,
+    given,
+    objective_for,
+    read_config_file,
+    verbosity,
+    with_defaults,
+)
 from .cli.summary import format_summary, terminal_width
 from .spec import record_filename
 
@@ -108,7 +118,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         check_writable(Path(plan.config.cache_dir), "cache dir")
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
+            return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
                         finish, bool(values.get("require_valid")))
     else:
         plan, skipped = make_plan(values, command)
@@ -131,7 +141,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
             except OSError:
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
-            return _run(plan, sweep_dir, str(values.get("objective", BY_NAME["objective"].default)), verbosity(values),
+            return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
                         finish, bool(values.get("require_valid")))
 
 

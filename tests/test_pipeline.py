@@ -268,6 +268,7 @@ def test_the_final_line_names_only_what_was_written(fakes, tmp_path, capsys, mon
         raise OSError(errno.ENOSPC, "No space left on device", "summary.csv")
 
     monkeypatch.setattr("inferbench.analysis.ranking.write_csv", full)
+    monkeypatch.setattr("inferbench.analysis.ranking.append_csv", full)
     assert _run(tmp_path, "--framework", "fake") == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("results: ")]

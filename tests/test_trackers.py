@@ -152,20 +152,25 @@ def test_the_cpu_clock_is_read_around_each_block_and_heat_throttling_makes_a_cel
     assert merged["validity"]["valid"] is True and merged["machine_state"]["cpu_clock"]["mhz_min"] == 3000
 
 
-def test_the_machines_own_speed_is_read_around_each_block():
-    """A fixed matrix product before and after every block (trackers/speed.py): on the 2-core VM it ran at 148 or
-    201 GFLOP/s as the hypervisor placed the virtual CPUs, and the runtimes' latencies moved with it."""
-    from inferbench.measure.trackers.speed import SpeedTracker, probe, same_state
+def test_the_machines_own_speed_is_one_state_or_two():
+    """A fixed matrix product read before every round by a probe process (trackers/speed.py): on the 2-core VM it
+    ran at 148 or 201 GFLOP/s as the hypervisor placed the virtual CPUs, and the runtimes' latencies moved with it."""
+    from inferbench.measure.trackers.speed import probe, same_state, summarize
 
-    readings = iter([201.0, 199.0, 148.0, 150.0])
-    tracker = SpeedTracker(read=lambda: next(readings))
-    blocks = []
-    for _ in range(2):
-        monitor = tracker.monitor()
-        monitor.start()
-        blocks.append(types.SimpleNamespace(monitors={"speed": monitor.stop(0.5)}))
-    speed = tracker.finish(_done(blocks)).fields["machine_state"]["speed"]
+    speed = summarize([{"round": r, "gflops": g} for r, g in enumerate([201.0, 199.0, 148.0, 150.0])])
     assert speed["gflops_median"] == pytest.approx(174.5) and speed["gflops_min"] == 148.0 and speed["states"] == 2
+    assert summarize([{"round": 0, "gflops": 199.0}, {"round": 1, "gflops": 201.0}])["states"] == 1
     assert same_state(201.0, 195.0) is True and same_state(201.0, 148.0) is False
     assert same_state(float("nan"), 148.0) is None and same_state(None, 148.0) is None
     assert probe(seconds=0.01) > 0.1  # the real product, on this machine
+
+
+def test_a_run_reads_the_machines_speed_before_every_round(fakes, tmp_path):
+    from test_pipeline import _run
+
+    from inferbench import records
+
+    assert _run(tmp_path, "--framework", "fake") == 0
+    (rec,) = records.iter_records(tmp_path / "out")[0]
+    speed = rec["machine_state"]["speed"]
+    assert [r["round"] for r in speed["rounds"]] == [0, 1, 2, 3] and speed["gflops_median"] > 0

@@ -116,6 +116,7 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: within rounds (None: no interval), unit, words).
 OBJECTIVES = {
     "p50": ("latency_ms.p50", True, "p50", "ms", "median latency"),
+    "p90": ("latency_ms.p90", True, None, "ms", "p90 latency"),
     "p99": ("latency_ms.p99", True, "p99", "ms", "p99 latency"),
     "throughput": ("throughput_per_s", False, "mean", "samples/s", "throughput"),
     "energy": ("energy.joules_per_inference", True, None, "J/inference", "energy per inference"),
@@ -153,6 +154,9 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
+        rec["not_ranked"].update({record_name(r): f"no load met p99 <= {field(r, 'serving.answer.bound_ms')} ms: every "
+                                  "search step was INVALID" for r in cells
+                                  if field(r, "serving.answer.found") is False})
         if objective == "p99":  # a tail is ranked only where the samples bound it (order statistics)
             rec["not_ranked"].update({record_name(r): f"too few samples for a p99 interval (effective n "
                                       f"{field(r, 'latency_ms.n_effective') or 0:.0f}, {needed_samples(0.99)} needed)"
@@ -176,9 +180,14 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         if objective == "p99":  # the order statistics' interval, not the rounds'
             tail = field(best, "latency_ms.p99_ci95")
             found = None if tail is None else (tail[0], tail[1], value)
+        answer = field(best, "serving.answer")
+        direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span
+        if direct:
+            span = answer.get("qps_ci95") or answer.get("bracket")
+            found = (span[0], span[1], value) if span and None not in span else None
         if found is not None:  # latency: its interval; throughput: the batch over the mean latency
             lo, hi, centre = found
-            ci = [lo, hi] if lower else [value * centre / hi, value * centre / lo]
+            ci = [lo, hi] if lower or direct else [value * centre / hi, value * centre / lo]
         rec.update(recommended=record_name(best), value=value, ci95=ci,
                    stability=field(best, "latency_ms.stability.verdict") or "unknown",
                    stability_advice=field(best, "latency_ms.stability.advice") or "",
@@ -285,10 +294,11 @@ class RunFiles:
         self.recs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self.dirty: set[tuple[Any, ...]] = set()
         records = list(records)
-        write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
-        for record in records:
-            self._keep(record)
-        self.flush()
+        if records:  # a resumed folder: its records as they are (a new one gets its files with its first record)
+            write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
+            for record in records:
+                self._keep(record)
+            self.flush()
 
     def _keep(self, record: Mapping[str, Any]) -> None:
         key = _group_key(record)
@@ -313,8 +323,11 @@ class RunFiles:
 
 
 def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
-    """The files of :class:`RunFiles` from ``records`` at once."""
-    RunFiles(folder, objective, records)
+    """The files of :class:`RunFiles` from ``records`` at once (written even for none)."""
+    files = RunFiles(folder, objective, records)
+    if not records:
+        write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, [])
+        files.flush()
 
 
 def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:

@@ -28,7 +28,7 @@ from ..base.errors import UsageError, shorten
 from ..execution.exports import exported
 from ..registry.frameworks import Framework, choose, get_framework
 from ..registry.models import ModelFile, register
-from ..registry.scenarios import SCENARIOS
+from ..registry.scenarios import SCENARIOS, SERVING
 from ..spec import (
     KERAS_BACKENDS,
     PRECISIONS,
@@ -47,6 +47,10 @@ PLAN_VERSION = 2
 #: Timed iterations per cell with --objective p99: four times the 299 a distribution-free 95% bound on a p99
 #: needs, so that correlated iterations (an effective count below the count) still bound it.
 P99_MIN_ITERATIONS = 1200
+#: --quick: a first answer, about 20 s a framework (the rounds still enough for an interval).
+QUICK = {"rounds": 3, "duration": 1.5, "warmup_seconds": 0.3}
+#: --scenario server's p99 bound when --slo-p99 is not given.
+DEFAULT_SLO_P99_MS = 50.0
 
 
 # --------------------------------------------------------------------------- value parsers
@@ -287,17 +291,24 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_to", ("--log-to",), "also log each cell as a tracking run: mlflow (MLFLOW_TRACKING_URI, default a "
            "local store), wandb (offline unless WANDB_MODE says otherwise); grouped by run or sweep", [], names,
            metavar="mlflow|wandb[,...]"),
-    Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p99 (tail "
-           "latency), throughput, or energy (joules per inference, where a sensor exists)", "p50",
-           choices=("p50", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
+    Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p90, p99 (tail "
+           "latency), throughput, or energy (joules per inference, where a sensor exists); the serving scenarios' "
+           "own by default: server and offline throughput, single-stream p90, multi-stream p99", "p50",
+           choices=("p50", "p90", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
     Option("quiet", ("-q", "--quiet"), "while running, print failures only (the answer and the table still "
            "follow)", False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
     Option("verbose", ("-v", "--verbose"), "print every phase of every cell as its own line, and exporter notes",
            False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
     Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False,
            commands=MEASURING),
-    Option("scenario", ("--scenario",), "what each cell measures (inference: the latency and throughput of one "
-           "call per batch)", "inference", choices=tuple(SCENARIOS)),
+    Option("scenario", ("--scenario",), "what each cell measures: inference (the latency and throughput of one "
+           "call per batch, in interleaved rounds), or under MLPerf LoadGen single-stream (p90 of single queries), "
+           "multi-stream (p99 of 8-sample queries), server (the largest load whose p99 stays within --slo-p99) or "
+           "offline (the most samples per second)", "inference", choices=tuple(SCENARIOS)),
+    Option("slo_p99", ("--slo-p99",), "--scenario server: the p99 latency bound in milliseconds (default: "
+           "50)", None, positive_float, metavar="MS", maximum=DAY_S * 1e3),
+    Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (3 of 0.5 s), and LoadGen's tests "
+           "shortened; the record says it was quick", False, switch=True),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
            "benchmark_results/ holds the project's own committed runs)", "inferbench-results",
            parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
@@ -480,7 +491,13 @@ def build(values: dict[str, Any]) -> Built:
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    tune = values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"])
+    serving = values["scenario"] in SERVING
+    if values.get("slo_p99") is not None and values["scenario"] != "server":
+        raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
+    if serving and values["tune"] == "on":
+        raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
+                         "configurations (concurrency, batching delay)")
+    tune = not serving and (values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"]))
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
@@ -491,18 +508,25 @@ def build(values: dict[str, Any]) -> Built:
     if reserved:
         raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
                          "and the device (--device, --gpu-id) itself, and records them")
-    iterations = values["min_iterations"]
+    iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
+                                              values["warmup_seconds"])
+    if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays)
+        rounds = QUICK["rounds"] if rounds == BY_NAME["rounds"].default else rounds
+        duration = QUICK["duration"] if duration == BY_NAME["duration"].default else duration
+        warmup_s = QUICK["warmup_seconds"] if warmup_s == BY_NAME["warmup_seconds"].default else warmup_s
     if values.get("objective") == "p99":  # a p99 is ranked only where the samples bound it: enough of them
         iterations = max(iterations, P99_MIN_ITERATIONS)
-    timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=values["warmup_seconds"],
-                          min_duration_s=values["duration"], min_iterations=iterations, rounds=values["rounds"])
+    timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
+                          min_iterations=iterations, rounds=rounds)
     cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())
     config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
                        threads=values["threads"] or default_threads(), timing=timing, options=options,
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
                        sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
-                       tune_budget_s=values["tune_budget"], processes=values["processes"])
+                       tune_budget_s=values["tune_budget"], processes=1 if serving else values["processes"],
+                       quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
+                           DEFAULT_SLO_P99_MS if values["scenario"] == "server" else None))
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
@@ -610,3 +634,15 @@ def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[s
     if requested and explicit:
         fw.precision_for(requested[0])  # raises the one-line explanation
     return [fw.precision]
+
+
+#: The serving scenarios' own metric (MLPerf's), what "best" means for them unless --objective says otherwise.
+SCENARIO_OBJECTIVES = {"server": "throughput", "offline": "throughput", "single-stream": "p90", "multi-stream": "p99"}
+
+
+def objective_for(values: dict[str, Any]) -> str:
+    """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
+    given = values.get("objective")
+    if given and given != BY_NAME["objective"].default:
+        return str(given)
+    return SCENARIO_OBJECTIVES.get(str(values.get("scenario")), str(BY_NAME["objective"].default))

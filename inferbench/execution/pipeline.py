@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.ranking import RunFiles
+from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
+from ..registry.scenarios import SERVING
 from ..spec import CellJob, CellKey, ChildResult, RunConfig
 from .childenv import child_env, ignored_shell_variables, recorded_env
 from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance
@@ -27,15 +29,17 @@ from .progress import Progress
 
 
 def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],
-             interleaving: dict[str, Any]) -> CellJob:
+             interleaving: dict[str, Any], run_dir: Path | None = None) -> CellJob:
     from ..registry.artifacts import EXPORTERS
     from ..registry.models import get_model
 
     fw = get_framework(cell.framework)
     kind = fw.artifact_for(get_model(cell.model))
     artifact = None if kind == "none" else str(folder / EXPORTERS[kind].path)
+    log_dir = None if run_dir is None else str(run_dir / (Path(cell.filename).stem + ".loadgen"))
     return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
-                   group_batch_sizes=batch_sizes, interleaving=interleaving)
+                   group_batch_sizes=batch_sizes, interleaving=interleaving,
+                   log_dir=log_dir if cell.scenario in SERVING else None)
 
 
 def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str]) -> str | None:
@@ -52,7 +56,8 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
 
 def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
-              environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress) -> list[Record]:
+              environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress,
+              run_dir: Path | None = None, strict: bool = False) -> list[Record]:
     """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`)."""
     from .rounds import measure_group
 
@@ -61,7 +66,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     # rounds) and draws the order of its rounds
     nonce = uuid.uuid4().hex[:8]
     interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{nonce}", "group_cells": len(cells)}
-    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving) for cell in cells}
+    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving, run_dir) for cell in cells}
     envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
     outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
                 if (reason := cannot_run(config, cell, failed_exports)) is not None}
@@ -74,6 +79,9 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
                              int(nonce, 16), progress.say, config.timeout_s, progress.result)
     outcomes.update(zip(runnable, measured))
+    refused = next((o for o in measured if o.usage_error), None)
+    if strict and refused is not None:  # bad input found by a worker (a bound no load can meet): one line, exit 2
+        raise UsageError(str(refused.error))
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],
                               stats, provenance(folder, cell)) for cell in cells]
@@ -168,7 +176,8 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
             progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
                             f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
                             "interleaved rounds")
-        records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress)
+        records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress, run_dir,
+                            strict)
         progress.done += len(same)
         for cell, record in zip(same, records):
             try:

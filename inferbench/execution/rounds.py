@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from .isolate import Child
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
 #: have gone to sleep before the next block is timed.
 SETTLE_S = 0.02
+#: Pause before the machine's speed is read, so that the last block's spinning thread pools have gone to sleep.
+PROBE_SETTLE_S = 0.05
 #: Rounds of the tuning phase: the fewest that give a paired interval.
 TUNE_ROUNDS = 3
 
@@ -48,6 +51,7 @@ class _Cell:
     used_s: float = 0.0  # the worker's own time so far (set-up and blocks): what --timeout limits
     result: ChildResult | None = None  # set when it has ended
     tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
+    rounds: int | None = None  # the rounds its scenario asked for when ready (a search's steps)
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
@@ -60,6 +64,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
 
     replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
     spawned: list[_Cell] = []  # the tuning phase's extra workers
+    probe: SpeedProbe | None = None
     try:
         for job, env in zip(jobs, envs):
             replicas.append([_start(job, env, progress, timeout_s)])
@@ -75,11 +80,14 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 if worker.result is None and first.tuning is not None:
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
-        rounds = jobs[0].config.timing.rounds if jobs else 0
+        rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
+        probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         for r in range(rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
+            if probe is not None:
+                probe.read(r)
             order.shuffle(live)
             for worker in live:
                 time.sleep(SETTLE_S)
@@ -94,6 +102,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     finally:
         for worker in [x for w in replicas for x in w] + spawned:
             worker.child.close()
+        if probe is not None:
+            probe.close()
     out = []
     for job, workers in zip(jobs, replicas):
         failed = next((w.result or ChildResult(ok=False, error="not measured") for w in workers
@@ -103,14 +113,63 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     if jobs:  # what the group's cells share (the between-process spread), pooled over them
         cells = scenario_module(jobs[0].cell.scenario).finalize_group([r.cell if r.ok else None for r in out])
         out = [dataclasses.replace(r, cell=c) if r.ok else r for r, c in zip(out, cells)]
+    if probe is not None and probe.readings:  # the machine's speed, every round
+        out = [dataclasses.replace(r, cell=_with_speed(r.cell, probe.readings)) if r.ok and r.cell else r
+               for r in out]
     return out
+
+
+def _with_speed(outcome: Any, readings: list[dict[str, Any]]) -> Any:
+    from ..measure.trackers.speed import summarize
+
+    blocks = dict(outcome.blocks)
+    blocks["machine_state"] = {**(blocks.get("machine_state") or {}), "speed": summarize(readings)}
+    return dataclasses.replace(outcome, blocks=blocks)
+
+
+class SpeedProbe:
+    """The machine's own speed before every round, read by a probe process of its own with the run's threads
+    (:mod:`inferbench.measure.trackers.speed`), every worker idle."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import subprocess
+        import sys
+
+        self.readings: list[dict[str, Any]] = []
+        from .isolate import _PACKAGE_PARENT
+
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)}
+        try:
+            self.proc: Any = subprocess.Popen([sys.executable, "-m", "inferbench.measure.trackers.speed"],
+                                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+
+    def read(self, round_index: int) -> None:
+        if self.proc is None:
+            return
+        time.sleep(PROBE_SETTLE_S)  # the last block's spinning threads asleep
+        try:
+            self.proc.stdin.write("probe\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            self.readings.append({"round": round_index, "gflops": float(line)})
+        except (OSError, ValueError):
+            self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
            suffix: str = "") -> _Cell:
     """A worker for ``job``, loaded and ready (or ended with its failure)."""
     worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
-    _await(worker, "ready", timeout_s)
+    ready = _await(worker, "ready", timeout_s)
+    worker.rounds = (ready or {}).get("rounds")
     return worker
 
 

@@ -69,7 +69,7 @@ def serve(job: CellJob, commands: Any) -> ChildResult:
     from ..registry.scenarios import get_scenario
 
     session = get_scenario(job.cell.scenario)(job, emit)
-    send({"ready": True})
+    send({"ready": True, "rounds": getattr(session, "rounds", None)})  # a search may want more rounds
     for line in commands:
         command = json.loads(line)
         if "block" in command:

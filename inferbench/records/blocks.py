@@ -190,3 +190,15 @@ class Tuning:
     reason: str
     table: list[dict[str, Any]]
     seconds: Number = None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A serving scenario's LoadGen tests (``single-stream``, ``multi-stream``, ``server``, ``offline``): every test
+    (``steps``: its serving configuration, target, LoadGen's verdict and why, QPS and percentiles), the answer, the
+    single-query latency, the settings; null for the inference scenario."""
+
+    scenario: str
+    answer: dict[str, Any]
+    steps: list[dict[str, Any]]
+    mlperf_valid: bool

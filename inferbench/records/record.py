@@ -32,7 +32,8 @@ Schema history (``schema_version``):
       value over the group, the standard error and degrees of freedom the interval used), order-statistic
       intervals of the tails (``p90_ci95``, ``p95_ci95``, ``p99_ci95``, null below the samples they need;
       ``n_effective``, ``tails_too_few_samples``), the drift as a slope, ``energy.joules_per_inference_ci95`` and
-      its ``per_round_j_per_inference``, ``timing.gc``. Upgrading a schema-5 record leaves the spread unmeasured:
+      its ``per_round_j_per_inference``, ``timing.gc``; ``serving`` (issue 25: a LoadGen scenario's tests, its
+      search and its answer). Upgrading a schema-5 record leaves the spread unmeasured:
       its comparisons use an assumed one and say so.
 """
 
@@ -62,6 +63,7 @@ from .blocks import (
     ModelStats,
     NonEmpty,
     Parity,
+    Serving,
     Tuning,
     Validity,
 )
@@ -124,6 +126,7 @@ class Record:
     machine_state: Annotated[dict[str, Any] | None, MachineState] = None
     validity: Annotated[dict[str, Any] | None, Validity] = None
     tuning: Annotated[dict[str, Any] | None, Tuning] = None
+    serving: Annotated[dict[str, Any] | None, Serving] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -9,7 +9,14 @@ from typing import Any
 
 SCENARIOS: dict[str, str] = {
     "inference": "inferbench.scenarios.inference:Session",
+    # MLPerf LoadGen's four (one module: the scenario is the cell's)
+    "single-stream": "inferbench.scenarios.serve:Session",
+    "multi-stream": "inferbench.scenarios.serve:Session",
+    "server": "inferbench.scenarios.serve:Session",
+    "offline": "inferbench.scenarios.serve:Session",
 }
+#: The scenarios that serve queries under LoadGen (what --slo-p99 and --quick's LoadGen settings apply to).
+SERVING = ("single-stream", "multi-stream", "server", "offline")
 
 
 def get_scenario(name: str) -> Callable[..., Any]:

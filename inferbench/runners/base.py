@@ -46,6 +46,17 @@ class Runner:
     def load(self, ctx: LoadContext) -> None:
         raise NotImplementedError
 
+    def serving_calls(self, n: int, batch: int) -> list[Any]:
+        """``n`` callables for serving threads, each host batch in, host outputs out (synchronised): what
+        LoadGen's system under test calls. Runtimes whose ``call`` is safe from several threads share it; one that
+        keeps per-request state (OpenVINO's infer request) gives each thread its own."""
+        def serve(x: np.ndarray) -> np.ndarray:
+            out = self.call(self.prepare(x))
+            self.synchronize(out)
+            return self.to_numpy(out)
+
+        return [serve] * n
+
     def prepare(self, batch: np.ndarray) -> Any:
         """Host NHWC float32 array -> what ``call`` takes (device-resident on a GPU)."""
         return batch

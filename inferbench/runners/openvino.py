@@ -68,6 +68,16 @@ class OpenVinoRunner(Runner):
             self.compiled_for[key] = (compiled, compiled.create_infer_request())
         self.compiled, self.request = self.compiled_for[key]
 
+    def serving_calls(self, n: int, batch: int) -> list[Any]:
+        """An infer request of the compiled model per serving thread (one request is not to be shared)."""
+        def serve(request: Any) -> Any:
+            def call(x: np.ndarray) -> np.ndarray:
+                request.infer({0: x}, share_inputs=True, share_outputs=True)
+                return np.array(request.get_output_tensor(0).data, copy=True)
+            return call
+
+        return [serve(self.compiled.create_infer_request()) for _ in range(n)]
+
     def _infer(self, batch: np.ndarray) -> Any:
         self.request.infer({0: batch}, share_inputs=True, share_outputs=True)
         return self.request.get_output_tensor(0)

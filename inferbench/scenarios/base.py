@@ -191,3 +191,36 @@ def check_device(device: dict[str, Any], runner: Any) -> dict[str, Any] | None:
     if seen is not None and seen.lower() != want.lower():
         raise RuntimeError(f"the framework runs on GPU {seen}, but power and memory are read from {want}")
     return check
+
+
+class Loaded:
+    """A cell's runner set up in its worker, as every scenario starts (phases 1-6 of
+    :mod:`inferbench.scenarios.inference`): loaded, called once on the timed batch (``first_call_s``: compilation
+    lands here), its outputs checked against the reference (``parity``), the timed batch placed anew, the device
+    checked, the trackers open (energy, the machine)."""
+
+    def __init__(self, job: CellJob, emit: Emit) -> None:
+        from ..base.codec import encode
+        from ..measure.memory import current_rss_mb
+        from ..registry.frameworks import load_runner
+        from ..registry.models import get_model, make_inputs
+
+        self.job, self.emit = job, emit
+        cell = job.cell
+        self.spec = get_model(cell.model)
+        self.rss_before = current_rss_mb()
+        self.runner, self.load_s = load(job, load_runner(job.framework)(), self.spec, emit)
+        self.batch = make_inputs(self.spec, cell.batch_size, cell.resolution, job.config.seed + 3)
+        emit("first call")
+        start = time.perf_counter()
+        first_out = self.runner.call(self.runner.prepare(self.batch))
+        self.runner.synchronize(first_out)
+        self.first_call_s = time.perf_counter() - start
+        self.parity = check_parity(job, self.runner, self.runner.to_numpy(first_out), emit)
+        self.prepared = self.runner.prepare(self.batch)
+        self.device_check = check_device(encode(job.config.device), self.runner)
+        self.trackers, self.untracked = open_tracked(job, emit)
+
+    @property
+    def cold_start(self) -> dict[str, Any]:
+        return {"load_s": self.load_s, "first_call_s": self.first_call_s, "load_includes": "import+load"}

@@ -32,22 +32,18 @@ timing configuration that ran.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from ..base.codec import encode
 from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS
 from ..spec import CellJob, CellOutcome, TimingConfig
 from .base import (
     Emit,
-    check_device,
+    Loaded,
     check_parity,
     device_memory,
     finish_tracked,
-    load,
-    open_tracked,
     reset_peak_rss,
     test_slowdown,
     timed_call,
@@ -59,33 +55,22 @@ class Session:
     """One cell, loaded and warmed up, measuring a block per round on command."""
 
     def __init__(self, job: CellJob, emit: Emit) -> None:
-        from ..measure.memory import current_rss_mb, peak_rss_mb
-        from ..registry.frameworks import load_runner
-        from ..registry.models import get_model, make_inputs
+        from ..measure.memory import peak_rss_mb
 
         self.job, self.emit = job, emit
         cell = job.cell
-        spec = get_model(cell.model)
-        rss_before = current_rss_mb()
-        self.runner, load_s = load(job, load_runner(job.framework)(), spec, emit)
-        self.batch = make_inputs(spec, cell.batch_size, cell.resolution, job.config.seed + 3)
-        emit("first call")
-        start = time.perf_counter()
-        first_out = self.runner.call(self.runner.prepare(self.batch))
-        self.runner.synchronize(first_out)
-        first_call_s = time.perf_counter() - start
-        self.parity = check_parity(job, self.runner, self.runner.to_numpy(first_out), emit)
-        self.prepared = self.runner.prepare(self.batch)
-        self.device_check = check_device(encode(job.config.device), self.runner)
-        self.trackers, self.untracked = open_tracked(job, emit)
+        loaded = Loaded(job, emit)
+        self.runner, self.batch, self.prepared, self.parity = loaded.runner, loaded.batch, loaded.prepared, \
+            loaded.parity
+        self.device_check, self.trackers, self.untracked = loaded.device_check, loaded.trackers, loaded.untracked
         self.timing = timing_for(job.config.timing, self.trackers)
         self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, cell)
         emit("warm-up")
         from ..measure.timing import warm_up
 
         self.warmup = warm_up(self.call, self.sync, self.timing.config)
-        self.cold_start = {"load_s": load_s, "first_call_s": first_call_s, "load_includes": "import+load"}
-        self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}
+        self.cold_start = loaded.cold_start
+        self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": loaded.rss_before}
         self.timed_memory = reset_peak_rss()
         self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
         self.blocks: list[Any] = []

@@ -1,6 +1,7 @@
 """Trackers: what is watched while a cell is measured, besides the latencies the loop times — the machine's other
-work (``machine``), the CPU's clock and thermal throttling (``cpu_clock``), the machine's own speed on a fixed
-matrix product (``speed``), the CPU package energy (``rapl``), the GPU's energy, state and tenants (``nvml``).
+work (``machine``), the CPU's clock and thermal throttling (``cpu_clock``), the CPU package energy (``rapl``), the
+GPU's energy, state and tenants (``nvml``). (The machine's own speed is read round by round by a probe process of
+its own: :mod:`.speed`.)
 Adding one = one module with a class that follows :class:`Tracker` + one
 entry in :data:`TRACKERS`.
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 TRACKERS: dict[str, str] = {
     "machine": "inferbench.measure.trackers.machine:MachineTracker",
     "cpu_clock": "inferbench.measure.trackers.cpufreq:ClockTracker",
-    "speed": "inferbench.measure.trackers.speed:SpeedTracker",
     "rapl": "inferbench.measure.trackers.rapl:RaplTracker",
     "nvml": "inferbench.measure.trackers.nvml:NvmlTracker",
 }

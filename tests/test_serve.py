@@ -1,0 +1,122 @@
+"""Serving scenarios under the real MLPerf LoadGen (issue 25), on fake runners whose service time is known: the
+server search against queueing theory, an INVALID run never the answer, served outputs checked, bad input."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+
+import pytest
+from test_pipeline import QUICK
+
+from inferbench.run import main as run_main
+from inferbench.scenarios.serve import SEARCH_PRECISION, Knobs, Search
+
+pytest.importorskip("mlperf_loadgen", reason='mlcommons-loadgen is in the test extra: pip install -e ".[test]"')
+
+
+def md_c_p99_ms(rate: float, service_ms: float, servers: int, n: int = 40_000, seed: int = 0) -> float:
+    """The p99 of waiting plus service for Poisson arrivals at ``rate`` per second, a fixed service time, ``servers``
+    servers, first come first served (a simulation of the M/D/c queue: Lindley's recursion over servers)."""
+    rng = random.Random(seed)
+    free = [0.0] * servers
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        start = max(t, heapq.heappop(free))
+        heapq.heappush(free, start + service_ms / 1e3)
+        out.append((start + service_ms / 1e3 - t) * 1e3)
+    out.sort()
+    return out[int(0.99 * n)]
+
+
+def max_rate(service_ms: float, bound_ms: float, servers: int) -> float:
+    """Queueing theory's largest arrival rate whose p99 stays within ``bound_ms`` (bisection on the simulation)."""
+    lo, hi = 0.0, servers * 1e3 / service_ms
+    for _ in range(22):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if md_c_p99_ms(mid, service_ms, servers) <= bound_ms else (lo, mid)
+    return lo
+
+
+def _serve(tmp_path, *argv):
+    return run_main([*QUICK, "--quick", *argv, "--output-dir", str(tmp_path / "out"), "--cache-dir",
+                     str(tmp_path / "cache")])
+
+
+def _record(tmp_path, framework="fake"):
+    (folder,) = (tmp_path / "out").iterdir()
+    (path,) = folder.glob(f"*_bs1_{framework}_*.json")
+    return folder, json.loads(path.read_text())
+
+
+def test_the_server_search_finds_what_queueing_theory_predicts(fakes, tmp_path):
+    """The fake runner sleeps 2 ms a call (the GIL released: two threads are two servers). With p99 <= 20 ms, the
+    search's largest VALID load must match the M/D/c queue's for the measured service time, within 40%."""
+    assert _serve(tmp_path, "--framework", "fake", "--scenario", "server", "--slo-p99", "20") == 0
+    folder, rec = _record(tmp_path)
+    answer, steps = rec["serving"]["answer"], rec["serving"]["steps"]
+    assert rec["scenario"] == "server" and answer["found"] and answer["bound_ms"] == 20.0
+    service = rec["serving"]["single_query"]["p50_ms"]
+    theory = max_rate(service, 20.0, answer["knobs"]["concurrency"])
+    assert 0.6 * theory <= answer["max_valid_qps"] <= 1.4 * theory, (answer, theory)
+    # the bracket: VALID at the answer, INVALID above it within the search's precision
+    assert answer["smallest_invalid_qps"] / answer["max_valid_qps"] <= SEARCH_PRECISION * 1.01
+    valid = [s for s in steps if s["valid"]]
+    assert all(s["p99_ms"] <= 20.0 for s in valid) and any(not s["valid"] for s in steps)
+    assert rec["throughput_per_s"] == answer["max_valid_qps"] and rec["parity"]["served"]["status"] == "passed"
+    assert rec["serving"]["mlperf_valid"] is False and rec["serving"]["settings"]["quick"] is True
+    logs = folder / rec["serving"]["loadgen_logs"]
+    assert (logs / "round-00" / "mlperf_log_summary.txt").exists()  # LoadGen's own logs, beside the record
+    assert rec["latency_ms"]["p99"] <= 20.0 * 1.5  # the answer's latencies are LoadGen's, queueing included
+
+
+def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fakes, tmp_path):
+    assert _serve(tmp_path / "off", "--framework", "fake,fake-wrong", "--scenario", "offline") == 1  # fake-wrong
+    folder, rec = _record(tmp_path / "off")
+    assert rec["throughput_per_s"] > 200 and rec["serving"]["answer"]["qps_ci95"] is not None
+    _, wrong = _record(tmp_path / "off", "fake-wrong")
+    assert wrong["parity"]["status"] == "failed" and wrong["parity"]["served"]["status"] == "failed"
+    answer = json.loads((folder / "recommendation.json").read_text())["recommendations"][0]
+    assert answer["recommended"].startswith("fake") and "fake-wrong" in str(answer["not_ranked"])
+    assert _serve(tmp_path / "ss", "--framework", "fake", "--scenario", "single-stream") == 0
+    _, single = _record(tmp_path / "ss")
+    assert single["serving"]["steps"][0]["p90_ms"] >= 2.0 and single["latency_ms"]["p50"] >= 2.0
+
+
+def test_the_search_brackets_then_bisects():
+    search = Search(Knobs(), next_qps=100.0)
+    search.record(100.0, True)
+    assert search.next_qps == 200.0  # VALID: double
+    search.record(200.0, False)
+    assert search.next_qps == pytest.approx(math.sqrt(100 * 200))  # bracketed: bisect geometrically
+    while not search.done:
+        q = search.next_qps
+        search.record(q, q <= 150.0)
+    assert search.valid <= 150.0 < search.invalid and (search.invalid / search.valid <= SEARCH_PRECISION
+                                                        or search.steps >= 7)
+    none = Search(Knobs(), next_qps=100.0)
+    for _ in range(7):
+        none.record(none.next_qps, False)  # nothing is VALID: halves, and never reports an answer
+    assert none.valid is None and none.done
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scenario", "server", "--slo-p99", "0"], "argument --slo-p99: must be > 0, got '0'"),
+    (["--slo-p99", "20"], "--slo-p99 applies to --scenario server, not inference"),
+    (["--scenario", "offline", "--tune", "on"], "--tune applies to the inference scenario: offline searches"),
+    (["--scenario", "servers"], "argument --scenario: invalid choice: 'servers'"),
+])
+def test_bad_serving_options_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    assert run_main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and len(err) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_bound_no_load_can_meet_is_one_line_and_leaves_nothing(fakes, tmp_path, capsys):
+    assert _serve(tmp_path, "--framework", "fake", "--scenario", "server", "--slo-p99", "0.5") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--slo-p99 0.5 ms: no load can meet it on fake, whose own single-query p99 is" in err
+    assert not any((tmp_path / "out").glob("*/*.json"))
