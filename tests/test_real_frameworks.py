@@ -432,3 +432,24 @@ def test_a_run_beside_busy_processes_says_it_is_not_valid(default_run, tmp_path,
     assert out.out.startswith("NOT VALID (1 of 1 cells): other work took ")
     rec = records.load(tmp_path / "out").iloc[0]
     assert rec["validity.valid"] == False and rec["machine_state.other_cores_max"] > 0.5  # noqa: E712
+
+
+def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
+    """ONNX Runtime and OpenVINO on MobileNetV3-Small under the real LoadGen: the server search finds a load
+    within the bound, confirmed, and its served outputs match the reference; offline and single-stream answer."""
+    _, _, cache_dir = default_run
+    for scenario, extra in (("server", ["--slo-p99", "40"]), ("offline", []), ("single-stream", [])):
+        out = tmp_path / scenario
+        code = main([*MODEL, "--threads", "2", "--quick", "--scenario", scenario, *extra, "--framework",
+                     "onnxrt,openvino", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+        assert code == 0, scenario
+        df = records.load(out)
+        assert set(df["framework"]) == {"onnxrt", "openvino"} and (df["parity.served.status"] == "passed").all()
+        for _, r in df.iterrows():
+            answer = r["serving.answer"]
+            if scenario == "server":
+                assert answer["found"] and answer["max_valid_qps"] > 10 and r["throughput_per_s"] == \
+                    answer["max_valid_qps"]
+                assert any(c["valid"] and c["target"] == answer["max_valid_qps"] for c in answer["confirmations"])
+            else:
+                assert r["throughput_per_s"] > 10

@@ -449,3 +449,43 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     if dec["graph_has_xla"].any():
         handles["* graph mode partly XLA already\n  (grouped convolutions)"] = Line2D([], [], ls="")
     return _finish(fig, handles)
+
+
+def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
+    """The server scenario: each LoadGen test's p99 latency against the load it was scheduled at, one line per
+    runtime (its best serving configuration; VALID tests filled, INVALID hollow), the bound as a line, and each
+    runtime's answer marked (as Triton's Model Analyzer draws it). One panel per device, model and batch size."""
+    if "serving.scenario" not in df:
+        return None
+    served = df[(df["serving.scenario"] == "server") & (df["status"] == "ok")]
+    if served.empty:
+        return None
+    panels = list(served.groupby(["device_name", "cell", "batch_size"]))
+    fig, axes = _grid(len(panels), width=6.0, height=4.2)
+    handles: dict[str, Any] = {}
+    for ax, ((device, cell, bs), g) in zip(axes.flat, panels):
+        bound = None
+        for _, r in sorted(g.iterrows(), key=lambda kv: _order(kv[1]["framework"])):
+            answer, steps = r["serving.answer"], r["serving.steps"]
+            knobs = answer.get("knobs")
+            mine = sorted((s for s in steps if s["knobs"] == knobs and s.get("p99_ms")), key=lambda s: s["target"])
+            color = _color(r["framework"])
+            label = f"{r['framework']} ({'concurrency ' + str(knobs.get('concurrency'))})"
+            targets = sorted({s["target"] for s in mine})  # a line through each load's median p99 (repeats: points)
+            handles[label] = ax.plot(targets, [float(np.median([s["p99_ms"] for s in mine if s["target"] == t]))
+                                               for t in targets], color=color, lw=1, alpha=0.6)[0]
+            for s in mine:
+                ax.scatter(s["target"], s["p99_ms"], s=22, color=color if s["valid"] else "none",
+                           edgecolors=color, zorder=3)
+            if answer.get("found"):
+                ax.axvline(answer["max_valid_qps"], color=color, lw=1, ls=":")
+            bound = answer.get("bound_ms") or bound
+        if bound:
+            handles[f"p99 bound ({bound:g} ms)"] = ax.axhline(bound, color="k", lw=1, ls="--")
+        ax.set_xlabel("target load (QPS, LoadGen's Poisson arrivals)")
+        ax.set_ylabel("p99 latency (ms, queueing included)")
+        ax.set_title(f"{cell} bs{bs} on {device}", fontsize=SMALL + 1)
+        ax.grid(alpha=0.3)
+    handles["VALID test (filled) / INVALID (hollow)"] = ax.scatter([], [], s=22, color="grey")
+    handles["the answer: largest confirmed VALID load (dotted)"] = ax.plot([], [], color="grey", ls=":")[0]
+    return _finish(fig, handles, "server scenario: p99 latency against load, per runtime")

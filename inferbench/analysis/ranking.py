@@ -195,6 +195,16 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                    energy_missing=None if field(best, "energy.available") else
                    (field(best, "energy.reason") or "no energy figures in this record"),
                    run_id=field(best, "run_id"))
+        if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
+            rec.update(serving={"scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"),
+                                "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
+                                "confirmed": sum(1 for c in answer.get("confirmations") or []
+                                                 if c.get("valid") and c.get("target") == answer.get("max_valid_qps"))},
+                       stability="n/a", stability_advice="")
+            if len(scored) > 1:
+                rec.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
+            out.append(rec)
+            continue
         if len(scored) > 1:
             second = scored[1]
             if stat is None:
@@ -247,6 +257,28 @@ def margin_text(rec: Mapping[str, Any]) -> str:
     return f"{m['ratio']:.2f}x better than {runner} {ci}"
 
 
+def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
+    """A serving scenario's answer: the server's load at the bound (confirmed, with the search's bracket), offline's
+    samples per second with its interval; the runner-up's figure."""
+    s, ci = rec["serving"], rec["ci95"]
+    knobs = s.get("knobs") or {}
+    how = f"concurrency {knobs.get('concurrency', 1)}" + (f", batching delay {knobs['max_delay_ms']:g} ms"
+                                                         if knobs.get("max_delay_ms") else "")
+    if s["scenario"] == "server":
+        head = (f"  {at}: at p99 <= {s['bound_ms']:g} ms, {rec['recommended']} serves {rec['value']:.1f} QPS"
+                + (f" (search bracket {ci[0]:.1f}-{ci[1]:.1f}, confirmed by {s['confirmed']} run"
+                   f"{'s' if s['confirmed'] != 1 else ''}; {how})" if ci else f" ({how})"))
+        unit = "QPS"
+    else:
+        head = f"  {at}: {rec['recommended']}, {rec['value']:.1f} samples/s" + (
+            f" [95% CI {ci[0]:.1f}-{ci[1]:.1f}]" if ci else "") + f" ({how})"
+        unit = "samples/s"
+    lines = [head]
+    if rec.get("runner_up"):
+        lines.append(f"    next: {rec['runner_up']} at {rec['runner_up_value']:.1f} {unit}")
+    return lines
+
+
 def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
     """The answer: per group a line with the recommended cell, one with its margin (and one of advice
     when unstable), then why energy is missing, once; for the terminal and report.md."""
@@ -262,6 +294,9 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:
             lines.append(f"  {at}: none: {rec['reason']}")
+            continue
+        if rec.get("serving"):
+            lines += serving_lines(rec, at)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
         text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (

@@ -168,6 +168,43 @@ def significance(ctx: Context) -> list[str]:
     return [*md, ""]
 
 
+def serving(ctx: Context) -> list[str]:
+    """The serving scenarios: the load each runtime serves within the bound (server), or its samples per second
+    (offline), from LoadGen's tests, with the p99-against-load figure."""
+    from . import latest, plots
+
+    df = ctx.df
+    if "serving.scenario" not in df or df["serving.scenario"].isna().all():
+        return []
+    served = latest(df[df["serving.scenario"].notna() & (df["status"] == "ok")])
+    rows = []
+    for _, r in served.iterrows():
+        answer = r["serving.answer"]
+        knobs = answer.get("knobs") or {}
+        rows.append({"device": r["device_name"], "cell": r["cell"], "batch_size": r["batch_size"],
+                     "scenario": r["serving.scenario"], "framework": r["framework"],
+                     "answer": (f"{answer['max_valid_qps']:.1f} QPS at p99 ≤ {answer['bound_ms']:g} ms"
+                                if r["serving.scenario"] == "server" and answer.get("found")
+                                else "no VALID load" if r["serving.scenario"] == "server"
+                                else f"{r['throughput']:.1f} samples/s"),
+                     "bracket / 95% CI": "-" if not (answer.get("bracket") or answer.get("qps_ci95")) else
+                     "{:.1f}-{:.1f}".format(*(answer.get("bracket") or answer.get("qps_ci95"))),
+                     "configuration": f"concurrency {knobs.get('concurrency', 1)}"
+                     + (f", delay {knobs['max_delay_ms']:g} ms" if knobs.get("max_delay_ms") else ""),
+                     "tests": len(r["serving.steps"]), "served parity": (r.get("parity.served.status") or "-"),
+                     "J/query": r.get("energy.joules_per_inference")})
+    import pandas as pd
+
+    md = ["## Serving under load (MLPerf LoadGen)", "",
+          "Each runtime under LoadGen's traffic (Poisson arrivals for the server scenario), its served outputs "
+          "checked against the reference first. The server's answer is the largest load whose p99 stayed within the "
+          "bound in every confirmation run (LoadGen's VALID), with the search's bracket; offline's, the samples "
+          "per second of its best configuration with the interval between rounds. LoadGen's verdicts come from "
+          "shortened tests: comparable between runtimes, not an MLPerf submission.", "",
+          markdown.table(pd.DataFrame(rows)), ""]
+    return md + ctx.figure("p99_vs_qps.png", plots.p99_vs_qps(df), "server: p99 latency against load, per runtime")
+
+
 def energy(ctx: Context) -> list[str]:
     from . import has_energy, plots
 
@@ -224,7 +261,7 @@ def sources(ctx: Context) -> list[str]:
 
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
-    recommendation, failures, results, batch_sizes, xla_steps, across_models, frontier, significance, energy,
+    recommendation, failures, results, serving, batch_sizes, xla_steps, across_models, frontier, significance, energy,
     devices, sources)
 
 

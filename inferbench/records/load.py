@@ -28,7 +28,8 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     path = Path(path)
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
-    files = [path] if path.is_file() else sorted(path.rglob("*.json"))
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json")  # not LoadGen's logs beside one
+                                                 if not any(part.endswith(".loadgen") for part in p.parts))
     records = []
     skipped: list[str] = []
     unsupported: dict[Any, list[str]] = {}
@@ -99,6 +100,7 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd
     flat = pd.json_normalize([{k: v for k, v in r.items() if k not in raw} for r in records])
     for key in raw:
         flat[key] = [r.get(key) for r in records]
+    flat["serving.answer"] = [(r.get("serving") or {}).get("answer") for r in records]  # one object, as written
     return tidy(flat)
 
 

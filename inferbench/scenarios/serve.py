@@ -510,7 +510,7 @@ class Session:
         try:
             if target.exists():
                 shutil.rmtree(target)
-            shutil.copytree(self.logs, target)
+            shutil.copytree(self.logs, target, ignore=shutil.ignore_patterns("*.json", "no-audit.config"))
             return target.name
         except OSError:
             return None
