@@ -20,10 +20,15 @@ from .registry.scenarios import SCENARIOS
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+#: The training scenario's optimizers and batch-norm modes (--optimizer, --bn-mode).
+OPTIMIZERS = ("sgd", "adam")
+BN_MODES = ("train", "frozen")
+EXECUTORS = ("local", "ray")
 
 
 #: Short names of runner options in a cell's variant tag (the others: the name with dashes).
-_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile", "tune": "tuned"}
+_TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile", "tune": "tuned", "channels_first": "nchw",
+              "fused_bn": "fused-bn", "bn_mode": "bn", "optimizer": ""}  # "": the value alone ("+adam")
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,18 @@ class RunnerOptions:
     include_transfer: bool = False
     tune: bool = False  # each runtime at its best setting measured here (a short tuning phase before the rounds)
     env: str = ""  # digest of the shell variables passed on to the measured children (--pass-env): "" for none
+    # the training scenario's (scenario "train"; refused elsewhere)
+    optimizer: str = "sgd"
+    bn_mode: str = "train"  # batch norm with the batch's statistics while training, or frozen (its moving ones)
+    fused_bn: bool = False  # TensorFlow's fused batch-norm kernel instead of Keras 3's composed one
+    channels_first: bool = False  # Keras and TensorFlow in NCHW (torch's layout switch is channels_last)
 
     def __post_init__(self) -> None:
         if self.keras_backend not in KERAS_BACKENDS:
             raise ValueError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, not {self.keras_backend!r}")
+        if self.optimizer not in OPTIMIZERS or self.bn_mode not in BN_MODES:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)} and bn_mode one of "
+                             f"{', '.join(BN_MODES)}, not {self.optimizer!r} / {self.bn_mode!r}")
 
     def for_framework(self, fw: Framework) -> RunnerOptions:
         """These options with the ones ``fw`` does not take back at their defaults."""
@@ -58,7 +71,7 @@ class RunnerOptions:
             value = getattr(self, f.name)
             if value != getattr(default, f.name):
                 word = _TAG_WORDS.get(f.name, f.name.replace("_", "-"))
-                parts.append(word if value is True else f"{word}-{value}")
+                parts.append(word if value is True else f"{word}-{value}" if word else str(value))
         return "+".join(parts)
 
 
@@ -180,6 +193,9 @@ class RunConfig:
     quick: bool = False  # a first answer: fewer, shorter rounds; LoadGen's tests shortened (--quick)
     slo_p99_ms: float | None = None  # the server scenario's p99 bound (--slo-p99)
     tune_budget_s: float = 4.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
+    executor: str = "local"  # where a sweep's groups run: this machine, or a Ray cluster (--executor)
+    ray_address: str | None = None  # the Ray cluster's head (None: one of this machine, started for the sweep)
+    machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:
@@ -198,6 +214,8 @@ class RunConfig:
             raise ValueError(f"timeout_s must be a positive finite number or null, got {self.timeout_s}")
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.scenario!r}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
 
 
 @dataclass(frozen=True)
@@ -231,6 +249,7 @@ class ExportJob:
     batch_sizes: tuple[int, ...]
     key_inputs: dict[str, Any]
     model_file: ModelFile | None = None  # the model, if it is the user's file
+    variants: tuple[str, ...] = ()  # what a per-batch-size export makes besides the batch size (training set-ups)
     then: tuple[ExportJob, ...] = ()  # exports of the same model that follow in the same process
 
 

@@ -7,6 +7,7 @@ Registered only in tests (:func:`register`); the child processes import this mod
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -45,7 +46,8 @@ def export(ctx: Any) -> dict[str, Any]:
     (ctx.folder / "reference").mkdir(exist_ok=True)
     np.save(ctx.folder / REFERENCE_INPUTS, inputs)
     np.save(ctx.folder / REFERENCE_LOGITS, _logits(weights, inputs).astype(np.float32))
-    return {"paths": ["keras", "reference"], "input_signature": {}, "notes": []}
+    stats = json.loads(os.environ["FAKE_MODEL_STATS"]) if os.environ.get("FAKE_MODEL_STATS") else None  # a size
+    return {"paths": ["keras", "reference"], "input_signature": {}, "notes": [], "model_stats": stats}
 
 
 class FakeRunner(Runner):
@@ -59,6 +61,10 @@ class FakeRunner(Runner):
                 log.write(f"{os.getpid()}\n")
         self.weights = np.load(ctx.folder / WEIGHTS)["weights"]
         self.threads = ctx.threads
+        marker = os.environ.get("FAKE_KILL_PARENT_ONCE")  # a Ray task's worker lost once (its node, say)
+        if marker and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getppid(), 9)
         self.env_backend = os.environ.get("KERAS_BACKEND")
 
     def call(self, prepared: Any) -> Any:
@@ -176,6 +182,7 @@ class FlatRunner(KnobRunner):
 
 
 FAKES = {
+    "fake-lr": "FakeRunner", "fake-dropgrad": "FakeRunner", "fake-diverge": "FakeRunner",  # trainers differ
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
     "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
     "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
@@ -183,9 +190,13 @@ FAKES = {
 
 
 def frameworks() -> dict[str, Framework]:
+    from fakes_train import TRAINERS
+
     return {key: Framework(key, f"fakes:{cls}", "keras", ("numpy",), ("numpy",), "test", f"test double ({cls})",
-                           devices=("cpu",), options=("torch_compile", "keras_backend", "tune"),
-                           env=(("KERAS_BACKEND", "keras_backend"),))
+                           devices=("cpu",), options=("torch_compile", "keras_backend", "tune", "optimizer",
+                                                      "bn_mode"),
+                           env=(("KERAS_BACKEND", "keras_backend"),),
+                           trainer=f"fakes_train:{TRAINERS[key]}" if key in TRAINERS else None)
             for key, cls in FAKES.items()}
 
 
@@ -199,3 +210,5 @@ def register(registry: dict[str, Framework] | None = None, exporters: dict[str, 
     registry["keras"] = Exporter("keras", "fakes", (), ("numpy",), "test", WEIGHTS)
     registry["reference"] = Exporter("reference", "fakes_reference", ("keras",), ("numpy",), "test", "reference",
                                      per_batch_size=True)
+    registry["train-reference"] = Exporter("train-reference", "fakes_train", ("keras",), ("numpy",), "test",
+                                           "train-reference", per_batch_size=True)

@@ -78,11 +78,13 @@ def test_unsupported_pairs_say_why():
     from inferbench.zoo import matrix_rows
 
     config = RunConfig("random", 0, Device("cpu"), 1, TimingConfig(), RunnerOptions(), "")
-    plan = Plan(config, (CellKey("xception", 71, 1, "tf"), CellKey("vgg16", 32, 1, "tf")), {"frameworks": ["all"]})
+    plan = Plan(config, (CellKey("xception", 71, 1, "tf"), CellKey("vgg16", 32, 1, "tf"),
+                         CellKey("densenet121", 32, 1, "tf")), {"frameworks": ["all"]})
     rows = {(r["model"], r["framework"]): r for r in matrix_rows(plan, [])}
     assert rows[("xception", "torch-native")]["status"] == "unsupported"
     assert rows[("xception", "torch-native")]["reason"] == "torchvision has no implementation of xception"
-    assert "no Keras->torchvision weight port for vgg16" in rows[("vgg16", "torch-inductor")]["reason"]
+    assert "no Keras->torchvision weight port for densenet121" in rows[("densenet121", "torch-inductor")]["reason"]
+    assert not rows[("vgg16", "torch-inductor")]["reason"]  # VGG's weights are ported (the training scenario's)
     assert rows[("vgg16", "tf")]["status"] in ("not run yet", "not run here")  # planned, no record yet
     assert ("vgg16", "tensorrt-fp32") not in rows  # a GPU framework is no column of a CPU matrix
 

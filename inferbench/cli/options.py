@@ -30,7 +30,10 @@ from ..registry.frameworks import Framework, choose, get_framework
 from ..registry.models import ModelFile, register
 from ..registry.scenarios import SCENARIOS, SERVING
 from ..spec import (
+    BN_MODES,
+    EXECUTORS,
     KERAS_BACKENDS,
+    OPTIMIZERS,
     PRECISIONS,
     CellKey,
     RunConfig,
@@ -288,6 +291,23 @@ OPTIONS: tuple[Option, ...] = (
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
            choices=KERAS_BACKENDS, commands=("run", "sweep", "selftest")),
+    Option("executor", ("--executor",), "where the sweep's cells run: local (this machine, one group after another) "
+           "or ray (a Ray cluster: each group a task on a node reserved whole; pip install -e \".[ray]\"; "
+           "docs/distributed.md)", "local", choices=EXECUTORS, commands=("sweep", "zoo")),
+    Option("ray_address", ("--ray-address",), "--executor ray: the cluster's head as HOST:PORT (default: a cluster "
+           "of this machine alone, started for the sweep)", None, metavar="HOST:PORT", commands=("sweep", "zoo")),
+    Option("machines", ("--machines",), "--executor ray: run every cell on each of these machines (nodes started with "
+           "--resources '{\"machine:NAME\": 1, \"inferbench\": 1}'), each machine's records in a folder of its own, "
+           "for a cross-machine comparison", [], names, metavar="NAME[,NAME...]", commands=("sweep", "zoo")),
+    Option("optimizer", ("--optimizer",), "--scenario train: the optimizer (SGD with momentum 0.9, or Adam; the "
+           "hyper-parameters in docs/training.md)", "sgd", choices=OPTIMIZERS),
+    Option("bn_mode", ("--bn-mode",), "--scenario train: batch norm normalises with the batch's statistics (train) "
+           "or is frozen (its moving statistics; its scale and offset not trained)", "train", choices=BN_MODES),
+    Option("fused_bn", ("--fused-batch-norm",), "--scenario train, Keras and TensorFlow on TensorFlow: batch norm "
+           "by TensorFlow's fused kernel (Keras 3 composes it otherwise)", False, switch=True),
+    Option("channels_first", ("--channels-first",), "--scenario train, Keras and TensorFlow: train in NCHW "
+           "(TensorFlow has no NCHW convolutions on a CPU; torch's layout switch is --channels-last)", False,
+           switch=True),
     Option("log_to", ("--log-to",), "also log each cell as a tracking run: mlflow (MLFLOW_TRACKING_URI, default a "
            "local store), wandb (offline unless WANDB_MODE says otherwise); grouped by run or sweep", [], names,
            metavar="mlflow|wandb[,...]"),
@@ -302,9 +322,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("yes", ("--yes",), f"run a grid of more than {MAX_CELLS} cells", False, switch=True, in_file=False,
            commands=MEASURING),
     Option("scenario", ("--scenario",), "what each cell measures: inference (the latency and throughput of one "
-           "call per batch, in interleaved rounds), or under MLPerf LoadGen single-stream (p90 of single queries), "
+           "call per batch, in interleaved rounds), under MLPerf LoadGen single-stream (p90 of single queries), "
            "multi-stream (p99 of 8-sample queries), server (the largest load whose p99 stays within --slo-p99) or "
-           "offline (the most samples per second)", "inference", choices=tuple(SCENARIOS)),
+           "offline (the most samples per second), or train (one training step: forward, loss, backward, update; "
+           "samples per second, after training parity)", "inference", choices=tuple(SCENARIOS)),
     Option("slo_p99", ("--slo-p99",), "--scenario server: the p99 latency bound in milliseconds (default: "
            "50)", None, positive_float, metavar="MS", maximum=DAY_S * 1e3),
     Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (3 of 0.5 s), and LoadGen's tests "
@@ -491,13 +512,16 @@ def build(values: dict[str, Any]) -> Built:
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    serving = values["scenario"] in SERVING
+    serving, train = values["scenario"] in SERVING, values["scenario"] == "train"
     if values.get("slo_p99") is not None and values["scenario"] != "server":
         raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
     if serving and values["tune"] == "on":
         raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
                          "configurations (concurrency, batching delay)")
-    tune = not serving and (values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"]))
+    check_training(values)
+    check_executor(values)
+    tune = not serving and not train and (values["tune"] == "on" or (values["tune"] == "auto"
+                                                                     and "best" in values["frameworks"]))
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
@@ -526,7 +550,9 @@ def build(values: dict[str, Any]) -> Built:
                        sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
                        tune_budget_s=values["tune_budget"], processes=1 if serving else values["processes"],
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
-                           DEFAULT_SLO_P99_MS if values["scenario"] == "server" else None))
+                           DEFAULT_SLO_P99_MS if values["scenario"] == "server" else None),
+                       executor=values["executor"], ray_address=values.get("ray_address"),
+                       machines=tuple(values["machines"]))
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
@@ -534,7 +560,7 @@ def build(values: dict[str, Any]) -> Built:
         res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
                                  for r in values["resolutions"])
         have = exported(config, spec, res_list)
-        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have)
+        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have, config.scenario)
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
@@ -555,6 +581,47 @@ def build(values: dict[str, Any]) -> Built:
              for fw, precs in fws for prec in precs]
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped)
+
+
+def check_executor(values: dict[str, Any]) -> None:
+    """--executor ray's options only with it, a well-formed address, Ray installed: one line each."""
+    import importlib.util
+
+    if values["executor"] != "ray":
+        extra = [flag for name, flag in (("ray_address", "--ray-address"), ("machines", "--machines"))
+                 if values.get(name)]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} applies to --executor ray")
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError('--executor ray needs Ray: pip install -e ".[ray]"')
+    if values.get("ray_address"):
+        from ..execution.distributed import check_address
+
+        check_address(str(values["ray_address"]))
+
+
+#: The training scenario's own options (refused in the others).
+TRAIN_OPTIONS = ("optimizer", "bn_mode", "fused_bn", "channels_first")
+
+
+def check_training(values: dict[str, Any]) -> None:
+    """The training scenario's options where they apply, and the inference options it has no use for: one line."""
+    given = [f"{BY_NAME[k].flags[0]}" for k in TRAIN_OPTIONS if values.get(k) != BY_NAME[k].default]
+    if values["scenario"] != "train":
+        if given:
+            raise UsageError(f"{', '.join(given)} applies to --scenario train, not {values['scenario']}")
+        return
+    if values["tune"] == "on":
+        raise UsageError("--tune applies to the inference scenario: training has no tuning grid yet")
+    inference_only = [flag for name, flag in (("include_transfer", "--include-transfer"),
+                                              ("cuda_graphs", "--cuda-graphs")) if values.get(name)]
+    if inference_only:
+        raise UsageError(f"{', '.join(inference_only)} applies to inference, not to --scenario train")
+    if [p for p in values["precisions"] if p != "fp32"]:
+        raise UsageError("--scenario train runs in fp32 here: mixed-precision training is not measured yet")
+    if values["fused_bn"] and values["keras_backend"] != "tensorflow":
+        raise UsageError("--fused-batch-norm is TensorFlow's kernel: it needs --keras-backend tensorflow")
 
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
@@ -637,7 +704,8 @@ def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[s
 
 
 #: The serving scenarios' own metric (MLPerf's), what "best" means for them unless --objective says otherwise.
-SCENARIO_OBJECTIVES = {"server": "throughput", "offline": "throughput", "single-stream": "p90", "multi-stream": "p99"}
+SCENARIO_OBJECTIVES = {"server": "throughput", "offline": "throughput", "single-stream": "p90", "multi-stream": "p99",
+                       "train": "throughput"}
 
 
 def objective_for(values: dict[str, Any]) -> str:

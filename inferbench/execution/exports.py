@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
-from ..registry.frameworks import Framework, get_framework, unavailable_reason
+from ..registry.frameworks import Framework, artifacts_of, get_framework, unavailable_reason
 from ..spec import (
     CellKey,
     ExportJob,
@@ -22,6 +22,10 @@ from .progress import Progress
 #: What a worker holds, estimated from the model's weights (fitted on the zoo's records, rounded up: TF workers
 #: 0.7-1.0 GB plus 1.7-2.5 copies of the weights, ONNX Runtime 0.1 GB plus 1.7, OpenVINO 0.1 GB plus 2.9).
 WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
+#: A training worker holds besides: the gradients and the optimizer's state (a copy of the weights each: SGD's
+#: momentum, Adam's two moments), and per image ACTIVATION_COPIES times every layer's outputs (kept for the backward
+#: pass, their gradients, the framework's workspace).
+ACTIVATION_COPIES = 3.0
 
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
@@ -50,12 +54,17 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     cache_dir = Path(config.cache_dir)
     folder = artifact_cache.artifact_dir(cache_dir, key_inputs)
     have = exported(config, spec, [resolution])
-    runnable = [fw for fw in frameworks if not unavailable_reason(fw, config.device.kind, spec, config.options, have)]
-    needed = [fw.artifact_for(spec) for fw in runnable if fw.artifact != "none"]
+    scenario = config.scenario
+    runnable = [fw for fw in frameworks
+                if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
+    needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)]
+    variants = train_variants(config) if scenario == "train" else ()
     label = f"{model}@{resolution} export"
 
     def covers(kind: str) -> Any:
-        return lambda entry: not EXPORTERS[kind].per_batch_size or set(batch_sizes) <= set(entry.get("batch_sizes", ()))
+        return lambda entry: not EXPORTERS[kind].per_batch_size or (
+            set(batch_sizes) <= set(entry.get("batch_sizes", ())) and set(variants if kind == "train-reference"
+                                                                           else ()) <= set(entry.get("variants", ())))
 
     waiting = "waiting: another inferbench process is exporting this model to the same cache"
     with artifact_cache.export_lock(folder, lambda: progress.result(label, waiting)):
@@ -93,13 +102,15 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             return bool(deps)
 
         def job(kind: str) -> Any:
-            sizes = batch_sizes
-            if EXPORTERS[kind].per_batch_size:  # one file per batch size: keep those made before
-                sizes = tuple(sorted({*(artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}).get(
-                    "batch_sizes", ()), *batch_sizes}))
+            sizes, kinds = batch_sizes, variants if kind == "train-reference" else ()
+            if EXPORTERS[kind].per_batch_size:  # one file per batch size (and variant): keep those made before
+                made = artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}
+                sizes = tuple(sorted({*made.get("batch_sizes", ()), *batch_sizes}))
+                kinds = tuple(sorted({*made.get("variants", ()), *kinds})) if kinds else ()
             return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
                              folder=str(folder), model=spec.name, resolution=resolution, weights=key_weights,
-                             seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source)
+                             seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source,
+                             variants=kinds)
 
         alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
         while todo:
@@ -145,6 +156,13 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
         return folder, failed
 
 
+def train_variants(config: RunConfig) -> tuple[str, ...]:
+    """The training set-ups whose reference steps a run needs (the ``train-reference`` export's variants)."""
+    from ..registry.artifacts import train_variant
+
+    return (train_variant(config.options.optimizer, config.options.bn_mode),)
+
+
 def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     """Where the artifacts a cell used came from: for its own kind, those it is made from, and the reference
     outputs, when and with which library versions each was exported, and the cache it was brought from (an
@@ -154,11 +172,42 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     from ..registry.models import get_model
 
     spec = get_model(cell.model)
-    kind = get_framework(cell.framework).artifact_for(spec)
+    own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario) if k in EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
-    kinds = export_order([kind], spec) if kind in EXPORTERS else export_order([], spec)
+    kinds = export_order(own, spec)
     return {k: {key: entries[k][key] for key in ("exported_at", "versions", "brought_from") if key in entries[k]}
             for k in kinds if isinstance(entries.get(k), dict)}
+
+
+def training_memory(stats: dict[str, Any] | None, batch_size: int, optimizer: str) -> tuple[float, float]:
+    """A training worker's estimate as (GB beside the weights, copies of the weights) for
+    :func:`inferbench.base.machine.memory_shortfall`."""
+    activations = (stats or {}).get("activations_per_image") or 0
+    return (WORKER_BASE_GB + activations * batch_size * 4 * ACTIVATION_COPIES / 2**30,
+            WEIGHT_COPIES + 1 + (1 if optimizer == "sgd" else 2))
+
+
+def training_plan(stats: dict[str, Any] | None, cells: int, processes: int, batch_size: int,
+                  optimizer: str) -> tuple[bool, str | None]:
+    """How a training group's workers fit in the memory available now: (side by side, None), (one cell at a time,
+    None) when only that fits, or (False, why not even one cell's workers fit: the batch size to try)."""
+    from ..base.machine import memory_shortfall
+
+    params = (stats or {}).get("params")
+    base, copies = training_memory(stats, batch_size, optimizer)
+    if memory_shortfall(params, base, copies, cells * processes) is None:
+        return True, None
+    short = memory_shortfall(params, base, copies, processes)
+    if short is None:
+        return False, None
+    need, weights_gb, available = short
+    smaller = next((b for b in (batch_size // 2 ** k for k in range(1, 12)) if b >= 1 and memory_shortfall(
+        params, *training_memory(stats, b, optimizer), processes) is None), None)
+    advice = f"try --batch-size {smaller}" if smaller else "this model does not train on this machine"
+    return False, (f"training {batch_size} images a step would hold about {need:.0f} GB in {processes} worker "
+                   f"process{'es' if processes > 1 else ''} ({weights_gb:.1f} GB of weights, the gradients, the "
+                   f"optimizer's state and the activations), more than 90% of the {available:.0f} GB available: "
+                   f"{advice}" + (" (or --processes 1)" if processes > 1 else ""))
 
 
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:

@@ -23,7 +23,7 @@ from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import SERVING
 from ..spec import CellJob, CellKey, ChildResult, RunConfig
 from .childenv import child_env, ignored_shell_variables, recorded_env
-from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance
+from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance, training_plan
 from .folders import set_aside_if_unreadable
 from .progress import Progress
 
@@ -34,7 +34,7 @@ def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[
     from ..registry.models import get_model
 
     fw = get_framework(cell.framework)
-    kind = fw.artifact_for(get_model(cell.model))
+    kind = fw.artifact_for(get_model(cell.model), cell.scenario)
     artifact = None if kind == "none" else str(folder / EXPORTERS[kind].path)
     log_dir = None if run_dir is None else str(run_dir / (Path(cell.filename).stem + ".loadgen"))
     return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
@@ -47,9 +47,11 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
     fw = get_framework(cell.framework)
     spec = get_model(cell.model)
-    kind = fw.artifact_for(spec)
-    reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]))
-    for needed in (kind, "reference"):  # every cell's parity needs the reference outputs
+    kind = fw.artifact_for(spec, cell.scenario)
+    reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]),
+                                cell.scenario)
+    # every cell's parity needs the reference outputs (a training cell: the reference steps)
+    for needed in (kind, "train-reference" if cell.scenario == "train" else "reference"):
         if reason is None and needed in failed_exports:
             reason = f"export of {needed} failed: {failed_exports[needed]}"
     return reason
@@ -62,22 +64,34 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     from .rounds import measure_group
 
     c = cells[0]
-    # a nonce per invocation: it names the group (a cell re-run by --resume is never paired with earlier
-    # rounds) and draws the order of its rounds
-    nonce = uuid.uuid4().hex[:8]
-    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{nonce}", "group_cells": len(cells)}
-    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving, run_dir) for cell in cells}
-    envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
     outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
                 if (reason := cannot_run(config, cell, failed_exports)) is not None}
     runnable = [cell for cell in cells if cell not in outcomes]
     stats = model_stats(folder)
-    too_big = memory_refusal(stats, len(runnable))
+    together, too_big = True, memory_refusal(stats, len(runnable))
+    if c.scenario == "train":  # gradients, the optimizer's state and the activations too
+        together, too_big = training_plan(stats, len(runnable), config.processes, c.batch_size,
+                                          config.options.optimizer)
+        if too_big and strict:  # a batch the memory cannot hold: one line, nothing written
+            raise UsageError(too_big)
+        if not together and not too_big:
+            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}", "one cell at a time: the group's training "
+                            "workers side by side would not fit in memory (comparisons unpaired, intervals wider)")
     if too_big:
         outcomes.update({cell: ChildResult(ok=False, error=too_big) for cell in runnable})
         runnable = []
-    measured = measure_group([jobs[c] for c in runnable], [envs[c] for c in runnable],
-                             int(nonce, 16), progress.say, config.timeout_s, progress.result)
+    # a nonce per invocation: it names the group (a cell re-run by --resume is never paired with earlier
+    # rounds) and draws the order of its rounds
+    nonce = uuid.uuid4().hex[:8]
+    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{nonce}", "group_cells": len(cells)}
+    if not together:
+        interleaving.update(group_cells=1, alone="memory")
+    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving, run_dir) for cell in cells}
+    envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
+    measured: list[ChildResult] = []
+    for part in [runnable] if together else [[cell] for cell in runnable]:
+        measured += measure_group([jobs[x] for x in part], [envs[x] for x in part],
+                                  int(nonce, 16), progress.say, config.timeout_s, progress.result)
     outcomes.update(zip(runnable, measured))
     refused = next((o for o in measured if o.usage_error), None)
     if strict and refused is not None:  # bad input found by a worker (a bound no load can meet): one line, exit 2
@@ -122,55 +136,115 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         print(f"inferbench: not passed on to the frameworks (they change what is measured; inferbench sets its own "
               f"values, recorded in config.child_env; --pass-env NAME passes one on): {', '.join(ignored)}",
               file=sys.stderr)
+    todo = pending(run_dir, cells)
+    progress = progress or Progress(len(cells), verbosity=verbosity)
+    progress.total, progress.done = len(cells), len(cells) - len(todo)
+    progress.base = progress.done
+    try:
+        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective)
+    finally:
+        progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
+
+
+def pending(run_dir: Path, cells: list[CellKey]) -> list[CellKey]:
+    """The cells of ``run_dir`` without a record yet (a write cut short by a kill is removed, an unreadable record
+    set aside: its cell runs again)."""
     for stale in run_dir.glob(".*.tmp"):  # a write cut short by a kill; we hold the folder, no one else writes
         stale.unlink(missing_ok=True)
     for cell in cells:
         note = set_aside_if_unreadable(run_dir / cell.filename)
         if note:
             print(f"inferbench: {note}", file=sys.stderr)
-    todo = [c for c in cells if not (run_dir / c.filename).exists()]
-    unwritten: dict[str, str] = {}
-    progress = progress or Progress(len(cells), verbosity=verbosity)
-    progress.total, progress.done = len(cells), len(cells) - len(todo)
-    progress.base = progress.done
-    try:
-        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective, unwritten)
-    finally:
-        progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
+    return [c for c in cells if not (run_dir / c.filename).exists()]
+
+
+def environment_of(config: RunConfig) -> dict[str, Any]:
+    """The machine a run measures on, as every record of it says (captured where the cells run)."""
+    from .environment import capture, invocation_calibration
+
+    return {**capture(config.device), "peak_fp32": peak_fp32(config),
+            "invocation_spread": invocation_calibration(config.cache_dir, config.threads)}
+
+
+class Exports:
+    """A run's artifacts per (model, resolution), exported or taken from the cache on first need (every batch size
+    and framework of the run's cells of that pair at once)."""
+
+    def __init__(self, config: RunConfig, cells: list[CellKey], progress: Progress, strict: bool) -> None:
+        self.config, self.cells, self.progress, self.strict = config, cells, progress, strict
+        self.done: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
+
+    def of(self, cell: CellKey) -> tuple[Path, dict[str, str], tuple[int, ...]]:
+        """The cache folder of ``cell``'s model and resolution, the kinds that failed to export (with why), and
+        every batch size of the run at that pair."""
+        pair = (cell.model, cell.resolution)
+        same = [c for c in self.cells if (c.model, c.resolution) == pair]
+        batch_sizes = tuple(sorted({c.batch_size for c in same}))
+        if pair not in self.done:
+            frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
+            self.done[pair] = ensure_exports(self.config, cell.model, cell.resolution, frameworks, batch_sizes,
+                                             self.progress, self.strict)
+        return (*self.done[pair], batch_sizes)
+
+
+def groups_of(cells: list[CellKey], sequential: bool) -> list[list[CellKey]]:
+    """The cells in groups measured together: one per model, resolution and batch size (--sequential: a cell
+    each)."""
+    groups: dict[tuple[Any, ...], list[CellKey]] = {}
+    for cell in cells:
+        key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if sequential else ())
+        groups.setdefault(key, []).append(cell)
+    return list(groups.values())
+
+
+class Writer:
+    """A run's records as their groups end: written atomically under their cell's file name, added to the summary
+    files (which grow with each cell, never rebuilt by reading every record back), logged to the trackers, each
+    said in one line. Every record of the run is kept in memory as it is written (read from disk once, for a
+    resumed folder)."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, cells: list[CellKey], objective: str,
+                 progress: Progress) -> None:
+        self.config, self.run_dir, self.cells, self.progress = config, run_dir, cells, progress
+        self.unwritten: dict[str, str] = {}
+        self.kept = {record_key(r): r for r in records_of(run_dir, cells)}
+        self.files = _run_files(run_dir, objective, ordered(self.kept, cells), self.unwritten, progress)
+
+    def write(self, cells: list[CellKey], records: list[Record], where: str = "") -> None:
+        """Write a group's ``records`` (``where``: the machine that measured them, for the progress line)."""
+        run_dir, unwritten, progress = self.run_dir, self.unwritten, self.progress
+        for cell, record in zip(cells, records):
+            try:
+                path = write_record(run_dir, record)
+            except OSError as exc:  # disk full, permissions: this cell fails, the others still run
+                unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
+                progress.result(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}", failure=True)
+                continue
+            written = as_written(record)
+            self.kept[record_key(written)] = written
+            _summary_file(self.files, lambda f, r=written: f.add(r), run_dir, unwritten, progress)
+            if self.config.log_to:
+                from .tracking import log
+
+                unwritten.update(log(self.config.log_to, written, path))
+            progress.result(cell.label + where, one_line(record), failure=record.status != "ok"
+                            or record.parity["status"] == "failed")
+        _summary_file(self.files, RunFiles.flush, run_dir, unwritten, progress)
+
+    def executed(self) -> Executed:
+        return Executed(ordered(self.kept, self.cells), self.unwritten)
 
 
 def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
-             progress: Progress, strict: bool, objective: str, unwritten: dict[str, str]) -> Executed:
-    from .environment import capture, invocation_calibration
-
-    environment = {**capture(config.device), "peak_fp32": peak_fp32(config),
-                   "invocation_spread": invocation_calibration(config.cache_dir, config.threads)}
-    exports: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
-
-    def group_of(cell: CellKey) -> tuple[tuple[str, int], tuple[int, ...]]:
-        group = (cell.model, cell.resolution)
-        same = [c for c in cells if (c.model, c.resolution) == group]
-        batch_sizes = tuple(sorted({c.batch_size for c in same}))
-        if group not in exports:
-            frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
-            exports[group] = ensure_exports(config, cell.model, cell.resolution, frameworks, batch_sizes,
-                                            progress, strict)
-        return group, batch_sizes
-
+             progress: Progress, strict: bool, objective: str) -> Executed:
+    environment = environment_of(config)
+    exports = Exports(config, cells, progress, strict)
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in todo:
-            group_of(cell)
-    groups: dict[tuple[Any, ...], list[CellKey]] = {}
-    for cell in todo:  # interleaved: a group per model, resolution and batch size; --sequential: a cell each
-        key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if config.sequential else ())
-        groups.setdefault(key, []).append(cell)
-    # every record of the run, kept in memory as it is written (read from disk once, for a resumed folder); the
-    # summary files grow with each cell (RunFiles), never rebuilt by reading every record back
-    kept = {record_key(r): r for r in records_of(run_dir, cells)}
-    files = _run_files(run_dir, objective, ordered(kept, cells), unwritten, progress)
-    for same in groups.values():
-        group, batch_sizes = group_of(same[0])
-        folder, failed = exports[group]
+            exports.of(cell)
+    writer = Writer(config, run_dir, cells, objective, progress)
+    for same in groups_of(todo, config.sequential):
+        folder, failed, batch_sizes = exports.of(same[0])
         c = same[0]
         if not config.sequential:
             progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
@@ -179,24 +253,8 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
         records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress, run_dir,
                             strict)
         progress.done += len(same)
-        for cell, record in zip(same, records):
-            try:
-                path = write_record(run_dir, record)
-            except OSError as exc:  # disk full, permissions: this cell fails, the others still run
-                unwritten[cell.label] = f"{exc.strerror or exc} ({exc.filename or run_dir})"
-                progress.result(cell.label, f"RECORD NOT WRITTEN: {unwritten[cell.label]}", failure=True)
-                continue
-            written = as_written(record)
-            kept[record_key(written)] = written
-            _summary_file(files, lambda f, r=written: f.add(r), run_dir, unwritten, progress)
-            if config.log_to:
-                from .tracking import log
-
-                unwritten.update(log(config.log_to, written, path))
-            progress.result(cell.label, one_line(record), failure=record.status != "ok"
-                            or record.parity["status"] == "failed")
-        _summary_file(files, RunFiles.flush, run_dir, unwritten, progress)
-    return Executed(ordered(kept, cells), unwritten)
+        writer.write(same, records)
+    return writer.executed()
 
 
 def _run_files(run_dir: Path, objective: str, records: list[dict[str, Any]], unwritten: dict[str, str],

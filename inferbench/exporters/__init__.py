@@ -69,7 +69,8 @@ def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:
     if job.model_file is not None:
         register(job.model_file)
     ctx = ExportContext(folder=Path(job.folder), model=job.model, resolution=job.resolution,
-                        weights=job.weights, seed=job.seed, batch_sizes=job.batch_sizes)
+                        weights=job.weights, seed=job.seed, batch_sizes=job.batch_sizes,
+                        variants=job.variants)
     ctx.folder.mkdir(parents=True, exist_ok=True)
     emit(f"exporting {job.kind}")
     start = time.perf_counter()

@@ -21,9 +21,10 @@ from ..base.digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - th
 from ..base.files import atomic_write_text
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 5  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
+EXPORT_FORMAT = 6  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
 #                   4: the Keras export measures the model's FP32 spread (reference/fp32_spread.json);
-#                   5: the torch export is weights only (torch/model.safetensors), no pickle
+#                   5: the torch export is weights only (torch/model.safetensors), no pickle;
+#                   6: a network without normalisation (VGG) standardised to its inputs' scale
 MANIFEST = "manifest.json"
 
 

@@ -76,4 +76,17 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
             flops += 2 * math.prod(int(d) for d in sizes.values())
     grouped = sum(1 for layer in walk_layers(model) if getattr(layer, "groups", 1) > 1)
     return {"params": int(model.count_params()), "flops_per_image": int(flops), "flops_method": FLOPS_METHOD,
-            "flops_resolution": resolution, "grouped_convolutions": grouped}
+            "flops_resolution": resolution, "grouped_convolutions": grouped,
+            "activations_per_image": activations(model)}
+
+
+def activations(model: Any) -> int | None:
+    """The values every layer of the model outputs for one image (what training keeps for its backward pass, the
+    training scenario's memory estimate); None for a model whose layers do not say (nested, several outputs)."""
+    import math
+
+    try:
+        return sum(math.prod(int(d) for d in layer.output.shape[1:]) for layer in model.layers
+                   if type(layer).__name__ != "InputLayer")
+    except (AttributeError, TypeError, ValueError):
+        return None

@@ -98,6 +98,8 @@ class Parity:
     thresholds: dict[str, Any] | None = None
     checked_batch_sizes: list[int] | None = None
     sanity: dict[str, Any] | None = None
+    method: str | None = None  # "training": the training scenario's rule (inferbench.measure.training)
+    training: dict[str, Any] | None = None  # its loss, gradient and weight-change figures
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class ModelStats:
     flops_resolution: Annotated[int, Min(1)] | None = None
     grouped_convolutions: Annotated[int, Min(0)] | None = None
     why: str | None = None
+    activations_per_image: Annotated[int, Min(0)] | None = None  # every layer's outputs at batch 1 (training memory)
 
 
 @dataclass(frozen=True)
@@ -202,3 +205,32 @@ class Serving:
     answer: dict[str, Any]
     steps: list[dict[str, Any]]
     mlperf_valid: bool
+
+
+@dataclass(frozen=True)
+class Training:
+    """The training scenario's step (``--scenario train``): the optimizer and its hyper-parameters, the batch-norm
+    mode and kernel, the layout, what the step is, dropout (off), the loss and how many steps ran; null for the
+    other scenarios."""
+
+    optimizer: str
+    learning_rate: Number  # the rate trained with: the default, or lower (measure.training.learning_rate)
+    bn_mode: str
+    layout: str
+    step: str
+    parity_steps: Annotated[int, Min(0)]
+    dropout: str = "off"
+    loss: str | None = None
+    labels: str | None = None
+    momentum: Number = None
+    nesterov: bool | None = None
+    beta_1: Number = None
+    beta_2: Number = None
+    epsilon: Number = None
+    batch_norm_kernel: str | None = None
+    compiled: bool | None = None
+    steps_timed: Annotated[int, Min(0)] | None = None
+    steps_total: Annotated[int, Min(0)] | None = None
+    last_loss: Number = None
+    default_learning_rate: Number = None
+    step_cap: Number = None

@@ -33,8 +33,9 @@ Schema history (``schema_version``):
       intervals of the tails (``p90_ci95``, ``p95_ci95``, ``p99_ci95``, null below the samples they need;
       ``n_effective``, ``tails_too_few_samples``), the drift as a slope, ``energy.joules_per_inference_ci95`` and
       its ``per_round_j_per_inference``, ``timing.gc``; ``serving`` (issue 25: a LoadGen scenario's tests, its
-      search and its answer). Upgrading a schema-5 record leaves the spread unmeasured:
-      its comparisons use an assumed one and say so.
+      search and its answer); ``training`` (issue 26: the training scenario's step, optimizer and batch-norm mode)
+      and ``parity.method``/``parity.training`` (training parity's figures). Upgrading a schema-5 record leaves the
+      spread unmeasured: its comparisons use an assumed one and say so.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from .blocks import (
     NonEmpty,
     Parity,
     Serving,
+    Training,
     Tuning,
     Validity,
 )
@@ -127,6 +129,7 @@ class Record:
     validity: Annotated[dict[str, Any] | None, Validity] = None
     tuning: Annotated[dict[str, Any] | None, Tuning] = None
     serving: Annotated[dict[str, Any] | None, Serving] = None
+    training: Annotated[dict[str, Any] | None, Training] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

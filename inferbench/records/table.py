@@ -75,9 +75,14 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
 
 def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
     """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
-    image) and its fraction of the device's measured peak FP32 rate (None where either is unknown)."""
+    image; a training step's: 3 x the forward's) and its fraction of the device's measured peak FP32 rate (None
+    where either is unknown)."""
+    from ..measure.training import STEP_FLOPS_FACTOR
+
     stats = record.get("model_stats") or {}
     flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
+    if flops and record.get("scenario") == "train":
+        flops *= STEP_FLOPS_FACTOR
     rate = throughput * flops / 1e9 if flops and throughput else None
     peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")
     return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,

@@ -34,6 +34,9 @@ EXPORTERS: dict[str, Exporter] = {
                  "reference", per_batch_size=True),
         # the Keras weights read on whichever Keras backend is installed (pipeline.default_keras_backend)
         Exporter("ported", "inferbench.exporters.ported", ("keras",), ("keras",), "tf", "ported/keras_weights.npz"),
+        # the training scenario's reference: k steps of the Keras model from the same weights on the same batches
+        Exporter("train-reference", "inferbench.exporters.train_reference", ("keras",), ("tensorflow", "keras"), "tf",
+                 "train-reference", per_batch_size=True),
         Exporter("savedmodel", "inferbench.exporters.savedmodel", ("keras",), ("tensorflow",), "tf", "savedmodel"),
         Exporter("onnx", "inferbench.exporters.onnx", ("keras",), ("tensorflow", "tf2onnx", "onnx"), "onnxruntime",
                  "onnx/model.onnx"),
@@ -150,6 +153,7 @@ class ExportContext:
     weights: str
     seed: int
     batch_sizes: tuple[int, ...] = (1,)
+    variants: tuple[str, ...] = ()  # the training set-ups of a train-reference export (train_variant)
 
     def path(self, kind: str) -> Path:
         return self.folder / EXPORTERS[kind].path
@@ -170,3 +174,13 @@ REFERENCE_SPREAD = "reference/fp32_spread.json"  # the model's own FP32 rounding
 def timed_reference(batch_size: int) -> str:
     """The Keras logits of the timed batch of ``batch_size`` (exporter ``reference``)."""
     return f"reference/timed-bs{batch_size}.npy"
+
+
+def train_variant(optimizer: str, bn_mode: str) -> str:
+    """The name of a training set-up whose reference steps are exported (optimizer and batch-norm mode)."""
+    return f"{optimizer}-bn{bn_mode}"
+
+
+def train_reference(batch_size: int, variant: str) -> str:
+    """The reference training steps of ``batch_size`` in set-up ``variant`` (exporter ``train-reference``)."""
+    return f"train-reference/bs{batch_size}-{variant}.npz"

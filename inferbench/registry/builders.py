@@ -7,6 +7,7 @@ builders' signature: ``builder(weights=None, classifier_activation=None, input_s
   width): stem 3x3/2 conv with 32 filters, four stages of X blocks (1x1, grouped 3x3, 1x1, residual;
   Y blocks add squeeze-and-excitation at a quarter of the block's input width), global average pooling,
   a dense head. The input is rescaled by 1/255 inside the model, as in Keras 2.
+* VGG16 with batch norm (torchvision's ``vgg16_bn``), for the training scenario's batch-norm variants.
 * ViT-B/16 (Dosovitskiy et al., 2021) through keras-hub's ``ViTBackbone`` and ``ViTImageClassifier``,
   built from its configuration offline (no preset is downloaded): 12 layers, 12 heads, width 768, MLP
   3072, patch 16, class token, an image of any size that is a multiple of 16 px.
@@ -104,6 +105,31 @@ def regnet(config: str, weights: Any = None, classifier_activation: Any = None,
     x = layers.GlobalAveragePooling2D(name="pool")(x)
     outputs = layers.Dense(1000, activation=classifier_activation, name="predictions")(x)
     return keras.Model(inputs, outputs, name=name)
+
+
+def vgg16_bn(weights: Any = None, classifier_activation: Any = None,
+             input_shape: tuple[int, int, int] = (224, 224, 3)) -> Any:
+    """VGG16 with a batch norm after every convolution (before its ReLU), as torchvision's ``vgg16_bn`` (epsilon
+    1e-5, momentum 0.9 in Keras' convention: 0.1 in torch's); Keras' layer names, each batch norm
+    ``<conv>_bn``. The seed's "plain" batch-norm variant of its VGG16 training table."""
+    import keras
+    from keras import layers
+
+    refuse_imagenet(["vgg16_bn"] if weights is not None else [])
+    inputs = keras.Input(shape=input_shape)
+    x = inputs
+    for block, (convs, filters) in enumerate(((2, 64), (2, 128), (3, 256), (3, 512), (3, 512)), start=1):
+        for i in range(1, convs + 1):
+            name = f"block{block}_conv{i}"
+            x = layers.Conv2D(filters, 3, padding="same", name=name)(x)
+            x = layers.BatchNormalization(epsilon=1e-5, momentum=0.9, name=f"{name}_bn")(x)
+            x = layers.ReLU(name=f"{name}_relu")(x)
+        x = layers.MaxPooling2D(2, strides=2, name=f"block{block}_pool")(x)
+    x = layers.Flatten(name="flatten")(x)
+    x = layers.Dense(4096, activation="relu", name="fc1")(x)
+    x = layers.Dense(4096, activation="relu", name="fc2")(x)
+    outputs = layers.Dense(1000, activation=classifier_activation, name="predictions")(x)
+    return keras.Model(inputs, outputs, name="vgg16_bn")
 
 
 def vit_b16(weights: Any = None, classifier_activation: Any = None,

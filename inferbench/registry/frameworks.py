@@ -43,6 +43,8 @@ class Framework:
     best_on: tuple[str, ...] = ()  # devices where it is its runtime's best-known setting (the key set 'best')
     also_loads: tuple[str, ...] = ()  # artifact kinds its runner loads too, for a model file that lacks ``artifact``
     gpu_build: str | None = None  # the pip distribution of its GPU build, where the CPU build has the same import name
+    trainer: str | None = None  # "module:Class" of its training runner (--scenario train); None: it does not train
+    train_artifact: str = ""  # the artifact kind its trainer loads ("": the runner's own)
 
     def takes(self, precision: str) -> bool:
         return precision == self.precision or precision in self.precisions
@@ -54,28 +56,41 @@ class Framework:
         raise UsageError(f"{self.key} runs in {self.precision} only; --precision {requested} applies to: "
                          + ", ".join(k for k, fw in FRAMEWORKS.items() if requested in fw.precisions))
 
-    def artifact_for(self, model: Any = None) -> str:
-        """The artifact kind it loads for ``model`` (a ModelSpec): its own, or one it also loads that a model
-        file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras weights of a
-        model without a port (a torchvision twin then runs its own weights)."""
+    def artifact_for(self, model: Any = None, scenario: str = "inference") -> str:
+        """The artifact kind it loads for ``model`` (a ModelSpec) in ``scenario``: its own, or one it also loads
+        that a model file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras
+        weights of a model without a port (a torchvision twin then runs its own weights); its trainer's for
+        training."""
         from .artifacts import unreachable
         from .ports import ported_models
 
-        if self.artifact == "ported" and model is not None and model.name not in ported_models():
+        own = (self.train_artifact or self.artifact) if scenario == "train" else self.artifact
+        if own == "ported" and model is not None and model.name not in ported_models():
             return "none"
-        return next((k for k in self.also_loads if model is not None and unreachable(self.artifact, model)
-                     and not unreachable(k, model)), self.artifact)
+        return next((k for k in self.also_loads if model is not None and unreachable(own, model)
+                     and not unreachable(k, model)), own)
 
-    def unsupported(self, model: Any) -> str | None:
-        """Why this framework cannot run ``model`` (a ModelSpec), or None."""
+    def cannot_train(self) -> str | None:
+        """Why it cannot follow the training scenario, or None."""
+        if self.trainer is None:
+            trainers = ", ".join(k for k, fw in FRAMEWORKS.items() if fw.trainer)
+            return f"{self.key} is run here as an inference runtime; the frameworks that train: {trainers}"
+        return None
+
+    def unsupported(self, model: Any, scenario: str = "inference") -> str | None:
+        """Why this framework cannot run ``model`` (a ModelSpec) in ``scenario``, or None."""
         from .artifacts import unreachable
         from .ports import ported_models
 
+        if scenario == "train" and self.cannot_train():
+            return self.cannot_train()
+        if scenario == "train" and model.source is not None and model.source.format != "keras":
+            return f"training starts from a Keras model; {model.name} is {_file_format(model)}"
         if self.needs_torchvision_twin and model.source is not None:
             return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
         if self.needs_torchvision_twin and model.torchvision_builder is None:
             return f"torchvision has no implementation of {model.name}"
-        why = unreachable(self.artifact_for(model), model)
+        why = unreachable(self.artifact_for(model, scenario), model)
         if why:
             return why
         if self.needs_port and model.name not in ported_models():
@@ -100,10 +115,18 @@ class Framework:
         return {var: str(getattr(options, name)) for var, name in self.env}
 
 
+def _file_format(model: Any) -> str:
+    from .models import FILE_FORMATS
+
+    return FILE_FORMATS[model.source.format]
+
+
 _TF = ("tensorflow", "keras")
 #: What Keras needs besides itself on a backend other than TensorFlow (--keras-backend).
 KERAS_BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
-_KERAS = dict(options=("keras_backend",), env=(("KERAS_BACKEND", "keras_backend"),))
+_TRAIN = ("optimizer", "bn_mode")  # the training scenario's options every trainer takes...
+_TF_TRAIN = (*_TRAIN, "fused_bn", "channels_first")  # ...and those of Keras and TensorFlow
+_KERAS = dict(options=("keras_backend", *_TF_TRAIN), env=(("KERAS_BACKEND", "keras_backend"),))
 _TORCH_OPTIONS = ("torch_compile", "cuda_graphs", "tune")
 _TUNE = ("tune",)  # runners with a tuning grid (Runner.tuning_grid)
 _ONNX2TORCH = ("torch", "onnx2torch", "onnx", "safetensors")  # the module rebuilt from the ONNX graph + its weights
@@ -112,16 +135,25 @@ FRAMEWORKS: dict[str, Framework] = {
     fw.key: fw
     for fw in [
         Framework("keras-eager", "inferbench.runners.keras:KerasEagerRunner", "keras", _TF, _TF, "tf",
-                  "Keras model called eagerly, model(x, training=False): the eager baseline", **_KERAS),
+                  "Keras model called eagerly, model(x, training=False): the eager baseline; training: "
+                  "compile(run_eagerly=True), train_on_batch", trainer="inferbench.runners.keras:KerasEagerTrainer",
+                  **_KERAS),
         Framework("keras", "inferbench.runners.keras:KerasRunner", "keras", _TF, _TF, "tf",
-                  "Keras' compiled predict step (predict_on_batch), jit_compile=False", **_KERAS),
+                  "Keras' compiled predict step (predict_on_batch), jit_compile=False; training: its compiled train "
+                  "step",
+                  trainer="inferbench.runners.keras:KerasTrainer", **_KERAS),
         Framework("kerasxla", "inferbench.runners.keras:KerasXlaRunner", "keras", _TF, _TF, "tf",
-                  "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch)",
+                  "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch); "
+                  "training: its train step, jit_compile=True", trainer="inferbench.runners.keras:KerasXlaTrainer",
                   **_KERAS),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "tf",
-                  "TF SavedModel serving function (graph mode, no XLA)", best_on=("cpu", "gpu"), options=_TUNE),
+                  "TF SavedModel serving function (graph mode, no XLA); training: a tf.function GradientTape step on "
+                  "the Keras model", best_on=("cpu", "gpu"), options=(*_TUNE, *_TF_TRAIN),
+                  trainer="inferbench.runners.tf:TapeTrainer", train_artifact="keras"),
         Framework("tfxla", "inferbench.runners.tf:TfXlaRunner", "savedmodel", ("tensorflow",), ("tensorflow",),
-                  "tf", "the same SavedModel function under tf.function(jit_compile=True) (XLA)", options=_TUNE),
+                  "tf", "the same SavedModel function under tf.function(jit_compile=True) (XLA); training: the "
+                  "GradientTape step, jit_compile=True", options=(*_TUNE, *_TF_TRAIN),
+                  trainer="inferbench.runners.tf:TapeXlaTrainer", train_artifact="keras"),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime", "onnxruntime-gpu"), "onnxruntime",
                   "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
@@ -142,13 +174,15 @@ FRAMEWORKS: dict[str, Framework] = {
                   "torchvision's implementation of the same architecture, eager, with the Keras weights ported "
                   "in (models without a port: own seeded weights, unverified)",
                   same_weights=False, ported=True, precisions=("fp16", "bf16"),
-                  options=("channels_last", *_TORCH_OPTIONS), needs_torchvision_twin=True),
+                  options=("channels_last", *_TORCH_OPTIONS, *_TRAIN), needs_torchvision_twin=True,
+                  trainer="inferbench.runners.torch:TorchTrainer"),
         Framework("torch-inductor", "inferbench.runners.torch:TorchInductorRunner", "ported", ("torch", "torchvision"),
                   ("torch", "torchvision"), "torch",
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
                   "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16"),
-                  needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=_TUNE),
+                  needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=(*_TUNE, *_TRAIN),
+                  trainer="inferbench.runners.torch:TorchInductorTrainer"),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",), best_on=("gpu",)),
@@ -161,11 +195,15 @@ FRAMEWORKS: dict[str, Framework] = {
 
 #: Named sets of keys: every framework, or each runtime at its best-known setting on the device.
 SETS = {"all": "every framework that can run here",
-        "best": "the default: each runtime at its best-known setting on the device"}
+        "best": "the default: each runtime at its best-known setting on the device (training: every framework "
+                "that trains)"}
 
 
-def in_set(fw: Framework, name: str, device: str) -> bool:
-    """Is ``fw`` a member of the set ``name`` (of :data:`SETS`) on ``device``?"""
+def in_set(fw: Framework, name: str, device: str, scenario: str = "inference") -> bool:
+    """Is ``fw`` a member of the set ``name`` (of :data:`SETS`) on ``device`` in ``scenario``? (Training has no
+    best-known setting yet: both sets are every framework that trains.)"""
+    if scenario == "train":
+        return fw.trainer is not None
     return name == "all" or device in fw.best_on
 
 
@@ -185,7 +223,8 @@ def display_order(key: str) -> int:
 
 
 def choose(keys: list[str], device: str, model: Any, options: Any = None,
-           have: frozenset[str] | set[str] = frozenset()) -> tuple[list[Framework], dict[str, str]]:
+           have: frozenset[str] | set[str] = frozenset(),
+           scenario: str = "inference") -> tuple[list[Framework], dict[str, str]]:
     """The frameworks to run for ``keys`` (a set of :data:`SETS` or framework keys) on ``device`` for
     ``model`` with the runner ``options``, and those a set left out with the reason (not installed, no
     implementation of the model, needs a GPU). ``have``: artifact kinds that need no export here (cached, or
@@ -201,9 +240,10 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
     for key in keys:
         if key in SETS:
             for fw in FRAMEWORKS.values():
-                if not in_set(fw, key, device):
+                if not in_set(fw, key, device, scenario):
                     continue
-                reason = fw.unsupported(model) or unavailable_reason(fw, device, model, options, have)
+                reason = fw.unsupported(model, scenario) or layout_refusal(fw, device, options) \
+                    or unavailable_reason(fw, device, model, options, have, scenario)
                 if reason is None:
                     chosen.append(fw)
                 else:
@@ -212,22 +252,30 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
         fw = get_framework(key)
         if device not in fw.devices:
             raise UsageError(f"{key} needs an NVIDIA GPU (--device gpu); it cannot run on the {device}")
-        if fw.unsupported(model):
-            raise UsageError(f"{key}: {fw.unsupported(model)}")
+        if fw.unsupported(model, scenario) or layout_refusal(fw, device, options):
+            raise UsageError(f"{key}: {fw.unsupported(model, scenario) or layout_refusal(fw, device, options)}")
         chosen.append(fw)
     chosen = list(dict.fromkeys(chosen))  # keep order, drop repeats
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
 
 
+def layout_refusal(fw: Framework, device: str, options: Any) -> str | None:
+    """Why ``fw`` cannot train in the layout ``options`` ask for on ``device`` (None: it can)."""
+    on_tf = "tensorflow" in fw.runtime_packages(options)
+    if getattr(options, "channels_first", False) and "channels_first" in fw.options and on_tf and device == "cpu":
+        return "TensorFlow has no NCHW (channels-first) convolutions on a CPU; --channels-first needs a GPU here"
+    return None
+
+
 def needed_packages(fw: Framework, model: Any = None, options: Any = None,
-                    have: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+                    have: frozenset[str] | set[str] = frozenset(), scenario: str = "inference") -> dict[str, str]:
     """Every package ``fw`` needs with these runner ``options``, its own and its artifacts' exporters' (the
     reference export included: the Keras model's, or a model file's own framework) but for the artifact kinds
     in ``have`` (already exported, here or elsewhere), with the extra that installs each."""
     from .artifacts import export_order, exporter_extra, exporter_packages
 
     needed = {pkg: fw.extra for pkg in fw.runtime_packages(options)}
-    for kind in export_order([fw.artifact_for(model)], model):
+    for kind in export_order(artifacts_of(fw, model, scenario), model):
         if kind not in have:
             needed.update({pkg: exporter_extra(kind, model) for pkg in exporter_packages(kind, model)
                            if pkg not in needed})
@@ -236,19 +284,25 @@ def needed_packages(fw: Framework, model: Any = None, options: Any = None,
     return needed
 
 
+def artifacts_of(fw: Framework, model: Any, scenario: str) -> list[str]:
+    """The artifact kinds a cell of ``fw`` needs in ``scenario``: its own (and for training the reference steps)."""
+    return [fw.artifact_for(model, scenario)] + (["train-reference"] if scenario == "train" else [])
+
+
 def missing_packages(fw: Framework, model: Any = None, options: Any = None,
-                     have: frozenset[str] | set[str] = frozenset()) -> list[str]:
+                     have: frozenset[str] | set[str] = frozenset(), scenario: str = "inference") -> list[str]:
     """Import names of the packages ``fw`` needs that are not installed (checked without importing them)."""
-    return [pkg for pkg in needed_packages(fw, model, options, have) if importlib.util.find_spec(pkg) is None]
+    return [pkg for pkg in needed_packages(fw, model, options, have, scenario)
+            if importlib.util.find_spec(pkg) is None]
 
 
 def unavailable_reason(fw: Framework, device: str, model: Any = None, options: Any = None,
-                       have: frozenset[str] | set[str] = frozenset()) -> str | None:
+                       have: frozenset[str] | set[str] = frozenset(), scenario: str = "inference") -> str | None:
     """Why ``fw`` cannot run here (for ``model``, a ModelSpec, None: a registered model; with the runner
     ``options``; ``have``: the artifact kinds already exported), or None if it can."""
     if device not in fw.devices:
         return "needs an NVIDIA GPU"
-    missing = missing_packages(fw, model, options, have)
+    missing = missing_packages(fw, model, options, have, scenario)
     if not missing and device == "gpu" and fw.gpu_build and not _installed(fw.gpu_build):
         return (f"{fw.packages[0]} is its CPU build here; the GPU needs {fw.gpu_build} (pip install -e \".[gpu]\", "
                 f"which replaces it)")
@@ -279,6 +333,10 @@ def distributions() -> tuple[str, ...]:
     return tuple(dict.fromkeys(d for fw in FRAMEWORKS.values() for d in fw.distributions))
 
 
-def load_runner(fw: Framework) -> type:
-    module_name, _, cls = fw.runner.partition(":")
+def load_runner(fw: Framework, scenario: str = "inference") -> type:
+    """The runner class of ``fw`` (its trainer's for the training scenario), imported now."""
+    path = fw.trainer if scenario == "train" else fw.runner
+    if path is None:
+        raise UsageError(fw.cannot_train() or f"{fw.key} has no runner")
+    module_name, _, cls = path.partition(":")
     return getattr(importlib.import_module(module_name), cls)

@@ -159,6 +159,7 @@ MODELS: dict[str, ModelSpec] = {
                     f"regnet_{b}_{_TORCHVISION_REGNETS[f]}" if f in _TORCHVISION_REGNETS else None, 224, 32,
                     "included", family="regnet")
           for b in "xy" for f in ("002", "004", "006", "008", "016", "032", "040", "064", "080", "120", "160", "320")],
+        ModelSpec("vgg16_bn", "inferbench.registry.builders:vgg16_bn", "vgg16_bn", 224, 32, "caffe", family="vgg"),
         ModelSpec("vit_b_16", "inferbench.registry.builders:vit_b16", "vit_b_16", 224, 32, "tf", family="vit",
                   resolution_multiple=16, packages=("keras_hub",), extra="vit"),
     ]
@@ -564,10 +565,16 @@ def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], res
     layer, each convolution's and dense layer's pre-activations standardised per channel on image-like inputs
     (kernel and bias divided by the channel's standard deviation, its mean taken out of the bias), plus a small
     random offset. With its stock init, VGG16's logits hardly depend on the input (the same top-1 class for
-    nearly every image): no export could be told from a broken one."""
+    nearly every image): no export could be told from a broken one.
+
+    The hidden layers are standardised to the inputs' own scale, not to 1 (the head is standardised after): a
+    weight's gradient grows with its layer's input, so unit activations after ±150 caffe inputs made the first
+    convolution's gradient 10^4 times larger against its weights than any other layer's, and no single learning
+    rate could train the model (the training scenario: 1e-3 diverged in three steps)."""
     import keras
 
     calib = make_inputs(spec, images_per_call(resolution, 16), resolution, seed + 1)
+    scale = float(calib.std())
     for layer in layers:
         if not isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) or layer.bias is None:
             continue
@@ -576,13 +583,14 @@ def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], res
             y = np.asarray(keras.Model(model.input, layer.output)(calib, training=False), dtype=np.float64)
         finally:
             layer.activation = activation
-        _standardise(layer, y, rng.normal(0.0, 0.1, y.shape[-1]))
+        _standardise(layer, y, rng.normal(0.0, 0.1, y.shape[-1]), scale)
 
 
-def _standardise(layer: Any, outputs: np.ndarray, offset: Any = 0.0) -> None:
+def _standardise(layer: Any, outputs: np.ndarray, offset: Any = 0.0, scale: float = 1.0) -> None:
     """Scale a linear layer (its kernel's last axis: the output channels) so that ``outputs``, what it gave on
-    the calibration inputs, would have zero mean and unit standard deviation per channel (plus ``offset``)."""
+    the calibration inputs, would have zero mean and standard deviation ``scale`` per channel (plus ``offset``,
+    in units of ``scale``)."""
     axes = tuple(range(outputs.ndim - 1))
-    mean, std = outputs.mean(axis=axes), np.maximum(outputs.std(axis=axes), 1e-6)
+    mean, std = outputs.mean(axis=axes), np.maximum(outputs.std(axis=axes), 1e-6) / scale
     layer.kernel.assign((np.asarray(layer.kernel) / std).astype("float32"))
-    layer.bias.assign(((np.asarray(layer.bias) - mean) / std + offset).astype("float32"))
+    layer.bias.assign(((np.asarray(layer.bias) - mean) / std + scale * offset).astype("float32"))

@@ -11,7 +11,7 @@ The two halves run in different processes (TensorFlow and torch never share one)
   ``eval()`` module that takes NCHW float32 input in the same value range as the Keras model's
   input (Keras-side preprocessing layers, e.g. MobileNetV3's ``Rescaling``, are included).
 
-Ported: mobilenet_v3_large, mobilenet_v3_small, mobilenet_v2, resnet50, efficientnet_b0.
+Ported: mobilenet_v3_large, mobilenet_v3_small, mobilenet_v2, resnet50, efficientnet_b0, vgg16, vgg19, vgg16_bn.
 Structural differences handled (each checked numerically against Keras at 160, 200 and 224 px:
 max_rel_err <= 2.1e-5, top-1 16/16; removing a fix breaks parity; the slow tests check the ported
 models end to end):
@@ -410,6 +410,44 @@ def _port_resnet50(net: Any, r: _Reader, mods: Any) -> None:
     r.linear(net.fc, "predictions")
 
 
+def _port_vgg(net: Any, r: _Reader, mods: Any) -> None:
+    """keras.applications.VGG16/VGG19 (and inferbench's VGG16 with batch norm) -> torchvision vgg16/vgg19/vgg16_bn.
+
+    The same 3x3 "same" convolutions (padding 1 either side) and 2x2 max-pools. Keras flattens the last feature
+    map as it is, (h, w, c) per image, into ``fc1``; torchvision average-pools it to 7x7 and flattens (c, h, w):
+    the pool goes (an identity at 224 px, not at other sizes) and ``fc1``'s rows are permuted. torchvision's
+    dropouts in the head become identities: Keras' VGG has none.
+    """
+    from torch import nn
+
+    convs = [m for m in net.features if isinstance(m, nn.Conv2d)]
+    bns = [m for m in net.features if isinstance(m, nn.BatchNorm2d)]
+    names = [str(n) for n in r("__layers__") if f"{n}/kernel" in r and "_conv" in str(n)]
+    if len(names) != len(convs):
+        raise ValueError(f"{len(names)} Keras convolutions for {len(convs)} torchvision ones")
+    for i, (conv, name) in enumerate(zip(convs, names)):
+        if bns:
+            r.conv_bn(conv, bns[i], name, f"{name}_bn")
+        else:
+            r.conv(conv, name)
+    net.avgpool = nn.Identity()
+    kernel = r("fc1/kernel")
+    channels = convs[-1].out_channels
+    side = int(round((kernel.shape[0] // channels) ** 0.5))
+    if side * side * channels != kernel.shape[0]:
+        raise ValueError(f"fc1 takes {kernel.shape[0]} features: not a square map of {channels} channels")
+    fc1 = nn.Linear(kernel.shape[0], kernel.shape[1])
+    rows = kernel.reshape(side, side, channels, -1).transpose(2, 0, 1, 3).reshape(kernel.shape[0], -1)
+    r.copy(fc1.weight, rows.T, "fc1/kernel")
+    r.copy(fc1.bias, r("fc1/bias"), "fc1/bias")
+    net.classifier[0] = fc1
+    for i, m in enumerate(net.classifier):
+        if isinstance(m, nn.Dropout):
+            net.classifier[i] = nn.Identity()
+    r.linear(net.classifier[3], "fc2")
+    r.linear(net.classifier[6], "predictions")
+
+
 def _port_efficientnet(net: Any, r: _Reader, mods: Any) -> None:
     """keras.applications.EfficientNetB0 -> torchvision efficientnet_b0 (SiLU == Keras swish).
 
@@ -451,4 +489,7 @@ _PORTS: dict[str, Callable[[Any, _Reader, Any], None]] = {
     "mobilenet_v2": _port_mobilenet_v2,
     "resnet50": _port_resnet50,
     "efficientnet_b0": _port_efficientnet,
+    "vgg16": _port_vgg,
+    "vgg19": _port_vgg,
+    "vgg16_bn": _port_vgg,
 }

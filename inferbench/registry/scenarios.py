@@ -14,6 +14,7 @@ SCENARIOS: dict[str, str] = {
     "multi-stream": "inferbench.scenarios.serve:Session",
     "server": "inferbench.scenarios.serve:Session",
     "offline": "inferbench.scenarios.serve:Session",
+    "train": "inferbench.scenarios.train:Session",
 }
 #: The scenarios that serve queries under LoadGen (what --slo-p99 and --quick's LoadGen settings apply to).
 SERVING = ("single-stream", "multi-stream", "server", "offline")

@@ -87,3 +87,46 @@ class Runner:
         """Facts recorded with the result (``runner``): ``sync`` (a code, see docs/results-schema.md), threads,
         providers, compile flags..."""
         return {}
+
+
+class Trainer(Runner):
+    """A runner that trains (``--scenario train``): one :meth:`step` is forward, loss, backward and the optimizer's
+    update on a prepared batch of inputs and labels. Like runners, trainers never time themselves.
+
+    For training parity (:mod:`inferbench.measure.training`) a trainer also gives step 1's gradients without
+    updating (:meth:`gradients`), its trainable weights (:meth:`weights`), and the reference's arrays in its own
+    naming and layout (:meth:`own`: the Keras names as they are; torch ports them as its weights were ported)."""
+
+    classes: int = 0  # the model's output classes (the labels' range)
+
+    def prepare_batch(self, inputs: np.ndarray, labels: np.ndarray) -> Any:
+        """Host NHWC float32 inputs and int32 labels -> what :meth:`step` takes (device-resident on a GPU)."""
+        raise NotImplementedError
+
+    def step(self, prepared: Any) -> Any:
+        """One training step; returns its loss, which may not be synchronised yet."""
+        raise NotImplementedError
+
+    def set_learning_rate(self, rate: float) -> None:
+        """Train with ``rate`` from now on (the reference's, before the first step)."""
+        raise NotImplementedError
+
+    def loss_value(self, loss: Any) -> float:
+        """The loss as a number (waits for the step to finish)."""
+        return float(np.asarray(loss))
+
+    def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and every trainable variable's gradient at the current weights; the weights stay as they are."""
+        raise NotImplementedError
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every trainable variable's value, by name."""
+        raise NotImplementedError
+
+    def own(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The reference's per-variable ``arrays`` (Keras names) in this trainer's names and layout."""
+        return dict(arrays)
+
+    def training_details(self) -> dict[str, Any]:
+        """What the record's ``training`` block says of this trainer (layout, batch-norm kernel, compiler)."""
+        return {}

@@ -17,6 +17,7 @@ import numpy as np
 from ..base.errors import MissingDependency
 from ..registry.models import load_keras
 from .base import LoadContext
+from .keras_train import KerasTraining
 from .tf import TfBase, setup_tensorflow
 
 COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}
@@ -141,5 +142,75 @@ class KerasRunner(KerasEagerRunner):
 
 
 class KerasXlaRunner(KerasRunner):
+    name = "kerasxla"
+    jit = True
+
+
+class KerasEagerTrainer(KerasEagerRunner, KerasTraining):
+    """Keras training, ``compile(run_eagerly=True)`` and ``train_on_batch``: the eager baseline."""
+
+    name = "keras-eager"
+    eager, jit = True, False
+
+    def load(self, ctx: LoadContext) -> None:
+        from . import keras_train
+
+        super().load(ctx)
+        model = self.ready(self.model, ctx.options)
+        model.compile(optimizer=keras_train.optimizer(ctx.options.optimizer), loss=keras_train.loss_function(),
+                      run_eagerly=self.eager, jit_compile=self.jit)
+        if not self.eager and bool(model.jit_compile) != self.jit:
+            raise RuntimeError(f"Keras resolved jit_compile={model.jit_compile}, wanted {self.jit}")
+
+    def step(self, prepared: Any) -> Any:
+        """Keras' own train step; it returns the loss as a host number (the step has finished)."""
+        return self.model.train_on_batch(*prepared)
+
+    def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
+        from . import keras_train
+
+        x, y = prepared
+        if self.backend == "tensorflow":
+            return keras_train.tf_gradients(self.model, x, y)
+        named = keras_train.trainable(self.model)
+        if self.backend == "torch":
+            for _, v in named:
+                v.value.grad = None
+            loss = keras_train.loss_function()(y, self.model(x, training=True))
+            loss.backward()
+            grads = {n: v.value.grad.detach().cpu().numpy().copy() for n, v in named}
+            for _, v in named:
+                v.value.grad = None
+            return float(loss.item()), grads
+        values = [v.value for _, v in named]
+        frozen = [v.value for v in self.model.non_trainable_variables]
+
+        def loss_of(trainable: Any) -> Any:
+            out, _ = self.model.stateless_call(trainable, frozen, x, training=True)
+            return keras_train.loss_function()(y, out)
+
+        loss, grads = self.jax.value_and_grad(loss_of)(values)
+        return float(loss), {n: np.asarray(g) for (n, _), g in zip(named, grads)}
+
+    def details(self) -> dict[str, Any]:
+        out = super().details()
+        out.update(sync="train_on_batch-host", jit_compile=bool(self.model.jit_compile),
+                   compiler=COMPILER[self.backend] if self.jit else None, run_eagerly=self.eager)
+        return out
+
+    def training_details(self) -> dict[str, Any]:
+        return {**super().training_details(), "step": "train_on_batch"}
+
+
+class KerasTrainer(KerasEagerTrainer):
+    """Keras' compiled train step, ``jit_compile=False``."""
+
+    name = "keras"
+    eager = False
+
+
+class KerasXlaTrainer(KerasTrainer):
+    """Keras' compiled train step, ``jit_compile=True`` (XLA; torch.compile on torch)."""
+
     name = "kerasxla"
     jit = True

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .base import LoadContext, Runner
+from .keras_train import KerasTraining
 
 
 def setup_tensorflow(ctx: LoadContext) -> Any:
@@ -108,5 +109,56 @@ class TfRunner(TfBase):
 
 
 class TfXlaRunner(TfBase):
+    name = "tfxla"
+    jit = True
+
+
+class TapeTrainer(TfBase, KerasTraining):
+    """TensorFlow's own training step on the Keras model: a ``tf.function`` computing the loss under a
+    GradientTape and applying the gradients (Keras' optimizer), without XLA (``tf``) or with (``tfxla``)."""
+
+    name = "tf"
+
+    def load(self, ctx: LoadContext) -> None:
+        from ..registry.models import load_keras
+        from . import keras_train
+
+        tf = self.tf = setup_tensorflow(ctx)
+        self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
+        self.gpu = ctx.device == "gpu"
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            raise RuntimeError(f"Keras runs on {keras.backend.backend()}: a TensorFlow step needs it on TensorFlow")
+        model = self.ready(load_keras(ctx.artifact), ctx.options)
+        variables = model.trainable_variables
+        self.optimizer = optimizer = keras_train.optimizer(ctx.options.optimizer)
+        optimizer.build(variables)
+        loss_fn = keras_train.loss_function()
+
+        def step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+
+        self.fn = tf.function(step, jit_compile=self.jit)
+
+    def step(self, prepared: Any) -> Any:
+        return self.fn(*prepared)
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.numpy())
+
+    def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
+        from . import keras_train
+
+        return keras_train.tf_gradients(self.model, *prepared)
+
+    def training_details(self) -> dict[str, Any]:
+        return {**super().training_details(), "step": "tf.function+GradientTape+apply_gradients"}
+
+
+class TapeXlaTrainer(TapeTrainer):
     name = "tfxla"
     jit = True

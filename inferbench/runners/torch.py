@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import LoadContext, Runner
+from ..base.errors import UsageError
+from .base import LoadContext, Runner, Trainer
 
 
 def cuda_uuid(torch: Any) -> str:
@@ -48,7 +49,8 @@ class TorchRunner(Runner):
     def apply(self, setting: dict[str, Any]) -> None:
         self.torch.set_num_threads(int(setting.get("intra_op_threads", self.threads)))
 
-    def load(self, ctx: LoadContext) -> None:
+    def setup(self, ctx: LoadContext) -> Any:
+        """torch imported with the run's threads, device, precision and layout; returns the module."""
         if ctx.setting.get("omp_wait_policy"):  # before torch (and its libgomp) is imported
             os.environ["OMP_WAIT_POLICY"] = str(ctx.setting["omp_wait_policy"])
         import torch
@@ -71,6 +73,10 @@ class TorchRunner(Runner):
         self.graphs: dict[Any, Any] = {}
         if self.cuda_graphs and self.dev.type != "cuda":
             raise RuntimeError("CUDA graphs need a GPU")
+        return torch
+
+    def load(self, ctx: LoadContext) -> None:
+        torch = self.setup(ctx)
         module = self.build(ctx).to(self.dev, self.dtype).eval()
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -170,10 +176,10 @@ class TorchNativeRunner(TorchRunner):
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
         if ctx.model.name in ported_models() and ctx.artifact is not None:
-            self.weights = "keras-ported"
+            self.weights_source = "keras-ported"
             with np.load(ctx.artifact) as weights:
                 return build_torchvision(ctx.model.name, weights)
-        self.weights = "own-seeded-calibrated"
+        self.weights_source = "own-seeded-calibrated"
         self.torch.manual_seed(ctx.seed)
         size = {"image_size": ctx.resolution} if ctx.model.family == "vit" else {}  # a ViT is built for one size
         module = getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None, **size)
@@ -181,7 +187,7 @@ class TorchNativeRunner(TorchRunner):
         return module
 
     def details(self) -> dict[str, Any]:
-        return {**super().details(), "weights": self.weights}
+        return {**super().details(), "weights": self.weights_source}
 
 
 def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
@@ -251,3 +257,112 @@ class TorchInductorRunner(TorchNativeRunner):
 
         return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing),
                 "inductor_cache_warm": self.cache_warm}
+
+
+class TorchTrainer(TorchNativeRunner, Trainer):
+    """torch-native training: the torchvision twin with the Keras weights ported in, ``train()`` mode (dropout and
+    stochastic depth off, batch norm frozen for --bn-mode frozen), cross-entropy, ``backward``, the optimizer's
+    step; channels-last and ``torch.compile`` as the options say (the compiled module's backward is compiled too)."""
+
+    name = "torch-native"
+
+    def load(self, ctx: LoadContext) -> None:
+        from ..measure.training import ADAM, LEARNING_RATES, MOMENTUM
+
+        torch = self.setup(ctx)
+        if self.cuda_graphs:
+            raise UsageError("--cuda-graphs is for inference: a training step is not captured here")
+        self.model_name, self.bn_mode, self.optimizer_name = ctx.model.name, ctx.options.bn_mode, ctx.options.optimizer
+        self.ported = ctx.artifact  # the Keras weights (None: own weights, nothing to port)
+        module = self.build(ctx).to(self.dev, self.dtype)
+        module.train()
+        for m in module.modules():
+            if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
+                m.p = 0.0  # random masks cannot match across frameworks (as in every trainer)
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and self.bn_mode == "frozen":
+                m.eval()
+                for p in m.parameters():
+                    p.requires_grad_(False)
+        if self.channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        self.module = module
+        self.step_module = torch.compile(module) if self.compiled else module
+        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+        if self.optimizer_name == "sgd":
+            self.opt = torch.optim.SGD(self.params.values(), lr=LEARNING_RATES["sgd"], momentum=MOMENTUM)
+        else:
+            self.opt = torch.optim.Adam(self.params.values(), lr=LEARNING_RATES["adam"],
+                                        betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
+        self.steps = 0
+        self.classes = 1000  # torchvision's heads, and the ported Keras models'
+
+    def prepare_batch(self, inputs: np.ndarray, labels: np.ndarray) -> Any:
+        return self.prepare(inputs), self.torch.from_numpy(labels.astype(np.int64)).to(self.dev)
+
+    def _loss(self, prepared: Any, module: Any) -> Any:
+        x, y = prepared
+        return self.torch.nn.functional.cross_entropy(module(x).float(), y)
+
+    def step(self, prepared: Any) -> Any:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(prepared, self.step_module)
+        loss.backward()
+        self.steps += 1
+        if self.optimizer_name == "adam":  # epsilon where Keras adds it (inferbench.measure.training.ADAM)
+            from ..measure.training import ADAM
+
+            for group in self.opt.param_groups:
+                group["eps"] = ADAM["epsilon"] / np.sqrt(1 - ADAM["beta_2"] ** self.steps)
+        self.opt.step()
+        return loss.detach()
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.item())
+
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.opt.param_groups:
+            group["lr"] = rate
+
+    def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(prepared, self.module)
+        loss.backward()
+        grads = {n: p.grad.detach().float().cpu().numpy().copy() for n, p in self.params.items()}
+        self.opt.zero_grad(set_to_none=True)
+        return float(loss.item()), grads
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {n: p.detach().float().cpu().numpy().copy() for n, p in self.params.items()}
+
+    def own(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The Keras-named arrays ported as the weights were (:func:`inferbench.registry.ports.build_torchvision`,
+        whose layout changes are linear: they carry gradients and changes as they carry weights), the other Keras
+        weights (moving statistics, epsilons) from the ported artifact."""
+        from ..registry.ports import build_torchvision
+
+        with np.load(self.ported) as full:
+            twin = build_torchvision(self.model_name, {**{k: full[k] for k in full.files}, **arrays})
+        return {n: p.detach().numpy().copy() for n, p in twin.named_parameters() if n in self.params}
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "inference_mode": False}
+
+    def training_details(self) -> dict[str, Any]:
+        return {"layout": "NHWC" if self.channels_last else "NCHW", "batch_norm_kernel": "torch",
+                "step": "zero_grad+forward+cross_entropy+backward+optimizer.step", "compiled": self.compiled}
+
+
+class TorchInductorTrainer(TorchTrainer):
+    """torch-inductor's training: the twin channels-last and ``torch.compile``d (inductor; no weight freezing,
+    which is for inference)."""
+
+    name = "torch-inductor"
+
+    def load(self, ctx: LoadContext) -> None:
+        import dataclasses
+
+        super().load(dataclasses.replace(ctx, options=dataclasses.replace(
+            ctx.options, channels_last=True, torch_compile=True)))
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "compile_backend": "inductor"}

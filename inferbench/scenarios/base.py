@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import CellJob, TimingConfig
+from ..spec import CellJob, CellOutcome, TimingConfig
 
 Emit = Callable[[str], None]
 
@@ -224,3 +224,88 @@ class Loaded:
     @property
     def cold_start(self) -> dict[str, Any]:
         return {"load_s": self.load_s, "first_call_s": self.first_call_s, "load_includes": "import+load"}
+
+
+class Measured:
+    """A scenario's session that measures a timed call in blocks, one per round, on the parent's command
+    (inference, training): set by the scenario before :meth:`start_timed`: ``job``, ``emit``, ``runner``,
+    ``parity``, ``device_check``, ``trackers``, ``untracked``, ``timing``, ``call``, ``sync``, ``region``,
+    ``cold_start``; ``extra`` holds the scenario's own record blocks (``tuning``, ``training``)."""
+
+    job: CellJob
+    emit: Emit
+    runner: Any
+    parity: dict[str, Any]
+    device_check: dict[str, Any] | None
+    trackers: list[Any]
+    untracked: dict[str, str]
+    timing: Timing
+    call: Callable[[], Any]
+    sync: Callable[[Any], None]
+    region: str
+    cold_start: dict[str, Any]
+
+    def start_timed(self, rss_before: float | None) -> None:
+        """Warm up (by count and time), then reset the memory high-water marks: the peaks read at the end are the
+        timed phase's."""
+        from ..measure.memory import peak_rss_mb
+        from ..measure.timing import warm_up
+
+        self.emit("warm-up")
+        self.warmup = warm_up(self.call, self.sync, self.timing.config)
+        self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": rss_before}
+        self.timed_memory = reset_peak_rss()
+        self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
+        self.blocks: list[Any] = []
+        self.extra: dict[str, Any] = {"tuning": None}
+
+    def block(self, round_index: int) -> dict[str, Any]:
+        """Measure this round's block; the reply tells the parent it is done."""
+        from ..measure.timing import run_block
+
+        if not self.blocks:
+            self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
+                      "interleaved with the group's other cells")
+        monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
+        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
+        return {"round": round_index}
+
+    def finish(self) -> CellOutcome:
+        from ..measure.memory import peak_rss_mb
+        from ..measure.stats import summarize
+        from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS, Measurement
+        from ..measure.trackers import Finished
+
+        if not self.blocks:
+            raise RuntimeError("no block was measured")
+        m = Measurement(self.blocks, *self.warmup)
+        cell = self.job.cell
+        latencies_ms = [t * 1e3 for t in m.latencies_s]
+        throughput = m.throughput(cell.batch_size)
+        memory = {**self.memory, "timed_peak_host_mb": peak_rss_mb() if self.timed_memory else None,
+                  "timed_peak_method": "vmhwm-reset" if self.timed_memory else None}
+        tracked = finish_tracked(self.trackers, self.untracked,
+                                 Finished(self.blocks, m.iterations * cell.batch_size, throughput,
+                                          device_memory(self.runner, memory)))
+        return CellOutcome(
+            timing=self.timing.config,
+            blocks={
+                "parity": self.parity,
+                "latency_ms": summarize(latencies_ms, m.rounds),
+                "throughput_per_s": throughput,
+                "raw_latencies_ms": latencies_ms,
+                "raw_rounds": m.rounds,
+                "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
+                           "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
+                           "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
+                           "gc": GC_DURING_BLOCKS, "test_slowdown": test_slowdown(cell.framework),
+                           "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s,
+                                       "started_at": b.started_at} for b in self.blocks],
+                           **self.job.interleaving, **self.timing.notes},
+                "cold_start": self.cold_start,
+                "device_check": self.device_check,
+                "runner": self.runner.details(),
+                **self.extra,
+                **tracked,
+            },
+        )

@@ -36,56 +36,23 @@ from typing import Any
 
 import numpy as np
 
-from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS
 from ..spec import CellJob, CellOutcome, TimingConfig
-from .base import (
-    Emit,
-    Loaded,
-    check_parity,
-    device_memory,
-    finish_tracked,
-    reset_peak_rss,
-    test_slowdown,
-    timed_call,
-    timing_for,
-)
+from .base import Emit, Loaded, Measured, check_parity, timed_call, timing_for
 
 
-class Session:
+class Session(Measured):
     """One cell, loaded and warmed up, measuring a block per round on command."""
 
     def __init__(self, job: CellJob, emit: Emit) -> None:
-        from ..measure.memory import peak_rss_mb
-
         self.job, self.emit = job, emit
-        cell = job.cell
         loaded = Loaded(job, emit)
         self.runner, self.batch, self.prepared, self.parity = loaded.runner, loaded.batch, loaded.prepared, \
             loaded.parity
         self.device_check, self.trackers, self.untracked = loaded.device_check, loaded.trackers, loaded.untracked
         self.timing = timing_for(job.config.timing, self.trackers)
-        self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, cell)
-        emit("warm-up")
-        from ..measure.timing import warm_up
-
-        self.warmup = warm_up(self.call, self.sync, self.timing.config)
+        self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, job.cell)
         self.cold_start = loaded.cold_start
-        self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": loaded.rss_before}
-        self.timed_memory = reset_peak_rss()
-        self.runner.reset_peak_device_memory()  # the figure is the timed phase's, not the parity batch's
-        self.blocks: list[Any] = []
-        self.tuning: dict[str, Any] | None = None  # set by apply() when the cell was tuned
-
-    def block(self, round_index: int) -> dict[str, Any]:
-        """Measure this round's block; the reply tells the parent it is done."""
-        from ..measure.timing import run_block
-
-        if not self.blocks:
-            self.emit(f"measuring: {self.timing.config.rounds} blocks of {self.timing.config.block_s:.2g} s, "
-                      "interleaved with the group's other cells")
-        monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
-        self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
-        return {"round": round_index}
+        self.start_timed(loaded.rss_before)
 
     def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:
         """One tuning block with a live ``setting`` (:meth:`Runner.apply`): its median latency, for the parent's
@@ -104,54 +71,13 @@ class Session:
         from ..measure.timing import warm_up
 
         self.runner.apply(setting)
-        self.tuning = tuning
+        self.extra["tuning"] = tuning
         if setting and setting != tuning.get("default"):
             out = self.runner.call(self.prepared)
             self.runner.synchronize(out)
             self.parity = check_parity(self.job, self.runner, self.runner.to_numpy(out), self.emit)
         self.warmup = warm_up(self.call, self.sync, self.timing.config)
         return {"applied": setting}
-
-    def finish(self) -> CellOutcome:
-        from ..measure.memory import peak_rss_mb
-        from ..measure.stats import summarize
-        from ..measure.timing import Measurement
-
-        if not self.blocks:
-            raise RuntimeError("no block was measured")
-        m = Measurement(self.blocks, *self.warmup)
-        cell = self.job.cell
-        latencies_ms = [t * 1e3 for t in m.latencies_s]
-        throughput = m.throughput(cell.batch_size)
-        memory = {**self.memory, "timed_peak_host_mb": peak_rss_mb() if self.timed_memory else None,
-                  "timed_peak_method": "vmhwm-reset" if self.timed_memory else None}
-        from ..measure.trackers import Finished
-
-        tracked = finish_tracked(self.trackers, self.untracked,
-                                   Finished(self.blocks, m.iterations * cell.batch_size, throughput,
-                                            device_memory(self.runner, memory)))
-        return CellOutcome(
-            timing=self.timing.config,
-            blocks={
-                "parity": self.parity,
-                "latency_ms": summarize(latencies_ms, m.rounds),
-                "throughput_per_s": throughput,
-                "raw_latencies_ms": latencies_ms,
-                "raw_rounds": m.rounds,
-                "timing": {"window_s": m.window_s, "warmup_iterations": m.warmup_iterations,
-                           "warmup_s": m.warmup_s, "clock": "perf_counter", "timed_region": self.region,
-                           "throughput_rule": "samples/window", "block_warmup_calls": BLOCK_WARMUP_CALLS,
-                           "gc": GC_DURING_BLOCKS, "test_slowdown": test_slowdown(cell.framework),
-                           "blocks": [{"round": b.round, "n": len(b.latencies_s), "window_s": b.window_s,
-                                       "started_at": b.started_at} for b in self.blocks],
-                           **self.job.interleaving, **self.timing.notes},
-                "cold_start": self.cold_start,
-                "device_check": self.device_check,
-                "runner": self.runner.details(),
-                "tuning": self.tuning,
-                **tracked,
-            },
-        )
 
 
 def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
