@@ -116,6 +116,10 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_writable(Path(plan.config.cache_dir), "cache dir")
+        if plan.config.executor == "ray":
+            from .execution.distributed import preflight
+
+            preflight(plan.config)
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
@@ -125,6 +129,10 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
+        if plan.config.executor == "ray":  # the cluster answers and can run a cell, before anything is made
+            from .execution.distributed import preflight
+
+            preflight(plan.config)
         check_writable(Path(plan.config.cache_dir), "cache dir")  # every check before the plan is written
         out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for(command)))
         check_writable(out_root)
@@ -149,10 +157,22 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False) -> int:
     from .execution.pipeline import execute
 
-    print(f"sweep {sweep_dir}: {len(plan.cells)} cells", file=sys.stderr)
+    machines = plan.config.machines
+    print(f"sweep {sweep_dir}: {len(plan.cells)} cells" + (f" on each of {', '.join(machines)}" if machines else "")
+          + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
-                       verbosity=level)
+    if plan.config.executor == "ray":
+        from .execution.distributed import execute_on_ray
+        from .execution.progress import Progress
+
+        progress = Progress(len(plan.cells), verbosity=level)
+        try:
+            executed = execute_on_ray(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, objective, progress)
+        finally:
+            progress.close()
+    else:
+        executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False,
+                           objective=objective, verbosity=level)
     print(format_summary(executed.records, objective, terminal_width()))
     if finish is not None:
         finish(sweep_dir, executed.records)

@@ -231,11 +231,45 @@ def devices(ctx: Context) -> list[str]:
         col = f"throughput_vs_{ctx.normalise_to}"
         md += [f"Throughput relative to `{ctx.normalise_to}` on the same device, cell and batch:", "",
                markdown.table(ctx.norm[["device_name", "cell", "batch_size", "framework", col]].dropna()), ""]
+    same = across_machines(ctx.df)
+    if same is not None:
+        md += ["The same cell on each machine (speed relative to the first machine named; intervals unpaired, the "
+               "between-process spread included; energy where a sensor measured it):", "", markdown.table(same), ""]
     across = plots.cross_device(ctx.df, ctx.ref)
     if across is None:
         return md + ["*These records come from one device" + ("" if ctx.ref is not None else " (and no published "
                      "figures were asked for: --reference)") + ": nothing to set side by side across devices.*", ""]
     return md + ctx.figure("cross_device.png", across, "throughput across devices")
+
+
+def across_machines(df: Any) -> Any:
+    """One row per cell measured on more than one machine (device and host, or a Ray machine's name) and each
+    machine but the first: its speed relative to the first's with the interval (unpaired), and both energies."""
+    import pandas as pd
+
+    from . import ok
+    from .ranking import comparison
+
+    cells = ok(df)
+    cells = cells.assign(machine=cells["device_name"])  # "<device> @ <host>" where one device is on several hosts
+    key = ["model", "resolution", "batch_size", "framework", "scenario"]
+    rows = []
+    for values, g in cells.groupby(key, dropna=False):
+        g = g.sort_values(["machine", "created_at"]).drop_duplicates("machine", keep="last")
+        if len(g) < 2:
+            continue
+        base = g.iloc[0]
+        for _, other in g.iloc[1:].iterrows():
+            cmp = comparison(other, base)
+            ci = cmp.get("ci95")
+            energy = "energy.joules_per_inference"
+            rows.append({"cell": f"{values[0]}@{values[1]} bs{values[2]}", "framework": values[3],
+                         "machine": other["machine"], "vs": base["machine"],
+                         "speed": f"{1 / cmp['ratio']:.2f}x" + (f" [{1 / ci[1]:.2f}-{1 / ci[0]:.2f}]" if ci else ""),
+                         "p50 ms": f"{other['p50_ms']:.3f} vs {base['p50_ms']:.3f}",
+                         "J/inference": "" if pd.isna(other.get(energy)) or pd.isna(base.get(energy))
+                         else f"{other[energy]:.4g} vs {base[energy]:.4g}"})
+    return pd.DataFrame(rows) if rows else None
 
 
 def sources(ctx: Context) -> list[str]:

@@ -129,6 +129,8 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
     out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
     out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
+    if "environment.ray.machine" in out:  # a machine a Ray sweep named (simulated nodes share a host name)
+        out["host"] = out["environment.ray.machine"].where(out["environment.ray.machine"].notna(), out["host"])
     out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
     # two machines with the same GPU (or CPU) model are two machines: name them apart
     shared = out.groupby("device_name")["host"].transform("nunique") > 1
@@ -139,8 +141,12 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out["parity_ok"] = out["parity.status"].isin(list(RANKED_PARITY))
     out["ranked"] = (out["status"] == "ok") & out["parity_ok"]
     out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
-    flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float))
-    out["gflop_per_image"] = flops.astype(float) / 1e9
+    flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float)).astype(float)
+    if "scenario" in out:  # a training step's: 3 x the forward's (inferbench.measure.training)
+        from ..measure.training import STEP_FLOPS_FACTOR
+
+        flops = flops.where(out["scenario"] != "train", flops * STEP_FLOPS_FACTOR)
+    out["gflop_per_image"] = flops / 1e9
     out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
     peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))
     out["fraction_of_peak"] = out["gflop_per_s"] / peak.astype(float)

@@ -1,0 +1,357 @@
+"""Sweeps on a Ray cluster (``sweep --executor ray``): each group of cells a Ray task on a node reserved whole.
+
+The driver (the ``sweep`` command's process) exports every artifact once, as a local sweep does, and puts each
+(model, resolution)'s files into Ray's object store; a node fetches them only when its cache lacks them, and checks
+every file against its hash before anything loads it. Each group (one model, resolution and batch size, on one
+machine) becomes a task that asks for the node's **slot** — the custom resource :data:`SLOT`, one per node — so that
+no two measurements ever share a node; ``--machines a,b`` runs every group once on each named machine (a node
+started with ``--resources '{"machine:a": 1, "inferbench": 1}'``), its records in a folder per machine, for a
+cross-machine comparison. The task runs the one-group pipeline on the node (:func:`inferbench.execution.pipeline.
+run_group`: its worker processes, interleaved rounds, the node's own machine state and environment) and returns the
+records; the driver writes each atomically as it arrives. A task whose node dies is retried on another
+(:data:`RETRIES` times), then its cells are failed with the reason; none ever leaves a partial record. ``--resume``
+submits only the cells without a record; Ctrl-C cancels every task.
+
+Ray is imported only here, and only for ``--executor ray`` (the ``ray`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import UsageError
+from ..spec import CellKey, RunConfig
+
+#: The per-node resource that reserves a node whole while one group measures on it.
+SLOT = "inferbench"
+#: Custom resources naming machines: ``machine:<name>``.
+MACHINE = "machine:"
+#: Retries of a task whose node or worker died (Ray's system failures; a cell's own failure is its record).
+RETRIES = 2
+RAY_EXTRA = "ray"
+#: Seconds to wait for a cluster to answer at --ray-address.
+CONNECT_DEADLINE_S = 30.0
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        from ..base.errors import MissingDependency
+
+        raise MissingDependency(f'--executor ray needs Ray: pip install -e ".[{RAY_EXTRA}]"') from None
+    return ray
+
+
+def check_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` of a Ray head, or a UsageError saying what is wrong with it."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--ray-address {address!r}: expected HOST:PORT of the cluster's head (e.g. 10.0.0.5:6379)")
+    return host, int(port)
+
+
+def connect(config: RunConfig) -> None:
+    """Join the cluster at ``config.ray_address`` (or start one of this machine alone, its slot included), in one
+    line when it cannot be reached: the host's port is probed first, then Ray is given a deadline (Ray's own retries
+    would take minutes)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if config.ray_address:
+        host, port = check_address(config.ray_address)
+        try:
+            with socket.create_connection((host, port), timeout=3.0):
+                pass
+        except socket.gaierror as exc:
+            raise UsageError(f"--ray-address {config.ray_address}: cannot resolve {host!r} ({exc.strerror})") from None
+        except OSError as exc:
+            raise UsageError(f"--ray-address {config.ray_address}: no Ray head answers there ({exc.strerror or exc}); "
+                             f"is `ray start --head --port={port}` running?") from None
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "1")
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "namespace": "inferbench",
+                              "configure_logging": True}
+    if not config.ray_address:  # a cluster of this machine alone, for this sweep, started from this thread: Ray's
+        # processes die with the thread that started them (PR_SET_PDEATHSIG), so never from a helper thread
+        ray.init(**kwargs, resources={SLOT: 1}, include_dashboard=False, num_cpus=os.cpu_count() or 1)
+        return
+    kwargs["address"] = config.ray_address
+    box: dict[str, Any] = {}
+
+    def init() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - said in one line by the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=init, daemon=True)
+    thread.start()
+    thread.join(CONNECT_DEADLINE_S)
+    if thread.is_alive():
+        raise UsageError(f"--ray-address {config.ray_address}: the port answers but no Ray cluster did within "
+                         f"{CONNECT_DEADLINE_S:.0f} s (another service on that port?)")
+    if "error" in box:
+        first = (str(box["error"]).strip().splitlines() or [""])[0][:200]
+        hint = "" if os.environ.get("RAY_AUTH_MODE") else " (a cluster started by `ray start` asks for its token: " \
+            "export RAY_AUTH_MODE=token, the token in ~/.ray/auth_token or RAY_AUTH_TOKEN)"
+        raise UsageError(f"cannot join the Ray cluster at {config.ray_address}: {type(box['error']).__name__}: "
+                         f"{first}{hint}")
+
+
+def nodes() -> list[dict[str, float]]:
+    """Every alive node's total resources."""
+    ray = import_ray()
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+def demand(config: RunConfig, machine: str | None) -> dict[str, float]:
+    """What a group's task asks of its node: its slot (the node whole), a GPU for a GPU run, its machine."""
+    need: dict[str, float] = {SLOT: 1.0}
+    if config.device.kind == "gpu":
+        need["GPU"] = 1.0
+    if machine:
+        need[MACHINE + machine] = 0.001  # any fraction: the name, not a count
+    return need
+
+
+def unfit(need: dict[str, float], cluster: list[dict[str, float]]) -> str | None:
+    """Why no node of ``cluster`` can run a task that needs ``need`` (Ray would leave it pending for ever)."""
+    if any(all(node.get(k, 0.0) >= v for k, v in need.items()) for node in cluster):
+        return None
+    missing = sorted(k for k in need if not any(node.get(k, 0.0) >= need[k] for node in cluster))
+    if SLOT in missing:
+        return (f"no node of the cluster offers the '{SLOT}' resource that reserves a node for one measurement: start "
+                f"each node with ray start ... --resources '{{\"{SLOT}\": 1}}'")
+    named = [k.removeprefix(MACHINE) for k in missing if k.startswith(MACHINE)]
+    if named:
+        return f"no node of the cluster is machine {', '.join(named)} (a node started with --resources " \
+               f"'{{\"{MACHINE}{named[0]}\": 1, \"{SLOT}\": 1}}')"
+    return f"no node of the cluster has {', '.join(missing) or 'all of ' + str(need)} together with a free slot"
+
+
+def preflight(config: RunConfig) -> None:
+    """Before anything is written: the cluster answers, and some node can run some cell (one line, exit 2)."""
+    connect(config)
+    cluster = nodes()
+    why = [unfit(demand(config, m), cluster) for m in (config.machines or (None,))]
+    if all(why):
+        raise UsageError(f"the Ray cluster cannot run any cell: {why[0]}")
+
+
+def machine_folder(sweep_dir: Path, machine: str | None) -> Path:
+    return sweep_dir / machine if machine else sweep_dir
+
+
+# --------------------------------------------------------------------------- artifacts to the nodes
+def package(folder: Path, kinds: list[str]) -> dict[str, Any]:
+    """``kinds``' files and manifest entries of a cache folder, to be put into Ray's object store."""
+    from ..exporters import cache as artifact_cache
+
+    manifest = artifact_cache.read_manifest(folder)
+    entries = {k: manifest["artifacts"][k] for k in kinds if k in manifest.get("artifacts", {})}
+    files = {rel: (folder / rel).read_bytes() for entry in entries.values() for rel in entry.get("files", {})}
+    return {"name": folder.name, "key_inputs": manifest.get("key_inputs"), "entries": entries, "files": files}
+
+
+def unpack(ref: Any, cache_dir: str, kinds: list[str]) -> Path:
+    """On a node: the cache folder holding ``kinds``, fetched from the object store (``ref``) only where this node's
+    cache lacks them, every file checked against its hash."""
+    from ..base.files import atomic_write_bytes
+    from ..exporters import cache as artifact_cache
+
+    ray = import_ray()
+    base = Path(cache_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:  # the driver's cache path is not this node's: the node's own default
+        base = artifact_cache.default_cache_dir()
+    name = ref["name"]
+    folder = base / name
+    if all(artifact_cache.cached(folder, k) for k in kinds):
+        return folder
+    data = ray.get(ref["data"])
+    for rel, content in data["files"].items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"the shipped artifacts name a file outside their folder: {rel!r}")
+        atomic_write_bytes(folder / rel, content)
+    for kind, entry in data["entries"].items():
+        artifact_cache.record(folder, kind, entry, data["key_inputs"])
+    damaged = [k for k in data["entries"] if not artifact_cache.cached(folder, k)]
+    if damaged:
+        raise RuntimeError(f"the artifacts {', '.join(damaged)} of {name} do not match their hashes after shipping")
+    return folder
+
+
+# --------------------------------------------------------------------------- the task
+def registries(cells: list[CellKey]) -> dict[str, Any]:
+    """The driver's registry entries a group needs (its frameworks, every exporter, its model files), as data: the
+    node measures what the driver planned, whatever its own install registers."""
+    from ..base.codec import encode
+    from ..registry.artifacts import EXPORTERS
+    from ..registry.frameworks import get_framework
+    from ..registry.models import get_model
+
+    return {"frameworks": [encode(get_framework(c.framework)) for c in cells],
+            "exporters": [encode(e) for e in EXPORTERS.values()],
+            "model_files": [encode(get_model(c.model).source) for c in cells if get_model(c.model).source]}
+
+
+def adopt(shipped: dict[str, Any]) -> None:
+    """On a node: the driver's registry entries (:func:`registries`) in this process's registries."""
+    from ..base.codec import decode
+    from ..registry import artifacts, frameworks
+    from ..registry.models import ModelFile, register
+
+    for data in shipped["frameworks"]:
+        fw = decode(frameworks.Framework, data, "framework")
+        frameworks.FRAMEWORKS[fw.key] = fw
+    for data in shipped["exporters"]:
+        exporter = decode(artifacts.Exporter, data, "exporter")
+        artifacts.EXPORTERS[exporter.kind] = exporter
+    register(*(decode(ModelFile, data, "model file") for data in shipped["model_files"]))
+
+
+def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]], shipped: dict[str, Any],
+                    artifacts: dict[str, Any], kinds: list[str], failed: dict[str, str], run_id: str,
+                    batch_sizes: tuple[int, ...], machine: str | None) -> list[dict[str, Any]]:
+    """A Ray task: one group measured on this node (its GPU, its environment, its machine state); the records as
+    JSON data."""
+    import dataclasses
+
+    from ..base.codec import decode, encode
+    from ..base.device import resolve
+    from .pipeline import environment_of, run_group
+    from .progress import Progress
+
+    ray = import_ray()
+    adopt(shipped)
+    config = decode(RunConfig, config_data, "config")
+    if config.device.kind == "gpu":  # this node's GPU, not the driver's
+        config = dataclasses.replace(config, device=resolve("gpu", None))
+    cells = [decode(CellKey, c, "cell") for c in cells_data]
+    folder = unpack(artifacts, config.cache_dir, kinds)
+    config = dataclasses.replace(config, cache_dir=str(folder.parent))
+    context = ray.get_runtime_context()
+    environment = {**environment_of(config), "ray": {
+        "node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "machine": machine,
+        "hostname": socket.gethostname()}}
+    progress = Progress(len(cells), stream=open(os.devnull, "w"), verbosity=-1)
+    records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress)
+    return [encode(r) for r in records]
+
+
+# --------------------------------------------------------------------------- the driver
+def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run_id: str, objective: str,
+                   progress: Any) -> Any:
+    """Run the cells without a record of ``sweep_dir`` (each machine's folder) on the cluster; returns what a local
+    run returns (:class:`~inferbench.execution.pipeline.Executed`), every machine's records together."""
+    from ..base.codec import encode
+    from ..records.record import parse
+    from ..registry.artifacts import export_order
+    from ..registry.frameworks import artifacts_of, get_framework
+    from ..registry.models import get_model
+    from .childenv import passed_env
+    from .pipeline import Executed, Exports, Writer, groups_of, pending
+
+    ray = import_ray()
+    connect(config)
+    machines = list(config.machines) or [None]
+    cluster = nodes()
+    writers, todo = {}, []
+    for machine in machines:
+        folder = machine_folder(sweep_dir, machine)
+        folder.mkdir(exist_ok=True)
+        writers[machine] = Writer(config, folder, cells, objective, progress)
+        todo += [(machine, group) for group in groups_of(pending(folder, cells), config.sequential)]
+    progress.total = len(cells) * len(machines)
+    progress.done = progress.base = progress.total - sum(len(g) for _, g in todo)
+    exports = Exports(config, cells, progress, strict=False)
+    shipped: dict[str, Any] = {}
+    remote = ray.remote(measure_on_node)
+    # --pass-env's variables as the driver has them (the cells' identity digests them here), on every node
+    runtime_env = {"env_vars": passed_env(config.pass_env)} if config.pass_env else None
+    running: dict[Any, tuple[str | None, list[CellKey]]] = {}
+    started = time.monotonic()
+    try:
+        for machine, group in todo:
+            c = group[0]
+            folder, failed, batch_sizes = exports.of(c)
+            spec = get_model(c.model)
+            kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
+                get_framework(cell.framework), spec, cell.scenario)], spec) if k in _exported(folder)]
+            why = unfit(demand(config, machine), cluster)
+            if why:  # never submitted: Ray would leave it pending for ever
+                writers[machine].write(group, [_failed(config, cell, why, run_id, folder) for cell in group],
+                                       _where(machine))
+                progress.done += len(group)
+                continue
+            key = f"{folder.name}:{','.join(sorted(kinds))}"
+            if key not in shipped:
+                shipped[key] = {"name": folder.name, "data": ray.put(package(folder, kinds))}
+            ref = remote.options(num_cpus=0, resources=demand(config, machine), max_retries=RETRIES,
+                                 retry_exceptions=False, runtime_env=runtime_env).remote(
+                encode(config), [encode(cell) for cell in group], registries(group), shipped[key], kinds, failed,
+                run_id, batch_sizes, machine)
+            running[ref] = (machine, group)
+            progress.say(f"{c.model}@{c.resolution} bs{c.batch_size}{_where(machine)}",
+                         f"submitted: {len(group)} cell{'s' if len(group) > 1 else ''}")
+        while running:
+            done, _ = ray.wait(list(running), num_returns=1, timeout=30.0)
+            if not done:
+                progress.say("ray", f"{len(running)} task{'s' if len(running) > 1 else ''} running, "
+                             f"{time.monotonic() - started:.0f} s")
+                continue
+            ref = done[0]
+            machine, group = running.pop(ref)
+            try:
+                records = [parse(data, "a record from the cluster") for data in ray.get(ref)]
+            except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on
+                why = _task_failure(exc)
+                records = [_failed(config, cell, why, run_id, exports.of(cell)[0]) for cell in group]
+            progress.done += len(group)
+            writers[machine].write(group, records, _where(machine))
+    except BaseException:
+        for ref in running:  # Ctrl-C, SIGTERM: nothing keeps measuring on the cluster
+            ray.cancel(ref, force=True)
+        raise
+    results = [w.executed() for w in writers.values()]
+    return Executed([r for e in results for r in e.records], {k: v for e in results for k, v in e.unwritten.items()})
+
+
+def _exported(folder: Path) -> set[str]:
+    from ..exporters import cache as artifact_cache
+
+    return set(artifact_cache.read_manifest(folder).get("artifacts", {}))
+
+
+def _where(machine: str | None) -> str:
+    return f" on {machine}" if machine else ""
+
+
+def _task_failure(exc: BaseException) -> str:
+    """A task's failure in one line: a node or worker that died (after the retries), or the task's own error."""
+    ray = import_ray()
+    if isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError)):
+        return f"the node measuring it was lost ({type(exc).__name__}), after {RETRIES} retries elsewhere"
+    cause = getattr(exc, "cause", None) or exc
+    first = (str(cause).strip().splitlines() or [""])[0][:200]
+    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+
+
+def _failed(config: RunConfig, cell: CellKey, why: str, run_id: str, folder: Path) -> Any:
+    """The record of a cell that did not run on the cluster, with why."""
+    from ..records.record import Record
+    from ..spec import ChildResult
+    from .pipeline import cell_job
+
+    job = cell_job(config, cell, folder, (cell.batch_size,), {})
+    return Record.of(job, run_id, time.strftime("%Y-%m-%dT%H:%M:%S%z"), {"ray": {"machine": None, "why": "not run"}},
+                     {}, ChildResult(ok=False, error=why))

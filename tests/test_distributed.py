@@ -1,0 +1,145 @@
+"""Sweeps on a real Ray cluster (issue 27): two simulated nodes of Ray's own test cluster, each a machine of its own
+(custom resources ``machine:a`` and ``machine:b``, one ``inferbench`` slot each), fake runners spread over both;
+records complete and never duplicated, a task whose worker is killed retried, --resume running only what is
+missing, a machine no node is failing its cells in one line, bad addresses and impossible clusters refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_pipeline import QUICK
+
+from inferbench.sweep import main as sweep_main
+
+ray = pytest.importorskip("ray", reason='Ray is in the test extra: pip install -e ".[test]"')
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray cluster of two simulated nodes on this machine (Ray's own test utility), its workers able to import the
+    fake frameworks (tests/ on their PYTHONPATH, set before the nodes start)."""
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update(PYTHONPATH=str(TESTS), RAY_USAGE_STATS_ENABLED="0")
+    common = {"num_cpus": 2, "object_store_memory": 100 * 2**20, "include_dashboard": False}
+    nodes = Cluster()
+    nodes.add_node(resources={"machine:a": 1, "inferbench": 1}, **common)
+    worker = nodes.add_node(resources={"machine:b": 1, "inferbench": 1}, **common)
+    nodes.wait_for_nodes()
+    try:
+        yield nodes, worker
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def _sweep(tmp_path, address, *argv, name="s"):
+    return sweep_main([*QUICK, "--executor", "ray", "--ray-address", address, *argv, "--name", name,
+                       "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+
+
+def _records(folder):
+    return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("mobilenet*.json"))}
+
+
+def test_every_cell_runs_once_on_each_named_machine(fakes, cluster, tmp_path, monkeypatch):
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv("FAKE_LOAD_LOG", str(log))  # --pass-env: the driver's value reaches the nodes' cells
+    assert _sweep(tmp_path, cluster[0].address, "--framework", "fake,fake-slow", "--batch-size", "1,2",
+                  "--machines", "a,b", "--pass-env", "FAKE_LOAD_LOG") == 0
+    sweep = tmp_path / "out" / "s"
+    for machine in ("a", "b"):
+        recs = _records(sweep / machine)
+        assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values())
+        assert {r["environment"]["ray"]["machine"] for r in recs.values()} == {machine}
+        assert (sweep / machine / "summary.csv").read_text().count("\n") == 5
+    node_ids = {r["environment"]["ray"]["node_id"] for m in "ab" for r in _records(sweep / m).values()}
+    assert len(node_ids) == 2  # each machine's cells on its own node
+    assert len(log.read_text().split()) == 16  # 8 cells, two worker processes each, each loaded once
+    from inferbench.report import main as report_main
+
+    assert report_main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "The same cell on each machine" in text
+    rows = [line for line in text.splitlines() if line.startswith("|") and "@ b |" in line and "@ a |" in line]
+    assert len(rows) == 4  # each of the 4 cells: machine b against machine a
+
+
+def test_a_killed_task_is_retried_and_resume_runs_only_what_is_missing(fakes, cluster, tmp_path, monkeypatch):
+    marker, log = tmp_path / "killed", tmp_path / "loads.log"
+    monkeypatch.setenv("FAKE_KILL_PARENT_ONCE", str(marker))  # the first measured worker kills its Ray task
+    monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
+    assert _sweep(tmp_path, cluster[0].address, "--framework", "fake,fake-slow", "--machines", "a",
+                  "--pass-env", "FAKE_KILL_PARENT_ONCE,FAKE_LOAD_LOG", name="k") == 0
+    assert marker.exists()  # the task died once, and its retry measured the cells
+    folder = tmp_path / "out" / "k" / "a"
+    recs = _records(folder)
+    assert len(recs) == 2 and all(r["status"] == "ok" for r in recs.values())
+    name = sorted(recs)[0]
+    (folder / name).unlink()
+    loads = len(log.read_text().split())
+    assert sweep_main(["--resume", str(tmp_path / "out" / "k")]) == 0
+    assert sorted(_records(folder)) == sorted(recs) and len(log.read_text().split()) == loads + 2  # that cell only
+    assert sweep_main(["--resume", str(tmp_path / "out" / "k")]) == 0
+    assert len(log.read_text().split()) == loads + 2  # nothing left to run
+
+
+def test_a_machine_no_node_is_fails_its_own_cells_in_one_line(fakes, cluster, tmp_path, capsys):
+    assert _sweep(tmp_path, cluster[0].address, "--framework", "fake", "--machines", "a,c") == 1
+    recs = _records(tmp_path / "out" / "s" / "c")
+    (rec,) = recs.values()
+    assert rec["status"] == "failed" and rec["error"].startswith("no node of the cluster is machine c")
+    assert all(r["status"] == "ok" for r in _records(tmp_path / "out" / "s" / "a").values())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--machines", "c"], "the Ray cluster cannot run any cell: no node of the cluster is machine c"),
+    (["--ray-address", "127.0.0.1:1"], "--ray-address 127.0.0.1:1: no Ray head answers there"),
+    (["--ray-address", "nohost"], "--ray-address 'nohost': expected HOST:PORT"),
+])
+def test_a_cluster_that_cannot_run_anything_is_one_line_and_leaves_nothing(fakes, cluster, tmp_path, capsys, argv,
+                                                                           message):
+    address = argv[argv.index("--ray-address") + 1] if "--ray-address" in argv else cluster[0].address
+    rest = [a for i, a in enumerate(argv) if "--ray-address" not in (a, argv[i - 1] if i else "")]
+    assert _sweep(tmp_path, address, "--framework", "fake", *rest) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and len(err) == 1 and not (tmp_path / "out").exists()
+
+
+def test_ray_options_without_ray_are_refused(tmp_path, capsys):
+    assert sweep_main(["--ray-address", "127.0.0.1:6379", "--output-dir", str(tmp_path)]) == 2
+    assert "--ray-address applies to --executor ray" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_onnx_runtime_sweep_on_ray_gives_the_cells_of_a_local_one(cluster, tmp_path, shared_cache):
+    """ONNX Runtime on MobileNetV3-Small through the cluster (one machine's node: the two simulated nodes share this
+    machine's cores) and through the local executor: the same cells, each measured and verified, the cluster's on
+    its node. The overhead per task is printed, not asserted (the local run goes first and last: the cache warm)."""
+    import sys
+    import time
+
+    common = ["--models", "mobilenet_v3_small", "--resolutions", "96", "--batch-sizes", "1,2", "--frameworks",
+              "onnxrt", "--quick", "--threads", "2", "--device", "cpu", "--cache-dir", str(shared_cache),
+              "--output-dir", str(tmp_path / "out")]
+    walls, cells = {}, {}
+    for name in ("local-cold", "ray", "local"):
+        extra = ["--executor", "ray", "--ray-address", cluster[0].address, "--machines", "a"] if name == "ray" else []
+        start = time.monotonic()
+        assert sweep_main([*common, *extra, "--name", name]) == 0
+        walls[name] = time.monotonic() - start
+        folder = tmp_path / "out" / name / ("a" if name == "ray" else "")
+        recs = [json.loads(p.read_text()) for p in folder.glob("mobilenet*.json")]
+        assert all(r["status"] == "ok" and r["parity"]["status"] == "passed" for r in recs)
+        cells[name] = sorted((r["framework"], r["batch_size"], r["variant"]) for r in recs)
+        assert all(bool(r["environment"].get("ray")) == (name == "ray") for r in recs)
+    assert cells["ray"] == cells["local"] == cells["local-cold"] and len(cells["local"]) == 2
+    print(f"\nonnxrt sweep of 2 cells (2 groups, 2 tasks): local {walls['local']:.1f} s, on Ray "
+          f"{walls['ray']:.1f} s: {(walls['ray'] - walls['local']) / 2:+.1f} s per task", file=sys.__stderr__)
