@@ -351,6 +351,39 @@ def test_progress_updates_one_line_on_a_terminal_and_prints_results_only_when_pi
     assert "ETA ?" in Progress(4).eta() and Progress(4)._line("x", "y").startswith("[....................] 0/4")
 
 
+def test_piped_progress_has_a_heartbeat_at_least_every_30_seconds():
+    """Piped (a CI log, `| tee`), a run that prints no result for minutes still says what it is doing: the current
+    phase again once nothing was printed for HEARTBEAT_S; on a terminal or with -q, never."""
+    from inferbench.execution import progress
+
+    now = [0.0]
+    for stream, verbosity, beats in ((io.StringIO(), 0, True), (_Terminal(), 0, False), (io.StringIO(), -1, False)):
+        now[0] = 0.0
+        p = progress.Progress(3, stream, verbosity, clock=lambda: now[0], heartbeat=False)
+        p.say("m@32 fake bs1", "round 2/8")
+        for t in (10.0, progress.HEARTBEAT_S - 0.1):  # not yet
+            now[0] = t
+            p.tick()
+        assert "still running" not in stream.getvalue()
+        now[0] = progress.HEARTBEAT_S + 1
+        p.tick()
+        p.tick()  # just printed: not again
+        beat = [line for line in stream.getvalue().splitlines() if "still running" in line]
+        assert len(beat) == (1 if beats else 0)
+        if beats:
+            assert "m@32 fake bs1  round 2/8  (still running)" in beat[0]
+            assert f"{progress.HEARTBEAT_S + 1:5.0f}s" in beat[0]  # the elapsed time
+            p.done += 1
+            p.result("m@32 fake bs1", "p50 2.1 ms")  # a result resets the clock
+            now[0] += progress.HEARTBEAT_S - 1
+            p.tick()
+            assert len([line for line in stream.getvalue().splitlines() if "still running" in line]) == 1
+        p.close()
+        now[0] += 10 * progress.HEARTBEAT_S
+        p.tick()  # closed: silent
+        assert len([line for line in stream.getvalue().splitlines() if "still running" in line]) == (1 if beats else 0)
+
+
 def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):
     assert inferbench(["run", "-q", "-v"]) == 2
     assert capsys.readouterr().err.strip() == ("inferbench run: error: --quiet and --verbose contradict each other: "

@@ -4,28 +4,57 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+#: When stderr is not a terminal, a run is never silent longer than this: the current phase is printed again.
+HEARTBEAT_S = 30.0
 
 
 class Progress:
     """Progress on stderr. Lasting lines (a cell's result, an export done or failed, anything FAILED) are
     printed as they come; the passing phases (loading, warm-up, round 3/8) update one status line in
     place on a terminal, and are left out when stderr is piped or a file (``verbosity`` 1, ``-v``, prints
-    them as lines, export notes too; -1, ``-q``, prints failures only). Every line starts with the bar,
-    units done/total (exports and cells), elapsed time and an ETA from the units done so far."""
+    them as lines, export notes too; -1, ``-q``, prints failures only) — except for a **heartbeat**: piped or
+    in a file, when nothing was printed for :data:`HEARTBEAT_S`, the current phase is printed as a line (a CI log
+    or ``| tee`` never looks hung). Every line starts with the bar, units done/total (exports and cells), elapsed
+    time and an ETA from the units done so far."""
 
-    def __init__(self, total: int, stream: Any = None, verbosity: int = 0) -> None:
+    def __init__(self, total: int, stream: Any = None, verbosity: int = 0,
+                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True) -> None:
         self.total, self.done, self.stream, self.verbosity = total, 0, stream or sys.stderr, verbosity
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = self.last_printed = clock()
         self.base = 0  # units already done when this invocation started (a resumed sweep)
         self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and verbosity == 0
         self._status = False  # a status line is showing (terminal only)
+        self.phase = ("", "starting")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beating = not self.live and verbosity == 0  # piped or a file, at the default verbosity
+        if heartbeat and self._beating:
+            threading.Thread(target=self._beat, name="inferbench-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(5.0, HEARTBEAT_S / 2)):
+            self.tick()
+
+    def tick(self) -> None:
+        """The heartbeat: the current phase as a line, when nothing was printed for :data:`HEARTBEAT_S`."""
+        with self._lock:
+            if self._beating and not self._stop.is_set() and self.clock() - self.last_printed >= HEARTBEAT_S:
+                self._print(self._line(*self.phase) + "  (still running)")
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+        self.last_printed = self.clock()
 
     def eta(self) -> str:
         if self.done <= self.base:
             return "ETA ?"
-        left = (self.total - self.done) * (time.monotonic() - self.started) / (self.done - self.base)
+        left = (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def add(self, units: int) -> None:
@@ -36,13 +65,15 @@ class Progress:
         width = 20
         filled = int(width * self.done / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
-        elapsed = time.monotonic() - self.started
+        elapsed = self.clock() - self.started
         return f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {self.eta():>10}  {label}  {text}"
 
     def say(self, label: str, text: str) -> None:
-        """A passing phase: on the status line (terminal), as a line with -v, else nowhere."""
+        """A passing phase: on the status line (terminal), as a line with -v, else only in the heartbeat."""
+        self.phase = (label, text)
         if self.verbosity > 0:
-            print(self._line(label, text), file=self.stream, flush=True)
+            with self._lock:
+                self._print(self._line(label, text))
         elif self.live:
             width = shutil.get_terminal_size((100, 20)).columns - 1
             print("\r\x1b[K" + self._line(label, text)[:width], end="", file=self.stream, flush=True)
@@ -55,9 +86,11 @@ class Progress:
         if self._status:
             print("\r\x1b[K", end="", file=self.stream)
             self._status = False
-        print(self._line(label, text), file=self.stream, flush=True)
+        with self._lock:
+            self._print(self._line(label, text))
 
     def close(self) -> None:
+        self._stop.set()
         if self._status:
             print("\r\x1b[K", end="", file=self.stream, flush=True)
             self._status = False
