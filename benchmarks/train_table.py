@@ -8,6 +8,10 @@ VGG16 step at 224 px takes seconds, so the default here is 112 px (said in the t
 before you run it: on a shared machine "quiet" is a claim.
 
     python benchmarks/train_table.py [--out DIR] [--resolution PX] [--batch-size N] [--cache-dir DIR] [--quick]
+                                     [--runs NAME[,NAME...]]
+
+``--runs`` runs only those rows again (a run spoiled by other work on the machine: its records say NOT VALID), and
+the table is written from every run's latest folder, each run's line kept in ``runs.md``.
 """
 
 from __future__ import annotations
@@ -39,10 +43,20 @@ def main() -> None:
     p.add_argument("--batch-size", default="16")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "inferbench" / "artifacts"))
     p.add_argument("--quick", action="store_true", help="inferbench's --quick (fewer, shorter rounds)")
+    p.add_argument("--runs", default=",".join(name for name, _, _ in RUNS), help="the runs to run (again)")
     args = p.parse_args()
     out = Path(args.out)
-    rows, notes = [], []
+    chosen = args.runs.split(",")
+    unknown = sorted(set(chosen) - {name for name, _, _ in RUNS})
+    if unknown:
+        p.error(f"unknown run(s) {', '.join(unknown)}; the runs: {', '.join(name for name, _, _ in RUNS)}")
+    out.mkdir(parents=True, exist_ok=True)
+    notes_file = out / "runs.md"  # a line per run: "- <name> (...)"; not .json, which `report` would read
+    notes = {line.split()[1]: line for line in notes_file.read_text().splitlines() if line.startswith("- ")} \
+        if notes_file.exists() else {}
     for name, what, extra in RUNS:
+        if name not in chosen:
+            continue
         load = os.getloadavg()[0]
         start = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "inferbench", "run", "--scenario", "train", "--resolution",
@@ -50,9 +64,13 @@ def main() -> None:
                                "--output-dir", str(out / name), "--cache-dir", args.cache_dir],
                               capture_output=True, text=True)
         wall = time.monotonic() - start
-        notes.append(f"- {name} ({what}): exit {proc.returncode}, {wall:.0f} s, load {load:.2f} at the start; "
-                     + (proc.stdout.splitlines()[0] if proc.stdout else proc.stderr.strip().splitlines()[-1]))
-        for folder in sorted(p for p in (out / name).iterdir() if p.is_dir()):
+        notes[name] = (f"- {name} ({what}): exit {proc.returncode}, {wall:.0f} s, load {load:.2f} at the start; "
+                       + (proc.stdout.splitlines()[0] if proc.stdout else proc.stderr.strip().splitlines()[-1]))
+        notes_file.write_text("".join(notes[n] + "\n" for n, _, _ in RUNS if n in notes))
+    rows = []
+    for name, what, _ in RUNS:
+        folders = sorted(p for p in (out / name).iterdir() if p.is_dir()) if (out / name).is_dir() else []
+        for folder in folders[-1:]:  # the latest run of each
             for path in sorted(folder.glob("vgg*.json")):
                 rec = json.loads(path.read_text())
                 lat, train = rec.get("latency_ms") or {}, rec.get("training") or {}
@@ -60,16 +78,21 @@ def main() -> None:
                 rows.append(f"| {what} | {rec['framework']}{'+' + rec['variant'] if rec['variant'] else ''} "
                             f"| {train.get('layout', '-')} | {train.get('batch_norm_kernel') or '-'} "
                             f"| {lat['p50']:.0f} [{ci[0]:.0f}, {ci[1]:.0f}] | {rec['throughput_per_s']:.1f} "
-                            f"| {rec['parity']['status']} |" if rec["status"] == "ok" and ci else
+                            f"| {rec['parity']['status']} | {_valid(rec)} |" if rec["status"] == "ok" and ci else
                             f"| {what} | {rec['framework']} | - | - | {rec.get('error') or 'no interval'} | - "
-                            f"| {rec['parity']['status']} |")
+                            f"| {rec['parity']['status']} | {_valid(rec)} |")
     head = (f"VGG16 training step, batch {args.batch_size}, {args.resolution} px, fp32, SGD (momentum 0.9), on "
             f"{_cpu()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}; median ms per step [95% interval "
             "between rounds and processes]")
-    table = [head, "", "| run | framework | layout | batch norm | ms/step | samples/s | parity |",
-             "|---|---|---|---|---|---|---|", *rows, "", *notes]
+    table = [head, "", "| run | framework | layout | batch norm | ms/step | samples/s | parity | valid |",
+             "|---|---|---|---|---|---|---|---|", *rows, "", *(notes[name] for name, _, _ in RUNS if name in notes)]
     (out / "table.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
+
+
+def _valid(rec: dict) -> str:
+    """The machine's verdict on the cell: yes, NO (other work took more than allowed), or unknown."""
+    return {True: "yes", False: "NO"}.get((rec.get("validity") or {}).get("valid"), "unknown")
 
 
 def _cpu() -> str:

@@ -211,7 +211,10 @@ def test_the_published_json_schema_holds_every_record():
     assert set(schema["properties"]) == set(records.Record.__dataclass_fields__)
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
-               for r in found) == 172
+               and "/train-" not in r["_source"] for r in found) == 172
+    trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # issue 26: the seed's table
+    assert len(trained) == 27 and all(r["scenario"] == "train" and r["parity"]["status"] == "passed"
+                                      and r["parity"]["method"] == "training" for r in trained)
     watched = [r for r in found if "/contention-cpu-20261126/" in r["_source"]]  # issue 23: the machine watched
     assert len(watched) == 12 and all(r["validity"]["valid"] is not None and r["tuning"] for r in watched)
     gpu = [r for r in found if "/gpu-h100-20261125/" in r["_source"]]  # the H100 run: energy and GPU state
