@@ -103,6 +103,7 @@ def test_a_machine_no_node_is_fails_its_own_cells_in_one_line(fakes, cluster, tm
     (["--machines", "c"], "the Ray cluster cannot run any cell: no node of the cluster is machine c"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address 127.0.0.1:1: no Ray head answers there"),
     (["--ray-address", "nohost"], "--ray-address 'nohost': expected HOST:PORT"),
+    (["--machines", "a,../x"], "--machines: '../x' is not a machine name"),
 ])
 def test_a_cluster_that_cannot_run_anything_is_one_line_and_leaves_nothing(fakes, cluster, tmp_path, capsys, argv,
                                                                            message):

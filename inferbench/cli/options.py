@@ -599,6 +599,12 @@ def check_executor(values: dict[str, Any]) -> None:
         from ..execution.distributed import check_address
 
         check_address(str(values["ray_address"]))
+    import re
+
+    for name in values.get("machines") or ():  # each machine's records go to a folder of that name
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)):
+            raise UsageError(f"--machines: {name!r} is not a machine name (letters, digits, '.', '_', '-'; it names "
+                             "the folder of that machine's records)")
 
 
 #: The training scenario's own options (refused in the others).

@@ -175,8 +175,8 @@ def unpack(ref: Any, cache_dir: str, kinds: list[str]) -> Path:
         base = artifact_cache.default_cache_dir()
     name = ref["name"]
     folder = base / name
-    if all(artifact_cache.cached(folder, k) for k in kinds):
-        return folder
+    if all(artifact_cache.cached(folder, k) and _holds(folder, k, ref["files"].get(k, {})) for k in kinds):
+        return folder  # this node's own cache has every file this run ships, each with its hash
     data = ray.get(ref["data"])
     for rel, content in data["files"].items():
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
@@ -188,6 +188,15 @@ def unpack(ref: Any, cache_dir: str, kinds: list[str]) -> Path:
     if damaged:
         raise RuntimeError(f"the artifacts {', '.join(damaged)} of {name} do not match their hashes after shipping")
     return folder
+
+
+def _holds(folder: Path, kind: str, files: dict[str, str]) -> bool:
+    """Does ``folder``'s manifest list every one of ``files`` (path -> hash) for ``kind``? A node's cache may hold
+    a kind from an earlier run with other batch sizes or training set-ups."""
+    from ..exporters import cache as artifact_cache
+
+    held = artifact_cache.read_manifest(folder).get("artifacts", {}).get(kind, {}).get("files", {})
+    return all(held.get(rel) == digest for rel, digest in files.items())
 
 
 # --------------------------------------------------------------------------- the task
@@ -243,8 +252,9 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
     environment = {**environment_of(config), "ray": {
         "node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "machine": machine,
         "hostname": socket.gethostname()}}
-    progress = Progress(len(cells), stream=open(os.devnull, "w"), verbosity=-1)
-    records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress)
+    with open(os.devnull, "w") as quiet:
+        progress = Progress(len(cells), stream=quiet, verbosity=-1)
+        records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress)
     return [encode(r) for r in records]
 
 
@@ -269,8 +279,9 @@ def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run
     for machine in machines:
         folder = machine_folder(sweep_dir, machine)
         folder.mkdir(exist_ok=True)
+        missing = pending(folder, cells)  # first: an unreadable record is set aside before the Writer reads them
         writers[machine] = Writer(config, folder, cells, objective, progress)
-        todo += [(machine, group) for group in groups_of(pending(folder, cells), config.sequential)]
+        todo += [(machine, group) for group in groups_of(missing, config.sequential)]
     progress.total = len(cells) * len(machines)
     progress.done = progress.base = progress.total - sum(len(g) for _, g in todo)
     exports = Exports(config, cells, progress, strict=False)
@@ -289,13 +300,15 @@ def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run
                 get_framework(cell.framework), spec, cell.scenario)], spec) if k in _exported(folder)]
             why = unfit(demand(config, machine), cluster)
             if why:  # never submitted: Ray would leave it pending for ever
-                writers[machine].write(group, [_failed(config, cell, why, run_id, folder) for cell in group],
-                                       _where(machine))
+                writers[machine].write(group, [_failed(config, cell, why, run_id, folder, machine)
+                                               for cell in group], _where(machine))
                 progress.done += len(group)
                 continue
             key = f"{folder.name}:{','.join(sorted(kinds))}"
             if key not in shipped:
-                shipped[key] = {"name": folder.name, "data": ray.put(package(folder, kinds))}
+                data = package(folder, kinds)
+                shipped[key] = {"name": folder.name, "data": ray.put(data),
+                                "files": {k: dict(e.get("files", {})) for k, e in data["entries"].items()}}
             ref = remote.options(num_cpus=0, resources=demand(config, machine), max_retries=RETRIES,
                                  retry_exceptions=False, runtime_env=runtime_env).remote(
                 encode(config), [encode(cell) for cell in group], registries(group), shipped[key], kinds, failed,
@@ -308,6 +321,16 @@ def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run
             if not done:
                 progress.say("ray", f"{len(running)} task{'s' if len(running) > 1 else ''} running, "
                              f"{time.monotonic() - started:.0f} s")
+                alive = nodes()  # a task whose machine left the cluster would wait for ever
+                for ref, (machine, group) in list(running.items()):
+                    why = unfit(demand(config, machine), alive)
+                    if why:
+                        ray.cancel(ref, force=True)
+                        running.pop(ref)
+                        writers[machine].write(group, [_failed(config, cell, f"its node left the cluster: {why}",
+                                                               run_id, exports.of(cell)[0], machine)
+                                                       for cell in group], _where(machine))
+                        progress.done += len(group)
                 continue
             ref = done[0]
             machine, group = running.pop(ref)
@@ -315,7 +338,7 @@ def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run
                 records = [parse(data, "a record from the cluster") for data in ray.get(ref)]
             except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on
                 why = _task_failure(exc)
-                records = [_failed(config, cell, why, run_id, exports.of(cell)[0]) for cell in group]
+                records = [_failed(config, cell, why, run_id, exports.of(cell)[0], machine) for cell in group]
             progress.done += len(group)
             writers[machine].write(group, records, _where(machine))
     except BaseException:
@@ -346,12 +369,12 @@ def _task_failure(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
 
 
-def _failed(config: RunConfig, cell: CellKey, why: str, run_id: str, folder: Path) -> Any:
+def _failed(config: RunConfig, cell: CellKey, why: str, run_id: str, folder: Path, machine: str | None) -> Any:
     """The record of a cell that did not run on the cluster, with why."""
     from ..records.record import Record
     from ..spec import ChildResult
     from .pipeline import cell_job
 
     job = cell_job(config, cell, folder, (cell.batch_size,), {})
-    return Record.of(job, run_id, time.strftime("%Y-%m-%dT%H:%M:%S%z"), {"ray": {"machine": None, "why": "not run"}},
+    return Record.of(job, run_id, time.strftime("%Y-%m-%dT%H:%M:%S%z"), {"ray": {"machine": machine, "why": "not run"}},
                      {}, ChildResult(ok=False, error=why))

@@ -483,6 +483,10 @@ def _port_efficientnet(net: Any, r: _Reader, mods: Any) -> None:
 
 #: model name -> port(net, reader, modules): loads the weights in place and fixes the structure
 #: (the Keras preprocessing layers are added generically by build_torchvision).
+#: Ports that fold a Keras convolution's bias into the batch norm after it (torchvision's convolution has none):
+#: the same function for inference, but with frozen batch norm Keras trains those biases and torch cannot.
+FOLDS_CONV_BIASES = frozenset({"resnet50"})
+
 _PORTS: dict[str, Callable[[Any, _Reader, Any], None]] = {
     "mobilenet_v3_large": _port_mobilenet_v3,
     "mobilenet_v3_small": _port_mobilenet_v3,

@@ -272,6 +272,12 @@ class TorchTrainer(TorchNativeRunner, Trainer):
         torch = self.setup(ctx)
         if self.cuda_graphs:
             raise UsageError("--cuda-graphs is for inference: a training step is not captured here")
+        from ..registry.ports import FOLDS_CONV_BIASES
+
+        if ctx.options.bn_mode == "frozen" and ctx.model.name in FOLDS_CONV_BIASES and ctx.artifact:
+            raise UsageError(f"--bn-mode frozen: {ctx.model.name}'s Keras convolutions have biases that torchvision's "
+                             "have not (the weight port folds them into the batch norm), and frozen, Keras trains "
+                             "them: torch would train another model; use --bn-mode train")
         self.model_name, self.bn_mode, self.optimizer_name = ctx.model.name, ctx.options.bn_mode, ctx.options.optimizer
         self.ported = ctx.artifact  # the Keras weights (None: own weights, nothing to port)
         module = self.build(ctx).to(self.dev, self.dtype)
