@@ -12,7 +12,8 @@ import pytest
 from test_pipeline import QUICK
 
 from inferbench.run import main as run_main
-from inferbench.scenarios.serve import SEARCH_PRECISION, Knobs, Search
+from inferbench.scenarios.serve import (CONFIRM_MAX, CONFIRM_ROUNDS, SEARCH_FLOOR, SEARCH_PRECISION, SEARCH_STEPS, Knobs,
+                                        Search, Session)
 
 pytest.importorskip("mlperf_loadgen", reason='mlcommons-loadgen is in the test extra: pip install -e ".[test]"')
 
@@ -101,6 +102,54 @@ def test_the_search_brackets_then_bisects():
     for _ in range(7):
         none.record(none.next_qps, False)  # nothing is VALID: halves, and never reports an answer
     assert none.valid is None and none.done
+
+
+def _searched(verdicts):
+    """A server session's search and confirmations driven by ``verdicts(target, phase, index)`` instead of LoadGen
+    (the session's own planning, counting and answer)."""
+    session = Session.__new__(Session)
+    session.scenario, session.steps, session.confirmed, session.in_a_row = "server", [], None, 0
+    session.knob_grid = [Knobs(1), Knobs(2)]
+    session.searches = [Search(k, 50.0 * k.concurrency) for k in session.knob_grid]
+    for r in range(len(session.knob_grid) * SEARCH_STEPS + CONFIRM_MAX):
+        if session._settled():
+            break
+        knobs, target = session._plan(r)
+        phase = "search" if any(not s.done for s in session.searches) else "measure"
+        valid = verdicts(target, phase, sum(s["phase"] == phase for s in session.steps))
+        session.steps.append({"round": r, "phase": phase, "knobs": knobs.__dict__, "target": target, "valid": valid})
+        session._learn(phase, knobs, target, valid)
+    return session, session._server_target()
+
+
+def test_a_failed_confirmation_steps_down_to_a_load_that_holds():
+    """Capacity 100 QPS; the confirmations fail by a hiccup (the first, or the third after two VALID): the answer is a
+    lower load that then held CONFIRM_ROUNDS tests in a row, never a load with an INVALID test at it."""
+    for hiccups in ({0}, {2}, {0, 3}):
+        session, answer = _searched(lambda q, phase, i: q <= 100.0 and not (phase == "measure" and i in hiccups))
+        confirms = [s for s in session.steps if s["phase"] == "measure"]
+        assert answer is not None and answer < session._best_search().valid <= 100.0, hiccups
+        assert answer == pytest.approx(session._best_search().valid / SEARCH_PRECISION ** len(hiccups))
+        held = [s for s in confirms if s["target"] == answer]
+        assert len(held) == CONFIRM_ROUNDS and all(s["valid"] for s in held)
+        assert not any(s["target"] == answer and not s["valid"] for s in session.steps)
+    session, answer = _searched(lambda q, phase, i: q <= 100.0 and phase == "search")  # never held
+    assert answer is None and sum(s["phase"] == "measure" for s in session.steps) == CONFIRM_MAX
+    session, answer = _searched(lambda q, phase, i: q <= 100.0)  # no hiccup: the search's answer, confirmed
+    assert answer == session._best_search().valid and 100 / SEARCH_PRECISION <= answer <= 100
+
+
+def test_the_search_stops_at_its_floor_when_no_load_holds():
+    """A runtime whose tail is over the bound at any load: each search halves down to SEARCH_FLOOR of its start
+    and stops there (a test at a lower load takes ever longer), no confirmation runs, and there is no answer."""
+    session, answer = _searched(lambda q, phase, i: False)
+    assert answer is None and all(s.at_floor and s.valid is None for s in session.searches)
+    for search in session.searches:
+        targets = [s["target"] for s in session.steps if s["knobs"] == search.knobs.__dict__]
+        assert min(targets) == pytest.approx(targets[0] * SEARCH_FLOOR) and len(targets) == 4
+    assert not any(s["phase"] == "measure" for s in session.steps)
+    session, answer = _searched(lambda q, phase, i: q <= 10.0)  # held at 10 (below 50 / 4): found on the way down
+    assert answer is not None and 10 / SEARCH_PRECISION <= answer <= 10.0
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -185,6 +185,8 @@ def serving(ctx: Context) -> list[str]:
                      "scenario": r["serving.scenario"], "framework": r["framework"],
                      "answer": (f"{answer['max_valid_qps']:.1f} QPS at p99 ≤ {answer['bound_ms']:g} ms"
                                 if r["serving.scenario"] == "server" and answer.get("found")
+                                else f"no load held (INVALID down to {answer['smallest_invalid_qps']:.1f} QPS)"
+                                if r["serving.scenario"] == "server" and answer.get("smallest_invalid_qps")
                                 else "no VALID load" if r["serving.scenario"] == "server"
                                 else f"{r['throughput']:.1f} samples/s"),
                      "bracket / 95% CI": "-" if not (answer.get("bracket") or answer.get("qps_ci95")) else

@@ -48,13 +48,19 @@ from .base import Emit, Loaded, device_memory, finish_tracked
 #: Serving test settings (LoadGen's own defaults are MLPerf's: 10 minutes and more per test).
 MIN_DURATION_MS = 2000
 QUICK_DURATION_MS = 500
-#: The queries LoadGen's early stopping needs before it can say VALID: 459 with none over the bound for a server's
-#: p99, 662 for multi-stream's p99, 64 for single-stream's p90 (--quick shortens the duration, never these).
-MIN_QUERIES = {"server": 460, "multi-stream": 662, "single-stream": 64, "offline": 64}
+#: The queries LoadGen's early stopping needs before it can say VALID at 99% confidence: for a p99, 459 with no query
+#: over the bound, 662 with one (a server test takes 662: one hiccup of a shared machine is not the runtime's limit;
+#: multi-stream's p99 the same), 64 for single-stream's p90 (--quick shortens the duration, never these).
+MIN_QUERIES = {"server": 662, "multi-stream": 662, "single-stream": 64, "offline": 64}
 MULTI_STREAM_SAMPLES = 8
 SEARCH_PRECISION = 1.10  # the server search stops when its bracket is this narrow
 SEARCH_STEPS = 7  # per serving configuration
-CONFIRM_ROUNDS = 3
+#: The server search halves at most down to this share of its start (itself 60% of the runtime's capacity at that
+#: concurrency): at a few percent of capacity a query hardly ever waits, so a p99 over the bound there is the runtime's
+#: own tail, not its load, and lower loads only make every test longer (662 queries at 1 QPS: 11 minutes).
+SEARCH_FLOOR = 1 / 8
+CONFIRM_ROUNDS = 3  # the answer: this many VALID tests in a row at one load
+CONFIRM_MAX = 9  # confirmation tests at most; each failure steps the load down by SEARCH_PRECISION and starts again
 LOADGEN_EXTRA = "serve"
 
 
@@ -183,18 +189,24 @@ def trace_latencies_ms(path: Path) -> list[float]:
 @dataclass
 class Search:
     """A bracketing search for the largest VALID target QPS: double until a run is INVALID, halve until one is
-    VALID, then bisect geometrically until the bracket is within :data:`SEARCH_PRECISION`."""
+    VALID (not below :data:`SEARCH_FLOOR` of the start), then bisect geometrically until the bracket is within
+    :data:`SEARCH_PRECISION`."""
 
     knobs: Knobs
     next_qps: float
     valid: float | None = None  # the largest VALID target so far
     invalid: float | None = None  # the smallest INVALID one
     steps: int = 0
+    floor: float = 0.0  # the lowest target the search tries
+    at_floor: bool = False  # INVALID at the floor: no load held
+
+    def __post_init__(self) -> None:
+        self.floor = self.floor or self.next_qps * SEARCH_FLOOR
 
     @property
     def done(self) -> bool:
-        return self.steps >= SEARCH_STEPS or (self.valid is not None and self.invalid is not None
-                                              and self.invalid / self.valid <= SEARCH_PRECISION)
+        return self.steps >= SEARCH_STEPS or self.at_floor or (
+            self.valid is not None and self.invalid is not None and self.invalid / self.valid <= SEARCH_PRECISION)
 
     def record(self, qps: float, is_valid: bool) -> None:
         self.steps += 1
@@ -205,7 +217,8 @@ class Search:
         if self.invalid is None:
             self.next_qps = qps * 2
         elif self.valid is None:
-            self.next_qps = qps / 2
+            self.at_floor = qps <= self.floor * 1.0001
+            self.next_qps = max(qps / 2, self.floor)
         else:
             self.next_qps = math.sqrt(self.valid * self.invalid)
 
@@ -245,11 +258,12 @@ class Session:
         self.steps: list[dict[str, Any]] = []
         self.blocks: list[Any] = []
         self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": loaded.rss_before}
-        self.rounds = {"server": len(self.knob_grid) * SEARCH_STEPS + CONFIRM_ROUNDS,
+        self.rounds = {"server": len(self.knob_grid) * SEARCH_STEPS + CONFIRM_MAX,
                        "offline": max(job.config.timing.rounds, len(self.knob_grid) * 3)}.get(
             self.scenario, job.config.timing.rounds)
         self.tuning = None
         self.confirmed: float | None = None  # the server's answer under confirmation
+        self.in_a_row = 0  # VALID confirmation tests in a row at it
 
     # ------------------------------------------------------------------ set-up
     def _call_once(self, x: np.ndarray) -> np.ndarray:
@@ -312,8 +326,11 @@ class Session:
 
     # ------------------------------------------------------------------ rounds
     def block(self, round_index: int) -> dict[str, Any]:
-        """One LoadGen test (the scenario's next step), the trackers read around it."""
+        """One LoadGen test (the scenario's next step), the trackers read around it; none once a server's answer
+        is settled (the rounds were counted for the longest confirmation)."""
         lg = self.lg
+        if self.scenario == "server" and self._settled():
+            return {"round": round_index, "skipped": "the answer is settled"}
         knobs, target = self._plan(round_index)
         settings = lg.TestSettings()
         settings.scenario = {"single-stream": lg.TestScenario.SingleStream, "multi-stream":
@@ -354,12 +371,19 @@ class Session:
         self.steps.append(step)
         self.blocks.append(_Block(round_index, [x / 1e3 for x in step.pop("latencies_ms")], window, readings,
                                   time.time() - window))
-        if self.scenario == "server" and step["phase"] == "search":
-            search = next(s for s in self.searches if s.knobs == knobs)
-            search.record(target, step["valid"])
-        elif self.scenario == "server" and not step["valid"]:  # not confirmed: one search step lower, and again
-            self.confirmed = target / SEARCH_PRECISION
+        if self.scenario == "server":
+            self._learn(step["phase"], knobs, target, step["valid"])
         return {"round": round_index, "valid": step["valid"], "qps": step["qps"]}
+
+    def _learn(self, phase: str, knobs: Knobs, target: float, valid: bool) -> None:
+        """A server test's verdict: the search's next step, or the confirmation's count (INVALID: one search step
+        lower, and the count again from zero)."""
+        if phase == "search":
+            next(s for s in self.searches if s.knobs == knobs).record(target, valid)
+        elif valid:
+            self.in_a_row += 1
+        else:
+            self.confirmed, self.in_a_row = target / SEARCH_PRECISION, 0
 
     def _plan(self, round_index: int) -> tuple[Knobs, float]:
         """The serving configuration and the target (QPS, or the expected rate) of this round's test."""
@@ -369,7 +393,7 @@ class Session:
                     return search.knobs, search.next_qps
             best = self._best_search()
             if self.confirmed is None:  # the confirmation rounds start at the search's answer
-                self.confirmed = best.valid or best.next_qps
+                self.confirmed = best.valid
             return best.knobs, self.confirmed
         if self.scenario == "offline":
             knobs = self.knob_grid[round_index % len(self.knob_grid)]
@@ -379,18 +403,24 @@ class Session:
     def _best_search(self) -> Search:
         return max(self.searches, key=lambda s: s.valid or 0.0)
 
+    def _settled(self) -> bool:
+        """The searches are over and either nothing was VALID, the load held :data:`CONFIRM_ROUNDS` tests in a row,
+        or :data:`CONFIRM_MAX` confirmation tests ran."""
+        if any(not s.done for s in self.searches):
+            return False
+        confirms = sum(s["phase"] == "measure" for s in self.steps)
+        return self._best_search().valid is None or self.in_a_row >= CONFIRM_ROUNDS or confirms >= CONFIRM_MAX
+
     def _server_target(self) -> float | None:
-        """The server's answer: the largest target whose confirmation runs (the rounds after the search) were all
-        VALID, else the search's largest VALID target when nothing was confirmed; None when nothing was VALID."""
+        """The server's answer: the load of the last confirmation tests when they held :data:`CONFIRM_ROUNDS` in a
+        row (each failure stepped the load down), else the search's largest VALID load while no confirmation ran;
+        None when nothing was VALID or the confirmations never held (an INVALID load is never the answer)."""
         confirms = [s for s in self.steps if s["phase"] == "measure"]
-        valid_targets = {s["target"] for s in confirms if s["valid"]}
-        failed = {s["target"] for s in confirms if not s["valid"]}
-        confirmed = [t for t in valid_targets if t not in failed]
-        if confirmed:
-            return max(confirmed)
-        if confirms:  # every confirmation failed: the load is not held
-            return None
-        return self._best_search().valid
+        if not confirms:
+            return self._best_search().valid
+        last = confirms[-1]["target"]
+        held = [s["valid"] for s in confirms if s["target"] == last]
+        return last if all(held) and len(held) >= min(CONFIRM_ROUNDS, len(confirms)) else None
 
     def _step(self, out: Path, round_index: int, knobs: Knobs, target: float, window: float) -> dict[str, Any]:
         detail = parse_detail(out / "mlperf_log_detail.txt")
@@ -494,6 +524,8 @@ class Session:
             answer.update(max_valid_qps=target, smallest_invalid_qps=min(above) if above else best.invalid,
                           bracket=[target, min(above) if above else best.invalid], bound_ms=self.job.config.slo_p99_ms,
                           found=target is not None, search_max_valid_qps=best.valid,
+                          held_in_a_row=self.in_a_row if target is not None else 0,
+                          search_floor_qps=min(s.floor for s in self.searches),
                           confirmations=[{"target": s["target"], "valid": s["valid"], "p99_ms": s["p99_ms"]}
                                          for s in self.steps if s["phase"] == "measure"],
                           others=[{"knobs": s.knobs.__dict__, "max_valid_qps": s.valid} for s in self.searches
