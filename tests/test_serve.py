@@ -12,8 +12,16 @@ import pytest
 from test_pipeline import QUICK
 
 from inferbench.run import main as run_main
-from inferbench.scenarios.serve import (CONFIRM_MAX, CONFIRM_ROUNDS, SEARCH_FLOOR, SEARCH_PRECISION, SEARCH_STEPS, Knobs,
-                                        Search, Session)
+from inferbench.scenarios.serve import (
+    CONFIRM_MAX,
+    CONFIRM_ROUNDS,
+    SEARCH_FLOOR,
+    SEARCH_PRECISION,
+    SEARCH_STEPS,
+    Knobs,
+    Search,
+    Session,
+)
 
 pytest.importorskip("mlperf_loadgen", reason='mlcommons-loadgen is in the test extra: pip install -e ".[test]"')
 
@@ -126,7 +134,7 @@ def test_a_failed_confirmation_steps_down_to_a_load_that_holds():
     """Capacity 100 QPS; the confirmations fail by a hiccup (the first, or the third after two VALID): the answer is a
     lower load that then held CONFIRM_ROUNDS tests in a row, never a load with an INVALID test at it."""
     for hiccups in ({0}, {2}, {0, 3}):
-        session, answer = _searched(lambda q, phase, i: q <= 100.0 and not (phase == "measure" and i in hiccups))
+        session, answer = _searched(lambda q, phase, i, h=hiccups: q <= 100.0 and not (phase == "measure" and i in h))
         confirms = [s for s in session.steps if s["phase"] == "measure"]
         assert answer is not None and answer < session._best_search().valid <= 100.0, hiccups
         assert answer == pytest.approx(session._best_search().valid / SEARCH_PRECISION ** len(hiccups))
