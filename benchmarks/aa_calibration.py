@@ -9,9 +9,10 @@ medians significantly different from 1 at 95%? The iid bootstrap the seed projec
 
 Across invocations (``--across``), what ``compare`` is used for in CI: first ``--invocations`` plain runs of one
 configuration (``inferbench run --framework onnxrt,openvino --tune off``) measure this machine's spread between
-invocations at one machine speed and write it beside the artifact cache (every later run records it, and
-``compare`` adds it to both sides); then as many again, and ``compare`` between every pair of those (45 pairs for
-10 runs): how often does it call identical runs "significant" (goal: at
+invocations — per framework, over each run's steady rounds at one machine speed, as ``compare`` sets them side by
+side — and write it beside the artifact cache (every later run records it, and ``compare`` adds it to both sides);
+then as many again, and ``compare`` between every pair of those (45 pairs for 10 runs): of the pairs it judged (not
+"not comparable"), how often does it call identical runs "significant" (goal: at
 most 10% of pairs), and "REGRESSION" with ``--fail-above 10`` (at most 5%)? Then, with ``--slowdown
 FRAMEWORK:FACTOR``, as many runs again with that framework slowed down on purpose (inferbench's test-only
 ``INFERBENCH_TEST_SLOWDOWN``: busy work after each call) paired with the plain ones: a real slowdown must still be
@@ -21,7 +22,7 @@ comparable", never a regression.
 
     python benchmarks/aa_calibration.py [--repeats 40] [--framework onnxrt] [--rounds 8] [--duration 2]
     python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
-                                        [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR]
+                                        [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR] [--reuse]
 """
 
 from __future__ import annotations
@@ -112,20 +113,26 @@ def invoke(folder: Path, frameworks: str, cache_dir: str, busy: int, slowdown: s
     return wall
 
 
-def verdicts(old: Path, new: Path, fail_above: float = 10.0) -> list[dict]:
-    """``compare``'s rows for one pair of runs, as the command computes them."""
+def verdicts(old: Path, new: Path, fail_above: float = 10.0, sd: dict | None = None) -> list[dict]:
+    """``compare``'s rows for one pair of runs, as the command computes them (``sd``: a calibration in place of the
+    one the records carry, for runs re-analysed with ``--reuse``)."""
     from inferbench.compare import compare_frames
     from inferbench.records.load import load
 
-    rows, _ = compare_frames(load(old), load(new), fail_above)
+    frames = [load(old), load(new)]
+    if sd is not None:
+        columns = {"environment.invocation_spread.sd": sd["sd"]} | {
+            f"environment.invocation_spread.per_framework.{fw}": v for fw, v in sd["per_framework"].items()}
+        frames = [f.assign(**columns) for f in frames]
+    rows, _ = compare_frames(*frames, fail_above)
     return rows
 
 
-def tally(pairs: list[tuple[Path, Path]]) -> dict[str, dict[str, int]]:
+def tally(pairs: list[tuple[Path, Path]], sd: dict | None = None) -> dict[str, dict[str, int]]:
     """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable."""
     out: dict[str, dict[str, int]] = {}
     for old, new in pairs:
-        for row in verdicts(old, new):
+        for row in verdicts(old, new, sd=sd):
             t = out.setdefault(row["framework"], {"pairs": 0, "significant": 0, "slower": 0, "regression": 0,
                                                   "not_comparable": 0, "no_interval": 0})
             t["pairs"] += 1
@@ -159,7 +166,10 @@ def across(args: argparse.Namespace) -> None:
         runs[name], walls[name] = [], []
         for i in range(count):
             folder = out / name / f"{i:02d}"
-            walls[name].append(invoke(folder, args.frameworks, args.cache_dir, busy, slowdown))
+            if args.reuse and folder.is_dir():  # re-analysed: the run made before
+                walls[name].append(float("nan"))
+            else:
+                walls[name].append(invoke(folder, args.frameworks, args.cache_dir, busy, slowdown))
             (run_dir,) = [p for p in folder.iterdir() if p.is_dir()]
             runs[name].append(run_dir)
             print(f"{name} {i + 1}/{count}: {walls[name][-1]:.0f} s", file=sys.stderr, flush=True)
@@ -169,11 +179,12 @@ def across(args: argparse.Namespace) -> None:
                   file=sys.stderr, flush=True)
     quiet_io = io.StringIO()
     with contextlib.redirect_stderr(quiet_io):  # the loader's notes on every pair
-        results = {"aa": tally(list(itertools.combinations(runs["aa"], 2)))}
+        sd = calibration if args.reuse else None
+        results = {"aa": tally(list(itertools.combinations(runs["aa"], 2)), sd)}
         if args.slowdown:
-            results["slowed"] = tally([(a, s) for a in runs["aa"] for s in runs["slowed"]])
+            results["slowed"] = tally([(a, s) for a in runs["aa"] for s in runs["slowed"]], sd)
         if args.busy:
-            results[f"busy-{args.busy}"] = tally(list(itertools.combinations(runs[f"busy-{args.busy}"], 2)))
+            results[f"busy-{args.busy}"] = tally(list(itertools.combinations(runs[f"busy-{args.busy}"], 2)), sd)
     spread = process_spread(runs["aa"])
     lines = [f"calibration: {len(runs['calibrate'])} plain invocations of `inferbench run --framework "
              f"{args.frameworks} --tune off` measured the spread between invocations at one machine speed: "
@@ -183,9 +194,11 @@ def across(args: argparse.Namespace) -> None:
              "per framework); --fail-above 10"]
     for name, table in results.items():
         for fw, t in sorted(table.items()):
-            lines.append(f"  {name:8s} {fw:10s} significant {wilson(t['significant'], t['pairs'])}; slower "
-                         f"{wilson(t['slower'], t['pairs'])}; REGRESSION {wilson(t['regression'], t['pairs'])}; "
-                         f"not comparable {t['not_comparable']}; no interval {t['no_interval']}")
+            judged = t["pairs"] - t["not_comparable"] - t["no_interval"]  # the rates: of the pairs compare judged
+            lines.append(f"  {name:8s} {fw:10s} of {t['pairs']} pairs, {t['not_comparable']} not comparable, "
+                         f"{t['no_interval']} without an interval; of the {judged} judged: significant "
+                         f"{wilson(t['significant'], judged)}; slower {wilson(t['slower'], judged)}; REGRESSION "
+                         f"{wilson(t['regression'], judged)}")
     lines.append("measured spread between worker processes within a run (pooled per run; median over the plain "
                  "runs): " + ", ".join(f"{fw} {sd:.2%}" for fw, sd in spread.items()))
     lines.append("wall time per invocation: " + ", ".join(f"{k} {sum(v) / len(v):.0f} s" for k, v in walls.items()))
@@ -199,22 +212,29 @@ def across(args: argparse.Namespace) -> None:
 
 def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
     """This machine's spread between invocations, from plain runs of one configuration: per framework, the standard
-    deviation of the log median between runs at one machine speed (runs grouped by their speed on the fixed matrix
-    product, :mod:`inferbench.measure.trackers.speed`; a pooled deviation over the groups, since ``compare`` never
-    sets runs of different speeds side by side), the largest over the frameworks; written where runs read it."""
+    deviation between runs of the log median over each run's steady rounds at its most frequent machine speed
+    (:func:`inferbench.measure.trackers.speed.matched`, as ``compare`` sets rounds side by side), pooled over the
+    speeds the runs were at; the largest over the frameworks; written where runs read it."""
     import statistics
 
     from inferbench.execution.environment import calibration_path
-    from inferbench.measure.trackers.speed import same_state
+    from inferbench.measure.stats import MIN_ROUNDS
+    from inferbench.measure.trackers.speed import matched, same_state
 
     per: dict[str, list[tuple[float, float]]] = {}
-    threads = None
+    threads, skipped = None, 0
     for run_dir in run_dirs:
         for path in run_dir.glob("*_bs1_*.json"):
             rec = json.loads(path.read_text())
-            speed = ((rec.get("machine_state") or {}).get("speed") or {}).get("gflops_median")
-            per.setdefault(rec["framework"], []).append((math.log(rec["latency_ms"]["p50"]), speed or 0.0))
+            readings = ((rec.get("machine_state") or {}).get("speed") or {}).get("rounds") or []
+            found = matched(readings, readings, MIN_ROUNDS)
             threads = rec["config"]["threads"]
+            if found is None:  # no speed steady for 3 rounds: compare would not use this run either
+                skipped += 1
+                continue
+            rounds, _, centre = found
+            x = [v for v, r in zip(rec["raw_latencies_ms"], rec["raw_rounds"]) if r in set(rounds)]
+            per.setdefault(rec["framework"], []).append((math.log(statistics.median(x)), centre))
     per_framework = {}
     for fw, values in per.items():
         groups: list[list[tuple[float, float]]] = []
@@ -231,8 +251,9 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"sd": sd, "per_framework": per_framework, "invocations": len(run_dirs), "frameworks": frameworks,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "benchmarks/aa_calibration.py --across",
-              "method": "sd of the log median between invocations at one machine speed, pooled over speeds",
-              "speeds": sorted({round(s) for vs in per.values() for _, s in vs})}
+              "method": "sd between invocations of the log median over each run's steady rounds at its most "
+                        "frequent machine speed, pooled over speeds", "cells_without_a_steady_speed": skipped,
+              "speeds": sorted({round(c) for vs in per.values() for _, c in vs})}
     path.write_text(json.dumps(result, indent=1))
     return {**result, "file": str(path)}
 
@@ -263,6 +284,8 @@ def main() -> None:
     p.add_argument("--slowdown", default=None, metavar="FRAMEWORK:FACTOR", help="across: also runs slowed so")
     p.add_argument("--busy", type=int, default=0, help="across: also runs with N busy loops beside each")
     p.add_argument("--out", default="inferbench-results/calibration", help="across: where the runs go")
+    p.add_argument("--reuse", action="store_true", help="across: re-analyse the runs already in --out (the "
+                   "calibration recomputed and used in place of the one the records carry)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     args = p.parse_args()
     across(args) if args.across else within(args)

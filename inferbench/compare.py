@@ -7,8 +7,12 @@ file's name carries its content's hash; not the host: a CI runner is rebuilt); w
 of one cell, the latest is used and the line says so. OLD and NEW come from different runs, so the interval is the
 unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
 worker processes, as measured in its run (records from before schema 6 have no measured process spread: an assumed
-one is used and the line says so). A cell measured while the machine was busy (not valid) on either side is ``not
-comparable``: never a regression, never "faster". The geometric mean of the judged cells' ratios follows the table.
+one is used and the line says so), plus the machine's spread between invocations where
+``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
+machine ran through at one common speed are set side by side (a fixed matrix product read before and after every
+round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 3 rounds on each side, or a cell
+measured while the machine was busy (not valid) on either side, the cell is ``not comparable``: never a regression,
+never "faster". The geometric mean of the judged cells' ratios follows the table.
 
 Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
 interval`` (fewer than 3 rounds, or no raw samples, on a side), ``not comparable``, and with ``--fail-above PCT``:
@@ -32,7 +36,7 @@ from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
 from .cli.options import non_negative_float, path_value
 from .cli.summary import fmt, table
-from .measure.trackers.speed import same_state
+from .measure.trackers.speed import matched, same_state
 from .records.table import write_csv
 from .spec import IDENTITY
 
@@ -88,12 +92,11 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
             "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
             "old_source": o["_source"], "new_source": n["_source"]}
         busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
-        speeds = [r.get("machine_state.speed.gflops_median") for r in (o, n)]
+        o, n, speed = _at_one_speed(o, n)
         if busy:
             row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
-        elif same_state(*speeds) is False:
-            row["verdict"] = (f"not comparable: the machine itself ran at another speed ({speeds[0]:.0f} and "
-                              f"{speeds[1]:.0f} GFLOP/s on a fixed matrix product)")
+        elif speed is not None and speed["not_comparable"]:
+            row["verdict"] = speed["not_comparable"]
         elif o["status"] != "ok" or n["status"] != "ok":
             row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
             row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
@@ -103,6 +106,8 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
             cmp = comparison(n, o)
             ci = cmp["ci95"] or [None, None]
             row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1], method=cmp["method"])
+            if speed is not None and speed.get("method"):
+                row.update(method=f"{cmp['method']}+{speed['method']}", old_p50_ms=o["p50_ms"], new_p50_ms=n["p50_ms"])
             if cmp["ci95"] is None:
                 row["verdict"] = f"no interval ({cmp['method']})"
             elif not cmp["significant"]:
@@ -115,6 +120,47 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
                 row["verdict"] = "slower"
         rows.append(row)
     return rows, notes
+
+
+def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:
+    """Both sides reduced to their rounds at one common machine speed (:func:`inferbench.measure.trackers.speed.
+    matched`: steady rounds, read before and after, at one state), with what was done; ``not_comparable`` says why
+    when no common speed has enough rounds. Sides without per-round readings (older records): their median speeds,
+    compared whole; None when a side has no speed at all."""
+    from .measure.stats import MIN_ROUNDS
+
+    readings = [r.get("machine_state.speed.rounds") for r in (o, n)]
+    if all(isinstance(x, list) and x for x in readings) and all(_has_raw(r) for r in (o, n)):
+        found = matched(readings[0], readings[1], MIN_ROUNDS)
+        if found is None:
+            return o, n, {"not_comparable": "not comparable: no machine speed common to both runs for 3 or more "
+                          "rounds (the machine itself switched speed: a fixed matrix product read before and after "
+                          "every round)"}
+        ra, rb, centre = found
+        total = [len({int(x["round"]) for x in r}) - 1 for r in readings]  # the last reading follows the last round
+        method = f"rounds-at-{centre:.0f}-gflops:{len(ra)}/{total[0]},{len(rb)}/{total[1]}"
+        return _rounds(o, ra), _rounds(n, rb), {"not_comparable": None, "method": method}
+    speeds = [r.get("machine_state.speed.gflops_median") for r in (o, n)]
+    if same_state(*speeds) is False:
+        return o, n, {"not_comparable": f"not comparable: the machine itself ran at another speed ({speeds[0]:.0f} "
+                                        f"and {speeds[1]:.0f} GFLOP/s on a fixed matrix product)"}
+    return o, n, None
+
+
+def _has_raw(r: Any) -> bool:
+    return isinstance(r.get("raw_latencies_ms"), list) and isinstance(r.get("raw_rounds"), list)
+
+
+def _rounds(r: Any, keep: list[int]) -> dict[str, Any]:
+    """A side with only the raw latencies of rounds ``keep`` (and their median)."""
+    import statistics
+
+    wanted = set(keep)
+    pairs = [(x, k) for x, k in zip(r["raw_latencies_ms"], r["raw_rounds"]) if k in wanted]
+    out = dict(r)
+    out.update(raw_latencies_ms=[x for x, _ in pairs], raw_rounds=[k for _, k in pairs],
+               p50_ms=statistics.median(x for x, _ in pairs))
+    return out
 
 
 def summary_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -18,6 +18,7 @@ from inferbench.analysis.ranking import recommendation_lines, recommendations, w
 from inferbench.base.codec import encode
 from inferbench.commands import COMMANDS
 from inferbench.commands import main as inferbench
+from inferbench.measure.stats import summarize
 
 ROUNDS = [i % 4 for i in range(50)]
 
@@ -155,6 +156,50 @@ def test_compare_never_pairs_runs_at_another_machine_speed_and_adds_the_measured
     rows = {name: next(csv.DictReader((tmp_path / f"{name}.csv").open())) for name in ("plain", "calibrated")}
     width = {k: float(v["ratio_ci_high"]) / float(v["ratio_ci_low"]) for k, v in rows.items()}
     assert width["calibrated"] > width["plain"] and "+invocation-calibrated" in rows["calibrated"]["method"]
+
+
+def _two_speed_run(states, true_ms, seed):
+    """A run on a machine that switches between two speeds (a probe reading 200 or 145 GFLOP/s; the runtime's true
+    median ``true_ms`` at the fast one, 1.8x it at the slow one): ``states`` says per round what the probe read
+    before it ('F' or 'S'), the last reading following the last round; a round whose readings differ switched state
+    halfway through. Returns the record's overrides."""
+    import random
+
+    rng = random.Random(seed)
+    speed = {"F": 200.0, "S": 145.0}
+    lat, rounds = [], []
+    for r in range(len(states) - 1):
+        for i in range(30):
+            state = states[r] if i < 15 else states[r + 1]
+            lat.append(true_ms * (1.8 if state == "S" else 1.0) * rng.uniform(0.97, 1.05))
+            rounds.append(r)
+    readings = [{"round": r, "gflops": speed[s] * rng.uniform(0.98, 1.02)} for r, s in enumerate(states)]
+    return {"raw_latencies_ms": lat, "raw_rounds": rounds, "latency_ms": summarize(lat, rounds),
+            "machine_state": {"speed": {"gflops_median": 0.0, "rounds": readings}}}
+
+
+def test_compare_sets_side_by_side_only_rounds_at_one_machine_speed(tmp_path, capsys):
+    """The 2-core VM switches speed under a run (ONNX Runtime 4.9 or 9.0 ms). Two identical runs at different mixtures
+    of the two speeds differ by 40% in their medians; compare sets only their steady rounds at one common speed side by
+    side and finds no difference, while a true 1.3x slowdown is still caught, and runs with no common steady speed
+    are not comparable."""
+    from inferbench.compare import compare_frames
+
+    def run(name, states, true_ms, seed):
+        return records.load(_folder(tmp_path / name, make_record("onnxrt", **_two_speed_run(states, true_ms, seed))))
+
+    old = run("old", "FFFFFSSFFF", 5.0, 1)  # mostly fast; round 4 switched halfway
+    same = run("same", "SSSSFFFFSSS", 5.0, 2)  # mostly slow, 3 steady fast rounds
+    slowed = run("slowed", "SSFFFFFSSS", 6.5, 3)
+    apart = run("apart", "SSSSSSSSSS", 5.0, 4)
+    assert same["p50_ms"][0] / old["p50_ms"][0] > 1.3  # what a comparison of whole runs would call a regression
+    (row,), _ = compare_frames(old, same, 10)
+    assert row["verdict"] == "no significant difference", row
+    assert "rounds-at-" in row["method"] and ",3/10" in row["method"] and 0.9 < row["new_p50_ms"] / 5.0 < 1.1
+    (row,), _ = compare_frames(old, slowed, 10)
+    assert row["verdict"] == "REGRESSION (slower by more than 10%)" and 1.2 < row["ratio"] < 1.4, row
+    (row,), _ = compare_frames(old, apart, 10)
+    assert row["verdict"].startswith("not comparable: no machine speed common to both runs for 3 or more rounds")
 
 
 def test_cells_measured_under_another_environment_are_another_cell(tmp_path, monkeypatch):

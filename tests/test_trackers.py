@@ -163,9 +163,17 @@ def test_the_machines_own_speed_is_one_state_or_two():
     assert same_state(201.0, 195.0) is True and same_state(201.0, 148.0) is False
     assert same_state(float("nan"), 148.0) is None and same_state(None, 148.0) is None
     assert probe(seconds=0.01) > 0.1  # the real product, on this machine
+    from inferbench.measure.trackers.speed import matched, steady
+
+    # a round is steady when the readings before and after it agree; the last reading only closes the last round
+    readings = [{"round": r, "gflops": g} for r, g in enumerate([200.0, 201.0, 150.0, 148.0, 149.0, 199.0])]
+    assert sorted(steady(readings)) == [0, 2, 3] and steady(readings)[0] == pytest.approx(200.5)
+    other = [{"round": r, "gflops": g} for r, g in enumerate([149.0, 150.0, 151.0, 150.0, 200.0])]
+    assert matched(readings, other, 2) == ([2, 3], [0, 1, 2], pytest.approx(149.0, abs=1.5))
+    assert matched(readings, other, 3) is None  # no speed with 3 steady rounds on both sides
 
 
-def test_a_run_reads_the_machines_speed_before_every_round(fakes, tmp_path):
+def test_a_run_reads_the_machines_speed_before_every_round_and_after_the_last(fakes, tmp_path):
     from test_pipeline import _run
 
     from inferbench import records
@@ -173,4 +181,5 @@ def test_a_run_reads_the_machines_speed_before_every_round(fakes, tmp_path):
     assert _run(tmp_path, "--framework", "fake") == 0
     (rec,) = records.iter_records(tmp_path / "out")[0]
     speed = rec["machine_state"]["speed"]
-    assert [r["round"] for r in speed["rounds"]] == [0, 1, 2, 3] and speed["gflops_median"] > 0
+    assert [r["round"] for r in speed["rounds"]] == [0, 1, 2, 3, 4] and speed["gflops_median"] > 0
+    assert 0 <= speed["steady_rounds"] <= 4

@@ -67,7 +67,9 @@ def sample_of(record: Mapping[str, Any]) -> Any:
     processes = {int(b["round"]): int(b.get("process", 0)) for b in blocks} or None
     var = field(record, "latency_ms.spread.pooled_between_var")
     df = field(record, "latency_ms.spread.pooled_between_df")
-    invocation = field(record, "environment.invocation_spread.sd")
+    framework = field(record, "framework_key") or field(record, "framework")
+    invocation = (field(record, f"environment.invocation_spread.per_framework.{framework}")  # its own, measured
+                  or field(record, "environment.invocation_spread.sd"))  # else the machine's largest
     return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
                   (float(var), int(df)) if var is not None and df else None,
                   None if invocation is None else float(invocation) ** 2)

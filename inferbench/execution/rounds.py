@@ -94,6 +94,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 worker.child.send({"block": r})
                 _await(worker, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
+        if probe is not None and rounds:
+            probe.read(rounds)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
         for worker in finishing:  # all at once: the workers collect and exit side by side
             worker.child.send({"finish": True})
@@ -128,8 +130,8 @@ def _with_speed(outcome: Any, readings: list[dict[str, Any]]) -> Any:
 
 
 class SpeedProbe:
-    """The machine's own speed before every round, read by a probe process of its own with the run's threads
-    (:mod:`inferbench.measure.trackers.speed`), every worker idle."""
+    """The machine's own speed before every round and after the last, read by a probe process of its own with the
+    run's threads (:mod:`inferbench.measure.trackers.speed`), every worker idle."""
 
     def __init__(self, env: dict[str, str]) -> None:
         import subprocess
