@@ -61,12 +61,15 @@ def main(argv: list[str] | None = None) -> int:
 def list_main(argv: list[str]) -> int:
     """``inferbench list``: the registered models and frameworks, and whether each runs here."""
     from .cli.common import Parser, guarded
+    from .cli.jsonout import json_mode
+    from .cli.options import add_options
     from .run import list_everything
 
     def body(args: list[str] | None) -> int:
-        Parser(prog="inferbench list", description=COMMANDS["list"][1],
-               examples=["inferbench list", "inferbench list | grep torch"]).parse_args(args)
-        list_everything()
-        return 0
+        p = Parser(prog="inferbench list", description=COMMANDS["list"][1],
+                   examples=["inferbench list", "inferbench list | grep torch", "inferbench list --json"])
+        add_options(p, "list")
+        ns = p.parse_args(args)
+        return json_mode(getattr(ns, "json", False), "list", lambda emit: emit(list_everything()) or 0)
 
     return guarded("inferbench list", body, argv)

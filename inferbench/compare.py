@@ -34,7 +34,8 @@ from typing import Any
 from .base.errors import UsageError
 from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
-from .cli.options import non_negative_float, path_value
+from .cli.jsonout import Emit, json_mode
+from .cli.options import add_options, non_negative_float, path_value
 from .cli.summary import fmt, table
 from .measure.trackers.speed import matched, same_state
 from .records.table import write_csv
@@ -62,6 +63,7 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
                    "cell in common could be judged)")
     p.add_argument("--csv", metavar="FILE", default=None, type=path_value,
                    help="also write the table as CSV (default: none)")
+    add_options(p, "compare")
     return p
 
 
@@ -163,15 +165,20 @@ def _rounds(r: Any, keep: list[int]) -> dict[str, Any]:
     return out
 
 
-def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The geometric mean of the judged cells' NEW/OLD ratios with its interval (as pyperf's compare_to gives
-    one), and a line when some side's spread between processes was assumed, not measured."""
+def _geometric_mean(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The geometric mean of the judged cells' NEW/OLD ratios with its interval (as pyperf's compare_to gives one)."""
     from .measure.stats import geometric_mean
 
+    return geometric_mean([(r["ratio"], (math.log(r["ratio_ci_high"]) - math.log(r["ratio_ci_low"])) / (2 * 1.96))
+                           for r in rows if r["ratio_ci_low"] is not None])
+
+
+def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The geometric mean of the judged cells' NEW/OLD ratios with its interval, and a line when some side's spread
+    between processes was assumed, not measured."""
     judged = [r for r in rows if r["ratio_ci_low"] is not None]
     out = []
-    gm = geometric_mean([(r["ratio"], (math.log(r["ratio_ci_high"]) - math.log(r["ratio_ci_low"])) / (2 * 1.96))
-                         for r in judged])
+    gm = _geometric_mean(rows)
     if gm is not None and len(judged) > 1:
         out.append(f"geometric mean NEW/OLD over {gm['cells']} cells: {gm['ratio']:.3f} "
                    f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
@@ -199,9 +206,13 @@ def _label(cell: dict[str, Any]) -> str:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
+    args = build_parser(typed(prog)).parse_args(argv)
+    return json_mode(getattr(args, "json", False), "compare", lambda emit: _compare(args, emit))
+
+
+def _compare(args: argparse.Namespace, emit: Emit) -> int:
     from .records.load import load
 
-    args = build_parser(typed(prog)).parse_args(argv)
     if args.csv:  # bad input, not a regression: exit 2 before anything is read (exit 1 means "regressed")
         csv_path = Path(args.csv)
         if csv_path.is_dir():
@@ -220,9 +231,12 @@ def _main(argv: list[str] | None, prog: str) -> int:
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
-    print("\n".join(lines + notes + summary_lines(rows)))
+    summary = summary_lines(rows)
+    print("\n".join(lines + notes + summary))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)
+    emit({"old": args.old, "new": args.new, "fail_above": args.fail_above, "cells": rows, "notes": notes,
+          "summary": summary, "geometric_mean": _geometric_mean(rows)})
     unclear = [r for r in rows if r["verdict"].startswith(("no interval", "not comparable"))]
     if len(unclear) == len(rows):  # a gate that judged nothing must not pass
         why = "measured on a busy machine (not valid)" if any(r["verdict"].startswith("not comparable")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .analysis.report import write_report
 from .cli.common import Parser, guarded, typed
+from .cli.jsonout import Emit, json_mode
 from .cli.options import add_options, path_value, with_defaults
 
 
@@ -39,10 +40,16 @@ def build_parser(prog: str = "python -m inferbench.report") -> argparse.Argument
 def _main(argv: list[str] | None, prog: str) -> int:
     args = build_parser(typed(prog)).parse_args(argv)
     objective = with_defaults({k: v for k, v in vars(args).items() if k == "objective"}, "report")["objective"]
-    path = write_report(args.results, Path(args.out), args.reference_dir, args.reference or bool(args.reference_dir),
-                        args.normalise_to, objective)
-    print(f"report: {path}")
-    return 0
+
+    def body(emit: Emit) -> int:
+        path = write_report(args.results, Path(args.out), args.reference_dir,
+                            args.reference or bool(args.reference_dir), args.normalise_to, objective)
+        print(f"report: {path}")
+        emit({"report": str(path), "out": str(args.out), "results": list(args.results),
+              "files": sorted(str(f) for f in Path(args.out).rglob("*") if f.is_file())})
+        return 0
+
+    return json_mode(getattr(args, "json", False), "report", body)
 
 
 def main(argv: list[str] | None = None, prog: str = "inferbench.report") -> int:

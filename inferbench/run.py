@@ -17,6 +17,7 @@ from .base.device import list_gpus
 from .base.errors import UsageError
 from .base.files import check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
+from .cli.jsonout import Emit, cell_summary, json_mode
 from .cli.options import add_options, build, given, objective_for, open_files, verbosity, with_defaults
 from .cli.summary import format_summary, terminal_width
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
@@ -38,38 +39,57 @@ def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentPar
     return p
 
 
-def list_everything(out: Any = None, model: Any = None) -> None:
-    """Models, frameworks and sets; with ``model`` (a ModelSpec of a model file), what runs it here."""
-    out = out or sys.stdout
+def inventory(model: Any = None) -> dict[str, Any]:
+    """Models, frameworks (and whether each runs here, else why not) and sets; with ``model`` (a ModelSpec of a
+    model file), what runs it here. What ``list`` prints, and its ``--json`` document."""
     gpus = list_gpus()
+    out: dict[str, Any] = {"gpus": len(gpus), "model_file": None}
     if model is not None and model.source is not None:
         f = model.source
-        shape = "x".join(map(str, model.input_shape(1, f.resolution)[1:]))
-        print(f"Your model: {f.name} ({FILE_FORMATS[f.format]}, input {shape} {f.layout}, batch "
-              f"{f.batch_size or 'any'}): {f.path}\n", file=out)
-    print("Models (inputs: seeded image-like fields; preprocessing as listed):", file=out)
-    for spec in MODELS.values():
-        tv = f"torchvision.models.{spec.torchvision_builder}" if spec.torchvision_builder \
-            else "(no torchvision equivalent)"
-        print(f"  {spec.name:<20} {spec.default_resolution:>3}px (min {spec.smallest:>2})  {spec.builder_path:<38} "
-              f"{tv:<40} [{PREPROCESSING[spec.preprocessing]}]", file=out)
-    print(f"\nFrameworks (GPUs found: {len(gpus)}):", file=out)
+        out["model_file"] = {"name": f.name, "format": f.format, "path": str(f.path), "layout": f.layout,
+                             "input_shape": list(model.input_shape(1, f.resolution)[1:]), "batch_size": f.batch_size}
+    out["models"] = [{"name": spec.name, "default_resolution": spec.default_resolution, "smallest": spec.smallest,
+                      "builder": spec.builder_path, "torchvision": spec.torchvision_builder,
+                      "preprocessing": PREPROCESSING[spec.preprocessing]} for spec in MODELS.values()]
+    out["frameworks"] = []
     for fw in FRAMEWORKS.values():
-        reasons = {}
+        why = {}
         for dev in ("cpu", "gpu"):
             reason = (fw.unsupported(model) if model is not None else None) or unavailable_reason(fw, dev, model)
-            if dev == "gpu" and reason is None and not gpus:
-                reason = "no NVIDIA GPU on this machine"
-            reasons[dev] = "yes" if reason is None else f"no ({reason})"
+            why[dev] = "no NVIDIA GPU on this machine" if dev == "gpu" and reason is None and not gpus else reason
+        out["frameworks"].append({"key": fw.key, "description": fw.description, "runs_here": {
+            dev: why[dev] is None for dev in why}, "why_not": why})
+    out["sets"] = {name: {"what": what, **({} if name == "all" else {dev: [
+        k for k, fw in FRAMEWORKS.items() if in_set(fw, name, dev)] for dev in ("cpu", "gpu")})}
+                   for name, what in SETS.items()}
+    return out
+
+
+def list_everything(out: Any = None, model: Any = None) -> dict[str, Any]:
+    """Print :func:`inventory` for people (and return it)."""
+    out = out or sys.stdout
+    have = inventory(model)
+    if have["model_file"]:
+        f = have["model_file"]
+        print(f"Your model: {f['name']} ({FILE_FORMATS[f['format']]}, input {'x'.join(map(str, f['input_shape']))} "
+              f"{f['layout']}, batch {f['batch_size'] or 'any'}): {f['path']}\n", file=out)
+    print("Models (inputs: seeded image-like fields; preprocessing as listed):", file=out)
+    for m in have["models"]:
+        tv = f"torchvision.models.{m['torchvision']}" if m["torchvision"] else "(no torchvision equivalent)"
+        print(f"  {m['name']:<20} {m['default_resolution']:>3}px (min {m['smallest']:>2})  {m['builder']:<38} "
+              f"{tv:<40} [{m['preprocessing']}]", file=out)
+    print(f"\nFrameworks (GPUs found: {have['gpus']}):", file=out)
+    for fw in have["frameworks"]:
+        reasons = {dev: "yes" if r is None else f"no ({r})" for dev, r in fw["why_not"].items()}
         status = [f"cpu, gpu: {reasons['cpu']}"] if len(set(reasons.values())) == 1 else \
             [f"{dev}: {r}" for dev, r in reasons.items()]
-        print(f"  {fw.key:<14} {fw.description}\n  {'':<14} {'; '.join(status)}", file=out)
+        print(f"  {fw['key']:<14} {fw['description']}\n  {'':<14} {'; '.join(status)}", file=out)
     print("\nSets (--framework):", file=out)
-    for name, what in SETS.items():
-        shown = "" if name == "all" else " (" + "; ".join(
-            f"{dev}: {', '.join(k for k, fw in FRAMEWORKS.items() if in_set(fw, name, dev))}"
-            for dev in ("cpu", "gpu")) + ")"
-        print(f"  {name:<14} {what}{shown}", file=out)
+    for name, entry in have["sets"].items():
+        shown = "" if name == "all" else " (" + "; ".join(f"{dev}: {', '.join(entry[dev])}"
+                                                          for dev in ("cpu", "gpu")) + ")"
+        print(f"  {name:<14} {entry['what']}{shown}", file=out)
+    return have
 
 
 def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
@@ -77,14 +97,18 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from .execution.folders import folder_lock
-    from .execution.pipeline import execute
-
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
         files = [f for f in open_files(values) if isinstance(f, ModelFile)]
-        list_everything(model=get_model(files[0].name) if files else None)
-        return 0
+        model = get_model(files[0].name) if files else None
+        return json_mode(values["json"], "list", lambda emit: emit(list_everything(model=model)) or 0)
+    return json_mode(values["json"], "run", lambda emit: _run(values, emit))
+
+
+def _run(values: dict[str, Any], emit: Emit) -> int:
+    from .execution.folders import folder_lock
+    from .execution.pipeline import execute
+
     verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)
     config = built.config
@@ -117,7 +141,23 @@ def _main(argv: list[str] | None, prog: str) -> int:
         from .execution.tracking import where
 
         print(where(config.log_to))
-    return exit_status(executed, bool(values.get("require_valid")))
+    status = exit_status(executed, bool(values.get("require_valid")))
+    emit(run_document(run_dir, executed.records))
+    return status
+
+
+def run_document(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, and its files."""
+    import json
+
+    answer = run_dir / "recommendation.json"
+    try:
+        recommendations = json.loads(answer.read_text()).get("recommendations", [])
+    except (OSError, ValueError):
+        recommendations = []
+    return {"run_dir": str(run_dir), "recommendations": recommendations,
+            "cells": [cell_summary(r) for r in records],
+            "files": sorted(str(p) for p in run_dir.iterdir() if p.is_file() and not p.name.startswith("."))}
 
 
 #: What a run writes beside its records (named in the final line only when it is there).

@@ -315,6 +315,9 @@ OPTIONS: tuple[Option, ...] = (
            "latency), throughput, or energy (joules per inference, where a sensor exists); the serving scenarios' "
            "own by default: server and offline throughput, single-stream p90, multi-stream p99", "p50",
            choices=("p50", "p90", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
+    Option("json", ("--json",), "print one JSON document on standard output (the answer, the cells, the files; "
+           "its JSON Schema: inferbench/records/schema/output.schema.json) and everything meant for people on "
+           "standard error", False, switch=True, commands=("run", "compare", "report", "list"), in_file=False),
     Option("quiet", ("-q", "--quiet"), "while running, print failures only (the answer and the table still "
            "follow)", False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
     Option("verbose", ("-v", "--verbose"), "print every phase of every cell as its own line, and exporter notes",

@@ -1,0 +1,73 @@
+"""``--json`` (run, compare, report, list): one JSON document on standard output for a script to read, everything
+meant for people on standard error. The documents are described by ``inferbench/records/schema/output.schema.json``
+(one definition per command) and carry ``command``, ``inferbench_version`` and ``exit_status``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: Where the documents' JSON Schema is (documented in docs/cli.md).
+SCHEMA = Path(__file__).resolve().parent.parent / "records" / "schema" / "output.schema.json"
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
+    """Run ``body(emit)``; with ``enabled``, what it prints goes to standard error and the document it emitted (the
+    last one) to standard output, with the exit status. Bad input (exit 2) prints no document: its one line is on
+    standard error as always."""
+    if not enabled:
+        return body(lambda doc: None)
+    from .. import __version__
+
+    out, docs = sys.stdout, []
+    with contextlib.redirect_stdout(sys.stderr):
+        status = body(docs.append)
+    if docs:
+        doc = {"command": command, "inferbench_version": __version__, "exit_status": status, **docs[-1]}
+        out.write(json.dumps(_plain(doc), indent=1, allow_nan=False) + "\n")
+        out.flush()
+    return status
+
+
+def _plain(value: Any) -> Any:
+    """JSON's own values: NaN and infinities as null, paths and NumPy scalars as their plain forms."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a NumPy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as the ``run`` document lists it: its identity, verdicts and headline numbers (the record itself,
+    with every field, is the file it names)."""
+    from ..records.table import field
+    from ..spec import record_filename
+
+    name = record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
+                           record.get("precision") or "fp32", record.get("variant") or "",
+                           record.get("scenario") or "inference")
+    return {"file": name, "model": record["model"], "resolution": record["resolution"],
+            "batch_size": record["batch_size"], "framework": record["framework"],
+            "precision": record.get("precision"), "variant": record.get("variant") or "",
+            "scenario": record.get("scenario") or "inference", "status": record["status"],
+            "error": record.get("error"), "parity": field(record, "parity.status"),
+            "valid": field(record, "validity.valid"),
+            "p50_ms": field(record, "latency_ms.p50"), "p50_ci95": field(record, "latency_ms.p50_ci95"),
+            "p99_ms": field(record, "latency_ms.p99"), "p99_ci95": field(record, "latency_ms.p99_ci95"),
+            "throughput_per_s": record.get("throughput_per_s"),
+            "stability": field(record, "latency_ms.stability.verdict"),
+            "energy_j_per_inference": field(record, "energy.joules_per_inference")}

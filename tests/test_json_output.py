@@ -1,0 +1,70 @@
+"""--json (issue 28): run, compare, report and list each print one JSON document on standard output, valid against
+inferbench/records/schema/output.schema.json, and everything meant for people on standard error; bad input prints no
+document."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from test_pipeline import _run
+
+from inferbench.cli.jsonout import SCHEMA
+from inferbench.commands import main as inferbench
+
+
+def _document(capsys, command):
+    """The one document on stdout, checked against the schema (and the command's own definition in it)."""
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # the whole of stdout is one document: nothing else printed there
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(doc, schema)
+    jsonschema.validate(doc, {"$ref": f"#/$defs/{command}", "$defs": schema["$defs"]})  # its own command's
+    assert doc["command"] == command
+    return doc
+
+
+def test_run_and_compare_print_one_document_each_and_the_people_part_on_stderr(fakes, tmp_path, capsys):
+    assert _run(tmp_path / "a", "--framework", "fake,fake-wrong", "--json") == 1  # fake-wrong fails parity
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert doc["exit_status"] == 1 and "results:" in captured.err and "results:" not in captured.out
+    cells = {c["framework"]: c for c in doc["cells"]}
+    assert cells["fake"]["parity"] == "passed" and cells["fake-wrong"]["parity"] == "failed"
+    assert cells["fake"]["p50_ms"] > 0 and len(cells["fake"]["p50_ci95"]) == 2
+    (run_dir,) = (tmp_path / "a" / "out").iterdir()
+    assert doc["run_dir"] == str(run_dir) and str(run_dir / "recommendation.json") in doc["files"]
+    assert (run_dir / cells["fake"]["file"]).is_file()
+    assert doc["recommendations"][0]["recommended"] == "fake"  # the answer, as recommendation.json has it
+
+    assert _run(tmp_path / "b", "--framework", "fake") == 0
+    capsys.readouterr()
+    (other,) = (tmp_path / "b" / "out").iterdir()
+    assert inferbench(["compare", str(run_dir), str(other), "--json", "--fail-above", "10"]) in (0, 1, 3)
+    doc = _document(capsys, "compare")
+    (row,) = [c for c in doc["cells"] if c["framework"] == "fake"]
+    assert row["verdict"] and doc["old"] == str(run_dir) and doc["fail_above"] == 10
+
+    assert inferbench(["report", str(run_dir), "--out", str(tmp_path / "report"), "--json"]) == 0
+    doc = _document(capsys, "report")
+    assert doc["report"].endswith("report.md") and any(f.endswith(".png") for f in doc["files"])
+
+
+def test_list_prints_what_runs_here_as_a_document(capsys):
+    assert inferbench(["list", "--json"]) == 0
+    doc = _document(capsys, "list")
+    frameworks = {f["key"]: f for f in doc["frameworks"]}
+    for f in frameworks.values():  # a reason exactly where it does not run
+        assert all(f["runs_here"][dev] is (f["why_not"][dev] is None) for dev in ("cpu", "gpu")), f
+    assert frameworks["tensorrt-fp32"]["why_not"]["cpu"] == "needs an NVIDIA GPU"
+    assert "onnxrt" in doc["sets"]["best"]["cpu"] and doc["models"][0]["name"]
+
+
+@pytest.mark.parametrize("argv", [["compare", "nowhere-a", "nowhere-b", "--json"],
+                                  ["run", "--framework", "no-such-runtime", "--json"]])
+def test_bad_input_prints_no_document(argv, capsys, tmp_path):
+    assert inferbench([*argv, "--output-dir", str(tmp_path / "out")] if argv[0] == "run" else argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
