@@ -121,8 +121,9 @@ def verdicts(old: Path, new: Path, fail_above: float = 10.0, sd: dict | None = N
 
     frames = [load(old), load(new)]
     if sd is not None:
-        columns = {"environment.invocation_spread.sd": sd["sd"]} | {
-            f"environment.invocation_spread.per_framework.{fw}": v for fw, v in sd["per_framework"].items()}
+        columns = {"environment.invocation_spread.sd": sd["sd"], "environment.invocation_spread.df": sd["df"]} | {
+            f"environment.invocation_spread.{k}.{fw}": v for k in ("per_framework", "df_per_framework")
+            for fw, v in sd[k].items()}
         frames = [f.assign(**columns) for f in frames]
     rows, _ = compare_frames(*frames, fail_above)
     return rows
@@ -235,7 +236,7 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
             rounds, _, centre = found
             x = [v for v, r in zip(rec["raw_latencies_ms"], rec["raw_rounds"]) if r in set(rounds)]
             per.setdefault(rec["framework"], []).append((math.log(statistics.median(x)), centre))
-    per_framework = {}
+    per_framework, dfs = {}, {}
     for fw, values in per.items():
         groups: list[list[tuple[float, float]]] = []
         for v in sorted(values, key=lambda x: x[1]):  # runs at one speed together
@@ -246,10 +247,12 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
         ss = sum((x - statistics.fmean(y for y, _ in g)) ** 2 for g in groups for x, _ in g)
         df = sum(len(g) - 1 for g in groups)
         per_framework[fw] = math.sqrt(ss / df) if df else float("nan")
+        dfs[fw] = df
     sd = max(v for v in per_framework.values() if v == v)
     path = calibration_path(cache_dir, int(threads or 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    result = {"sd": sd, "per_framework": per_framework, "invocations": len(run_dirs), "frameworks": frameworks,
+    result = {"sd": sd, "per_framework": per_framework, "df": min(dfs.values()), "df_per_framework": dfs,
+              "invocations": len(run_dirs), "frameworks": frameworks,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "benchmarks/aa_calibration.py --across",
               "method": "sd between invocations of the log median over each run's steady rounds at its most "
                         "frequent machine speed, pooled over speeds", "cells_without_a_steady_speed": skipped,

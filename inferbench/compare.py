@@ -10,7 +10,7 @@ worker processes, as measured in its run (records from before schema 6 have no m
 one is used and the line says so), plus the machine's spread between invocations where
 ``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
 machine ran through at one common speed are set side by side (a fixed matrix product read before and after every
-round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 3 rounds on each side, or a cell
+round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 4 rounds on each side, or a cell
 measured while the machine was busy (not valid) on either side, the cell is ``not comparable``: never a regression,
 never "faster". The geometric mean of the judged cells' ratios follows the table.
 
@@ -42,6 +42,9 @@ from .records.table import write_csv
 from .spec import IDENTITY
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
+#: Steady rounds at one common speed each side needs to be judged: two per worker process at the default two, so
+#: that the spread within a process is measured (with 3, its interval ran to 0.97-2.63 for a true 1.3x).
+MATCHED_ROUNDS = 4
 
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
 KEY = ["device_model", "threads", *IDENTITY]
@@ -129,15 +132,13 @@ def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:
     matched`: steady rounds, read before and after, at one state), with what was done; ``not_comparable`` says why
     when no common speed has enough rounds. Sides without per-round readings (older records): their median speeds,
     compared whole; None when a side has no speed at all."""
-    from .measure.stats import MIN_ROUNDS
-
     readings = [r.get("machine_state.speed.rounds") for r in (o, n)]
     if all(isinstance(x, list) and x for x in readings) and all(_has_raw(r) for r in (o, n)):
-        found = matched(readings[0], readings[1], MIN_ROUNDS)
+        found = matched(readings[0], readings[1], MATCHED_ROUNDS)
         if found is None:
-            return o, n, {"not_comparable": "not comparable: no machine speed common to both runs for 3 or more "
-                          "rounds (the machine itself switched speed: a fixed matrix product read before and after "
-                          "every round)"}
+            return o, n, {"not_comparable": f"not comparable: no machine speed common to both runs for "
+                          f"{MATCHED_ROUNDS} or more rounds (the machine itself switched speed: a fixed matrix product "
+                          "read before and after every round)"}
         ra, rb, centre = found
         total = [len({int(x["round"]) for x in r}) - 1 for r in readings]  # the last reading follows the last round
         method = f"rounds-at-{centre:.0f}-gflops:{len(ra)}/{total[0]},{len(rb)}/{total[1]}"

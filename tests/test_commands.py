@@ -189,17 +189,19 @@ def test_compare_sets_side_by_side_only_rounds_at_one_machine_speed(tmp_path, ca
         return records.load(_folder(tmp_path / name, make_record("onnxrt", **_two_speed_run(states, true_ms, seed))))
 
     old = run("old", "FFFFFSSFFF", 5.0, 1)  # mostly fast; round 4 switched halfway
-    same = run("same", "SSSSFFFFSSS", 5.0, 2)  # mostly slow, 3 steady fast rounds
+    same = run("same", "SSSFFFFFSSS", 5.0, 2)  # mostly slow, 4 steady fast rounds
     slowed = run("slowed", "SSFFFFFSSS", 6.5, 3)
     apart = run("apart", "SSSSSSSSSS", 5.0, 4)
     assert same["p50_ms"][0] / old["p50_ms"][0] > 1.3  # what a comparison of whole runs would call a regression
     (row,), _ = compare_frames(old, same, 10)
     assert row["verdict"] == "no significant difference", row
-    assert "rounds-at-" in row["method"] and ",3/10" in row["method"] and 0.9 < row["new_p50_ms"] / 5.0 < 1.1
+    assert "rounds-at-" in row["method"] and ",4/10" in row["method"] and 0.9 < row["new_p50_ms"] / 5.0 < 1.1
     (row,), _ = compare_frames(old, slowed, 10)
     assert row["verdict"] == "REGRESSION (slower by more than 10%)" and 1.2 < row["ratio"] < 1.4, row
     (row,), _ = compare_frames(old, apart, 10)
-    assert row["verdict"].startswith("not comparable: no machine speed common to both runs for 3 or more rounds")
+    assert row["verdict"].startswith("not comparable: no machine speed common to both runs for 4 or more rounds")
+    (row,), _ = compare_frames(old, run("three", "SSSSSFFFFS", 5.0, 5), 10)  # 3 steady fast rounds: too few
+    assert row["verdict"].startswith("not comparable"), row
 
 
 def test_cells_measured_under_another_environment_are_another_cell(tmp_path, monkeypatch):
@@ -427,6 +429,48 @@ def test_piped_progress_has_a_heartbeat_at_least_every_30_seconds():
         now[0] += 10 * progress.HEARTBEAT_S
         p.tick()  # closed: silent
         assert len([line for line in stream.getvalue().splitlines() if "still running" in line]) == (1 if beats else 0)
+
+
+def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exports():
+    """Four exports of 5 s, then two groups of 4 cells, 8 rounds of about 30 s each after about 20 s of loading:
+    the old ETA, units done over elapsed time, said 20 s left after the exports (truth: 9 minutes). Now there is no
+    ETA before the first round, and from there it comes from the phases measured so far (a group's set-up, the
+    time per cell of the rounds): exact on a steady machine; with +-20% jitter on every phase within 25% of the
+    time left (or of 100 s near the end), 10% once a group is done."""
+    import random
+
+    from inferbench.execution.progress import Progress
+
+    for jitter in (0.0, 0.2):
+        rng = random.Random(1)
+        setups = [20.0 * rng.uniform(1 - jitter, 1 + jitter) for _ in range(2)]
+        rounds = [[30.0 * rng.uniform(1 - jitter, 1 + jitter) for _ in range(8)] for _ in range(2)]
+        now = [0.0]
+        p = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
+        p.add(4)
+        for _ in range(4):
+            now[0] += 5.0
+            p.done += 1
+        end = now[0] + sum(setups) + sum(map(sum, rounds))
+        assert p.eta_s() is not None and p.eta_s() < 0.1 * (end - now[0])  # what the old ETA said here
+        errors = []
+        for g in range(2):
+            p.measuring(8, 2)
+            now[0] += setups[g]  # loading the group's workers
+            p.partial(0.0)  # its rounds begin
+            for r in range(8):
+                if g == 0 and r == 0:
+                    assert p.eta_s() is None and p.eta() == "ETA ?"  # nothing measured yet: no number
+                now[0] += rounds[g][r]
+                p.partial(4 * (r + 1) / 8)
+                left = end - now[0]
+                if left > 1e-9:  # the error as a share of the time left, or of a round near the end
+                    errors.append(abs(p.eta_s() - left) / max(left, 0.0 if jitter == 0 else 100.0))
+            p.done += 4
+            p.group_done(4)
+        assert p.eta_s() == 0.0
+        assert max(errors) <= (1e-9 if jitter == 0 else 0.25), (jitter, [round(e, 3) for e in errors])
+        assert max(errors[8:]) <= (1e-9 if jitter == 0 else 0.10), (jitter, [round(e, 3) for e in errors])
 
 
 def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):

@@ -79,6 +79,10 @@ def test_what_each_format_runs_and_why_not(tmp_path):
     assert {fw.key for fw in chosen} <= {"onnxrt", "openvino", "torch"}
     assert "is an .onnx file" in skipped["tf"] and "is an .onnx file" in skipped["keras"]
     assert "is a model file" in skipped["torch-native"]
+    best, left = choose(["best"], "cpu", get_model(net.name))  # the default set names the runtime it leaves out
+    if "torch" in {fw.key for fw in chosen}:  # torch installed (onnx2torch): it runs the file, outside 'best'
+        assert "torch" not in {fw.key for fw in best}
+        assert left["torch-inductor"].endswith("; this file runs on torch instead: --framework torch (or all)")
     chosen, skipped = choose(["all"], "cpu", get_model(smf.name))
     assert {fw.key for fw in chosen} <= {"tf", "tfxla", "openvino"}
     assert "tf2onnx.convert --saved-model" in skipped["onnxrt"] and "ONNX export" in skipped["torch"]
@@ -311,3 +315,24 @@ def test_two_networks_saved_under_one_name_never_pool(tmp_path):
     assert first.name != second.name and first.name.startswith("tiny-") and second.name.startswith("tiny-")
     shutil.copy(tmp_path / "a" / "tiny.onnx", tmp_path / "copy.onnx")
     assert open_model_file(str(tmp_path / "copy.onnx")).name.split("-")[1] == first.name.split("-")[1]
+
+
+def test_an_onnx_op_torch_cannot_convert_says_what_to_do(tmp_path):
+    """A plain PyTorch export at opset 19 holds a Constant node onnx2torch has no converter for: the torch path's
+    failure names the op and its opset and says how to re-export (or where the file runs as it is)."""
+    pytest.importorskip("onnx2torch", reason='the torch path needs the torch extra: pip install -e ".[cpu]"')
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from inferbench.exporters.torch import convert
+
+    constant = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones((1, 3), np.float32)))
+    graph = helper.make_graph([constant, helper.make_node("Add", ["x", "c"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), tmp_path / "c19.onnx")
+    with pytest.raises(RuntimeError) as info:
+        convert(tmp_path / "c19.onnx")
+    message = str(info.value)
+    assert "operation_type='Constant', version=19" in message and "the file's opsets: ai.onnx 19" in message
+    assert "opset_version=17" in message and "run the file on onnxrt or openvino" in message

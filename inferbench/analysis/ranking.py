@@ -70,9 +70,12 @@ def sample_of(record: Mapping[str, Any]) -> Any:
     framework = field(record, "framework_key") or field(record, "framework")
     invocation = (field(record, f"environment.invocation_spread.per_framework.{framework}")  # its own, measured
                   or field(record, "environment.invocation_spread.sd"))  # else the machine's largest
+    runs = field(record, "environment.invocation_spread.invocations")
+    inv_df = (field(record, f"environment.invocation_spread.df_per_framework.{framework}")
+              or field(record, "environment.invocation_spread.df") or (runs - 1 if runs and runs > 1 else None))
     return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
                   (float(var), int(df)) if var is not None and df else None,
-                  None if invocation is None else float(invocation) ** 2)
+                  None if invocation is None else float(invocation) ** 2, None if inv_df is None else float(inv_df))
 
 
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:

@@ -90,12 +90,14 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
     measured: list[ChildResult] = []
     for part in [runnable] if together else [[cell] for cell in runnable]:
+        before, size = len(measured) + len(outcomes), len(part)  # the group's cells measured (or refused) before
         measured += measure_group([jobs[x] for x in part], [envs[x] for x in part],
-                                  int(nonce, 16), progress.say, config.timeout_s, progress.result)
+                                  int(nonce, 16), progress.say, config.timeout_s, progress.result,
+                                  lambda share, b=before, n=size: progress.partial(b + n * share))
     outcomes.update(zip(runnable, measured))
-    refused = next((o for o in measured if o.usage_error), None)
-    if strict and refused is not None:  # bad input found by a worker (a bound no load can meet): one line, exit 2
-        raise UsageError(str(refused.error))
+    refused = [o for o in measured if o.usage_error]
+    if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load
+        raise UsageError(str(refused[0].error))  # can meet): one line, exit 2; a cell or two: their failed records
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],
                               stats, provenance(folder, cell)) for cell in cells]
@@ -243,16 +245,19 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
         for cell in todo:
             exports.of(cell)
     writer = Writer(config, run_dir, cells, objective, progress)
-    for same in groups_of(todo, config.sequential):
+    groups = list(groups_of(todo, config.sequential))
+    for same in groups:
         folder, failed, batch_sizes = exports.of(same[0])
         c = same[0]
         if not config.sequential:
             progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
                             f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
                             "interleaved rounds")
+        progress.measuring(len(todo), len(groups))
         records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress, run_dir,
                             strict)
         progress.done += len(same)
+        progress.group_done(len(same))
         writer.write(same, records)
     return writer.executed()
 

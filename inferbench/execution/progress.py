@@ -20,7 +20,9 @@ class Progress:
     them as lines, export notes too; -1, ``-q``, prints failures only) — except for a **heartbeat**: piped or
     in a file, when nothing was printed for :data:`HEARTBEAT_S`, the current phase is printed as a line (a CI log
     or ``| tee`` never looks hung). Every line starts with the bar, units done/total (exports and cells), elapsed
-    time and an ETA from the units done so far."""
+    time and an ETA: the cells left at the time measuring has taken per cell so far, counting every finished round
+    of the group in progress (:meth:`measuring`, :meth:`partial`), so it converges within the first group instead of
+    extrapolating the exports' pace to the cells."""
 
     def __init__(self, total: int, stream: Any = None, verbosity: int = 0,
                  clock: Callable[[], float] = time.monotonic, heartbeat: bool = True) -> None:
@@ -28,6 +30,15 @@ class Progress:
         self.clock = clock
         self.started = self.last_printed = clock()
         self.base = 0  # units already done when this invocation started (a resumed sweep)
+        self.cells_left: float | None = None  # cells to measure in this invocation (set by measuring())
+        self.measured = 0.0  # cells measured since, the group in progress counted by its finished rounds
+        self.measure_started: float | None = None
+        self._group = 0.0  # the group in progress: cells' worth of its finished rounds
+        self._groups = 0  # groups this invocation measures
+        self._group_started: float | None = None
+        self._rounds_started: float | None = None  # when the group in progress began its rounds
+        self._setups: list[float] = []  # each group's time before its first round (loading, parity, tuning)
+        self._round_s = 0.0  # time in the rounds of the groups done
         self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and verbosity == 0
         self._status = False  # a status line is showing (terminal only)
         self.phase = ("", "starting")
@@ -51,11 +62,51 @@ class Progress:
         print(line, file=self.stream, flush=True)
         self.last_printed = self.clock()
 
+    def measuring(self, cells_left: int, groups_left: int) -> None:
+        """A group begins; the first call says how many cells and groups this invocation measures."""
+        now = self.clock()
+        if self.measure_started is None:
+            self.measure_started, self.cells_left, self._groups = now, float(cells_left), groups_left
+        self._group_started, self._rounds_started, self._group = now, None, 0.0
+
+    def partial(self, cells: float) -> None:
+        """The group in progress has measured ``cells`` cells' worth of rounds (its cells x the share of rounds
+        done; 0 when its rounds begin: what came before — loading, parity, tuning — is its set-up)."""
+        if self._rounds_started is None and self.measure_started is not None:
+            self._rounds_started = self.clock()
+            self._setups.append(self._rounds_started - self._group_started)
+        self._group = cells
+
+    def group_done(self, cells: int) -> None:
+        """The group in progress ended: its ``cells`` are measured."""
+        now = self.clock()
+        if self._rounds_started is not None:
+            self._round_s += now - self._rounds_started
+        else:  # no round ran (every cell refused or failed): all of it was set-up
+            self._setups.append(now - self._group_started)
+        self.measured += cells
+        self._group, self._rounds_started = 0.0, None
+
+    def eta_s(self) -> float | None:
+        """Seconds left, from the phases measured so far: the cells left at the time per cell of the rounds, plus
+        the groups not yet set up at the mean set-up time; None before the first round ends."""
+        if self.measure_started is not None and self.cells_left is not None:
+            now, done = self.clock(), self.measured + self._group
+            if done <= 0:
+                return None
+            round_s = self._round_s + (now - self._rounds_started if self._rounds_started is not None else 0.0)
+            setup = sum(self._setups) / len(self._setups)
+            in_setup = self._rounds_started is None and self._group_started is not None and done < self.cells_left
+            pending = self._groups - len(self._setups) - (1 if in_setup else 0)
+            current = max(0.0, setup - (now - self._group_started)) if in_setup else 0.0
+            return max(0.0, self.cells_left - done) * round_s / done + max(0, pending) * setup + current
+        if self.done <= self.base:  # nothing measured: the units done so far (a sweep's first exports)
+            return None
+        return (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
+
     def eta(self) -> str:
-        if self.done <= self.base:
-            return "ETA ?"
-        left = (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
-        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+        left = self.eta_s()
+        return "ETA ?" if left is None else f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def add(self, units: int) -> None:
         """More work than first counted (exports are counted as they are met)."""

@@ -56,10 +56,11 @@ class _Cell:
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None,
-                  note: Callable[[str, str], None] | None = None) -> list[ChildResult]:
+                  note: Callable[[str, str], None] | None = None,
+                  rounds_done: Callable[[float], None] | None = None) -> list[ChildResult]:
     """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
     scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
-    ``note`` what lasts (a tuning's outcome)."""
+    ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each."""
     from ..registry.scenarios import scenario_module
 
     replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
@@ -82,6 +83,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     _await(worker, "apply", timeout_s)
         rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
+        if rounds_done is not None:
+            rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
         for r in range(rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
@@ -94,6 +97,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 worker.child.send({"block": r})
                 _await(worker, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
+            if rounds_done is not None:
+                rounds_done((r + 1) / rounds)
         if probe is not None and rounds:
             probe.read(rounds)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]

@@ -26,7 +26,14 @@ def convert(onnx_path: str | Path) -> tuple[Any, int]:
 
     graph = onnx.load(str(onnx_path))
     rewritten = explicit_same_padding(graph)
-    return onnx2torch.convert(graph).eval(), rewritten
+    try:
+        return onnx2torch.convert(graph).eval(), rewritten
+    except NotImplementedError as exc:  # an op (or an op's opset version) onnx2torch has no converter for
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in graph.opset_import)
+        raise RuntimeError(
+            f"onnx2torch cannot convert this ONNX graph to PyTorch: {exc} (the file's opsets: {opsets}). Re-export "
+            "it at an opset onnx2torch covers (torch.onnx.export(..., opset_version=17), or onnx.version_converter."
+            "convert_version(model, 17)), or run the file on onnxrt or openvino, which read it as it is") from exc
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:

@@ -324,6 +324,7 @@ class Sample:
     processes: Mapping[int, int] | int | None = None
     between: tuple[float | None, int] | None = None
     invocation_var: float | None = None  # the machine's measured variance between invocations (calibration)
+    invocation_df: float | None = None  # its degrees of freedom (None: unknown, taken as 1)
 
 
 def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, Any]:
@@ -357,14 +358,15 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
             return {"ratio": math.exp(mean), "ci95": None, "significant": None, "method": "none-too-few-rounds",
                     "rounds": min(len(ma), len(mb))}
         parts = [fit.se(*(s.between or (None, None))) for fit, s in zip(fits, (a, b))]  # type: ignore[union-attr]
-        se = math.hypot(parts[0][0], parts[1][0])
-        denominator = sum(p[0] ** 4 / p[1] for p in parts)
-        df = se ** 4 / denominator if denominator > 0 else 1.0
         method = UNPAIRED_METHOD
-        invocation = [s.invocation_var for s in (a, b) if s.invocation_var is not None]
-        if invocation:  # what differs between invocations and no run can see, measured on this machine
-            se = math.sqrt(se * se + 2 * max(invocation))
+        invocation = max(((s.invocation_var, s.invocation_df or 1.0) for s in (a, b) if s.invocation_var is not None),
+                         default=None)
+        if invocation is not None:  # what differs between invocations and no run can see, measured on this machine
+            parts.append((math.sqrt(2 * invocation[0]), invocation[1]))  # once per side, with its calibration's df
             method += "+invocation-calibrated"
+        se = math.sqrt(sum(p[0] ** 2 for p in parts))
+        denominator = sum(p[0] ** 4 / p[1] for p in parts)  # Satterthwaite's degrees of freedom over the parts
+        df = se ** 4 / denominator if denominator > 0 else 1.0
         common = list(range(min(len(ma), len(mb))))
     half = t975(df) * se
     lo, hi = math.exp(mean - half), math.exp(mean + half)

@@ -247,7 +247,7 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
                 if reason is None:
                     chosen.append(fw)
                 else:
-                    skipped[fw.key] = reason
+                    skipped[fw.key] = reason + _instead(fw, key, device, model, options, have, scenario)
             continue
         fw = get_framework(key)
         if device not in fw.devices:
@@ -257,6 +257,19 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
         chosen.append(fw)
     chosen = list(dict.fromkeys(chosen))  # keep order, drop repeats
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
+
+
+def _instead(fw: Framework, set_name: str, device: str, model: Any, options: Any, have: Any, scenario: str) -> str:
+    """For a model file: the frameworks outside the set, of the same runtime (its extra), that can run it — the
+    set leaves a runtime out, not just a setting of it (the 'best' set's torch-inductor needs a registered model;
+    the file still runs on torch through its ONNX export)."""
+    if model is None or getattr(model, "source", None) is None or set_name == "all":
+        return ""
+    others = [k for k, other in FRAMEWORKS.items() if other.extra == fw.extra and other is not fw
+              and not in_set(other, set_name, device, scenario) and device in other.devices
+              and not (other.unsupported(model, scenario) or unavailable_reason(other, device, model, options, have,
+                                                                                 scenario))]
+    return f"; this file runs on {', '.join(others)} instead: --framework {','.join(others)} (or all)" if others else ""
 
 
 def layout_refusal(fw: Framework, device: str, options: Any) -> str | None:
