@@ -385,6 +385,13 @@ def test_impossible_or_hostile_records_are_named_skipped_and_never_ranked(tmp_pa
     assert "&lt;script&gt;" in outside and r"\# Evil" in outside
     rows = [ln for ln in text.splitlines() if "Evil" in ln and ln.startswith("|")]
     assert rows and all(re.search(r"png\) \\\|", ln) for ln in rows)  # the | inside stays in its cell
+    # report.html, the single file to send: every figure inlined, nothing fetched, the hostile text shown as text
+    page = (out / "report.html").read_text()
+    images = re.findall(r'<img src="([^"]*)"', page)
+    assert len(images) == len(list(out.glob("*.png"))) > 0
+    assert all(i.startswith("data:image/png;base64,") for i in images)
+    assert "<script" not in page.lower() and not re.search(r'(src|href)="https?:', page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<table>" in page
 
 
 def test_compare_skips_impossible_records_and_a_gate_that_judged_nothing_fails(tmp_path, capsys):

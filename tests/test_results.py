@@ -211,7 +211,11 @@ def test_the_published_json_schema_holds_every_record():
     assert set(schema["properties"]) == set(records.Record.__dataclass_fields__)
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
-               and "/train-" not in r["_source"] for r in found) == 172
+               and "/train-" not in r["_source"] and "/serving-" not in r["_source"] for r in found) == 172
+    served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # issue 25: under LoadGen
+    assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
+        r["parity"]["status"] == "passed" for r in served)
+    assert all(r["serving"]["answer"]["found"] for r in served if r["scenario"] == "server")
     trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # issue 26: the seed's table
     assert len(trained) == 27 and all(r["scenario"] == "train" and r["parity"]["status"] == "passed"
                                       and r["parity"]["method"] == "training" for r in trained)

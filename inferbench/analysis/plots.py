@@ -487,5 +487,5 @@ def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
         ax.set_title(f"{cell} bs{bs} on {device}", fontsize=SMALL + 1)
         ax.grid(alpha=0.3)
     handles["VALID test (filled) / INVALID (hollow)"] = ax.scatter([], [], s=22, color="grey")
-    handles["the answer: largest confirmed VALID load (dotted)"] = ax.plot([], [], color="grey", ls=":")[0]
+    handles["the answer: the largest load that held (dotted)"] = ax.plot([], [], color="grey", ls=":")[0]
     return _finish(fig, handles, "server scenario: p99 latency against load, per runtime")

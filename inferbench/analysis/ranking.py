@@ -203,8 +203,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
             rec.update(serving={"scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"),
                                 "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
-                                "confirmed": sum(1 for c in answer.get("confirmations") or []
-                                                 if c.get("valid") and c.get("target") == answer.get("max_valid_qps"))},
+                                "confirmed": answer.get("held_in_a_row") or 0},
                        stability="n/a", stability_advice="")
             if len(scored) > 1:
                 rec.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
@@ -271,8 +270,8 @@ def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
                                                          if knobs.get("max_delay_ms") else "")
     if s["scenario"] == "server":
         head = (f"  {at}: at p99 <= {s['bound_ms']:g} ms, {rec['recommended']} serves {rec['value']:.1f} QPS"
-                + (f" (search bracket {ci[0]:.1f}-{ci[1]:.1f}, confirmed by {s['confirmed']} run"
-                   f"{'s' if s['confirmed'] != 1 else ''}; {how})" if ci else f" ({how})"))
+                + (f" (held {s['confirmed']} tests in a row at this load or more; INVALID at "
+                   f"{ci[1]:.1f}; {how})" if ci else f" (held {s['confirmed']} tests in a row; {how})"))
         unit = "QPS"
     else:
         head = f"  {at}: {rec['recommended']}, {rec['value']:.1f} samples/s" + (

@@ -331,7 +331,50 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
+    atomic_write_text(out / "report.html", html_report("\n".join(md), out))
     return path
+
+
+#: The single-file report's page: the Markdown report rendered, its figures inlined (no external reference).
+HTML_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
+<meta name="generator" content="inferbench {{ version }}">
+<style>
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 13px; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; white-space: nowrap; }
+th { background: #f3f3f3; } img { max-width: 100%; height: auto; } code { background: #f5f5f5; padding: 0 3px; }
+</style></head><body>
+{{ body }}
+</body></html>
+"""
+
+
+def html_report(markdown: str, folder: Path) -> str:
+    """``report.md`` as one self-contained HTML page: rendered with markdown-it (raw HTML in the text escaped, never
+    passed through), each figure the report links inlined as a data URI, no external reference (a page to send)."""
+    import base64
+
+    import jinja2
+    from markdown_it import MarkdownIt
+    from markupsafe import Markup
+
+    from .. import __version__
+
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = renderer.parse(markdown)
+    for token in tokens:
+        for child in token.children or []:
+            if child.type == "image":
+                src = str(child.attrGet("src") or "")
+                figure = (folder / src).resolve()
+                if figure.parent == folder.resolve() and figure.suffix == ".png" and figure.is_file():
+                    child.attrSet("src", "data:image/png;base64," + base64.b64encode(figure.read_bytes()).decode())
+                else:  # a link outside the report's own figures: not fetched, not kept
+                    child.attrSet("src", "")
+    body = renderer.renderer.render(tokens, renderer.options, {})
+    page = jinja2.Environment(autoescape=True).from_string(HTML_PAGE)
+    return page.render(title="inferbench report", version=__version__, body=Markup(body))
 
 
 def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:

@@ -413,15 +413,21 @@ class Session:
         return self._best_search().valid is None or self.in_a_row >= CONFIRM_ROUNDS or confirms >= CONFIRM_MAX
 
     def _server_target(self) -> float | None:
-        """The server's answer: the load of the last confirmation tests when they held :data:`CONFIRM_ROUNDS` in a
-        row (each failure stepped the load down), else the search's largest VALID load while no confirmation ran;
-        None when nothing was VALID or the confirmations never held (an INVALID load is never the answer)."""
-        confirms = [s for s in self.steps if s["phase"] == "measure"]
-        if not confirms:
-            return self._best_search().valid
-        last = confirms[-1]["target"]
-        held = [s["valid"] for s in confirms if s["target"] == last]
-        return last if all(held) and len(held) >= min(CONFIRM_ROUNDS, len(confirms)) else None
+        """The server's answer (:func:`held`) over every configuration's tests; None when no load held."""
+        found = self._held()
+        return None if found is None else found[0]
+
+    def _tests(self, knobs: Knobs) -> list[dict[str, Any]]:
+        return [s for s in self.steps if s["knobs"] == knobs.__dict__]
+
+    def _held(self) -> tuple[float, dict[str, Any], list[dict[str, Any]]] | None:
+        """The largest load that held, with its configuration and the tests it stands on (:func:`held`)."""
+        best = None
+        for knobs in self.knob_grid:
+            found = held(self._tests(knobs))
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (found[0], knobs.__dict__, found[1])
+        return best
 
     def _step(self, out: Path, round_index: int, knobs: Knobs, target: float, window: float) -> dict[str, Any]:
         detail = parse_detail(out / "mlperf_log_detail.txt")
@@ -499,11 +505,9 @@ class Session:
     def _answer_steps(self) -> list[dict[str, Any]]:
         """The steps the answer stands on: the server's confirmation runs (else its best VALID search step), the
         best offline configuration's rounds, every round of the stream scenarios."""
-        if self.scenario == "server":  # VALID runs at the answer: the confirmed target, else the search's own
-            target = self._server_target()
-            best = self._best_search()
-            return [s for s in self.steps if s["knobs"] == best.knobs.__dict__ and s["valid"]
-                    and s["target"] == target] or self.steps[-1:]
+        if self.scenario == "server":  # the tests the answer stands on (none held: the last one, for the record)
+            found = self._held()
+            return found[2] if found is not None else self.steps[-1:]
         if self.scenario == "offline":
             by = {}
             for s in self.steps:
@@ -519,18 +523,19 @@ class Session:
                                   "knobs": used[0]["knobs"], "valid": all(s["valid"] for s in used),
                                   "steps": [s["round"] for s in used]}
         if self.scenario == "server":
-            best, target = self._best_search(), self._server_target()
-            above = [s["target"] for s in self.steps if not s["valid"] and target is not None and s["target"] > target
-                     and s["knobs"] == best.knobs.__dict__]
-            answer.update(max_valid_qps=target, smallest_invalid_qps=min(above) if above else best.invalid,
-                          bracket=[target, min(above) if above else best.invalid], bound_ms=self.job.config.slo_p99_ms,
+            best, found = self._best_search(), self._held()
+            target, knobs = (found[0], found[1]) if found is not None else (None, best.knobs.__dict__)
+            above = [s["target"] for s in self.steps if not s["valid"] and s["knobs"] == knobs
+                     and (target is None or s["target"] > target)]
+            answer.update(knobs=knobs, max_valid_qps=target, smallest_invalid_qps=min(above) if above else None,
+                          bracket=[target, min(above) if above else None], bound_ms=self.job.config.slo_p99_ms,
                           found=target is not None, search_max_valid_qps=best.valid,
-                          held_in_a_row=self.in_a_row if target is not None else 0,
+                          held_in_a_row=len(found[2]) if found is not None else 0,
                           search_floor_qps=min(s.floor for s in self.searches),
                           confirmations=[{"target": s["target"], "valid": s["valid"], "p99_ms": s["p99_ms"]}
                                          for s in self.steps if s["phase"] == "measure"],
-                          others=[{"knobs": s.knobs.__dict__, "max_valid_qps": s.valid} for s in self.searches
-                                  if s is not best])
+                          others=[{"knobs": k.__dict__, "held_qps": (held(self._tests(k)) or [None])[0]}
+                                  for k in self.knob_grid if k.__dict__ != knobs])
             answer["qps"] = target if target is not None else 0.0  # an INVALID load is never the answer
             answer["qps_ci95"] = None  # a search gives a bracket, not an interval
         return answer
@@ -552,6 +557,24 @@ class Session:
 
     def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:
         raise RuntimeError("serving scenarios search their own configurations (no --tune)")
+
+
+def held(tests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]] | None:
+    """The largest load one configuration held, from its tests in the order they ran (search and confirmation
+    alike): the largest L such that :data:`CONFIRM_ROUNDS` tests in a row were VALID at loads of L or more (a load
+    that holds a higher rate holds a lower one) and none of its tests at L or below was INVALID; with the tests it
+    stands on. None when no load held: one VALID test, or two, is luck on a shared machine, not an answer."""
+    best = None
+    for i in range(len(tests) - CONFIRM_ROUNDS + 1):
+        window = tests[i:i + CONFIRM_ROUNDS]
+        if not all(t["valid"] for t in window):
+            continue
+        load = min(t["target"] for t in window)
+        if any(not t["valid"] and t["target"] <= load for t in tests):
+            continue
+        if best is None or load > best[0]:
+            best = (load, window)
+    return best
 
 
 @dataclass
