@@ -211,7 +211,14 @@ def test_the_published_json_schema_holds_every_record():
     assert set(schema["properties"]) == set(records.Record.__dataclass_fields__)
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
-               and "/train-" not in r["_source"] and "/serving-" not in r["_source"] for r in found) == 172
+               and "/train-" not in r["_source"] and "/serving-" not in r["_source"]
+               and "/aa-calibration-" not in r["_source"] for r in found) == 172
+    calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # issue 24: compare's A/A
+    assert len(calibration) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in calibration)
+    assert all(r["validity"]["valid"] is False for r in calibration if "/busy-2/" in r["_source"])
+    assert all(r["environment"]["invocation_spread"]["per_framework"]["onnxrt"] > 0 for r in calibration
+               if "/calibrate/" not in r["_source"])  # the runs after the calibration carry it
+    assert all(len(r["machine_state"]["speed"]["rounds"]) == 9 for r in calibration)  # before every round, after
     served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # issue 25: under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)

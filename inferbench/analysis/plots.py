@@ -482,8 +482,9 @@ def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
             bound = answer.get("bound_ms") or bound
         if bound:
             handles[f"p99 bound ({bound:g} ms)"] = ax.axhline(bound, color="k", lw=1, ls="--")
+        _log(ax, "y")  # the bound's neighbourhood readable beside a run-away queue of seconds
         ax.set_xlabel("target load (QPS, LoadGen's Poisson arrivals)")
-        ax.set_ylabel("p99 latency (ms, queueing included)")
+        ax.set_ylabel("p99 latency (ms, queueing included; log)")
         ax.set_title(f"{cell} bs{bs} on {device}", fontsize=SMALL + 1)
         ax.grid(alpha=0.3)
     handles["VALID test (filled) / INVALID (hollow)"] = ax.scatter([], [], s=22, color="grey")

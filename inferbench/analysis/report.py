@@ -190,7 +190,7 @@ def serving(ctx: Context) -> list[str]:
                                 else "no VALID load" if r["serving.scenario"] == "server"
                                 else f"{r['throughput']:.1f} samples/s"),
                      "bracket / 95% CI": "-" if not (answer.get("bracket") or answer.get("qps_ci95")) else
-                     "{:.1f}-{:.1f}".format(*(answer.get("bracket") or answer.get("qps_ci95"))),
+                     "–".join("-" if v is None else f"{v:.1f}" for v in answer.get("bracket") or answer["qps_ci95"]),
                      "configuration": f"concurrency {knobs.get('concurrency', 1)}"
                      + (f", delay {knobs['max_delay_ms']:g} ms" if knobs.get("max_delay_ms") else ""),
                      "tests": len(r["serving.steps"]), "served parity": (r.get("parity.served.status") or "-"),
