@@ -134,7 +134,7 @@ def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:
     compared whole; None when a side has no speed at all."""
     readings = [r.get("machine_state.speed.rounds") for r in (o, n)]
     if all(isinstance(x, list) and x for x in readings) and all(_has_raw(r) for r in (o, n)):
-        found = matched(readings[0], readings[1], MATCHED_ROUNDS)
+        found = matched(readings[0], readings[1], MATCHED_ROUNDS, set(o["raw_rounds"]), set(n["raw_rounds"]))
         if found is None:
             return o, n, {"not_comparable": f"not comparable: no machine speed common to both runs for "
                           f"{MATCHED_ROUNDS} or more rounds (the machine itself switched speed: a fixed matrix product "
@@ -240,10 +240,10 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
           "summary": summary, "geometric_mean": _geometric_mean(rows)})
     unclear = [r for r in rows if r["verdict"].startswith(("no interval", "not comparable"))]
     if len(unclear) == len(rows):  # a gate that judged nothing must not pass
-        why = "measured on a busy machine (not valid)" if any(r["verdict"].startswith("not comparable")
-                                                            for r in rows) else "without an interval"
-        print(f"nothing could be judged: every one of the {len(rows)} cells in common was {why} (an interval needs "
-              "3 or more rounds with their raw samples on each side)", file=sys.stderr)
+        whys = sorted({r["verdict"].split(": ", 1)[-1] if r["verdict"].startswith("not comparable")
+                       else "without an interval (fewer than 3 rounds with raw samples on a side)" for r in rows})
+        print(f"nothing could be judged: every one of the {len(rows)} cells in common was not comparable or without "
+              f"an interval: {'; '.join(whys)}", file=sys.stderr)
         return NOTHING_JUDGED
     if args.fail_above is None:
         return 0

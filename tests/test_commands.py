@@ -491,3 +491,16 @@ def test_the_table_narrows_to_a_terminal_and_says_what_it_left_out():
     rule = narrow[narrow.index(header) + 1]
     assert len(rule) <= 90 and "p50 ms [95% CI]" in header and "samples/s" in header and "peak MB" not in header
     assert narrow[-1].startswith("(peak MB, 1st call s, load s") and "summary.csv has every column" in narrow[-1]
+
+
+def test_compare_on_serving_records_counts_only_rounds_with_samples(capsys):
+    """A server cell keeps the samples of the tests its answer stands on (3 of its 16-24 rounds): compare counts only
+    rounds with samples at a common speed, so two such records are not comparable (exit 3), never a crash on an
+    empty set of rounds (a review found the StatisticsError)."""
+    from pathlib import Path
+
+    server = Path(__file__).resolve().parent.parent / "benchmark_results" / "serving-cpu-20261126" / "server"
+    assert inferbench(["compare", str(server), str(server)]) == 3
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "nothing could be judged" in captured.err
+    assert captured.out.count("not comparable: no machine speed common to both runs for 4 or more rounds") == 4

@@ -68,11 +68,11 @@ def sample_of(record: Mapping[str, Any]) -> Any:
     var = field(record, "latency_ms.spread.pooled_between_var")
     df = field(record, "latency_ms.spread.pooled_between_df")
     framework = field(record, "framework_key") or field(record, "framework")
-    invocation = (field(record, f"environment.invocation_spread.per_framework.{framework}")  # its own, measured
-                  or field(record, "environment.invocation_spread.sd"))  # else the machine's largest
+    own = field(record, f"environment.invocation_spread.per_framework.{framework}")  # its own, measured
+    invocation = own or field(record, "environment.invocation_spread.sd")  # else the machine's largest
     runs = field(record, "environment.invocation_spread.invocations")
-    inv_df = (field(record, f"environment.invocation_spread.df_per_framework.{framework}")
-              or field(record, "environment.invocation_spread.df") or (runs - 1 if runs and runs > 1 else None))
+    inv_df = (field(record, f"environment.invocation_spread.df_per_framework.{framework}") if own else
+              field(record, "environment.invocation_spread.df")) or (runs - 1 if runs and runs > 1 else None)
     return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
                   (float(var), int(df)) if var is not None and df else None,
                   None if invocation is None else float(invocation) ** 2, None if inv_df is None else float(inv_df))
@@ -159,8 +159,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
-        rec["not_ranked"].update({record_name(r): f"no load met p99 <= {field(r, 'serving.answer.bound_ms')} ms: every "
-                                  "search step was INVALID" for r in cells
+        rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
+                                  "3 tests in a row" for r in cells
                                   if field(r, "serving.answer.found") is False})
         if objective == "p99":  # a tail is ranked only where the samples bound it (order statistics)
             rec["not_ranked"].update({record_name(r): f"too few samples for a p99 interval (effective n "

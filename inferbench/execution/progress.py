@@ -91,14 +91,16 @@ class Progress:
         """Seconds left, from the phases measured so far: the cells left at the time per cell of the rounds, plus
         the groups not yet set up at the mean set-up time; None before the first round ends."""
         if self.measure_started is not None and self.cells_left is not None:
-            now, done = self.clock(), self.measured + self._group
-            if done <= 0:
+            # the heartbeat's thread reads what the run's thread sets: each attribute once
+            now, done, setups = self.clock(), self.measured + self._group, list(self._setups)
+            rounds_started, group_started = self._rounds_started, self._group_started
+            if done <= 0 or not setups:
                 return None
-            round_s = self._round_s + (now - self._rounds_started if self._rounds_started is not None else 0.0)
-            setup = sum(self._setups) / len(self._setups)
-            in_setup = self._rounds_started is None and self._group_started is not None and done < self.cells_left
-            pending = self._groups - len(self._setups) - (1 if in_setup else 0)
-            current = max(0.0, setup - (now - self._group_started)) if in_setup else 0.0
+            round_s = self._round_s + (now - rounds_started if rounds_started is not None else 0.0)
+            setup = sum(setups) / len(setups)
+            in_setup = rounds_started is None and group_started is not None and done < self.cells_left
+            pending = self._groups - len(setups) - (1 if in_setup else 0)
+            current = max(0.0, setup - (now - group_started)) if in_setup and group_started is not None else 0.0
             return max(0.0, self.cells_left - done) * round_s / done + max(0, pending) * setup + current
         if self.done <= self.base:  # nothing measured: the units done so far (a sweep's first exports)
             return None

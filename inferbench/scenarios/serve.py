@@ -524,7 +524,8 @@ class Session:
                                   "steps": [s["round"] for s in used]}
         if self.scenario == "server":
             best, found = self._best_search(), self._held()
-            target, knobs = (found[0], found[1]) if found is not None else (None, best.knobs.__dict__)
+            target, knobs = (found[0], found[1]) if found is not None else (None, used[0]["knobs"])
+            answer["valid"] = found is not None
             above = [s["target"] for s in self.steps if not s["valid"] and s["knobs"] == knobs
                      and (target is None or s["target"] > target)]
             answer.update(knobs=knobs, max_valid_qps=target, smallest_invalid_qps=min(above) if above else None,

@@ -66,11 +66,14 @@ def steady(readings: list[dict[str, Any]]) -> dict[int, float]:
     return {r: (g + by[r + 1]) / 2 for r, g in by.items() if same_state(g, by.get(r + 1))}  # type: ignore[operator]
 
 
-def matched(a: list[dict[str, Any]], b: list[dict[str, Any]], need: int) -> tuple[list[int], list[int], float] | None:
+def matched(a: list[dict[str, Any]], b: list[dict[str, Any]], need: int, with_data_a: Any = None,
+            with_data_b: Any = None) -> tuple[list[int], list[int], float] | None:
     """The rounds of two runs to set side by side: those of each run that the machine ran through steadily at one
     common speed (within :data:`SAME_STATE` of it), the speed with the most such rounds on the sparser side; None
-    when no speed has ``need`` steady rounds on each side."""
-    sa, sb = steady(a), steady(b)
+    when no speed has ``need`` steady rounds on each side. ``with_data_a``/``_b``: the rounds that have samples
+    (a serving cell keeps only the tests its answer stands on); None: every round."""
+    sa = {r: g for r, g in steady(a).items() if with_data_a is None or r in with_data_a}
+    sb = {r: g for r, g in steady(b).items() if with_data_b is None or r in with_data_b}
     best: tuple[int, list[int], list[int], float] | None = None
     for centre in sorted(set(sa.values()) | set(sb.values())):
         ra = sorted(r for r, g in sa.items() if same_state(g, centre))
