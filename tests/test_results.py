@@ -222,7 +222,8 @@ def test_the_published_json_schema_holds_every_record():
     served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # issue 25: under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)
-    assert all(r["serving"]["answer"]["found"] for r in served if r["scenario"] == "server")
+    held = {r["framework"]: r["serving"]["answer"]["found"] for r in served if r["scenario"] == "server"}
+    assert held == {"openvino": True, "onnxrt": True, "torch-inductor": True, "tf": False}  # tf held no load
     trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # issue 26: the seed's table
     assert len(trained) == 27 and all(r["scenario"] == "train" and r["parity"]["status"] == "passed"
                                       and r["parity"]["method"] == "training" for r in trained)

@@ -109,7 +109,7 @@ class Record:
     error: str | None
     parity: Annotated[dict[str, Any], Parity]
     latency_ms: Annotated[dict[str, Any] | None, Latency]
-    throughput_per_s: Annotated[float | None, Min(0, exclusive=True)]
+    throughput_per_s: Annotated[float | None, Min(0)]
     config: Annotated[dict[str, Any], Config]
     environment: Annotated[dict[str, Any], Environment]
     run_id: Annotated[str, NonEmpty()]
