@@ -151,7 +151,10 @@ def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:
 
 
 def _has_raw(r: Any) -> bool:
-    return isinstance(r.get("raw_latencies_ms"), list) and isinstance(r.get("raw_rounds"), list)
+    """Raw latencies (:func:`inferbench.analysis.ranking._has_raw`) with the round of each."""
+    from .analysis.ranking import _has_raw as has_latencies
+
+    return has_latencies(r) and isinstance(r.get("raw_rounds"), list)
 
 
 def _rounds(r: Any, keep: list[int]) -> dict[str, Any]:

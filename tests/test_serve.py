@@ -134,7 +134,8 @@ def _searched(verdicts):
         valid = verdicts(target, phase, sum(s["phase"] == phase for s in session.steps))
         session.steps.append({"round": r, "phase": phase, "knobs": knobs.__dict__, "target": target, "valid": valid})
         session._learn(phase, knobs, target, valid)
-    return session, session._server_target()
+    found = session._held()
+    return session, None if found is None else found[0]
 
 
 def test_a_failed_confirmation_steps_down_to_a_load_that_holds():

@@ -414,11 +414,6 @@ class Session:
         confirms = sum(s["phase"] == "measure" for s in self.steps)
         return self._best_search().valid is None or self.in_a_row >= CONFIRM_ROUNDS or confirms >= CONFIRM_MAX
 
-    def _server_target(self) -> float | None:
-        """The server's answer (:func:`held`) over every configuration's tests; None when no load held."""
-        found = self._held()
-        return None if found is None else found[0]
-
     def _tests(self, knobs: Knobs) -> list[dict[str, Any]]:
         return [s for s in self.steps if s["knobs"] == knobs.__dict__]
 
