@@ -106,6 +106,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
 
 def _run(values: dict[str, Any], emit: Emit) -> int:
+    from .execution.budget import Deadline
     from .execution.folders import folder_lock
     from .execution.pipeline import execute
 
@@ -116,7 +117,7 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     new_root = not out_root.exists()
     check_writable(Path(config.cache_dir), "cache dir")
     check_writable(out_root)
-    say_skipped(built.skipped)
+    say_skipped(built.skipped, built.notes)
     first = built.cells[0]
     models = {c.model for c in built.cells}
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
@@ -124,7 +125,8 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
-                               verbosity=verbosity(values))
+                               verbosity=verbosity(values),
+                               deadline=Deadline(values["time_budget"]) if values.get("time_budget") else None)
     except UsageError:
         if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
             shutil.rmtree(run_dir)  # bad input found while exporting: leave nothing behind

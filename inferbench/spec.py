@@ -286,3 +286,13 @@ def job_to_json(job: CellJob | ExportJob) -> str:
 def job_from_json(text: str) -> CellJob | ExportJob:
     data = json.loads(text)
     return decode(JOB_TYPES[data["type"]], data["job"], f"{data['type']} job")
+
+
+def groups_of(cells: list[CellKey], sequential: bool) -> list[list[CellKey]]:
+    """The cells in groups measured together: one per model, resolution and batch size (--sequential: a cell
+    each)."""
+    groups: dict[tuple[Any, ...], list[CellKey]] = {}
+    for cell in cells:
+        key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if sequential else ())
+        groups.setdefault(key, []).append(cell)
+    return list(groups.values())

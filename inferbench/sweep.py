@@ -56,12 +56,12 @@ def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentP
     return p
 
 
-def make_plan(values: dict[str, object], command: str = "sweep") -> tuple[Plan, dict[str, str]]:
+def make_plan(values: dict[str, object], command: str = "sweep") -> tuple[Plan, dict[str, str], tuple[str, ...]]:
     """Command-line values over config-file values over ``command``'s defaults -> the checked plan."""
     merged = {**(read_config_file(str(values["config"])) if values.get("config") else {}), **values}
     merged = with_defaults(merged, command)
     built = build(merged)
-    return Plan(built.config, built.cells, grid={k: merged[k] for k in GRID}), built.skipped
+    return Plan(built.config, built.cells, grid={k: merged[k] for k in GRID}), built.skipped, built.notes
 
 
 def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
@@ -71,7 +71,8 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     except OSError:
         raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
-    extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose", "require_valid")]
+    extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose", "require_valid",
+                                            "time_budget")]
     if extra:
         flags = ", ".join(BY_NAME[k].flags[-1] for k in extra)
         raise UsageError(f"--resume runs the saved plan; drop {flags}")
@@ -123,9 +124,9 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")))
+                        finish, bool(values.get("require_valid")), values.get("time_budget"))
     else:
-        plan, skipped = make_plan(values, command)
+        plan, skipped, notes = make_plan(values, command)
         name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
@@ -142,7 +143,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
             held = "holds a sweep; use --resume " + str(out_root / name) + " or" if (out_root / name / PLAN).exists() \
                 else "exists; use"
             raise UsageError(f"{out_root / name} already {held} another --name") from None
-        say_skipped(skipped)
+        say_skipped(skipped, notes)
         with folder_lock(sweep_dir):  # held from the plan's write on: no --resume can take the folder first
             try:
                 atomic_write_text(sweep_dir / PLAN, plan.to_json())
@@ -150,11 +151,12 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")))
+                        finish, bool(values.get("require_valid")), values.get("time_budget"))
 
 
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
-         finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False) -> int:
+         finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False,
+         budget_s: float | None = None) -> int:
     from .execution.pipeline import execute
 
     machines = plan.config.machines
@@ -171,11 +173,17 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         finally:
             progress.close()
     else:
+        from .execution.budget import Deadline
+
         executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False,
-                           objective=objective, verbosity=level)
+                           objective=objective, verbosity=level,
+                           deadline=Deadline(budget_s) if budget_s else None)
     print(format_summary(executed.records, objective, terminal_width()))
     if finish is not None:
         finish(sweep_dir, executed.records)
+    if executed.unmeasured:
+        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
+              f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
         from .execution.tracking import where

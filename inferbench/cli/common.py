@@ -36,11 +36,14 @@ def typed(prog: str) -> str:
     return prog if " " in prog else f"python -m {prog}"
 
 
-def say_skipped(skipped: dict[str, str], stream: Any = None) -> None:
-    """One line for what 'all' left out here, and why (not installed: the command that installs it)."""
+def say_skipped(skipped: dict[str, str], notes: Any = (), stream: Any = None) -> None:
+    """One line for what 'all' left out here, and why (not installed: the command that installs it); then the plan's
+    notes (--time-budget: what fits)."""
     if skipped:
         print("not run here: " + "; ".join(f"{k} ({why})" for k, why in skipped.items()),
               file=stream or sys.stderr)
+    for line in notes:
+        print(line, file=stream or sys.stderr)
 
 
 def exit_status(executed: Any, require_valid: bool = False) -> int:

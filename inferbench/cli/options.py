@@ -25,6 +25,7 @@ from typing import Any
 
 from ..base.codec import decode, encode
 from ..base.errors import UsageError, shorten
+from ..execution.budget import parse_duration
 from ..execution.exports import exported
 from ..registry.frameworks import Framework, choose, get_framework
 from ..registry.models import ModelFile, register
@@ -331,6 +332,11 @@ OPTIONS: tuple[Option, ...] = (
            "samples per second, after training parity)", "inference", choices=tuple(SCENARIOS)),
     Option("slo_p99", ("--slo-p99",), "--scenario server: the p99 latency bound in milliseconds (default: "
            "50)", None, positive_float, metavar="MS", maximum=DAY_S * 1e3),
+    Option("time_budget", ("--time-budget",), "bound the whole run or sweep (90s, 20m, 1h30m): the plan says up "
+           "front what fits (rounds and blocks shortened down to --quick's, then the costliest frameworks left out, "
+           "each said), and the run keeps to it (a group's rounds cut, never below 3; groups that would overrun "
+           "left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
+           commands=("run", "sweep"), in_file=False),
     Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (3 of 0.5 s), and LoadGen's tests "
            "shortened; the record says it was quick", False, switch=True),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
@@ -491,6 +497,7 @@ class Built:
     config: RunConfig
     cells: tuple[CellKey, ...]
     skipped: dict[str, str]  # frameworks 'all' left out here, with the reason
+    notes: tuple[str, ...] = ()  # what the plan says up front (--time-budget: what fits)
 
 
 def build(values: dict[str, Any]) -> Built:
@@ -582,8 +589,14 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
+    notes: tuple[str, ...] = ()
+    if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
+        from ..execution.budget import fit, to_export
+
+        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells))
+        config, cells, notes = fitted.config, list(fitted.cells), fitted.lines
     check_memory(cells)
-    return Built(config, tuple(dict.fromkeys(cells)), skipped)
+    return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
 
 
 def check_executor(values: dict[str, Any]) -> None:

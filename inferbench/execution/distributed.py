@@ -268,8 +268,9 @@ def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run
     from ..registry.artifacts import export_order
     from ..registry.frameworks import artifacts_of, get_framework
     from ..registry.models import get_model
+    from ..spec import groups_of
     from .childenv import passed_env
-    from .pipeline import Executed, Exports, Writer, groups_of, pending
+    from .pipeline import Executed, Exports, Writer, pending
 
     ray = import_ray()
     connect(config)

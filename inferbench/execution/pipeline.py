@@ -8,6 +8,7 @@ The chain, in order: :class:`~inferbench.spec.RunConfig` + :class:`~inferbench.s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -21,7 +22,8 @@ from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import SERVING
-from ..spec import CellJob, CellKey, ChildResult, RunConfig
+from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
+from .budget import group_estimate, say
 from .childenv import child_env, ignored_shell_variables, recorded_env
 from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance, training_plan
 from .folders import set_aside_if_unreadable
@@ -59,7 +61,7 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
 def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
               environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress,
-              run_dir: Path | None = None, strict: bool = False) -> list[Record]:
+              run_dir: Path | None = None, strict: bool = False, deadline: Any = None) -> list[Record]:
     """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`)."""
     from .rounds import measure_group
 
@@ -93,7 +95,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
         before, size = len(measured) + len(outcomes), len(part)  # the group's cells measured (or refused) before
         measured += measure_group([jobs[x] for x in part], [envs[x] for x in part],
                                   int(nonce, 16), progress.say, config.timeout_s, progress.result,
-                                  lambda share, b=before, n=size: progress.partial(b + n * share))
+                                  lambda share, b=before, n=size: progress.partial(b + n * share), deadline)
     outcomes.update(zip(runnable, measured))
     refused = [o for o in measured if o.usage_error]
     if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load
@@ -119,11 +121,12 @@ def peak_fp32(config: RunConfig) -> dict[str, Any]:
 class Executed:
     records: list[dict[str, Any]]  # every record of the run's cells in its folder, at the current schema
     unwritten: dict[str, str] = field(default_factory=dict)  # cell label -> why its record could not be written
+    unmeasured: list[str] = field(default_factory=list)  # cell labels --time-budget left for later
 
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True, objective: str = "p50",
-            verbosity: int = 0) -> Executed:
+            verbosity: int = 0, deadline: Any = None) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved
@@ -131,7 +134,9 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     name when their group ends: an interrupted run (Ctrl-C or a kill) loses at most the group in
     progress, and running ``execute`` again on the same folder resumes without repeating or
     duplicating a cell. A record that cannot be read is set aside and its
-    cell runs again; a record that cannot be written (disk full, permissions) fails that cell only.
+    cell runs again; a record that cannot be written (disk full, permissions) fails that cell only. With a
+    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget), a group that would end past it is
+    not started (its cells are ``unmeasured``), and a group's rounds stop when another would pass it.
     """
     ignored = ignored_shell_variables(config)
     if ignored:
@@ -143,7 +148,7 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     progress.total, progress.done = len(cells), len(cells) - len(todo)
     progress.base = progress.done
     try:
-        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective)
+        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective, deadline)
     finally:
         progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
 
@@ -189,16 +194,6 @@ class Exports:
         return (*self.done[pair], batch_sizes)
 
 
-def groups_of(cells: list[CellKey], sequential: bool) -> list[list[CellKey]]:
-    """The cells in groups measured together: one per model, resolution and batch size (--sequential: a cell
-    each)."""
-    groups: dict[tuple[Any, ...], list[CellKey]] = {}
-    for cell in cells:
-        key = (cell.model, cell.resolution, cell.batch_size) + ((cell,) if sequential else ())
-        groups.setdefault(key, []).append(cell)
-    return list(groups.values())
-
-
 class Writer:
     """A run's records as their groups end: written atomically under their cell's file name, added to the summary
     files (which grow with each cell, never rebuilt by reading every record back), logged to the trackers, each
@@ -238,7 +233,7 @@ class Writer:
 
 
 def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
-             progress: Progress, strict: bool, objective: str) -> Executed:
+             progress: Progress, strict: bool, objective: str, deadline: Any = None) -> Executed:
     environment = environment_of(config)
     exports = Exports(config, cells, progress, strict)
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
@@ -246,7 +241,14 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
             exports.of(cell)
     writer = Writer(config, run_dir, cells, objective, progress)
     groups = list(groups_of(todo, config.sequential))
-    for same in groups:
+    unmeasured: list[str] = []
+    for i, same in enumerate(groups):
+        if deadline is not None and i and not deadline.fits(group_estimate(progress, same, config)):
+            unmeasured = [c.label for g in groups[i:] for c in g]
+            progress.result("time budget", f"{len(unmeasured)} cell(s) in {len(groups) - i} group(s) left "
+                            f"unmeasured: the next would take about {say(group_estimate(progress, same, config))}, "
+                            f"{say(max(0.0, deadline.left()))} of --time-budget is left")
+            break
         folder, failed, batch_sizes = exports.of(same[0])
         c = same[0]
         if not config.sequential:
@@ -255,11 +257,11 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
                             "interleaved rounds")
         progress.measuring(len(todo), len(groups))
         records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress, run_dir,
-                            strict)
+                            strict, deadline)
         progress.done += len(same)
         progress.group_done(len(same))
         writer.write(same, records)
-    return writer.executed()
+    return dataclasses.replace(writer.executed(), unmeasured=unmeasured)
 
 
 def _run_files(run_dir: Path, objective: str, records: list[dict[str, Any]], unwritten: dict[str, str],

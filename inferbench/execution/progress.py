@@ -106,6 +106,13 @@ class Progress:
             return None
         return (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
 
+    def group_s(self, cells: int) -> float | None:
+        """A group of ``cells`` cells' time from the phases measured so far (mean set-up plus the rounds' time per
+        cell); None before a group has ended."""
+        if not self._setups or self.measured <= 0:
+            return None
+        return sum(self._setups) / len(self._setups) + cells * self._round_s / self.measured
+
     def eta(self) -> str:
         left = self.eta_s()
         return "ETA ?" if left is None else f"ETA {int(left // 60)}m{int(left % 60):02d}s"

@@ -57,10 +57,12 @@ class _Cell:
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None,
                   note: Callable[[str, str], None] | None = None,
-                  rounds_done: Callable[[float], None] | None = None) -> list[ChildResult]:
+                  rounds_done: Callable[[float], None] | None = None, deadline: Any = None) -> list[ChildResult]:
     """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
     scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
-    ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each."""
+    ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each;
+    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget) stops an inference group's rounds
+    early when another would pass it (never below its minimum)."""
     from ..registry.scenarios import scenario_module
 
     replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
@@ -85,10 +87,17 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
+        cut = deadline is not None and jobs[0].cell.scenario == "inference"
+        done, round_started = 0, time.monotonic()
         for r in range(rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
+            if cut and r and not deadline.another_round(r, time.monotonic() - round_started):
+                (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
+                                   "--time-budget")
+                break
+            round_started = time.monotonic()
             if probe is not None:
                 probe.read(r)
             order.shuffle(live)
@@ -97,10 +106,11 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 worker.child.send({"block": r})
                 _await(worker, "block", timeout_s)
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
+            done = r + 1
             if rounds_done is not None:
-                rounds_done((r + 1) / rounds)
-        if probe is not None and rounds:
-            probe.read(rounds)  # after the last round: every round read before and after (speed.steady)
+                rounds_done(done / rounds)
+        if probe is not None and done:
+            probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
         for worker in finishing:  # all at once: the workers collect and exit side by side
             worker.child.send({"finish": True})

@@ -1,0 +1,206 @@
+"""``--time-budget``: a run or sweep bounded in time. The plan says up front what fits, and the run keeps to it.
+
+Up front (:func:`fit`), the plan's time is estimated from what a cell costs on a 2-core CPU (:data:`SETUP_S`, the
+rounds' own length, the exports not in the cache yet). When it does not fit, the rounds and blocks shrink, down to
+``--quick``'s (3 rounds, 1.5 s a cell), then the costliest frameworks are left out one by one, each said in a line;
+a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
+``--resume``). While it runs (:class:`Deadline`), the time measured so far replaces the estimate: a group that would
+end past the budget is not started, and a group's rounds stop early (never below :data:`MIN_ROUNDS`) when another
+round would pass it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..base.errors import UsageError
+from ..spec import CellKey, RunConfig, TimingConfig, groups_of
+
+#: Seconds a worker takes to start, load its framework, check parity and make its first call (warm-up not
+#: included), on the 2-core AMD EPYC VM: a default run's phases (2026-11-26, -v) and the committed records' cold
+#: starts, rounded up; torch-inductor compiles on its first call. A framework not listed: :data:`OTHER_SETUP_S`.
+SETUP_S = {"onnxrt": 0.5, "openvino": 2.0, "tf": 4.0, "tfxla": 7.0, "keras": 6.0, "keras-eager": 6.0,
+           "kerasxla": 10.0, "torch": 4.5, "torch-native": 11.0, "torch-inductor": 14.5, "tensorrt": 30.0}
+OTHER_SETUP_S = 3.0
+#: An artifact kind's export when it is not in the cache (the default set's five took 36 s on that VM).
+EXPORT_S = 8.0
+#: Tuning takes about this many times its timed budget (its rounds' minimum calls, the settings' switches), plus half
+#: a worker's set-up (a load-time setting starts a worker of its own).
+TUNE_FACTOR = 2.0
+#: Per block: the settling pause, the block's warm-up calls and the parent's messages.
+BLOCK_OVERHEAD_S = 0.1
+#: Per round: the machine's speed read by the probe (CPU runs).
+PROBE_S = 0.3
+#: The fewest rounds a group keeps when the budget cuts them: enough for an interval between rounds.
+MIN_ROUNDS = 3
+#: Where shrinking stops: --quick's timing (or the plan's own where it is shorter already).
+FLOOR = TimingConfig(warmup_seconds=0.3, min_duration_s=1.5, rounds=MIN_ROUNDS)
+FLOOR_TUNE_S = 1.0
+#: The steps tried between the plan's own timing (1) and the floor (0).
+STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number)."""
+    import argparse
+
+    s = str(text).strip().lower().replace(" ", "")
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", s)
+    if not s or parts is None or not any(parts.groups()):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 90s, 20m or 1h30m)")
+    h, m, sec = (float(g or 0) for g in parts.groups())
+    seconds = h * 3600 + m * 60 + sec
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {text!r}")
+    return seconds
+
+
+def say(seconds: float) -> str:
+    """Seconds for people: 45 s, 7m30s, 1h05m."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def setup_s(framework: str, processes: int, timing: TimingConfig) -> float:
+    """A cell's workers started one after another, each warmed up."""
+    return processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
+
+
+def group_s(cells: list[CellKey], config: RunConfig, timing: TimingConfig, tune_s: float) -> float:
+    """One group (cells of one model, resolution and batch size), set-up and rounds."""
+    processes = min(config.processes, timing.rounds)
+    set_up = sum(setup_s(c.framework, processes, timing) for c in cells)
+    tuning = sum(TUNE_FACTOR * tune_s + setup_s(c.framework, 1, timing) / 2 for c in cells if c.options.tune)
+    rounds = timing.rounds * (len(cells) * BLOCK_OVERHEAD_S + (PROBE_S if config.device.kind == "cpu" else 0.0))
+    return set_up + tuning + len(cells) * timing.min_duration_s + rounds
+
+
+def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]],
+             timing: TimingConfig | None = None, tune_s: float | None = None) -> float:
+    """Seconds the plan takes: every group, plus the exports ``to_export`` says are missing (per (model, resolution),
+    the artifact kinds not in the cache) that its cells need."""
+    timing = timing or config.timing
+    tune_s = config.tune_budget_s if tune_s is None else tune_s
+    exports = sum(len(to_export.get(pair, ())) for pair in dict.fromkeys((c.model, c.resolution) for c in cells))
+    exports *= EXPORT_S
+    return exports + sum(group_s(g, config, timing, tune_s) for g in groups_of(cells, config.sequential))
+
+
+def shrunk(timing: TimingConfig, tune_s: float, step: float) -> tuple[TimingConfig, float]:
+    """The plan's timing ``step`` of the way from the floor (0) to its own (1); never longer than its own."""
+    def between(own: float, floor: float) -> float:
+        return own if own <= floor else floor + step * (own - floor)
+
+    return dataclasses.replace(
+        timing, rounds=max(min(timing.rounds, MIN_ROUNDS), round(between(timing.rounds, FLOOR.rounds))),
+        min_duration_s=between(timing.min_duration_s, FLOOR.min_duration_s),
+        warmup_seconds=between(timing.warmup_seconds, FLOOR.warmup_seconds)), between(tune_s, FLOOR_TUNE_S)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    config: RunConfig
+    cells: tuple[CellKey, ...]
+    left_out: dict[str, str]  # framework -> why (the budget)
+    lines: tuple[str, ...]  # what the plan says up front
+    estimate_s: float
+
+
+def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]]) -> Fitted:
+    """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step, then without the costliest
+    frameworks (at least one kept). UsageError when even that does not fit a single group's time."""
+    own = estimate(config, cells, to_export)
+    if own <= budget_s:
+        return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}",),
+                      own)
+    for step in STEPS:
+        timing, tune_s = shrunk(config.timing, config.tune_budget_s, step)
+        took = estimate(config, cells, to_export, timing, tune_s)
+        if took <= budget_s:
+            break
+    lines = []
+    if (timing, tune_s) != (config.timing, config.tune_budget_s):
+        lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; measuring "
+                     f"{timing.rounds} rounds, {timing.min_duration_s:.2g} s a cell, instead of "
+                     f"{config.timing.rounds} rounds, {config.timing.min_duration_s:.2g} s"
+                     + (f", tuning {tune_s:.2g} s instead of {config.tune_budget_s:.2g}"
+                        if tune_s != config.tune_budget_s and any(c.options.tune for c in cells) else ""))
+    config = dataclasses.replace(config, timing=timing, tune_budget_s=tune_s)
+    left_out: dict[str, str] = {}
+    kept = list(cells)
+
+    def cost(framework: str) -> float:
+        return estimate(config, [c for c in kept if c.framework == framework], to_export)
+
+    while took > budget_s and len({c.framework for c in kept}) > 1:
+        costliest = max(dict.fromkeys(c.framework for c in kept), key=cost)
+        left_out[costliest] = f"about {say(cost(costliest))} of the plan"
+        kept = [c for c in kept if c.framework != costliest]
+        took = estimate(config, kept, to_export)
+    if left_out:
+        lines.append(f"left out to fit --time-budget {say(budget_s)}: "
+                     + ", ".join(f"{k} ({why})" for k, why in left_out.items()))
+    if took > budget_s:
+        if len(groups_of(kept, config.sequential)) == 1:
+            raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan ({kept[0].framework}, "
+                             f"{timing.rounds} rounds, {timing.min_duration_s:.2g} s a cell) takes about "
+                             f"{say(took)}; give at least {say(took * 1.2)}")
+        lines.append(f"time budget {say(budget_s)}: even so the plan takes about {say(took)}: the groups that fit "
+                     "are measured, the others are left unmeasured (a sweep: for --resume)")
+    else:
+        lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}")
+    return Fitted(config, tuple(kept), left_out, tuple(lines), took)
+
+
+class Deadline:
+    """The budget kept while the run goes: ``clock`` seconds since it started against ``budget_s``."""
+
+    def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s, self.clock = budget_s, clock
+        self.started = clock()
+
+    def left(self) -> float:
+        return self.budget_s - (self.clock() - self.started)
+
+    def fits(self, seconds: float) -> bool:
+        return seconds <= self.left()
+
+    def another_round(self, done: int, round_s: float) -> bool:
+        """After ``done`` rounds of a group (the last took ``round_s``): may another one start?"""
+        return done < MIN_ROUNDS or self.fits(round_s)
+
+
+def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> float:
+    """A group's time from the phases measured so far (:class:`~inferbench.execution.progress.Progress`), or from
+    :func:`group_s` before any was."""
+    measured = progress.group_s(len(cells)) if progress is not None else None
+    return measured if measured is not None else group_s(cells, config, config.timing, config.tune_budget_s)
+
+
+def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], set[str]]:
+    """Per (model, resolution), the artifact kinds some cell loads (and the reference outputs) that its cache folder
+    lacks (read from the manifests: nothing is hashed)."""
+    from pathlib import Path
+
+    from ..exporters.cache import artifact_dir, read_manifest
+    from ..registry.frameworks import get_framework
+    from ..registry.models import get_model
+    from .exports import cache_key
+
+    out = {}
+    for pair in dict.fromkeys((c.model, c.resolution) for c in cells):
+        spec = get_model(pair[0])
+        made = read_manifest(artifact_dir(Path(config.cache_dir), cache_key(config, spec, pair[1])))["artifacts"]
+        need = {get_framework(c.framework).artifact_for(spec, c.scenario) for c in cells
+                if (c.model, c.resolution) == pair} | {"keras", "reference"}
+        out[pair] = need - set(made) - {"none"}
+    return out

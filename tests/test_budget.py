@@ -1,0 +1,143 @@
+"""--time-budget: the plan says up front what fits, and the run keeps to it (fake runners, fake clocks)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from inferbench.execution import budget
+from inferbench.run import main as run_main
+from inferbench.sweep import main as sweep_main
+
+QUICK = ["--model", "mobilenet_v3_small", "--resolution", "32", "--min-iterations", "3", "--warmup", "1",
+         "--threads", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("20m", 1200), ("1h30m", 5400), ("1.5h", 5400),
+                                          ("2min", 120), ("1h 5m 3s", 3903)])
+def test_durations_read_as_people_write_them(text, seconds):
+    assert budget.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0s", "soon", "-5m", "5x", "m"])
+def test_a_duration_that_is_not_one_is_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        budget.parse_duration(text)
+
+
+def _plan(fakes, tmp_path, *argv):
+    """The run's configuration and cells as `run` builds them (no budget), and the (model, resolution) pairs to
+    export (none: a warm cache)."""
+    from inferbench.cli.options import build, given, with_defaults
+    from inferbench.run import build_parser
+
+    values = with_defaults(given(build_parser().parse_args([*QUICK, *argv, "--cache-dir", str(tmp_path)])), "run")
+    built = build(values)
+    return built.config, list(built.cells)
+
+
+def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 1.0, "fake-slow": 20.0})
+    config, cells = _plan(fakes, tmp_path, "--framework", "fake,fake-slow", "--batch-size", "1,2")
+    one = budget.estimate(config, cells[:1], {})
+    assert budget.estimate(config, cells, {}) > budget.estimate(config, cells[:2], {}) > one
+    # a framework's set-up, its rounds, the exports not in the cache
+    slow = [c for c in cells if c.framework == "fake-slow"][:1]
+    assert budget.estimate(config, slow, {}) - one == pytest.approx(2 * 19.0)  # two worker processes
+    missing = {("mobilenet_v3_small", 32): {"keras", "reference"}}
+    assert budget.estimate(config, cells[:1], missing) == pytest.approx(one + 2 * budget.EXPORT_S)
+    assert budget.to_export(config, cells) == missing  # an empty cache
+    longer = budget.shrunk(config.timing, 4.0, 1.0)[0]
+    assert longer == config.timing and budget.shrunk(config.timing, 4.0, 0.0)[0].rounds == budget.MIN_ROUNDS
+
+
+def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fakes, tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 1.0, "fake-slow": 20.0, "fake-quiet": 2.0})
+    config, cells = _plan(fakes, tmp_path, "--framework", "fake,fake-slow,fake-quiet", "--rounds", "12",
+                          "--duration", "12")
+    own = budget.estimate(config, cells, {})
+    assert budget.fit(config, cells, own + 1, {}).config == config  # it fits: nothing changes
+    # a little short: the rounds shrink (not to the floor), every framework kept
+    fitted = budget.fit(config, cells, own * 0.85, {})
+    assert {c.framework for c in fitted.cells} == {"fake", "fake-slow", "fake-quiet"} and not fitted.left_out
+    assert budget.MIN_ROUNDS < fitted.config.timing.rounds < 12 and fitted.estimate_s <= own * 0.85
+    assert "instead of 12 rounds, 12 s" in fitted.lines[0] and fitted.lines[-1].startswith("time budget")
+    # far too short for all three: the rounds at the floor, the costliest framework (fake-slow's set-up) left out
+    floor = budget.estimate(config, [c for c in cells if c.framework != "fake-slow"],
+                            {}, budget.shrunk(config.timing, 4.0, 0.0)[0], 1.0)
+    fitted = budget.fit(config, cells, floor + 1, {})
+    assert fitted.config.timing.rounds == budget.MIN_ROUNDS and list(fitted.left_out) == ["fake-slow"]
+    assert any(line.startswith("left out to fit --time-budget") and "fake-slow (about" in line
+               for line in fitted.lines)
+    # shorter than one framework's smallest plan: refused, with what it would take
+    with pytest.raises(Exception, match="is too short: the smallest plan"):
+        budget.fit(config, cells, 2.0, {})
+
+
+def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 0.5, "fake-slow": 300.0})
+    args = [*QUICK, "--framework", "fake,fake-slow", "--rounds", "6", "--duration", "30", "--output-dir",
+            str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
+    assert run_main([*args, "--time-budget", "90s"]) == 0
+    err = capsys.readouterr().err
+    assert "measuring 3 rounds, 1.5 s a cell, instead of 6 rounds, 30 s" in err
+    assert "left out to fit --time-budget 1m30s: fake-slow (about " in err
+    (run_dir,) = (tmp_path / "out").iterdir()
+    (record,) = [json.loads(p.read_text()) for p in run_dir.glob("*_fake*.json")]
+    assert record["framework"] == "fake" and record["config"]["timing"]["rounds"] == 3
+    assert record["config"]["timing"]["min_duration_s"] == 1.5
+    # too short for anything: one line, exit 2, nothing written
+    assert run_main([*args, "--time-budget", "3s"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--time-budget 3 s is too short" in err and "Traceback" not in err
+    assert len(list((tmp_path / "out").iterdir())) == 1
+
+
+class _Steps:
+    """A clock that moves ``step`` seconds each time it is read (how far the run got, not how fast it ran)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp_path, capsys, monkeypatch):
+    """The estimate said it fits (1 h), the clock says otherwise: the first group's rounds stop at the first one
+    past the budget (never below 3), the next group is not started, and --resume measures it later."""
+    class Spent(budget.Deadline):  # 250 s, read once when the run starts, before each round from the 4th on, and
+        def __init__(self, budget_s, clock=None):  # before the second group: 100 s further each time
+            super().__init__(250.0, _Steps(100.0))
+
+    monkeypatch.setattr(budget, "Deadline", Spent)
+    args = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--batch-sizes", "1,2",
+            "--min-iterations", "3", "--warmup", "1", "--threads", "1", "--device", "cpu", "--duration", "0.08",
+            "--rounds", "8", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
+    assert sweep_main([*args, "--time-budget", "1h"]) == 0
+    err = capsys.readouterr().err
+    assert "rounds stopped at 5 of 8: another would pass --time-budget" in err
+    assert "1 cell(s) in 1 group(s) left unmeasured" in err and "finish with inferbench sweep --resume" in err
+    sweep_dir = tmp_path / "s"
+    first = json.loads((sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").read_text())
+    assert sorted({b["round"] for b in first["timing"]["blocks"]}) == [0, 1, 2, 3, 4]
+    assert set(first["raw_rounds"]) == {0, 1, 2, 3, 4} and first["latency_ms"]["stability"]["rounds"] == 5
+    assert not (sweep_dir / "mobilenet_v3_small_32_bs2_fake.json").exists()
+    # without a budget, --resume measures the rest at the plan's 8 rounds
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0
+    second = json.loads((sweep_dir / "mobilenet_v3_small_32_bs2_fake.json").read_text())
+    assert len({b["round"] for b in second["timing"]["blocks"]}) == 8
+
+
+def test_a_deadline_lets_a_group_keep_its_minimum_rounds():
+    deadline = budget.Deadline(10.0, clock=_Steps(100.0))
+    assert deadline.another_round(1, 1.0) and deadline.another_round(2, 1.0)  # below the minimum: always
+    assert not deadline.another_round(3, 1.0) and not deadline.fits(0.0)
+    assert budget.Deadline(1e9, clock=time.monotonic).another_round(7, 1.0)
+    assert budget.say(45) == "45 s" and budget.say(450) == "7m30s" and budget.say(3900) == "1h05m"
+    assert Path(budget.__file__).name == "budget.py"
