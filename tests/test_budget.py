@@ -51,8 +51,11 @@ def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatc
     missing = {("mobilenet_v3_small", 32): {"keras", "reference"}}
     assert budget.estimate(config, cells[:1], missing) == pytest.approx(one + 2 * budget.EXPORT_S)
     assert budget.to_export(config, cells) == missing  # an empty cache
-    longer = budget.shrunk(config.timing, 4.0, 1.0)[0]
-    assert longer == config.timing and budget.shrunk(config.timing, 4.0, 0.0)[0].rounds == budget.MIN_ROUNDS
+    assert budget.shrunk(config, 1.0) == config
+    floor = budget.shrunk(config, 0.0)
+    assert (floor.timing.rounds, floor.timing.min_duration_s, floor.processes, floor.quick) == (6, 1.5, 1, True)
+    # one worker process instead of two: about half the set-up
+    assert budget.estimate(floor, slow, {}) < budget.estimate(config, slow, {}) / 1.8
 
 
 def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fakes, tmp_path, monkeypatch):
@@ -64,13 +67,14 @@ def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fak
     # a little short: the rounds shrink (not to the floor), every framework kept
     fitted = budget.fit(config, cells, own * 0.85, {})
     assert {c.framework for c in fitted.cells} == {"fake", "fake-slow", "fake-quiet"} and not fitted.left_out
-    assert budget.MIN_ROUNDS < fitted.config.timing.rounds < 12 and fitted.estimate_s <= own * 0.85
-    assert "instead of 12 rounds, 12 s" in fitted.lines[0] and fitted.lines[-1].startswith("time budget")
+    assert 6 < fitted.config.timing.rounds < 12 and fitted.estimate_s <= own * 0.85
+    assert fitted.config.processes == 2 and not fitted.config.quick
+    assert "instead of 12 rounds, 12 s a cell, 2 processes" in fitted.lines[0]
+    assert fitted.lines[-1].startswith("time budget")
     # far too short for all three: the rounds at the floor, the costliest framework (fake-slow's set-up) left out
-    floor = budget.estimate(config, [c for c in cells if c.framework != "fake-slow"],
-                            {}, budget.shrunk(config.timing, 4.0, 0.0)[0], 1.0)
+    floor = budget.estimate(budget.shrunk(config, 0.0), [c for c in cells if c.framework != "fake-slow"], {})
     fitted = budget.fit(config, cells, floor + 1, {})
-    assert fitted.config.timing.rounds == budget.MIN_ROUNDS and list(fitted.left_out) == ["fake-slow"]
+    assert fitted.config.timing.rounds == 6 and fitted.config.processes == 1 and list(fitted.left_out) == ["fake-slow"]
     assert any(line.startswith("left out to fit --time-budget") and "fake-slow (about" in line
                for line in fitted.lines)
     # shorter than one framework's smallest plan: refused, with what it would take
@@ -84,17 +88,20 @@ def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeyp
             str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
     assert run_main([*args, "--time-budget", "90s"]) == 0
     err = capsys.readouterr().err
-    assert "measuring 3 rounds, 1.5 s a cell, instead of 6 rounds, 30 s" in err
+    assert "measuring 6 rounds, 1.5 s a cell, 1 process instead of 6 rounds, 30 s a cell, 2 processes" in err
     assert "left out to fit --time-budget 1m30s: fake-slow (about " in err
     (run_dir,) = (tmp_path / "out").iterdir()
     (record,) = [json.loads(p.read_text()) for p in run_dir.glob("*_fake*.json")]
-    assert record["framework"] == "fake" and record["config"]["timing"]["rounds"] == 3
-    assert record["config"]["timing"]["min_duration_s"] == 1.5
+    assert record["framework"] == "fake" and record["config"]["timing"]["rounds"] == 6
+    assert record["config"]["timing"]["min_duration_s"] == 1.5 and record["config"]["quick"] is True
+    assert record["config"]["processes"] == 1 and record["latency_ms"]["spread"]["processes"] == 1
     # too short for anything: one line, exit 2, nothing written
     assert run_main([*args, "--time-budget", "3s"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--time-budget 3 s is too short" in err and "Traceback" not in err
     assert len(list((tmp_path / "out").iterdir())) == 1
+    assert run_main([*args, "--time-budget", "1h", "--scenario", "offline"]) == 2
+    assert "--time-budget applies to the inference scenario" in capsys.readouterr().err
 
 
 class _Steps:
@@ -110,8 +117,9 @@ class _Steps:
 
 def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp_path, capsys, monkeypatch):
     """The estimate said it fits (1 h), the clock says otherwise: the first group's rounds stop at the first one
-    past the budget (never below 3), the next group is not started, and --resume measures it later."""
-    class Spent(budget.Deadline):  # 250 s, read once when the run starts, before each round from the 4th on, and
+    past the budget (never below 4: two for each of its worker processes), the next group is not started, and
+    --resume measures it later."""
+    class Spent(budget.Deadline):  # 250 s, read once when the run starts, before each round from the 5th on, and
         def __init__(self, budget_s, clock=None):  # before the second group: 100 s further each time
             super().__init__(250.0, _Steps(100.0))
 
@@ -121,12 +129,12 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
             "--rounds", "8", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
     assert sweep_main([*args, "--time-budget", "1h"]) == 0
     err = capsys.readouterr().err
-    assert "rounds stopped at 5 of 8: another would pass --time-budget" in err
+    assert "rounds stopped at 6 of 8: another would pass --time-budget" in err
     assert "1 cell(s) in 1 group(s) left unmeasured" in err and "finish with inferbench sweep --resume" in err
     sweep_dir = tmp_path / "s"
     first = json.loads((sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").read_text())
-    assert sorted({b["round"] for b in first["timing"]["blocks"]}) == [0, 1, 2, 3, 4]
-    assert set(first["raw_rounds"]) == {0, 1, 2, 3, 4} and first["latency_ms"]["stability"]["rounds"] == 5
+    assert sorted({b["round"] for b in first["timing"]["blocks"]}) == [0, 1, 2, 3, 4, 5]
+    assert set(first["raw_rounds"]) == {0, 1, 2, 3, 4, 5} and first["latency_ms"]["stability"]["rounds"] == 6
     assert not (sweep_dir / "mobilenet_v3_small_32_bs2_fake.json").exists()
     # without a budget, --resume measures the rest at the plan's 8 rounds
     assert sweep_main(["--resume", str(sweep_dir)]) == 0
@@ -138,6 +146,7 @@ def test_a_deadline_lets_a_group_keep_its_minimum_rounds():
     deadline = budget.Deadline(10.0, clock=_Steps(100.0))
     assert deadline.another_round(1, 1.0) and deadline.another_round(2, 1.0)  # below the minimum: always
     assert not deadline.another_round(3, 1.0) and not deadline.fits(0.0)
+    assert deadline.another_round(3, 1.0, processes=2) and not deadline.another_round(4, 1.0, processes=2)
     assert budget.Deadline(1e9, clock=time.monotonic).another_round(7, 1.0)
     assert budget.say(45) == "45 s" and budget.say(450) == "7m30s" and budget.say(3900) == "1h05m"
     assert Path(budget.__file__).name == "budget.py"

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..base.codec import decode, encode
 from ..base.errors import UsageError, shorten
-from ..execution.budget import parse_duration
+from ..execution.budget import QUICK, parse_duration
 from ..execution.exports import exported
 from ..registry.frameworks import Framework, choose, get_framework
 from ..registry.models import ModelFile, register
@@ -51,8 +51,6 @@ PLAN_VERSION = 2
 #: Timed iterations per cell with --objective p99: four times the 299 a distribution-free 95% bound on a p99
 #: needs, so that correlated iterations (an effective count below the count) still bound it.
 P99_MIN_ITERATIONS = 1200
-#: --quick: a first answer, about 20 s a framework (the rounds still enough for an interval).
-QUICK = {"rounds": 3, "duration": 1.5, "warmup_seconds": 0.3}
 #: --scenario server's p99 bound when --slo-p99 is not given.
 DEFAULT_SLO_P99_MS = 50.0
 
@@ -337,8 +335,8 @@ OPTIONS: tuple[Option, ...] = (
            "each said), and the run keeps to it (a group's rounds cut, never below 3; groups that would overrun "
            "left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
            commands=("run", "sweep"), in_file=False),
-    Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (3 of 0.5 s), and LoadGen's tests "
-           "shortened; the record says it was quick", False, switch=True),
+    Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (6 of 0.25 s) in one worker process a "
+           "cell, 1 s of tuning, and LoadGen's tests shortened; the record says it was quick", False, switch=True),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
            "benchmark_results/ holds the project's own committed runs)", "inferbench-results",
            parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
@@ -530,6 +528,9 @@ def build(values: dict[str, Any]) -> Built:
                          "configurations (concurrency, batching delay)")
     check_training(values)
     check_executor(values)
+    if values.get("time_budget") and values["scenario"] != "inference":
+        raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
+                         "as their own steps need (--quick shortens them)")
     tune = not serving and not train and (values["tune"] == "on" or (values["tune"] == "auto"
                                                                      and "best" in values["frameworks"]))
     from ..execution.childenv import env_digest
@@ -544,10 +545,14 @@ def build(values: dict[str, Any]) -> Built:
                          "and the device (--device, --gpu-id) itself, and records them")
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
+    processes = 1 if serving else values["processes"]
     if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays)
         rounds = QUICK["rounds"] if rounds == BY_NAME["rounds"].default else rounds
-        duration = QUICK["duration"] if duration == BY_NAME["duration"].default else duration
+        duration = QUICK["min_duration_s"] if duration == BY_NAME["duration"].default else duration
         warmup_s = QUICK["warmup_seconds"] if warmup_s == BY_NAME["warmup_seconds"].default else warmup_s
+        processes = QUICK["processes"] if processes == BY_NAME["processes"].default else processes
+        if values["tune_budget"] == BY_NAME["tune_budget"].default:
+            values = {**values, "tune_budget": QUICK["tune_budget_s"]}
     if values.get("objective") == "p99":  # a p99 is ranked only where the samples bound it: enough of them
         iterations = max(iterations, P99_MIN_ITERATIONS)
     timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
@@ -558,7 +563,7 @@ def build(values: dict[str, Any]) -> Built:
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
                        sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
-                       tune_budget_s=values["tune_budget"], processes=1 if serving else values["processes"],
+                       tune_budget_s=values["tune_budget"], processes=processes,
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
                            DEFAULT_SLO_P99_MS if values["scenario"] == "server" else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),

@@ -2,11 +2,12 @@
 
 Up front (:func:`fit`), the plan's time is estimated from what a cell costs on a 2-core CPU (:data:`SETUP_S`, the
 rounds' own length, the exports not in the cache yet). When it does not fit, the rounds and blocks shrink, down to
-``--quick``'s (3 rounds, 1.5 s a cell), then the costliest frameworks are left out one by one, each said in a line;
+``--quick``'s (6 rounds of 0.25 s a cell, one worker process), then the costliest frameworks are left out one by
+one, each said in a line;
 a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
 ``--resume``). While it runs (:class:`Deadline`), the time measured so far replaces the estimate: a group that would
-end past the budget is not started, and a group's rounds stop early (never below :data:`MIN_ROUNDS`) when another
-round would pass it.
+end past the budget is not started, and a group's rounds stop early (never below :data:`MIN_ROUNDS`, nor two per
+worker process) when another round would pass it.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ TUNE_FACTOR = 2.0
 BLOCK_OVERHEAD_S = 0.1
 #: Per round: the machine's speed read by the probe (CPU runs).
 PROBE_S = 0.3
-#: The fewest rounds a group keeps when the budget cuts them: enough for an interval between rounds.
+#: --quick's settings, and where --time-budget's shrinking stops: 6 rounds of 0.25 s a cell in one worker process each
+#: (a between-process spread measured from two processes and 3 rounds has one degree of freedom: t = 12.7 made a
+#: quick interval +-300%; one process takes the assumed spread instead, and 6 rounds give 5 degrees of freedom).
+QUICK = {"rounds": 6, "min_duration_s": 1.5, "warmup_seconds": 0.3, "processes": 1, "tune_budget_s": 1.0}
+#: The fewest rounds a group keeps when the budget cuts them: enough for an interval, two per worker process.
 MIN_ROUNDS = 3
-#: Where shrinking stops: --quick's timing (or the plan's own where it is shorter already).
-FLOOR = TimingConfig(warmup_seconds=0.3, min_duration_s=1.5, rounds=MIN_ROUNDS)
-FLOOR_TUNE_S = 1.0
 #: The steps tried between the plan's own timing (1) and the floor (0).
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
 
@@ -75,35 +77,55 @@ def setup_s(framework: str, processes: int, timing: TimingConfig) -> float:
     return processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
 
 
-def group_s(cells: list[CellKey], config: RunConfig, timing: TimingConfig, tune_s: float) -> float:
+def group_s(cells: list[CellKey], config: RunConfig) -> float:
     """One group (cells of one model, resolution and batch size), set-up and rounds."""
+    timing = config.timing
     processes = min(config.processes, timing.rounds)
     set_up = sum(setup_s(c.framework, processes, timing) for c in cells)
-    tuning = sum(TUNE_FACTOR * tune_s + setup_s(c.framework, 1, timing) / 2 for c in cells if c.options.tune)
+    tuning = sum(TUNE_FACTOR * config.tune_budget_s + setup_s(c.framework, 1, timing) / 2
+                 for c in cells if c.options.tune)
     rounds = timing.rounds * (len(cells) * BLOCK_OVERHEAD_S + (PROBE_S if config.device.kind == "cpu" else 0.0))
     return set_up + tuning + len(cells) * timing.min_duration_s + rounds
 
 
-def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]],
-             timing: TimingConfig | None = None, tune_s: float | None = None) -> float:
+def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
     """Seconds the plan takes: every group, plus the exports ``to_export`` says are missing (per (model, resolution),
     the artifact kinds not in the cache) that its cells need."""
-    timing = timing or config.timing
-    tune_s = config.tune_budget_s if tune_s is None else tune_s
     exports = sum(len(to_export.get(pair, ())) for pair in dict.fromkeys((c.model, c.resolution) for c in cells))
-    exports *= EXPORT_S
-    return exports + sum(group_s(g, config, timing, tune_s) for g in groups_of(cells, config.sequential))
+    return exports * EXPORT_S + sum(group_s(g, config) for g in groups_of(cells, config.sequential))
 
 
-def shrunk(timing: TimingConfig, tune_s: float, step: float) -> tuple[TimingConfig, float]:
-    """The plan's timing ``step`` of the way from the floor (0) to its own (1); never longer than its own."""
+def shrunk(config: RunConfig, step: float) -> RunConfig:
+    """The plan ``step`` of the way from --quick's settings (0) to its own (1), never longer than its own: its blocks,
+    warm-up and tuning shortened, its rounds fewer (two per worker process at least); at 0, --quick's."""
+    timing = config.timing
+    if step <= 0:
+        return quick(config)
+
     def between(own: float, floor: float) -> float:
         return own if own <= floor else floor + step * (own - floor)
 
+    rounds = max(min(timing.rounds, 2 * config.processes), round(between(timing.rounds, QUICK["rounds"])))
+    return dataclasses.replace(config, tune_budget_s=between(config.tune_budget_s, QUICK["tune_budget_s"]), timing=(
+        dataclasses.replace(timing, rounds=rounds,
+                            min_duration_s=between(timing.min_duration_s, QUICK["min_duration_s"]),
+                            warmup_seconds=between(timing.warmup_seconds, QUICK["warmup_seconds"]))))
+
+
+def quick(config: RunConfig) -> RunConfig:
+    """``config`` at --quick's settings where its own are longer (its records say they were quick)."""
+    timing = config.timing
     return dataclasses.replace(
-        timing, rounds=max(min(timing.rounds, MIN_ROUNDS), round(between(timing.rounds, FLOOR.rounds))),
-        min_duration_s=between(timing.min_duration_s, FLOOR.min_duration_s),
-        warmup_seconds=between(timing.warmup_seconds, FLOOR.warmup_seconds)), between(tune_s, FLOOR_TUNE_S)
+        config, quick=True, processes=min(config.processes, QUICK["processes"]),
+        tune_budget_s=min(config.tune_budget_s, QUICK["tune_budget_s"]),
+        timing=dataclasses.replace(timing, rounds=min(timing.rounds, QUICK["rounds"]),
+                                   min_duration_s=min(timing.min_duration_s, QUICK["min_duration_s"]),
+                                   warmup_seconds=min(timing.warmup_seconds, QUICK["warmup_seconds"])))
+
+
+def said(config: RunConfig) -> str:
+    return (f"{config.timing.rounds} rounds, {config.timing.min_duration_s:.2g} s a cell, "
+            f"{config.processes} process{'es' if config.processes > 1 else ''}")
 
 
 @dataclass(frozen=True)
@@ -123,18 +145,18 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}",),
                       own)
     for step in STEPS:
-        timing, tune_s = shrunk(config.timing, config.tune_budget_s, step)
-        took = estimate(config, cells, to_export, timing, tune_s)
+        fitted = shrunk(config, step)
+        took = estimate(fitted, cells, to_export)
         if took <= budget_s:
             break
     lines = []
-    if (timing, tune_s) != (config.timing, config.tune_budget_s):
-        lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; measuring "
-                     f"{timing.rounds} rounds, {timing.min_duration_s:.2g} s a cell, instead of "
-                     f"{config.timing.rounds} rounds, {config.timing.min_duration_s:.2g} s"
-                     + (f", tuning {tune_s:.2g} s instead of {config.tune_budget_s:.2g}"
-                        if tune_s != config.tune_budget_s and any(c.options.tune for c in cells) else ""))
-    config = dataclasses.replace(config, timing=timing, tune_budget_s=tune_s)
+    if fitted != config:
+        lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; measuring {said(fitted)} "
+                     f"instead of {said(config)}"
+                     + (f", tuning {fitted.tune_budget_s:.2g} s instead of {config.tune_budget_s:.2g}"
+                        if fitted.tune_budget_s != config.tune_budget_s and any(c.options.tune for c in cells)
+                        else ""))
+    config = fitted
     left_out: dict[str, str] = {}
     kept = list(cells)
 
@@ -152,7 +174,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     if took > budget_s:
         if len(groups_of(kept, config.sequential)) == 1:
             raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan ({kept[0].framework}, "
-                             f"{timing.rounds} rounds, {timing.min_duration_s:.2g} s a cell) takes about "
+                             f"{said(config)}) takes about "
                              f"{say(took)}; give at least {say(took * 1.2)}")
         lines.append(f"time budget {say(budget_s)}: even so the plan takes about {say(took)}: the groups that fit "
                      "are measured, the others are left unmeasured (a sweep: for --resume)")
@@ -174,16 +196,17 @@ class Deadline:
     def fits(self, seconds: float) -> bool:
         return seconds <= self.left()
 
-    def another_round(self, done: int, round_s: float) -> bool:
-        """After ``done`` rounds of a group (the last took ``round_s``): may another one start?"""
-        return done < MIN_ROUNDS or self.fits(round_s)
+    def another_round(self, done: int, round_s: float, processes: int = 1) -> bool:
+        """After ``done`` rounds of a group (the last took ``round_s``) with ``processes`` worker processes a cell:
+        may another one start? Always below :data:`MIN_ROUNDS` and two rounds per process."""
+        return done < max(MIN_ROUNDS, 2 * processes) or self.fits(round_s)
 
 
 def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> float:
     """A group's time from the phases measured so far (:class:`~inferbench.execution.progress.Progress`), or from
     :func:`group_s` before any was."""
     measured = progress.group_s(len(cells)) if progress is not None else None
-    return measured if measured is not None else group_s(cells, config, config.timing, config.tune_budget_s)
+    return measured if measured is not None else group_s(cells, config)
 
 
 def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], set[str]]:

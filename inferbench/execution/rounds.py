@@ -93,7 +93,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
-            if cut and r and not deadline.another_round(r, time.monotonic() - round_started):
+            if cut and r and not deadline.another_round(r, time.monotonic() - round_started, len(replicas[0])):
                 (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
                                    "--time-budget")
                 break
