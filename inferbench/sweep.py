@@ -50,8 +50,8 @@ def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentP
                "precisions), each framework isolated as in run; the plan is saved first, so an interrupted sweep "
                "resumes where it stopped. Options may come from a TOML, JSON or YAML file (--config).",
                examples=[f"{prog} --models mobilenet_v3_large,resnet50 --resolutions 160,224 --batch-sizes 1,8,32",
-                         f"{prog} --config benchmarks/sweep_cpu.toml --name cpu-2core",
-                         f"{prog} --resume benchmark_results/sweeps/cpu-2core"])
+                         f"{prog} --config benchmarks/sweep_cpu.toml --name cpu-2core-20261126",
+                         f"{prog} --resume benchmark_results/sweeps/cpu-2core-20261126"])
     add_options(p, "sweep")
     return p
 
@@ -124,7 +124,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")), values.get("time_budget"))
+                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo")
     else:
         plan, skipped, notes = make_plan(values, command)
         name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
@@ -151,12 +151,12 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")), values.get("time_budget"))
+                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo")
 
 
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False,
-         budget_s: float | None = None) -> int:
+         budget_s: float | None = None, benchmark: bool = True) -> int:
     from .execution.pipeline import execute
 
     machines = plan.config.machines
@@ -178,7 +178,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False,
                            objective=objective, verbosity=level,
                            deadline=Deadline(budget_s) if budget_s else None)
-    print(format_summary(executed.records, objective, terminal_width()))
+    print(format_summary(executed.records, objective, terminal_width(), benchmark))
     if finish is not None:
         finish(sweep_dir, executed.records)
     if executed.unmeasured:

@@ -242,7 +242,7 @@ def test_figures_follow_the_rules():
 
     from inferbench.analysis import plots
 
-    sweep = analysis.load(COMMITTED / "sweeps" / "cpu-2core")
+    sweep = analysis.load(COMMITTED / "sweeps" / "cpu-2core-20261126")
     fig = plots.throughput_vs_batch(sweep)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "4", "16"] and ax.get_xscale() == "log"
@@ -258,7 +258,8 @@ def test_figures_follow_the_rules():
     ax = plots.throughput_vs_batch(single).axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[-1].startswith("openvino") and "keras-eager" in labels[0]  # a dot chart, best at the top
-    for fig in (plots.xla_steps(sweep), plots.cross_device(analysis.load(COMMITTED))):
+    for fig in (plots.xla_steps(analysis.load(COMMITTED / "zoo" / "xla-cpu-2core")),
+                plots.cross_device(analysis.load(COMMITTED))):
         assert not [p for a in fig.axes for p in a.patches]  # dots, not bars
     assert plots.cross_device(single) is None  # one device, nothing published asked for
     rng = np.random.default_rng(0)

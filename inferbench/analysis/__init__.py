@@ -27,6 +27,18 @@ def ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"]
 
 
+#: A record timed in fewer rounds than this (the zoo's one short round per cell) or run with --quick is a quick look:
+#: a report never pools it with measured records.
+MEASURED_ROUNDS = 3
+
+
+def quick_looks(df: pd.DataFrame) -> pd.Series:
+    """True for each record that is a quick look (:data:`MEASURED_ROUNDS`)."""
+    rounds = pd.to_numeric(df.get("config.timing.rounds", pd.Series(np.nan, index=df.index)), errors="coerce")
+    quick = df.get("config.quick", pd.Series(False, index=df.index)).map(lambda v: v is True or v is np.True_)
+    return (rounds < MEASURED_ROUNDS) | quick
+
+
 #: One identity per record: the cell's (:data:`inferbench.spec.IDENTITY`) on one device of one host at one thread
 #: count (a run-level setting that changes what is measured).
 CELL_KEY = ["device_name", "host", "threads", *IDENTITY]

@@ -24,6 +24,13 @@ from ..registry.frameworks import display_order
 from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
 SMALL = 8  # the smallest text in any figure, in points
+#: The report saves figures at this resolution; none is taller than MAX_HEIGHT_PX there: small multiples show at most
+#: MAX_PANELS panels (those with the most data; the figure says how many it left out, the report's tables hold all).
+DPI = 110
+MAX_HEIGHT_PX = 3000
+MAX_PANELS = 12
+#: A dot chart or a stacked panel shows at most this many rows (the rest: in the report's tables).
+MAX_ROWS = 60
 #: A least-squares line is drawn only when it explains this much of the variance, over this many points.
 MIN_R2, MIN_FIT_POINTS = 0.5, 4
 plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "legend.fontsize": SMALL, "xtick.labelsize": SMALL,
@@ -43,26 +50,66 @@ def _color(fw: str) -> Any:
     return plt.get_cmap("tab20")((2 * i) % 20 + (i // 10) % 2)
 
 
-def _grid(n: int, width: float = 5.0, height: float = 3.8) -> tuple[Figure, np.ndarray]:
+def _few(panels: list[Any], size: Any = lambda panel: len(panel[1]), limit: int = MAX_PANELS) -> list[Any]:
+    """At most ``limit`` of ``panels`` (in their order): those with the most data (``size``)."""
+    if len(panels) <= limit:
+        return panels
+    keep = set(sorted(range(len(panels)), key=lambda i: -size(panels[i]))[:limit])
+    return [p for i, p in enumerate(panels) if i in keep]
+
+
+def _grid(n: int, width: float = 5.0, height: float = 3.8, of: int | None = None) -> tuple[Figure, np.ndarray]:
+    """``n`` panels, three a row, each ``height`` inches at most (smaller when the rows would pass MAX_HEIGHT_PX);
+    ``of``: how many panels there were before :func:`_few` chose (said on the figure)."""
     cols = min(n, 3)
     rows = int(np.ceil(n / cols))
+    height = min(height, (MAX_HEIGHT_PX / DPI - 0.6) / rows)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
+    if of is not None and of > n:
+        left_out(fig, n, of, "panels")
     return fig, axes
 
 
+def left_out(fig: Figure, shown: int, total: int, what: str) -> None:
+    """The figure shows ``shown`` of ``total`` panels or rows: said under it (and read by the report's caption)."""
+    fig.inferbench_shown = (shown, total, what)  # type: ignore[attr-defined]
+    fig.text(0.0, 0.0, f"{shown} of {total} {what} shown (those with the most data); every cell is in the report's "
+             "tables", fontsize=SMALL, va="top", style="italic")
+
+
 def _finish(fig: Figure, handles: dict[str, Any] | None = None, title: str = "") -> Figure:
-    """One legend for the figure, outside the panels on the right; the figure closed (a notebook shows
-    the returned figure once, the report saves it)."""
+    """One legend for the figure, outside the panels on the right; log axes with enough labelled ticks to read; the
+    figure closed (a notebook shows the returned figure once, the report saves it)."""
+    for ax in fig.axes:
+        if ax.get_visible():
+            _readable_log(ax)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     if handles:
+        handles = {**{k: v for k, v in handles.items() if k not in (UNSTABLE, NOT_VALID)},
+                   **{k: handles[k] for k in (UNSTABLE, NOT_VALID) if k in handles}}  # the marks last
         fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95),
                    frameon=False)
     plt.close(fig)
     return fig
+
+
+def _readable_log(ax: Any) -> None:
+    """A log axis whose view holds fewer than three labelled decade ticks (a span of 3 to 5 ms) gets four round
+    values across it instead (an axis whose ticks were set, a batch-size axis, is left alone)."""
+    for which, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if which.get_scale() != "log" or not isinstance(which.get_major_locator(), LogLocator):
+            continue
+        lo, hi = sorted(limits)
+        if lo <= 0 or len([t for t in which.get_majorticklocs() if lo <= t <= hi]) >= 3:
+            continue
+        values = sorted({float(f"{v:.2g}") for v in np.geomspace(lo, hi, 6)[1:-1]})
+        which.set_ticks(values)
+        which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        which.set_minor_formatter(NullFormatter())
 
 
 def _why_not_ranked(g: pd.DataFrame) -> str:
@@ -103,27 +150,53 @@ def _interval(g: pd.DataFrame, metric: str) -> np.ndarray | None:
     return np.nan_to_num(np.vstack([value - lo, hi - value]), nan=0.0)
 
 
-def _panels(df: pd.DataFrame) -> list[tuple[tuple[Any, str], pd.DataFrame]]:
-    return list(latest(ok(df)).groupby(["device_name", "cell"]))
+#: How a point whose estimate is unstable, or whose cell was not valid, is marked (and named in the legend).
+UNSTABLE = "ringed: unstable estimate (rounds disagree)"
+NOT_VALID = "crossed: NOT VALID (other work during a block)"
+
+
+def _mark(ax: Any, x: Any, y: Any, g: pd.DataFrame, handles: dict[str, Any]) -> None:
+    """Ring the points of ``g`` whose estimate is unstable and cross those whose cell was not valid."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    unstable = (g["latency_ms.stability.verdict"] == "unstable").to_numpy()
+    invalid = g["validity.valid"].map(lambda v: v is False or v is np.False_).to_numpy(dtype=bool)  # None: unknown
+    if unstable.any():
+        handles[UNSTABLE] = ax.scatter(x[unstable], y[unstable], s=110, facecolors="none", edgecolors="k",
+                                       linewidths=0.8, zorder=4)
+    if invalid.any():
+        handles[NOT_VALID] = ax.scatter(x[invalid], y[invalid], s=70, marker="x", color="k", linewidths=1.2,
+                                        zorder=5)
+
+
+def _panels(df: pd.DataFrame) -> list[tuple[tuple[Any, str, str], pd.DataFrame]]:
+    """A panel per device, model@resolution and scenario (a server's QPS is never a line with a call's rate)."""
+    return list(latest(ok(df)).groupby(["device_name", "cell", "scenario"]))
+
+
+def _where(cell: str, scenario: str) -> str:
+    return cell if scenario == "inference" else f"{cell}, {scenario}"
 
 
 def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = False) -> Figure | None:
     """One panel per device and model@resolution, one line per framework against batch size, with the
     rounds' 95% intervals; a dot chart per panel when it holds a single batch size."""
-    panels = _panels(df)
-    if not panels:
+    every = _panels(df)
+    if not every:
         return None
-    fig, axes = _grid(len(panels))
+    panels = _few(every)
+    fig, axes = _grid(len(panels), of=len(every))
     handles: dict[str, Any] = {}
-    for ax, ((device, cell), g) in zip(axes.flat, panels):
+    for ax, ((device, cell, scenario), g) in zip(axes.flat, panels):
         sizes = sorted(int(b) for b in g["batch_size"].unique())
         series = sorted(g.groupby("framework"), key=lambda kv: (_order(kv[0]), kv[0]))
         if len(sizes) == 1:  # a dot chart: one row per framework, best at the top
             rows = sorted(series, key=lambda kv: float(kv[1][metric].iloc[0]), reverse=metric != "throughput")
             for y, (fw, gf) in enumerate(rows):
                 hollow = not gf["parity_ok"].all()
-                ax.errorbar(gf[metric], [y], xerr=_interval(gf, metric), fmt="o", color=_color(fw),
-                            mfc="white" if hollow else _color(fw), capsize=3)
+                dot = ax.errorbar(gf[metric], [y], xerr=_interval(gf, metric), fmt="o", color=_color(fw),
+                                  mfc="white" if hollow else _color(fw), capsize=3)
+                handles.setdefault(fw + _why_not_ranked(gf), dot)  # every plotted framework in the legend
+                _mark(ax, gf[metric], [y] * len(gf), gf, handles)
             ax.set_yticks(range(len(rows)))
             ax.set_yticklabels([fw + _why_not_ranked(gf) for fw, gf in rows])
             ax.set_xlabel(label + f" (batch {sizes[0]})")
@@ -138,12 +211,13 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = Fal
                                    color=_color(fw), linestyle="--" if hollow else "-",
                                    mfc="white" if hollow else _color(fw), capsize=2)
                 handles.setdefault(fw + _why_not_ranked(gf), line)
+                _mark(ax, gf["batch_size"], gf[metric], gf, handles)
             _batch_axis(ax, sizes)
             ax.set_ylabel(label)
             if log_y:
                 _log(ax, "y")
             ax.grid(alpha=0.3)
-        ax.set_title(f"{label.split(',')[0]}: {cell}\n{device}")
+        ax.set_title(f"{label.split(',')[0]}: {_where(cell, scenario)}\n{device}")
     return _finish(fig, handles)
 
 
@@ -167,11 +241,12 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
     if batch_size is None and not sel.empty:
         batch_size = int(sel["batch_size"].min())
     sel = sel[sel["batch_size"] == batch_size]
-    panels = list(sel.groupby(["device_name", "cell"]))
-    if not panels:
+    every = list(sel.groupby(["device_name", "cell", "scenario"]))
+    if not every:
         return None
-    fig, axes = _grid(len(panels), width=6.0)
-    for ax, ((device, cell), g) in zip(axes.flat, panels):
+    panels = _few(every)
+    fig, axes = _grid(len(panels), width=6.0, of=len(every))
+    for ax, ((device, cell, scenario), g) in zip(axes.flat, panels):
         g = g.assign(order=g["framework"].map(_order)).sort_values("order")
         box = ax.boxplot(list(g["raw_latencies_ms"]), showfliers=True, flierprops={"markersize": 2},
                          patch_artist=True)
@@ -183,7 +258,7 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
                            rotation=45, ha="right")
         _log(ax, "y")
         ax.set_ylabel("latency per iteration, ms")
-        ax.set_title(f"latency distribution: {cell}, batch {batch_size}\n{device}")
+        ax.set_title(f"latency distribution: {_where(cell, scenario)}, batch {batch_size}\n{device}")
         ax.grid(alpha=0.3, axis="y")
     return _finish(fig)
 
@@ -197,11 +272,17 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
     dec = xla_decomposition(df)
     if dec.empty:
         return None
-    panels = list(dec.groupby(["device_name", "path"]))
-    rows = max(len(g) for _, g in panels)
-    fig, axes = _grid(len(panels), width=5.5, height=max(2.0, 0.3 * rows + 1.5))
+    every = list(dec.groupby(["device_name", "path"]))
+    panels = _few(every)
+    rows = min(MAX_ROWS, max(len(g) for _, g in panels))
+    fig, axes = _grid(len(panels), width=5.5, height=max(2.0, 0.3 * rows + 1.5), of=len(every))
+    cut = sum(max(0, len(g) - MAX_ROWS) for _, g in panels)
+    if cut:
+        left_out(fig, sum(min(len(g), MAX_ROWS) for _, g in panels), sum(len(g) for _, g in panels), "rows")
     for ax, ((device, path), g) in zip(axes.flat, panels):
         g = g.sort_values(["cell", "batch_size"], ascending=False)
+        g = g.iloc[np.argsort(-np.abs(np.log(g["xla_vs_graph"].to_numpy())), kind="stable")[:MAX_ROWS]].sort_values(
+            ["cell", "batch_size"], ascending=False)  # at most MAX_ROWS: the largest XLA steps
         y = np.arange(len(g))
         for column, (label, marker) in _STEPS.items():
             ax.plot(g[column], y, marker, label=label, color="C0" if column == "graph_vs_eager" else "C3")
@@ -225,8 +306,9 @@ def pareto(df: pd.DataFrame) -> Figure | None:
     good = latest(df[df["ranked"]])
     if good.empty:
         return None
-    panels = list(good.groupby(FRONTIER_GROUP))
-    fig, axes = _grid(len(panels), width=6.0, height=4.5)
+    every = list(good.groupby(FRONTIER_GROUP))
+    panels = _few(every)
+    fig, axes = _grid(len(panels), width=6.0, height=4.5, of=len(every))
     handles: dict[str, Any] = {}
     for ax, ((device, model, res, precision, _scenario), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
@@ -266,8 +348,9 @@ def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None)
             series.append((f"external: {device}", str(fw), g, True))
     if not series:
         return None, pd.DataFrame()
-    panels = list(dict.fromkeys(s[0] for s in series))
-    fig, axes = _grid(len(panels), width=5.5, height=4.0)
+    every = list(dict.fromkeys(s[0] for s in series))
+    panels = _few(every, lambda panel: sum(len(s[2]) for s in series if s[0] == panel))
+    fig, axes = _grid(len(panels), width=5.5, height=4.0, of=len(every))
     fits = []
     for ax, panel in zip(axes.flat, panels):
         for _, fw, g, external in sorted((s for s in series if s[0] == panel), key=lambda s: _order(s[1])):
@@ -303,33 +386,32 @@ def _thousands(value: float, _pos: Any = None) -> str:
 
 def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                  batch_size: int | None = None) -> Figure | None:
-    """Best throughput per framework and device, one dot-chart panel per model@resolution of *these
-    records* seen on two devices or more (log scale, so dots, not bars), with published figures for the
-    same model and resolution beside them, hollow and labelled external; None when nothing spans devices."""
+    """Throughput per framework and device at one model, resolution and batch size, a dot-chart panel for each such
+    cell of *these records* seen on two devices or more (log scale, so dots, not bars), with published figures for
+    the same cell beside them, hollow and labelled external; None when nothing spans devices. Rows at different
+    batch sizes are never set side by side."""
     ours = latest(df[df["ranked"]])
     if batch_size is not None:
         ours = ours[ours["batch_size"] == batch_size]
-    cells = sorted(set(zip(ours["model"], ours["resolution"])))
-    if not cells:
-        return None
     rows_per = []
-    for model, res in cells:
-        g = ours[(ours["model"] == model) & (ours["resolution"] == res)]
+    for (model, res, bs, scenario), g in ours.groupby(["model", "resolution", "batch_size", "scenario"]):
         best = g.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
-        rows = [(f"{r['framework']} bs{r['batch_size']}, {r['device_name']}", float(r["throughput"]), r["framework"],
-                 False) for _, r in best.sort_values(["device_name", "throughput"]).iterrows()]
-        if reference is not None and not reference.empty:
-            ref = reference[(reference["model"] == model) & (reference["resolution"] == res)]
+        rows = [(f"{r['framework']}, {r['device_name']}", float(r["throughput"]), r["framework"], False)
+                for _, r in best.sort_values(["device_name", "throughput"]).iterrows()]
+        if reference is not None and not reference.empty and scenario == "inference":
+            ref = reference[(reference["model"] == model) & (reference["resolution"] == res)
+                            & (reference["batch_size"] == bs)]
             ref = ref.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
-            rows += [(f"{r['framework']} bs{r['batch_size']}, {r['device_name']} (external)", float(r["throughput"]),
-                      r["framework"], True) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
+            rows += [(f"{r['framework']}, {r['device_name']} (external)", float(r["throughput"]), r["framework"],
+                      True) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
         if len({label.split(", ", 1)[1] for label, *_ in rows}) > 1:  # across devices: two or more
-            rows_per.append(((model, res), rows))
+            rows_per.append(((_where(f"{model}@{res}", scenario), bs), rows[:MAX_ROWS]))
     if not rows_per:
         return None
+    every, rows_per = len(rows_per), _few(rows_per)
     height = max(3.0, 0.22 * max(len(r) for _, r in rows_per) + 1.5)
-    fig, axes = _grid(len(rows_per), width=7.5, height=height)
-    for ax, ((model, res), rows) in zip(axes.flat, rows_per):
+    fig, axes = _grid(len(rows_per), width=7.5, height=height, of=every)
+    for ax, ((where, bs), rows) in zip(axes.flat, rows_per):
         y = np.arange(len(rows))[::-1]
         for yi, (_, value, fw, external) in zip(y, rows):
             ax.plot([value], [yi], "o", color=_color(fw), mfc="white" if external else _color(fw))
@@ -337,8 +419,8 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         ax.set_yticklabels([label for label, *_ in rows])
         ax.set_ylim(-0.5, len(rows) - 0.5)
         _log(ax, "x")
-        ax.set_xlabel("samples / s at the best batch size measured (log)")
-        ax.set_title(f"throughput across devices: {model}@{res}"
+        ax.set_xlabel("samples / s (log)")
+        ax.set_title(f"throughput across devices: {where}, batch {bs}"
                      + ("\nfilled: these records; hollow: published external figures" if any(r[3] for r in rows)
                         else ""))
         ax.grid(alpha=0.3, axis="x")
@@ -377,8 +459,9 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
     good = latest(df[df["ranked"] & df["gflop_per_image"].notna()])
     if good["model"].nunique() < 2:
         return None
-    panels = list(good.groupby(["device_name", "batch_size"]))
-    fig, axes = _grid(len(panels), width=9.0, height=7.0)
+    every = list(good.groupby(["device_name", "batch_size"]))
+    panels = _few(every, limit=6)
+    fig, axes = _grid(len(panels), width=9.0, height=7.0, of=len(every))
     handles: dict[str, Any] = {}
     for ax, ((device, bs), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
@@ -420,10 +503,20 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     dec = dec[dec["path"] == path] if not dec.empty else dec
     if dec.empty or dec["model"].nunique() < 2:
         return None
-    panels = list(dec.groupby(["device_name", "batch_size", "resolution"]))
+    every = list(dec.groupby(["device_name", "batch_size", "resolution"]))
+    every = [(key, g.iloc[np.argsort(-np.abs(np.log(g["xla_vs_graph"].to_numpy())), kind="stable")[:MAX_ROWS]])
+             for key, g in every]  # at most MAX_ROWS models a panel: the largest steps
+    panels, room = [], (MAX_HEIGHT_PX / DPI - 0.5) / 0.26  # as many panels as the height allows, the fullest first
+    for key, g in sorted(every, key=lambda kv: -len(kv[1])):
+        if sum(max(len(x), 3) + 2.5 for _, x in panels) + max(len(g), 3) + 2.5 <= room:
+            panels.append((key, g))
+    panels = [p for p in every if any(p[0] == key for key, _ in panels)]
     heights = [max(len(g), 3) + 2.5 for _, g in panels]  # one column, each panel as tall as its models need
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.26 * sum(heights) + 0.5), sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": heights})
+    shown, total = sum(len(g) for _, g in panels), len(dec)
+    if shown < total:
+        left_out(fig, shown, total, "(model, batch) rows")
     steps = {"xla_vs_graph": ("XLA over graph mode (95% CI)", "o", "C3"),
              "xla_vs_eager": ("XLA over eager (the seed's 'XLA off')", "^", "C0")}
     for ax, ((device, bs, res), g) in zip(axes.flat, panels):
@@ -460,8 +553,9 @@ def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
     served = df[(df["serving.scenario"] == "server") & (df["status"] == "ok")]
     if served.empty:
         return None
-    panels = list(served.groupby(["device_name", "cell", "batch_size"]))
-    fig, axes = _grid(len(panels), width=6.0, height=4.2)
+    every = list(served.groupby(["device_name", "cell", "batch_size"]))
+    panels = _few(every)
+    fig, axes = _grid(len(panels), width=6.0, height=4.2, of=len(every))
     handles: dict[str, Any] = {}
     for ax, ((device, cell, bs), g) in zip(axes.flat, panels):
         bound = None

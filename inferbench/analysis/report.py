@@ -30,13 +30,18 @@ class Context:
     norm: Any = None
     recs: list[dict[str, Any]] = field(default_factory=list)
     pending: list[tuple[str, Any]] = field(default_factory=list)  # figures, saved once the report is known good
+    quick: Any = None  # the quick looks set apart from measured records (None: none, or every record is one)
+    all_quick: bool = False
 
     def figure(self, name: str, fig: Any, caption: str) -> list[str]:
         """A figure's Markdown (or the line that says there was no data for it); the figure is saved later."""
         if fig is None:
             return [f"*{caption}: no data in these records.*", ""]
         self.pending.append((name, fig))
-        return [f"![{caption}]({name})", "", f"*{caption}*", ""]
+        shown = getattr(fig, "inferbench_shown", None)
+        said = caption + (f" ({shown[0]} of {shown[1]} {shown[2]}: those with the most data; every cell is in the "
+                          "tables)" if shown else "")
+        return [f"![{caption}]({name})", "", f"*{said}*", ""]
 
 
 def recommendation(ctx: Context) -> list[str]:
@@ -51,6 +56,25 @@ def recommendation(ctx: Context) -> list[str]:
             f"{'s' if len(runs) > 1 else ''} {markdown.text(', '.join(runs))}). The margin is the runner-up's figure "
             "over the recommended one's, paired within rounds when both ran in the same run; 'within the noise' "
             "means its 95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
+
+
+def quick_looks(ctx: Context) -> list[str]:
+    """What the report left out as quick looks, or that it is made of nothing else."""
+    if ctx.all_quick:
+        return ["**Every record here is a quick look** (`--quick`, or the zoo's one short round per cell): fewer "
+                "rounds than a measurement, so read it as orientation, not a benchmark.", ""]
+    if ctx.quick is None:
+        return []
+    import os
+
+    folders = sorted({os.path.relpath(Path(str(s)).parent) for s in ctx.quick["_source"]}) \
+        if "_source" in ctx.quick else []
+    return ["## Quick looks, set apart", "",
+            f"{len(ctx.quick)} records are quick looks (`--quick`, or fewer than 3 rounds: the zoo's one short round "
+            f"per cell) and are left out of every table, figure and ranking of this report, which come from the "
+            f"{len(ctx.df)} measured records. Report them on their own to see them"
+            + (": " + markdown.text(", ".join(folders[:8]) + (f" and {len(folders) - 8} more" if len(folders) > 8
+                                                              else "")) if folders else "") + ".", ""]
 
 
 def failures(ctx: Context) -> list[str]:
@@ -297,8 +321,8 @@ def sources(ctx: Context) -> list[str]:
 
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
-    recommendation, failures, results, serving, batch_sizes, xla_steps, across_models, frontier, significance, energy,
-    devices, sources)
+    recommendation, quick_looks, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
+    significance, energy, devices, sources)
 
 
 def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
@@ -310,22 +334,27 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     import matplotlib.pyplot as plt
 
     from ..base.files import check_writable
-    from . import load, load_reference, normalise, ok
+    from . import load, load_reference, normalise, ok, plots
+    from . import quick_looks as quick_looks_of
 
     df = load(paths)
+    quick = quick_looks_of(df)
+    set_aside = df[quick] if quick.any() and not quick.all() else None
+    df = df[~quick] if set_aside is not None else df  # quick looks are never pooled with measured records
     if ok(df).empty:
         first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
         raise UsageError(f"no successful measurement among the {len(df)} records (e.g. {first}): nothing to report")
     ctx = Context(df, list(paths), objective, ref=load_reference(reference_dir) if use_reference else None,
                   normalise_to=normalise_to,
-                  norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None)  # an unknown one: exit 2
+                  norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None,  # an unknown one: exit 2
+                  quick=set_aside, all_quick=bool(quick.all()))
     check_writable(out)  # only once the inputs are known to be good
     md = ["# inferbench report", ""]
     for section in SECTIONS:
         md += section(ctx)
     for name, fig in ctx.pending:
         image = io.BytesIO()
-        fig.savefig(image, format="png", dpi=110, bbox_inches="tight")  # legends sit outside the panels
+        fig.savefig(image, format="png", dpi=plots.DPI, bbox_inches="tight")  # legends sit outside the panels
         plt.close(fig)
         atomic_write_bytes(out / name, image.getvalue())  # a full disk leaves no half-written figure
     write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective)

@@ -58,9 +58,16 @@ def fit(header: Row, rows: list[Row], width: int | None) -> tuple[Row, list[Row]
     return header, rows, dropped
 
 
-def format_summary(records: list[dict[str, Any]], objective: str = "p50", width: int | None = None) -> str:
-    """The answer first (the recommendation per group), then a row per cell (narrowed to ``width``, a
-    terminal's), then what is not ranked and why."""
+#: What the zoo says instead of a recommendation: its timings are one short round each.
+NOT_A_BENCHMARK = ("no recommendation: one short round per cell, one framework loaded at a time — a support matrix, "
+                   "not a benchmark (inferbench run or sweep measures and compares)")
+
+
+def format_summary(records: list[dict[str, Any]], objective: str = "p50", width: int | None = None,
+                   benchmark: bool = True) -> str:
+    """The answer first (the recommendation per group; ``benchmark`` False, the zoo's orientation timings: the line
+    that says why there is none), then a row per cell (narrowed to ``width``, a terminal's), then what is not
+    ranked and why."""
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
@@ -85,7 +92,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
             + ((fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
                 fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
-    answer = recommendation_lines(recommendations(records, objective))
+    answer = recommendation_lines(recommendations(records, objective)) if benchmark else [NOT_A_BENCHMARK]
     header, rows, dropped = fit(header, rows, width)
     lines = answer + ([""] if answer else []) + table(header, rows)
     if dropped:

@@ -1,0 +1,127 @@
+"""Figures a reader can read: bounded in size, every plotted framework in the legend, log axes with ticks, unstable
+and invalid cells marked, quick looks never pooled with measurements, cross-device rows at one batch size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_results import make_record
+
+from inferbench import analysis, records
+from inferbench.analysis import plots
+from inferbench.cli.summary import NOT_A_BENCHMARK, format_summary
+from inferbench.measure.stats import summarize
+from inferbench.report import main
+
+
+def _record(framework, model="mobilenet_v3_large", bs=1, p50=5.0, cpu="Test CPU", rounds=8, quick=False,
+            wobble=0.01, valid=True, **extra):
+    """A measured record: ``rounds`` rounds of 10 samples, the rounds apart by ``wobble`` (0.3: unstable)."""
+    lat = [p50 * (1 + wobble * (r % 3 - 1)) * (1 + 0.002 * (i % 5)) for r in range(rounds) for i in range(10)]
+    rr = [r for r in range(rounds) for _ in range(10)]
+    return make_record(framework, model=model, batch_size=bs, latency_ms=summarize(lat, rr), raw_latencies_ms=lat,
+                       raw_rounds=rr, throughput_per_s=1000 * bs / p50,
+                       config={"device": {"kind": "cpu", "gpu": None}, "threads": 2, "quick": quick,
+                               "timing": {"rounds": rounds}},
+                       environment={"cpu": {"model": cpu}}, validity={"valid": valid, "reason": "test"}, **extra)
+
+
+def _write(folder: Path, recs) -> Path:
+    for r in recs:
+        records.write_record(folder, r)
+    return folder
+
+
+def test_no_figure_is_taller_than_a_screenful_of_panels(tmp_path):
+    """40 models x 2 batch sizes x 3 frameworks: 40 panels per figure before; now at most 12, and said."""
+    from inferbench.registry.models import MODELS
+
+    models = list(MODELS)[:40]
+    recs = [_record(fw, model=m, bs=bs, p50=p * bs * (1 + i / 40)) for i, m in enumerate(models) for bs in (1, 8)
+            for fw, p in (("onnxrt", 4.0), ("openvino", 3.0), ("tf", 12.0))]
+    _write(tmp_path / "many", recs)
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "many"), "--out", str(out)]) == 0
+    from PIL import Image
+
+    heights = {png.name: Image.open(png).size[1] for png in out.glob("*.png")}
+    assert len(heights) >= 4 and max(heights.values()) <= plots.MAX_HEIGHT_PX, heights
+    text = (out / "report.md").read_text()
+    assert "*throughput vs batch size (12 of 40 panels: those with the most data; every cell is in the tables)*" in text
+    assert text.split("## Results")[1].count("@224 |") >= 200  # every cell in the table (some models are not 224)
+
+
+def test_every_plotted_framework_is_in_the_legend_and_log_axes_have_ticks(tmp_path):
+    """tf only in a one-batch panel (a dot chart) was left out of the legend; a 3-5 ms axis had one tick label."""
+    recs = [_record("onnxrt", bs=bs, p50=4.0 * (1 + bs / 40)) for bs in (1, 4)]
+    recs += [_record("openvino", bs=bs, p50=3.5 * (1 + bs / 40)) for bs in (1, 4)]
+    recs += [_record("tf", model="resnet50", p50=5.0)]
+    df = analysis.load(_write(tmp_path / "run", recs))
+    fig = plots.latency_vs_batch(df, "p50")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"onnxrt", "openvino", "tf"} <= set(legend), legend
+    ax = next(a for a in fig.axes if a.get_visible() and "mobilenet_v3_large" in a.get_title())
+    lo, hi = ax.get_ylim()
+    labelled = [t for t, label in zip(ax.get_yticks(), ax.get_yticklabels()) if lo <= t <= hi and label.get_text()]
+    assert hi / lo < 10 and len(labelled) >= 3, (lo, hi, labelled)
+
+
+def test_unstable_and_invalid_cells_are_marked(tmp_path):
+    calm = [_record("onnxrt", bs=bs, p50=4.0 * bs) for bs in (1, 4)]
+    df = analysis.load(_write(tmp_path / "calm", calm))
+    legend = [t.get_text() for t in plots.throughput_vs_batch(df).legends[0].get_texts()]
+    assert plots.UNSTABLE not in legend and plots.NOT_VALID not in legend
+    rough = [_record("onnxrt", bs=1, p50=4.0, wobble=0.3), _record("onnxrt", bs=4, p50=16.0, valid=False)]
+    df = analysis.load(_write(tmp_path / "rough", rough))
+    assert list(df.sort_values("batch_size")["latency_ms.stability.verdict"]) == ["unstable", "stable"]
+    fig = plots.throughput_vs_batch(df)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert plots.UNSTABLE in legend and plots.NOT_VALID in legend
+    from matplotlib.collections import PathCollection
+
+    ringed = [c for c in fig.axes[0].collections if isinstance(c, PathCollection) and c.get_sizes()[0] == 110]
+    assert len(ringed) == 1 and len(ringed[0].get_offsets()) == 1  # the unstable point only
+
+
+def test_quick_looks_are_never_pooled_with_measurements(tmp_path):
+    measured = _write(tmp_path / "run", [_record("onnxrt", p50=4.0), _record("openvino", p50=3.0)])
+    zoo = _write(tmp_path / "zoo", [_record("tf", p50=1.0, rounds=1), _record("torch", p50=2.0, quick=True,
+                                                                               rounds=3)])
+    out = tmp_path / "report"
+    assert main([str(measured), str(zoo), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "## Quick looks, set apart" in text and "2 records are quick looks" in text and "zoo" in text
+    results = text.split("## Results")[1].split("\n## ")[0]
+    assert "| onnxrt |" in results and "| tf |" not in results and "| torch |" not in results
+    assert "openvino" in text.split("## Recommendation")[1].split("\n## ")[0]  # tf's 1 ms is not the answer
+    assert main([str(zoo), "--out", str(tmp_path / "alone")]) == 0  # on their own: shown, and said to be
+    assert "**Every record here is a quick look**" in (tmp_path / "alone" / "report.md").read_text()
+    mask = analysis.quick_looks(analysis.load([measured, zoo]))
+    assert sorted(mask.astype(int)) == [0, 0, 1, 1]
+
+
+def test_cross_device_rows_share_model_resolution_and_batch(tmp_path):
+    a = [_record("onnxrt", bs=1, p50=4.0, cpu="CPU A"), _record("onnxrt", bs=8, p50=20.0, cpu="CPU A")]
+    b = [_record("onnxrt", bs=8, p50=10.0, cpu="CPU B")]
+    df = analysis.load([_write(tmp_path / "a", a), _write(tmp_path / "b", b)])
+    fig = plots.cross_device(df)
+    (ax,) = [x for x in fig.axes if x.get_visible()]
+    assert ax.get_title().startswith("throughput across devices: mobilenet_v3_large@224, batch 8")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["onnxrt, CPU A", "onnxrt, CPU B"]
+    only_bs1 = analysis.load([tmp_path / "a"])
+    assert plots.cross_device(only_bs1) is None
+
+
+@pytest.mark.parametrize("benchmark", [True, False])
+def test_the_zoo_prints_no_recommendation(benchmark):
+    recs = [encode_record(r) for r in (_record("onnxrt", p50=4.0, rounds=1), _record("tf", p50=9.0, rounds=1))]
+    text = format_summary(recs, "p50", 200, benchmark=benchmark)
+    assert (NOT_A_BENCHMARK in text) is not benchmark and ("better than" in text) is benchmark
+
+
+def encode_record(record):
+    from inferbench.base.codec import encode
+
+    return encode(record)
+
