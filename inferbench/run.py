@@ -136,6 +136,9 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     print(format_summary(executed.records, objective_for(values), terminal_width()), file=sys.stdout)
     written = [name for name, there in (("a JSON record per cell", executed.records),
                                         *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
+    if executed.unmeasured:
+        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
+              f"{', '.join(executed.unmeasured)}", file=sys.stderr)
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)
@@ -144,12 +147,13 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
 
         print(where(config.log_to))
     status = exit_status(executed, bool(values.get("require_valid")))
-    emit(run_document(run_dir, executed.records))
+    emit(run_document(run_dir, executed.records, executed.unmeasured))
     return status
 
 
-def run_document(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, and its files."""
+def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[str] | None = None) -> dict[str, Any]:
+    """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, its files, and the cells
+    --time-budget left unmeasured."""
     import json
 
     answer = run_dir / "recommendation.json"
@@ -159,7 +163,8 @@ def run_document(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]
         recommendations = []
     return {"run_dir": str(run_dir), "recommendations": recommendations,
             "cells": [cell_summary(r) for r in records],
-            "files": sorted(str(p) for p in run_dir.iterdir() if p.is_file() and not p.name.startswith("."))}
+            "files": sorted(str(p) for p in run_dir.iterdir() if p.is_file() and not p.name.startswith(".")),
+            "unmeasured": list(unmeasured or [])}
 
 
 #: What a run writes beside its records (named in the final line only when it is there).

@@ -87,7 +87,27 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     gpu = plan.config.device.gpu
     if gpu is not None and gpu.uuid not in {g.uuid for g in list_gpus()}:
         raise UsageError(f"the sweep ran on GPU {gpu.uuid} ({gpu.name}), which this machine does not have")
+    if values.get("time_budget"):
+        first_group_fits(plan, sweep_dir, float(values["time_budget"]))  # type: ignore[arg-type]
     return plan
+
+
+def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
+    """--resume --time-budget: the saved plan is not shrunk; its next group must fit the budget (else one line, exit
+    2), the rest is kept to while it runs."""
+    from .execution.budget import estimate, say, to_export
+    from .spec import groups_of
+
+    if plan.config.scenario != "inference" or plan.config.executor == "ray":
+        raise UsageError("--time-budget applies to an inference sweep run here (not "
+                         + ("--executor ray" if plan.config.executor == "ray" else plan.config.scenario) + ")")
+    todo = [c for c in plan.cells if not (sweep_dir / c.filename).exists()]
+    if todo:
+        first = groups_of(todo, plan.config.sequential)[0]
+        needs = estimate(plan.config, first, to_export(plan.config, first))
+        if needs > budget_s:
+            raise UsageError(f"--time-budget {say(budget_s)} is too short for the sweep's next group "
+                             f"({first[0].model}@{first[0].resolution} bs{first[0].batch_size}, about {say(needs)})")
 
 
 def adopt_legacy_names(sweep_dir: Path, plan: Plan) -> None:

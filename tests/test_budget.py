@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import pytest
 
+from inferbench.base.errors import UsageError
 from inferbench.execution import budget
 from inferbench.run import main as run_main
 from inferbench.sweep import main as sweep_main
@@ -23,7 +23,7 @@ def test_durations_read_as_people_write_them(text, seconds):
     assert budget.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "0", "0s", "soon", "-5m", "5x", "m"])
+@pytest.mark.parametrize("text", ["", "0", "0s", "soon", "-5m", "5x", "m", "1h30", "2m5"])
 def test_a_duration_that_is_not_one_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
         budget.parse_duration(text)
@@ -78,8 +78,19 @@ def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fak
     assert any(line.startswith("left out to fit --time-budget") and "fake-slow (about" in line
                for line in fitted.lines)
     # shorter than one framework's smallest plan: refused, with what it would take
-    with pytest.raises(Exception, match="is too short: the smallest plan"):
+    with pytest.raises(UsageError, match="is too short: the smallest plan's first group"):
         budget.fit(config, cells, 2.0, {})
+
+
+def test_a_budget_shorter_than_the_first_group_is_refused_even_with_more_groups(fakes, tmp_path, monkeypatch):
+    """Three groups of one slow framework: 'the groups that fit' would start the first and overrun the budget."""
+    monkeypatch.setattr(budget, "SETUP_S", {"fake-slow": 60.0})
+    config, cells = _plan(fakes, tmp_path, "--framework", "fake-slow", "--batch-size", "1,4,16")
+    first = budget.estimate(budget.shrunk(config, 0.0), cells[:1], {})
+    with pytest.raises(UsageError, match="first group"):
+        budget.fit(config, cells, first * 0.9, {})
+    fitted = budget.fit(config, cells, first * 1.5, {})  # the first group fits, the plan does not: said
+    assert "the groups that fit are measured" in fitted.lines[-1] and len(fitted.cells) == 3
 
 
 def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeypatch):
@@ -149,4 +160,56 @@ def test_a_deadline_lets_a_group_keep_its_minimum_rounds():
     assert deadline.another_round(3, 1.0, processes=2) and not deadline.another_round(4, 1.0, processes=2)
     assert budget.Deadline(1e9, clock=time.monotonic).another_round(7, 1.0)
     assert budget.say(45) == "45 s" and budget.say(450) == "7m30s" and budget.say(3900) == "1h05m"
-    assert Path(budget.__file__).name == "budget.py"
+
+
+def _spent(monkeypatch):
+    """--time-budget whose clock runs 100 s a reading against 250 s (how far the run got, not how fast)."""
+    class Spent(budget.Deadline):
+        def __init__(self, budget_s, clock=None):
+            super().__init__(250.0, _Steps(100.0))
+
+    monkeypatch.setattr(budget, "Deadline", Spent)
+
+
+def test_a_run_names_what_the_budget_left_unmeasured(fakes, tmp_path, capsys, monkeypatch):
+    from jsonschema import validate
+
+    from inferbench.cli.jsonout import SCHEMA
+
+    _spent(monkeypatch)
+    out = tmp_path / "out"
+    assert run_main([*QUICK, "--framework", "fake", "--batch-size", "1,2", "--duration", "0.08", "--time-budget",
+                     "1h", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), "--json"]) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    validate(document, json.loads(SCHEMA.read_text()))
+    assert document["unmeasured"] == ["mobilenet_v3_small@32 fake bs2"] and len(document["cells"]) == 1
+    assert "1 cell(s) left unmeasured by --time-budget: mobilenet_v3_small@32 fake bs2" in captured.err
+
+
+def test_a_group_that_cannot_run_under_a_budget_fails_its_cells_not_the_sweep(fakes, tmp_path, monkeypatch):
+    """Its export failed: no worker starts, and the deadline's check of its rounds must not trip over that."""
+    monkeypatch.setenv("FAKE_REFERENCE_FAILS", "1")
+    args = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--batch-sizes", "1",
+            "--device", "cpu", "--threads", "1", "--duration", "0.05", "--output-dir", str(tmp_path), "--name", "s",
+            "--cache-dir", str(tmp_path / "cache"), "--time-budget", "1h"]
+    assert sweep_main(args) == 1
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*_fake.json")]
+    assert record["status"] == "failed" and "the fake reference export failed" in record["error"]
+
+
+def test_resume_with_a_budget_checks_the_next_group(fakes, tmp_path, capsys, monkeypatch):
+    args = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--batch-sizes", "1,2",
+            "--device", "cpu", "--threads", "1", "--duration", "0.05", "--rounds", "3", "--output-dir", str(tmp_path),
+            "--name", "s", "--cache-dir", str(tmp_path / "cache")]
+    assert sweep_main(args) == 0
+    (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").unlink()
+    capsys.readouterr()
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 600.0})  # the next group: two 10-minute workers
+    assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 2
+    err = capsys.readouterr().err
+    assert "--time-budget 5m00s is too short for the sweep's next group (mobilenet_v3_small@32 bs2" in err
+    assert not (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
+    monkeypatch.setattr(budget, "SETUP_S", {})
+    assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 0
+    assert (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()

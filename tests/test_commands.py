@@ -298,7 +298,7 @@ def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin
     bare = [{**r, "raw_latencies_ms": None} for r in recs]
     (rec,) = recommendations(bare, "p50")
     assert rec["ci95"] is None and rec["margin"]["method"] == "none-no-raw-latencies"
-    assert "(no interval: none-no-raw-latencies)" in recommendation_lines([rec])[3]
+    assert recommendation_lines([rec])[3] == "    no claim over tf: no interval (none-no-raw-latencies)"
 
 
 def test_cells_of_different_thread_counts_are_never_one_group():

@@ -33,10 +33,18 @@ MEASURED_ROUNDS = 3
 
 
 def quick_looks(df: pd.DataFrame) -> pd.Series:
-    """True for each record that is a quick look (:data:`MEASURED_ROUNDS`)."""
+    """True for each record that is a quick look (:data:`MEASURED_ROUNDS`): run with --quick, or configured for fewer
+    rounds than that. A record from before rounds (schema 1: one timed stretch of at least 2 s, no interval) is not
+    one: it was a measurement of its day, and makes no claim without an interval anyway."""
     rounds = pd.to_numeric(df.get("config.timing.rounds", pd.Series(np.nan, index=df.index)), errors="coerce")
     quick = df.get("config.quick", pd.Series(False, index=df.index)).map(lambda v: v is True or v is np.True_)
     return (rounds < MEASURED_ROUNDS) | quick
+
+
+def measured(df: pd.DataFrame) -> pd.DataFrame:
+    """The records that are not quick looks, or all of them when every one is (a quick run on its own)."""
+    quick = quick_looks(df)
+    return df if quick.all() else df[~quick]
 
 
 #: One identity per record: the cell's (:data:`inferbench.spec.IDENTITY`) on one device of one host at one thread

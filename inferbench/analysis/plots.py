@@ -51,7 +51,7 @@ def _color(fw: str) -> Any:
 
 
 def _few(panels: list[Any], size: Any = lambda panel: len(panel[1]), limit: int = MAX_PANELS) -> list[Any]:
-    """At most ``limit`` of ``panels`` (in their order): those with the most data (``size``)."""
+    """At most ``limit`` of ``panels`` (in their order): the fullest (``size``), ties in their order (by name)."""
     if len(panels) <= limit:
         return panels
     keep = set(sorted(range(len(panels)), key=lambda i: -size(panels[i]))[:limit])
@@ -72,11 +72,17 @@ def _grid(n: int, width: float = 5.0, height: float = 3.8, of: int | None = None
     return fig, axes
 
 
-def left_out(fig: Figure, shown: int, total: int, what: str) -> None:
-    """The figure shows ``shown`` of ``total`` panels or rows: said under it (and read by the report's caption)."""
-    fig.inferbench_shown = (shown, total, what)  # type: ignore[attr-defined]
-    fig.text(0.0, 0.0, f"{shown} of {total} {what} shown (those with the most data); every cell is in the report's "
-             "tables", fontsize=SMALL, va="top", style="italic")
+def left_out(fig: Figure, shown: int, total: int, what: str, rule: str = "the fullest, ties in name order") -> None:
+    """The figure shows ``shown`` of ``total`` panels or rows, chosen by ``rule``: said under it (and in the report's
+    caption)."""
+    fig.inferbench_shown = (shown, total, what, rule)  # type: ignore[attr-defined]
+    fig.text(0.0, 0.0, f"{shown} of {total} {what} shown ({rule}); every cell is in the report's tables",
+             fontsize=SMALL, va="top", style="italic")
+
+
+def _largest_steps(g: pd.DataFrame) -> pd.DataFrame:
+    """At most MAX_ROWS rows of an XLA decomposition: those whose XLA step is the largest either way."""
+    return g.iloc[np.argsort(-np.abs(np.log(g["xla_vs_graph"].to_numpy(dtype=float))), kind="stable")[:MAX_ROWS]]
 
 
 def _finish(fig: Figure, handles: dict[str, Any] | None = None, title: str = "") -> Figure:
@@ -273,16 +279,14 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
     if dec.empty:
         return None
     every = list(dec.groupby(["device_name", "path"]))
-    panels = _few(every)
-    rows = min(MAX_ROWS, max(len(g) for _, g in panels))
-    fig, axes = _grid(len(panels), width=5.5, height=max(2.0, 0.3 * rows + 1.5), of=len(every))
-    cut = sum(max(0, len(g) - MAX_ROWS) for _, g in panels)
-    if cut:
-        left_out(fig, sum(min(len(g), MAX_ROWS) for _, g in panels), sum(len(g) for _, g in panels), "rows")
+    panels = [(key, _largest_steps(g)) for key, g in _few(every)]
+    rows = max(len(g) for _, g in panels)
+    fig, axes = _grid(len(panels), width=5.5, height=max(2.0, 0.3 * rows + 1.5))
+    if sum(len(g) for _, g in panels) < len(dec):
+        left_out(fig, sum(len(g) for _, g in panels), len(dec), "rows",
+                 f"the largest XLA steps, at most {MAX_ROWS} a panel, of the {MAX_PANELS} fullest panels")
     for ax, ((device, path), g) in zip(axes.flat, panels):
         g = g.sort_values(["cell", "batch_size"], ascending=False)
-        g = g.iloc[np.argsort(-np.abs(np.log(g["xla_vs_graph"].to_numpy())), kind="stable")[:MAX_ROWS]].sort_values(
-            ["cell", "batch_size"], ascending=False)  # at most MAX_ROWS: the largest XLA steps
         y = np.arange(len(g))
         for column, (label, marker) in _STEPS.items():
             ax.plot(g[column], y, marker, label=label, color="C0" if column == "graph_vs_eager" else "C3")
@@ -405,12 +409,16 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
             rows += [(f"{r['framework']}, {r['device_name']} (external)", float(r["throughput"]), r["framework"],
                       True) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
         if len({label.split(", ", 1)[1] for label, *_ in rows}) > 1:  # across devices: two or more
-            rows_per.append(((_where(f"{model}@{res}", scenario), bs), rows[:MAX_ROWS]))
+            rows_per.append(((_where(f"{model}@{res}", scenario), bs), rows))
     if not rows_per:
         return None
-    every, rows_per = len(rows_per), _few(rows_per)
+    total = sum(len(r) for _, r in rows_per)
+    rows_per = [(key, rows[:MAX_ROWS]) for key, rows in _few(rows_per)]
     height = max(3.0, 0.22 * max(len(r) for _, r in rows_per) + 1.5)
-    fig, axes = _grid(len(rows_per), width=7.5, height=height, of=every)
+    fig, axes = _grid(len(rows_per), width=7.5, height=height)
+    if sum(len(r) for _, r in rows_per) < total:
+        left_out(fig, sum(len(r) for _, r in rows_per), total, "rows",
+                 f"the {MAX_PANELS} cells with the most rows, at most {MAX_ROWS} each")
     for ax, ((where, bs), rows) in zip(axes.flat, rows_per):
         y = np.arange(len(rows))[::-1]
         for yi, (_, value, fw, external) in zip(y, rows):
@@ -486,10 +494,10 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
     fig.tight_layout()  # the final layout (the names take no part in it), then the names
     for ax, (_, g) in zip(axes.flat, panels):
         best = g.sort_values("gflop_per_s", ascending=False).groupby(["model", "resolution"]).head(1)
-        left_out = _name_points(ax, [(f"{r['model']}@{r['resolution']}", r["gflop_per_image"], r["throughput"])
-                                     for _, r in best.iterrows()])
-        if left_out:
-            note = ax.text(0.01, 0.01, "not named (no room): " + ", ".join(left_out), transform=ax.transAxes,
+        unnamed = _name_points(ax, [(f"{r['model']}@{r['resolution']}", r["gflop_per_image"], r["throughput"])
+                                    for _, r in best.iterrows()])
+        if unnamed:
+            note = ax.text(0.01, 0.01, "not named (no room): " + ", ".join(unnamed), transform=ax.transAxes,
                            fontsize=SMALL, va="bottom", wrap=True)
             note.set_in_layout(False)
     return _finish(fig, handles)
@@ -504,8 +512,7 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     if dec.empty or dec["model"].nunique() < 2:
         return None
     every = list(dec.groupby(["device_name", "batch_size", "resolution"]))
-    every = [(key, g.iloc[np.argsort(-np.abs(np.log(g["xla_vs_graph"].to_numpy())), kind="stable")[:MAX_ROWS]])
-             for key, g in every]  # at most MAX_ROWS models a panel: the largest steps
+    every = [(key, _largest_steps(g)) for key, g in every]
     panels, room = [], (MAX_HEIGHT_PX / DPI - 0.5) / 0.26  # as many panels as the height allows, the fullest first
     for key, g in sorted(every, key=lambda kv: -len(kv[1])):
         if sum(max(len(x), 3) + 2.5 for _, x in panels) + max(len(g), 3) + 2.5 <= room:
@@ -516,7 +523,8 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
                              gridspec_kw={"height_ratios": heights})
     shown, total = sum(len(g) for _, g in panels), len(dec)
     if shown < total:
-        left_out(fig, shown, total, "(model, batch) rows")
+        left_out(fig, shown, total, "(model, batch) rows", f"the largest XLA steps, at most {MAX_ROWS} a panel, "
+                 "as many panels as fit")
     steps = {"xla_vs_graph": ("XLA over graph mode (95% CI)", "o", "C3"),
              "xla_vs_eager": ("XLA over eager (the seed's 'XLA off')", "^", "C0")}
     for ax, ((device, bs, res), g) in zip(axes.flat, panels):

@@ -83,8 +83,8 @@ def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]
     cmp = comparison(a, b)
     ratio = cmp["ratio"]
     if cmp["ci95"] is None:
-        return (f"{a_name} is {1 / ratio:.2f}x the speed of {b_name} "
-                "(no interval: fewer than 3 rounds, or measured before rounds)")
+        return (f"{a_name} vs {b_name}: no claim (no interval: fewer than 3 rounds, or measured before rounds; "
+                f"the medians' ratio is {1 / ratio:.2f})")
     lo, hi = cmp["ci95"]
     if not cmp["significant"]:
         return (f"{a_name} vs {b_name}: no significant difference "
@@ -251,8 +251,8 @@ def margin_text(rec: Mapping[str, Any]) -> str:
     """How far ahead the recommended cell is: "1.65x better than onnxrt [95% CI 1.58-1.72]", or that the
     runner-up is within the noise."""
     m, runner = rec["margin"], rec["runner_up"]
-    if m["ci95"] is None:
-        return f"{m['ratio']:.2f}x better than {runner} (no interval: {m['method']})"
+    if m["ci95"] is None:  # a ratio without an interval is no claim (the zoo's one round, a record without samples)
+        return f"no claim over {runner}: no interval ({m['method']})"
     ci = f"[95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]"
     if not m["significant"]:
         return f"{runner} is within the noise ({m['ratio']:.2f}x {ci}): either will do"

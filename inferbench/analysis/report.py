@@ -39,8 +39,8 @@ class Context:
             return [f"*{caption}: no data in these records.*", ""]
         self.pending.append((name, fig))
         shown = getattr(fig, "inferbench_shown", None)
-        said = caption + (f" ({shown[0]} of {shown[1]} {shown[2]}: those with the most data; every cell is in the "
-                          "tables)" if shown else "")
+        said = caption + (f" ({shown[0]} of {shown[1]} {shown[2]}: {shown[3]}; every cell is in the tables)"
+                          if shown else "")
         return [f"![{caption}]({name})", "", f"*{said}*", ""]
 
 
@@ -58,23 +58,23 @@ def recommendation(ctx: Context) -> list[str]:
             "means its 95% interval contains 1. `recommendation.json` beside this report holds the same in full.", ""]
 
 
-def quick_looks(ctx: Context) -> list[str]:
-    """What the report left out as quick looks, or that it is made of nothing else."""
-    if ctx.all_quick:
-        return ["**Every record here is a quick look** (`--quick`, or the zoo's one short round per cell): fewer "
-                "rounds than a measurement, so read it as orientation, not a benchmark.", ""]
-    if ctx.quick is None:
-        return []
+def set_apart(ctx: Context) -> list[str]:
+    """The quick looks the report left out, or that it is made of nothing else (first: before any number)."""
     import os
 
-    folders = sorted({os.path.relpath(Path(str(s)).parent) for s in ctx.quick["_source"]}) \
-        if "_source" in ctx.quick else []
+    from . import MEASURED_ROUNDS
+
+    what = f"`--quick`, or fewer than {MEASURED_ROUNDS} rounds: the zoo's one short round per cell"
+    if ctx.all_quick:
+        return [f"**Every record here is a quick look** ({what}): read it as orientation, not a benchmark.", ""]
+    if ctx.quick is None:
+        return []
+    folders = sorted({os.path.relpath(Path(str(s)).parent) for s in ctx.quick["_source"]})
+    shown = ", ".join(folders[:8]) + (f" and {len(folders) - 8} more" if len(folders) > 8 else "")
     return ["## Quick looks, set apart", "",
-            f"{len(ctx.quick)} records are quick looks (`--quick`, or fewer than 3 rounds: the zoo's one short round "
-            f"per cell) and are left out of every table, figure and ranking of this report, which come from the "
-            f"{len(ctx.df)} measured records. Report them on their own to see them"
-            + (": " + markdown.text(", ".join(folders[:8]) + (f" and {len(folders) - 8} more" if len(folders) > 8
-                                                              else "")) if folders else "") + ".", ""]
+            f"{len(ctx.quick)} records are quick looks ({what}) and are left out of every table, figure and ranking "
+            f"of this report, which come from the {len(ctx.df)} measured records. Report them on their own to see "
+            f"them: {markdown.text(shown)}.", ""]
 
 
 def failures(ctx: Context) -> list[str]:
@@ -321,7 +321,7 @@ def sources(ctx: Context) -> list[str]:
 
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
-    recommendation, quick_looks, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
+    set_apart, recommendation, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
     significance, energy, devices, sources)
 
 
@@ -334,20 +334,22 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     import matplotlib.pyplot as plt
 
     from ..base.files import check_writable
-    from . import load, load_reference, normalise, ok, plots
-    from . import quick_looks as quick_looks_of
+    from . import load, load_reference, measured, normalise, ok, plots, quick_looks
 
     df = load(paths)
-    quick = quick_looks_of(df)
-    set_aside = df[quick] if quick.any() and not quick.all() else None
-    df = df[~quick] if set_aside is not None else df  # quick looks are never pooled with measured records
+    kept = measured(df)  # quick looks are never pooled with measured records
+    set_aside = df.drop(kept.index) if len(kept) < len(df) else None
+    all_quick = bool(quick_looks(df).all())
+    df = kept
     if ok(df).empty:
         first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
-        raise UsageError(f"no successful measurement among the {len(df)} records (e.g. {first}): nothing to report")
+        among = f"{len(df)} measured records ({len(set_aside)} quick looks set apart)" if set_aside is not None \
+            else f"{len(df)} records"
+        raise UsageError(f"no successful measurement among the {among} (e.g. {first}): nothing to report")
     ctx = Context(df, list(paths), objective, ref=load_reference(reference_dir) if use_reference else None,
                   normalise_to=normalise_to,
                   norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None,  # an unknown one: exit 2
-                  quick=set_aside, all_quick=bool(quick.all()))
+                  quick=set_aside, all_quick=all_quick)
     check_writable(out)  # only once the inputs are known to be good
     md = ["# inferbench report", ""]
     for section in SECTIONS:

@@ -47,8 +47,10 @@ def say_skipped(skipped: dict[str, str], notes: Any = (), stream: Any = None) ->
 
 
 def exit_status(executed: Any, require_valid: bool = False) -> int:
-    """0 when every cell ran, its record was written and none failed parity (and, with ``require_valid``, the run
-    is valid), else 1 (after one line per record that could not be written, and one when the run is not valid)."""
+    """0 when every cell that ran wrote its record and none failed or failed parity (and, with ``require_valid``,
+    the run is valid), else 1 (after one line per record that could not be written, and one when the run is not
+    valid). Cells --time-budget left unmeasured are said by the caller and do not change it: they are to come
+    (``--resume``), not failed."""
     from ..analysis.ranking import validity_of
 
     for label, why in executed.unwritten.items():

@@ -332,11 +332,13 @@ OPTIONS: tuple[Option, ...] = (
            "50)", None, positive_float, metavar="MS", maximum=DAY_S * 1e3),
     Option("time_budget", ("--time-budget",), "bound the whole run or sweep (90s, 20m, 1h30m): the plan says up "
            "front what fits (rounds and blocks shortened down to --quick's, then the costliest frameworks left out, "
-           "each said), and the run keeps to it (a group's rounds cut, never below 3; groups that would overrun "
-           "left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
+           "each said), and the run keeps to it (a group's rounds cut, never below 3 nor two a worker process; groups "
+           "that would overrun left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
            commands=("run", "sweep"), in_file=False),
-    Option("quick", ("--quick",), "a first answer: fewer, shorter rounds (6 of 0.25 s) in one worker process a "
-           "cell, 1 s of tuning, and LoadGen's tests shortened; the record says it was quick", False, switch=True),
+    Option("quick", ("--quick",), f"a first answer: fewer, shorter rounds ({QUICK['rounds']} of "
+           f"{QUICK['min_duration_s'] / QUICK['rounds']:g} s) in {QUICK['processes']} worker process a cell, "
+           f"{QUICK['tune_budget_s']:g} s of tuning, and LoadGen's tests shortened; the record says it was quick",
+           False, switch=True),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
            "benchmark_results/ holds the project's own committed runs)", "inferbench-results",
            parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),

@@ -48,11 +48,13 @@ STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
 
 
 def parse_duration(text: str) -> float:
-    """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number)."""
+    """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number); a number without its unit only alone
+    ('1h30' is refused: minutes or seconds?)."""
     import argparse
 
     s = str(text).strip().lower().replace(" ", "")
-    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", s)
+    s = s + "s" if re.fullmatch(r"\d+(?:\.\d+)?", s) else s
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?", s)
     if not s or parts is None or not any(parts.groups()):
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 90s, 20m or 1h30m)")
     h, m, sec = (float(g or 0) for g in parts.groups())
@@ -88,11 +90,26 @@ def group_s(cells: list[CellKey], config: RunConfig) -> float:
     return set_up + tuning + len(cells) * timing.min_duration_s + rounds
 
 
+def kinds(cells: list[CellKey]) -> set[str]:
+    """The artifact kinds ``cells`` load, with the Keras export and the reference outputs every cell needs."""
+    from ..registry.frameworks import get_framework
+    from ..registry.models import get_model
+
+    return ({get_framework(c.framework).artifact_for(get_model(c.model), c.scenario) for c in cells}
+            | {"keras", "reference"}) - {"none"}
+
+
+def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
+    """The exports ``cells`` need that ``to_export`` (per (model, resolution), the kinds not in the cache) lacks."""
+    pairs: dict[tuple[str, int], list[CellKey]] = {}
+    for c in cells:
+        pairs.setdefault((c.model, c.resolution), []).append(c)
+    return EXPORT_S * sum(len(to_export.get(pair, set()) & kinds(same)) for pair, same in pairs.items())
+
+
 def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
-    """Seconds the plan takes: every group, plus the exports ``to_export`` says are missing (per (model, resolution),
-    the artifact kinds not in the cache) that its cells need."""
-    exports = sum(len(to_export.get(pair, ())) for pair in dict.fromkeys((c.model, c.resolution) for c in cells))
-    return exports * EXPORT_S + sum(group_s(g, config) for g in groups_of(cells, config.sequential))
+    """Seconds the plan takes: every group, plus the exports its cells need that are not in the cache."""
+    return export_s(cells, to_export) + sum(group_s(g, config) for g in groups_of(cells, config.sequential))
 
 
 def shrunk(config: RunConfig, step: float) -> RunConfig:
@@ -160,8 +177,8 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     left_out: dict[str, str] = {}
     kept = list(cells)
 
-    def cost(framework: str) -> float:
-        return estimate(config, [c for c in kept if c.framework == framework], to_export)
+    def cost(framework: str) -> float:  # what leaving it out saves (exports it shares with others stay)
+        return took - estimate(config, [c for c in kept if c.framework != framework], to_export)
 
     while took > budget_s and len({c.framework for c in kept}) > 1:
         costliest = max(dict.fromkeys(c.framework for c in kept), key=cost)
@@ -172,10 +189,11 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         lines.append(f"left out to fit --time-budget {say(budget_s)}: "
                      + ", ".join(f"{k} ({why})" for k, why in left_out.items()))
     if took > budget_s:
-        if len(groups_of(kept, config.sequential)) == 1:
-            raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan ({kept[0].framework}, "
-                             f"{said(config)}) takes about "
-                             f"{say(took)}; give at least {say(took * 1.2)}")
+        first = estimate(config, groups_of(kept, config.sequential)[0], to_export)
+        if first > budget_s:  # not even one group fits (its exports included): refused, nothing made
+            raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan's first group "
+                             f"({', '.join(dict.fromkeys(c.framework for c in kept))}, {said(config)}) takes about "
+                             f"{say(first)}; give at least {say(first * 1.2)}")
         lines.append(f"time budget {say(budget_s)}: even so the plan takes about {say(took)}: the groups that fit "
                      "are measured, the others are left unmeasured (a sweep: for --resume)")
     else:
@@ -210,20 +228,17 @@ def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> fl
 
 
 def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], set[str]]:
-    """Per (model, resolution), the artifact kinds some cell loads (and the reference outputs) that its cache folder
-    lacks (read from the manifests: nothing is hashed)."""
+    """Per (model, resolution), the artifact kinds ``cells`` need that its cache folder lacks (read from the manifests:
+    nothing is hashed)."""
     from pathlib import Path
 
     from ..exporters.cache import artifact_dir, read_manifest
-    from ..registry.frameworks import get_framework
     from ..registry.models import get_model
     from .exports import cache_key
 
     out = {}
     for pair in dict.fromkeys((c.model, c.resolution) for c in cells):
-        spec = get_model(pair[0])
-        made = read_manifest(artifact_dir(Path(config.cache_dir), cache_key(config, spec, pair[1])))["artifacts"]
-        need = {get_framework(c.framework).artifact_for(spec, c.scenario) for c in cells
-                if (c.model, c.resolution) == pair} | {"keras", "reference"}
-        out[pair] = need - set(made) - {"none"}
+        folder = artifact_dir(Path(config.cache_dir), cache_key(config, get_model(pair[0]), pair[1]))
+        made = set(read_manifest(folder)["artifacts"])
+        out[pair] = kinds([c for c in cells if (c.model, c.resolution) == pair]) - made
     return out

@@ -23,7 +23,7 @@ from ..records.record import Record, as_written, record_key, upgrade, write_reco
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import SERVING
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
-from .budget import group_estimate, say
+from .budget import export_s, group_estimate, say, to_export
 from .childenv import child_env, ignored_shell_variables, recorded_env
 from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance, training_plan
 from .folders import set_aside_if_unreadable
@@ -242,13 +242,18 @@ def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_d
     writer = Writer(config, run_dir, cells, objective, progress)
     groups = list(groups_of(todo, config.sequential))
     unmeasured: list[str] = []
+    missing = to_export(config, todo) if deadline is not None else {}
     for i, same in enumerate(groups):
-        if deadline is not None and i and not deadline.fits(group_estimate(progress, same, config)):
-            unmeasured = [c.label for g in groups[i:] for c in g]
-            progress.result("time budget", f"{len(unmeasured)} cell(s) in {len(groups) - i} group(s) left "
-                            f"unmeasured: the next would take about {say(group_estimate(progress, same, config))}, "
-                            f"{say(max(0.0, deadline.left()))} of --time-budget is left")
-            break
+        if deadline is not None and i:  # the first group was checked up front (fit; a resumed sweep's: resumed)
+            # the group's time as measured so far (or estimated), and its exports still to make
+            needs = group_estimate(progress, same, config) + (
+                0.0 if (same[0].model, same[0].resolution) in exports.done else export_s(same, missing))
+            if not deadline.fits(needs):
+                unmeasured = [c.label for g in groups[i:] for c in g]
+                progress.result("time budget", f"{len(unmeasured)} cell(s) in {len(groups) - i} group(s) left "
+                                f"unmeasured: the next would take about {say(needs)}, "
+                                f"{say(max(0.0, deadline.left()))} of --time-budget is left", failure=True)
+                break
         folder, failed, batch_sizes = exports.of(same[0])
         c = same[0]
         if not config.sequential:

@@ -87,13 +87,14 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
-        cut = deadline is not None and jobs[0].cell.scenario == "inference"
+        cut = deadline is not None and bool(jobs) and jobs[0].cell.scenario == "inference"
         done, round_started = 0, time.monotonic()
         for r in range(rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
-            if cut and r and not deadline.another_round(r, time.monotonic() - round_started, len(replicas[0])):
+            if cut and r and not deadline.another_round(r, time.monotonic() - round_started,
+                                                        max(len(w) for w in replicas)):
                 (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
                                    "--time-budget")
                 break
