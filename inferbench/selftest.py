@@ -68,7 +68,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     code = run_main(["--framework", ",".join(runnable), *device, "--batch-size", "1,8", "--model", MODEL,
                      "--keras-backend", values["keras_backend"],
-                     "--duration", str(values["duration"]), "--rounds", "2",
+                     "--duration", str(values["duration"]), "--rounds", "2", "--processes", "1",
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],
