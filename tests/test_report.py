@@ -24,16 +24,20 @@ COMMITTED = ROOT / "benchmark_results"
 FIXTURE = Path(__file__).parent / "fixtures" / "schema_v1"
 
 
-@pytest.mark.slow  # every figure over the committed records but the zoo's (below): half a minute of plotting
+@pytest.mark.slow  # README's report, on every committed record: half a minute of plotting
 def test_report_on_committed_results_renders_every_figure(tmp_path):
+    from PIL import Image
+
     out = tmp_path / "report"
-    folders = [str(p) for p in COMMITTED.iterdir() if p.is_dir() and p.name != "zoo"]
-    assert main([*folders, "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
+    assert main([str(COMMITTED), "--out", str(out), "--normalise-to", "onnxrt", "--reference"]) == 0
     text = (out / "report.md").read_text()
     for png in ["throughput_vs_batch", "latency_p50_vs_batch", "latency_p99_vs_batch", "latency_distributions",
-                "xla_steps", "pareto", "power_vs_throughput", "cross_device"]:
+                "xla_steps", "pareto", "power_vs_throughput", "cross_device", "xla_gain_by_model",
+                "throughput_vs_flops", "p99_vs_qps"]:
         assert (out / f"{png}.png").stat().st_size > 10_000, png
         assert f"({png}.png)" in text
+        assert Image.open(out / f"{png}.png").size[1] <= plots.MAX_HEIGHT_PX, png  # were 12,500-14,800 px
+    assert "## Quick looks, set apart" in text and "zoo/matrix-cpu-2core" in text  # the zoo's one round, apart
     assert "Published external figures" in text and "external: perfacct" in text
     assert "no data in these records" not in text
     assert "the speed of" in text or "no significant difference" in text
