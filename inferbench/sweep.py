@@ -95,16 +95,14 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
 def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
     """--resume --time-budget: the saved plan is not shrunk; its next group must fit the budget (else one line, exit
     2), the rest is kept to while it runs."""
-    from .execution.budget import estimate, say, to_export
-    from .spec import groups_of
+    from .execution.budget import first_group_s, say, to_export
 
     if plan.config.scenario != "inference" or plan.config.executor == "ray":
         raise UsageError("--time-budget applies to an inference sweep run here (not "
                          + ("--executor ray" if plan.config.executor == "ray" else plan.config.scenario) + ")")
     todo = [c for c in plan.cells if not (sweep_dir / c.filename).exists()]
     if todo:
-        first = groups_of(todo, plan.config.sequential)[0]
-        needs = estimate(plan.config, first, to_export(plan.config, first))
+        first, needs = first_group_s(plan.config, todo, to_export(plan.config, todo))
         if needs > budget_s:
             raise UsageError(f"--time-budget {say(budget_s)} is too short for the sweep's next group "
                              f"({first[0].model}@{first[0].resolution} bs{first[0].batch_size}, about {say(needs)})")

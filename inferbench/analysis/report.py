@@ -334,13 +334,13 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     import matplotlib.pyplot as plt
 
     from ..base.files import check_writable
-    from . import load, load_reference, measured, normalise, ok, plots, quick_looks
+    from . import load, load_reference, normalise, ok, plots, quick_looks
 
     df = load(paths)
-    kept = measured(df)  # quick looks are never pooled with measured records
-    set_aside = df.drop(kept.index) if len(kept) < len(df) else None
-    all_quick = bool(quick_looks(df).all())
-    df = kept
+    quick = quick_looks(df)  # quick looks are never pooled with measured records (all quick: the report says so)
+    all_quick = bool(quick.all())
+    set_aside = df[quick] if quick.any() and not all_quick else None
+    df = df[~quick] if set_aside is not None else df
     if ok(df).empty:
         first = df["error"].dropna().astype(str).iloc[0] if df["error"].notna().any() else "no error recorded"
         among = f"{len(df)} measured records ({len(set_aside)} quick looks set apart)" if set_aside is not None \

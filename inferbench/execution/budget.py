@@ -99,12 +99,17 @@ def kinds(cells: list[CellKey]) -> set[str]:
             | {"keras", "reference"}) - {"none"}
 
 
-def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
-    """The exports ``cells`` need that ``to_export`` (per (model, resolution), the kinds not in the cache) lacks."""
+def by_pair(cells: list[CellKey]) -> dict[tuple[str, int], list[CellKey]]:
+    """``cells`` per (model, resolution): what one export serves."""
     pairs: dict[tuple[str, int], list[CellKey]] = {}
     for c in cells:
         pairs.setdefault((c.model, c.resolution), []).append(c)
-    return EXPORT_S * sum(len(to_export.get(pair, set()) & kinds(same)) for pair, same in pairs.items())
+    return pairs
+
+
+def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
+    """The exports ``cells`` need that ``to_export`` (per (model, resolution), the kinds not in the cache) lacks."""
+    return EXPORT_S * sum(len(to_export.get(pair, set()) & kinds(same)) for pair, same in by_pair(cells).items())
 
 
 def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
@@ -114,30 +119,21 @@ def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str,
 
 def shrunk(config: RunConfig, step: float) -> RunConfig:
     """The plan ``step`` of the way from --quick's settings (0) to its own (1), never longer than its own: its blocks,
-    warm-up and tuning shortened, its rounds fewer (two per worker process at least); at 0, --quick's."""
-    timing = config.timing
-    if step <= 0:
-        return quick(config)
+    warm-up and tuning shortened, its rounds fewer (two per worker process at least); at 0, --quick's, one worker
+    process a cell included (its records say they were quick)."""
+    timing, floor = config.timing, step <= 0
 
-    def between(own: float, floor: float) -> float:
-        return own if own <= floor else floor + step * (own - floor)
+    def between(own: float, least: float) -> float:  # at step 0: the smaller of the two
+        return own if own <= least else least + max(step, 0.0) * (own - least)
 
-    rounds = max(min(timing.rounds, 2 * config.processes), round(between(timing.rounds, QUICK["rounds"])))
-    return dataclasses.replace(config, tune_budget_s=between(config.tune_budget_s, QUICK["tune_budget_s"]), timing=(
-        dataclasses.replace(timing, rounds=rounds,
-                            min_duration_s=between(timing.min_duration_s, QUICK["min_duration_s"]),
-                            warmup_seconds=between(timing.warmup_seconds, QUICK["warmup_seconds"]))))
-
-
-def quick(config: RunConfig) -> RunConfig:
-    """``config`` at --quick's settings where its own are longer (its records say they were quick)."""
-    timing = config.timing
+    processes = min(config.processes, QUICK["processes"]) if floor else config.processes
+    rounds = max(min(timing.rounds, 2 * processes), round(between(timing.rounds, QUICK["rounds"])))
     return dataclasses.replace(
-        config, quick=True, processes=min(config.processes, QUICK["processes"]),
-        tune_budget_s=min(config.tune_budget_s, QUICK["tune_budget_s"]),
-        timing=dataclasses.replace(timing, rounds=min(timing.rounds, QUICK["rounds"]),
-                                   min_duration_s=min(timing.min_duration_s, QUICK["min_duration_s"]),
-                                   warmup_seconds=min(timing.warmup_seconds, QUICK["warmup_seconds"])))
+        config, quick=config.quick or floor, processes=processes,
+        tune_budget_s=between(config.tune_budget_s, QUICK["tune_budget_s"]),
+        timing=dataclasses.replace(timing, rounds=rounds,
+                                   min_duration_s=between(timing.min_duration_s, QUICK["min_duration_s"]),
+                                   warmup_seconds=between(timing.warmup_seconds, QUICK["warmup_seconds"])))
 
 
 def said(config: RunConfig) -> str:
@@ -177,19 +173,19 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     left_out: dict[str, str] = {}
     kept = list(cells)
 
-    def cost(framework: str) -> float:  # what leaving it out saves (exports it shares with others stay)
-        return took - estimate(config, [c for c in kept if c.framework != framework], to_export)
-
     while took > budget_s and len({c.framework for c in kept}) > 1:
-        costliest = max(dict.fromkeys(c.framework for c in kept), key=cost)
-        left_out[costliest] = f"about {say(cost(costliest))} of the plan"
+        # what leaving each out saves (exports it shares with the others stay)
+        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export)
+                 for fw in dict.fromkeys(c.framework for c in kept)}
+        costliest = max(saves, key=lambda fw: saves[fw])
+        left_out[costliest] = f"about {say(saves[costliest])} of the plan"
         kept = [c for c in kept if c.framework != costliest]
         took = estimate(config, kept, to_export)
     if left_out:
         lines.append(f"left out to fit --time-budget {say(budget_s)}: "
                      + ", ".join(f"{k} ({why})" for k, why in left_out.items()))
     if took > budget_s:
-        first = estimate(config, groups_of(kept, config.sequential)[0], to_export)
+        first = first_group_s(config, kept, to_export)[1]
         if first > budget_s:  # not even one group fits (its exports included): refused, nothing made
             raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan's first group "
                              f"({', '.join(dict.fromkeys(c.framework for c in kept))}, {said(config)}) takes about "
@@ -199,6 +195,13 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     else:
         lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}")
     return Fitted(config, tuple(kept), left_out, tuple(lines), took)
+
+
+def first_group_s(config: RunConfig, cells: list[CellKey],
+                  to_export: dict[tuple[str, int], set[str]]) -> tuple[list[CellKey], float]:
+    """The first group ``cells`` run in, and its time with its exports: what any budget must hold."""
+    first = groups_of(cells, config.sequential)[0]
+    return first, estimate(config, first, to_export)
 
 
 class Deadline:
@@ -223,7 +226,7 @@ class Deadline:
 def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> float:
     """A group's time from the phases measured so far (:class:`~inferbench.execution.progress.Progress`), or from
     :func:`group_s` before any was."""
-    measured = progress.group_s(len(cells)) if progress is not None else None
+    measured = progress.group_s(len(cells))
     return measured if measured is not None else group_s(cells, config)
 
 
@@ -237,8 +240,7 @@ def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], 
     from .exports import cache_key
 
     out = {}
-    for pair in dict.fromkeys((c.model, c.resolution) for c in cells):
-        folder = artifact_dir(Path(config.cache_dir), cache_key(config, get_model(pair[0]), pair[1]))
-        made = set(read_manifest(folder)["artifacts"])
-        out[pair] = kinds([c for c in cells if (c.model, c.resolution) == pair]) - made
+    for (model, resolution), same in by_pair(cells).items():
+        folder = artifact_dir(Path(config.cache_dir), cache_key(config, get_model(model), resolution))
+        out[(model, resolution)] = kinds(same) - set(read_manifest(folder)["artifacts"])
     return out
