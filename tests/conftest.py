@@ -5,6 +5,17 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.fixture(autouse=True)
+def no_heartbeat_outlives_its_test():
+    """A progress heartbeat left running prints its ever-growing elapsed time into later tests' output: every test
+    closes what it opened (inferbench's commands close theirs on every path)."""
+    yield
+    import threading
+
+    left = [t for t in threading.enumerate() if t.name == "inferbench-heartbeat" and t.is_alive()]
+    assert not left, "a Progress was left open: its heartbeat thread still runs"
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
     """One artifact cache for the whole session: exports are slow, and sharing them is the product's job."""

@@ -44,6 +44,8 @@ BAD_INPUTS = [
     (["--precision", "fp8"], "invalid choice"),
     (["--model", "efficientnet_v2_b0", "--framework", "torch-native"],
      "torchvision has no implementation of efficientnet_v2_b0"),
+    (["--model", "efficientnet_v2_b0,resnet50_v2", "--framework", "torch-native"],  # several: none can run it
+     "torchvision has no implementation of efficientnet_v2_b0"),
     (["--model", "regnetx_002,resnet50", "--weights", "imagenet"],
      "inferbench builds regnetx_002 itself and has no ImageNet weights"),
     (["--timeout", "0"], "must be > 0"),
@@ -102,7 +104,7 @@ def test_unwritable_output_dir(capsys, tmp_path):
 def test_seed_command_line_without_gpu_fails_fast_and_clearly(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "inferbench.run", "--framework", "tfxla", "--gpu-id", "0"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [

@@ -169,7 +169,7 @@ def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkey
 def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):
     start = time.monotonic()
     assert _run(tmp_path, "--framework", "fake-hang", "--timeout", "3", "-v") == 1  # -v: every phase as a line
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 300  # the child would hang an hour: it was killed (a loaded runner is slow)
     rec = records.load(tmp_path / "out").iloc[0]
     assert rec["error"] == "timed out after 3 s"
     assert "loading" in capsys.readouterr().err  # progress still flowed while the parent waited
@@ -284,7 +284,7 @@ def test_two_runs_exporting_one_model_to_one_cache_take_turns(fakes, tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", launch, *QUICK, "--framework", "fake", "--output-dir",
                                str(tmp_path / f"out{i}"), "--cache-dir", str(tmp_path / "cache")], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     assert (tmp_path / "exports.log").read_text().count("keras") == 1
     assert any("waiting: another inferbench process is exporting this model" in err for _, err in outs)
@@ -326,7 +326,7 @@ def test_killed_sweep_resumes_without_loss_or_repeat(fakes, tmp_path):
     cache = tmp_path / "cache"
     proc = _sweep_process([*GRID, "--output-dir", str(tmp_path), "--name", "s1", "--cache-dir", str(cache)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600
     while len(_records(sweep_dir)) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the cell it was running, mid-flight
@@ -356,13 +356,13 @@ def test_a_killed_sweep_takes_its_worker_with_it(fakes, tmp_path):
     proc = _sweep_process([*args, "--output-dir", str(tmp_path), "--name", "k", "--cache-dir", str(tmp_path / "c")],
                           stdout=subprocess.DEVNULL, stderr=log.open("w"))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "measuring" in log.read_text() and _workers_of(proc.pid), "no worker reached its timed window"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # the kernel's SIGKILL of the orphan, on a loaded runner
         while _workers_of(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _workers_of(proc.pid), "the worker outlived the killed sweep"

@@ -181,3 +181,18 @@ def test_keras_on_another_backend_needs_that_backend_not_tensorflow():
         assert "tensorflow" not in needed_packages(fw, None, RunnerOptions(keras_backend="jax"), {"keras", "reference"})
         assert "tensorflow" in needed_packages(fw, None, RunnerOptions(keras_backend="jax"))
     assert FRAMEWORKS["torch"].runtime_packages(RunnerOptions(keras_backend="jax")) == FRAMEWORKS["torch"].packages
+
+
+def test_a_named_framework_one_of_several_models_cannot_run_is_left_out_for_that_model_only():
+    """sweep/zoo --model resnet50,resnet50_v2 --framework torch-native: resnet50 runs on its twin, resnet50_v2 (no
+    twin) is left out with the reason; for one model alone (or when no model can run it) it stays a UsageError."""
+    from inferbench.base.errors import UsageError
+    from inferbench.registry.frameworks import choose
+    from inferbench.registry.models import get_model
+
+    with pytest.raises(UsageError, match="torchvision has no implementation of resnet50_v2"):
+        choose(["torch-native"], "cpu", get_model("resnet50_v2"))
+    chosen, skipped = choose(["torch-native", "onnxrt"], "cpu", get_model("resnet50_v2"), lenient=True)
+    assert [f.key for f in chosen] == ["onnxrt"]
+    assert skipped == {"torch-native": "torchvision has no implementation of resnet50_v2"}
+    assert [f.key for f in choose(["torch-native"], "cpu", get_model("resnet50"), lenient=True)[0]] == ["torch-native"]

@@ -22,6 +22,7 @@ TESTS = Path(__file__).resolve().parent
 GRID = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--min-iterations", "3",
         "--warmup", "0", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu"]
 LAUNCH = "import sys, fakes; fakes.register(); from inferbench.sweep import main; sys.exit(main(sys.argv[1:]))"
+WAIT_S = 300  # every wait is a deadline a loaded runner meets (a sweep interrupted at load 32 took over 30 s to exit)
 
 
 def _long_sweep(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
@@ -33,7 +34,7 @@ def _long_sweep(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
         [sys.executable, "-c", LAUNCH, *GRID, "--frameworks", "fake-slow", "--duration", "120", "-v", "--output-dir",
          str(tmp_path), "--name", name, "--cache-dir", str(tmp_path / "cache")],
         env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + WAIT_S
     while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "measuring" in log.read_text(), log.read_text()
@@ -45,7 +46,7 @@ def test_sigterm_and_sighup_are_interruptions_like_ctrl_c(fakes, tmp_path, sig):
     proc, log = _long_sweep(tmp_path, "s")
     try:
         proc.send_signal(sig)
-        assert proc.wait(timeout=30) == 128 + sig
+        assert proc.wait(timeout=WAIT_S) == 128 + sig
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -70,7 +71,7 @@ def test_an_ignored_sighup_stays_ignored(fakes, tmp_path):
         time.sleep(1.0)
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert proc.wait(timeout=WAIT_S) == 128 + signal.SIGTERM
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -27,7 +27,7 @@ from ..base.codec import decode, encode
 from ..base.errors import UsageError, shorten
 from ..execution.budget import QUICK, parse_duration
 from ..execution.exports import exported
-from ..registry.frameworks import Framework, choose, get_framework
+from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.models import ModelFile, register
 from ..registry.scenarios import SCENARIOS, SERVING
 from ..spec import (
@@ -577,10 +577,14 @@ def build(values: dict[str, Any]) -> Built:
         res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
                                  for r in values["resolutions"])
         have = exported(config, spec, res_list)
-        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have, config.scenario)
+        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have, config.scenario,
+                                      lenient=len(models) > 1)
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
+    for key in values["frameworks"]:  # named explicitly and runnable on none of several models: as for one model
+        if key not in SETS and len(left.get(key, {})) == len(models) > 1:
+            raise UsageError(f"{key}: {next(iter(left[key].values()))}")
     skipped = {k: next(iter(by.values())) if len(by) == 1 or len(set(by.values())) == 1 and len(by) == len(models)
                else f"not for {len(by)} of {len(models)} models: {', '.join(by)} (e.g. {next(iter(by.values()))})"
                for k, by in left.items()}

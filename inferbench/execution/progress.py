@@ -45,8 +45,21 @@ class Progress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beating = not self.live and verbosity == 0  # piped or a file, at the default verbosity
-        if heartbeat and self._beating:
-            threading.Thread(target=self._beat, name="inferbench-heartbeat", daemon=True).start()
+        # the heartbeat's thread starts with the first phase (a Progress that never says anything leaves none) and
+        # stops at close(): a Progress left open must never print its growing elapsed time into later output
+        self._heartbeat = heartbeat and self._beating
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat and self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._beat, name="inferbench-heartbeat", daemon=True)
+            self._thread.start()
 
     def _beat(self) -> None:
         while not self._stop.wait(min(5.0, HEARTBEAT_S / 2)):
@@ -64,6 +77,7 @@ class Progress:
 
     def measuring(self, cells_left: int, groups_left: int) -> None:
         """A group begins; the first call says how many cells and groups this invocation measures."""
+        self._start_heartbeat()
         now = self.clock()
         if self.measure_started is None:
             self.measure_started, self.cells_left, self._groups = now, float(cells_left), groups_left
@@ -131,6 +145,7 @@ class Progress:
     def say(self, label: str, text: str) -> None:
         """A passing phase: on the status line (terminal), as a line with -v, else only in the heartbeat."""
         self.phase = (label, text)
+        self._start_heartbeat()
         if self.verbosity > 0:
             with self._lock:
                 self._print(self._line(label, text))
@@ -141,6 +156,7 @@ class Progress:
 
     def result(self, label: str, text: str, failure: bool = False) -> None:
         """A lasting line: a result, an export done, a failure (-q keeps failures only)."""
+        self._start_heartbeat()
         if self.verbosity < 0 and not failure:
             return
         if self._status:
@@ -151,6 +167,8 @@ class Progress:
 
     def close(self) -> None:
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
         if self._status:
             print("\r\x1b[K", end="", file=self.stream, flush=True)
             self._status = False

@@ -224,14 +224,15 @@ def display_order(key: str) -> int:
 
 def choose(keys: list[str], device: str, model: Any, options: Any = None,
            have: frozenset[str] | set[str] = frozenset(),
-           scenario: str = "inference") -> tuple[list[Framework], dict[str, str]]:
+           scenario: str = "inference", lenient: bool = False) -> tuple[list[Framework], dict[str, str]]:
     """The frameworks to run for ``keys`` (a set of :data:`SETS` or framework keys) on ``device`` for
     ``model`` with the runner ``options``, and those a set left out with the reason (not installed, no
     implementation of the model, needs a GPU). ``have``: artifact kinds that need no export here (cached, or
     brought from another machine), whose exporters need not be installed.
 
-    A framework named explicitly that cannot run the model or the device is a UsageError; one that is
-    named explicitly but not installed runs and becomes a failed row naming the extra to install.
+    A framework named explicitly that cannot run the model or the device is a UsageError (``lenient``, for one
+    model of several: left out with the reason, like a set's; the caller refuses a framework no model can run); one
+    that is named explicitly but not installed runs and becomes a failed row naming the extra to install.
     """
     if not keys:
         raise UsageError("--framework is empty")
@@ -253,7 +254,11 @@ def choose(keys: list[str], device: str, model: Any, options: Any = None,
         if device not in fw.devices:
             raise UsageError(f"{key} needs an NVIDIA GPU (--device gpu); it cannot run on the {device}")
         if fw.unsupported(model, scenario) or layout_refusal(fw, device, options):
-            raise UsageError(f"{key}: {fw.unsupported(model, scenario) or layout_refusal(fw, device, options)}")
+            why = fw.unsupported(model, scenario) or layout_refusal(fw, device, options)
+            if not lenient:
+                raise UsageError(f"{key}: {why}")
+            skipped[key] = str(why)
+            continue
         chosen.append(fw)
     chosen = list(dict.fromkeys(chosen))  # keep order, drop repeats
     return chosen, {k: v for k, v in skipped.items() if k not in {fw.key for fw in chosen}}
