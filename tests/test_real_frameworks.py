@@ -466,3 +466,68 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
         if scenario == "server":  # which runtime holds the bound depends on the machine's tail; one of two must
             assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()
 
+
+EVIL_SAVEDMODEL = """
+import sys
+import tensorflow as tf
+size, classes, folder, marker = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+
+class Model(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([3, classes], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
+    def serve(self, x):
+        tf.io.write_file(marker, "ran")  # what a planted or hostile graph could do as the user
+        return tf.reduce_mean(x, axis=[1, 2]) @ self.w
+
+
+model = Model()
+tf.saved_model.save(model, folder, signatures={"serving_default": model.serve})
+"""
+
+
+def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(default_run, tmp_path, capsys):
+    """A SavedModel's graph may hold any TensorFlow op. One whose serving function writes a file is refused in one
+    line naming the op, exit 2, before TensorFlow loads it — brought by the user (--model FOLDER), or planted in the
+    shared cache under a manifest whose hashes were rewritten to match: the file is never written."""
+    import shutil
+    import subprocess
+    import sys
+
+    from inferbench.exporters import cache as artifact_cache
+    from inferbench.registry.artifacts import EXPORTERS
+
+    _, _, cache_dir = default_run
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil"
+    subprocess.run([sys.executable, "-c", EVIL_SAVEDMODEL, "96", "1000", str(evil), str(marker)], check=True,
+                   capture_output=True, timeout=600)
+    assert not marker.exists()
+    code = main(["--model", str(evil), "--input-shape", "96x96x3", "--framework", "tf", *QUICK,
+                 "--output-dir", str(tmp_path / "own"), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "holds the op WriteFile" in err[-1] and "Traceback" not in "\n".join(err), err
+    assert not marker.exists()
+
+    (folder,) = cache_dir.glob("mobilenet_v3_small_96_*")
+    target = folder / EXPORTERS["savedmodel"].path
+    kept = tmp_path / "kept"
+    shutil.copytree(target, kept)
+    manifest = artifact_cache.read_manifest(folder)
+    try:
+        shutil.rmtree(target)
+        shutil.copytree(evil, target)
+        manifest["artifacts"]["savedmodel"]["files"] = artifact_cache.hash_tree(target, folder)
+        artifact_cache.record(folder, "savedmodel", manifest["artifacts"]["savedmodel"], manifest["key_inputs"])
+        code = main([*MODEL, *QUICK, "--framework", "tf,tfxla", "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(cache_dir)])
+    finally:  # the shared cache as it was, for the other tests
+        shutil.rmtree(target)
+        shutil.copytree(kept, target)
+        manifest["artifacts"]["savedmodel"]["files"] = artifact_cache.hash_tree(target, folder)
+        artifact_cache.record(folder, "savedmodel", manifest["artifacts"]["savedmodel"], manifest["key_inputs"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "holds the op WriteFile" in err[-1], err
+    assert not marker.exists()

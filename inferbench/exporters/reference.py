@@ -49,8 +49,10 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     elif fmt == "savedmodel":
         import tensorflow as tf
 
+        from ..registry.filecheck import check_savedmodel
         from ..runners.tf import serving_function
 
+        check_savedmodel(ctx.path("savedmodel"))  # its ops read before any of them runs
         loaded = tf.saved_model.load(str(ctx.path("savedmodel")))
         call = serving_function(loaded)
     else:

@@ -3,6 +3,9 @@
 - A ``.keras`` file is a zip archive: its members' declared sizes and compression ratios are checked before
   one byte is inflated (a 1.5 MB file whose ``config.json`` inflates to 1.5 GiB is refused in milliseconds),
   and its ``config.json`` is read through a cap and must be a Keras model's configuration.
+- A TF SavedModel's graph is read from ``saved_model.pb`` before TensorFlow loads it (loading runs its restore
+  function, serving its signature's): an op that reads or writes files, calls back into Python or prints is refused
+  (:func:`check_savedmodel`), whether the folder is the user's or an artifact cache's.
 - An ``.onnx`` file is read without its external data and refused when inferbench could not time it honestly:
   several inputs or outputs, an input that is not floating point, an operator outside ONNX's own domains (a
   custom op needs a library of its own), external data outside the model's folder.
@@ -150,3 +153,75 @@ def check_onnx(model: Any, path: Path) -> None:
             if not target.is_relative_to(folder):
                 raise UsageError(f"{path}: initializer {tensor.name[:80]} reads external data from {where[:120]!r}, "
                                  "outside the model's folder; refused")
+
+
+#: TensorFlow ops a SavedModel's inference path has no business running: file, checkpoint and summary I/O, Python
+#: callbacks, printing, readers and datasets (files again), debugging hooks. Any op whose name starts with one of
+#: DENIED_PREFIXES is refused too.
+DENIED_OPS = frozenset({
+    "ReadFile", "WriteFile", "MatchingFiles", "DeleteFile", "ImmutableConst", "LoadAndRemapMatrix",
+    "PyFunc", "PyFuncStateless", "EagerPyFunc", "Print", "PrintV2", "Sleep",
+    "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints", "ShardedFilename",
+    "ShardedFilespec", "CreateSummaryFileWriter", "CreateSummaryDbWriter", "ImportEvent", "Rpc", "TryRpc",
+    "DatasetToTFRecord"})
+DENIED_PREFIXES = ("Write", "Save", "Restore", "Debug", "Summary", "Rpc", "Experimental", "PyFunc", "EagerPyFunc")
+DENIED_SUFFIXES = ("Reader", "ReaderV2", "Dataset", "DatasetV2", "DatasetV3", "SummaryWriter")
+#: What the checkpoint functions the SavedModel's saver names (and nothing else) may hold: loading restores the
+#: variables through them.
+CHECKPOINT_OPS = frozenset({"SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename", "StringJoin"})
+
+
+def _denied(op: str) -> bool:
+    return op in DENIED_OPS or op.startswith(DENIED_PREFIXES) or op.endswith(DENIED_SUFFIXES)
+
+
+def _called(nodes: Any) -> set[str]:
+    """The functions a graph's or a function's nodes call (``f`` of a call, branches and bodies of control flow)."""
+    names = set()
+    for node in nodes:
+        for value in node.attr.values():
+            if value.func.name:
+                names.add(value.func.name)
+            names.update(f.name for f in value.list.func)
+    return names
+
+
+def _closure(roots: set[str], functions: dict[str, Any]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        todo += _called(functions[name].node_def)
+    return seen
+
+
+def check_savedmodel(folder: Path, what: str = "SavedModel") -> None:
+    """Refuse (UsageError: one line naming the op) a SavedModel whose graph could do more than compute: every op of
+    its graph and of its functions is read from ``saved_model.pb`` before TensorFlow loads it (loading runs the
+    restore function; serving runs the signature's). The checkpoint ops are allowed only in the functions the saver
+    names and nothing else calls. Needs TensorFlow's protobuf classes (callers are processes that load TensorFlow)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    try:
+        saved.ParseFromString((Path(folder) / "saved_model.pb").read_bytes())
+    except (OSError, ValueError) as exc:  # protobuf's DecodeError is a ValueError
+        raise UsageError(f"{what} {folder}: saved_model.pb cannot be read ({type(exc).__name__})") from None
+    for meta in saved.meta_graphs:
+        graph = meta.graph_def
+        functions = {f.signature.name: f for f in graph.library.function}
+        saver_nodes = {meta.saver_def.save_tensor_name.split(":")[0].lstrip("^"),
+                       meta.saver_def.restore_op_name.split(":")[0].lstrip("^")} - {""}
+        serving = _closure(_called(n for n in graph.node if n.name not in saver_nodes)
+                           | set(meta.object_graph_def.concrete_functions.keys()), functions)
+        checkpoint = _closure(_called(n for n in graph.node if n.name in saver_nodes), functions) - serving
+        places = [("graph", n.op, n.name not in saver_nodes) for n in graph.node]
+        for name, function in functions.items():  # a function neither path reaches counts as serving: it is loaded
+            places += [(f"function {name}", n.op, name not in checkpoint) for n in function.node_def]
+        for where, op, serves in places:
+            if _denied(op) and (serves or op not in CHECKPOINT_OPS):
+                raise UsageError(f"{what} {folder}: its {where} holds the op {op}, which reads or writes files or "
+                                 "runs code outside the model: refused (inferbench runs inference ops only)")

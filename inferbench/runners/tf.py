@@ -7,6 +7,7 @@ no global auto-jit flag is ever set, so it cannot leak into other frameworks' ru
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,9 @@ class TfBase(Runner):
         tf = self.tf = setup_tensorflow(ctx)
         self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
         self.gpu = ctx.device == "gpu"
+        from ..registry.filecheck import check_savedmodel
+
+        check_savedmodel(Path(ctx.artifact))  # its ops read before any of them runs
         loaded = tf.saved_model.load(str(ctx.artifact))
         self._loaded = loaded  # keep the variables alive
         serve = serving_function(loaded)
