@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .base.device import list_gpus
-from .base.errors import UsageError
+from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import (
@@ -145,7 +145,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                         finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo")
     else:
         plan, skipped, notes = make_plan(values, command)
-        name = str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S"))
+        name = check_printable(str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S")), "--name")
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
         if plan.config.executor == "ray":  # the cluster answers and can run a cell, before anything is made

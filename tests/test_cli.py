@@ -58,6 +58,8 @@ BAD_INPUTS = [
     (["--output-dir", ""], "--output-dir: must name a folder or file, got an empty string"),
     (["--cache-dir", ""], "--cache-dir: must name a folder or file, got an empty string"),
     (["--model", "m" * 100_000], "unknown model 'mmmm"),
+    (["--time-budget", "9" * 400], "--time-budget: must be at most 30 days, got '99999999999999999999...'"),
+    (["--pass-env", "TF_XLA_FLAGS=--tf_xla_auto_jit=2"], "'TF_XLA_FLAGS=--tf_xla_auto_jit=2' is not a variable name"),
     (["--model", "m" * 100_000 + ".onnx"], "--model mmmm"),
 ]
 
@@ -171,3 +173,28 @@ def test_a_huge_grid_is_refused_before_a_cell_is_made(capsys, tmp_path):
         tracemalloc.stop()
     assert code == 2 and "this grid has 1,716,000 cells" in err
     assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB allocated: were the cells made?"
+
+
+@pytest.mark.parametrize("name, char", [("a\nb", "U+000A"), ("a\tb", "U+0009"), ("report\u202egnp.exe", "U+202E"),
+                                        ("zero\u200bwidth", "U+200B")])
+def test_a_sweep_name_that_does_not_read_as_it_is_is_refused(tmp_path, capsys, name, char):
+    """A newline, a tab, a right-to-left override or a zero-width space in --name would reach folders, records and
+    reports looking like another name: one line, exit 2, nothing made."""
+    from inferbench.sweep import main as sweep_main
+
+    assert sweep_main(["--name", name, "--frameworks", "onnxrt", "--output-dir", str(tmp_path / "out"),
+                       "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--name holds the character {char}" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_pass_env_variable_not_set_is_named(fakes, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("INFERBENCH_UNSET_FOR_TEST", raising=False)
+    code = main(["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--duration", "0.02",
+                 "--rounds", "2", "--processes", "1", "--min-iterations", "2", "--warmup", "0", "--warmup-seconds",
+                 "0", "--threads", "1", "--device", "cpu", "--pass-env", "INFERBENCH_UNSET_FOR_TEST",
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 0
+    assert ("inferbench: --pass-env: not set in this shell, nothing passed on for INFERBENCH_UNSET_FOR_TEST"
+            in capsys.readouterr().err)

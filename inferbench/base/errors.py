@@ -5,6 +5,18 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, nothing written."""
 
 
+def check_printable(text: str, what: str) -> str:
+    """``text`` unless it holds a control or format character (newline, tab, U+202E's right-to-left override,
+    U+200B's zero-width space, ...): a name that reaches folders, records and reports must read as it is."""
+    import unicodedata
+
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")), None)
+    if bad is not None:
+        kind = unicodedata.name(bad, "a control character").lower()
+        raise UsageError(f"{what} holds the character U+{ord(bad):04X} ({kind}): names are printable text")
+    return text
+
+
 class MissingDependency(Exception):
     """An optional package is not installed; the message names the extra that installs it."""
 

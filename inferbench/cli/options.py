@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,19 @@ def _items(text: str) -> list[str]:
 
 def names(text: str) -> list[str]:
     return list(dict.fromkeys(_items(text)))
+
+
+def env_names(text: str) -> list[str]:
+    """--pass-env's list: names of shell variables, never NAME=VALUE (a value is set in the shell, then named)."""
+    import re
+
+    found = names(text)
+    for name in found:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            shown = name if len(name) <= 40 else name[:40] + "..."
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a variable name: --pass-env names variables set in "
+                                             "the shell (export NAME=VALUE, then --pass-env NAME)")
+    return found
 
 
 def positive_ints(text: str) -> list[int]:
@@ -254,7 +268,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("warmup_seconds", ("--warmup-seconds",), "minimum warm-up seconds", _T.warmup_seconds,
            non_negative_float, metavar="S", maximum=DAY_S, commands=MEASURING, command_defaults=(("zoo", 0.0),)),
     Option("pass_env", ("--pass-env",), "shell variables to pass on to the frameworks (TF_XLA_FLAGS, OMP_*, "
-           "ORT_*, ... are otherwise set by inferbench, never inherited; recorded either way)", [], names,
+           "ORT_*, ... are otherwise set by inferbench, never inherited; recorded either way)", [], env_names,
            metavar="VAR[,VAR...]", commands=MEASURING),
     Option("rounds", ("--rounds",), "rounds per cell: every cell of a group measures one block per round, in a "
            "fresh random order; intervals come from the variation between rounds", _T.rounds, positive_int,
@@ -545,6 +559,10 @@ def build(values: dict[str, Any]) -> Built:
     if reserved:
         raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
                          "and the device (--device, --gpu-id) itself, and records them")
+    unset = [n for n in values["pass_env"] if n not in os.environ]
+    if unset:  # named, and nothing to pass: said, as the record's pass_env lists what was asked
+        print(f"inferbench: --pass-env: not set in this shell, nothing passed on for {', '.join(unset)}",
+              file=sys.stderr)
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
     processes = 1 if serving else values["processes"]

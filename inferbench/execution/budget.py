@@ -47,6 +47,10 @@ MIN_ROUNDS = 3
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
 
 
+#: The longest --time-budget (a month): past it, the bound bounds nothing.
+MAX_BUDGET_S = 30 * 86400.0
+
+
 def parse_duration(text: str) -> float:
     """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number); a number without its unit only alone
     ('1h30' is refused: minutes or seconds?)."""
@@ -59,8 +63,11 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 90s, 20m or 1h30m)")
     h, m, sec = (float(g or 0) for g in parts.groups())
     seconds = h * 3600 + m * 60 + sec
+    shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:20] + "...")
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {shown}")
+    if not seconds <= MAX_BUDGET_S:  # 400 digits read as inf: no budget bounds that
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BUDGET_S // 86400:.0f} days, got {shown}")
     return seconds
 
 
