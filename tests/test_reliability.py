@@ -25,20 +25,33 @@ LAUNCH = "import sys, fakes; fakes.register(); from inferbench.sweep import main
 WAIT_S = 300  # every wait is a deadline a loaded runner meets (a sweep interrupted at load 32 took over 30 s to exit)
 
 
-def _long_sweep(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
-    """A sweep whose single cell measures for two minutes; returns once its worker is measuring."""
+def _long_sweep(tmp_path: Path, name: str, *extra: str, until: str = "measuring") -> tuple[subprocess.Popen, Path]:
+    """A sweep whose single cell measures for two minutes; returns once its worker says ``until``."""
     log = tmp_path / f"{name}.log"
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(TESTS), "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH, *GRID, "--frameworks", "fake-slow", "--duration", "120", "-v", "--output-dir",
-         str(tmp_path), "--name", name, "--cache-dir", str(tmp_path / "cache")],
+         str(tmp_path), "--name", name, "--cache-dir", str(tmp_path / "cache"), *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True)
     deadline = time.monotonic() + WAIT_S
-    while "measuring" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+    while until not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "measuring" in log.read_text(), log.read_text()
+    assert until in log.read_text(), log.read_text()
     return proc, log
+
+
+def test_a_sigterm_during_a_loadgen_test_leaves_no_loadgen_folder(fakes, tmp_path):
+    """The worker's LoadGen folder lives in its job's folder, which the parent removes on every path: a SIGTERM to
+    the whole process group while LoadGen runs leaves nothing in TMPDIR."""
+    proc, _ = _long_sweep(tmp_path, "serve", "--scenario", "single-stream", until="served parity")
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import random
 
 import pytest
@@ -88,6 +89,10 @@ def test_the_server_search_finds_what_queueing_theory_predicts(fakes, tmp_path):
     assert rec["serving"]["mlperf_valid"] is False and rec["serving"]["settings"]["quick"] is True
     logs = folder / rec["serving"]["loadgen_logs"]
     assert (logs / "round-00" / "mlperf_log_summary.txt").exists()  # LoadGen's own logs, beside the record
+    mask = os.umask(0)
+    os.umask(mask)  # one rule for everything a run writes: the logs' folders and files take the umask as records do
+    assert {p.stat().st_mode & 0o777 for p in [logs, *logs.rglob("*")] if p.is_dir()} == {0o777 & ~mask}
+    assert {p.stat().st_mode & 0o777 for p in logs.rglob("*") if p.is_file()} == {0o666 & ~mask}
     assert rec["latency_ms"]["p99"] <= 15.0 * 1.5  # the answer's latencies are LoadGen's, queueing included
 
 

@@ -24,6 +24,19 @@ def _umask() -> int:
     return mask
 
 
+def with_umask(tree: Path) -> Path:
+    """Give a folder made through ``tempfile`` (mode 0700, its files 0600) and everything in it the modes the user's
+    umask gives anything else a run writes: one rule for records and the folders beside them."""
+    mask = _umask()
+    for root, dirs, files in os.walk(tree):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o666 & ~mask)
+    os.chmod(tree, 0o777 & ~mask)
+    return tree
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
     ``open(path, "w")`` would give (0666 less the umask)."""

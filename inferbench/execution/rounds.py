@@ -186,7 +186,11 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
            suffix: str = "") -> _Cell:
     """A worker for ``job``, loaded and ready (or ended with its failure)."""
     worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
-    ready = _await(worker, "ready", timeout_s)
+    try:
+        ready = _await(worker, "ready", timeout_s)
+    except BaseException:  # interrupted while it sets up (a SIGTERM during its served-parity test): its folder too
+        worker.child.close()
+        raise
     worker.rounds = (ready or {}).get("rounds")
     return worker
 

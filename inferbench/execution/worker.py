@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     die_with_parent()
     job_path, result_path = Path(args[0]), Path(args[1])
+    import tempfile
+
+    tempfile.tempdir = str(job_path.parent)  # the job's folder, which the parent removes on every path (a SIGTERM)
     global _channel
     fd = os.environ.get("INFERBENCH_CHANNEL_FD")
     _channel = os.fdopen(int(fd), "w") if fd else None

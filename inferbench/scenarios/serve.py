@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.files import with_umask
 from ..spec import CellJob, CellOutcome
 from .base import Emit, Loaded, device_memory, finish_tracked
 
@@ -547,6 +548,7 @@ class Session:
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(self.logs, target, ignore=shutil.ignore_patterns("*.json", "no-audit.config"))
+            with_umask(target)  # mkdtemp's 0700 copied: the records beside it are the umask's 0644
             return target.name
         except OSError:
             return None
