@@ -502,3 +502,14 @@ def test_the_compiled_program_cache_is_this_users_alone(tmp_path, monkeypatch):
         assert not fallback.is_relative_to(tmp_path) and fallback.stat().st_mode & 0o777 == 0o700
     finally:
         childenv.private_cache.cache_clear()
+
+
+def test_the_test_slowdown_hook_is_said_loudly_when_the_shell_sets_it(fakes, tmp_path, capsys, monkeypatch):
+    """INFERBENCH_TEST_SLOWDOWN (benchmarks/aa_calibration.py's hook) slows a framework's timed calls on purpose; set
+    in a shell it once turned a 1.2 ms p50 into 20 ms with nothing said: the run says so first, the record too."""
+    monkeypatch.setenv("INFERBENCH_TEST_SLOWDOWN", "fake:3")
+    assert _run(tmp_path, "--framework", "fake") == 0
+    err = capsys.readouterr().err
+    assert "WARNING: INFERBENCH_TEST_SLOWDOWN=fake:3 is set: that framework's timed calls are slowed on purpose" in err
+    (rec,) = records.iter_records(tmp_path / "out")[0]
+    assert rec["timing"]["test_slowdown"] == 3.0

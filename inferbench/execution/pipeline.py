@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 import uuid
@@ -22,6 +23,7 @@ from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import SERVING
+from ..scenarios.base import TEST_SLOWDOWN
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
 from .budget import export_s, group_estimate, say, to_export
 from .childenv import child_env, ignored_shell_variables, recorded_env
@@ -142,6 +144,11 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     if ignored:
         print(f"inferbench: not passed on to the frameworks (they change what is measured; inferbench sets its own "
               f"values, recorded in config.child_env; --pass-env NAME passes one on): {', '.join(ignored)}",
+              file=sys.stderr)
+    hook = os.environ.get(TEST_SLOWDOWN)
+    if hook:  # a test hook that changes every timing of that framework: never silent outside the tests
+        print(f"inferbench: WARNING: {TEST_SLOWDOWN}={hook} is set: that framework's timed calls are slowed on "
+              "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)
     todo = pending(run_dir, cells)
     progress = progress or Progress(len(cells), verbosity=verbosity)
