@@ -179,3 +179,24 @@ def test_sweeps_never_share_a_folder(fakes, tmp_path, capsys, monkeypatch):
         assert sweep_main([*GRID, "--batch-sizes", "1", "--duration", "0.02", "--output-dir", str(tmp_path / "d"),
                            "--cache-dir", str(tmp_path / "cache")]) == 0
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["sweep-20260101-000000", "sweep-20260101-000000-2"]
+
+
+def test_a_record_of_a_newer_schema_is_named_set_aside_and_never_mixed_in(fakes, tmp_path, capsys):
+    """sweep --resume took a record of an unknown, newer schema as done and wrote it into summary.csv (report then
+    refused the whole sweep): it is named, set aside and its cell measured again."""
+    import json
+
+    sweep_dir = _sweep(tmp_path)
+    future = sweep_dir / "mobilenet_v3_small_32_bs2_fake.json"
+    data = json.loads(future.read_text())
+    future.write_text(json.dumps({**data, "schema_version": 99}))
+    capsys.readouterr()
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "schema version 99 is not one this inferbench reads" in err and "a newer inferbench wrote it" in err
+    (aside,) = sweep_dir.glob("mobilenet_v3_small_32_bs2_fake.json.unreadable-*")
+    assert json.loads(aside.read_text())["schema_version"] == 99  # kept, never deleted
+    df = records.load(sweep_dir)
+    from inferbench import SCHEMA_VERSION
+
+    assert sorted(df["batch_size"]) == [1, 2, 3] and (df["schema_version"] == SCHEMA_VERSION).all()

@@ -313,6 +313,11 @@ def parse(data: Any, where: str) -> Record:
     """A record (of any supported schema) from JSON values, checked; ValueError names what is wrong."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
+    version = data.get("schema_version")
+    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:  # never read as if it were ours
+        newer = "; a newer inferbench wrote it" if type(version) is int and version > SCHEMA_VERSION else ""
+        raise ValueError(f"schema version {str(version)[:20]} is not one this inferbench reads "
+                         f"(1-{SCHEMA_VERSION}{newer})")
     return decode(Record, upgrade(data), where)
 
 
