@@ -127,9 +127,9 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
                                verbosity=verbosity(values),
                                deadline=Deadline(values["time_budget"]) if values.get("time_budget") else None)
-    except UsageError:
-        if not [p for p in run_dir.iterdir() if p.name != ".lock"]:
-            shutil.rmtree(run_dir)  # bad input found while exporting: leave nothing behind
+    except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
+        if run_dir.is_dir() and not [p for p in run_dir.iterdir() if p.name != ".lock"]:
+            shutil.rmtree(run_dir)  # nothing of the run in it: leave nothing behind
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise

@@ -200,3 +200,26 @@ def test_a_record_of_a_newer_schema_is_named_set_aside_and_never_mixed_in(fakes,
     from inferbench import SCHEMA_VERSION
 
     assert sorted(df["batch_size"]) == [1, 2, 3] and (df["schema_version"] == SCHEMA_VERSION).all()
+
+
+def test_no_lock_is_left_in_a_finished_run_and_a_full_disk_leaves_no_run_folder(fakes, tmp_path, capsys, monkeypatch):
+    """A finished run's folder holds its results only (the .lock goes when the folder is let go); a disk too full
+    for the lock's few bytes left the run folder behind with a 0-byte .lock: it goes, one line, exit 1."""
+    argv = ["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--duration", "0.02",
+            "--min-iterations", "3", "--warmup", "0", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert run_main([*argv, "--output-dir", str(tmp_path / "ok")]) == 0
+    (folder,) = (tmp_path / "ok").iterdir()
+    assert not (folder / ".lock").exists() and list(folder.glob("*_fake.json"))
+
+    from inferbench.execution import folders
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(folders.os, "pwrite", full)
+    assert run_main([*argv, "--output-dir", str(tmp_path / "full")]) == 1
+    monkeypatch.undo()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("No space left on device") and "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "full").exists()  # the output folder it made for the run too

@@ -17,10 +17,12 @@ from ..records.record import parse
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
-    """Hold ``folder`` for this process: a second run or ``--resume`` of it is refused with one line."""
+    """Hold ``folder`` for this process: a second run or ``--resume`` of it is refused with one line. The ``.lock``
+    goes when the folder is let go (finished, interrupted or failed)."""
+    lock = folder / ".lock"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
         raise UsageError(f"cannot use {folder}: {exc.strerror or exc}") from None
     try:
@@ -35,6 +37,7 @@ def folder_lock(folder: Path) -> Iterator[None]:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
+        lock.unlink(missing_ok=True)  # still held: a process that opened it before finds it locked and says so
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
