@@ -144,3 +144,19 @@ def test_a_real_onnx_runtime_sweep_on_ray_gives_the_cells_of_a_local_one(cluster
     assert cells["ray"] == cells["local"] == cells["local-cold"] and len(cells["local"]) == 2
     print(f"\nonnxrt sweep of 2 cells (2 groups, 2 tasks): local {walls['local']:.1f} s, on Ray "
           f"{walls['ray']:.1f} s: {(walls['ray'] - walls['local']) / 2:+.1f} s per task", file=sys.__stderr__)
+
+
+def test_without_ray_address_a_private_local_cluster_is_started_whatever_ray_address_says(monkeypatch):
+    """--executor ray without --ray-address attached to whatever cluster RAY_ADDRESS (or a running `ray start`)
+    named: it starts a cluster of this machine of its own (Ray's address="local"), as documented."""
+    from types import SimpleNamespace
+
+    from inferbench.execution import distributed
+
+    calls = []
+    fake = SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: calls.append(kw))
+    monkeypatch.setattr(distributed, "import_ray", lambda: fake)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    distributed.connect(SimpleNamespace(ray_address=None))
+    (kwargs,) = calls
+    assert kwargs["address"] == "local" and kwargs["resources"] == {distributed.SLOT: 1}

@@ -81,7 +81,9 @@ def connect(config: RunConfig) -> None:
                               "configure_logging": True}
     if not config.ray_address:  # a cluster of this machine alone, for this sweep, started from this thread: Ray's
         # processes die with the thread that started them (PR_SET_PDEATHSIG), so never from a helper thread
-        ray.init(**kwargs, resources={SLOT: 1}, include_dashboard=False, num_cpus=os.cpu_count() or 1)
+        # address="local": a new cluster of its own, never the one RAY_ADDRESS or a running `ray start` names
+        ray.init(**kwargs, address="local", resources={SLOT: 1}, include_dashboard=False,
+                 num_cpus=os.cpu_count() or 1)
         return
     kwargs["address"] = config.ray_address
     box: dict[str, Any] = {}
