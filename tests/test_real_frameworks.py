@@ -4,12 +4,16 @@ install); not skipped: this is the product, and CI runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,6 +52,37 @@ def model_folder(cache_dir: Path) -> Path:
     """The cache folder of this module's model: the cache is shared with other test modules' models."""
     (manifest,) = cache_dir.glob("mobilenet_v3_small_96_*/manifest.json")
     return manifest.parent
+
+
+def _replace(target: Path, source: Path) -> None:
+    """``target`` (a file or a folder) replaced by a copy of ``source``."""
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    (shutil.copytree if source.is_dir() else shutil.copy2)(source, target)
+
+
+@contextlib.contextmanager
+def planted(cache_dir: Path, kind: str, plant: Callable[[Path], Any]) -> Iterator[None]:
+    """This module's model's ``kind`` artifact in the shared cache replaced by what ``plant(path)`` puts there, its
+    manifest hashes rewritten to match (as an attacker with write access to a shared cache could); the cache as it
+    was afterwards, for the other tests."""
+    folder = model_folder(cache_dir)
+    target = folder / EXPORTERS[kind].path
+    kept = Path(tempfile.mkdtemp(prefix="kept-")) / target.name
+    (shutil.copytree if target.is_dir() else shutil.copy2)(target, kept)
+    manifest = cache.read_manifest(folder)
+
+    def rehash() -> None:
+        manifest["artifacts"][kind]["files"] = cache.hash_tree(target, folder)
+        cache.record(folder, kind, manifest["artifacts"][kind], manifest["key_inputs"])
+
+    try:
+        plant(target)
+        rehash()
+        yield
+    finally:
+        _replace(target, kept)
+        rehash()
+        shutil.rmtree(kept.parent)
 
 
 @pytest.fixture(scope="module")
@@ -384,30 +419,16 @@ def test_a_pickle_planted_in_the_cache_never_runs(default_run, tmp_path, capsys)
     an attacker with write access to a shared cache could) fails the cell with one line, and runs nothing."""
     import pickle
 
-    from inferbench.exporters import cache as artifact_cache
-    from inferbench.registry.artifacts import EXPORTERS
-
     _, _, cache_dir = default_run
-    (folder,) = cache_dir.glob("mobilenet_v3_small_96_*")
     marker = tmp_path / "pwned"
 
     class Payload:
         def __reduce__(self):
             return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
 
-    target = folder / EXPORTERS["torch"].path
-    saved = target.read_bytes()
-    manifest = artifact_cache.read_manifest(folder)
-    try:
-        target.write_bytes(pickle.dumps(Payload()))
-        manifest["artifacts"]["torch"]["files"] = artifact_cache.hash_tree(target, folder)
-        artifact_cache.record(folder, "torch", manifest["artifacts"]["torch"], manifest["key_inputs"])
+    with planted(cache_dir, "torch", lambda target: target.write_bytes(pickle.dumps(Payload()))):
         code = main([*MODEL, *QUICK, "--framework", "torch", "--output-dir", str(tmp_path / "out"),
                      "--cache-dir", str(cache_dir)])
-    finally:  # the shared cache as it was, for the other tests
-        target.write_bytes(saved)
-        manifest["artifacts"]["torch"]["files"] = artifact_cache.hash_tree(target, folder)
-        artifact_cache.record(folder, "torch", manifest["artifacts"]["torch"], manifest["key_inputs"])
     assert not marker.exists()
     assert code == 1
     error = records.load(tmp_path / "out").iloc[0]["error"]
@@ -492,12 +513,8 @@ def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(default_run, 
     """A SavedModel's graph may hold any TensorFlow op. One whose serving function writes a file is refused in one
     line naming the op, exit 2, before TensorFlow loads it — brought by the user (--model FOLDER), or planted in the
     shared cache under a manifest whose hashes were rewritten to match: the file is never written."""
-    import shutil
     import subprocess
     import sys
-
-    from inferbench.exporters import cache as artifact_cache
-    from inferbench.registry.artifacts import EXPORTERS
 
     _, _, cache_dir = default_run
     marker = tmp_path / "pwned"
@@ -511,23 +528,9 @@ def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(default_run, 
     assert code == 2 and "holds the op WriteFile" in err[-1] and "Traceback" not in "\n".join(err), err
     assert not marker.exists()
 
-    (folder,) = cache_dir.glob("mobilenet_v3_small_96_*")
-    target = folder / EXPORTERS["savedmodel"].path
-    kept = tmp_path / "kept"
-    shutil.copytree(target, kept)
-    manifest = artifact_cache.read_manifest(folder)
-    try:
-        shutil.rmtree(target)
-        shutil.copytree(evil, target)
-        manifest["artifacts"]["savedmodel"]["files"] = artifact_cache.hash_tree(target, folder)
-        artifact_cache.record(folder, "savedmodel", manifest["artifacts"]["savedmodel"], manifest["key_inputs"])
+    with planted(cache_dir, "savedmodel", lambda target: _replace(target, evil)):
         code = main([*MODEL, *QUICK, "--framework", "tf,tfxla", "--output-dir", str(tmp_path / "out"),
                      "--cache-dir", str(cache_dir)])
-    finally:  # the shared cache as it was, for the other tests
-        shutil.rmtree(target)
-        shutil.copytree(kept, target)
-        manifest["artifacts"]["savedmodel"]["files"] = artifact_cache.hash_tree(target, folder)
-        artifact_cache.record(folder, "savedmodel", manifest["artifacts"]["savedmodel"], manifest["key_inputs"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "holds the op WriteFile" in err[-1], err
     assert not marker.exists()
