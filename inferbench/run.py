@@ -128,8 +128,8 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
                                verbosity=verbosity(values),
                                deadline=Deadline(values["time_budget"]) if values.get("time_budget") else None)
     except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
-        if run_dir.is_dir() and not [p for p in run_dir.iterdir() if p.name != ".lock"]:
-            shutil.rmtree(run_dir)  # nothing of the run in it: leave nothing behind
+        if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
+            shutil.rmtree(run_dir)
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise

@@ -47,14 +47,9 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
 
         call = graph_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
-        import tensorflow as tf
+        from ..runners.tf import load_saved_model, serving_function
 
-        from ..registry.filecheck import check_savedmodel
-        from ..runners.tf import serving_function
-
-        check_savedmodel(ctx.path("savedmodel"))  # its ops read before any of them runs
-        loaded = tf.saved_model.load(str(ctx.path("savedmodel")))
-        call = serving_function(loaded)
+        call = serving_function(load_saved_model(ctx.path("savedmodel")))
     else:
         import onnxruntime as ort
 

@@ -157,13 +157,12 @@ def check_onnx(model: Any, path: Path) -> None:
 
 #: TensorFlow ops a SavedModel's inference path has no business running: file, checkpoint and summary I/O, Python
 #: callbacks, printing, readers and datasets (files again), debugging hooks. Any op whose name starts with one of
-#: DENIED_PREFIXES is refused too.
+#: DENIED_PREFIXES (WriteFile, SaveV2, RestoreV2, PyFuncStateless, ...) or ends with one of DENIED_SUFFIXES is
+#: refused too.
 DENIED_OPS = frozenset({
-    "ReadFile", "WriteFile", "MatchingFiles", "DeleteFile", "ImmutableConst", "LoadAndRemapMatrix",
-    "PyFunc", "PyFuncStateless", "EagerPyFunc", "Print", "PrintV2", "Sleep",
-    "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints", "ShardedFilename",
-    "ShardedFilespec", "CreateSummaryFileWriter", "CreateSummaryDbWriter", "ImportEvent", "Rpc", "TryRpc",
-    "DatasetToTFRecord"})
+    "ReadFile", "MatchingFiles", "DeleteFile", "ImmutableConst", "LoadAndRemapMatrix", "Print", "PrintV2", "Sleep",
+    "MergeV2Checkpoints", "ShardedFilename", "ShardedFilespec", "CreateSummaryFileWriter", "CreateSummaryDbWriter",
+    "ImportEvent", "TryRpc", "DatasetToTFRecord"})
 DENIED_PREFIXES = ("Write", "Save", "Restore", "Debug", "Summary", "Rpc", "Experimental", "PyFunc", "EagerPyFunc")
 DENIED_SUFFIXES = ("Reader", "ReaderV2", "Dataset", "DatasetV2", "DatasetV3", "SummaryWriter")
 #: What the checkpoint functions the SavedModel's saver names (and nothing else) may hold: loading restores the

@@ -31,6 +31,17 @@ def setup_tensorflow(ctx: LoadContext) -> Any:
     return tf
 
 
+def load_saved_model(path: str | Path) -> Any:
+    """``tf.saved_model.load`` of ``path`` once its ops are read and found to be inference only
+    (:func:`~inferbench.registry.filecheck.check_savedmodel`): nothing of it runs before."""
+    import tensorflow as tf
+
+    from ..registry.filecheck import check_savedmodel
+
+    check_savedmodel(Path(path))
+    return tf.saved_model.load(str(path))
+
+
 def serving_function(loaded: Any) -> Any:
     """A loaded SavedModel's inference function on one batch: the ``serve`` endpoint Keras exports, else the
     ``serving_default`` signature of a SavedModel from elsewhere (its one input; its first output by name)."""
@@ -64,10 +75,7 @@ class TfBase(Runner):
         tf = self.tf = setup_tensorflow(ctx)
         self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
         self.gpu = ctx.device == "gpu"
-        from ..registry.filecheck import check_savedmodel
-
-        check_savedmodel(Path(ctx.artifact))  # its ops read before any of them runs
-        loaded = tf.saved_model.load(str(ctx.artifact))
+        loaded = load_saved_model(ctx.artifact)
         self._loaded = loaded  # keep the variables alive
         serve = serving_function(loaded)
         self.fn = tf.function(serve, jit_compile=True) if self.jit else serve
