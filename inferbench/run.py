@@ -20,6 +20,7 @@ from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, json_mode
 from .cli.options import add_options, build, given, objective_for, open_files, verbosity, with_defaults
 from .cli.summary import format_summary, terminal_width
+from .exporters.cache import check_cache_dir
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
 
@@ -115,7 +116,7 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     config = built.config
     out_root = Path(values["output_dir"])
     new_root = not out_root.exists()
-    check_writable(Path(config.cache_dir), "cache dir")
+    check_cache_dir(Path(config.cache_dir), bool(values.get("trust_cache")))
     check_writable(out_root)
     say_skipped(built.skipped, built.notes)
     first = built.cells[0]

@@ -71,6 +71,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
                      "--duration", str(values["duration"]), "--rounds", "2", "--processes", "1",
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
+                     *(["--trust-cache"] if values.get("trust_cache") else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],
                     prog=prog)
     if code == 0:

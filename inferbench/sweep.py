@@ -39,6 +39,7 @@ from .cli.options import (
     with_defaults,
 )
 from .cli.summary import format_summary, terminal_width
+from .exporters.cache import check_cache_dir
 from .spec import record_filename
 
 PLAN = "sweep.json"
@@ -72,7 +73,7 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
         raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
     extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose", "require_valid",
-                                            "time_budget")]
+                                            "time_budget", "trust_cache")]
     if extra:
         flags = ", ".join(BY_NAME[k].flags[-1] for k in extra)
         raise UsageError(f"--resume runs the saved plan; drop {flags}")
@@ -134,7 +135,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
-        check_writable(Path(plan.config.cache_dir), "cache dir")
+        check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))
         if plan.config.executor == "ray":
             from .execution.distributed import preflight
 
@@ -152,7 +153,7 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
             from .execution.distributed import preflight
 
             preflight(plan.config)
-        check_writable(Path(plan.config.cache_dir), "cache dir")  # every check before the plan is written
+        check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))  # all before the plan is written
         out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for(command)))
         check_writable(out_root)
         try:  # created exclusively: no other sweep shares it (a default name is numbered on a clash)

@@ -223,3 +223,37 @@ def test_no_lock_is_left_in_a_finished_run_and_a_full_disk_leaves_no_run_folder(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("No space left on device") and "Traceback" not in "\n".join(err)
     assert not (tmp_path / "full").exists()  # the output folder it made for the run too
+
+
+def test_a_cache_other_users_own_or_can_write_to_is_refused_unless_trusted(fakes, tmp_path, capsys, monkeypatch):
+    """An artifact is loaded and run as the user: a cache folder (or a model folder in it) that another user owns
+    or can write to could hold their code with its manifest's hashes rewritten. Refused in one line, exit 2,
+    nothing written, unless --trust-cache (a cache shared on purpose)."""
+    from inferbench.exporters import cache as artifact_cache
+
+    cache = tmp_path / "cache"
+    model_folder = cache / "mobilenet_v3_small_32_0123456789abcdef"
+    model_folder.mkdir(parents=True)
+    argv = ["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--duration", "0.02",
+            "--min-iterations", "3", "--warmup", "0", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu",
+            "--cache-dir", str(cache)]
+    assert artifact_cache.untrusted(cache) is None  # made by this user with the default umask
+    model_folder.chmod(0o777)
+    for command, args in ((run_main, [*argv, "--output-dir", str(tmp_path / "out")]),
+                          (sweep_main, [*GRID, "--cache-dir", str(cache), "--output-dir", str(tmp_path / "out")])):
+        assert command(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{model_folder} is writable by every user (mode 777)" in err[0], err
+        assert "--trust-cache" in err[0]
+        assert not (tmp_path / "out").exists()
+    assert run_main([*argv, "--output-dir", str(tmp_path / "out"), "--trust-cache"]) == 0
+    model_folder.chmod(0o755)
+    cache.chmod(0o730)
+    real_gid = os.getegid()
+    monkeypatch.setattr(os, "getegid", lambda: real_gid + 1)  # the folder's group is not the user's own
+    assert artifact_cache.untrusted(cache) == f"{cache} is writable by group {real_gid} (mode 730)"
+    cache.chmod(0o700)
+    assert artifact_cache.untrusted(cache) is None
+    real_uid = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: real_uid + 1)  # the folders belong to someone else
+    assert artifact_cache.untrusted(cache) == f"{cache} belongs to another user (uid {real_uid}; you are {real_uid + 1})"

@@ -360,6 +360,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
            "~/.cache/inferbench/artifacts)", None, parse=path_value, metavar="DIR", in_file=False,
            commands=("run", "sweep", "selftest", "zoo")),
+    Option("trust_cache", ("--trust-cache",), "use an artifact cache that another user owns or can write to (one "
+           "shared on purpose): without it such a cache is refused, since what is exported there runs as you", False,
+           switch=True, in_file=False, commands=("run", "sweep", "selftest", "zoo")),
     Option("name", ("--name",), "folder name (default: sweep-<timestamp> or zoo-<timestamp>)", None, path_value,
            metavar="NAME",
            commands=("sweep", "zoo"), in_file=False),

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - the cache's names for them too
-from ..base.files import atomic_write_text
+from ..base.errors import UsageError
+from ..base.files import atomic_write_text, check_writable
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
 EXPORT_FORMAT = 6  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
@@ -34,6 +35,56 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "inferbench" / "artifacts"
+
+
+def check_cache_dir(cache_dir: Path, trust: bool = False) -> None:
+    """The artifact cache can be written, and (unless ``trust``: ``--trust-cache``) only by the user: an exported
+    artifact is loaded and run as the user, so a cache another user owns or can write to could run their code
+    (a planted model; the manifest's hashes are in the same folder). One line (UsageError) saying why."""
+    check_writable(cache_dir, "cache dir")
+    why = None if trust else untrusted(cache_dir)
+    if why:
+        raise UsageError(f"the artifact cache {cache_dir} is not only yours: {why}; what is exported there is loaded "
+                         "and run as you, so use a cache folder of your own (--cache-dir), or pass --trust-cache "
+                         "if the folder is shared on purpose")
+
+
+def untrusted(cache_dir: Path) -> str | None:
+    """Why another user could have put something in ``cache_dir``, or None: the folder, its entries and theirs
+    (the model folders, their manifests and subfolders) each owned by the user and writable by no other user (a
+    group is another user's unless it is the user's own private group)."""
+    import grp
+    import pwd
+    import stat
+
+    me, gid = os.geteuid(), os.getegid()
+    try:  # a user private group: named as the user, no other member
+        group = grp.getgrgid(gid)
+        private = group.gr_name == pwd.getpwuid(me).pw_name and not group.gr_mem
+    except KeyError:
+        private = False
+    level = [cache_dir]
+    for depth in range(3):
+        below = []
+        for path in level:
+            try:
+                st = path.stat() if depth == 0 else path.lstat()  # a link's own mode is always 777
+            except OSError:
+                continue
+            if st.st_uid != me:
+                return f"{path} belongs to another user (uid {st.st_uid}; you are {me})"
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if st.st_mode & stat.S_IWOTH or st.st_mode & stat.S_IWGRP and not (st.st_gid == gid and private):
+                who = "every user" if st.st_mode & stat.S_IWOTH else f"group {st.st_gid}"
+                return f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+            if depth < 2 and stat.S_ISDIR(st.st_mode):
+                try:
+                    below += sorted(path.iterdir())
+                except OSError:
+                    continue
+        level = below
+    return None
 
 
 def package_versions(names: tuple[str, ...] | list[str]) -> dict[str, str | None]:
