@@ -256,4 +256,5 @@ def test_a_cache_other_users_own_or_can_write_to_is_refused_unless_trusted(fakes
     assert artifact_cache.untrusted(cache) is None
     real_uid = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: real_uid + 1)  # the folders belong to someone else
-    assert artifact_cache.untrusted(cache) == f"{cache} belongs to another user (uid {real_uid}; you are {real_uid + 1})"
+    assert artifact_cache.untrusted(cache) == (f"{cache} belongs to another user (uid {real_uid}; "
+                                               f"you are {real_uid + 1})")

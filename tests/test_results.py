@@ -239,3 +239,49 @@ def test_the_published_json_schema_holds_every_record():
     for broken in ({**fresh, "status": "done"}, {**fresh, "schema_version": 2}, {**fresh, "batch_size": 0},
                    {k: v for k, v in fresh.items() if k != "parity"}, {**fresh, "extra_key": 1}):
         assert not validator.is_valid(broken)
+
+
+def test_a_record_keeps_a_bounded_subsample_of_its_raw_latencies_and_says_so(tmp_path, fakes, monkeypatch):
+    """A day at the longest --duration would be gigabytes of raw latencies per record: past RAW_KEPT_MAX a record
+    keeps a uniform random subsample in time order, each with its round; latency_ms (computed from them all)
+    stays as it was and says what was kept. The subsample keeps every round's share and the pooled median."""
+    import jsonschema
+    import numpy as np
+
+    from inferbench.records.record import RAW_KEPT_MAX, kept_raw
+
+    rng = np.random.default_rng(7)
+    shares = [0.4, 0.3, 0.2, 0.1]  # a fast round has more samples: its share must survive the subsample
+    rounds = np.repeat(np.arange(4), [int(s * 250_000) for s in shares])
+    raw = rng.lognormal(np.log(1.0 + rounds), 0.2)  # round r near r + 1 ms
+    full = summarize(raw.tolist(), rounds.tolist())
+    blocks = {"latency_ms": full, "raw_latencies_ms": raw.tolist(), "raw_rounds": rounds.tolist()}
+    kept = kept_raw(blocks)
+    assert kept_raw({**blocks, "raw_latencies_ms": raw[:1000].tolist()})["raw_latencies_ms"] == raw[:1000].tolist()
+    assert len(kept["raw_latencies_ms"]) == len(kept["raw_rounds"]) == RAW_KEPT_MAX
+    assert kept["latency_ms"]["raw_kept"] == {"kept": RAW_KEPT_MAX, "of": 250_000, "method": "uniform-random-subsample"}
+    assert {k: v for k, v in kept["latency_ms"].items() if k != "raw_kept"} == full  # from all of them
+    position = {v: i for i, v in enumerate(raw.tolist())}
+    order = [position[v] for v in kept["raw_latencies_ms"]]
+    assert order == sorted(order) and all(rounds[i] == r for i, r in zip(order, kept["raw_rounds"]))
+    counts = np.bincount(kept["raw_rounds"], minlength=4) / RAW_KEPT_MAX
+    assert np.allclose(counts, shares, atol=0.01)
+    assert abs(np.median(kept["raw_latencies_ms"]) / full["p50"] - 1) < 0.02
+    record = make_record(latency_ms=kept["latency_ms"], raw_latencies_ms=kept["raw_latencies_ms"],
+                         raw_rounds=kept["raw_rounds"])
+    path = records.write_record(tmp_path, record)
+    assert path.stat().st_size < 4_000_000
+    written = json.loads(path.read_text())
+    jsonschema.Draft202012Validator(json.loads(records.SCHEMA_FILE.read_text())).validate(written)
+    assert records.parse(written, str(path)).latency_ms["raw_kept"]["of"] == 250_000
+
+    from inferbench.records import record as record_module
+    from inferbench.run import main as run_main
+
+    monkeypatch.setattr(record_module, "RAW_KEPT_MAX", 10)  # a real run's records go through the same bound
+    assert run_main(["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--duration",
+                     "0.05", "--min-iterations", "40", "--warmup", "0", "--warmup-seconds", "0", "--threads", "1",
+                     "--device", "cpu", "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "out"),
+                     "-q"]) == 0
+    (ran,) = records.iter_records(tmp_path / "out")[0]
+    assert len(ran["raw_latencies_ms"]) == 10 and ran["latency_ms"]["raw_kept"]["of"] == ran["latency_ms"]["n"] >= 40

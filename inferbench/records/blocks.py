@@ -83,6 +83,7 @@ class Latency:
     p99_ci95: Interval = None
     n_effective: Number = None
     spread: dict[str, Any] | None = None
+    raw_kept: dict[str, Any] | None = None  # kept, of, method: raw_latencies_ms is a subsample (record.RAW_KEPT_MAX)
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,7 @@ class Record:
         blocks: dict[str, Any] = {}
         config = job.config
         if outcome.ok and outcome.cell is not None:
-            blocks = dict(outcome.cell.blocks)
+            blocks = kept_raw(dict(outcome.cell.blocks))
             config = dataclasses.replace(config, timing=outcome.cell.timing)
         failed = {"status": "failed", "error": outcome.error, "traceback": outcome.traceback,
                   "parity": not_run(), "latency_ms": None, "throughput_per_s": None}
@@ -209,6 +209,30 @@ class Record:
             environment=environment, run_id=run_id, created_at=created_at, model_stats=model_stats,
             **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
         )
+
+
+#: The most raw latencies a record keeps (about 1 MB of JSON; a day at the documented maximum --duration would be
+#: gigabytes): beyond it, a uniform random subsample of this many in their order, each with its round. Every
+#: statistic of ``latency_ms`` is computed from all of them before (``latency_ms.raw_kept`` says so).
+RAW_KEPT_MAX = 100_000
+
+
+def kept_raw(blocks: dict[str, Any]) -> dict[str, Any]:
+    """``blocks`` with at most RAW_KEPT_MAX raw latencies (and their rounds), the subsample said in ``latency_ms``."""
+    import random
+
+    most = RAW_KEPT_MAX
+
+    raw, rounds = blocks.get("raw_latencies_ms"), blocks.get("raw_rounds")
+    if not isinstance(raw, list) or len(raw) <= most:
+        return blocks
+    keep = sorted(random.Random(0).sample(range(len(raw)), most))  # seeded: the same cell keeps the same samples
+    out = {**blocks, "raw_latencies_ms": [raw[i] for i in keep]}
+    if isinstance(rounds, list) and len(rounds) == len(raw):
+        out["raw_rounds"] = [rounds[i] for i in keep]
+    out["latency_ms"] = {**(blocks.get("latency_ms") or {}),
+                         "raw_kept": {"kept": most, "of": len(raw), "method": "uniform-random-subsample"}}
+    return out
 
 
 def not_run() -> dict[str, Any]:
