@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,31 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def calibration_lines(old: Any, new: Any) -> list[str]:
+    """Per side, the calibration between invocations its intervals used (when and how it was measured, from which
+    file), or the file that was ignored and why."""
+    out = []
+    for side, df in (("OLD", old), ("NEW", new)):
+        cols = {k: df.get(f"environment.invocation_spread.{k}") for k in ("file", "sd", "measured_at", "by",
+                                                                          "invocations", "ignored")}
+        if cols["file"] is None:
+            continue
+        seen = {}
+        for i in range(len(df)):
+            file = cols["file"].iloc[i]
+            if isinstance(file, str) and file not in seen:
+                seen[file] = {k: (c.iloc[i] if c is not None else None) for k, c in cols.items()}
+        for file, c in seen.items():
+            if isinstance(c["ignored"], str):
+                out.append(f"{side}: the calibration {file} was ignored: {c['ignored']}")
+            elif isinstance(c["sd"], float):
+                runs = f" over {int(c['invocations'])} invocations" if isinstance(c["invocations"], numbers.Real) \
+                    and c["invocations"] == c["invocations"] else ""  # a NumPy number from the frame, NaN when absent
+                out.append(f"{side}: intervals add the spread between invocations (largest sd {c['sd']:.2%}) measured "
+                           f"{c['measured_at']} by {c['by']}{runs} ({file})")
+    return out
+
+
 def _valid(row: Any) -> str:
     """A side's validity (was the machine quiet enough?) in a word."""
     value = row.get("validity.valid")
@@ -235,7 +261,7 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
-    summary = summary_lines(rows)
+    summary = summary_lines(rows) + calibration_lines(old, new)
     print("\n".join(lines + notes + summary))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)

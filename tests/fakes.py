@@ -122,6 +122,17 @@ class SlowRunner(FakeRunner):
     delay_s = 0.02
 
 
+class ServerRunner(FakeRunner):
+    """5 ms a call: a server whose loads LoadGen's tests run in seconds, with a bound (50 ms) ten times the delays a
+    loaded 2-core machine's scheduler adds to a call."""
+
+    delay_s = 0.005
+
+
+class GlacialRunner(FakeRunner):
+    delay_s = 0.06
+
+
 def _machine(other_cores: float) -> None:
     """This worker's view of the machine from now on: the machine's busy time is its own plus ``other_cores`` of
     other work (and nothing else), whatever the real machine is doing."""
@@ -184,7 +195,8 @@ class FlatRunner(KnobRunner):
 FAKES = {
     "fake-lr": "FakeRunner", "fake-dropgrad": "FakeRunner", "fake-diverge": "FakeRunner",  # trainers differ
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
-    "fake-slow": "SlowRunner", "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
+    "fake-slow": "SlowRunner", "fake-5ms": "ServerRunner", "fake-60ms": "GlacialRunner",
+    "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
     "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
 }
 

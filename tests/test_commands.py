@@ -158,6 +158,50 @@ def test_compare_never_pairs_runs_at_another_machine_speed_and_adds_the_measured
     assert width["calibrated"] > width["plain"] and "+invocation-calibrated" in rows["calibrated"]["method"]
 
 
+def test_a_broken_or_planted_calibration_is_named_and_ignored_and_compare_says_which_it_used(fakes, tmp_path,
+                                                                                              capsys):
+    """The A/A calibration file beside the cache is read like a record: a huge, non-numeric or 50,000-deep one, or
+    one claiming a spread (sd 0.5) that would hide a real 1.27x slowdown, is named in a WARNING and ignored (the
+    run goes on, its records say so); compare says which calibration each side's intervals used and where it came
+    from, and a record claiming such a spread is named and skipped."""
+    from inferbench.execution.environment import calibration_path
+    from inferbench.run import main as run_main
+
+    cache = tmp_path / "cache"
+    argv = ["--model", "mobilenet_v3_small", "--resolution", "32", "--framework", "fake", "--duration", "0.02",
+            "--min-iterations", "3", "--warmup", "0", "--warmup-seconds", "0", "--threads", "1", "--device", "cpu",
+            "--cache-dir", str(cache), "-q"]
+    path = calibration_path(cache, 1)
+    path.parent.mkdir(parents=True)
+    good = {"sd": 0.04, "per_framework": {"fake": 0.04}, "df": 8, "df_per_framework": {"fake": 8}, "invocations": 10,
+            "measured_at": "2026-11-26T08:37:17+0000", "by": "benchmarks/aa_calibration.py --across"}
+    cases = {"huge": {**good, "sd": 1e300}, "text": {**good, "sd": "x"}, "deep": "[" * 50_000 + "]" * 50_000,
+             "wide": {**good, "sd": 0.5}, "good": good}
+    for name, content in cases.items():
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        assert run_main([*argv, "--output-dir", str(tmp_path / name)]) == 0, name
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        (rec,), _ = records.iter_records(tmp_path / name)
+        spread = rec["environment"]["invocation_spread"]
+        if name == "good":
+            assert "WARNING" not in err and spread["sd"] == 0.04 and spread["file"] == str(path)
+        else:
+            assert f"WARNING: the calibration between invocations {path} is ignored: not a calibration" in err, name
+            assert spread["sd"] is None and spread["ignored"].startswith("not a calibration inferbench wrote")
+    inferbench(["compare", str(tmp_path / "wide"), str(tmp_path / "good")])
+    out = capsys.readouterr().out
+    assert f"OLD: the calibration {path} was ignored: not a calibration inferbench wrote" in out
+    assert ("NEW: intervals add the spread between invocations (largest sd 4.00%) measured 2026-11-26T08:37:17+0000 "
+            f"by benchmarks/aa_calibration.py --across over 10 invocations ({path})") in out
+    (file,) = (tmp_path / "good").glob("*/*_fake.json")
+    planted = json.loads(file.read_text())
+    planted["environment"]["invocation_spread"]["sd"] = 0.5
+    file.write_text(json.dumps(planted))
+    found, skipped = records.iter_records(tmp_path / "good")
+    assert not found and "environment.invocation_spread.sd: 0.5 is above 0.25" in skipped[0]
+
+
 def _two_speed_run(states, true_ms, seed):
     """A run on a machine that switches between two speeds (a probe reading 200 or 145 GFLOP/s; the runtime's true
     median ``true_ms`` at the fast one, 1.8x it at the slow one): ``states`` says per round what the probe read

@@ -196,7 +196,7 @@ def _bad(tmp_path: Path, kind: str) -> Path:
         (folder / "cut.json").write_text(json.dumps({k: rec[k] for k in ("schema_version", "framework", "model")}))
     if kind == "all failed":
         rec = json.loads(next(FIXTURE.glob("*.json")).read_text())
-        rec.update(status="failed", error="ImportError: no torch", latency_ms={}, throughput_per_s=None)
+        rec.update(status="failed", error="ImportError: no torch", latency_ms=None, throughput_per_s=None)
         (folder / "failed.json").write_text(json.dumps(rec))
     if kind == "bad normalise":
         shutil.copy(next(FIXTURE.glob("*.json")), folder / "v1.json")
@@ -207,7 +207,7 @@ def _bad(tmp_path: Path, kind: str) -> Path:
     ("empty", "no inferbench result records"),
     ("unrelated", "no inferbench result records"),
     ("mixed", "schema_version 99"),
-    ("incomplete", "cut.json: incomplete record"),
+    ("incomplete", "cut.json: incomplete or mistyped record"),
     ("all failed", "no successful measurement among the 1 records (e.g. ImportError: no torch)"),
     ("bad normalise", "cannot normalise to 'nope'"),
 ])
@@ -376,8 +376,9 @@ def test_impossible_or_hostile_records_are_named_skipped_and_never_ranked(tmp_pa
     assert main([str(folder), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    for name in ("negative", "zero", "huge", "nan", "infinite", "no-throughput", "string-p50"):
+    for name in ("negative", "zero", "huge", "nan", "infinite", "no-throughput"):
         assert f"{name}.json: impossible values, never ranked" in err, name
+    assert "string-p50.json: incomplete or mistyped record (string-p50.json.latency_ms.p50: expected a number" in err
     assert "list-version.json: schema_version [4] is not a number" in err and "deep.json: not readable JSON" in err
     text = (out / "report.md").read_text()
     assert "torch" not in text.split("## Results")[1].split("##")[0]  # no impossible cell in the table
@@ -439,3 +440,86 @@ def test_a_full_disk_leaves_no_half_written_figure(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert "No space left on device" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not list(out.glob("*.png")) and not list(out.glob(".*.tmp"))
+
+
+def _planted(block: dict, shape: type, path: str):
+    """(dotted path, a copy of ``block`` with one declared key of ``shape`` given a value of the wrong type) for
+    every key the block holds, one level into nested shapes and lists of them: generated from the typed blocks."""
+    import copy
+    import dataclasses
+    import typing
+
+    from inferbench.base.codec import _shaped
+
+    hints = typing.get_type_hints(shape, include_extras=True)
+    for f in dataclasses.fields(shape):
+        if f.name not in block or hints[f.name] is typing.Any:
+            continue
+        value = block[f.name]
+        flat, stack = set(), [hints[f.name]]
+        while stack:  # every type the hint names (Annotated, unions)
+            t = stack.pop()
+            flat.add(t)
+            stack += [a for a in typing.get_args(t) if typing.get_origin(t) is not None]
+        wrong = 7 if str in flat else "x"  # a number where text is declared, text anywhere else
+        hostile = copy.deepcopy(block)
+        hostile[f.name] = wrong
+        yield f"{path}.{f.name}", hostile
+        inner = [t for t in (hints[f.name], *typing.get_args(hints[f.name])) if _shaped(t)]
+        kind = next((t for t in typing.get_args(inner[0]) if dataclasses.is_dataclass(t)), inner[0]) if inner else None
+        while kind is not None and not dataclasses.is_dataclass(kind):  # list[Shape] | None, Shape | None
+            kind = next((t for t in typing.get_args(kind) if _shaped(t)), None)
+        if kind is None or not value:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for sub, planted in _planted(items[0], kind, f"{path}.{f.name}" + ("[0]" if isinstance(value, list) else "")):
+            hostile = copy.deepcopy(block)
+            if isinstance(value, list):
+                hostile[f.name][0] = planted
+            else:
+                hostile[f.name] = planted
+            yield sub, hostile
+
+
+def test_every_block_of_a_record_is_validated_on_load_from_its_typed_shape(tmp_path, capsys):
+    """Every block a reader parses (serving, training, machine state and its speed readings, tuning, the
+    calibration in the environment, latency, energy, memory, ...) is checked against its declared shape when a
+    record is loaded: for every key of every block of real records, a value of the wrong type makes the record
+    named and skipped, never a traceback in report or compare. The cases are generated from the shapes."""
+    import typing
+
+    from inferbench import records
+    from inferbench.compare import main as compare_main
+    from inferbench.records.record import Record
+
+    sources = {"serving": "serving-cpu-20261126/server", "training": "train-vgg16-cpu-20261126",
+               "machine_state": "aa-calibration-cpu-20261126", "tuning": "sweeps/cpu-2core-20261126",
+               "environment": "aa-calibration-cpu-20261126/aa"}
+    hints = typing.get_type_hints(Record, include_extras=True)
+    shapes = {name: next(m for m in typing.get_args(tp)[1:] if isinstance(m, type))
+              for name, tp in hints.items() if typing.get_origin(tp) is typing.Annotated
+              and any(isinstance(m, type) for m in typing.get_args(tp)[1:])}
+    assert {"serving", "training", "machine_state", "tuning", "latency_ms", "energy", "environment"} <= set(shapes)
+    planted_count = {}
+    for block, shape in shapes.items():
+        found, _ = records.iter_records(COMMITTED / sources.get(block, "serving-cpu-20261126/server"))
+        base = next(r for r in found if r.get(block))
+        base = {k: v for k, v in base.items() if k != "_source"}
+        folder = tmp_path / block
+        folder.mkdir()
+        cases = list(_planted(base[block], shape, block))
+        for i, (_, hostile_block) in enumerate(cases):
+            (folder / f"{i}.json").write_text(json.dumps({**base, block: hostile_block}))
+        found, skipped = records.iter_records(folder)
+        missed = [where for i, (where, _) in enumerate(cases) if not any(f"/{i}.json: " in s for s in skipped)]
+        assert not found and not missed, (block, missed)
+        assert all(where.split(".", 1)[-1].split("[")[0] in s for (where, _), s in
+                   zip(cases, sorted(skipped, key=lambda s: int(s.rsplit("/", 1)[1].split(".")[0]))))
+        planted_count[block] = len(cases)
+        (folder / "good.json").write_text(json.dumps(base))
+    assert planted_count["serving"] >= 15 and planted_count["machine_state"] >= 3 and planted_count["tuning"] >= 5
+    capsys.readouterr()
+    assert main([str(tmp_path / "serving"), str(tmp_path / "tuning"), "--out", str(tmp_path / "report")]) == 0
+    assert compare_main([str(tmp_path / "machine_state"), str(tmp_path / "environment")]) in (0, 3)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "incomplete or mistyped record" in err

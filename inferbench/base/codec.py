@@ -38,13 +38,23 @@ def decode(cls: type[T], data: Any, where: str = "value") -> T:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def _decode(tp: Any, data: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
         return data
+    if origin is typing.Annotated:  # a type with markers: the value, then what each marker asks of it
+        inner, *markers = typing.get_args(tp)
+        value = _decode(inner, data, where)
+        if value is not None:
+            for marker in markers:
+                if dataclasses.is_dataclass(marker) and isinstance(marker, type):  # a block's shape
+                    _open(marker, value, where)
+                elif hasattr(marker, "check"):
+                    marker.check(value, where)
+        return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
         if data is None and type(None) in options:
@@ -105,6 +115,59 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected {tp.__name__}, got {data!r}")
         return data
     raise TypeError(f"{where}: no decoder for {tp!r}")  # a programming error, not bad input
+
+
+def check_shape(tp: Any, data: Any, where: str = "value") -> None:
+    """``data`` (plain JSON) checked against the block shape ``tp`` (a dataclass, its markers honoured): the keys it
+    lists typed, a required one there, others allowed; a ``ValueError`` naming where, else nothing."""
+    _open(tp, data, where)
+
+
+def _open(tp: Any, data: Any, where: str) -> None:
+    """``data`` checked against ``tp``, where a dataclass is the shape of a plain JSON block: the keys it lists are
+    checked (with their markers), a required one must be there, others may follow (blocks stay open to new keys)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        inner = typing.get_args(tp)[0]
+        if _shaped(inner):
+            _open(inner, data, where)
+        else:
+            _decode(tp, data, where)
+        return
+    if origin in (typing.Union, types.UnionType):
+        options = [o for o in typing.get_args(tp) if o is not type(None)]
+        if data is None and len(options) < len(typing.get_args(tp)):
+            return
+        errors = []
+        for option in options:
+            try:
+                return _open(option, data, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0])
+    if origin in (list, dict) and _shaped(typing.get_args(tp)[-1]):  # a list (or map) of blocks
+        if not isinstance(data, origin):
+            raise ValueError(f"{where}: expected {'a list' if origin is list else 'an object'}, got "
+                             f"{type(data).__name__}")
+        for key, item in enumerate(data) if origin is list else data.items():
+            _open(typing.get_args(tp)[-1], item, f"{where}[{key}]")
+        return
+    if not (dataclasses.is_dataclass(tp) and isinstance(tp, type)):
+        _decode(tp, data, where)
+        return
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = _hints(tp)
+    for f in dataclasses.fields(tp):
+        if f.name in data:
+            _open(hints[f.name], data[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where}: missing key {f.name!r}")
+
+
+def _shaped(tp: Any) -> bool:
+    """Does ``tp`` hold a block's shape (a dataclass, maybe optional)?"""
+    return any(dataclasses.is_dataclass(t) and isinstance(t, type) for t in (tp, *typing.get_args(tp)))
 
 
 def _same_kind(exc: Exception, message: str) -> ValueError:

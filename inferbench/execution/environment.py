@@ -90,9 +90,18 @@ def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any
     and ``compare`` adds it to each side."""
     import json
 
+    from ..base.codec import check_shape
+    from ..records.blocks import InvocationSpread
+
     path = calibration_path(cache_dir, threads)
     try:
-        data = json.loads(path.read_text())
-        return {**data, "file": str(path)} if isinstance(data, dict) and isinstance(data.get("sd"), float) else None
-    except (OSError, ValueError):
+        text = path.read_text()
+    except OSError:
         return None
+    try:
+        data = json.loads(text)
+        check_shape(InvocationSpread, data, path.name)
+    except (ValueError, RecursionError) as exc:  # a broken or planted file: said, and no run uses it
+        why = str(exc).splitlines()[0][:200] if isinstance(exc, ValueError) else "JSON nested too deep"
+        return {"sd": None, "file": str(path), "ignored": f"not a calibration inferbench wrote ({why})"}
+    return {**data, "file": str(path)}

@@ -9,8 +9,11 @@ Markers in ``Annotated[...]`` add what a type cannot say (:class:`Enum`, :class:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any
+
+from ..registry.scenarios import SCENARIOS
 
 
 @dataclass(frozen=True)
@@ -19,13 +22,34 @@ class Enum:
 
     values: Any
 
+    def check(self, value: Any, where: str) -> None:
+        if value not in tuple(self.values):
+            raise ValueError(f"{where}: {str(value)[:40]!r} is not one of {', '.join(map(str, self.values))}")
+
 
 @dataclass(frozen=True)
 class Min:
-    """At least ``value`` (``exclusive``: more than it)."""
+    """At least ``value`` (``exclusive``: more than it); a number checked is finite."""
 
     value: float
     exclusive: bool = False
+
+    def check(self, value: Any, where: str) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            if not (math.isfinite(v) and (v > self.value if self.exclusive else v >= self.value)):
+                raise ValueError(f"{where}: {v!r} is not {'above' if self.exclusive else 'at least'} {self.value:g}")
+
+
+@dataclass(frozen=True)
+class Max:
+    """At most ``value``."""
+
+    value: float
+
+    def check(self, value: Any, where: str) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            if not v <= self.value:
+                raise ValueError(f"{where}: {v!r} is above {self.value:g}")
 
 
 @dataclass(frozen=True)
@@ -37,13 +61,22 @@ class Doc:
 class NonEmpty:
     """A string of at least one character."""
 
+    def check(self, value: Any, where: str) -> None:
+        if not value:
+            raise ValueError(f"{where}: empty")
+
 
 @dataclass(frozen=True)
 class Pair:
     """Exactly two items (an interval's low and high)."""
 
+    def check(self, value: Any, where: str) -> None:
+        if len(value) != 2:
+            raise ValueError(f"{where}: {len(value)} items, not 2")
+
 
 Number = float | None
+NonNegative = Annotated[float, Min(0)] | None  # a figure that cannot be below zero (a time, a size, an energy)
 Interval = Annotated[list[float] | None, Pair()]
 
 
@@ -105,26 +138,26 @@ class Parity:
 
 @dataclass(frozen=True)
 class ColdStart:
-    load_s: Number = None
-    first_call_s: Number = None
+    load_s: NonNegative = None
+    first_call_s: NonNegative = None
     load_includes: str | None = None
 
 
 @dataclass(frozen=True)
 class Memory:
-    peak_host_mb: Number = None
-    timed_peak_host_mb: Number = None
-    host_before_load_mb: Number = None
-    peak_device_mb: Number = None
-    device_used_mb_at_end: Number = None
+    peak_host_mb: NonNegative = None
+    timed_peak_host_mb: NonNegative = None
+    host_before_load_mb: NonNegative = None
+    peak_device_mb: NonNegative = None
+    device_used_mb_at_end: NonNegative = None
 
 
 @dataclass(frozen=True)
 class Energy:
-    available: bool
+    available: bool | None = None  # absent in records that only carry the figures
     reason: str | None = None
-    joules_per_inference: Number = None
-    mean_power_w: Number = None
+    joules_per_inference: NonNegative = None
+    mean_power_w: NonNegative = None
 
 
 @dataclass(frozen=True)
@@ -166,9 +199,33 @@ class PeakFp32:
     method: str | None = None
 
 
+#: The largest spread between invocations a calibration may claim: a cell's median moving by 25% (one sd) from one
+#: invocation to the next leaves nothing a comparison could tell; a larger figure is a broken or planted file.
+MAX_INVOCATION_SD = 0.25
+Spread = Annotated[float, Min(0), Max(MAX_INVOCATION_SD)]
+
+
+@dataclass(frozen=True)
+class InvocationSpread:
+    """This machine's measured spread between invocations (``benchmarks/aa_calibration.py --across``: the sd of a
+    cell's log median from one invocation to the next), per framework and the largest, with its degrees of freedom,
+    the file it was read from and when and how it was measured; ``compare`` adds it to each side."""
+
+    sd: Annotated[float, Min(0, exclusive=True), Max(MAX_INVOCATION_SD)] | None  # null: ignored, and why
+    df: Annotated[int, Min(1)] | None = None
+    per_framework: dict[str, Spread | None] | None = None
+    df_per_framework: dict[str, Annotated[int, Min(0)]] | None = None
+    invocations: Annotated[int, Min(2)] | None = None
+    measured_at: str | None = None
+    by: str | None = None
+    file: str | None = None
+    ignored: str | None = None  # the file was not a calibration inferbench wrote: why (no comparison uses it)
+
+
 @dataclass(frozen=True)
 class Environment:
     peak_fp32: PeakFp32 | None = None
+    invocation_spread: InvocationSpread | None = None
 
 
 @dataclass(frozen=True)
@@ -180,8 +237,42 @@ class Validity:
 
 
 @dataclass(frozen=True)
+class SpeedReading:
+    round: Annotated[int, Min(0)]
+    gflops: Annotated[float, Min(0, exclusive=True)]
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The machine's own speed: a fixed matrix product read before every round and after the last (``compare`` sets
+    side by side only rounds read at one speed)."""
+
+    rounds: list[SpeedReading] | None = None
+    gflops_median: Annotated[float, Min(0)] | None = None
+
+
+@dataclass(frozen=True)
 class MachineState:
     """The machine during every timed block (cores other work took, steal, load), its threshold and summary."""
+
+    speed: Speed | None = None
+
+
+@dataclass(frozen=True)
+class VsDefault:
+    """A setting's median latency over that of inferbench's own setting, paired within rounds, with its interval."""
+
+    ratio: Annotated[float, Min(0, exclusive=True)]
+    ci95: Interval = None
+
+
+@dataclass(frozen=True)
+class TuningRow:
+    """One setting tuning tried: the setting, its median latency, its ratio to inferbench's own setting."""
+
+    setting: dict[str, Any]
+    p50_ms: Annotated[float, Min(0, exclusive=True)] | None = None
+    vs_default: VsDefault | None = None
 
 
 @dataclass(frozen=True)
@@ -192,8 +283,48 @@ class Tuning:
     chosen: dict[str, Any]
     default: dict[str, Any]
     reason: str
-    table: list[dict[str, Any]]
-    seconds: Number = None
+    table: list[TuningRow]
+    seconds: Annotated[float, Min(0)] | None = None
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A serving configuration: queries in flight and the batching delay."""
+
+    concurrency: Annotated[int, Min(1)] | None = None
+    max_delay_ms: Annotated[float, Min(0)] | None = None
+
+
+QPS = Annotated[float, Min(0)]
+
+
+@dataclass(frozen=True)
+class ServingAnswer:
+    """The answer: the load held at the bound (server: ``max_valid_qps``, the search's ``bracket``) or the samples
+    per second (offline: ``qps`` with ``qps_ci95``), the configuration that gave it."""
+
+    knobs: Knobs
+    found: bool | None = None
+    qps: QPS | None = None
+    qps_ci95: Annotated[list[QPS | None], Pair()] | None = None
+    max_valid_qps: QPS | None = None
+    smallest_invalid_qps: QPS | None = None
+    bracket: Annotated[list[QPS | None], Pair()] | None = None
+    bound_ms: Annotated[float, Min(0, exclusive=True)] | None = None
+    held_in_a_row: Annotated[int, Min(0)] | None = None
+
+
+@dataclass(frozen=True)
+class ServingStep:
+    """One LoadGen test: its configuration, the load it was scheduled at, LoadGen's verdict and what it measured."""
+
+    knobs: Knobs
+    target: QPS | None = None
+    valid: bool | None = None
+    qps: QPS | None = None
+    completed_qps: QPS | None = None
+    p50_ms: Annotated[float, Min(0)] | None = None
+    p99_ms: Annotated[float, Min(0)] | None = None
 
 
 @dataclass(frozen=True)
@@ -202,9 +333,9 @@ class Serving:
     (``steps``: its serving configuration, target, LoadGen's verdict and why, QPS and percentiles), the answer, the
     single-query latency, the settings; null for the inference scenario."""
 
-    scenario: str
-    answer: dict[str, Any]
-    steps: list[dict[str, Any]]
+    scenario: Annotated[str, Enum(tuple(SCENARIOS))]
+    answer: ServingAnswer
+    steps: list[ServingStep]
     mlperf_valid: bool
 
 
@@ -215,7 +346,7 @@ class Training:
     other scenarios."""
 
     optimizer: str
-    learning_rate: Number  # the rate trained with: the default, or lower (measure.training.learning_rate)
+    learning_rate: NonNegative  # the rate trained with: the default, or lower (measure.training.learning_rate)
     bn_mode: str
     layout: str
     step: str
@@ -223,15 +354,15 @@ class Training:
     dropout: str = "off"
     loss: str | None = None
     labels: str | None = None
-    momentum: Number = None
+    momentum: NonNegative = None
     nesterov: bool | None = None
-    beta_1: Number = None
-    beta_2: Number = None
-    epsilon: Number = None
+    beta_1: NonNegative = None
+    beta_2: NonNegative = None
+    epsilon: NonNegative = None
     batch_norm_kernel: str | None = None
     compiled: bool | None = None
     steps_timed: Annotated[int, Min(0)] | None = None
     steps_total: Annotated[int, Min(0)] | None = None
     last_loss: Number = None
-    default_learning_rate: Number = None
-    step_cap: Number = None
+    default_learning_rate: NonNegative = None
+    step_cap: NonNegative = None

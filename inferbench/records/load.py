@@ -56,7 +56,7 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             skipped.append(f"{file}: impossible values, never ranked ({exc})")
             continue
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            skipped.append(f"{file}: incomplete record ({str(exc)[:100]})")  # named, as resume sets it aside
+            skipped.append(f"{file}: incomplete or mistyped record ({str(exc)[:160]})")  # named, as resume sets aside
             continue
         records.append({**encode(record), "_source": str(file.resolve())})
     if unsupported:

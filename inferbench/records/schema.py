@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .blocks import Doc, Enum, Min, NonEmpty, Pair
+from .blocks import Doc, Enum, Max, Min, NonEmpty, Pair
 
 URL = "https://github.com/inferbench/inferbench/blob/main/inferbench/records/schema/record.schema.json"
 
@@ -35,6 +35,8 @@ def type_schema(tp: Any, open_objects: bool = True) -> dict[str, Any]:
                 out["enum"] = _enum(marker)
             elif isinstance(marker, Min):
                 out["exclusiveMinimum" if marker.exclusive else "minimum"] = marker.value
+            elif isinstance(marker, Max):
+                out["maximum"] = marker.value
             elif isinstance(marker, Pair):
                 out.update(minItems=2, maxItems=2)
             elif isinstance(marker, NonEmpty):
