@@ -216,3 +216,26 @@ def test_a_bound_no_load_can_meet_is_one_line_and_leaves_nothing(fakes, tmp_path
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--slo-p99 0.5 ms: no load can meet it on fake, whose own single-query median is" in err
     assert not any((tmp_path / "out").glob("*/*.json"))
+
+
+def test_a_server_test_the_runtime_did_not_keep_up_with_is_never_valid():
+    """With a bound longer than the test, LoadGen called VALID a test whose runtime completed 59-297 samples/s of
+    48,401 scheduled (every query met a day's bound while the queue grew): such a test is INVALID, said why, and no
+    answer can stand on it; a runtime that kept up (Poisson's scatter, the last queries' tail) stays VALID, and
+    offline, which schedules nothing, is untouched."""
+    from inferbench.scenarios.serve import KEEP_UP, verdict
+
+    ok = {"result_validity": "VALID", "result_perf_constraints_met": True, "early_stopping_met": True}
+    far = {**ok, "result_scheduled_samples_per_sec": 48_401.6, "result_completed_samples_per_sec": 297.0}
+    valid, why, reason = verdict("server", far)
+    assert not valid and why == ["kept_up"] and "completed 297.0 samples/s of the 48401.6 scheduled" in reason
+    assert verdict("server", {**far, "result_completed_samples_per_sec": 0.95 * 48_401.6}) == (True, [], None)
+    assert not verdict("server", {**far, "result_completed_samples_per_sec": 0.99 * KEEP_UP * 48_401.6})[0]
+    assert verdict("offline", {**far, "result_samples_per_second": 297.0})[0]
+    slow = {**far, "result_validity": "INVALID", "result_perf_constraints_met": False,
+            "result_invalid_reason": "Reduce target QPS to improve latency."}
+    assert verdict("server", slow)[1] == ["result_perf_constraints_met", "kept_up"]
+    from inferbench.scenarios.serve import held
+
+    tests = [{"target": 100.0, "valid": verdict("server", far)[0]} for _ in range(3)]
+    assert held(tests) is None  # nothing held: no answer above what the runtime completed
