@@ -5,6 +5,7 @@ document."""
 from __future__ import annotations
 
 import json
+import os
 
 import jsonschema
 import pytest
@@ -63,8 +64,27 @@ def test_list_prints_what_runs_here_as_a_document(capsys):
 
 
 @pytest.mark.parametrize("argv", [["compare", "nowhere-a", "nowhere-b", "--json"],
-                                  ["run", "--framework", "no-such-runtime", "--json"]])
-def test_bad_input_prints_no_document(argv, capsys, tmp_path):
-    assert inferbench([*argv, "--output-dir", str(tmp_path / "out")] if argv[0] == "run" else argv) == 2
+                                  ["run", "--framework", "no-such-runtime", "--json"],
+                                  ["run", "--no-such-flag", "--json"],
+                                  ["run", "--framework", "fake", "--json", "--output-dir", "READ-ONLY"]])
+def test_bad_input_is_one_line_and_the_error_document(argv, capsys, tmp_path, fakes):
+    """Bad input (a missing folder, an unknown runtime or flag, an output folder that cannot be written: the user
+    named it) is one line on standard error, exit 2, and with --json the error document on standard output: the
+    same line, so a script reading the document always gets one."""
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o555)
+    argv = [str(read_only / "out") if a == "READ-ONLY" else a for a in argv]
+    if argv[0] == "run" and "--output-dir" not in argv:
+        argv += ["--output-dir", str(tmp_path / "out")]
+    if os.geteuid() == 0 and str(read_only) in " ".join(argv):  # root writes anywhere: a file stands in the way
+        read_only.chmod(0o755)
+        (read_only / "out").write_text("")
+    assert inferbench(argv) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    (line,) = captured.err.strip().splitlines()
+    doc = json.loads(captured.out)  # the whole of stdout
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(doc, schema)
+    jsonschema.validate(doc, {"$ref": "#/$defs/error", "$defs": schema["$defs"]})
+    assert doc["exit_status"] == 2 and doc["command"] == argv[0] and line.endswith(doc["error"])
+    assert not (tmp_path / "out").exists()

@@ -102,8 +102,7 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         with _signals_interrupt():
             return body(argv)
     except UsageError as exc:
-        print(f"{prog}: error: {shorten(str(exc))}", file=sys.stderr)
-        return 2
+        return _error(prog, argv, 2, shorten(str(exc)))
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         print(f"{prog}: interrupted by {signal.Signals(signum).name}; {interrupted}", file=sys.stderr)
@@ -113,6 +112,23 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
         return 0
     except OSError as exc:  # the machine, not the input: a full disk, a folder taken away; one line, exit 1
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"{prog}: error: {shorten(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
-        return 2 if exc.errno == errno.ENAMETOOLONG else 1  # a name too long is the input's, not the machine's
+        return _error(prog, argv, 2 if exc.errno == errno.ENAMETOOLONG else 1,  # a name too long is the input's
+                      shorten(f"{exc.strerror or exc}{where}"))
+
+
+#: The commands that take --json (cli.jsonout): an error ends them with the error document.
+JSON_COMMANDS = ("run", "compare", "report", "list")
+
+
+def _error(prog: str, argv: list[str] | None, status: int, message: str) -> int:
+    """One line on standard error; with --json, the same line as the error document on standard output (a script
+    reading the document always gets one). Returns ``status``."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    command = prog.replace(".", " ").split()[-1]
+    if command in JSON_COMMANDS and "--json" in (sys.argv[1:] if argv is None else argv):
+        import json
+
+        print(json.dumps({"command": command, "inferbench_version": __version__, "exit_status": status,
+                          "error": message}, indent=1))
+    return status
 

@@ -20,8 +20,8 @@ Emit = Callable[[dict[str, Any]], None]
 
 def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
     """Run ``body(emit)``; with ``enabled``, what it prints goes to standard error and the document it emitted (the
-    last one) to standard output, with the exit status. Bad input (exit 2) prints no document: its one line is on
-    standard error as always."""
+    last one) to standard output, with the exit status. A command that ends in one error line (bad input, exit 2;
+    the machine, exit 1) prints the error document instead (:func:`inferbench.cli.common.guarded`)."""
     if not enabled:
         return body(lambda doc: None)
     from .. import __version__
