@@ -161,3 +161,32 @@ def test_bad_training_options_are_one_line_and_exit_2(argv, message, tmp_path, c
     assert run_main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and len(err) == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_reference_steps_refuse_a_batch_the_memory_cannot_hold_before_a_step(tmp_path):
+    """--scenario train --batch-size 65536 passed the input-size check and the reference export grew past 9.3 GB
+    before the cells' own memory check could run: the train-reference export checks first, from the Keras export's
+    model size, and refuses in one line with the batch size to try (bad input: UsageError, exit 2 in a run)."""
+    from inferbench.base.errors import UsageError
+    from inferbench.exporters import cache
+    from inferbench.exporters.train_reference import export, refuse_what_memory_cannot_hold
+    from inferbench.registry.artifacts import ExportContext
+
+    available = memory_total_gb("MemAvailable")
+    per_image = available / 32 / 3 * 2**30 / 4  # batch 64 needs twice what is available, batch 4 a tenth of it
+    stats = {"params": 1_000_000, "flops_per_image": None, "flops_method": "fake",
+             "activations_per_image": int(per_image)}
+    cache.record(tmp_path, "keras", {"model_stats": stats, "files": {}}, {"model": "vgg16_bn"})
+
+    def ctx(batch_sizes):
+        return ExportContext(folder=tmp_path, model="vgg16_bn", resolution=32, weights="random", seed=0,
+                             batch_sizes=batch_sizes, variants=("sgd-bntrain",))
+
+    with pytest.raises(UsageError) as refused:
+        export(ctx((4, 65536)))
+    message = str(refused.value)
+    assert message.startswith("the reference training steps: training 65536 images a step would hold about")
+    advice = int(message.rsplit("--batch-size ", 1)[1].split()[0])
+    assert 1 <= advice <= 32 and "\n" not in message
+    assert not (tmp_path / "train-reference").exists()  # refused before anything was made
+    refuse_what_memory_cannot_hold(ctx((advice,)))  # the batch size it names fits

@@ -52,3 +52,38 @@ def memory_shortfall(params: int | None, base_gb: float, weight_copies: float, c
     weights = params * 4 / 2**30
     need = count * (base_gb + weight_copies * weights)
     return None if need <= 0.9 * available else (need, weights, available)
+
+
+#: What a worker holds, estimated from the model's weights (fitted on the zoo's records, rounded up: TF workers
+#: 0.7-1.0 GB plus 1.7-2.5 copies of the weights, ONNX Runtime 0.1 GB plus 1.7, OpenVINO 0.1 GB plus 2.9).
+WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
+#: A training worker holds besides: the gradients and the optimizer's state (a copy of the weights each: SGD's
+#: momentum, Adam's two moments), and per image ACTIVATION_COPIES times every layer's outputs (kept for the backward
+#: pass, their gradients, the framework's workspace).
+ACTIVATION_COPIES = 3.0
+
+
+def training_memory(stats: dict | None, batch_size: int, optimizer: str) -> tuple[float, float]:
+    """A training process's estimate as (GB beside the weights, copies of the weights) for :func:`memory_shortfall`,
+    from the model's ``model_stats`` (its parameters and every layer's outputs per image)."""
+    activations = (stats or {}).get("activations_per_image") or 0
+    return (WORKER_BASE_GB + activations * batch_size * 4 * ACTIVATION_COPIES / 2**30,
+            WEIGHT_COPIES + 1 + (1 if optimizer == "sgd" else 2))
+
+
+def training_refusal(stats: dict | None, batch_size: int, optimizer: str, processes: int = 1,
+                     own_gb: float = 0.0) -> str | None:
+    """Why ``processes`` processes training ``batch_size`` images a step would not fit the memory available now, with
+    the batch size to try (None: they fit, or the model's size is unknown)."""
+    params = (stats or {}).get("params")
+    short = memory_shortfall(params, *training_memory(stats, batch_size, optimizer), processes, own_gb)
+    if short is None:
+        return None
+    need, weights_gb, available = short
+    smaller = next((b for b in (batch_size // 2 ** k for k in range(1, 17)) if b >= 1 and memory_shortfall(
+        params, *training_memory(stats, b, optimizer), processes, own_gb) is None), None)
+    advice = f"try --batch-size {smaller}" if smaller else "this model does not train on this machine"
+    return (f"training {batch_size} images a step would hold about {need:.0f} GB in {processes} "
+            f"process{'es' if processes > 1 else ''} ({weights_gb:.1f} GB of weights, the gradients, the optimizer's "
+            f"state and the activations), more than 90% of the {available:.0f} GB available: {advice}"
+            + (" (or --processes 1)" if processes > 1 else ""))

@@ -19,14 +19,6 @@ from ..spec import (
 from .childenv import child_env
 from .progress import Progress
 
-#: What a worker holds, estimated from the model's weights (fitted on the zoo's records, rounded up: TF workers
-#: 0.7-1.0 GB plus 1.7-2.5 copies of the weights, ONNX Runtime 0.1 GB plus 1.7, OpenVINO 0.1 GB plus 2.9).
-WORKER_BASE_GB, WEIGHT_COPIES = 1.0, 3.0
-#: A training worker holds besides: the gradients and the optimizer's state (a copy of the weights each: SGD's
-#: momentum, Adam's two moments), and per image ACTIVATION_COPIES times every layer's outputs (kept for the backward
-#: pass, their gradients, the framework's workspace).
-ACTIVATION_COPIES = 3.0
-
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
                    batch_sizes: tuple[int, ...], progress: Progress,
@@ -179,41 +171,21 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
             for k in kinds if isinstance(entries.get(k), dict)}
 
 
-def training_memory(stats: dict[str, Any] | None, batch_size: int, optimizer: str) -> tuple[float, float]:
-    """A training worker's estimate as (GB beside the weights, copies of the weights) for
-    :func:`inferbench.base.machine.memory_shortfall`."""
-    activations = (stats or {}).get("activations_per_image") or 0
-    return (WORKER_BASE_GB + activations * batch_size * 4 * ACTIVATION_COPIES / 2**30,
-            WEIGHT_COPIES + 1 + (1 if optimizer == "sgd" else 2))
-
-
 def training_plan(stats: dict[str, Any] | None, cells: int, processes: int, batch_size: int,
                   optimizer: str) -> tuple[bool, str | None]:
     """How a training group's workers fit in the memory available now: (side by side, None), (one cell at a time,
     None) when only that fits, or (False, why not even one cell's workers fit: the batch size to try)."""
-    from ..base.machine import memory_shortfall
+    from ..base.machine import training_refusal
 
-    params = (stats or {}).get("params")
-    base, copies = training_memory(stats, batch_size, optimizer)
-    if memory_shortfall(params, base, copies, cells * processes) is None:
+    if training_refusal(stats, batch_size, optimizer, cells * processes) is None:
         return True, None
-    short = memory_shortfall(params, base, copies, processes)
-    if short is None:
-        return False, None
-    need, weights_gb, available = short
-    smaller = next((b for b in (batch_size // 2 ** k for k in range(1, 12)) if b >= 1 and memory_shortfall(
-        params, *training_memory(stats, b, optimizer), processes) is None), None)
-    advice = f"try --batch-size {smaller}" if smaller else "this model does not train on this machine"
-    return False, (f"training {batch_size} images a step would hold about {need:.0f} GB in {processes} worker "
-                   f"process{'es' if processes > 1 else ''} ({weights_gb:.1f} GB of weights, the gradients, the "
-                   f"optimizer's state and the activations), more than 90% of the {available:.0f} GB available: "
-                   f"{advice}" + (" (or --processes 1)" if processes > 1 else ""))
+    return False, training_refusal(stats, batch_size, optimizer, processes)
 
 
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
     """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
     fit in the memory available now (None: they fit, or the model's size is unknown)."""
-    from ..base.machine import memory_shortfall
+    from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall
 
     short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
     if short is None:

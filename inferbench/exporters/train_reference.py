@@ -24,6 +24,7 @@ from ..runners import keras_train
 def export(ctx: ExportContext) -> dict[str, Any]:
     from ..spec import RunnerOptions
 
+    refuse_what_memory_cannot_hold(ctx)
     spec = get_model(ctx.model)
     (ctx.folder / "train-reference").mkdir(exist_ok=True)
     paths = []
@@ -36,6 +37,23 @@ def export(ctx: ExportContext) -> dict[str, Any]:
             paths.append(train_reference(bs, variant))
     return {"paths": ["train-reference"], "batch_sizes": list(ctx.batch_sizes), "variants": list(ctx.variants),
             "notes": []}
+
+
+def refuse_what_memory_cannot_hold(ctx: ExportContext) -> None:
+    """Before a step is taken: a batch whose training would not fit the memory available now is bad input, one line
+    with the batch size to try (UsageError), from the Keras export's model size (--scenario train --batch-size 65536
+    grew this export past 9.3 GB before the cells' own check could run)."""
+    from ..base.errors import UsageError
+    from ..base.machine import training_refusal
+    from ..measure.memory import current_rss_mb
+    from . import cache
+
+    stats = (cache.read_manifest(ctx.folder)["artifacts"].get("keras") or {}).get("model_stats")
+    for variant in ctx.variants:
+        for bs in sorted(ctx.batch_sizes, reverse=True):
+            why = training_refusal(stats, bs, variant.partition("-bn")[0], own_gb=current_rss_mb() / 1024)
+            if why:
+                raise UsageError(f"the reference training steps: {why}")
 
 
 def steps(model: Any, spec: Any, ctx: ExportContext, batch_size: int, optimizer: str) -> dict[str, np.ndarray]:
