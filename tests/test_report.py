@@ -523,3 +523,39 @@ def test_every_block_of_a_record_is_validated_on_load_from_its_typed_shape(tmp_p
     assert compare_main([str(tmp_path / "machine_state"), str(tmp_path / "environment")]) in (0, 3)
     err = capsys.readouterr().err
     assert "Traceback" not in err and "incomplete or mistyped record" in err
+
+
+def test_the_cross_machine_table_and_the_xla_steps_keep_every_cell_apart(tmp_path):
+    """Every analysis grouping is the cell's whole identity (spec.IDENTITY): one framework's FP32 and FP16 cells,
+    its tuned and plain ones, and its inference and training ones, each on two machines, are four rows of the
+    cross-machine table, never one; the XLA steps never set a training cell beside an inference one."""
+    from test_results import make_record
+
+    from inferbench.analysis.report import across_machines
+
+    rounds = [i % 3 for i in range(50)]
+    cells = {"plain": {}, "fp16": {"precision": "fp16"}, "tuned": {"variant": "tuned"}, "train": {"scenario": "train"}}
+    for machine, scale in (("CPU A", 1.0), ("CPU B", 2.0)):
+        folder = tmp_path / machine.replace(" ", "-")
+        folder.mkdir()
+        for name, identity in cells.items():
+            p50 = {"plain": 5.0, "fp16": 3.0, "tuned": 4.0, "train": 20.0}[name] * scale
+            rec = make_record("tf", p50=p50, raw_rounds=rounds, environment={"cpu": {"model": machine}},
+                              **identity)
+            (folder / f"{name}.json").write_text(json.dumps(encode(rec)))
+        for fw, p50 in (("keras-eager", 9.0), ("keras", 6.0), ("kerasxla", 4.0)):  # XLA steps at inference...
+            rec = make_record(fw, p50=p50 * scale, raw_rounds=rounds, environment={"cpu": {"model": machine}})
+            (folder / f"{fw}.json").write_text(json.dumps(encode(rec)))
+        rec = make_record("keras", p50=1.0, raw_rounds=rounds, environment={"cpu": {"model": machine}},
+                          scenario="train")  # ...and a training cell of the graph step that must not replace it
+        (folder / "keras-train.json").write_text(json.dumps(encode(rec)))
+    df = analysis.load([tmp_path / "CPU-A", tmp_path / "CPU-B"])
+    table = across_machines(df)
+    tf = table[table["framework"].str.startswith("tf")]
+    assert sorted(zip(tf["framework"], tf["cell"])) == [
+        ("tf", "mobilenet_v3_large@224 bs1"), ("tf", "mobilenet_v3_large@224 bs1 (train)"),
+        ("tf+tuned", "mobilenet_v3_large@224 bs1"), ("tf:fp16", "mobilenet_v3_large@224 bs1")]
+    assert all(s.startswith("0.50x") for s in tf["speed"])  # each the same cell, half the speed on CPU B
+    steps = analysis.xla_decomposition(df)
+    keras = steps[steps["path"] == "keras"]
+    assert len(keras) == 2 and np.allclose(keras["graph_ms"] / keras["eager_ms"], 6.0 / 9.0)

@@ -89,7 +89,9 @@ def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     good = latest(df[df["ranked"]])
-    for (device, model, res, bs), g in good.groupby(["device_name", "model", "resolution", "batch_size"]):
+    others = [k for k in IDENTITY if k not in ("model", "resolution", "batch_size", "framework")]
+    for (device, model, res, bs, *_), g in good.groupby(["device_name", "model", "resolution", "batch_size",
+                                                         *others]):  # the identity but the framework
         by = {r["framework"]: r for _, r in g.iterrows()}
         for family, (eager, graph, xla) in XLA_STEPS.items():
             if not {eager, graph, xla} <= set(by):

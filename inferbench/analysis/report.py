@@ -15,6 +15,7 @@ from typing import Any
 from ..base import markdown
 from ..base.errors import UsageError
 from ..base.files import atomic_write_bytes, atomic_write_text
+from ..spec import IDENTITY
 from .ranking import contenders, recommendation_lines, recommendations, write_recommendation
 
 
@@ -278,7 +279,7 @@ def across_machines(df: Any) -> Any:
 
     cells = ok(df)
     cells = cells.assign(machine=cells["device_name"])  # "<device> @ <host>" where one device is on several hosts
-    key = ["model", "resolution", "batch_size", "framework", "scenario"]
+    key = list(IDENTITY)  # the cell's whole identity: an FP16 and an FP32 cell, a tuned and a plain one, stay apart
     rows = []
     for values, g in cells.groupby(key, dropna=False):
         g = g.sort_values(["machine", "created_at"]).drop_duplicates("machine", keep="last")
@@ -289,7 +290,10 @@ def across_machines(df: Any) -> Any:
             cmp = comparison(other, base)
             ci = cmp.get("ci95")
             energy = "energy.joules_per_inference"
-            rows.append({"cell": f"{values[0]}@{values[1]} bs{values[2]}", "framework": values[3],
+            where = dict(zip(key, values))
+            rows.append({"cell": f"{where['model']}@{where['resolution']} bs{where['batch_size']}"
+                                 + ("" if where["scenario"] == "inference" else f" ({where['scenario']})"),
+                         "framework": where["framework"],
                          "machine": other["machine"], "vs": base["machine"],
                          "speed": f"{1 / cmp['ratio']:.2f}x" + (f" [{1 / ci[1]:.2f}-{1 / ci[0]:.2f}]" if ci else ""),
                          "p50 ms": f"{other['p50_ms']:.3f} vs {base['p50_ms']:.3f}",
