@@ -23,6 +23,7 @@ and shares the input and output buffers (about 5% faster than copying them).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,10 @@ class OpenVinoRunner(Runner):
 
         if ctx.device != "cpu":
             raise RuntimeError("inferbench runs OpenVINO on the CPU only (its GPU plugin is for Intel GPUs)")
+        if Path(ctx.artifact).is_dir():  # a SavedModel: its ops read first, as for TensorFlow (nothing but inference)
+            from ..registry.filecheck import check_savedmodel
+
+            check_savedmodel(Path(ctx.artifact))
         model = ov.convert_model(str(ctx.artifact))
         self.batch = ctx.batch_size
         model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
