@@ -243,6 +243,24 @@ def _keras_model(size=40):
 
 
 @pytest.mark.slow
+def test_a_keras_file_carrying_python_code_is_refused_before_it_runs(tmp_path, capsys):
+    """A .keras file's Lambda layer carries Python bytecode; Keras' safe mode (on in every load inferbench makes)
+    refuses it: one line, exit 2, and the code never runs (it would write a file)."""
+    import keras
+
+    marker = tmp_path / "pwned"
+    inp = keras.Input((40, 40, 3))
+    x = keras.layers.Lambda(lambda t: (open(str(marker), "w").close(), t)[1])(inp)  # noqa: SIM115
+    keras.Model(inp, keras.layers.Dense(6)(keras.layers.GlobalAveragePooling2D()(x))).save(tmp_path / "evil.keras")
+    marker.unlink(missing_ok=True)  # building the model called the lambda once, here, in the test
+    code = main(["--model", str(tmp_path / "evil.keras"), "--framework", "onnxrt", *QUICK,
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "Lambda" in err[-1] and "Traceback" not in "\n".join(err), err
+    assert not marker.exists()
+
+
+@pytest.mark.slow
 def test_a_keras_file_and_a_savedmodel_run_where_their_format_allows(tmp_path, shared_cache, capsys):
     model = _keras_model()
     model.save(tmp_path / "kfile.keras")

@@ -285,3 +285,18 @@ def test_a_record_keeps_a_bounded_subsample_of_its_raw_latencies_and_says_so(tmp
                      "-q"]) == 0
     (ran,) = records.iter_records(tmp_path / "out")[0]
     assert len(ran["raw_latencies_ms"]) == 10 and ran["latency_ms"]["raw_kept"]["of"] == ran["latency_ms"]["n"] >= 40
+
+
+def test_one_json_sanitiser_serves_every_file_and_document():
+    """base.codec.plain: what records, recommendation.json, the tuning decisions and --json documents are written
+    through — NaN and infinities as null, NumPy scalars as numbers, paths as text, tuples as lists, keys as text."""
+    import math
+
+    import numpy as np
+
+    from inferbench.base.codec import plain
+
+    value = {1: (np.float32(1.5), np.int64(3), float("nan")), "p": Path("/x"), "inf": -math.inf, "s": "a", "n": None}
+    out = plain(value)
+    assert out == {"1": [1.5, 3, None], "p": "/x", "inf": None, "s": "a", "n": None}
+    assert type(out["1"][1]) is int and json.loads(json.dumps(out, allow_nan=False)) == out

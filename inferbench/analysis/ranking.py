@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..base.codec import plain
 from ..base.files import atomic_write_text
-from ..records.record import _finite
 from ..records.table import (
     SUMMARY_COLUMNS,
     append_csv,
@@ -376,9 +376,4 @@ def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str)
 
     answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
               "recommendations": recs}
-    atomic_write_text(path, json.dumps(_finite(answer), indent=1, default=_plain) + "\n")
-
-
-def _plain(value: Any) -> Any:
-    """NumPy scalars (from the rows of :func:`load`) as plain numbers."""
-    return value.item() if hasattr(value, "item") else str(value)
+    atomic_write_text(path, json.dumps(plain(answer), indent=1, default=str) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from pathlib import Path
@@ -28,6 +29,22 @@ def encode(value: Any) -> Any:
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, Path):
         return str(value)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """JSON's own values, for every file and document inferbench writes: NaN and infinities as null, paths as text,
+    NumPy scalars as plain numbers, tuples as lists, keys as text; anything else as it is."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a NumPy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ..base.codec import plain
 
 #: Where the documents' JSON Schema is (documented in docs/cli.md).
 SCHEMA = Path(__file__).resolve().parent.parent / "records" / "schema" / "output.schema.json"
@@ -31,24 +32,9 @@ def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
         status = body(docs.append)
     if docs:
         doc = {"command": command, "inferbench_version": __version__, "exit_status": status, **docs[-1]}
-        out.write(json.dumps(_plain(doc), indent=1, allow_nan=False) + "\n")
+        out.write(json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
         out.flush()
     return status
-
-
-def _plain(value: Any) -> Any:
-    """JSON's own values: NaN and infinities as null, paths and NumPy scalars as their plain forms."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a NumPy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def cell_summary(record: dict[str, Any]) -> dict[str, Any]:

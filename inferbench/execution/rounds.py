@@ -22,7 +22,6 @@ other cells go on.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import random
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.codec import plain
 from ..spec import CellJob, ChildResult
 from .isolate import Child
 
@@ -249,23 +249,12 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
         if cell.result is not None:
             continue
         decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
-        cell.tuning = _plain(decision)
+        cell.tuning = plain(decision)
         cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
         if _await(cell, "apply", timeout_s) is not None:
             note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
                 "inferbench's own setting kept" if decision["is_default"] else
                 ", ".join(f"{k}={v}" for k, v in decision["chosen"].items())) + f" ({decision['reason']})")
-
-
-def _plain(value: Any) -> Any:
-    """A decision as JSON can carry it (inf and NaN as None)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _left(cell: _Cell, timeout_s: float | None) -> float | None:

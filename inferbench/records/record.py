@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from .. import SCHEMA_VERSION
-from ..base.codec import decode, encode
+from ..base.codec import decode, encode, plain
 from ..base.files import atomic_write_text
 from ..registry.scenarios import SCENARIOS
 from ..spec import PRECISIONS
@@ -348,7 +348,7 @@ def parse(data: Any, where: str) -> Record:
 # --------------------------------------------------------------------------- writing
 def as_written(record: Record) -> dict[str, Any]:
     """The record as its file holds it (what reading it back gives), without reading it back."""
-    return json.loads(json.dumps(_finite(encode(record))))
+    return json.loads(json.dumps(plain(encode(record))))
 
 
 def record_key(record: dict[str, Any]) -> str:
@@ -363,17 +363,8 @@ def record_key(record: dict[str, Any]) -> str:
 def write_record(folder: Path, record: Record) -> Path:
     path = Path(folder) / record.filename
     # strict JSON: a NaN or infinity (e.g. a CV over zero latencies) is written as null
-    atomic_write_text(path, json.dumps(_finite(encode(record)), indent=1, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(plain(encode(record)), indent=1, allow_nan=False) + "\n")
     return path
 
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
