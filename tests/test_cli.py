@@ -199,3 +199,23 @@ def test_a_pass_env_variable_not_set_is_named(fakes, tmp_path, capsys, monkeypat
     assert code == 0
     assert ("inferbench: --pass-env: not set in this shell, nothing passed on for INFERBENCH_UNSET_FOR_TEST"
             in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, rounds, objective", [
+    (["--quick"], "quick", None),  # --quick shortens what was not given
+    (["--quick", "--rounds", "8"], 8, None),  # 8 is the default: given, it stays (it ran 6 rounds)
+    (["--scenario", "server"], None, "throughput"),  # a serving scenario's own objective
+    (["--scenario", "server", "--objective", "p50"], None, "p50"),  # p50 is the default: given, it is the objective
+])
+def test_an_option_given_at_its_default_value_is_still_the_users(argv, rounds, objective):
+    """A value the user gave counts as given even where it equals the default: the plan remembers which options
+    were given (--rounds 8 --quick ran 6 rounds; --objective p50 --scenario server ranked by throughput)."""
+    from inferbench.cli.options import BY_NAME, QUICK, build, given, objective_for, with_defaults
+    from inferbench.run import build_parser
+
+    values = with_defaults(given(build_parser().parse_args([*argv, "--framework", "onnxrt"])), "run")
+    if rounds is not None:
+        assert BY_NAME["rounds"].default == 8
+        assert build(values).config.timing.rounds == (QUICK["rounds"] if rounds == "quick" else rounds)
+    if objective is not None:
+        assert objective_for(values) == objective

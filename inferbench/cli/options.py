@@ -443,10 +443,21 @@ def read_config_file(path: str) -> dict[str, Any]:
     return {key: BY_NAME[key].check(value, path) for key, value in data.items()}
 
 
+#: The key :func:`with_defaults` adds: the names of the options given (on the command line or in a config file), so
+#: that a value equal to its default still counts as the user's (:func:`was_given`).
+GIVEN = "_given"
+
+
 def with_defaults(values: dict[str, Any], command: str) -> dict[str, Any]:
     """``values`` over ``command``'s defaults; an option the command lacks takes its plain default (the zoo
-    has no --precision: it runs each framework at its own)."""
-    return {**{o.name: o.default_for(command) if command in o.commands else o.default for o in OPTIONS}, **values}
+    has no --precision: it runs each framework at its own). ``GIVEN`` names the options ``values`` holds."""
+    return {**{o.name: o.default_for(command) if command in o.commands else o.default for o in OPTIONS}, **values,
+            GIVEN: frozenset(values) | values.get(GIVEN, frozenset())}
+
+
+def was_given(values: dict[str, Any], name: str) -> bool:
+    """Did the user give option ``name`` (whatever its value: ``--rounds 8`` is given even where 8 is the default)?"""
+    return name in values.get(GIVEN, values)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -571,12 +582,12 @@ def build(values: dict[str, Any]) -> Built:
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
     processes = 1 if serving else values["processes"]
-    if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays)
-        rounds = QUICK["rounds"] if rounds == BY_NAME["rounds"].default else rounds
-        duration = QUICK["min_duration_s"] if duration == BY_NAME["duration"].default else duration
-        warmup_s = QUICK["warmup_seconds"] if warmup_s == BY_NAME["warmup_seconds"].default else warmup_s
-        processes = QUICK["processes"] if processes == BY_NAME["processes"].default else processes
-        if values["tune_budget"] == BY_NAME["tune_budget"].default:
+    if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays, default or not)
+        rounds = rounds if was_given(values, "rounds") else QUICK["rounds"]
+        duration = duration if was_given(values, "duration") else QUICK["min_duration_s"]
+        warmup_s = warmup_s if was_given(values, "warmup_seconds") else QUICK["warmup_seconds"]
+        processes = processes if was_given(values, "processes") or serving else QUICK["processes"]
+        if not was_given(values, "tune_budget"):
             values = {**values, "tune_budget": QUICK["tune_budget_s"]}
     if values.get("objective") == "p99":  # a p99 is ranked only where the samples bound it: enough of them
         iterations = max(iterations, P99_MIN_ITERATIONS)
@@ -766,7 +777,6 @@ SCENARIO_OBJECTIVES = {"server": "throughput", "offline": "throughput", "single-
 
 def objective_for(values: dict[str, Any]) -> str:
     """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
-    given = values.get("objective")
-    if given and given != BY_NAME["objective"].default:
-        return str(given)
+    if was_given(values, "objective") and values.get("objective"):
+        return str(values["objective"])
     return SCENARIO_OBJECTIVES.get(str(values.get("scenario")), str(BY_NAME["objective"].default))
