@@ -17,6 +17,7 @@ from .base.device import Device
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
 from .registry.models import ModelFile
 from .registry.scenarios import SCENARIOS
+from .registry.scenarios import scenario as scenario_entry
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
@@ -115,7 +116,8 @@ class CellKey:
     def label(self) -> str:
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         var = f" +{self.variant}" if self.variant else ""
-        scen = "" if self.scenario == "inference" else f" [{self.scenario}]"
+        label = scenario_entry(self.scenario).label
+        scen = f" [{label}]" if label else ""
         return f"{self.model}@{self.resolution} {self.framework}{prec}{var} bs{self.batch_size}{scen}"
 
     @property
@@ -140,7 +142,7 @@ def record_filename(model: str, resolution: int, batch_size: int, framework: str
     parts = [f"{model}_{resolution}_bs{batch_size}_{framework}"]
     parts += [precision] if precision != "fp32" else []
     parts += [variant] if variant else []
-    parts += [scenario] if scenario != "inference" else []
+    parts += [scenario_entry(scenario).label] if scenario_entry(scenario).label else []
     return "_".join(parts) + ".json"
 
 

@@ -40,6 +40,7 @@ from .cli.options import (
 )
 from .cli.summary import format_summary, terminal_width
 from .exporters.cache import check_cache_dir
+from .registry.scenarios import scenario
 from .spec import record_filename
 
 PLAN = "sweep.json"
@@ -98,7 +99,7 @@ def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
     2), the rest is kept to while it runs."""
     from .execution.budget import first_group_s, say, to_export
 
-    if plan.config.scenario != "inference" or plan.config.executor == "ray":
+    if not scenario(plan.config.scenario).closed_loop or plan.config.executor == "ray":
         raise UsageError("--time-budget applies to an inference sweep run here (not "
                          + ("--executor ray" if plan.config.executor == "ray" else plan.config.scenario) + ")")
     todo = [c for c in plan.cells if not (sweep_dir / c.filename).exists()]

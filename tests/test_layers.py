@@ -73,3 +73,17 @@ def test_every_module_sits_in_a_layer_or_is_a_command():
     commands = {m for m in _imports() if _layer(m) == COMMANDS}
     assert commands == {f"inferbench.{c}" for c in ("run", "sweep", "zoo", "report", "compare", "selftest",
                                                       "commands", "__main__")}, commands
+
+
+def test_code_outside_the_scenarios_asks_the_scenario_entry_never_the_name():
+    """A scenario declares what the rest of the code asks of it (registry/scenarios.py's Scenario); a branch on a
+    scenario's name outside scenarios/ is what made the training scenario touch 27 files. The issue's own search
+    found 31; the ones left are checks that a name is a scenario and that a plan's cells share its scenario."""
+    import re
+
+    pattern = re.compile(r'scenario(\])? ?(==|!=|in|not in) |in SERVING|== "train"|!= "inference"|== "inference"'
+                         r'|== "server"|!= "train"|!= "server"')
+    found = [f"{p.relative_to(PACKAGE)}:{i}" for p in PACKAGE.rglob("*.py") if "scenarios" not in p.parts[-2:]
+             and p.name != "scenarios.py" for i, line in enumerate(p.read_text().splitlines(), 1)
+             if pattern.search(line)]
+    assert len(found) <= 3, found

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ..registry.frameworks import display_order
+from ..registry.scenarios import scenario as scenario_entry
 from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
 SMALL = 8  # the smallest text in any figure, in points
@@ -180,7 +181,8 @@ def _panels(df: pd.DataFrame) -> list[tuple[tuple[Any, str, str], pd.DataFrame]]
 
 
 def _where(cell: str, scenario: str) -> str:
-    return cell if scenario == "inference" else f"{cell}, {scenario}"
+    label = scenario_entry(scenario).label
+    return f"{cell}, {label}" if label else cell
 
 
 def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = False) -> Figure | None:
@@ -402,7 +404,7 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         best = g.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
         rows = [(f"{r['framework']}, {r['device_name']}", float(r["throughput"]), r["framework"], False)
                 for _, r in best.sort_values(["device_name", "throughput"]).iterrows()]
-        if reference is not None and not reference.empty and scenario == "inference":
+        if reference is not None and not reference.empty and scenario_entry(scenario).closed_loop:
             ref = reference[(reference["model"] == model) & (reference["resolution"] == res)
                             & (reference["batch_size"] == bs)]
             ref = ref.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
@@ -558,7 +560,7 @@ def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
     runtime's answer marked (as Triton's Model Analyzer draws it). One panel per device, model and batch size."""
     if "serving.scenario" not in df:
         return None
-    served = df[(df["serving.scenario"] == "server") & (df["status"] == "ok")]
+    served = df[df["serving.scenario"].map(lambda s: scenario_entry(s).bound).astype(bool) & (df["status"] == "ok")]
     if served.empty:
         return None
     every = list(served.groupby(["device_name", "cell", "batch_size"]))

@@ -25,6 +25,7 @@ from ..records.table import (
     summary_row,
     write_csv,
 )
+from ..registry.scenarios import scenario
 from ..spec import GROUP_FIELDS
 
 T = TypeVar("T")
@@ -268,7 +269,7 @@ def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
     knobs = s.get("knobs") or {}
     how = f"concurrency {knobs.get('concurrency', 1)}" + (f", batching delay {knobs['max_delay_ms']:g} ms"
                                                          if knobs.get("max_delay_ms") else "")
-    if s["scenario"] == "server":
+    if scenario(s["scenario"]).bound:
         head = (f"  {at}: at p99 <= {s['bound_ms']:g} ms, {rec['recommended']} serves {rec['value']:.1f} QPS"
                 + (f" (held {s['confirmed']} tests in a row at this load or more; INVALID at "
                    f"{ci[1]:.1f}; {how})" if ci else f" (held {s['confirmed']} tests in a row; {how})"))

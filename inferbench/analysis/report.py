@@ -15,6 +15,7 @@ from typing import Any
 from ..base import markdown
 from ..base.errors import UsageError
 from ..base.files import atomic_write_bytes, atomic_write_text
+from ..registry.scenarios import scenario
 from ..spec import IDENTITY
 from .ranking import contenders, recommendation_lines, recommendations, write_recommendation
 
@@ -204,15 +205,15 @@ def serving(ctx: Context) -> list[str]:
     served = latest(df[df["serving.scenario"].notna() & (df["status"] == "ok")])
     rows = []
     for _, r in served.iterrows():
-        answer = r["serving.answer"]
+        answer, bound = r["serving.answer"], scenario(r["serving.scenario"]).bound
         knobs = answer.get("knobs") or {}
         rows.append({"device": r["device_name"], "cell": r["cell"], "batch_size": r["batch_size"],
                      "scenario": r["serving.scenario"], "framework": r["framework"],
                      "answer": (f"{answer['max_valid_qps']:.1f} QPS at p99 ≤ {answer['bound_ms']:g} ms"
-                                if r["serving.scenario"] == "server" and answer.get("found")
+                                if bound and answer.get("found")
                                 else f"no load held (INVALID down to {answer['smallest_invalid_qps']:.1f} QPS)"
-                                if r["serving.scenario"] == "server" and answer.get("smallest_invalid_qps")
-                                else "no VALID load" if r["serving.scenario"] == "server"
+                                if bound and answer.get("smallest_invalid_qps")
+                                else "no VALID load" if bound
                                 else f"{r['throughput']:.1f} samples/s"),
                      "bracket / 95% CI": "-" if not (answer.get("bracket") or answer.get("qps_ci95")) else
                      "–".join("-" if v is None else f"{v:.1f}" for v in answer.get("bracket") or answer["qps_ci95"]),
@@ -292,7 +293,7 @@ def across_machines(df: Any) -> Any:
             energy = "energy.joules_per_inference"
             where = dict(zip(key, values))
             rows.append({"cell": f"{where['model']}@{where['resolution']} bs{where['batch_size']}"
-                                 + ("" if where["scenario"] == "inference" else f" ({where['scenario']})"),
+                                 + (f" ({label})" if (label := scenario(where["scenario"]).label) else ""),
                          "framework": where["framework"],
                          "machine": other["machine"], "vs": base["machine"],
                          "speed": f"{1 / cmp['ratio']:.2f}x" + (f" [{1 / ci[1]:.2f}-{1 / ci[0]:.2f}]" if ci else ""),

@@ -30,7 +30,7 @@ from ..execution.budget import QUICK, parse_duration
 from ..execution.exports import exported
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.models import ModelFile, register
-from ..registry.scenarios import SCENARIOS, SERVING
+from ..registry.scenarios import SCENARIOS, scenario
 from ..spec import (
     BN_MODES,
     EXECUTORS,
@@ -552,15 +552,16 @@ def build(values: dict[str, Any]) -> Built:
     device = resolve(values["device"], values["gpu_id"])
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    serving, train = values["scenario"] in SERVING, values["scenario"] == "train"
-    if values.get("slo_p99") is not None and values["scenario"] != "server":
+    entry = scenario(values["scenario"])
+    serving, train = entry.serves, entry.trains
+    if values.get("slo_p99") is not None and not entry.bound:
         raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
     if serving and values["tune"] == "on":
         raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
                          "configurations (concurrency, batching delay)")
     check_training(values)
     check_executor(values)
-    if values.get("time_budget") and values["scenario"] != "inference":
+    if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
     tune = not serving and not train and (values["tune"] == "on" or (values["tune"] == "auto"
@@ -601,7 +602,7 @@ def build(values: dict[str, Any]) -> Built:
                        sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
                        tune_budget_s=values["tune_budget"], processes=processes,
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
-                           DEFAULT_SLO_P99_MS if values["scenario"] == "server" else None),
+                           DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
                        machines=tuple(values["machines"]))
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
@@ -675,7 +676,7 @@ TRAIN_OPTIONS = ("optimizer", "bn_mode", "fused_bn", "channels_first")
 def check_training(values: dict[str, Any]) -> None:
     """The training scenario's options where they apply, and the inference options it has no use for: one line."""
     given = [f"{BY_NAME[k].flags[0]}" for k in TRAIN_OPTIONS if values.get(k) != BY_NAME[k].default]
-    if values["scenario"] != "train":
+    if not scenario(values["scenario"]).trains:
         if given:
             raise UsageError(f"{', '.join(given)} applies to --scenario train, not {values['scenario']}")
         return
@@ -770,13 +771,10 @@ def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[s
     return [fw.precision]
 
 
-#: The serving scenarios' own metric (MLPerf's), what "best" means for them unless --objective says otherwise.
-SCENARIO_OBJECTIVES = {"server": "throughput", "offline": "throughput", "single-stream": "p90", "multi-stream": "p99",
-                       "train": "throughput"}
 
 
 def objective_for(values: dict[str, Any]) -> str:
     """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
     if was_given(values, "objective") and values.get("objective"):
         return str(values["objective"])
-    return SCENARIO_OBJECTIVES.get(str(values.get("scenario")), str(BY_NAME["objective"].default))
+    return scenario(values.get("scenario")).objective

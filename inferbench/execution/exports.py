@@ -11,6 +11,7 @@ from typing import Any
 
 from ..base.errors import UsageError
 from ..registry.frameworks import Framework, artifacts_of, get_framework, unavailable_reason
+from ..registry.scenarios import scenario as scenario_entry
 from ..spec import (
     CellKey,
     ExportJob,
@@ -50,7 +51,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     runnable = [fw for fw in frameworks
                 if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
     needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)]
-    variants = train_variants(config) if scenario == "train" else ()
+    variants = train_variants(config) if scenario_entry(scenario).trains else ()
     label = f"{model}@{resolution} export"
 
     def covers(kind: str) -> Any:

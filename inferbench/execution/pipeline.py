@@ -22,7 +22,7 @@ from ..analysis.ranking import RunFiles
 from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
-from ..registry.scenarios import SERVING
+from ..registry.scenarios import scenario
 from ..scenarios.base import TEST_SLOWDOWN
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
 from .budget import export_s, group_estimate, say, to_export
@@ -43,7 +43,7 @@ def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[
     log_dir = None if run_dir is None else str(run_dir / (Path(cell.filename).stem + ".loadgen"))
     return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
                    group_batch_sizes=batch_sizes, interleaving=interleaving,
-                   log_dir=log_dir if cell.scenario in SERVING else None)
+                   log_dir=log_dir if scenario(cell.scenario).serves else None)
 
 
 def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str]) -> str | None:
@@ -55,7 +55,7 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
     reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]),
                                 cell.scenario)
     # every cell's parity needs the reference outputs (a training cell: the reference steps)
-    for needed in (kind, "train-reference" if cell.scenario == "train" else "reference"):
+    for needed in (kind, scenario(cell.scenario).reference):
         if reason is None and needed in failed_exports:
             reason = f"export of {needed} failed: {failed_exports[needed]}"
     return reason
@@ -73,7 +73,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     runnable = [cell for cell in cells if cell not in outcomes]
     stats = model_stats(folder)
     together, too_big = True, memory_refusal(stats, len(runnable))
-    if c.scenario == "train":  # gradients, the optimizer's state and the activations too
+    if scenario(c.scenario).trains:  # gradients, the optimizer's state and the activations too
         together, too_big = training_plan(stats, len(runnable), config.processes, c.batch_size,
                                           config.options.optimizer)
         if too_big and strict:  # a batch the memory cannot hold: one line, nothing written

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.codec import plain
+from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
 from .isolate import Child
 
@@ -87,7 +88,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
-        cut = deadline is not None and bool(jobs) and jobs[0].cell.scenario == "inference"
+        cut = deadline is not None and bool(jobs) and scenario(jobs[0].cell.scenario).closed_loop
         done, round_started = 0, time.monotonic()
         for r in range(rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]

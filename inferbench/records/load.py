@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import SCHEMA_VERSION
 from ..base.codec import encode
 from ..base.errors import UsageError
+from ..registry.scenarios import scenario
 from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, parse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,7 +146,8 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     if "scenario" in out:  # a training step's: 3 x the forward's (inferbench.measure.training)
         from ..measure.training import STEP_FLOPS_FACTOR
 
-        flops = flops.where(out["scenario"] != "train", flops * STEP_FLOPS_FACTOR)
+        trains = out["scenario"].map(lambda s: scenario(s).trains).astype(bool)
+        flops = flops.where(~trains, flops * STEP_FLOPS_FACTOR)
     out["gflop_per_image"] = flops / 1e9
     out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
     peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))

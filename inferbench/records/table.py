@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.files import atomic_write_text
+from ..registry.scenarios import scenario
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -81,7 +82,7 @@ def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
 
     stats = record.get("model_stats") or {}
     flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
-    if flops and record.get("scenario") == "train":
+    if flops and scenario(record.get("scenario")).trains:
         flops *= STEP_FLOPS_FACTOR
     rate = throughput * flops / 1e9 if flops and throughput else None
     peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")

@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from ..base.errors import UsageError
+from .scenarios import scenario as scenario_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
 COMMON_OPTIONS = ("include_transfer", "env")
@@ -64,7 +65,7 @@ class Framework:
         from .artifacts import unreachable
         from .ports import ported_models
 
-        own = (self.train_artifact or self.artifact) if scenario == "train" else self.artifact
+        own = (self.train_artifact or self.artifact) if scenario_entry(scenario).trains else self.artifact
         if own == "ported" and model is not None and model.name not in ported_models():
             return "none"
         return next((k for k in self.also_loads if model is not None and unreachable(own, model)
@@ -82,9 +83,10 @@ class Framework:
         from .artifacts import unreachable
         from .ports import ported_models
 
-        if scenario == "train" and self.cannot_train():
+        trains = scenario_entry(scenario).trains
+        if trains and self.cannot_train():
             return self.cannot_train()
-        if scenario == "train" and model.source is not None and model.source.format != "keras":
+        if trains and model.source is not None and model.source.format != "keras":
             return f"training starts from a Keras model; {model.name} is {_file_format(model)}"
         if self.needs_torchvision_twin and model.source is not None:
             return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
@@ -202,7 +204,7 @@ SETS = {"all": "every framework that can run here",
 def in_set(fw: Framework, name: str, device: str, scenario: str = "inference") -> bool:
     """Is ``fw`` a member of the set ``name`` (of :data:`SETS`) on ``device`` in ``scenario``? (Training has no
     best-known setting yet: both sets are every framework that trains.)"""
-    if scenario == "train":
+    if scenario_entry(scenario).trains:
         return fw.trainer is not None
     return name == "all" or device in fw.best_on
 
@@ -304,7 +306,8 @@ def needed_packages(fw: Framework, model: Any = None, options: Any = None,
 
 def artifacts_of(fw: Framework, model: Any, scenario: str) -> list[str]:
     """The artifact kinds a cell of ``fw`` needs in ``scenario``: its own (and for training the reference steps)."""
-    return [fw.artifact_for(model, scenario)] + (["train-reference"] if scenario == "train" else [])
+    entry = scenario_entry(scenario)
+    return [fw.artifact_for(model, scenario)] + ([entry.reference] if entry.trains else [])
 
 
 def missing_packages(fw: Framework, model: Any = None, options: Any = None,
@@ -353,7 +356,7 @@ def distributions() -> tuple[str, ...]:
 
 def load_runner(fw: Framework, scenario: str = "inference") -> type:
     """The runner class of ``fw`` (its trainer's for the training scenario), imported now."""
-    path = fw.trainer if scenario == "train" else fw.runner
+    path = fw.trainer if scenario_entry(scenario).trains else fw.runner
     if path is None:
         raise UsageError(fw.cannot_train() or f"{fw.key} has no runner")
     module_name, _, cls = path.partition(":")

@@ -1,32 +1,55 @@
-"""The scenarios a cell can follow: one entry each, naming its session class (nothing is imported until a
-worker runs one)."""
+"""The scenarios a cell can follow: one entry each, declaring what the rest of the code asks of it (its session
+class, its objective, what its names say, and which rules apply: LoadGen, a latency bound, training, the closed
+loop's rounds). Code outside ``inferbench/scenarios/`` asks the entry, never the name; nothing is imported until a
+worker runs a session."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-SCENARIOS: dict[str, str] = {
-    "inference": "inferbench.scenarios.inference:Session",
-    # MLPerf LoadGen's four (one module: the scenario is the cell's)
-    "single-stream": "inferbench.scenarios.serve:Session",
-    "multi-stream": "inferbench.scenarios.serve:Session",
-    "server": "inferbench.scenarios.serve:Session",
-    "offline": "inferbench.scenarios.serve:Session",
-    "train": "inferbench.scenarios.train:Session",
+
+@dataclass(frozen=True)
+class Scenario:
+    session: str  # "module:Class": the session a worker runs; the module also has merge and finalize_group
+    objective: str  # what "best" means for it unless --objective says otherwise
+    label: str = ""  # what a cell's names and titles add for it (none for the default, inference)
+    closed_loop: bool = False  # calls back to back in interleaved rounds: --time-budget cuts its rounds, and
+    #                            published closed-loop figures compare with it
+    serves: bool = False  # under MLPerf LoadGen: one worker process a cell, LoadGen's logs kept beside the record
+    bound: bool = False  # a latency bound (--slo-p99): the answer is the largest load that holds it
+    trains: bool = False  # a training step: the trainer, the training artifact and reference steps, its memory
+    reference: str = "reference"  # the artifact its parity compares with
+
+
+_SERVE = "inferbench.scenarios.serve:Session"  # MLPerf LoadGen's four: one module, the scenario is the cell's
+SCENARIOS: dict[str, Scenario] = {
+    "inference": Scenario("inferbench.scenarios.inference:Session", "p50", closed_loop=True),
+    "single-stream": Scenario(_SERVE, "p90", "single-stream", serves=True),
+    "multi-stream": Scenario(_SERVE, "p99", "multi-stream", serves=True),
+    "server": Scenario(_SERVE, "throughput", "server", serves=True, bound=True),
+    "offline": Scenario(_SERVE, "throughput", "offline", serves=True),
+    "train": Scenario("inferbench.scenarios.train:Session", "throughput", "train", trains=True,
+                      reference="train-reference"),
 }
 #: The scenarios that serve queries under LoadGen (what --slo-p99 and --quick's LoadGen settings apply to).
-SERVING = ("single-stream", "multi-stream", "server", "offline")
+SERVING = tuple(k for k, s in SCENARIOS.items() if s.serves)
+
+
+def scenario(name: str | None) -> Scenario:
+    """The entry of scenario ``name`` (None or an unknown name: inference's, as a record from before scenarios)."""
+    return SCENARIOS.get(str(name), SCENARIOS["inference"])
 
 
 def get_scenario(name: str) -> Callable[..., Any]:
     """The scenario's session class (what a worker runs)."""
-    module, _, func = SCENARIOS[name].partition(":")
+    module, _, func = SCENARIOS[name].session.partition(":")
     return getattr(importlib.import_module(module), func)
 
 
 def scenario_module(name: str) -> Any:
     """The scenario's module: besides its session class, ``merge(outcomes, batch_size)`` (one cell's processes as
     one outcome) and ``finalize_group(outcomes)`` (what a group's cells share), which the parent calls."""
-    return importlib.import_module(SCENARIOS[name].partition(":")[0])
+    return importlib.import_module(SCENARIOS[name].session.partition(":")[0])
