@@ -189,7 +189,8 @@ def across(args: argparse.Namespace) -> None:
     spread = process_spread(runs["aa"])
     lines = [f"calibration: {len(runs['calibrate'])} plain invocations of `inferbench run --framework "
              f"{args.frameworks} --tune off` measured the spread between invocations at one machine speed: "
-             + ", ".join(f"{fw} {sd:.2%}" for fw, sd in calibration["per_framework"].items())  # type: ignore[index]
+             + ", ".join(f"{fw} {sd:.2%}" if sd is not None else f"{fw} not measured"
+                         for fw, sd in calibration["per_framework"].items())  # type: ignore[index]
              + f" (the runs' speeds on a fixed matrix product: {calibration['speeds']})",  # type: ignore[index]
              f"then {len(runs['aa'])} more, which carry it, compared pairwise ({math.comb(len(runs['aa']), 2)} pairs "
              "per framework); --fail-above 10"]
@@ -246,9 +247,9 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
                 groups.append([v])
         ss = sum((x - statistics.fmean(y for y, _ in g)) ** 2 for g in groups for x, _ in g)
         df = sum(len(g) - 1 for g in groups)
-        per_framework[fw] = math.sqrt(ss / df) if df else float("nan")
+        per_framework[fw] = math.sqrt(ss / df) if df else None  # null: not measured (JSON has no NaN)
         dfs[fw] = df
-    sd = max(v for v in per_framework.values() if v == v)
+    sd = max(v for v in per_framework.values() if v is not None)
     path = calibration_path(cache_dir, int(threads or 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"sd": sd, "per_framework": per_framework, "df": min(dfs.values()), "df_per_framework": dfs,

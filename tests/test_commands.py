@@ -188,10 +188,10 @@ def test_a_broken_or_planted_calibration_is_named_and_ignored_and_compare_says_w
             assert "WARNING" not in err and spread["sd"] == 0.04 and spread["file"] == str(path)
         else:
             assert f"WARNING: the calibration between invocations {path} is ignored: not a calibration" in err, name
-            assert spread["sd"] is None and spread["ignored"].startswith("not a calibration inferbench wrote")
+            assert spread["sd"] is None and spread["ignored"].startswith("not a calibration this inferbench can use")
     inferbench(["compare", str(tmp_path / "wide"), str(tmp_path / "good")])
     out = capsys.readouterr().out
-    assert f"OLD: the calibration {path} was ignored: not a calibration inferbench wrote" in out
+    assert f"OLD: the calibration {path} was ignored: not a calibration this inferbench can use (" in out
     assert ("NEW: intervals add the spread between invocations (largest sd 4.00%) measured 2026-11-26T08:37:17+0000 "
             f"by benchmarks/aa_calibration.py --across over 10 invocations ({path})") in out
     (file,) = (tmp_path / "good").glob("*/*_fake.json")

@@ -103,5 +103,5 @@ def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any
         check_shape(InvocationSpread, data, path.name)
     except (ValueError, RecursionError) as exc:  # a broken or planted file: said, and no run uses it
         why = str(exc).splitlines()[0][:200] if isinstance(exc, ValueError) else "JSON nested too deep"
-        return {"sd": None, "file": str(path), "ignored": f"not a calibration inferbench wrote ({why})"}
+        return {"sd": None, "file": str(path), "ignored": f"not a calibration this inferbench can use ({why})"}
     return {**data, "file": str(path)}

@@ -212,7 +212,7 @@ class InvocationSpread:
     the file it was read from and when and how it was measured; ``compare`` adds it to each side."""
 
     sd: Annotated[float, Min(0, exclusive=True), Max(MAX_INVOCATION_SD)] | None  # null: ignored, and why
-    df: Annotated[int, Min(1)] | None = None
+    df: Annotated[int, Min(0)] | None = None
     per_framework: dict[str, Spread | None] | None = None
     df_per_framework: dict[str, Annotated[int, Min(0)]] | None = None
     invocations: Annotated[int, Min(2)] | None = None
