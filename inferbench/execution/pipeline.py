@@ -150,13 +150,6 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         print(f"inferbench: WARNING: {TEST_SLOWDOWN}={hook} is set: that framework's timed calls are slowed on "
               "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)
-    from .environment import invocation_calibration
-
-    calibration = invocation_calibration(config.cache_dir, config.threads) or {}
-    if calibration.get("ignored"):
-        print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
-              f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
-              "aa_calibration.py --across measures it again)", file=sys.stderr)
     todo = pending(run_dir, cells)
     progress = progress or Progress(len(cells), verbosity=verbosity)
     progress.total, progress.done = len(cells), len(cells) - len(todo)
@@ -249,6 +242,11 @@ class Writer:
 def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
              progress: Progress, strict: bool, objective: str, deadline: Any = None) -> Executed:
     environment = environment_of(config)
+    calibration = environment["invocation_spread"] or {}
+    if calibration.get("ignored"):  # read once, with the environment every record carries
+        print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
+              f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
+              "aa_calibration.py --across measures it again)", file=sys.stderr)
     exports = Exports(config, cells, progress, strict)
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in todo:
