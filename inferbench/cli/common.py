@@ -126,9 +126,8 @@ def _error(prog: str, argv: list[str] | None, status: int, message: str) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     command = prog.replace(".", " ").split()[-1]
     if command in JSON_COMMANDS and "--json" in (sys.argv[1:] if argv is None else argv):
-        import json
+        from .jsonout import write_document
 
-        print(json.dumps({"command": command, "inferbench_version": __version__, "exit_status": status,
-                          "error": message}, indent=1))
+        write_document(command, status, {"error": message})
     return status
 

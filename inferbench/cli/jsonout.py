@@ -25,16 +25,23 @@ def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
     the machine, exit 1) prints the error document instead (:func:`inferbench.cli.common.guarded`)."""
     if not enabled:
         return body(lambda doc: None)
-    from .. import __version__
-
     out, docs = sys.stdout, []
     with contextlib.redirect_stdout(sys.stderr):
         status = body(docs.append)
     if docs:
-        doc = {"command": command, "inferbench_version": __version__, "exit_status": status, **docs[-1]}
-        out.write(json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
-        out.flush()
+        write_document(command, status, docs[-1], out)
     return status
+
+
+def write_document(command: str, status: int, body: dict[str, Any], out: Any = None) -> None:
+    """The one document on standard output (``out``): ``command``, ``inferbench_version``, ``exit_status``, then
+    ``body``."""
+    from .. import __version__
+
+    out = out or sys.stdout
+    doc = {"command": command, "inferbench_version": __version__, "exit_status": status, **body}
+    out.write(json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
+    out.flush()
 
 
 def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
