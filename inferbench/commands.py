@@ -1,6 +1,6 @@
 """``inferbench COMMAND [options]``: the console script (and ``python -m inferbench``).
 
-Each command is also its own module, so the seed projects' command line keeps working as written:
+Each command is also its own module, so the command line of the scripts inferbench replaces keeps working as written:
 ``python -m inferbench.run --framework tfxla --gpu-id 0``.
 """
 

@@ -33,7 +33,7 @@ def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentPar
         "record per cell, summary.csv, comparisons.csv and recommendation.json to OUTPUT_DIR/<run id>/.",
         examples=[f"{prog}                                   # the default model, each runtime at its best",
                   f"{prog} --framework all --batch-size 1,8  # every framework here, the naive variants too",
-                  f"{prog} --framework tfxla --gpu-id 0      # the seed projects' command line",
+                  f"{prog} --framework tfxla --gpu-id 0      # the command line of the scripts it replaces",
                   f"{prog} --list                            # models, frameworks, and what runs here"],
     )
     add_options(p, "run")

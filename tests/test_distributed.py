@@ -1,4 +1,4 @@
-"""Sweeps on a real Ray cluster (issue 27): two simulated nodes of Ray's own test cluster, each a machine of its own
+"""Sweeps on a real Ray cluster: two simulated nodes of Ray's own test cluster, each a machine of its own
 (custom resources ``machine:a`` and ``machine:b``, one ``inferbench`` slot each), fake runners spread over both;
 records complete and never duplicated, a task whose worker is killed retried, --resume running only what is
 missing, a machine no node is failing its cells in one line, bad addresses and impossible clusters refused."""

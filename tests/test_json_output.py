@@ -1,4 +1,4 @@
-"""--json (issue 28): run, compare, report and list each print one JSON document on standard output, valid against
+"""--json: run, compare, report and list each print one JSON document on standard output, valid against
 inferbench/records/schema/output.schema.json, and everything meant for people on standard error; bad input prints no
 document."""
 

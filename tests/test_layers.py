@@ -98,3 +98,66 @@ def test_every_test_the_reliability_guarantees_name_exists():
     tests = "".join(p.read_text() for p in (PACKAGE.parent / "tests").glob("*.py"))
     named = set(re.findall(r"`(test_[a-z0-9_]+)`", docs))
     assert len(named) > 40 and not [n for n in sorted(named) if f"def {n}(" not in tests]
+
+
+def test_the_architecture_tree_names_every_module_and_nothing_that_is_gone():
+    """docs/architecture.md's tree is where a newcomer finds a module: it missed serving, training, Ray and the
+    budget for a round. Every module of the package (and every script in benchmarks/) is named under its folder,
+    and every name there is a module that exists."""
+    import re
+
+    docs = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    tree = docs[docs.index("```\ninferbench/\n") + 4:]
+    tree = tree[: tree.index("```")]
+    entries: dict[str, str] = {}
+    folder = ""
+    for line in tree.splitlines():
+        head = re.match(r"^ {0,2}(\S+/)\s", line + " ")
+        if head:
+            folder = head.group(1)
+            entries[folder] = line[head.end():]
+        elif line.startswith(" ") and folder:
+            entries[folder] += " " + line
+        else:
+            folder = ""
+            entries.setdefault("", "")
+            entries[""] += " " + line
+    words = {f: set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) for f, text in entries.items()}
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.name in ("__init__.py", "__main__.py"):
+            continue
+        if len(rel.parts) == 1:
+            if rel.name not in tree:
+                missing.append(str(rel))
+            continue
+        if rel.stem not in words.get(rel.parts[0] + "/", set()):
+            missing.append(str(rel))
+    scripts = PACKAGE.parent / "benchmarks"
+    missing += [p.name for p in sorted(scripts.glob("*.py")) if p.name not in entries.get("benchmarks/", "")]
+    assert not missing, missing
+    gone = []
+    for folder in ("base/", "registry/", "measure/", "exporters/", "runners/", "scenarios/", "records/", "analysis/",
+                   "execution/", "cli/"):
+        text = entries[folder]
+        while "(" in text:  # what a module does, in brackets, is no module's name
+            text = re.sub(r"\([^()]*\)", "", text)
+        for item in re.split(r"[,:]", text):
+            name = item.split()[-1] if item.split() else ""
+            name = name.strip("+").removesuffix("/")
+            if name and not ((PACKAGE / folder / f"{name}.py").exists() or (PACKAGE / folder / name).is_dir()):
+                gone.append(f"{folder}{name}")
+    assert not gone, gone
+
+
+def test_code_speaks_of_what_it_does_not_of_tickets():
+    """A comment that points at a ticket number or at "the seed" projects tells a reader nothing they can open;
+    the code says what it does and names the tools it was compared with."""
+    import re
+
+    pattern = re.compile(r"\bissue \d+|\bseed projects?\b", re.IGNORECASE)
+    found = [f"{p.relative_to(PACKAGE.parent)}:{i}" for folder in ("inferbench", "tests", "benchmarks")
+             for p in (PACKAGE.parent / folder).rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

@@ -284,7 +284,7 @@ def test_compare_without_rounds_makes_no_claim_and_unpaired_is_wider():
 
 
 def test_the_iid_bootstrap_is_far_too_narrow_for_correlated_iterations():
-    """What the seed projects did: resampling single iterations as if independent. On latencies that drift
+    """What the scripts inferbench replaces did: resampling single iterations as if independent. On latencies that drift
     together, its interval excludes the truth most of the time (why inferbench measures in rounds)."""
     rng = np.random.default_rng(42)
     misses = 0

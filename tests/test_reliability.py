@@ -1,4 +1,4 @@
-"""Nothing lost, nothing mislabelled (issue 10): signals, locks, unreadable records, failed writes,
+"""Nothing lost, nothing mislabelled: signals, locks, unreadable records, failed writes,
 overlapping report inputs, on fake runners (tests/fakes.py)."""
 
 from __future__ import annotations

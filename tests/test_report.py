@@ -45,7 +45,7 @@ def test_report_on_committed_results_renders_every_figure(tmp_path):
 
 @pytest.mark.slow  # 210 cells of the committed zoo sweep: twenty seconds of plotting
 def test_report_on_the_committed_zoo_sweep(tmp_path):
-    """The seed project's XLA report, from the committed zoo sweep: the gain per model against graph mode with
+    """keras-xla-benchmarks' XLA report, from the committed zoo sweep: the gain per model against graph mode with
     paired intervals, the podiums, the fastest models against the measured peak, the published GPU figures
     beside ours with FLOPs counted twice their multiply-adds, and every figure of it."""
     out = tmp_path / "report"
@@ -301,7 +301,7 @@ def _zoo_records(folder: Path) -> None:
 
 
 def test_the_xla_report_across_models(tmp_path):
-    """The seed project's report from our records: XLA's gain over graph mode with a paired interval (and
+    """keras-xla-benchmarks' report from our records: XLA's gain over graph mode with a paired interval (and
     over eager), podiums across models, the fastest models with their share of the peak, two figures."""
     from inferbench.analysis import plots
 

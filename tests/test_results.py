@@ -213,21 +213,21 @@ def test_the_published_json_schema_holds_every_record():
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
                and "/train-" not in r["_source"] and "/serving-" not in r["_source"]
                and "/aa-calibration-" not in r["_source"] for r in found) == 64
-    calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # issue 24: compare's A/A
+    calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # compare's A/A
     assert len(calibration) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in calibration)
     assert all(r["validity"]["valid"] is False for r in calibration if "/busy-2/" in r["_source"])
     assert all(r["environment"]["invocation_spread"]["per_framework"]["onnxrt"] > 0 for r in calibration
                if "/calibrate/" not in r["_source"])  # the runs after the calibration carry it
     assert all(len(r["machine_state"]["speed"]["rounds"]) == 9 for r in calibration)  # before every round, after
-    served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # issue 25: under LoadGen
+    served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)
     held = {r["framework"]: r["serving"]["answer"]["found"] for r in served if r["scenario"] == "server"}
     assert held == {"openvino": True, "onnxrt": True, "torch-inductor": True, "tf": False}  # tf held no load
-    trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # issue 26: the seed's table
+    trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # the training table of the scripts replaced
     assert len(trained) == 27 and all(r["scenario"] == "train" and r["parity"]["status"] == "passed"
                                       and r["parity"]["method"] == "training" for r in trained)
-    watched = [r for r in found if "/contention-cpu-20261126/" in r["_source"]]  # issue 23: the machine watched
+    watched = [r for r in found if "/contention-cpu-20261126/" in r["_source"]]  # the machine watched
     assert len(watched) == 12 and all(r["validity"]["valid"] is not None and r["tuning"] for r in watched)
     gpu = [r for r in found if "/gpu-h100-20261125/" in r["_source"]]  # the H100 run: energy and GPU state
     assert len(gpu) == 24 and all(r["energy"]["available"] and r["gpu_state"]["start"]["uuid"] for r in gpu)

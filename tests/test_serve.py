@@ -1,4 +1,4 @@
-"""Serving scenarios under the real MLPerf LoadGen (issue 25), on fake runners whose service time is known: the
+"""Serving scenarios under the real MLPerf LoadGen, on fake runners whose service time is known: the
 server search against queueing theory, an INVALID run never the answer, served outputs checked, bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training scenario (issue 26) on fake trainers (tests/fakes_train.py): training parity's verdicts against an
+"""The training scenario on fake trainers (tests/fakes_train.py): training parity's verdicts against an
 independent optimizer, a wrong learning rate, a dropped gradient, divergence, the memory estimate, bad input; and the
 parity rule and the reference optimizer on their own."""
 

@@ -1,4 +1,4 @@
-"""The training scenario end to end with the real frameworks (issue 26), on VGG16 at 32 px: every framework that
+"""The training scenario end to end with the real frameworks, on VGG16 at 32 px: every framework that
 trains here passes training parity against the Keras reference (TensorFlow's tape, the NumPy update rules), and a
 real trainer made wrong on purpose (tests/train_perturbed.py: TensorFlow's learning rate 10% off, torch's first
 layer's gradient dropped) fails it. Then batch norm: VGG16-BN frozen, with Adam and TensorFlow's fused kernel; and

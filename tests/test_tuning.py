@@ -1,4 +1,4 @@
-"""Each runtime at its best setting measured here (issue 23): the tuning phase's choice on simulated rounds, and
+"""Each runtime at its best setting measured here: the tuning phase's choice on simulated rounds, and
 the whole phase through the pipeline on fake runners whose speed depends on their settings."""
 
 from __future__ import annotations

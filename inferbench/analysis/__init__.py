@@ -115,7 +115,7 @@ def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def xla_podiums(df: pd.DataFrame, path: str = "tf", top: int = 3) -> dict[str, pd.DataFrame]:
-    """The seed project's podiums, across models, per device, resolution and batch size, on one XLA path
+    """keras-xla-benchmarks' podiums, across models, per device, resolution and batch size, on one XLA path
     (``tf``: tf -> tfxla; ``keras``: keras -> kerasxla): the highest XLA throughput, the largest absolute
     speedup (samples/s gained over graph mode) and the largest speedup in percent (over graph mode, and
     over eager as the seed measured it). Verified cells only."""

@@ -507,7 +507,7 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
 
 def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
     """XLA's speedup per model, over graph mode (with its 95% interval, paired within rounds) and over eager
-    execution (the seed project's "XLA off"), a dot chart per device, batch size and resolution, stacked on one
+    execution (keras-xla-benchmarks' "XLA off"), a dot chart per device, batch size and resolution, stacked on one
     shared axis; > 1 is faster."""
     dec = xla_decomposition(df)
     dec = dec[dec["path"] == path] if not dec.empty else dec

@@ -168,7 +168,7 @@ def frontier(ctx: Context) -> list[str]:
     return md
 
 
-#: Pairs worth a sentence wherever both ran: the steps the seed projects asked about.
+#: Pairs worth a sentence wherever both ran: the steps the scripts inferbench replaces asked about.
 PAIRS = (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"), ("torch-inductor", "torch-native"))
 
 
@@ -414,14 +414,14 @@ def html_report(markdown: str, folder: Path) -> str:
 
 
 def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
-    """The seed project's XLA report across models, from these records: XLA's gain per model and resolution over
+    """keras-xla-benchmarks' XLA report across models, from these records: XLA's gain per model and resolution over
     graph mode and over eager, its podiums, the fastest models, throughput against FLOPs; and, when published
     figures were asked for, how they compare."""
     from .. import analysis
     from . import plots
 
     md = ["## Across models: XLA, podiums and the machine's limit", "",
-          "The seed project (keras-xla-benchmarks) reported XLA's gain over *eager* execution; here the gain over "
+          "keras-xla-benchmarks reported XLA's gain over *eager* execution; here the gain over "
           "graph mode (`tf` → `tfxla`, the SavedModel's serving function with and without `jit_compile`) is the "
           "headline, with its 95% interval paired within rounds, and the gain over eager (`keras-eager` → `tfxla`) "
           "is shown beside it for comparison with theirs.", ""]

@@ -297,7 +297,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tune_budget", ("--tune-budget",), "seconds of timed tuning blocks per cell, every setting together",
            4.0, positive_float, metavar="S", maximum=3600.0, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
-           "the window), as the seed projects did", False, switch=True),
+           "the window), as the scripts inferbench replaces did", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
     Option("torch_compile", ("--torch-compile",), "torch, torch-native: torch.compile the module", False,
            switch=True),
@@ -501,7 +501,7 @@ class Plan:
 
 
 def _upgrade_plan_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """Plan 1 (issue 4) kept settings as a loose dict and the device as a request ('auto')."""
+    """Plan 1 (the first sweep files) kept settings as a loose dict and the device as a request ('auto')."""
     from ..base.device import resolve
 
     s = data["settings"]

@@ -37,7 +37,7 @@ class Thresholds:
                           per_image_max_rel_err=per_image if per_image > self.max_rel_err else None)
 
 
-#: Per precision. FP32, measured over the zoo (issue 11, one model per family at 80 px, every CPU runtime):
+#: Per precision. FP32, measured over the zoo (one model per family at 80 px, every CPU runtime):
 #: correct exports differ from Keras by up to 1.3e-4 of max |logit| (Inception V3, on every runtime alike,
 #: XLA included) with a cosine of at least 1 - 1e-8; one perturbed weight (in the largest tensor or a
 #: middle one) gave 1.4e-3 to 2.7e-1 and cosines of 1 - 4e-6 or lower. So the gate takes both: the

@@ -387,7 +387,7 @@ def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | No
 
 
 def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> dict[str, Any]:
-    """The interval the seed projects (and inferbench before rounds) gave: a bootstrap over single
+    """The interval the scripts inferbench replaces (and inferbench before rounds) gave: a bootstrap over single
     iterations, as if they were independent. Kept only to show, in tests and benchmarks, how it fails."""
     a, b = np.asarray(a_ms, dtype=np.float64), np.asarray(b_ms, dtype=np.float64)
     rng = np.random.default_rng(seed)

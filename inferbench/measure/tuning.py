@@ -1,4 +1,4 @@
-"""Each runtime at its best setting measured here: the decision of the tuning phase (issue 23).
+"""Each runtime at its best setting measured here: the decision of the tuning phase.
 
 Vendor guides give a runtime's best-known setting for a quiet machine; on a busy one the same setting can be the
 worst (measured here, paired in one process: ONNX Runtime with spinning threads took 4.3x the time of threads that

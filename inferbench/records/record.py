@@ -4,15 +4,15 @@ One JSON record per cell. Writes go to a temporary file in the same folder and a
 place, so an interrupted run never leaves a half-written record.
 
 Schema history (``schema_version``):
-  1 — first release (issue 2): configuration, environment, parity, latency statistics, raw latencies,
+  1 — first release: configuration, environment, parity, latency statistics, raw latencies,
       cold start, host memory; ``energy``, ``gpu_state``, ``device_check``, device memory fields,
       ``config.options`` and ``config.child_env`` were added later without a version bump.
-  2 — issue 8: the cell's identity at the top level (``precision``, ``scenario``, ``variant``, and
+  2 — the cell's identity at the top level (``precision``, ``scenario``, ``variant``, and
       ``options``: the runner options of this cell); ``config`` is the run configuration that ran
       (``config.timing`` is the timing after any energy extension; ``timing.config`` is gone); short
       codes instead of sentences as values (``timing.timed_region``, ``runner.sync``, ...; docs/results-schema.md's
       schema table says what each means). Every schema-1 record is upgraded on load.
-  3 — issue 9: cells measured in interleaved rounds. ``raw_rounds`` (the round of each raw latency),
+  3 — cells measured in interleaved rounds. ``raw_rounds`` (the round of each raw latency),
       ``timing.blocks`` (one entry per block: round, n, window, wall-clock start),
       ``timing.group``/``group_cells`` (the cells interleaved together); ``latency_ms.p50_ci95`` from the
       variation between rounds (``between-rounds-t-95``) and
@@ -20,20 +20,20 @@ Schema history (``schema_version``):
       ``memory.timed_peak_host_mb``. Upgrading a schema-2 record moves its iid interval to
       ``latency_ms.p50_ci95_iid`` (it was too narrow to use: iterations are not independent) and sets
       ``p50_ci95`` to null and ``stability.verdict`` to ``unknown``.
-  4 — issue 11: ``model_stats`` (parameters and FLOPs per image of the model as it ran, counted from its
+  4 — ``model_stats`` (parameters and FLOPs per image of the model as it ran, counted from its
       Keras graph; null for a model file without a Keras graph) and ``environment.peak_fp32`` (the device's
       measured FP32 matrix-product rate). Upgrading sets both to null: nothing was counted then.
-  5 — issue 23: ``machine_state`` (the machine during every timed block: cores other work took, steal, load;
+  5 — ``machine_state`` (the machine during every timed block: cores other work took, steal, load;
       see :mod:`inferbench.measure.trackers.machine`) and ``validity`` (``valid``: true, false or null when the
       machine's state is unknown, and the ``reason``). Upgrading sets ``machine_state`` to null and ``validity``
       to unknown: nothing watched the machine then. ``tuning``: a tuned cell's tuning phase (null otherwise).
-  6 — issue 24: each cell's rounds spread over worker processes (``timing.processes``, each block's ``process``),
+  6 — each cell's rounds spread over worker processes (``timing.processes``, each block's ``process``),
       ``latency_ms.spread`` (the variance between rounds within a process and between processes, its pooled
       value over the group, the standard error and degrees of freedom the interval used), order-statistic
       intervals of the tails (``p90_ci95``, ``p95_ci95``, ``p99_ci95``, null below the samples they need;
       ``n_effective``, ``tails_too_few_samples``), the drift as a slope, ``energy.joules_per_inference_ci95`` and
-      its ``per_round_j_per_inference``, ``timing.gc``; ``serving`` (issue 25: a LoadGen scenario's tests, its
-      search and its answer); ``training`` (issue 26: the training scenario's step, optimizer and batch-norm mode)
+      its ``per_round_j_per_inference``, ``timing.gc``; ``serving`` (a LoadGen scenario's tests, its
+      search and its answer); ``training`` (the training scenario's step, optimizer and batch-norm mode)
       and ``parity.method``/``parity.training`` (training parity's figures). Upgrading a schema-5 record leaves the
       spread unmeasured: its comparisons use an assumed one and say so.
 """

@@ -153,7 +153,7 @@ def test_slowdown(framework: str) -> float | None:
 def timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
     """What one timed iteration is: (call, synchronize, timed-region code)."""
     if cell.options.include_transfer:
-        # host array in, host array out, as the seed projects timed it: the copies are inside the window
+        # host array in, host array out, as the scripts inferbench replaces timed it: the copies are inside the window
         return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
     factor = test_slowdown(cell.framework)
     if factor is not None:
