@@ -5,7 +5,8 @@ Two modes.
 Within one run (default): one configuration (onnxrt, MobileNetV3-Large 224, batch 1) measured as two cells of one
 group — two cells, each with its worker processes, interleaved in rounds exactly as a run measures its cells —
 ``--repeats`` times; each repeat asks the question a run answers for two frameworks: is the paired ratio of their
-medians significantly different from 1 at 95%? The iid bootstrap the scripts inferbench replaces used is shown beside it.
+medians significantly different from 1 at 95%? The iid bootstrap of the scripts inferbench replaces is shown
+beside it.
 
 Across invocations (``--across``), what ``compare`` is used for in CI: first ``--invocations`` plain runs of one
 configuration (``inferbench run --framework onnxrt,openvino --tune off``) measure this machine's spread between

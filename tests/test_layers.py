@@ -161,3 +161,17 @@ def test_code_speaks_of_what_it_does_not_of_tickets():
              for p in (PACKAGE.parent / folder).rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, found
+
+
+def test_every_scenario_keeps_the_contract_its_entry_declares():
+    """registry/scenarios.py declares what the parent and the worker call (Session, TunedSession, ScenarioModule);
+    each entry's module and session class have it, and a session tunes exactly where its entry says it does."""
+    from inferbench.registry.scenarios import SCENARIOS, ScenarioModule, get_scenario, scenario_module
+
+    for name, entry in SCENARIOS.items():
+        assert isinstance(scenario_module(name), ScenarioModule), name
+        session = get_scenario(name)
+        assert callable(getattr(session, "block", None)) and callable(getattr(session, "finish", None)), name
+        tunes = all(callable(getattr(session, m, None)) for m in ("tune", "apply"))
+        assert tunes == entry.tunes, name
+    assert [n for n, e in SCENARIOS.items() if e.tunes] == ["inference"]

@@ -147,7 +147,8 @@ def test_parity_is_checked_at_the_timed_batch_size_too(fakes, tmp_path, capsys):
 
 
 def test_children_never_inherit_what_changes_a_framework(fakes, tmp_path, monkeypatch, capsys):
-    """The bug of the scripts inferbench replaces: TF_XLA_FLAGS auto-jit exported in the shell silently turned graph mode into XLA."""
+    """The bug of the scripts inferbench replaces: TF_XLA_FLAGS auto-jit exported in the shell silently turned graph
+    mode into XLA."""
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit")
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     monkeypatch.setenv("ORT_FAKE", "1")

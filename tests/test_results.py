@@ -224,7 +224,7 @@ def test_the_published_json_schema_holds_every_record():
         r["parity"]["status"] == "passed" for r in served)
     held = {r["framework"]: r["serving"]["answer"]["found"] for r in served if r["scenario"] == "server"}
     assert held == {"openvino": True, "onnxrt": True, "torch-inductor": True, "tf": False}  # tf held no load
-    trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # the training table of the scripts replaced
+    trained = [r for r in found if "/train-vgg16-cpu-20261126/" in r["_source"]]  # a training table
     assert len(trained) == 27 and all(r["scenario"] == "train" and r["parity"]["status"] == "passed"
                                       and r["parity"]["method"] == "training" for r in trained)
     watched = [r for r in found if "/contention-cpu-20261126/" in r["_source"]]  # the machine watched

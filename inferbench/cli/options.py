@@ -553,7 +553,7 @@ def build(values: dict[str, Any]) -> Built:
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
     entry = scenario(values["scenario"])
-    serving, train = entry.serves, entry.trains
+    serving = entry.serves
     if values.get("slo_p99") is not None and not entry.bound:
         raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
     if serving and values["tune"] == "on":
@@ -564,8 +564,7 @@ def build(values: dict[str, Any]) -> Built:
     if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
-    tune = not serving and not train and (values["tune"] == "on" or (values["tune"] == "auto"
-                                                                     and "best" in values["frameworks"]))
+    tune = entry.tunes and (values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"]))
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)

@@ -8,12 +8,43 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Session(Protocol):
+    """What a worker calls on a cell's session (``execution/worker.py``), built as ``Session(job, emit)``: one block
+    a round, then ``finish`` (the cell's outcome: its record's blocks)."""
+
+    def block(self, round_index: int) -> dict[str, Any]: ...
+
+    def finish(self) -> Any: ...
+
+
+@runtime_checkable
+class TunedSession(Session, Protocol):
+    """A session of a scenario that tunes (``Scenario.tunes``): timed blocks under a live setting, then the chosen
+    one applied before the timed rounds."""
+
+    def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]: ...
+
+    def apply(self, setting: dict[str, Any], tuning: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ScenarioModule(Protocol):
+    """What the parent calls on a scenario's module (``execution/rounds.py``), besides its session class."""
+
+    def merge(self, outcomes: list[Any], batch_size: int) -> Any:
+        """One cell's processes as one outcome."""
+
+    def finalize_group(self, outcomes: list[Any]) -> list[Any]:
+        """What a group's cells share (a failed cell is None and stays None)."""
 
 
 @dataclass(frozen=True)
 class Scenario:
-    session: str  # "module:Class": the session a worker runs; the module also has merge and finalize_group
+    session: str  # "module:Class": the Session a worker runs; the module is a ScenarioModule
     objective: str  # what "best" means for it unless --objective says otherwise
     label: str = ""  # what a cell's names and titles add for it (none for the default, inference)
     closed_loop: bool = False  # calls back to back in interleaved rounds: --time-budget cuts its rounds, and
@@ -22,11 +53,12 @@ class Scenario:
     bound: bool = False  # a latency bound (--slo-p99): the answer is the largest load that holds it
     trains: bool = False  # a training step: the trainer, the training artifact and reference steps, its memory
     reference: str = "reference"  # the artifact its parity compares with
+    tunes: bool = False  # --tune applies: its session is a TunedSession
 
 
 _SERVE = "inferbench.scenarios.serve:Session"  # MLPerf LoadGen's four: one module, the scenario is the cell's
 SCENARIOS: dict[str, Scenario] = {
-    "inference": Scenario("inferbench.scenarios.inference:Session", "p50", closed_loop=True),
+    "inference": Scenario("inferbench.scenarios.inference:Session", "p50", closed_loop=True, tunes=True),
     "single-stream": Scenario(_SERVE, "p90", "single-stream", serves=True),
     "multi-stream": Scenario(_SERVE, "p99", "multi-stream", serves=True),
     "server": Scenario(_SERVE, "throughput", "server", serves=True, bound=True),
@@ -43,13 +75,16 @@ def scenario(name: str | None) -> Scenario:
     return SCENARIOS.get(str(name), SCENARIOS["inference"])
 
 
-def get_scenario(name: str) -> Callable[..., Any]:
+def get_scenario(name: str) -> Callable[..., Session]:
     """The scenario's session class (what a worker runs)."""
     module, _, func = SCENARIOS[name].session.partition(":")
     return getattr(importlib.import_module(module), func)
 
 
-def scenario_module(name: str) -> Any:
+def scenario_module(name: str) -> ScenarioModule:
     """The scenario's module: besides its session class, ``merge(outcomes, batch_size)`` (one cell's processes as
     one outcome) and ``finalize_group(outcomes)`` (what a group's cells share), which the parent calls."""
-    return importlib.import_module(SCENARIOS[name].session.partition(":")[0])
+    module = importlib.import_module(SCENARIOS[name].session.partition(":")[0])
+    if not isinstance(module, ScenarioModule):
+        raise TypeError(f"{module.__name__} lacks merge or finalize_group (registry/scenarios.ScenarioModule)")
+    return module

@@ -575,10 +575,6 @@ class Session:
         finally:
             shutil.rmtree(self.logs, ignore_errors=True)
 
-    def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:
-        raise RuntimeError("serving scenarios search their own configurations (no --tune)")
-
-
 def held(tests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]] | None:
     """The largest load one configuration held, from its tests in the order they ran (search and confirmation
     alike): the largest L such that :data:`CONFIRM_ROUNDS` tests in a row were VALID at loads of L or more (a load
@@ -614,5 +610,6 @@ def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
 
 
 def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | None]:
+    """Serving cells share nothing across a group: each answer stands on its own tests."""
     return outcomes
 
