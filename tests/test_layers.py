@@ -175,3 +175,22 @@ def test_every_scenario_keeps_the_contract_its_entry_declares():
         tunes = all(callable(getattr(session, m, None)) for m in ("tune", "apply"))
         assert tunes == entry.tunes, name
     assert [n for n, e in SCENARIOS.items() if e.tunes] == ["inference"]
+
+
+def test_the_typed_core_type_checks():
+    """mypy, at its default strictness, over what every record passes through (pyproject's [tool.mypy] files:
+    base/, spec.py, records/, measure/): a record's fields are typed end to end, and a None where a number is
+    compared (the training parity's update error, once) is caught before it runs."""
+    import os
+    import tempfile
+
+    from mypy import api
+
+    with tempfile.TemporaryDirectory() as cache:  # nothing written into the checkout
+        cwd = os.getcwd()
+        os.chdir(PACKAGE.parent)  # pyproject's [tool.mypy] is read from here
+        try:
+            out, err, status = api.run(["--cache-dir", cache, "--no-error-summary"])
+        finally:
+            os.chdir(cwd)
+    assert status == 0, (out + err)[-3000:]

@@ -88,6 +88,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        tp = typing.cast(type, tp)
         hints = _hints(tp)
         names = {f.name for f in dataclasses.fields(tp) if f.init}
         unknown = sorted(set(data) - names)

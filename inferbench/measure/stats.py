@@ -32,7 +32,7 @@ Hyndman & Fan type 7); tools disagree at small n, so every record names the rule
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,10 +74,13 @@ def t975(df: float) -> float:
 
 #: The statistics a comparison can be about: the median (the default), the 99th percentile (tail
 #: latency) and the mean (throughput, at a fixed batch size, is the batch over the mean latency).
-STATISTICS = {"p50": np.median, "p99": lambda x: np.percentile(x, 99), "mean": np.mean}
+STATISTICS: dict[str, Callable[[np.ndarray], Any]] = {"p50": np.median, "p99": lambda x: np.percentile(x, 99),
+                                                      "mean": np.mean}
+#: Latencies as a list or an array.
+Samples = Sequence[float] | np.ndarray
 
 
-def round_stats(latencies: Sequence[float], rounds: Sequence[int] | None, stat: str = "p50") -> dict[int, float]:
+def round_stats(latencies: Samples, rounds: Sequence[int] | None, stat: str = "p50") -> dict[int, float]:
     """``stat`` of each round's latencies (one round when ``rounds`` is None: a record from before rounds)."""
     x = np.asarray(latencies, dtype=np.float64)
     r = np.zeros(x.size, dtype=int) if rounds is None else np.asarray(rounds, dtype=int)
@@ -87,7 +90,7 @@ def round_stats(latencies: Sequence[float], rounds: Sequence[int] | None, stat: 
     return {int(k): float(f(x[r == k])) for k in np.unique(r)}
 
 
-def round_medians(latencies: Sequence[float], rounds: Sequence[int] | None) -> dict[int, float]:
+def round_medians(latencies: Samples, rounds: Sequence[int] | None) -> dict[int, float]:
     """Median latency of each round."""
     return round_stats(latencies, rounds, "p50")
 
@@ -110,7 +113,7 @@ class Spread:
         pooled one) in place of the cell's own; where none was measured, the assumed component."""
         b = self.between_var if between_var is None else between_var
         bdf = self.between_df if between_df is None else between_df
-        parts = [(self.within_var / self.rounds, self.within_df)]
+        parts: list[tuple[float, float]] = [(self.within_var / self.rounds, self.within_df)]
         if b is None or bdf < 1:
             parts.append(((ASSUMED_PROCESS_SD ** 2) / self.processes, math.inf))
         else:
@@ -164,11 +167,11 @@ def pool_between(spreads: Sequence[Spread | None]) -> tuple[float | None, int]:
     df = sum(s.between_df for s in usable)
     if not df:
         return None, 0
-    return max(0.0, sum(s.between_raw * s.between_df for s in usable) / df), df  # type: ignore[operator]
+    return max(0.0, sum(float(s.between_raw or 0.0) * s.between_df for s in usable) / df), df
 
 
 # --------------------------------------------------------------------------- one cell
-def interval(latencies: Sequence[float], rounds: Sequence[int] | None, stat: str = "p50",
+def interval(latencies: Samples, rounds: Sequence[int] | None, stat: str = "p50",
              processes: int | Mapping[int, int] | None = None, between: tuple[float | None, int] | None = None,
              ) -> tuple[float, float, float] | None:
     """95% interval of ``stat`` (of :data:`STATISTICS`) and the pooled value it is centred on: (low, high,
@@ -184,7 +187,7 @@ def interval(latencies: Sequence[float], rounds: Sequence[int] | None, stat: str
     return value * math.exp(-half), value * math.exp(half), value
 
 
-def median_interval(latencies: Sequence[float], rounds: Sequence[int] | None,
+def median_interval(latencies: Samples, rounds: Sequence[int] | None,
                     processes: int | Mapping[int, int] | None = None,
                     between: tuple[float | None, int] | None = None) -> tuple[float, float] | None:
     """95% interval of the p50 from the rounds and the processes, or None with fewer than 3 rounds."""
@@ -206,7 +209,7 @@ def needed_samples(q: float, level: float = 0.95) -> int:
     return math.ceil(math.log(1 - level) / math.log(q))
 
 
-def effective_n(latencies: Sequence[float], rounds: Sequence[int] | None) -> float:
+def effective_n(latencies: Samples, rounds: Sequence[int] | None) -> float:
     """The sample count discounted for the correlation of successive iterations within a round (lag-1,
     AR(1)'s ``n (1 - rho) / (1 + rho)``); the round-to-round level is taken out first."""
     x = np.log(np.asarray(latencies, dtype=np.float64))
@@ -226,7 +229,7 @@ def effective_n(latencies: Sequence[float], rounds: Sequence[int] | None) -> flo
     return x.size * (1 - rho) / (1 + rho)
 
 
-def percentile_interval(latencies: Sequence[float], rounds: Sequence[int] | None, q: float,
+def percentile_interval(latencies: Samples, rounds: Sequence[int] | None, q: float,
                         ) -> tuple[float, float] | None:
     """A distribution-free 95% interval of the ``q`` quantile from order statistics: the binomial count of
     samples below it, on the effective sample size (:func:`effective_n`), mapped back onto the sorted samples;
@@ -244,7 +247,7 @@ def percentile_interval(latencies: Sequence[float], rounds: Sequence[int] | None
     return float(lo), float(hi)
 
 
-def stability(latencies: Sequence[float], rounds: Sequence[int] | None,
+def stability(latencies: Samples, rounds: Sequence[int] | None,
               processes: int | Mapping[int, int] | None = None,
               between: tuple[float | None, int] | None = None) -> dict[str, Any]:
     """Is the p50 estimate stable? From the data alone: the interval's half-width (rounds and processes) and the
@@ -271,7 +274,7 @@ def stability(latencies: Sequence[float], rounds: Sequence[int] | None,
             "drift": drift, "drift_method": "log-median-slope-over-rounds", "advice": advice}
 
 
-def summarize(latencies_ms: Sequence[float], rounds: Sequence[int] | None = None,
+def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
               processes: int | Mapping[int, int] | None = None,
               between: tuple[float | None, int] | None = None) -> dict[str, Any]:
     """Summary of per-iteration latencies in milliseconds (the ``latency_ms`` block of a record). ``processes``:
@@ -342,10 +345,9 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
         ratios = {r: ma[r] / mb[r] for r in common}
         fit = spread(ratios, {r: pa[r] * 1000 + pb[r] for r in common})
         between_a, between_b = (s.between or (None, 0) for s in (a, b))
+        pooled: tuple[float | None, int] = (None, 0)
         if between_a[0] is not None and between_b[0] is not None:
             pooled = (between_a[0] + between_b[0], min(between_a[1], between_b[1]))
-        else:
-            pooled = (None, 0)
         se, df = fit.se(*pooled)  # type: ignore[union-attr]
         mean = float(np.mean(np.log(list(ratios.values()))))
         method = PAIRED_METHOD

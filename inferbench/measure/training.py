@@ -176,7 +176,8 @@ def compare(ours: Mapping[str, Any], reference: Mapping[str, Any],
                                                                                   1e-30)
     checks = {"loss": max(loss_rel, timed_loss_rel) <= thresholds["loss_rel"],
               "gradients": worst_cos >= thresholds["grad_cosine"],
-              "weights": worst_upd <= thresholds["update_rel"], "directions": worst_ucos >= thresholds["update_cosine"]}
+              "weights": worst_upd is not None and worst_upd <= thresholds["update_rel"],
+              "directions": worst_ucos >= thresholds["update_cosine"]}
     failed = [k for k, ok in checks.items() if not ok]
     reason = None if not failed else "; ".join(
         {"loss": f"loss at step 1 off by {max(loss_rel, timed_loss_rel):.2g} (relative)",

@@ -74,7 +74,7 @@ def choose(candidates: list[Candidate]) -> dict[str, Any]:
         cmp = paired(best, default)
         clear = cmp is not None and cmp["ci95"][1] < 1.0 and cmp["ratio"] <= 1.0 - MIN_GAIN
         chosen = best if clear else default
-        if clear:
+        if clear and cmp is not None:
             why = f"{cmp['ratio']:.2f}x the default's time [95% CI {cmp['ci95'][0]:.2f}-{cmp['ci95'][1]:.2f}]"
         elif cmp is None:
             why = f"fewer than {MIN_ROUNDS} tuning rounds: the default is kept"

@@ -163,7 +163,7 @@ class Record:
         n = lat.get("n")
         if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
             return f"latency_ms.n = {str(n)[:40]}: not a count of at least 1"
-        if not (number(self.throughput_per_s) and self.throughput_per_s >= 0):
+        if not (number(self.throughput_per_s) and float(self.throughput_per_s or 0) >= 0):
             return f"throughput_per_s = {str(self.throughput_per_s)[:40]}: not a finite non-negative number"
         ci = lat.get("p50_ci95")
         if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(number(v) for v in ci)):

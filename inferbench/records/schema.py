@@ -51,8 +51,8 @@ def type_schema(tp: Any, open_objects: bool = True) -> dict[str, Any]:
         return out
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
-        inner = type_schema(options[0], open_objects) if len(options) == 1 else {"anyOf": [type_schema(o) for o in
-                                                                                             options]}
+        inner: dict[str, Any] = type_schema(options[0], open_objects) if len(options) == 1 else {
+            "anyOf": [type_schema(o) for o in options]}
         if type(None) in args:
             if "enum" in inner:
                 inner["enum"] = [*inner["enum"], None]
@@ -62,7 +62,7 @@ def type_schema(tp: Any, open_objects: bool = True) -> dict[str, Any]:
                 inner = {"anyOf": [inner, {"type": "null"}]}
         return inner
     if dataclasses.is_dataclass(tp):
-        return object_schema(tp, open_objects)
+        return object_schema(typing.cast(type, tp), open_objects)
     if origin in (list, tuple):
         return {"type": "array", **({"items": type_schema(args[0], open_objects)} if args else {})}
     if origin is dict or tp is dict:

@@ -224,7 +224,7 @@ def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
 
     def total(key: str) -> float | None:
         values = [b.get(key) for b in blocks]
-        return None if any(v is None for v in values) else float(sum(values))
+        return None if any(v is None for v in values) else float(sum(float(v) for v in values if v is not None))
 
     window = total("window_s") or 0.0
     gross = total("gross_j")

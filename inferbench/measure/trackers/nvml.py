@@ -83,7 +83,7 @@ class NvmlSensor:
             mask = int(get(self.handle))
         except n.NVMLError:
             return None
-        names = {}
+        names: dict[str, Any] = {}
         for attr in dir(n):
             for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
                 if attr.startswith(prefix) and attr[len(prefix):] not in ("All", "None", "Unknown"):
@@ -146,6 +146,7 @@ class NvmlTracker(EnergyTracker):
     cannot tell, and a verdict: not valid when another process used the GPU or its clocks were held down."""
 
     provides = ("energy", "gpu_state")
+    sensor: NvmlSensor
 
     @classmethod
     def open(cls, job: CellJob) -> NvmlTracker | str | None:

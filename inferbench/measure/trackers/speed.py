@@ -32,7 +32,7 @@ def probe(seconds: float = PROBE_S, clock: Callable[[], float] = time.perf_count
 
         _MATRIX.append(np.random.default_rng(0).standard_normal((SIZE, SIZE)).astype(np.float32))
     a = _MATRIX[0]
-    times = []
+    times: list[float] = []
     start = clock()
     while clock() - start < seconds or len(times) < 3:
         t = clock()
