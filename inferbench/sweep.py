@@ -99,9 +99,8 @@ def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
     2), the rest is kept to while it runs."""
     from .execution.budget import first_group_s, say, to_export
 
-    if not scenario(plan.config.scenario).closed_loop or plan.config.executor == "ray":
-        raise UsageError("--time-budget applies to an inference sweep run here (not "
-                         + ("--executor ray" if plan.config.executor == "ray" else plan.config.scenario) + ")")
+    if not scenario(plan.config.scenario).closed_loop:
+        raise UsageError(f"--time-budget applies to an inference sweep (not {plan.config.scenario})")
     todo = [c for c in plan.cells if not (sweep_dir / c.filename).exists()]
     if todo:
         first, needs = first_group_s(plan.config, todo, to_export(plan.config, todo))
@@ -183,21 +182,13 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells" + (f" on each of {', '.join(machines)}" if machines else "")
           + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    if plan.config.executor == "ray":
-        from .execution.distributed import execute_on_ray
-        from .execution.progress import Progress
+    from .execution.budget import Deadline
 
-        progress = Progress(len(plan.cells), verbosity=level)
-        try:
-            executed = execute_on_ray(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, objective, progress)
-        finally:
-            progress.close()
-    else:
-        from .execution.budget import Deadline
-
-        executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False,
-                           objective=objective, verbosity=level,
-                           deadline=Deadline(budget_s) if budget_s else None)
+    executor = None
+    if plan.config.executor == "ray":  # the same group loop, each group a task on a node of the cluster
+        from .execution.distributed import RayGroups as executor  # noqa: N813
+    executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
+                       verbosity=level, deadline=Deadline(budget_s) if budget_s else None, executor=executor)
     print(format_summary(executed.records, objective, terminal_width(), benchmark))
     if finish is not None:
         finish(sweep_dir, executed.records)

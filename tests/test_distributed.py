@@ -91,6 +91,34 @@ def test_a_killed_task_is_retried_and_resume_runs_only_what_is_missing(fakes, cl
     assert len(log.read_text().split()) == loads + 2  # nothing left to run
 
 
+def test_a_ray_sweep_keeps_to_the_time_budget_as_a_local_one_does(fakes, cluster, tmp_path, capsys, monkeypatch):
+    """The same group loop as a local sweep: the budget is already spent when the first group starts (a clock that
+    moves 300 s a reading against 250 s), so that group's node stops its rounds at the minimum (two for each of its
+    worker processes), the next group is never submitted, and --resume measures it later."""
+    from test_budget import _Steps
+
+    from inferbench.execution import budget
+
+    class Spent(budget.Deadline):
+        def __init__(self, budget_s, clock=None):
+            super().__init__(250.0, _Steps(300.0))
+
+    real = budget.Deadline
+    monkeypatch.setattr(budget, "Deadline", Spent)  # the driver's; the node keeps what was left: nothing
+    assert _sweep(tmp_path, cluster[0].address, "--framework", "fake", "--batch-size", "1,2", "--machines", "a",
+                  "--rounds", "8", "--time-budget", "1h", name="budget") == 0
+    err = capsys.readouterr().err
+    assert "1 cell(s) in 1 group(s) left unmeasured" in err and "finish with inferbench sweep --resume" in err
+    folder = tmp_path / "out" / "budget" / "a"
+    recs = _records(folder)
+    assert list(recs) == ["mobilenet_v3_small_32_bs1_fake.json"]
+    assert sorted({b["round"] for b in recs["mobilenet_v3_small_32_bs1_fake.json"]["timing"]["blocks"]}) == [0, 1, 2, 3]
+    monkeypatch.setattr(budget, "Deadline", real)
+    assert sweep_main(["--resume", str(tmp_path / "out" / "budget")]) == 0
+    second = _records(folder)["mobilenet_v3_small_32_bs2_fake.json"]
+    assert len({b["round"] for b in second["timing"]["blocks"]}) == 8 and second["status"] == "ok"
+
+
 def test_a_machine_no_node_is_fails_its_own_cells_in_one_line(fakes, cluster, tmp_path, capsys):
     assert _sweep(tmp_path, cluster[0].address, "--framework", "fake", "--machines", "a,c") == 1
     recs = _records(tmp_path / "out" / "s" / "c")

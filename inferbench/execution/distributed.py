@@ -148,10 +148,6 @@ def preflight(config: RunConfig) -> None:
         raise UsageError(f"the Ray cluster cannot run any cell: {why[0]}")
 
 
-def machine_folder(sweep_dir: Path, machine: str | None) -> Path:
-    return sweep_dir / machine if machine else sweep_dir
-
-
 # --------------------------------------------------------------------------- artifacts to the nodes
 def package(folder: Path, kinds: list[str]) -> dict[str, Any]:
     """``kinds``' files and manifest entries of a cache folder, to be put into Ray's object store."""
@@ -232,13 +228,15 @@ def adopt(shipped: dict[str, Any]) -> None:
 
 def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]], shipped: dict[str, Any],
                     artifacts: dict[str, Any], kinds: list[str], failed: dict[str, str], run_id: str,
-                    batch_sizes: tuple[int, ...], machine: str | None) -> list[dict[str, Any]]:
-    """A Ray task: one group measured on this node (its GPU, its environment, its machine state); the records as
-    JSON data."""
+                    batch_sizes: tuple[int, ...], machine: str | None, budget_left_s: float | None = None
+                    ) -> list[dict[str, Any]]:
+    """A Ray task: one group measured on this node (its GPU, its environment, its machine state), its rounds kept
+    to what is left of --time-budget (``budget_left_s``, when the task was submitted); the records as JSON data."""
     import dataclasses
 
     from ..base.codec import decode, encode
     from ..base.device import resolve
+    from .budget import Deadline
     from .pipeline import environment_of, run_group
     from .progress import Progress
 
@@ -256,110 +254,107 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         "hostname": socket.gethostname()}}
     with open(os.devnull, "w") as quiet:
         progress = Progress(len(cells), stream=quiet, verbosity=-1)
-        records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress)
+        records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
+                            deadline=None if budget_left_s is None else Deadline(budget_left_s))
     return [encode(r) for r in records]
 
 
 # --------------------------------------------------------------------------- the driver
-def execute_on_ray(config: RunConfig, cells: list[CellKey], sweep_dir: Path, run_id: str, objective: str,
-                   progress: Any) -> Any:
-    """Run the cells without a record of ``sweep_dir`` (each machine's folder) on the cluster; returns what a local
-    run returns (:class:`~inferbench.execution.pipeline.Executed`), every machine's records together."""
-    from ..base.codec import encode
-    from ..records.record import parse
-    from ..registry.artifacts import export_order
-    from ..registry.frameworks import artifacts_of, get_framework
-    from ..registry.models import get_model
-    from ..spec import groups_of
-    from .childenv import passed_env
-    from .pipeline import Executed, Exports, Writer, pending
+class RayGroups:
+    """The Ray executor of the pipeline's group loop (:func:`inferbench.execution.pipeline._execute`): each group a
+    task on a node reserved whole, as many at once as the cluster has slots; a group no node can run, or whose node
+    left the cluster, comes back failed with why."""
 
-    ray = import_ray()
-    connect(config)
-    machines = list(config.machines) or [None]
-    cluster = nodes()
-    writers, todo = {}, []
-    for machine in machines:
-        folder = machine_folder(sweep_dir, machine)
-        folder.mkdir(exist_ok=True)
-        missing = pending(folder, cells)  # first: an unreadable record is set aside before the Writer reads them
-        writers[machine] = Writer(config, folder, cells, objective, progress)
-        todo += [(machine, group) for group in groups_of(missing, config.sequential)]
-    progress.total = len(cells) * len(machines)
-    progress.done = progress.base = progress.total - sum(len(g) for _, g in todo)
-    exports = Exports(config, cells, progress, strict=False)
-    shipped: dict[str, Any] = {}
-    remote = ray.remote(measure_on_node)
-    # --pass-env's variables as the driver has them (the cells' identity digests them here), on every node
-    runtime_env = {"env_vars": passed_env(config.pass_env)} if config.pass_env else None
-    running: dict[Any, tuple[str | None, list[CellKey]]] = {}
-    started = time.monotonic()
-    try:
-        for machine, group in todo:
-            c = group[0]
-            folder, failed, batch_sizes = exports.of(c)
-            spec = get_model(c.model)
-            kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
-                get_framework(cell.framework), spec, cell.scenario)], spec) if k in _exported(folder)]
-            why = unfit(demand(config, machine), cluster)
-            if why:  # never submitted: Ray would leave it pending for ever
-                writers[machine].write(group, [_failed(config, cell, why, run_id, folder, machine)
-                                               for cell in group], _where(machine))
-                progress.done += len(group)
-                continue
-            key = f"{folder.name}:{','.join(sorted(kinds))}"
-            if key not in shipped:
-                data = package(folder, kinds)
-                shipped[key] = {"name": folder.name, "data": ray.put(data),
-                                "files": {k: dict(e.get("files", {})) for k, e in data["entries"].items()}}
-            ref = remote.options(num_cpus=0, resources=demand(config, machine), max_retries=RETRIES,
-                                 retry_exceptions=False, runtime_env=runtime_env).remote(
-                encode(config), [encode(cell) for cell in group], registries(group), shipped[key], kinds, failed,
-                run_id, batch_sizes, machine)
-            running[ref] = (machine, group)
-            progress.say(f"{c.model}@{c.resolution} bs{c.batch_size}{_where(machine)}",
-                         f"submitted: {len(group)} cell{'s' if len(group) > 1 else ''}")
-        while running:
-            done, _ = ray.wait(list(running), num_returns=1, timeout=30.0)
+    def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Any, strict: bool = False) -> None:
+        from .childenv import passed_env
+
+        self.ray = import_ray()
+        connect(config)
+        self.config, self.run_id, self.progress = config, run_id, progress
+        self.cluster = nodes()
+        self.slots = max(1, int(sum(node.get(SLOT, 0.0) for node in self.cluster)))
+        self.remote = self.ray.remote(measure_on_node)
+        # --pass-env's variables as the driver has them (the cells' identity digests them here), on every node
+        self.runtime_env = {"env_vars": passed_env(config.pass_env)} if config.pass_env else None
+        self.shipped: dict[str, Any] = {}
+        self.running: dict[Any, tuple[str | None, list[CellKey], Path]] = {}
+        self.finished: list[tuple[str | None, list[CellKey], list[Any]]] = []
+        self.started = time.monotonic()
+        self.cells_left, self.groups_left = 0, 0
+
+    def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
+              batch_sizes: tuple[int, ...], deadline: Any) -> None:
+        from ..base.codec import encode
+        from ..registry.artifacts import export_order
+        from ..registry.frameworks import artifacts_of, get_framework
+        from ..registry.models import get_model
+        from .pipeline import on_machine
+
+        c, config = group[0], self.config
+        spec = get_model(c.model)
+        kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
+            get_framework(cell.framework), spec, cell.scenario)], spec) if k in _exported(folder)]
+        why = unfit(demand(config, machine), self.cluster)
+        if why:  # never submitted: Ray would leave it pending for ever
+            self.finished.append((machine, group, [_failed(config, cell, why, self.run_id, folder, machine)
+                                                   for cell in group]))
+            return
+        key = f"{folder.name}:{','.join(sorted(kinds))}"
+        if key not in self.shipped:
+            data = package(folder, kinds)
+            self.shipped[key] = {"name": folder.name, "data": self.ray.put(data),
+                                 "files": {k: dict(e.get("files", {})) for k, e in data["entries"].items()}}
+        left = None if deadline is None else max(0.0, deadline.left())  # the node keeps the rest of the budget
+        ref = self.remote.options(num_cpus=0, resources=demand(config, machine), max_retries=RETRIES,
+                                  retry_exceptions=False, runtime_env=self.runtime_env).remote(
+            encode(config), [encode(cell) for cell in group], registries(group), self.shipped[key], kinds, failed,
+            self.run_id, batch_sizes, machine, left)
+        self.running[ref] = (machine, group, folder)
+        self.progress.say(f"{c.model}@{c.resolution} bs{c.batch_size}{on_machine(machine)}",
+                          f"submitted: {len(group)} cell{'s' if len(group) > 1 else ''}")
+
+    def busy(self) -> int:
+        return len(self.running) + len(self.finished)
+
+    def wait(self) -> list[tuple[str | None, list[CellKey], list[Any]]]:
+        """The groups that ended (at least one): their records, or their cells failed with why."""
+        from ..records.record import parse
+
+        ray, config = self.ray, self.config
+        while not self.finished:
+            done, _ = ray.wait(list(self.running), num_returns=1, timeout=30.0)
             if not done:
-                progress.say("ray", f"{len(running)} task{'s' if len(running) > 1 else ''} running, "
-                             f"{time.monotonic() - started:.0f} s")
+                self.progress.say("ray", f"{len(self.running)} task{'s' if len(self.running) > 1 else ''} running, "
+                                  f"{time.monotonic() - self.started:.0f} s")
                 alive = nodes()  # a task whose machine left the cluster would wait for ever
-                for ref, (machine, group) in list(running.items()):
+                for ref, (machine, group, folder) in list(self.running.items()):
                     why = unfit(demand(config, machine), alive)
                     if why:
                         ray.cancel(ref, force=True)
-                        running.pop(ref)
-                        writers[machine].write(group, [_failed(config, cell, f"its node left the cluster: {why}",
-                                                               run_id, exports.of(cell)[0], machine)
-                                                       for cell in group], _where(machine))
-                        progress.done += len(group)
+                        self.running.pop(ref)
+                        self.finished.append((machine, group, [_failed(
+                            config, cell, f"its node left the cluster: {why}", self.run_id, folder, machine)
+                            for cell in group]))
                 continue
-            ref = done[0]
-            machine, group = running.pop(ref)
+            machine, group, folder = self.running.pop(done[0])
             try:
-                records = [parse(data, "a record from the cluster") for data in ray.get(ref)]
+                records = [parse(data, "a record from the cluster") for data in ray.get(done[0])]
             except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on
                 why = _task_failure(exc)
-                records = [_failed(config, cell, why, run_id, exports.of(cell)[0], machine) for cell in group]
-            progress.done += len(group)
-            writers[machine].write(group, records, _where(machine))
-    except BaseException:
-        for ref in running:  # Ctrl-C, SIGTERM: nothing keeps measuring on the cluster
-            ray.cancel(ref, force=True)
-        raise
-    results = [w.executed() for w in writers.values()]
-    return Executed([r for e in results for r in e.records], {k: v for e in results for k, v in e.unwritten.items()})
+                records = [_failed(config, cell, why, self.run_id, folder, machine) for cell in group]
+            self.finished.append((machine, group, records))
+        finished, self.finished = self.finished, []
+        return finished
+
+    def cancel(self) -> None:
+        for ref in self.running:  # Ctrl-C, SIGTERM: nothing keeps measuring on the cluster
+            self.ray.cancel(ref, force=True)
 
 
 def _exported(folder: Path) -> set[str]:
     from ..exporters import cache as artifact_cache
 
     return set(artifact_cache.read_manifest(folder).get("artifacts", {}))
-
-
-def _where(machine: str | None) -> str:
-    return f" on {machine}" if machine else ""
 
 
 def _task_failure(exc: BaseException) -> str:

@@ -8,7 +8,6 @@ The chain, in order: :class:`~inferbench.spec.RunConfig` + :class:`~inferbench.s
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -128,17 +127,20 @@ class Executed:
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True, objective: str = "p50",
-            verbosity: int = 0, deadline: Any = None) -> Executed:
+            verbosity: int = 0, deadline: Any = None, executor: Any = None) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
-    The cells of one model, resolution and batch size form a group, measured together in interleaved
-    rounds; the groups run one after another. Records are written atomically under the cell's file
-    name when their group ends: an interrupted run (Ctrl-C or a kill) loses at most the group in
-    progress, and running ``execute`` again on the same folder resumes without repeating or
-    duplicating a cell. A record that cannot be read is set aside and its
-    cell runs again; a record that cannot be written (disk full, permissions) fails that cell only. With a
-    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget), a group that would end past it is
-    not started (its cells are ``unmeasured``), and a group's rounds stop when another would pass it.
+    The cells of one model, resolution and batch size form a group, measured together in interleaved rounds; the
+    groups run one after another here (:class:`Local`), or one a node on a Ray cluster (``--executor ray``:
+    :class:`~inferbench.execution.distributed.RayGroups`, a folder per named machine). Records are written
+    atomically under the cell's file name when their group ends: an interrupted run (Ctrl-C or a kill) loses at most
+    the group in progress, and running ``execute`` again on the same folder resumes without repeating or duplicating
+    a cell. A record that cannot be read is set aside and its cell runs again; a record that cannot be written (disk
+    full, permissions) fails that cell only. With a ``deadline`` (:class:`~inferbench.execution.budget.Deadline`,
+    --time-budget), a group that would end past it is not started (its cells are ``unmeasured``), and a group's
+    rounds stop when another would pass it.
+    ``executor``: the class that measures a group (:class:`Local` unless given: ``RayGroups`` for ``--executor
+    ray``), built as ``executor(config, run_id, run_dir, progress, strict)``.
     """
     ignored = ignored_shell_variables(config)
     if ignored:
@@ -150,12 +152,9 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         print(f"inferbench: WARNING: {TEST_SLOWDOWN}={hook} is set: that framework's timed calls are slowed on "
               "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)
-    todo = pending(run_dir, cells)
     progress = progress or Progress(len(cells), verbosity=verbosity)
-    progress.total, progress.done = len(cells), len(cells) - len(todo)
-    progress.base = progress.done
     try:
-        return _execute(config, cells, todo, run_dir, run_id, progress, strict, objective, deadline)
+        return _execute(config, cells, run_dir, run_id, progress, strict, objective, deadline, executor)
     finally:
         progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
 
@@ -239,46 +238,114 @@ class Writer:
         return Executed(ordered(self.kept, self.cells), self.unwritten)
 
 
-def _execute(config: RunConfig, cells: list[CellKey], todo: list[CellKey], run_dir: Path, run_id: str,
-             progress: Progress, strict: bool, objective: str, deadline: Any = None) -> Executed:
-    environment = environment_of(config)
-    calibration = environment["invocation_spread"] or {}
-    if calibration.get("ignored"):  # read once, with the environment every record carries
-        print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
-              f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
-              "aa_calibration.py --across measures it again)", file=sys.stderr)
+class Local:
+    """The local executor: each group measured here, one at a time, by its cells' worker processes
+    (:func:`run_group`); the records of the machine this process runs on."""
+
+    slots = 1
+
+    def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Progress, strict: bool) -> None:
+        self.config, self.run_id, self.run_dir, self.progress, self.strict = config, run_id, run_dir, progress, strict
+        self.environment = environment_of(config)
+        calibration = self.environment["invocation_spread"] or {}
+        if calibration.get("ignored"):  # read once, with the environment every record carries
+            print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
+                  f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
+                  "aa_calibration.py --across measures it again)", file=sys.stderr)
+        self.finished: list[tuple[str | None, list[CellKey], list[Record]]] = []
+        self.cells_left, self.groups_left = 0, 0
+
+    def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
+              batch_sizes: tuple[int, ...], deadline: Any) -> None:
+        c, progress = group[0], self.progress
+        if not self.config.sequential:
+            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
+                            f"group of {len(group)} cell{'s' if len(group) > 1 else ''}, {self.config.timing.rounds} "
+                            "interleaved rounds")
+        progress.measuring(self.cells_left, self.groups_left)
+        records = run_group(self.config, group, folder, failed, self.run_id, self.environment, batch_sizes, progress,
+                            self.run_dir, self.strict, deadline)
+        progress.group_done(len(group))
+        self.finished.append((machine, group, records))
+
+    def busy(self) -> int:
+        return len(self.finished)
+
+    def wait(self) -> list[tuple[str | None, list[CellKey], list[Record]]]:
+        finished, self.finished = self.finished, []
+        return finished
+
+    def cancel(self) -> None:
+        """Nothing runs once start has returned."""
+
+
+def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str, progress: Progress, strict: bool,
+             objective: str, deadline: Any = None, make: Any = None) -> Executed:
+    """The one group loop of every executor: pending cells per machine folder, the exports, the deadline checked
+    before each group starts, the records written as each group ends."""
+    machines = list(config.machines) or [None] if config.executor == "ray" else [None]
+    folders = {m: run_dir / m if m else run_dir for m in machines}
+    todo: dict[str | None, list[CellKey]] = {}
+    for m, folder in folders.items():
+        folder.mkdir(exist_ok=True)
+        todo[m] = pending(folder, cells)  # first: an unreadable record is set aside before the Writer reads them
+    progress.total = len(cells) * len(machines)
+    progress.done = progress.base = progress.total - sum(len(t) for t in todo.values())
+    executor = (make or Local)(config, run_id, run_dir, progress, strict)
     exports = Exports(config, cells, progress, strict)
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
-        for cell in todo:
+        for cell in (c for same in todo.values() for c in same):
             exports.of(cell)
-    writer = Writer(config, run_dir, cells, objective, progress)
-    groups = list(groups_of(todo, config.sequential))
+    writers = {m: Writer(config, folders[m], cells, objective, progress) for m in machines}
+    per_machine = {m: list(groups_of(todo[m], config.sequential)) for m in machines}
+    queue = [(m, g) for i in range(max(map(len, per_machine.values()), default=0)) for m in machines
+             for g in per_machine[m][i:i + 1]]  # the machines in turn: each node gets work from the start
+    executor.cells_left, executor.groups_left = sum(len(g) for _, g in queue), len(queue)
+    unmeasured = _run_groups(config, queue, writers, exports, executor, progress, deadline)
+    results = [w.executed() for w in writers.values()]
+    return Executed([r for e in results for r in e.records], {k: v for e in results for k, v in e.unwritten.items()},
+                    unmeasured)
+
+
+def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]], writers: dict[str | None, Writer],
+                exports: Exports, executor: Any, progress: Progress, deadline: Any) -> list[str]:
+    """Start each group when the executor has a free slot and the deadline leaves it time (the first group of an
+    invocation was checked up front: fit, or a resumed sweep's check); write each group's records as it ends.
+    Returns the labels of the cells --time-budget left unmeasured."""
+    missing = to_export(config, [c for _, g in queue for c in g]) if deadline is not None else {}
     unmeasured: list[str] = []
-    missing = to_export(config, todo) if deadline is not None else {}
-    for i, same in enumerate(groups):
-        if deadline is not None and i:  # the first group was checked up front (fit; a resumed sweep's: resumed)
-            # the group's time as measured so far (or estimated), and its exports still to make
-            needs = group_estimate(progress, same, config) + (
-                0.0 if (same[0].model, same[0].resolution) in exports.done else export_s(same, missing))
-            if not deadline.fits(needs):
-                unmeasured = [c.label for g in groups[i:] for c in g]
-                progress.result("time budget", f"{len(unmeasured)} cell(s) in {len(groups) - i} group(s) left "
-                                f"unmeasured: the next would take about {say(needs)}, "
-                                f"{say(max(0.0, deadline.left()))} of --time-budget is left", failure=True)
-                break
-        folder, failed, batch_sizes = exports.of(same[0])
-        c = same[0]
-        if not config.sequential:
-            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
-                            f"group of {len(same)} cell{'s' if len(same) > 1 else ''}, {config.timing.rounds} "
-                            "interleaved rounds")
-        progress.measuring(len(todo), len(groups))
-        records = run_group(config, same, folder, failed, run_id, environment, batch_sizes, progress, run_dir,
-                            strict, deadline)
-        progress.done += len(same)
-        progress.group_done(len(same))
-        writer.write(same, records)
-    return dataclasses.replace(writer.executed(), unmeasured=unmeasured)
+    started = 0
+    try:
+        while queue or executor.busy():
+            while queue and executor.busy() < executor.slots:
+                machine, group = queue[0]
+                if deadline is not None and started:  # the group's time as measured so far (or estimated), and
+                    pair = (group[0].model, group[0].resolution)  # its exports still to make
+                    needs = group_estimate(progress, group, config) + (
+                        0.0 if pair in exports.done else export_s(group, missing))
+                    if not deadline.fits(needs):
+                        unmeasured = [c.label + on_machine(m) for m, g in queue for c in g]
+                        progress.result("time budget", f"{len(unmeasured)} cell(s) in {len(queue)} group(s) left "
+                                        f"unmeasured: the next would take about {say(needs)}, "
+                                        f"{say(max(0.0, deadline.left()))} of --time-budget is left", failure=True)
+                        queue = []
+                        break
+                queue.pop(0)
+                folder, failed, batch_sizes = exports.of(group[0])
+                executor.start(machine, group, folder, failed, batch_sizes, deadline)
+                started += 1
+            for machine, group, records in executor.wait() if executor.busy() else []:
+                progress.done += len(group)
+                writers[machine].write(group, records, on_machine(machine))
+    except BaseException:
+        executor.cancel()  # Ctrl-C, SIGTERM: nothing keeps measuring elsewhere
+        raise
+    return unmeasured
+
+
+def on_machine(machine: str | None) -> str:
+    """What a progress line adds for a group measured on a named machine."""
+    return f" on {machine}" if machine else ""
 
 
 def _run_files(run_dir: Path, objective: str, records: list[dict[str, Any]], unwritten: dict[str, str],
