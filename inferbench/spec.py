@@ -191,6 +191,7 @@ class RunConfig:
     log_to: tuple[str, ...] = ()  # tracking targets each record is logged to (--log-to)
     sequential: bool = False  # each cell its own group: one framework loaded at a time (--sequential)
     max_other_load: float = 0.25  # share of the run's cores other work may take before a cell is not valid
+    allow_busy: bool = False  # judge a busy machine's cells anyway: margins, significance, stability (--allow-busy)
     processes: int = 2  # worker processes per cell, its rounds spread over them (--processes)
     quick: bool = False  # a first answer: fewer, shorter rounds; LoadGen's tests shortened (--quick)
     slo_p99_ms: float | None = None  # the server scenario's p99 bound (--slo-p99)

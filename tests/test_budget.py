@@ -53,7 +53,7 @@ def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatc
     assert budget.to_export(config, cells) == missing  # an empty cache
     assert budget.shrunk(config, 1.0) == config
     floor = budget.shrunk(config, 0.0)
-    assert (floor.timing.rounds, floor.timing.min_duration_s, floor.processes, floor.quick) == (6, 1.5, 1, True)
+    assert (floor.timing.rounds, floor.timing.min_duration_s, floor.processes, floor.quick) == (6, 3.0, 1, True)
     # one worker process instead of two: about half the set-up
     assert budget.estimate(floor, slow, {}) < budget.estimate(config, slow, {}) / 1.8
 
@@ -99,12 +99,12 @@ def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeyp
             str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
     assert run_main([*args, "--time-budget", "90s"]) == 0
     err = capsys.readouterr().err
-    assert "measuring 6 rounds, 1.5 s a cell, 1 process instead of 6 rounds, 30 s a cell, 2 processes" in err
+    assert "measuring 6 rounds, 3 s a cell, 1 process instead of 6 rounds, 30 s a cell, 2 processes" in err
     assert "left out to fit --time-budget 1m30s: fake-slow (about " in err
     (run_dir,) = (tmp_path / "out").iterdir()
     (record,) = [json.loads(p.read_text()) for p in run_dir.glob("*_fake*.json")]
     assert record["framework"] == "fake" and record["config"]["timing"]["rounds"] == 6
-    assert record["config"]["timing"]["min_duration_s"] == 1.5 and record["config"]["quick"] is True
+    assert record["config"]["timing"]["min_duration_s"] == 3.0 and record["config"]["quick"] is True  # 0.5 s blocks
     assert record["config"]["processes"] == 1 and record["latency_ms"]["spread"]["processes"] == 1
     # too short for anything: one line, exit 2, nothing written
     assert run_main([*args, "--time-budget", "3s"]) == 2

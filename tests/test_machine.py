@@ -3,6 +3,7 @@ Readers are injected: a quiet and a busy machine are simulated exactly, the real
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import time
@@ -125,7 +126,8 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
     assert rec["validity.valid"] == True and rec["machine_state.other_cores_max"] < 0.1  # noqa: E712
     assert rec["schema_version"] == SCHEMA_VERSION and len(rec["machine_state.blocks"]) == 2
 
-    assert _run(tmp_path / "busy", "--framework", "fake-busy,fake-quiet") == 0  # measured; the verdict is said
+    three = ["--rounds", "3", "--duration", "1.8"]  # rounds enough for intervals and margins
+    assert _run(tmp_path / "busy", "--framework", "fake-busy,fake-quiet", *three) == 0  # measured; the verdict is said
     out = capsys.readouterr().out
     first = out.splitlines()[0]
     assert first.startswith("NOT VALID (1 of 2 cells): other work took ") and "re-run when it is quiet" in first
@@ -133,6 +135,25 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
     answer = json.loads((folder / "recommendation.json").read_text())
     assert answer["validity"]["valid"] is False and answer["recommendations"][0]["validity"]["valid"] is False
     assert "NO" in out.split("framework", 1)[1]  # the table says which cell
+    # a busy machine's group is not judged: a best guess, named as such; no interval, margin, significance or
+    # stability claimed, on the terminal and in the files
+    answer_lines = out.split("\n\n", 1)[0]
+    assert "best guess fake-" in answer_lines and "not judged, the machine was busy: other work took" in answer_lines
+    assert "--allow-busy" in answer_lines and "next: fake-" in answer_lines and "not compared" in answer_lines
+    assert not any(word in answer_lines for word in ("x better", "95% CI", "stable", "within the noise"))
+    rec = answer["recommendations"][0]
+    assert rec["not_judged"].startswith("the machine was busy") and rec["stability"] == "not judged"
+    assert rec["margin"]["significant"] is None
+    with (folder / "comparisons.csv").open() as fh:
+        assert [row["significant"] for row in csv.DictReader(fh)] == ["", ""]
+    # --allow-busy: judged anyway, and the records say it was allowed
+    assert _run(tmp_path / "allowed", "--framework", "fake-busy,fake-quiet", "--allow-busy", *three) == 0
+    out = capsys.readouterr().out
+    (folder,) = (tmp_path / "allowed" / "out").iterdir()
+    rec = json.loads((folder / "recommendation.json").read_text())["recommendations"][0]
+    assert out.startswith("NOT VALID") and rec["not_judged"] is None and rec["stability"] != "not judged"
+    assert "best guess" not in out and "95% CI" in out.split("\n\n", 1)[0]
+    assert all(r["config"]["allow_busy"] is True for r in records.iter_records(folder)[0])
     assert _run(tmp_path / "gate", "--framework", "fake-busy", "--require-valid") == 1
     assert "--require-valid: the run is not valid (1 of 1 cells): other work took" in capsys.readouterr().err
 

@@ -300,3 +300,46 @@ def test_the_iid_bootstrap_is_far_too_narrow_for_correlated_iterations():
                     out.append(10.0 * np.exp(block + x))
         misses += not iid_compare(a, b)["ci95"][0] <= 1.0 <= iid_compare(a, b)["ci95"][1]
     assert misses / 30 > 0.5
+
+
+def test_the_ranked_p50_is_the_quantity_its_interval_describes_under_level_shifts():
+    """Rounds of equal time on a machine whose speed moves between rounds (other work coming and going: a level drawn
+    uniformly from 1-3x, not the log-normal the interval assumes), so a fast round holds up to three times the
+    samples of a slow one. The truth is the median latency of a round at a random time, every round alike:
+    scale * exp(E log U(1, 3)) = 1.9115 * scale. The ranked p50 and its interval cover it; the median of all samples
+    pooled leans towards the fast rounds (it ranked OpenVINO at 0.605 ms where its rounds said 3.49 ms)."""
+    rng = np.random.default_rng(11)
+    truth_factor = math.exp((3 * math.log(3) - 2) / 2)  # E log U(1, 3) = (3 ln 3 - 3 + 1) / 2
+    covered, pooled_over_truth, sims = 0, [], 300
+    for _ in range(sims):
+        scale = math.exp(rng.uniform(math.log(0.2), math.log(20)))  # a model of any speed
+        levels = rng.uniform(1.0, 3.0, size=8)
+        latencies, rounds = [], []
+        for r, level in enumerate(levels):
+            n = int(round(300 / level))  # a block stops on time
+            latencies += list(scale * level * np.exp(rng.normal(0.0, 0.1, n)))  # within-round noise, median 1
+            rounds += [r] * n
+        block = stats.summarize(latencies, rounds, processes=1)
+        lo, hi = block["p50_ci95"]
+        truth = scale * truth_factor
+        covered += lo <= truth <= hi
+        assert lo < block["p50"] < hi and math.isclose(block["p50"], math.sqrt(lo * hi), rel_tol=1e-9)
+        pooled_over_truth.append(block["p50_pooled"] / truth)
+    assert covered / sims >= 0.88, covered / sims
+    assert np.median(pooled_over_truth) < 0.93  # the pooled median is biased low: it is not what is ranked
+
+
+def test_one_process_a_cell_never_says_stable_and_a_paired_ratio_assumes_the_spread_for_both_cells():
+    """With one worker process a cell (--quick, --processes 1) nothing measured the spread between processes, which
+    a second invocation meets anew: the verdict is never "stable" (two processes measure it: then it may be), and a
+    paired ratio of two such cells adds the assumed spread once for each cell, not once for both."""
+    rng = np.random.default_rng(3)
+    rounds = [r for r in range(8) for _ in range(200)]
+    quiet = list(np.exp(rng.normal(0.0, 0.02, len(rounds))) * 5.0)  # a steady cell: rounds agree within 1%
+    one = stats.stability(quiet, rounds, processes=1)
+    assert one["verdict"] == "unknown" and "this process only" in one["advice"]
+    assert stats.stability(quiet, rounds, processes=2)["verdict"] == "stable"
+    other = list(np.asarray(quiet) * 1.5 * np.exp(rng.normal(0.0, 0.02, len(rounds))))
+    cmp = compare(Sample(other, rounds, 1), Sample(quiet, rounds, 1), paired=True)
+    log_half = math.log(cmp["ci95"][1] / cmp["ratio"])
+    assert log_half >= 1.95 * math.sqrt(2) * stats.ASSUMED_PROCESS_SD  # both cells' assumed spread, at least

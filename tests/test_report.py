@@ -143,6 +143,8 @@ def test_the_report_opens_with_the_answer_and_shows_only_the_users_data(tmp_path
     for fw, p50 in (("onnxrt", 2.0), ("torch", 5.0)):
         rec = dict(src, framework=fw, parity={**src["parity"], "status": "passed"})
         rec["latency_ms"] = dict(src["latency_ms"], p50=p50)
+        if rec.get("raw_latencies_ms"):  # the p50 an upgraded record ranks is its rounds' centre: the samples say it
+            rec["raw_latencies_ms"] = [p50] * len(rec["raw_latencies_ms"])
         (tmp_path / f"{fw}.json").write_text(json.dumps(rec))
     out = tmp_path / "report"
     assert main([str(tmp_path), "--out", str(out), "--objective", "p50"]) == 0

@@ -100,10 +100,10 @@ FAMILIES = ["convnext_tiny", "densenet121", "efficientnet_b0", "efficientnet_v2_
 #: LayerNorm, SAME padding at 32 px and depthwise convolutions (onnx2torch); EfficientNet: the Normalization
 #: constants as extra ONNX inputs, squeeze-excitation and swish, its torchvision twin verified; RegNetY: grouped
 #: convolutions; ViT: attention (einsum), the transformer family. The other eight families are the opt-in `zoo`
-#: layer (`python -m pytest -m zoo`, about 25 minutes on two cores: before a release and with every change to an
-#: exporter or a weight port) and every one of the 66 models is in the committed zoo
-#: (benchmark_results/zoo/matrix-cpu-2core, test_report_on_the_committed_zoo_sweep): one model each costs 100-230 s
-#: of exports on one core, twelve were 23 of CI's 31 minutes.
+#: layer (`python -m pytest -m zoo`: before a release and with every change to an exporter or a weight port), and
+#: every one of the 66 models is in the committed zoo (benchmark_results/zoo/matrix-cpu-2core,
+#: test_report_on_the_committed_zoo_sweep): one model each costs 100-230 s of exports on one core, twelve were 23 of
+#: CI's 31 minutes.
 CI_HALVES = {"a": ["vit_b_16", "regnety_002"], "b": ["convnext_tiny", "efficientnet_b0"]}
 ZOO_HALVES = {"a": ["nasnet_mobile", "efficientnet_v2_b0", "resnet50", "inception_v3"],
               "b": ["densenet121", "vgg16", "resnet50_v2", "xception"]}

@@ -105,14 +105,14 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                           lambda r: r["latency_ms"]["p50"])
         if not best:
             continue
-        base = best[0]
+        base, busy = best[0], not_judged(cells)
         for r in sorted(cells, key=lambda r: r["latency_ms"]["p50"]):
             cmp = comparison(r, base) if r is not base else {"ratio": 1.0, "ci95": None, "significant": None,
                                                              "method": "baseline"}
             ci = cmp["ci95"] or [None, None]
             rows.append(dict(zip(key, group)) | {
                 "framework": record_name(r), "baseline": record_name(base), "ratio": cmp["ratio"],
-                "ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "significant": cmp["significant"],
+                "ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "significant": None if busy else cmp["significant"],
                 "verified": ranked(r["status"], r["parity"]["status"]), "method": cmp["method"]})
     return rows
 
@@ -146,7 +146,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
     cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
     share a run), its stability verdict, and its energy or why there is none."""
-    from ..measure.stats import interval, needed_samples
+    from ..measure.stats import ASSUMED, interval, needed_samples
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -194,9 +194,11 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         if found is not None:  # latency: its interval; throughput: the batch over the mean latency
             lo, hi, centre = found
             ci = [lo, hi] if lower or direct else [value * centre / hi, value * centre / lo]
-        rec.update(recommended=record_name(best), value=value, ci95=ci,
-                   stability=field(best, "latency_ms.stability.verdict") or "unknown",
-                   stability_advice=field(best, "latency_ms.stability.advice") or "",
+        busy = not_judged(cells)
+        rec.update(recommended=record_name(best), value=value, ci95=ci, not_judged=busy,
+                   one_process=str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED),
+                   stability="not judged" if busy else field(best, "latency_ms.stability.verdict") or "unknown",
+                   stability_advice="" if busy else field(best, "latency_ms.stability.advice") or "",
                    energy_j_per_inference=field(best, "energy.joules_per_inference"),
                    energy_missing=None if field(best, "energy.available") else
                    (field(best, "energy.reason") or "no energy figures in this record"),
@@ -216,9 +218,19 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                 cmp = {"ratio": field(second, path) / value, "ci95": None, "significant": None, "method": "point"}
             else:  # the runner-up's statistic over the best's: > 1 means the best is better
                 cmp = comparison(second, best, stat)
-            rec.update(runner_up=record_name(second), margin=cmp)
+            rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
         out.append(rec)
     return out
+
+
+def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the margins, significance and stability of ``records`` (a group) are not judged: other work took the
+    machine while they were measured, and the run did not say --allow-busy. None: they are judged."""
+    records = list(records)
+    verdict = validity_of(records)
+    if verdict["valid"] is False and not all(field(r, "config.allow_busy") for r in records):
+        return f"the machine was busy: {verdict['reason']}"
+    return None
 
 
 def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -300,12 +312,20 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
         if rec["recommended"] is None:
             lines.append(f"  {at}: none: {rec['reason']}")
             continue
+        if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
+            lines.append(f"  {at}: best guess {rec['recommended']}, {rec['value']:{_FORMAT[rec['unit']]}} "
+                         f"{rec['unit']}: not judged, {rec['not_judged']}; re-run when it is quiet (--allow-busy "
+                         "judges it anyway)")
+            if rec.get("runner_up"):
+                lines.append(f"    next: {rec['runner_up']}, not compared")
+            continue
         if rec.get("serving"):
             lines += serving_lines(rec, at)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
+        only = ", this process only" if rec.get("one_process") else ""
         text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (
-            f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}]" if ci else "") + f", {rec['stability']}"
+            f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}{only}]" if ci else "") + f", {rec['stability']}"
         if rec["energy_missing"] is None and objective != "energy":
             text += f", {rec['energy_j_per_inference']:.4g} J/inference"
         lines.append(text)

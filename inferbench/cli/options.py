@@ -285,6 +285,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_other_load", ("--max-other-load",), "a cell is not valid when other work (other processes, and on "
            "a virtual machine the hypervisor's steal) took more than PCT percent of the cores the run uses during one "
            "of its blocks", 25.0, non_negative_float, metavar="PCT", maximum=100.0, commands=MEASURING),
+    Option("allow_busy", ("--allow-busy",), "judge a busy machine's cells anyway: without it, a group measured while "
+           "other work took more than --max-other-load gets a best guess only, no margin, significance or stability "
+           "(the records say it was allowed)", False, switch=True, commands=MEASURING),
     Option("require_valid", ("--require-valid",), "exit 1 unless the run is valid: no cell measured while other "
            "work took more than --max-other-load (for CI; a machine whose state cannot be read is not valid)", False,
            switch=True, commands=MEASURING, in_file=False),
@@ -599,6 +602,7 @@ def build(values: dict[str, Any]) -> Built:
                        cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
                        pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
                        sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
+                       allow_busy=values["allow_busy"],
                        tune_budget_s=values["tune_budget"], processes=processes,
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
                            DEFAULT_SLO_P99_MS if entry.bound else None),

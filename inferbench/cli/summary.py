@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.ranking import recommendation_lines, recommendations
+from ..analysis.ranking import not_judged, recommendation_lines, recommendations
 from ..records.table import record_name
 
 
@@ -86,7 +86,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
             record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
             fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
-            _stability(lat), valid_word(r), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
+            _stability(r), valid_word(r), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
             fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
             fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
         ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
@@ -108,7 +108,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         elif r["parity"]["status"] != "passed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} UNVERIFIED ({r['parity'].get('reason')}: outputs "
                          "not checked against the reference): not ranked")
-        if r["status"] == "ok" and st.get("verdict") == "unstable":
+        if r["status"] == "ok" and st.get("verdict") == "unstable" and not not_judged([r]):
             unstable.append(f"{record_name(r)} bs{r['batch_size']} (p50 ±{st['half_width']:.0%}, drift "
                             f"{st['drift']:+.0%})")
     if unstable:  # one line: on a noisy machine it can be every row
@@ -138,10 +138,12 @@ def valid_word(record: dict[str, Any]) -> str:
     return "yes" if valid is True else "NO" if valid is False else "unknown"
 
 
-def _stability(lat: dict[str, Any]) -> str:
-    st = lat.get("stability") or {}
+def _stability(record: dict[str, Any]) -> str:
+    st = (record.get("latency_ms") or {}).get("stability") or {}
     if not st:
         return "-"
+    if not_judged([record]):  # a busy machine's cell: its spread says what the other work did
+        return "not judged"
     half = st.get("half_width")
     return st["verdict"] + (f" ±{half:.1%}" if half is not None else "")
 

@@ -2,7 +2,7 @@
 
 Up front (:func:`fit`), the plan's time is estimated from what a cell costs on a 2-core CPU (:data:`SETUP_S`, the
 rounds' own length, the exports not in the cache yet). When it does not fit, the rounds and blocks shrink, down to
-``--quick``'s (6 rounds of 0.25 s a cell, one worker process), then the costliest frameworks are left out one by
+``--quick``'s (6 rounds of 0.5 s a cell, one worker process), then the costliest frameworks are left out one by
 one, each said in a line;
 a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
 ``--resume``). While it runs (:class:`Deadline`), the time measured so far replaces the estimate: a group that would
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import UsageError
+from ..measure.trackers.machine import MIN_JUDGED_S
 from ..spec import CellKey, RunConfig, TimingConfig, groups_of
 
 #: Seconds a worker takes to start, load its framework, check parity and make its first call (warm-up not
@@ -37,10 +38,13 @@ TUNE_FACTOR = 2.0
 BLOCK_OVERHEAD_S = 0.1
 #: Per round: the machine's speed read by the probe (CPU runs).
 PROBE_S = 0.3
-#: --quick's settings, and where --time-budget's shrinking stops: 6 rounds of 0.25 s a cell in one worker process each
+#: --quick's settings, and where --time-budget's shrinking stops: 6 rounds of 0.5 s a cell in one worker process each
 #: (a between-process spread measured from two processes and 3 rounds has one degree of freedom: t = 12.7 made a
 #: quick interval +-300%; one process takes the assumed spread instead, and 6 rounds give 5 degrees of freedom).
-QUICK = {"rounds": 6, "min_duration_s": 1.5, "warmup_seconds": 0.3, "processes": 1, "tune_budget_s": 1.0}
+#: A block is never shorter than the machine check can judge (MIN_JUDGED_S: /proc's 10 ms ticks): 0.25 s blocks
+#: left a busy machine's --quick cells judged on their average only.
+QUICK = {"rounds": 6, "min_duration_s": 6 * MIN_JUDGED_S, "warmup_seconds": 0.3, "processes": 1,
+         "tune_budget_s": 1.0}
 #: The fewest rounds a group keeps when the budget cuts them: enough for an interval, two per worker process.
 MIN_ROUNDS = 3
 #: The steps tried between the plan's own timing (1) and the floor (0).

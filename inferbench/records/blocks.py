@@ -95,7 +95,7 @@ class Latency:
 
     n: Annotated[int, Min(1)]
     mean: float
-    p50: float
+    p50: float  # the geometric mean of the round medians: what p50_ci95 describes and what is ranked
     p99: float
     p50_ci95: Interval
     percentile_rule: str
@@ -116,6 +116,7 @@ class Latency:
     p99_ci95: Interval = None
     n_effective: Number = None
     spread: dict[str, Any] | None = None
+    p50_pooled: float | None = None  # the median of every sample pooled: descriptive (fast rounds weigh more)
     raw_kept: dict[str, Any] | None = None  # kept, of, method: raw_latencies_ms is a subsample (record.RAW_KEPT_MAX)
 
 

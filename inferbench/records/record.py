@@ -36,6 +36,11 @@ Schema history (``schema_version``):
       search and its answer); ``training`` (the training scenario's step, optimizer and batch-norm mode)
       and ``parity.method``/``parity.training`` (training parity's figures). Upgrading a schema-5 record leaves the
       spread unmeasured: its comparisons use an assumed one and say so.
+  7 — ``latency_ms.p50`` is the cell's centre, the geometric mean of its round medians (each round weighted alike):
+      the quantity ``p50_ci95`` describes and what is ranked; the median of all samples pooled, which leans towards
+      the fast rounds (a round stops on time), is ``latency_ms.p50_pooled``. Upgrading a schema-6 record computes
+      the centre from its raw latencies and rounds, keeps the old figure as ``p50_pooled`` and moves its interval
+      with it (the interval's width is the rounds' and unchanged).
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The record's JSON Schema (draft 2020-12), published for other tools; the tests hold records to it.
 SCHEMA_FILE = Path(__file__).parent / "schema" / "record.schema.json"
 #: Schema versions this code reads: older ones are upgraded (see :func:`upgrade`).
-SUPPORTED_SCHEMAS = frozenset({1, 2, 3, 4, 5, 6})
+SUPPORTED_SCHEMAS = frozenset(range(1, SCHEMA_VERSION + 1))
 #: The validity of a record from before inferbench watched the machine.
 UNWATCHED = {"valid": None, "reason": "machine state unknown: measured before inferbench watched the machine "
                                       "(schema 4 and older)"}
@@ -277,7 +282,29 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         data = {**data, "schema_version": 6, "latency_ms": None if lat is None else {
             **lat, "spread": None, "spread_note": "measured before inferbench measured the spread between worker "
                                                   "processes (schema 5 and older): comparisons assume one"}}
+    if data.get("schema_version") == 6:
+        data = _v6_to_v7(data)
     return data
+
+
+def _v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
+    """The ranked p50 becomes the rounds' centre (:func:`inferbench.measure.stats.centre`); the pooled one stays."""
+    from ..measure.stats import centre
+
+    lat = old.get("latency_ms")
+    if not isinstance(lat, dict) or not isinstance(lat.get("p50"), (int, float)) or not lat["p50"] > 0:
+        return {**old, "schema_version": 7}
+    raw, rounds = old.get("raw_latencies_ms"), old.get("raw_rounds")
+    pooled, value = float(lat["p50"]), float(lat["p50"])
+    try:
+        if isinstance(raw, list) and raw and (rounds is None or (isinstance(rounds, list) and len(rounds) == len(raw))):
+            value = centre(raw, rounds)
+    except (TypeError, ValueError):  # samples the record's own checks refuse later: the figure as it was
+        value = pooled
+    ci = lat.get("p50_ci95")
+    moved = [c * value / pooled for c in ci] if isinstance(ci, list) and len(ci) == 2 and all(
+        isinstance(c, (int, float)) for c in ci) else ci
+    return {**old, "schema_version": 7, "latency_ms": {**lat, "p50": value, "p50_pooled": pooled, "p50_ci95": moved}}
 
 
 def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
