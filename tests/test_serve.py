@@ -106,6 +106,10 @@ def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fak
     assert wrong["parity"]["status"] == "failed" and wrong["parity"]["served"]["status"] == "failed"
     answer = json.loads((folder / "recommendation.json").read_text())["recommendations"][0]
     assert answer["recommended"].startswith("fake") and "fake-wrong" in str(answer["not_ranked"])
+    from inferbench.analysis.ranking import recommendation_lines
+
+    said = "\n".join(recommendation_lines([answer]))  # the answer line says the tests were shortened
+    assert "LoadGen tests shortened to 0.5 s (MLPerf asks 600 s a test)" in said and "not MLPerf-valid" in said
     assert _serve(tmp_path / "ss", "--framework", "fake", "--scenario", "single-stream") == 0
     _, single = _record(tmp_path / "ss")
     assert single["serving"]["steps"][0]["p90_ms"] >= 2.0 and single["latency_ms"]["p50"] >= 2.0
@@ -161,6 +165,8 @@ def test_a_failed_confirmation_steps_down_to_a_load_that_holds():
         assert not any(s["target"] == answer and not s["valid"] for s in session.steps)
     session, answer = _searched(lambda q, phase, i: q <= 100.0 and phase == "search")  # never held
     assert answer is None and sum(s["phase"] == "measure" for s in session.steps) == CONFIRM_MAX
+    floor = session._best_search().floor  # the confirmations step down, never below the search's own floor
+    assert min(s["target"] for s in session.steps if s["phase"] == "measure") == pytest.approx(floor)
     # the search's VALID load far above what holds (measured: 995 QPS in the search, INVALID down to 794 in
     # confirmations): failures in a row step further each time, so a load that holds is reached within CONFIRM_MAX
     session, answer = _searched(lambda q, phase, i: q <= (100.0 if phase == "search" else 60.0))
