@@ -159,14 +159,14 @@ def _has_raw(r: Any) -> bool:
 
 
 def _rounds(r: Any, keep: list[int]) -> dict[str, Any]:
-    """A side with only the raw latencies of rounds ``keep`` (and their median)."""
-    import statistics
+    """A side with only the raw latencies of rounds ``keep`` (and their p50: the rounds' centre, as ranked)."""
+    from .measure.stats import centre
 
     wanted = set(keep)
     pairs = [(x, k) for x, k in zip(r["raw_latencies_ms"], r["raw_rounds"]) if k in wanted]
     out = dict(r)
     out.update(raw_latencies_ms=[x for x, _ in pairs], raw_rounds=[k for _, k in pairs],
-               p50_ms=statistics.median(x for x, _ in pairs))
+               p50_ms=centre([x for x, _ in pairs], [k for _, k in pairs]))
     return out
 
 

@@ -146,6 +146,10 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
     assert rec["margin"]["significant"] is None
     with (folder / "comparisons.csv").open() as fh:
         assert [row["significant"] for row in csv.DictReader(fh)] == ["", ""]
+    from inferbench.analysis.ranking import verdict  # the report's "is the difference real?" too
+
+    busy, quiet = sorted(records.iter_records(folder)[0], key=lambda r: r["framework"])
+    assert "not judged (the machine was busy" in verdict("fake-busy", busy, "fake-quiet", quiet)
     # --allow-busy: judged anyway, and the records say it was allowed
     assert _run(tmp_path / "allowed", "--framework", "fake-busy,fake-quiet", "--allow-busy", *three) == 0
     out = capsys.readouterr().out

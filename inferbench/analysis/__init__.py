@@ -85,7 +85,7 @@ def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
     the XLA step are separate columns, so the part of the gain that is just leaving eager mode shows.
     ``xla_vs_graph_significant`` is False where the interval contains 1.
     """
-    from .ranking import comparison
+    from .ranking import comparison, not_judged
 
     rows = []
     good = latest(df[df["ranked"]])
@@ -109,7 +109,7 @@ def xla_decomposition(df: pd.DataFrame) -> pd.DataFrame:
                 cmp = comparison(by[xla], by[base])  # XLA's latency over the baseline's: speedup = 1 / ratio
                 ci = cmp["ci95"]
                 row[f"xla_vs_{name}_ci95"] = [1 / ci[1], 1 / ci[0]] if ci else None
-                row[f"xla_vs_{name}_significant"] = cmp["significant"]
+                row[f"xla_vs_{name}_significant"] = None if not_judged([by[xla], by[base]]) else cmp["significant"]
             rows.append(row)
     return pd.DataFrame(rows)
 

@@ -80,7 +80,11 @@ def sample_of(record: Mapping[str, Any]) -> Any:
 
 
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:
-    """"A is 2.4x the speed of B [95% CI 2.2-2.6x]" or "no significant difference"."""
+    """"A is 2.4x the speed of B [95% CI 2.2-2.6x]" or "no significant difference" (or not judged: a busy
+    machine's cells)."""
+    busy = not_judged([a, b])
+    if busy:
+        return f"{a_name} vs {b_name}: not judged ({busy}; --allow-busy judges it anyway)"
     cmp = comparison(a, b)
     ratio = cmp["ratio"]
     if cmp["ci95"] is None:
@@ -196,7 +200,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
             ci = [lo, hi] if lower or direct else [value * centre / hi, value * centre / lo]
         busy = not_judged(cells)
         rec.update(recommended=record_name(best), value=value, ci95=ci, not_judged=busy,
-                   one_process=str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED),
+                   assumed=None if not str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED) else
+                   "this process only" if field(best, "timing.processes") == 1 else "between-process spread assumed",
                    stability="not judged" if busy else field(best, "latency_ms.stability.verdict") or "unknown",
                    stability_advice="" if busy else field(best, "latency_ms.stability.advice") or "",
                    energy_j_per_inference=field(best, "energy.joules_per_inference"),
@@ -228,10 +233,10 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
 def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
     """Why the margins, significance and stability of ``records`` (a group) are not judged: other work took the
     machine while they were measured, and the run did not say --allow-busy. None: they are judged."""
-    records = list(records)
-    verdict = validity_of(records)
-    if verdict["valid"] is False and not all(field(r, "config.allow_busy") for r in records):
-        return f"the machine was busy: {verdict['reason']}"
+    records = list(records)  # records or rows of records.load (whose booleans may be NumPy's)
+    busy = [r for r in records if str(field(r, "validity.valid")) == "False"]
+    if busy and not all(str(field(r, "config.allow_busy")) == "True" for r in records):
+        return f"the machine was busy: {field(busy[0], 'validity.reason')}"
     return None
 
 
@@ -336,7 +341,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             lines += serving_lines(rec, at)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
-        only = ", this process only" if rec.get("one_process") else ""
+        only = f", {rec['assumed']}" if rec.get("assumed") and objective in ("p50", "throughput") else ""
         text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (
             f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}{only}]" if ci else "") + f", {rec['stability']}"
         if rec["energy_missing"] is None and objective != "energy":

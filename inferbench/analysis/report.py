@@ -17,7 +17,7 @@ from ..base.errors import UsageError
 from ..base.files import atomic_write_bytes, atomic_write_text
 from ..registry.scenarios import scenario
 from ..spec import IDENTITY
-from .ranking import contenders, recommendation_lines, recommendations, write_recommendation
+from .ranking import contenders, not_judged, recommendation_lines, recommendations, write_recommendation
 
 
 @dataclass
@@ -101,7 +101,7 @@ def results(ctx: Context) -> list[str]:
     summary = table.assign(
         p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) else "")
                 for a, ci in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
-        stability=table["latency_ms.stability.verdict"],
+        stability=["not judged" if not_judged([r]) else r["latency_ms.stability.verdict"] for _, r in table.iterrows()],
         valid=[{True: "yes", False: "NO"}.get(v, "unknown") for v in table["validity.valid"]],
         rate=[f"{g:.3g}" + (f" ({p:.0%})" if p == p else "") if g == g else "-"
               for g, p in zip(table["gflop_per_s"], table["fraction_of_peak"])],

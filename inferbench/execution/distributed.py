@@ -262,8 +262,9 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
 # --------------------------------------------------------------------------- the driver
 class RayGroups:
     """The Ray executor of the pipeline's group loop (:func:`inferbench.execution.pipeline._execute`): each group a
-    task on a node reserved whole, as many at once as the cluster has slots; a group no node can run, or whose node
-    left the cluster, comes back failed with why."""
+    task on a node reserved whole, submitted when a node that can run it is free (never queued inside Ray: its
+    share of --time-budget starts when it is submitted); a group no node can run, or whose node left the cluster,
+    comes back failed with why."""
 
     def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Any, strict: bool = False) -> None:
         from .childenv import passed_env
@@ -272,7 +273,6 @@ class RayGroups:
         connect(config)
         self.config, self.run_id, self.progress = config, run_id, progress
         self.cluster = nodes()
-        self.slots = max(1, int(sum(node.get(SLOT, 0.0) for node in self.cluster)))
         self.remote = self.ray.remote(measure_on_node)
         # --pass-env's variables as the driver has them (the cells' identity digests them here), on every node
         self.runtime_env = {"env_vars": passed_env(config.pass_env)} if config.pass_env else None
@@ -315,6 +315,13 @@ class RayGroups:
 
     def busy(self) -> int:
         return len(self.running) + len(self.finished)
+
+    def free(self, machine: str | None) -> bool:
+        """Is a node that can run a group for ``machine`` free? (One no node can run: yes, it fails at once.)"""
+        need = demand(self.config, machine)
+        nodes_for = sum(1 for node in self.cluster if all(node.get(k, 0.0) >= v for k, v in need.items()))
+        taken = sum(1 for m, _, _ in self.running.values() if m == machine)
+        return nodes_for == 0 or taken < nodes_for
 
     def wait(self) -> list[tuple[str | None, list[CellKey], list[Any]]]:
         """The groups that ended (at least one): their records, or their cells failed with why."""

@@ -242,8 +242,6 @@ class Local:
     """The local executor: each group measured here, one at a time, by its cells' worker processes
     (:func:`run_group`); the records of the machine this process runs on."""
 
-    slots = 1
-
     def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Progress, strict: bool) -> None:
         self.config, self.run_id, self.run_dir, self.progress, self.strict = config, run_id, run_dir, progress, strict
         self.environment = environment_of(config)
@@ -270,6 +268,10 @@ class Local:
 
     def busy(self) -> int:
         return len(self.finished)
+
+    def free(self, machine: str | None) -> bool:
+        """May a group start now (one at a time here)?"""
+        return not self.finished
 
     def wait(self) -> list[tuple[str | None, list[CellKey], list[Record]]]:
         finished, self.finished = self.finished, []
@@ -309,16 +311,19 @@ def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str
 
 def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]], writers: dict[str | None, Writer],
                 exports: Exports, executor: Any, progress: Progress, deadline: Any) -> list[str]:
-    """Start each group when the executor has a free slot and the deadline leaves it time (the first group of an
-    invocation was checked up front: fit, or a resumed sweep's check); write each group's records as it ends.
-    Returns the labels of the cells --time-budget left unmeasured."""
+    """Start each group when the executor has a node free for it (``free``: here, when the last group ended) and the
+    deadline leaves it time (the first group of an invocation was checked up front: fit, or a resumed sweep's
+    check); write each group's records as it ends. Returns the labels of the cells --time-budget left unmeasured."""
     missing = to_export(config, [c for _, g in queue for c in g]) if deadline is not None else {}
     unmeasured: list[str] = []
     started = 0
     try:
         while queue or executor.busy():
-            while queue and executor.busy() < executor.slots:
-                machine, group = queue[0]
+            while queue:
+                i = next((k for k, (m, _) in enumerate(queue) if executor.free(m)), None)
+                if i is None:  # every node this queue needs is measuring
+                    break
+                machine, group = queue[i]
                 if deadline is not None and started:  # the group's time as measured so far (or estimated), and
                     pair = (group[0].model, group[0].resolution)  # its exports still to make
                     needs = group_estimate(progress, group, config) + (
@@ -330,7 +335,7 @@ def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]]
                                         f"{say(max(0.0, deadline.left()))} of --time-budget is left", failure=True)
                         queue = []
                         break
-                queue.pop(0)
+                queue.pop(i)
                 folder, failed, batch_sizes = exports.of(group[0])
                 executor.start(machine, group, folder, failed, batch_sizes, deadline)
                 started += 1

@@ -50,6 +50,9 @@ ASSUMED = "+process-sd-assumed-1.5%"
 #: What a cell measured in one worker process can say of its interval (--quick, --processes 1).
 ONE_PROCESS = ("one worker process a cell: the interval covers this process only (the spread between processes, "
                "which a second invocation meets anew, is assumed at 1.5%); --processes 2 measures it")
+#: ... and one whose processes ran one round each: their spread cannot be told from the rounds'.
+ONE_ROUND_A_PROCESS = ("one round a worker process: the spread between processes cannot be told from the rounds' "
+                       "(it is assumed at 1.5%); --rounds of at least twice --processes measures it")
 TAIL_METHOD = "order-statistics-binomial-95-effective-n"
 _Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
@@ -291,7 +294,8 @@ def stability(latencies: Samples, rounds: Sequence[int] | None,
         ": run more rounds (--rounds) or on a quieter machine before trusting small differences"
     verdict = "unstable" if reasons else "stable"
     if verdict == "stable" and fit.between_var is None and (between is None or between[0] is None):
-        verdict, advice = "unknown", ONE_PROCESS  # never "stable" on a spread nobody measured
+        # never "stable" on a spread nobody measured
+        verdict, advice = "unknown", ONE_PROCESS if fit.processes == 1 else ONE_ROUND_A_PROCESS
     return {"verdict": verdict, "rounds": len(meds), "half_width": half,
             "drift": drift, "drift_method": "log-median-slope-over-rounds", "advice": advice}
 
@@ -375,7 +379,12 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
         mean = float(np.mean(np.log(list(ratios.values()))))
         method = PAIRED_METHOD
     else:
-        mean = math.log(centre(a.latencies, a.rounds, stat) / centre(b.latencies, b.rounds, stat))
+        if stat == "p50":  # what each side ranks: the rounds' centre for the p50, the pooled p99 and mean
+            mean = math.log(centre(a.latencies, a.rounds, stat) / centre(b.latencies, b.rounds, stat))
+        else:
+            f = STATISTICS[stat]
+            mean = math.log(float(f(np.asarray(a.latencies, dtype=np.float64))) /
+                            float(f(np.asarray(b.latencies, dtype=np.float64))))
         fits = [spread(m, process_of(list(m), s.processes)) for m, s in ((ma, a), (mb, b))]
         if any(fit is None for fit in fits):
             return {"ratio": math.exp(mean), "ci95": None, "significant": None, "method": "none-too-few-rounds",

@@ -182,7 +182,8 @@ def compare(ours: Mapping[str, Any], reference: Mapping[str, Any],
     reason = None if not failed else "; ".join(
         {"loss": f"loss at step 1 off by {max(loss_rel, timed_loss_rel):.2g} (relative)",
          "gradients": f"gradient of {worst_grad} at cosine {worst_cos:.6f}",
-         "weights": f"the weights' change at step 1 off by {worst_upd:.2g} (relative)",
+         "weights": "the weights' change at step 1 not given" if worst_upd is None else
+                    f"the weights' change at step 1 off by {worst_upd:.2g} (relative)",
          "directions": f"change of {worst_update} at step 1 at cosine {worst_ucos:.4f}"}[k]
         for k in failed)
     return {"status": "failed" if failed else "passed", "reason": reason, "method": "training",

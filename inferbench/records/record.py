@@ -40,7 +40,8 @@ Schema history (``schema_version``):
       the quantity ``p50_ci95`` describes and what is ranked; the median of all samples pooled, which leans towards
       the fast rounds (a round stops on time), is ``latency_ms.p50_pooled``. Upgrading a schema-6 record computes
       the centre from its raw latencies and rounds, keeps the old figure as ``p50_pooled`` and moves its interval
-      with it (the interval's width is the rounds' and unchanged).
+      with it (the interval's width is the rounds' and unchanged); a "stable" verdict on a spread between processes
+      that was not measured becomes "unknown".
 """
 
 from __future__ import annotations
@@ -289,11 +290,16 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
 
 def _v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
     """The ranked p50 becomes the rounds' centre (:func:`inferbench.measure.stats.centre`); the pooled one stays."""
-    from ..measure.stats import centre
+    from ..measure.stats import ONE_PROCESS, centre
 
     lat = old.get("latency_ms")
     if not isinstance(lat, dict) or not isinstance(lat.get("p50"), (int, float)) or not lat["p50"] > 0:
         return {**old, "schema_version": 7}
+    stability = lat.get("stability")
+    spread = lat.get("spread")
+    if isinstance(stability, dict) and stability.get("verdict") == "stable" and not (
+            isinstance(spread, dict) and spread.get("measured")):  # never "stable" on a spread nobody measured
+        lat = {**lat, "stability": {**stability, "verdict": "unknown", "advice": ONE_PROCESS}}
     raw, rounds = old.get("raw_latencies_ms"), old.get("raw_rounds")
     pooled, value = float(lat["p50"]), float(lat["p50"])
     try:
