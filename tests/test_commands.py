@@ -338,6 +338,7 @@ def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin
     assert lines[1] == "recommendation (median latency, lower is better; verified cells only):"
     assert lines[2].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: onnxrt, 5.")
     assert lines[3].startswith("    2.00x better than tf [95% CI")  # the margin on its own line
+    assert lines[3].endswith("] under this run's conditions")  # paired within one run: no between-run term
     assert lines[-1] == "  energy not measured: no energy figures in this record"
     # without raw samples (an incomplete record): the value, no interval, a point margin that says so
     bare = [{**r, "raw_latencies_ms": None} for r in recs]

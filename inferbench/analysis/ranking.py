@@ -276,9 +276,12 @@ def margin_text(rec: Mapping[str, Any]) -> str:
     ci = f"[95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]"
     if not m["significant"]:
         return f"{runner} is within the noise ({m['ratio']:.2f}x {ci}): either will do"
-    if m["ratio"] < 1:  # the pooled figure ranks it first, the paired rounds favour the runner-up
+    if m["ratio"] < 1:  # the ranked figure puts it first, the paired rounds favour the runner-up
         return f"too close to call: paired within rounds, {runner} is {1 / m['ratio']:.2f}x better {ci}"
-    return f"{m['ratio']:.2f}x better than {runner} {ci}"
+    # paired within one run, the interval knows nothing of what a second invocation meets anew (each runtime's
+    # own start-up, placement, the machine's other state): said, not assumed away
+    scope = " under this run's conditions" if str(m.get("method", "")).startswith("paired") else ""
+    return f"{m['ratio']:.2f}x better than {runner} {ci}{scope}"
 
 
 def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
