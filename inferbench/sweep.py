@@ -101,8 +101,9 @@ def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
 
     if not scenario(plan.config.scenario).closed_loop:
         raise UsageError(f"--time-budget applies to an inference sweep (not {plan.config.scenario})")
-    folders = [sweep_dir / m for m in plan.config.machines] if plan.config.executor == "ray" and \
-        plan.config.machines else [sweep_dir]
+    from .execution.pipeline import machine_folders
+
+    folders = machine_folders(plan.config, sweep_dir).values()
     todo = [c for c in plan.cells if not all((folder / c.filename).exists() for folder in folders)]
     if todo:
         first, needs = first_group_s(plan.config, todo, to_export(plan.config, todo))

@@ -285,8 +285,8 @@ def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str
              objective: str, deadline: Any = None, make: Any = None) -> Executed:
     """The one group loop of every executor: pending cells per machine folder, the exports, the deadline checked
     before each group starts, the records written as each group ends."""
-    machines = list(config.machines) or [None] if config.executor == "ray" else [None]
-    folders = {m: run_dir / m if m else run_dir for m in machines}
+    folders = machine_folders(config, run_dir)
+    machines = list(folders)
     todo: dict[str | None, list[CellKey]] = {}
     for m, folder in folders.items():
         folder.mkdir(exist_ok=True)
@@ -346,6 +346,12 @@ def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]]
         executor.cancel()  # Ctrl-C, SIGTERM: nothing keeps measuring elsewhere
         raise
     return unmeasured
+
+
+def machine_folders(config: RunConfig, run_dir: Path) -> dict[str | None, Path]:
+    """Where each machine's records go: a folder per machine named on a Ray sweep (``--machines``), else the run's."""
+    machines = list(config.machines) if config.executor == "ray" and config.machines else [None]
+    return {m: run_dir / m if m else run_dir for m in machines}
 
 
 def on_machine(machine: str | None) -> str:

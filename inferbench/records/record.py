@@ -50,7 +50,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 from .. import SCHEMA_VERSION
 from ..base.codec import decode, encode, plain
@@ -151,7 +151,7 @@ class Record:
     def impossible(self) -> str | None:
         """What makes this record's numbers impossible (a latency that is not a finite positive number, a
         negative or infinite throughput, no samples), or None: such a record is never ranked, it is refused."""
-        def number(v: Any) -> bool:
+        def number(v: Any) -> TypeGuard[float]:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
         if not (isinstance(self.batch_size, int) and self.batch_size >= 1 and isinstance(self.resolution, int)
@@ -169,7 +169,7 @@ class Record:
         n = lat.get("n")
         if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
             return f"latency_ms.n = {str(n)[:40]}: not a count of at least 1"
-        if not (number(self.throughput_per_s) and float(self.throughput_per_s or 0) >= 0):
+        if not (number(self.throughput_per_s) and self.throughput_per_s >= 0):
             return f"throughput_per_s = {str(self.throughput_per_s)[:40]}: not a finite non-negative number"
         ci = lat.get("p50_ci95")
         if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(number(v) for v in ci)):
