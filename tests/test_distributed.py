@@ -156,7 +156,8 @@ def test_a_real_onnx_runtime_sweep_on_ray_gives_the_cells_of_a_local_one(cluster
     import time
 
     common = ["--models", "mobilenet_v3_small", "--resolutions", "96", "--batch-sizes", "1,2", "--frameworks",
-              "onnxrt", "--quick", "--threads", "2", "--device", "cpu", "--cache-dir", str(shared_cache),
+              "onnxrt", "--quick", "--duration", "1", "--rounds", "3", "--threads", "2", "--device", "cpu",
+              "--cache-dir", str(shared_cache),
               "--output-dir", str(tmp_path / "out")]
     walls, cells = {}, {}
     for name in ("local-cold", "ray", "local"):

@@ -184,3 +184,17 @@ def test_regnetx_080_builds():
 
     model = regnet("x080", input_shape=(32, 32, 3))
     assert model.output_shape == (None, 1000) and model.get_layer("s1_b1_b_conv").groups == 1
+
+
+@pytest.mark.slow
+def test_grouped_convolutions_are_counted_in_the_model_stats():
+    """RegNetY's grouped convolutions, which Keras 3 on TensorFlow compiles with XLA even outside jit_compile (the
+    XLA report reads this count), are counted in the model's stats; a model without any counts none. (RegNetY's
+    conversions of them run in the opt-in `zoo` layer, test_zoo.py.)"""
+    from inferbench.exporters.keras import model_stats
+    from inferbench.registry.models import build_keras_model
+
+    grouped = model_stats(build_keras_model(get_model("regnety_002"), 32, "random", 0), 32)
+    plain = model_stats(build_keras_model(get_model("mobilenet_v3_small"), 32, "random", 0), 32)
+    assert grouped["grouped_convolutions"] > 0 and plain["grouped_convolutions"] == 0
+    assert grouped["flops_resolution"] == 32 and grouped["params"] > 2_000_000 and grouped["flops_per_image"] > 0

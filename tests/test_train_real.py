@@ -17,8 +17,10 @@ from inferbench.registry.frameworks import FRAMEWORKS, unavailable_reason
 from inferbench.run import main
 
 pytestmark = pytest.mark.slow
+# --quick (one worker process a cell) with a second of timing over three rounds, not its 3 s over six: what these
+# tests check is parity and that each trainer runs and is timed, not its speed
 QUICK = ["--resolution", "32", "--batch-size", "2", "--quick", "--threads", "2", "--device", "cpu",
-         "--min-iterations", "4"]
+         "--min-iterations", "4", "--duration", "1", "--rounds", "3"]
 TRAINERS = [k for k, fw in FRAMEWORKS.items() if fw.trainer and unavailable_reason(fw, "cpu") is None]
 
 
