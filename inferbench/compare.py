@@ -36,9 +36,10 @@ from .base.errors import UsageError
 from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
 from .cli.jsonout import Emit, json_mode
-from .cli.options import add_options, non_negative_float, path_value
+from .cli.options import add_options
 from .cli.summary import fmt, table
 from .measure.trackers.speed import matched, same_state
+from .options import non_negative_float, path_value
 from .records.table import write_csv
 from .spec import IDENTITY
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from .analysis.report import write_report
 from .cli.common import Parser, guarded, typed
 from .cli.jsonout import Emit, json_mode
-from .cli.options import add_options, path_value, with_defaults
+from .cli.options import add_options
+from .options import path_value, with_defaults
 
 
 def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:

@@ -18,9 +18,11 @@ from .base.errors import UsageError
 from .base.files import check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, json_mode
-from .cli.options import add_options, build, given, objective_for, open_files, verbosity, with_defaults
+from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
+from .execution.plan import build, objective_for, open_files
 from .exporters.cache import check_cache_dir
+from .options import with_defaults
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
 from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from .base.device import list_gpus
 from .base.errors import UsageError
 from .cli.common import Parser, guarded, typed
-from .cli.options import add_options, given, with_defaults
+from .cli.options import add_options, given
 from .exporters import already_made, key_inputs
 from .exporters import cache as artifact_cache
+from .options import with_defaults
 from .registry.frameworks import FRAMEWORKS, unavailable_reason
 from .registry.models import get_model
 from .run import main as run_main

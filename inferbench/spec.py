@@ -1,7 +1,8 @@
 """The typed chain's wire objects: what a run's configuration, a cell's identity, a job sent to a child process
 and the result it sends back are. Frozen dataclasses, each making a JSON round trip through
 :mod:`inferbench.base.codec`; they import the registries they name (frameworks, models, scenarios, the device) and
-nothing that builds them: the command lines' options and :func:`inferbench.cli.options.build` sit above.
+nothing that builds them: the declared options (:mod:`inferbench.options`) sit beside them,
+:func:`inferbench.execution.plan.build` above.
 """
 
 from __future__ import annotations
@@ -171,6 +172,16 @@ class TimingConfig:
     @property
     def block_iterations(self) -> int:
         return math.ceil(self.min_iterations / self.rounds)
+
+
+#: --quick's settings, and where --time-budget's shrinking stops: 6 rounds of 0.5 s a cell in one worker process each
+#: (a between-process spread measured from two processes and 3 rounds has one degree of freedom: t = 12.7 made a
+#: quick interval +-300%; one process takes the assumed spread instead, and 6 rounds give 5 degrees of freedom).
+#: A block is never shorter than the machine check can judge (measure.trackers.machine.MIN_JUDGED_S, 0.5 s: /proc's
+#: 10 ms ticks; execution/budget.py asserts it): 0.25 s blocks left a busy machine's --quick cells judged on their
+#: average only.
+QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes": 1,
+         "tune_budget_s": 1.0}
 
 
 @dataclass(frozen=True)

@@ -27,19 +27,11 @@ from .base.device import list_gpus
 from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
-from .cli.options import (
-    BY_NAME,
-    Plan,
-    add_options,
-    build,
-    given,
-    objective_for,
-    read_config_file,
-    verbosity,
-    with_defaults,
-)
+from .cli.options import add_options, given, read_config_file, verbosity
 from .cli.summary import format_summary, terminal_width
+from .execution.plan import Plan, build, objective_for
 from .exporters.cache import check_cache_dir
+from .options import BY_NAME, with_defaults
 from .registry.scenarios import scenario
 from .spec import record_filename
 

@@ -237,7 +237,7 @@ def _generic(reason: str, model: str) -> str:
 
 def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
     """``matrix.csv`` and ``matrix.md`` in a zoo folder, from its plan and records (the sweep's finish step)."""
-    from .cli.options import Plan
+    from .execution.plan import Plan
     from .sweep import PLAN
 
     plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))

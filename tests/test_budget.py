@@ -10,6 +10,7 @@ import pytest
 
 from inferbench.base.errors import UsageError
 from inferbench.execution import budget
+from inferbench.options import parse_duration
 from inferbench.run import main as run_main
 from inferbench.sweep import main as sweep_main
 
@@ -20,19 +21,21 @@ QUICK = ["--model", "mobilenet_v3_small", "--resolution", "32", "--min-iteration
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("20m", 1200), ("1h30m", 5400), ("1.5h", 5400),
                                           ("2min", 120), ("1h 5m 3s", 3903)])
 def test_durations_read_as_people_write_them(text, seconds):
-    assert budget.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "0", "0s", "soon", "-5m", "5x", "m", "1h30", "2m5"])
 def test_a_duration_that_is_not_one_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        budget.parse_duration(text)
+        parse_duration(text)
 
 
 def _plan(fakes, tmp_path, *argv):
     """The run's configuration and cells as `run` builds them (no budget), and the (model, resolution) pairs to
     export (none: a warm cache)."""
-    from inferbench.cli.options import build, given, with_defaults
+    from inferbench.cli.options import given
+    from inferbench.execution.plan import build
+    from inferbench.options import with_defaults
     from inferbench.run import build_parser
 
     values = with_defaults(given(build_parser().parse_args([*QUICK, *argv, "--cache-dir", str(tmp_path)])), "run")

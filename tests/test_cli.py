@@ -150,7 +150,7 @@ def test_a_users_runs_never_land_among_the_committed_results():
     project's committed records (benchmark_results/) pass after it too."""
     import subprocess
 
-    from inferbench.cli.options import BY_NAME, MEASURING
+    from inferbench.options import BY_NAME, MEASURING
 
     root = Path(__file__).resolve().parent.parent
     for command in (*MEASURING, "selftest"):
@@ -210,8 +210,11 @@ def test_a_pass_env_variable_not_set_is_named(fakes, tmp_path, capsys, monkeypat
 def test_an_option_given_at_its_default_value_is_still_the_users(argv, rounds, objective):
     """A value the user gave counts as given even where it equals the default: the plan remembers which options
     were given (--rounds 8 --quick ran 6 rounds; --objective p50 --scenario server ranked by throughput)."""
-    from inferbench.cli.options import BY_NAME, QUICK, build, given, objective_for, with_defaults
+    from inferbench.cli.options import given
+    from inferbench.execution.plan import build, objective_for
+    from inferbench.options import BY_NAME, with_defaults
     from inferbench.run import build_parser
+    from inferbench.spec import QUICK
 
     values = with_defaults(given(build_parser().parse_args([*argv, "--framework", "onnxrt"])), "run")
     if rounds is not None:

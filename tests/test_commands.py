@@ -252,7 +252,8 @@ def test_compare_sets_side_by_side_only_rounds_at_one_machine_speed(tmp_path, ca
 def test_cells_measured_under_another_environment_are_another_cell(tmp_path, monkeypatch):
     """--pass-env makes the shell's variables part of the cell's identity (+env-<digest>): cells measured under
     different values never pool or pair; the export never sees them."""
-    from inferbench.cli.options import build, with_defaults
+    from inferbench.execution.plan import build
+    from inferbench.options import with_defaults
 
     def cells(**env):
         for k, v in env.items():

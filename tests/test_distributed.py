@@ -189,3 +189,22 @@ def test_without_ray_address_a_private_local_cluster_is_started_whatever_ray_add
     distributed.connect(SimpleNamespace(ray_address=None))
     (kwargs,) = calls
     assert kwargs["address"] == "local" and kwargs["resources"] == {distributed.SLOT: 1}
+
+
+def test_both_executors_answer_the_group_loops_protocol():
+    """The one group loop (pipeline._run_groups) asks an executor for what pipeline.Executor declares, and nothing
+    else: the local executor and Ray's answer each of its methods with the same parameters, and set the counts it
+    reads."""
+    import inspect
+
+    from inferbench.execution import pipeline
+    from inferbench.execution.distributed import RayGroups
+
+    methods = [n for n, v in vars(pipeline.Executor).items() if inspect.isfunction(v) and not n.startswith("_")]
+    assert methods == ["start", "busy", "free", "wait", "cancel"]
+    for cls in (pipeline.Local, RayGroups):
+        for name in methods:
+            assert list(inspect.signature(getattr(cls, name)).parameters) == \
+                list(inspect.signature(getattr(pipeline.Executor, name)).parameters), (cls.__name__, name)
+        assert all(f"self.{a}" in inspect.getsource(cls) for a in pipeline.Executor.__annotations__), cls.__name__
+    assert set(pipeline.Executor.__annotations__) == {"cells_left", "groups_left"}

@@ -34,7 +34,7 @@ def test_resolution_limits_per_model():
 
 
 def test_model_patterns_on_the_command_line():
-    from inferbench.cli.options import expand_patterns
+    from inferbench.execution.plan import expand_patterns
 
     assert expand_patterns(["efficientnet_b[01]", "vgg16", "efficientnet_b0"]) == [
         "efficientnet_b0", "efficientnet_b1", "vgg16"]
@@ -155,7 +155,7 @@ def test_precision_options():
     assert FRAMEWORKS["tensorrt-fp16"].precision_for("fp16") == "fp16"
     with pytest.raises(UsageError, match="tf runs in fp32 only"):
         FRAMEWORKS["tf"].precision_for("fp16")
-    from inferbench.cli.options import precisions_of
+    from inferbench.execution.plan import precisions_of
 
     assert precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=False) == ["fp32"]  # with 'all', others keep theirs
     assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False) == ["bf16"]

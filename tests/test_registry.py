@@ -12,8 +12,9 @@ import pytest
 import tomllib
 
 from inferbench import exporters
-from inferbench.cli.options import OPTIONS, add_options
+from inferbench.cli.options import add_options
 from inferbench.execution import environment
+from inferbench.options import OPTIONS
 from inferbench.registry import artifacts
 from inferbench.registry.frameworks import FRAMEWORKS, distributions
 from inferbench.spec import CellKey, RunConfig, RunnerOptions, TimingConfig

@@ -126,7 +126,7 @@ def test_a_sweep_name_never_leaves_the_output_folder(tmp_path, capsys):
 def test_plan_round_trip_and_the_committed_version_1_plan():
     """The plan is the configuration plus its cells; a saved plan reads back equal, and the committed
     sweep's plan (version 1) is upgraded with the same cells and timing."""
-    from inferbench.cli.options import Plan
+    from inferbench.execution.plan import Plan
 
     plan = _plan("--models", "mobilenet_v3_small", "--batch-sizes", "1,4", "--frameworks", "onnxrt,torch",
                  "--precisions", "fp32,bf16", "--torch-compile", "--device", "cpu")

@@ -74,7 +74,7 @@ def test_the_zoo_takes_one_resolution_and_one_batch_size(tmp_path, capsys):
 def test_unsupported_pairs_say_why():
     """The matrix's reasons come from the registry: no torchvision twin, no weight port."""
     from inferbench.base.device import Device
-    from inferbench.cli.options import Plan
+    from inferbench.execution.plan import Plan
     from inferbench.spec import CellKey, RunConfig, RunnerOptions, TimingConfig
     from inferbench.zoo import matrix_rows
 

@@ -1,5 +1,5 @@
 """What every inferbench command line shares: one-line errors, writable-folder checks, the exit-status
-wrapper. The options themselves are declared once, in :mod:`inferbench.cli.options`."""
+wrapper. The options themselves are declared once, in :mod:`inferbench.options`."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ worker process) when another round would pass it.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,10 @@ from typing import Any
 
 from ..base.errors import UsageError
 from ..measure.trackers.machine import MIN_JUDGED_S
-from ..spec import CellKey, RunConfig, TimingConfig, groups_of
+from ..spec import QUICK, CellKey, RunConfig, TimingConfig, groups_of
+
+# --quick's blocks are never shorter than the machine check can judge (spec.QUICK says why)
+assert QUICK["min_duration_s"] / QUICK["rounds"] >= MIN_JUDGED_S
 
 #: Seconds a worker takes to start, load its framework, check parity and make its first call (warm-up not
 #: included), on the 2-core AMD EPYC VM: a default run's phases (2026-11-26, -v) and the committed records' cold
@@ -38,41 +40,10 @@ TUNE_FACTOR = 2.0
 BLOCK_OVERHEAD_S = 0.1
 #: Per round: the machine's speed read by the probe (CPU runs).
 PROBE_S = 0.3
-#: --quick's settings, and where --time-budget's shrinking stops: 6 rounds of 0.5 s a cell in one worker process each
-#: (a between-process spread measured from two processes and 3 rounds has one degree of freedom: t = 12.7 made a
-#: quick interval +-300%; one process takes the assumed spread instead, and 6 rounds give 5 degrees of freedom).
-#: A block is never shorter than the machine check can judge (MIN_JUDGED_S: /proc's 10 ms ticks): 0.25 s blocks
-#: left a busy machine's --quick cells judged on their average only.
-QUICK = {"rounds": 6, "min_duration_s": 6 * MIN_JUDGED_S, "warmup_seconds": 0.3, "processes": 1,
-         "tune_budget_s": 1.0}
 #: The fewest rounds a group keeps when the budget cuts them: enough for an interval, two per worker process.
 MIN_ROUNDS = 3
 #: The steps tried between the plan's own timing (1) and the floor (0).
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
-
-
-#: The longest --time-budget (a month): past it, the bound bounds nothing.
-MAX_BUDGET_S = 30 * 86400.0
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number); a number without its unit only alone
-    ('1h30' is refused: minutes or seconds?)."""
-    import argparse
-
-    s = str(text).strip().lower().replace(" ", "")
-    s = s + "s" if re.fullmatch(r"\d+(?:\.\d+)?", s) else s
-    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?", s)
-    if not s or parts is None or not any(parts.groups()):
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 90s, 20m or 1h30m)")
-    h, m, sec = (float(g or 0) for g in parts.groups())
-    seconds = h * 3600 + m * 60 + sec
-    shown = repr(text) if len(str(text)) <= 40 else repr(str(text)[:20] + "...")
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {shown}")
-    if not seconds <= MAX_BUDGET_S:  # 400 digits read as inf: no budget bounds that
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_BUDGET_S // 86400:.0f} days, got {shown}")
-    return seconds
 
 
 def say(seconds: float) -> str:

@@ -22,10 +22,15 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base.errors import UsageError
 from ..spec import CellKey, RunConfig
+
+if TYPE_CHECKING:  # the group loop's types (the modules are imported where they run)
+    from .budget import Deadline
+    from .pipeline import Finished
+    from .progress import Progress
 
 #: The per-node resource that reserves a node whole while one group measures on it.
 SLOT = "inferbench"
@@ -44,7 +49,7 @@ def import_ray() -> Any:
     except ImportError:
         from ..base.errors import MissingDependency
 
-        raise MissingDependency(f'--executor ray needs Ray: pip install -e ".[{RAY_EXTRA}]"') from None
+        raise MissingDependency("ray", RAY_EXTRA, "--executor ray") from None
     return ray
 
 
@@ -266,7 +271,7 @@ class RayGroups:
     share of --time-budget starts when it is submitted); a group no node can run, or whose node left the cluster,
     comes back failed with why."""
 
-    def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Any, strict: bool = False) -> None:
+    def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Progress, strict: bool = False) -> None:
         from .childenv import passed_env
 
         self.ray = import_ray()
@@ -278,12 +283,12 @@ class RayGroups:
         self.runtime_env = {"env_vars": passed_env(config.pass_env)} if config.pass_env else None
         self.shipped: dict[str, Any] = {}
         self.running: dict[Any, tuple[str | None, list[CellKey], Path]] = {}
-        self.finished: list[tuple[str | None, list[CellKey], list[Any]]] = []
+        self.finished: list[Finished] = []
         self.started = time.monotonic()
         self.cells_left, self.groups_left = 0, 0
 
     def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
-              batch_sizes: tuple[int, ...], deadline: Any) -> None:
+              batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
         from ..base.codec import encode
         from ..registry.artifacts import export_order
         from ..registry.frameworks import artifacts_of, get_framework
@@ -323,7 +328,7 @@ class RayGroups:
         taken = sum(1 for m, _, _ in self.running.values() if m == machine)
         return nodes_for == 0 or taken < nodes_for
 
-    def wait(self) -> list[tuple[str | None, list[CellKey], list[Any]]]:
+    def wait(self) -> list[Finished]:
         """The groups that ended (at least one): their records, or their cells failed with why."""
         from ..records.record import parse
 

@@ -13,9 +13,10 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..analysis.ranking import RunFiles
 from ..base.errors import UsageError
@@ -24,7 +25,7 @@ from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import scenario
 from ..scenarios.base import TEST_SLOWDOWN
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
-from .budget import export_s, group_estimate, say, to_export
+from .budget import Deadline, export_s, group_estimate, say, to_export
 from .childenv import child_env, ignored_shell_variables, recorded_env
 from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance, training_plan
 from .folders import set_aside_if_unreadable
@@ -62,7 +63,7 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
 def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
               environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress,
-              run_dir: Path | None = None, strict: bool = False, deadline: Any = None) -> list[Record]:
+              run_dir: Path | None = None, strict: bool = False, deadline: Deadline | None = None) -> list[Record]:
     """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`)."""
     from .rounds import measure_group
 
@@ -118,6 +119,35 @@ def peak_fp32(config: RunConfig) -> dict[str, Any]:
     return measured(config.device.kind, key, child_env(config), config.cache_dir)
 
 
+#: A group's records as an executor hands them back: the machine that measured them (None: this one), its cells,
+#: their records.
+Finished = tuple[str | None, list[CellKey], list[Record]]
+
+
+class Executor(Protocol):
+    """What the one group loop (:func:`_run_groups`) asks of an executor, and all it asks: start a group on a
+    machine, say whether a machine is free and how many groups are running, hand back the groups that ended, and
+    stop everything (Ctrl-C). :class:`Local` here; :class:`~inferbench.execution.distributed.RayGroups` on Ray."""
+
+    cells_left: int  # the run's cells and groups to measure when the loop starts: the progress line's ETA
+    groups_left: int
+
+    def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
+              batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None: ...
+
+    def busy(self) -> int: ...
+
+    def free(self, machine: str | None) -> bool: ...
+
+    def wait(self) -> list[Finished]: ...
+
+    def cancel(self) -> None: ...
+
+
+#: How the group loop makes its executor: ``make(config, run_id, run_dir, progress, strict)`` (a class).
+MakeExecutor = Callable[[RunConfig, str, Path, Progress, bool], Executor]
+
+
 @dataclass
 class Executed:
     records: list[dict[str, Any]]  # every record of the run's cells in its folder, at the current schema
@@ -127,7 +157,7 @@ class Executed:
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True, objective: str = "p50",
-            verbosity: int = 0, deadline: Any = None, executor: Any = None) -> Executed:
+            verbosity: int = 0, deadline: Deadline | None = None, executor: MakeExecutor | None = None) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved rounds; the
@@ -250,11 +280,11 @@ class Local:
             print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
                   f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
                   "aa_calibration.py --across measures it again)", file=sys.stderr)
-        self.finished: list[tuple[str | None, list[CellKey], list[Record]]] = []
+        self.finished: list[Finished] = []
         self.cells_left, self.groups_left = 0, 0
 
     def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
-              batch_sizes: tuple[int, ...], deadline: Any) -> None:
+              batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
         c, progress = group[0], self.progress
         if not self.config.sequential:
             progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
@@ -273,7 +303,7 @@ class Local:
         """May a group start now (one at a time here)?"""
         return not self.finished
 
-    def wait(self) -> list[tuple[str | None, list[CellKey], list[Record]]]:
+    def wait(self) -> list[Finished]:
         finished, self.finished = self.finished, []
         return finished
 
@@ -282,7 +312,7 @@ class Local:
 
 
 def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str, progress: Progress, strict: bool,
-             objective: str, deadline: Any = None, make: Any = None) -> Executed:
+             objective: str, deadline: Deadline | None = None, make: MakeExecutor | None = None) -> Executed:
     """The one group loop of every executor: pending cells per machine folder, the exports, the deadline checked
     before each group starts, the records written as each group ends."""
     folders = machine_folders(config, run_dir)
@@ -293,7 +323,7 @@ def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str
         todo[m] = pending(folder, cells)  # first: an unreadable record is set aside before the Writer reads them
     progress.total = len(cells) * len(machines)
     progress.done = progress.base = progress.total - sum(len(t) for t in todo.values())
-    executor = (make or Local)(config, run_id, run_dir, progress, strict)
+    executor: Executor = (make or Local)(config, run_id, run_dir, progress, strict)
     exports = Exports(config, cells, progress, strict)
     if strict:  # bad input (weights a model cannot load) stops the run before any record is written
         for cell in (c for same in todo.values() for c in same):
@@ -310,7 +340,7 @@ def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str
 
 
 def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]], writers: dict[str | None, Writer],
-                exports: Exports, executor: Any, progress: Progress, deadline: Any) -> list[str]:
+                exports: Exports, executor: Executor, progress: Progress, deadline: Deadline | None) -> list[str]:
     """Start each group when the executor has a node free for it (``free``: here, when the last group ended) and the
     deadline leaves it time (the first group of an invocation was checked up front: fit, or a resumed sweep's
     check); write each group's records as it ends. Returns the labels of the cells --time-budget left unmeasured."""
@@ -370,7 +400,7 @@ def _run_files(run_dir: Path, objective: str, records: list[dict[str, Any]], unw
         return None
 
 
-def _summary_file(files: RunFiles | None, update: Any, run_dir: Path, unwritten: dict[str, str],
+def _summary_file(files: RunFiles | None, update: Callable[[RunFiles], None], run_dir: Path, unwritten: dict[str, str],
                   progress: Progress) -> None:
     """Keep the summary files current; a failed write (disk full) is said once and the run goes on without them."""
     if files is None or "summary.csv" in unwritten:

@@ -32,6 +32,7 @@ from typing import Any
 from ..base.codec import plain
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
+from .budget import Deadline
 from .isolate import Child
 
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
@@ -58,7 +59,8 @@ class _Cell:
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None,
                   note: Callable[[str, str], None] | None = None,
-                  rounds_done: Callable[[float], None] | None = None, deadline: Any = None) -> list[ChildResult]:
+                  rounds_done: Callable[[float], None] | None = None,
+                  deadline: Deadline | None = None) -> list[ChildResult]:
     """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
     scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
     ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each;
@@ -94,8 +96,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
-            if cut and r and not deadline.another_round(r, time.monotonic() - round_started,
-                                                        max(len(w) for w in replicas)):
+            if cut and r and deadline is not None and not deadline.another_round(
+                    r, time.monotonic() - round_started, max(len(w) for w in replicas)):
                 (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
                                    "--time-budget")
                 break

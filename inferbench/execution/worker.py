@@ -1,6 +1,6 @@
 """Child-process side: ``python -m inferbench.execution.worker JOB.json RESULT.json``.
 
-Process plumbing only: read a job (:mod:`inferbench.cli.options`), run it (an export, or a cell through its
+Process plumbing only: read a job (:mod:`inferbench.spec`), run it (an export, or a cell through its
 scenario, :mod:`inferbench.scenarios`), write the :class:`~inferbench.spec.ChildResult` atomically.
 Each export and each cell runs in a process of its own, so no two frameworks ever share one (thread
 pools, allocators and CUDA contexts fight).

@@ -1,0 +1,353 @@
+"""From checked option values to a run's plan: :func:`build` turns them into a :class:`~inferbench.spec.RunConfig`
+(what every cell of a run shares) and its :class:`~inferbench.spec.CellKey` list (one identity per cell: file name,
+label, resume, analysis grouping), with every rule across options (executor, training, memory, the time budget, the
+objective); a :class:`Plan` (config + cells) is what a sweep saves and ``--resume`` reads back, checked. The options
+themselves are declared in :mod:`inferbench.options`; the command lines' glue is :mod:`inferbench.cli.options`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..base.codec import decode, encode
+from ..base.errors import UsageError
+from ..options import BY_NAME, MAX_CELLS, was_given
+from ..registry.frameworks import SETS, Framework, choose, get_framework
+from ..registry.models import ModelFile, register
+from ..registry.scenarios import scenario
+from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
+from .exports import exported
+
+PLAN_VERSION = 2
+#: Timed iterations per cell with --objective p99: four times the 299 a distribution-free 95% bound on a p99
+#: needs, so that correlated iterations (an effective count below the count) still bound it.
+P99_MIN_ITERATIONS = 1200
+#: --scenario server's p99 bound when --slo-p99 is not given.
+DEFAULT_SLO_P99_MS = 50.0
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Plan:
+    """A sweep's plan: its configuration plus its cells (saved as ``sweep.json``, read by ``--resume``)."""
+
+    config: RunConfig
+    cells: tuple[CellKey, ...]
+    grid: dict[str, Any] = field(default_factory=dict)  # the values as given, for the reader
+    plan_version: int = PLAN_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(encode(self), indent=1, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Plan:
+        """A saved plan, checked field by field (an older version upgraded first); UsageError if it is not one."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("plan_version") == 1:
+                data = _upgrade_plan_v1(data)
+            if data.get("plan_version") != PLAN_VERSION:
+                raise ValueError(f"plan_version {data.get('plan_version')!r}; this inferbench reads "
+                                 f"{PLAN_VERSION} (and upgrades 1)")
+            plan = decode(cls, data, "plan")
+            register(*plan.config.model_files)
+            check_ranges(plan)
+            for i, cell in enumerate(plan.cells):
+                try:
+                    cell.check()
+                except (ValueError, UsageError) as exc:
+                    raise ValueError(f"plan.cells[{i}]: {exc}") from None
+                if cell.scenario != plan.config.scenario:
+                    raise ValueError(f"plan.cells[{i}]: scenario {cell.scenario!r} is not the plan's")
+        except (ValueError, KeyError, TypeError, AttributeError, UsageError) as exc:
+            raise UsageError(f"{where} is not a usable sweep plan: {exc}") from None
+        return plan
+
+
+def _upgrade_plan_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Plan 1 (the first sweep files) kept settings as a loose dict and the device as a request ('auto')."""
+    from ..base.device import resolve
+
+    s = data["settings"]
+    opts = s.get("options") or {}
+    options = encode(RunnerOptions(
+        include_transfer=bool(opts.get("include_transfer")), channels_last=bool(opts.get("channels_last")),
+        torch_compile=bool(opts.get("compile")), cuda_graphs=bool(opts.get("cuda_graphs")),
+        keras_backend=str(opts.get("keras_backend") or "tensorflow")))
+    device = resolve(s["device"], s.get("gpu_id"))
+    cells = []
+    for c in data["cells"]:
+        fw = get_framework(c["framework"])
+        cell_options = RunnerOptions(**options).for_framework(fw)
+        cells.append({**c, "scenario": "inference", "options": encode(cell_options)})
+    config = {"weights": s["weights"], "seed": s["seed"], "device": encode(device), "threads": s["threads"],
+              "timing": s["timing"], "options": options, "cache_dir": "", "timeout_s": s.get("timeout")}
+    return {"plan_version": PLAN_VERSION, "config": config, "cells": cells, "grid": data.get("grid", {})}
+
+
+# --------------------------------------------------------------------------- from values to a config
+@dataclass(frozen=True)
+class Built:
+    config: RunConfig
+    cells: tuple[CellKey, ...]
+    skipped: dict[str, str]  # frameworks 'all' left out here, with the reason
+    notes: tuple[str, ...] = ()  # what the plan says up front (--time-budget: what fits)
+
+
+def build(values: dict[str, Any]) -> Built:
+    """Checked option values (defaults included) -> the run's configuration and its cells."""
+    from ..base.device import default_threads, resolve
+    from ..exporters import cache as artifact_cache
+    from ..registry.models import describe_weights, get_model
+
+    for key in ("models", "resolutions", "batch_sizes"):
+        if not values[key]:
+            raise UsageError(f"{key} is empty: give at least one")
+    files = open_files(values)
+    models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
+    if values["weights"] == "imagenet":
+        from ..registry.builders import refuse_imagenet
+
+        refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
+    model_files = tuple(m for m in files if isinstance(m, ModelFile))
+    from ..execution.tracking import check as check_tracking
+
+    check_tracking(values["log_to"])
+    device = resolve(values["device"], values["gpu_id"])
+    if values["cuda_graphs"] and device.kind != "gpu":
+        raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
+    entry = scenario(values["scenario"])
+    serving = entry.serves
+    if values.get("slo_p99") is not None and not entry.bound:
+        raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
+    if serving and values["tune"] == "on":
+        raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
+                         "configurations (concurrency, batching delay)")
+    check_training(values)
+    check_executor(values)
+    if values.get("time_budget") and not entry.closed_loop:
+        raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
+                         "as their own steps need (--quick shortens them)")
+    tune = entry.tunes and (values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"]))
+    from ..execution.childenv import env_digest
+
+    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
+                               if f.name not in ("tune", "env")}, tune=tune, env=env_digest(values["pass_env"]))
+    from ..execution.childenv import thread_env
+
+    reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
+    if reserved:
+        raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
+                         "and the device (--device, --gpu-id) itself, and records them")
+    unset = [n for n in values["pass_env"] if n not in os.environ]
+    if unset:  # named, and nothing to pass: said, as the record's pass_env lists what was asked
+        print(f"inferbench: --pass-env: not set in this shell, nothing passed on for {', '.join(unset)}",
+              file=sys.stderr)
+    iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
+                                              values["warmup_seconds"])
+    processes = 1 if serving else values["processes"]
+    if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays, default or not)
+        rounds = rounds if was_given(values, "rounds") else QUICK["rounds"]
+        duration = duration if was_given(values, "duration") else QUICK["min_duration_s"]
+        warmup_s = warmup_s if was_given(values, "warmup_seconds") else QUICK["warmup_seconds"]
+        processes = processes if was_given(values, "processes") or serving else QUICK["processes"]
+        if not was_given(values, "tune_budget"):
+            values = {**values, "tune_budget": QUICK["tune_budget_s"]}
+    if values.get("objective") == "p99":  # a p99 is ranked only where the samples bound it: enough of them
+        iterations = max(iterations, P99_MIN_ITERATIONS)
+    timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
+                          min_iterations=iterations, rounds=rounds)
+    cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())
+    config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
+                       threads=values["threads"] or default_threads(), timing=timing, options=options,
+                       cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
+                       pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
+                       sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
+                       allow_busy=values["allow_busy"],
+                       tune_budget_s=values["tune_budget"], processes=processes,
+                       quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
+                           DEFAULT_SLO_P99_MS if entry.bound else None),
+                       executor=values["executor"], ray_address=values.get("ray_address"),
+                       machines=tuple(values["machines"]))
+    left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
+    explicit = not set(values["frameworks"]) & {"all", "best"}
+    plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
+    for spec in models:
+        res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
+                                 for r in values["resolutions"])
+        have = exported(config, spec, res_list)
+        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have, config.scenario,
+                                      lenient=len(models) > 1)
+        for k, why in left_out.items():
+            left.setdefault(k, {})[spec.name] = why
+        plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
+    for key in values["frameworks"]:  # named explicitly and runnable on none of several models: as for one model
+        if key not in SETS and len(left.get(key, {})) == len(models) > 1:
+            raise UsageError(f"{key}: {next(iter(left[key].values()))}")
+    skipped = {k: next(iter(by.values())) if len(by) == 1 or len(set(by.values())) == 1 and len(by) == len(models)
+               else f"not for {len(by)} of {len(models)} models: {', '.join(by)} (e.g. {next(iter(by.values()))})"
+               for k, by in left.items()}
+    # the grid's size by arithmetic, before a cell is made: a 1.7-million-cell grid is refused at once
+    size = sum(len(res) * len(values["batch_sizes"]) * sum(len(p) for _, p in fws) for _, res, fws in plan)
+    if not size:
+        why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
+        raise UsageError(f"nothing can run here ({why})")
+    if size > MAX_CELLS and not values["yes"]:
+        per_cell = timing.min_duration_s + timing.warmup_seconds + 10.0  # + loading, parity, first call
+        raise UsageError(f"this grid has {size:,} cells (more than {MAX_CELLS}), about "
+                         f"{size * per_cell / 3600:,.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
+    cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
+             for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
+             for fw, precs in fws for prec in precs]
+    notes: tuple[str, ...] = ()
+    if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
+        from ..execution.budget import fit, to_export
+
+        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells))
+        config, cells, notes = fitted.config, list(fitted.cells), fitted.lines
+    check_memory(cells)
+    return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+
+
+def check_executor(values: dict[str, Any]) -> None:
+    """--executor ray's options only with it, a well-formed address, Ray installed: one line each."""
+    import importlib.util
+
+    if values["executor"] != "ray":
+        extra = [flag for name, flag in (("ray_address", "--ray-address"), ("machines", "--machines"))
+                 if values.get(name)]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} applies to --executor ray")
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError('--executor ray needs Ray: pip install -e ".[ray]"')
+    if values.get("ray_address"):
+        from ..execution.distributed import check_address
+
+        check_address(str(values["ray_address"]))
+    import re
+
+    for name in values.get("machines") or ():  # each machine's records go to a folder of that name
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)):
+            raise UsageError(f"--machines: {name!r} is not a machine name (letters, digits, '.', '_', '-'; it names "
+                             "the folder of that machine's records)")
+
+
+#: The training scenario's own options (refused in the others).
+TRAIN_OPTIONS = ("optimizer", "bn_mode", "fused_bn", "channels_first")
+
+
+def check_training(values: dict[str, Any]) -> None:
+    """The training scenario's options where they apply, and the inference options it has no use for: one line."""
+    given = [f"{BY_NAME[k].flags[0]}" for k in TRAIN_OPTIONS if values.get(k) != BY_NAME[k].default]
+    if not scenario(values["scenario"]).trains:
+        if given:
+            raise UsageError(f"{', '.join(given)} applies to --scenario train, not {values['scenario']}")
+        return
+    if values["tune"] == "on":
+        raise UsageError("--tune applies to the inference scenario: training has no tuning grid yet")
+    inference_only = [flag for name, flag in (("include_transfer", "--include-transfer"),
+                                              ("cuda_graphs", "--cuda-graphs")) if values.get(name)]
+    if inference_only:
+        raise UsageError(f"{', '.join(inference_only)} applies to inference, not to --scenario train")
+    if [p for p in values["precisions"] if p != "fp32"]:
+        raise UsageError("--scenario train runs in fp32 here: mixed-precision training is not measured yet")
+    if values["fused_bn"] and values["keras_backend"] != "tensorflow":
+        raise UsageError("--fused-batch-norm is TensorFlow's kernel: it needs --keras-backend tensorflow")
+
+
+def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
+    """``--model`` values: registered names as they are, model files opened, checked and registered."""
+    from ..registry.models import is_model_file, open_model_file
+
+    names = expand_patterns(values["models"])
+    files: list[str | ModelFile] = list(names)
+    if not any(is_model_file(m) for m in names):
+        if values["input_shape"]:
+            raise UsageError("--input-shape applies to a model file (--model PATH) only")
+        return files
+    if str(values["weights"]) != "random":
+        raise UsageError("--weights applies to registered models; a model file brings its own weights")
+    res = [r for r in values["resolutions"] if r not in ("default", "min")]
+    if len(res) > 1:
+        raise UsageError("a model file runs at one resolution: give one --resolution (or --input-shape)")
+    for i, m in enumerate(names):
+        if is_model_file(m):
+            files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
+            register(files[i])
+            if files[i].batch_size is not None and set(values["batch_sizes"]) != {files[i].batch_size}:
+                raise UsageError(f"{m} has its batch size fixed to {files[i].batch_size}: pass --batch-size "
+                                 f"{files[i].batch_size} (or export it with a dynamic batch dimension)")
+    return files
+
+
+def expand_patterns(models: list[str]) -> list[str]:
+    """``--model`` values with shell-style patterns (``efficientnet_b*``, ``*``) replaced by the registered models
+    they match, in registry order; a pattern that matches none is bad input."""
+    from ..registry.models import MODELS, list_models
+
+    out: list[str] = []
+    for m in models:
+        if any(ch in m for ch in "*?[") and "/" not in m and not Path(m).exists():  # a file may have * in its name
+            matched = set(list_models(m))
+            if not matched:
+                raise UsageError(f"--model {m} matches no registered model (see inferbench list)")
+            out += [name for name in MODELS if name in matched]
+        else:
+            out.append(m)
+    return list(dict.fromkeys(out))
+
+
+def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:
+    """The input batch alone must fit in a quarter of the machine's memory, with room for the framework."""
+    from ..base.machine import memory_total_gb
+
+    memory_gb = memory_total_gb() or math.inf
+    for cell in cells:
+        batch_gb = cell.batch_size * cell.resolution ** 2 * 3 * 4 / 2**30
+        if batch_gb > memory_gb / 4:
+            raise UsageError(f"batch {cell.batch_size} at {cell.resolution} px is {batch_gb:.1f} GB of input alone; "
+                             f"this machine has {memory_gb:.0f} GB")
+
+
+def check_ranges(plan: Plan) -> None:
+    """A saved plan's numbers through the same range rules as the flags (a hand edit cannot bypass them)."""
+    c, t = plan.config, plan.config.timing
+    numbers = [("duration", t.min_duration_s), ("warmup_seconds", t.warmup_seconds), ("warmup", t.warmup_iterations),
+               ("min_iterations", t.min_iterations), ("rounds", t.rounds), ("seed", c.seed), ("threads", c.threads),
+               ("timeout", c.timeout_s)]
+    numbers += [(name, value) for cell in plan.cells
+                for name, value in (("batch_sizes", cell.batch_size), ("resolutions", cell.resolution))]
+    for name, value in numbers:
+        if value is not None:
+            BY_NAME[name].check(value if isinstance(value, int) else repr(float(value)), "plan")
+    check_memory(plan.cells)
+
+
+def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:
+    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A framework
+    named explicitly must take at least one of them."""
+    taken = [p for p in requested if fw.takes(p)]
+    if taken:
+        return taken
+    if requested and explicit:
+        fw.precision_for(requested[0])  # raises the one-line explanation
+    return [fw.precision]
+
+
+
+
+def objective_for(values: dict[str, Any]) -> str:
+    """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
+    if was_given(values, "objective") and values.get("objective"):
+        return str(values["objective"])
+    return scenario(values.get("scenario")).objective
