@@ -119,6 +119,27 @@ def test_a_ray_sweep_keeps_to_the_time_budget_as_a_local_one_does(fakes, cluster
     assert len({b["round"] for b in second["timing"]["blocks"]}) == 8 and second["status"] == "ok"
 
 
+def test_a_ray_sweep_budgets_its_next_group_on_the_time_its_node_measured(fakes, cluster, tmp_path, monkeypatch):
+    """Before each group after the first, the driver asks the deadline whether the group's time fits: on Ray as
+    locally, that time is the one the groups so far took (their nodes send their phases back with their records),
+    not the up-front estimate, here made 900 s a group's set-up."""
+    from inferbench.execution import budget
+
+    asked = []
+
+    class Watched(budget.Deadline):
+        def fits(self, seconds):
+            asked.append(seconds)
+            return super().fits(seconds)
+
+    monkeypatch.setattr(budget, "Deadline", Watched)
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 900.0})  # the driver's estimate; the nodes measure
+    assert _sweep(tmp_path, cluster[0].address, "--framework", "fake", "--batch-size", "1,2,3", "--machines", "a",
+                  "--rounds", "3", "--time-budget", "1h", name="measured") == 0
+    assert len(_records(tmp_path / "out" / "measured" / "a")) == 3
+    assert len(asked) == 2 and all(0 < s < 300 for s in asked), asked  # a few seconds each: measured, not 900
+
+
 def test_a_machine_no_node_is_fails_its_own_cells_in_one_line(fakes, cluster, tmp_path, capsys):
     assert _sweep(tmp_path, cluster[0].address, "--framework", "fake", "--machines", "a,c") == 1
     recs = _records(tmp_path / "out" / "s" / "c")

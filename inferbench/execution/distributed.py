@@ -234,9 +234,10 @@ def adopt(shipped: dict[str, Any]) -> None:
 def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]], shipped: dict[str, Any],
                     artifacts: dict[str, Any], kinds: list[str], failed: dict[str, str], run_id: str,
                     batch_sizes: tuple[int, ...], machine: str | None, budget_left_s: float | None = None
-                    ) -> list[dict[str, Any]]:
+                    ) -> dict[str, Any]:
     """A Ray task: one group measured on this node (its GPU, its environment, its machine state), its rounds kept
-    to what is left of --time-budget (``budget_left_s``, when the task was submitted); the records as JSON data."""
+    to what is left of --time-budget (``budget_left_s``, when the task was submitted); the records as JSON data, with
+    the group's phases as measured here (the driver budgets its next groups on them, as a local run does)."""
     import dataclasses
 
     from ..base.codec import decode, encode
@@ -259,9 +260,11 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         "hostname": socket.gethostname()}}
     with open(os.devnull, "w") as quiet:
         progress = Progress(len(cells), stream=quiet, verbosity=-1)
+        progress.measuring(len(cells), 1)
         records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
                             deadline=None if budget_left_s is None else Deadline(budget_left_s))
-    return [encode(r) for r in records]
+        progress.group_done(len(cells))
+    return {"records": [encode(r) for r in records], "phases": progress.phases()}
 
 
 # --------------------------------------------------------------------------- the driver
@@ -350,7 +353,9 @@ class RayGroups:
                 continue
             machine, group, folder = self.running.pop(done[0])
             try:
-                records = [parse(data, "a record from the cluster") for data in ray.get(done[0])]
+                result = ray.get(done[0])
+                records = [parse(data, "a record from the cluster") for data in result["records"]]
+                self.progress.add_phases(result["phases"])  # the next group's time: as measured, not estimated
             except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on
                 why = _task_failure(exc)
                 records = [_failed(config, cell, why, self.run_id, folder, machine) for cell in group]

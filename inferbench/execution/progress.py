@@ -120,6 +120,16 @@ class Progress:
             return None
         return (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
 
+    def phases(self) -> dict[str, Any]:
+        """The phases measured so far, as :meth:`add_phases` takes them (a Ray node's, sent back with its records)."""
+        return {"setups": list(self._setups), "round_s": self._round_s, "measured": self.measured}
+
+    def add_phases(self, phases: dict[str, Any]) -> None:
+        """Phases measured elsewhere (a group on a Ray node): what :meth:`group_s` estimates the next group from."""
+        self._setups += [float(s) for s in phases.get("setups", ())]
+        self._round_s += float(phases.get("round_s", 0.0))
+        self.measured += float(phases.get("measured", 0.0))
+
     def group_s(self, cells: int) -> float | None:
         """A group of ``cells`` cells' time from the phases measured so far (mean set-up plus the rounds' time per
         cell); None before a group has ended."""
