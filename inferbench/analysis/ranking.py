@@ -126,7 +126,7 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: within rounds (None: no interval), unit, words).
 OBJECTIVES = {
     "p50": ("latency_ms.p50", True, "p50", "ms", "median latency"),
-    "p90": ("latency_ms.p90", True, None, "ms", "p90 latency"),
+    "p90": ("latency_ms.p90", True, "p90", "ms", "p90 latency"),
     "p99": ("latency_ms.p99", True, "p99", "ms", "p99 latency"),
     "throughput": ("throughput_per_s", False, "mean", "samples/s", "throughput"),
     "energy": ("energy.joules_per_inference", True, None, "J/inference", "energy per inference"),
@@ -150,7 +150,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
     cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
     share a run), its stability verdict, and its energy or why there is none."""
-    from ..measure.stats import ASSUMED, interval, needed_samples
+    from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, interval, needed_samples
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -167,11 +167,11 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
                                   "3 tests in a row" for r in cells
                                   if field(r, "serving.answer.found") is False})
-        if objective == "p99":  # a tail is ranked only where the samples bound it (order statistics)
-            rec["not_ranked"].update({record_name(r): f"too few samples for a p99 interval (effective n "
-                                      f"{field(r, 'latency_ms.n_effective') or 0:.0f}, {needed_samples(0.99)} needed)"
-                                      for r in cells if ranked(r["status"], field(r, "parity.status"))
-                                      and field(r, "latency_ms.p99_ci95") is None})
+        if objective in ("p90", "p99"):  # a tail is ranked only where each round holds it, over rounds to judge
+            rec["not_ranked"].update({record_name(r): f"too few samples for a {objective} interval ("
+                                      f"{needed_samples(TAILS[objective])} a round needed, over {MIN_ROUNDS} rounds "
+                                      "at least)" for r in cells if ranked(r["status"], field(r, "parity.status"))
+                                      and field(r, f"latency_ms.{objective}_ci95") is None})
         scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
                          and field(r, path) is not None and record_name(r) not in rec["not_ranked"]),
                         key=lambda r: field(r, path) * (1 if lower else -1))
@@ -187,8 +187,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         sample = sample_of(best) if _has_raw(best) else None
         found = None if stat is None or sample is None else interval(
             sample.latencies, sample.rounds, stat, sample.processes, sample.between)
-        if objective == "p99":  # the order statistics' interval, not the rounds'
-            tail = field(best, "latency_ms.p99_ci95")
+        if objective in ("p90", "p99"):  # the record's own interval, from every sample (raw ones may be a subsample)
+            tail = field(best, f"latency_ms.{objective}_ci95")
             found = None if tail is None else (tail[0], tail[1], value)
         answer = field(best, "serving.answer")
         direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..base.codec import decode, encode
 from ..base.errors import UsageError
+from ..measure.stats import TAILS
 from ..options import BY_NAME, MAX_CELLS, was_given
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.models import ModelFile, register
@@ -26,9 +27,6 @@ from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
 from .exports import exported
 
 PLAN_VERSION = 2
-#: Timed iterations per cell with --objective p99: four times the 299 a distribution-free 95% bound on a p99
-#: needs, so that correlated iterations (an effective count below the count) still bound it.
-P99_MIN_ITERATIONS = 1200
 #: --scenario server's p99 bound when --slo-p99 is not given.
 DEFAULT_SLO_P99_MS = 50.0
 
@@ -162,8 +160,10 @@ def build(values: dict[str, Any]) -> Built:
         processes = processes if was_given(values, "processes") or serving else QUICK["processes"]
         if not was_given(values, "tune_budget"):
             values = {**values, "tune_budget": QUICK["tune_budget_s"]}
-    if values.get("objective") == "p99":  # a p99 is ranked only where the samples bound it: enough of them
-        iterations = max(iterations, P99_MIN_ITERATIONS)
+    if values.get("objective") in TAILS:  # a tail is ranked only where every round holds it: enough samples in each
+        from ..measure.stats import needed_samples
+
+        iterations = max(iterations, needed_samples(TAILS[values["objective"]]) * rounds)
     timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
                           min_iterations=iterations, rounds=rounds)
     cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())

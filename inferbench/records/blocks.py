@@ -117,6 +117,9 @@ class Latency:
     n_effective: Number = None
     spread: dict[str, Any] | None = None
     p50_pooled: float | None = None  # the median of every sample pooled: descriptive (fast rounds weigh more)
+    p90_pooled: float | None = None  # the tails of every sample pooled: descriptive (p90, p95, p99: the rounds')
+    p95_pooled: float | None = None
+    p99_pooled: float | None = None
     raw_kept: dict[str, Any] | None = None  # kept, of, method: raw_latencies_ms is a subsample (record.RAW_KEPT_MAX)
 
 

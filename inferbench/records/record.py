@@ -42,6 +42,13 @@ Schema history (``schema_version``):
       the centre from its raw latencies and rounds, keeps the old figure as ``p50_pooled`` and moves its interval
       with it (the interval's width is the rounds' and unchanged); a "stable" verdict on a spread between processes
       that was not measured becomes "unknown".
+  8 — the tails are estimated as the p50 is: ``latency_ms.p90``/``p95``/``p99`` are the geometric means of the
+      rounds' percentiles, ``p90_ci95``/``p95_ci95``/``p99_ci95`` the same random-effects interval over them (null
+      when a round holds fewer samples than the percentile needs, ``1 / (1 - q)``: 100 for a p99, or below 3
+      rounds); the percentiles of all samples pooled are ``p90_pooled``/``p95_pooled``/``p99_pooled``, descriptive.
+      Upgrading a schema-7 record computes them from its raw latencies and rounds (a subsample where the record
+      kept one: ``raw_kept``) and keeps the old figures as the pooled ones; without raw latencies, the tails stay
+      the pooled figures and lose their intervals (the order statistics' described the pooled percentile).
 """
 
 from __future__ import annotations
@@ -285,6 +292,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
                                                   "processes (schema 5 and older): comparisons assume one"}}
     if data.get("schema_version") == 6:
         data = _v6_to_v7(data)
+    if data.get("schema_version") == 7:
+        data = _v7_to_v8(data)
     return data
 
 
@@ -311,6 +320,35 @@ def _v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
     moved = [c * value / pooled for c in ci] if isinstance(ci, list) and len(ci) == 2 and all(
         isinstance(c, (int, float)) for c in ci) else ci
     return {**old, "schema_version": 7, "latency_ms": {**lat, "p50": value, "p50_pooled": pooled, "p50_ci95": moved}}
+
+
+def _v7_to_v8(old: dict[str, Any]) -> dict[str, Any]:
+    """The tails become the rounds' centres with the rounds' interval (:func:`inferbench.measure.stats.tail_interval`);
+    the pooled percentiles stay, as ``p90_pooled`` and so on."""
+    from ..measure.stats import TAIL_METHOD, TAILS, centre, tail_interval
+
+    lat = old.get("latency_ms")
+    if not isinstance(lat, dict):
+        return {**old, "schema_version": 8}
+    raw, rounds = old.get("raw_latencies_ms"), old.get("raw_rounds")
+    usable = isinstance(raw, list) and bool(raw) and (rounds is None or (isinstance(rounds, list)
+                                                                         and len(rounds) == len(raw)))
+    timing = old.get("timing")
+    processes = timing.get("processes") if isinstance(timing, dict) else None
+    new = dict(lat)
+    for name in TAILS:
+        if not isinstance(lat.get(name), (int, float)):
+            continue
+        new[f"{name}_pooled"], new[f"{name}_ci95"] = lat[name], None
+        try:
+            if usable:
+                new[name] = centre(raw, rounds, name)
+                found = tail_interval(raw, rounds, name, processes if isinstance(processes, int) else None)
+                new[f"{name}_ci95"] = None if found is None else list(found[:2])
+                new["tail_method"] = TAIL_METHOD
+        except (TypeError, ValueError):  # samples the record's own checks refuse later: the figure as it was
+            new[name] = lat[name]
+    return {**old, "schema_version": 8, "latency_ms": new}
 
 
 def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:

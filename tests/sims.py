@@ -1,0 +1,39 @@
+"""Simulated latencies with a known truth that is not the estimators' own model, shared by the tests of the
+estimators (tests/test_measure.py) and the coverage benchmarks (benchmarks/tail_coverage.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: A shifted gamma's quantiles (shape 2, scale 0.5), sampled once: the iterations' distribution within a round.
+GAMMA_Q = np.sort(np.random.default_rng(99).gamma(2.0, 0.5, 200_001))
+
+
+def tail_cell(rng, shift, rho=0.5, rounds=8, round_s=1.0, scale=1.0):
+    """One simulated cell: each round at a level the machine set that minute (uniform, 1 +- ``shift``; not the
+    lognormal the estimator's fit assumes), its iterations a shifted gamma (not lognormal) with AR(1)-correlated
+    noise, each round stopped on time (a fast round holds more samples)."""
+    xs, rs = [], []
+    for r in range(rounds):
+        relative = rng.uniform(1 - shift, 1 + shift)
+        level, n = scale * relative, int(round_s / (0.005 * relative))  # 5 ms an iteration at level 1
+        u = rng.normal(size=n)
+        e = np.empty(n)
+        e[0] = u[0]
+        for i in range(1, n):
+            e[i] = rho * e[i - 1] + math.sqrt(1 - rho * rho) * u[i]
+        gamma = GAMMA_Q[np.clip(((np.tanh(e / 1.6) + 1) / 2 * (GAMMA_Q.size - 1)).astype(int), 0, GAMMA_Q.size - 1)]
+        xs += list(level * (4.0 + gamma))
+        rs += [r] * n
+    return np.array(xs), rs
+
+
+def true_tail(q, shift, rho=0.5):
+    """The quantity the rounds' centre estimates: the q quantile of one round's iterations at the geometric-mean
+    level, E[log level] of the uniform level exact, the within-round quantile from a long simulated round."""
+    a, b = 1 - shift, 1 + shift
+    log_level = 0.0 if shift == 0 else (b * math.log(b) - b - a * math.log(a) + a) / (b - a)
+    xs, _ = tail_cell(np.random.default_rng(7), 0.0, rho, rounds=1, round_s=2000.0)
+    return math.exp(log_level) * float(np.percentile(xs, 100 * q))
