@@ -148,9 +148,9 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
 
 
 def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | None]:
-    """The cells of a group, each with the between-process part of its intervals pooled over the group's cells
-    (:func:`inferbench.measure.stats.pool_between`: the component belongs to the machine and the run; one cell's
-    two or three processes measure it poorly on their own)."""
+    """The cells of a group, each with the between-process part of its intervals shrunk toward the group's pooled
+    value (:func:`inferbench.measure.stats.shrink_between`: one cell's two or three processes measure it poorly on
+    their own, and the runtimes of a group may differ in it)."""
     from ..measure import stats
 
     fits = []
@@ -158,19 +158,21 @@ def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | Non
         spread = (o.blocks.get("latency_ms") or {}).get("spread") if o is not None else None
         fits.append(None if not spread else stats.Spread(**{k: spread[k] for k in (
             "rounds", "processes", "within_var", "within_df", "between_var", "between_df", "between_raw")}))
-    pooled = stats.pool_between(fits)
-    if pooled[0] is None:
+    shrunk = stats.shrink_between(fits)
+    if not shrunk or shrunk[0].group_var is None:
         return outcomes
     out: list[CellOutcome | None] = []
-    for o in outcomes:
+    for o, own in zip(outcomes, shrunk):
         if o is None or not (o.blocks.get("latency_ms") or {}).get("spread"):
             out.append(o)
             continue
         b = o.blocks
         processes = {blk["round"]: blk.get("process", 0) for blk in b["timing"]["blocks"]}
-        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, pooled)
-        out.append(CellOutcome(timing=o.timing, blocks={**b, "latency_ms": {
-            **latency, "spread": {**latency["spread"], "pooled_cells": sum(f is not None for f in fits)}}}))
+        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, (own.var, own.df))
+        out.append(CellOutcome(timing=o.timing, blocks={**b, "latency_ms": {**latency, "spread": {
+            **latency["spread"], "pooled_cells": sum(f is not None for f in fits), "group_between_var": own.group_var,
+            "group_between_df": own.group_df, "own_weight": own.weight, "prior_df": own.prior_df,
+            "heterogeneous": own.heterogeneous}}}))
     return out
 
 
