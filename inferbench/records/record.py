@@ -341,7 +341,7 @@ def _v7_to_v8(old: dict[str, Any]) -> dict[str, Any]:
             continue
         new[f"{name}_pooled"], new[f"{name}_ci95"] = lat[name], None
         try:
-            if usable:
+            if usable and isinstance(raw, list):
                 new[name] = centre(raw, rounds, name)
                 found = tail_interval(raw, rounds, name, processes if isinstance(processes, int) else None)
                 new[f"{name}_ci95"] = None if found is None else list(found[:2])
