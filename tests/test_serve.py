@@ -110,6 +110,15 @@ def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fak
 
     said = "\n".join(recommendation_lines([answer]))  # the answer line says the tests were shortened
     assert "LoadGen tests shortened to 0.5 s (MLPerf asks 600 s a test)" in said and "not MLPerf-valid" in said
+    from inferbench.report import main as report_main
+
+    # the report ranks an offline run as the run did, by its throughput (it ranked every scenario by latency p50)
+    assert report_main([str(folder), "--out", str(tmp_path / "report")]) == 0
+    again = json.loads((tmp_path / "report" / "recommendation.json").read_text())
+    (same,) = again["recommendations"]
+    assert same["objective"] == "throughput" and (same["recommended"], same["value"]) == (answer["recommended"],
+                                                                                          answer["value"])
+    assert "recommendation (throughput" in (tmp_path / "report" / "report.md").read_text()
     assert _serve(tmp_path / "ss", "--framework", "fake", "--scenario", "single-stream") == 0
     _, single = _record(tmp_path / "ss")
     assert single["serving"]["steps"][0]["p90_ms"] >= 2.0 and single["latency_ms"]["p50"] >= 2.0

@@ -26,7 +26,7 @@ class Context:
 
     df: Any  # the records (inferbench.records.load)
     paths: list[str]
-    objective: str
+    objective: str | None  # None: each scenario ranked by its own objective
     ref: Any = None  # published external figures (--reference)
     normalise_to: str | None = None
     norm: Any = None
@@ -47,13 +47,22 @@ class Context:
 
 
 def recommendation(ctx: Context) -> list[str]:
+    from ..registry.scenarios import scenario
     from . import latest
 
     last = latest(ctx.df)
-    ctx.recs = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()],
-                               ctx.objective)
+    rows = [{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()]
+    ctx.recs, lines = [], []
+
+    def scenario_of(row: dict[str, Any]) -> str:  # records from before scenarios measured the closed loop
+        return row["scenario"] if isinstance(row.get("scenario"), str) and row["scenario"] else "inference"
+
+    for name in dict.fromkeys(map(scenario_of, rows)):  # each scenario by its own objective unless one was given
+        recs = recommendations([r for r in rows if scenario_of(r) == name], ctx.objective or scenario(name).objective)
+        ctx.recs += recs
+        lines += recommendation_lines(recs)
     runs = sorted({str(r) for r in last["run_id"]})
-    return ["## Recommendation", "", "```", *map(markdown.code, recommendation_lines(ctx.recs)), "```", "",
+    return ["## Recommendation", "", "```", *map(markdown.code, lines), "```", "",
             f"From the latest record of each cell ({len(last)} of {len(ctx.df)} records; run"
             f"{'s' if len(runs) > 1 else ''} {markdown.text(', '.join(runs))}). The margin is the runner-up's figure "
             "over the recommended one's, paired within rounds when both ran in the same run; 'within the noise' "
@@ -331,7 +340,7 @@ SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
 
 
 def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
-                 normalise_to: str | None = None, objective: str = "p50") -> Path:
+                 normalise_to: str | None = None, objective: str | None = None) -> Path:
     """``report.md``, its figures and ``recommendation.json`` in ``out``, from the records under ``paths``."""
     import matplotlib
 
@@ -364,7 +373,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
         fig.savefig(image, format="png", dpi=plots.DPI, bbox_inches="tight")  # legends sit outside the panels
         plt.close(fig)
         atomic_write_bytes(out / name, image.getvalue())  # a full disk leaves no half-written figure
-    write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective)
+    write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective or "each scenario's own")
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     atomic_write_text(out / "report.html", html_report("\n".join(md), out))
