@@ -125,11 +125,11 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     models = {c.model for c in built.cells}
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
     run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
+    deadline = Deadline(values["time_budget"]) if values.get("time_budget") else None
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
-                               verbosity=verbosity(values),
-                               deadline=Deadline(values["time_budget"]) if values.get("time_budget") else None)
+                               verbosity=verbosity(values), deadline=deadline)
     except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
         if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
             shutil.rmtree(run_dir)
@@ -142,6 +142,8 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
+    if deadline is not None and deadline.overrun():
+        print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)

@@ -182,14 +182,17 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
     executor = None
     if plan.config.executor == "ray":  # the same group loop, each group a task on a node of the cluster
         from .execution.distributed import RayGroups as executor  # noqa: N813
+    deadline = Deadline(budget_s) if budget_s else None
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
-                       verbosity=level, deadline=Deadline(budget_s) if budget_s else None, executor=executor)
+                       verbosity=level, deadline=deadline, executor=executor)
     print(format_summary(executed.records, objective, terminal_width(), benchmark))
     if finish is not None:
         finish(sweep_dir, executed.records)
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
+    if deadline is not None and deadline.overrun():
+        print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
         from .execution.tracking import where

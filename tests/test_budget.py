@@ -188,6 +188,13 @@ def test_a_run_names_what_the_budget_left_unmeasured(fakes, tmp_path, capsys, mo
     validate(document, json.loads(SCHEMA.read_text()))
     assert document["unmeasured"] == ["mobilenet_v3_small@32 fake bs2"] and len(document["cells"]) == 1
     assert "1 cell(s) left unmeasured by --time-budget: mobilenet_v3_small@32 fake bs2" in captured.err
+    assert "inferbench: --time-budget 4m10s passed: this took" in captured.err  # never left for the user to notice
+
+
+def test_a_run_within_its_budget_says_nothing_of_it(fakes, tmp_path, capsys):
+    assert run_main([*QUICK, "--framework", "fake", "--duration", "0.08", "--time-budget", "1h", "--output-dir",
+                     str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "passed: this took" not in capsys.readouterr().err
 
 
 def test_a_group_that_cannot_run_under_a_budget_fails_its_cells_not_the_sweep(fakes, tmp_path, monkeypatch):

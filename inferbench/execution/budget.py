@@ -199,6 +199,16 @@ class Deadline:
     def fits(self, seconds: float) -> bool:
         return seconds <= self.left()
 
+    def overrun(self) -> str | None:
+        """The line a run or sweep ends with when it passed its budget (None within it): the plan estimates what it
+        cannot know yet (loading, first calls, compilation, tuning), and the user is told, not left to notice."""
+        took = self.clock() - self.started
+        if took <= self.budget_s:
+            return None
+        return (f"--time-budget {say(self.budget_s)} passed: this took {say(took)}, {say(took - self.budget_s)} more "
+                "(loading, first calls, compilation and tuning are what its estimate foresees worst; each cell's "
+                "record has its load and first-call times)")
+
     def another_round(self, done: int, round_s: float, processes: int = 1) -> bool:
         """After ``done`` rounds of a group (the last took ``round_s``) with ``processes`` worker processes a cell:
         may another one start? Always below :data:`MIN_ROUNDS` and two rounds per process."""
