@@ -118,7 +118,14 @@ def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fak
     (same,) = again["recommendations"]
     assert same["objective"] == "throughput" and (same["recommended"], same["value"]) == (answer["recommended"],
                                                                                           answer["value"])
-    assert "recommendation (throughput" in (tmp_path / "report" / "report.md").read_text()
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "recommendation (throughput" in text
+    table = text[text.index("## Serving under load"):]
+    table = "\n".join(line for line in table.splitlines()[:12] if line.startswith("|"))
+    assert "J/query" in table and "None" not in table and "nan" not in table  # no sensor here: '-'
+    from inferbench.analysis.report import _span
+
+    assert _span([None, 5.1]) == "-" and _span([2.0, 5.1]) == "2.0–5.1"  # a server that held no load: no '-–5.1'
     assert _serve(tmp_path / "ss", "--framework", "fake", "--scenario", "single-stream") == 0
     _, single = _record(tmp_path / "ss")
     assert single["serving"]["steps"][0]["p90_ms"] >= 2.0 and single["latency_ms"]["p50"] >= 2.0

@@ -224,12 +224,11 @@ def serving(ctx: Context) -> list[str]:
                                 if bound and answer.get("smallest_invalid_qps")
                                 else "no VALID load" if bound
                                 else f"{r['throughput']:.1f} samples/s"),
-                     "bracket / 95% CI": "-" if not (answer.get("bracket") or answer.get("qps_ci95")) else
-                     "–".join("-" if v is None else f"{v:.1f}" for v in answer.get("bracket") or answer["qps_ci95"]),
+                     "bracket / 95% CI": _span(answer.get("bracket") or answer.get("qps_ci95")),
                      "configuration": f"concurrency {knobs.get('concurrency', 1)}"
                      + (f", delay {knobs['max_delay_ms']:g} ms" if knobs.get("max_delay_ms") else ""),
                      "tests": len(r["serving.steps"]), "served parity": (r.get("parity.served.status") or "-"),
-                     "J/query": r.get("energy.joules_per_inference")})
+                     "J/query": _number(r.get("energy.joules_per_inference"), ".4g")})
     import pandas as pd
 
     md = ["## Serving under load (MLPerf LoadGen)", "",
@@ -240,6 +239,20 @@ def serving(ctx: Context) -> list[str]:
           "shortened tests: comparable between runtimes, not an MLPerf submission.", "",
           markdown.table(pd.DataFrame(rows)), ""]
     return md + ctx.figure("p99_vs_qps.png", plots.p99_vs_qps(df), "server: p99 latency against load, per runtime")
+
+
+def _span(span: Any) -> str:
+    """A bracket or interval as 'low–high'; '-' where either end is unknown (a server that held no load has a
+    bracket of (None, smallest INVALID load): no span to show)."""
+    if not span or len(span) != 2 or any(_number(v) == "-" for v in span):
+        return "-"
+    return f"{span[0]:.1f}–{span[1]:.1f}"
+
+
+def _number(value: Any, fmt: str = ".1f") -> str:
+    """A figure as text, '-' where there is none (None, NaN: no energy sensor)."""
+    return "-" if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value else \
+        format(value, fmt)
 
 
 def energy(ctx: Context) -> list[str]:
