@@ -131,6 +131,20 @@ def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fak
     assert single["serving"]["steps"][0]["p90_ms"] >= 2.0 and single["latency_ms"]["p50"] >= 2.0
 
 
+def test_an_offline_runner_up_is_judged_from_the_rounds_as_a_latency_margin_is(fakes, tmp_path, capsys):
+    """Offline's runner-up was named with its figure only ("within the noise" was said for inference alone): now its
+    margin is paired over the rounds both served, with an interval, said as inference's is."""
+    assert _serve(tmp_path, "--framework", "fake,fake-slow", "--scenario", "offline", "--allow-busy") == 0
+    folder, _ = _record(tmp_path)
+    (answer,) = json.loads((folder / "recommendation.json").read_text())["recommendations"]
+    m = answer["margin"]
+    assert answer["recommended"].startswith("fake") and answer["runner_up"].startswith("fake-slow")
+    assert m["method"] == "paired-rounds-t-95" and m["significant"] is True and m["ratio"] > 3  # 2 ms against 20 ms
+    assert m["ci95"][0] <= m["ratio"] <= m["ci95"][1]
+    out = capsys.readouterr().out
+    assert f"better than {answer['runner_up']} [95% CI" in out and "under this run's conditions" in out
+
+
 def test_the_search_brackets_then_bisects():
     search = Search(Knobs(), next_qps=100.0)
     search.record(100.0, True)

@@ -9,6 +9,7 @@ is shown but never a winner, runner-up, baseline, podium or frontier entry.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -217,6 +218,9 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                        stability="n/a", stability_advice="")
             if len(scored) > 1:
                 rec.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
+                if not scenario(str(field(best, "scenario"))).bound:  # samples/s a round: a margin to judge
+                    margin = served_margin(best, scored[1])
+                    rec["margin"] = {**margin, "significant": None} if busy else margin
             out.append(rec)
             continue
         if len(scored) > 1:
@@ -228,6 +232,28 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
             rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
         out.append(rec)
     return out
+
+
+def served_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """The best's samples per second over the runner-up's (> 1: the best is better) from the rounds both measured in
+    one run (paired: the same interleaved rounds), with a 95% interval; no claim where they were not paired."""
+    from ..measure.stats import MIN_ROUNDS, per_round_interval
+
+    def per_round(record: Mapping[str, Any]) -> dict[int, float]:
+        used = set(field(record, "serving.answer.steps") or [])
+        return {int(s["round"]): float(s["qps"]) for s in field(record, "serving.steps") or []
+                if s.get("round") in used and isinstance(s.get("qps"), (int, float)) and s["qps"] > 0}
+
+    a, b = per_round(best), per_round(second)
+    common = sorted(set(a) & set(b)) if _group(best) is not None and _group(best) == _group(second) else []
+    if len(common) < MIN_ROUNDS:
+        return {"ratio": field(best, "throughput_per_s") / field(second, "throughput_per_s"), "ci95": None,
+                "significant": None, "method": "none-not-paired-within-rounds"}
+    ratios = {r: a[r] / b[r] for r in common}
+    ratio = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
+    ci = per_round_interval(ratio, ratios, None)
+    return {"ratio": ratio, "ci95": None if ci is None else list(ci),
+            "significant": None if ci is None else not ci[0] <= 1.0 <= ci[1], "method": "paired-rounds-t-95"}
 
 
 def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
@@ -301,8 +327,11 @@ def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
             f" [95% CI {ci[0]:.1f}-{ci[1]:.1f}]" if ci else "") + f" ({how})"
         unit = "samples/s"
     lines = [head]
-    if rec.get("runner_up"):
-        lines.append(f"    next: {rec['runner_up']} at {rec['runner_up_value']:.1f} {unit}")
+    if rec.get("margin"):  # offline: judged from the rounds, as a latency margin is
+        lines.append(f"    {margin_text(rec)}")
+    elif rec.get("runner_up"):  # a server's search gives a bracket, not an interval: the figure, not compared
+        lines.append(f"    next: {rec['runner_up']} at {rec['runner_up_value']:.1f} {unit} (a search's bracket: "
+                     "not compared)")
     return lines + shortened(rec)
 
 
