@@ -141,8 +141,12 @@ def test_an_offline_runner_up_is_judged_from_the_rounds_as_a_latency_margin_is(f
     assert answer["recommended"].startswith("fake") and answer["runner_up"].startswith("fake-slow")
     assert m["method"] == "paired-rounds-t-95" and m["significant"] is True and m["ratio"] > 3  # 2 ms against 20 ms
     assert m["ci95"][0] <= m["ratio"] <= m["ci95"][1]
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert f"better than {answer['runner_up']} [95% CI" in out and "under this run's conditions" in out
+    # the group was announced with --rounds' 4; the offline search took 6 (2 configurations x 3), and says so
+    assert "6 interleaved rounds, the scenario's own (its search and confirmations), not the 4 configured" in \
+        captured.out + captured.err
 
 
 def test_the_search_brackets_then_bisects():

@@ -87,6 +87,9 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
         rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
+        if jobs and rounds != jobs[0].config.timing.rounds:  # the group's announcement said the configured count
+            (note or progress)(_group_label(jobs), f"{rounds} interleaved rounds, the scenario's own (its search and "
+                               f"confirmations), not the {jobs[0].config.timing.rounds} configured")
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
