@@ -24,8 +24,10 @@ def cluster():
     fake frameworks (tests/ on their PYTHONPATH, set before the nodes start)."""
     from ray.cluster_utils import Cluster
 
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(PYTHONPATH=str(TESTS), RAY_USAGE_STATS_ENABLED="0")
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_worker_niceness")}
+    # the workers at the priority of the user's processes, as inferbench's own local cluster runs them (Ray's
+    # default, nice 15, starved them beside other work: these tests took 16 minutes beside two busy loops)
+    os.environ.update(PYTHONPATH=str(TESTS), RAY_USAGE_STATS_ENABLED="0", RAY_worker_niceness="0")
     common = {"num_cpus": 2, "object_store_memory": 100 * 2**20, "include_dashboard": False}
     nodes = Cluster()
     nodes.add_node(resources={"machine:a": 1, "inferbench": 1}, **common)
@@ -60,6 +62,7 @@ def test_every_cell_runs_once_on_each_named_machine(fakes, cluster, tmp_path, mo
         assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values())
         assert {r["environment"]["ray"]["machine"] for r in recs.values()} == {machine}
         assert (sweep / machine / "summary.csv").read_text().count("\n") == 5
+    assert {r["environment"]["niceness"] for m in "ab" for r in _records(sweep / m).values()} == {0}
     node_ids = {r["environment"]["ray"]["node_id"] for m in "ab" for r in _records(sweep / m).values()}
     assert len(node_ids) == 2  # each machine's cells on its own node
     assert len(log.read_text().split()) == 16  # 8 cells, two worker processes each, each loaded once
@@ -207,9 +210,29 @@ def test_without_ray_address_a_private_local_cluster_is_started_whatever_ray_add
     fake = SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: calls.append(kw))
     monkeypatch.setattr(distributed, "import_ray", lambda: fake)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     distributed.connect(SimpleNamespace(ray_address=None))
     (kwargs,) = calls
     assert kwargs["address"] == "local" and kwargs["resources"] == {distributed.SLOT: 1}
+    assert os.environ["RAY_worker_niceness"] == "0"  # its workers, and the cells', at the user's priority
+
+
+def test_a_node_that_ran_the_cells_below_normal_priority_is_said_once_per_machine():
+    """A cluster started by `ray start` runs its workers at nice 15 (Ray's default): any other work on the node takes
+    precedence over the cells. The records say it (environment.niceness) and the sweep says it once per machine."""
+    from types import SimpleNamespace
+
+    from inferbench.execution.distributed import RayGroups
+
+    said = []
+    groups = RayGroups.__new__(RayGroups)  # the driver's bookkeeping only: no cluster
+    groups.progress, groups.warned = SimpleNamespace(say=lambda label, text: said.append((label, text))), set()
+    nice, plain = SimpleNamespace(environment={"niceness": 15}), SimpleNamespace(environment={"niceness": 0})
+    groups._say_niceness("a", [plain])
+    groups._say_niceness("b", [plain, nice])
+    groups._say_niceness("b", [nice])
+    assert len(said) == 1 and said[0][0] == "ray b"
+    assert "nice 15" in said[0][1] and "RAY_worker_niceness=0" in said[0][1]
 
 
 def test_both_executors_answer_the_group_loops_protocol():

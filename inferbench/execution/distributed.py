@@ -39,6 +39,8 @@ MACHINE = "machine:"
 #: Retries of a task whose node or worker died (Ray's system failures; a cell's own failure is its record).
 RETRIES = 2
 RAY_EXTRA = "ray"
+#: The raylet's setting of its workers' niceness (Ray's default: 15), read from the environment it starts in.
+NICENESS = "RAY_worker_niceness"
 #: Seconds to wait for a cluster to answer at --ray-address.
 CONNECT_DEADLINE_S = 30.0
 
@@ -86,7 +88,11 @@ def connect(config: RunConfig) -> None:
                               "configure_logging": True}
     if not config.ray_address:  # a cluster of this machine alone, for this sweep, started from this thread: Ray's
         # processes die with the thread that started them (PR_SET_PDEATHSIG), so never from a helper thread
-        # address="local": a new cluster of its own, never the one RAY_ADDRESS or a running `ray start` names
+        # address="local": a new cluster of its own, never the one RAY_ADDRESS or a running `ray start` names.
+        # Ray runs its workers at nice 15 by default, and every cell's worker process with them: any other work on
+        # the machine would take precedence over the measurement (the Ray tests ran 4-20x slower beside two busy
+        # loops). Its own cluster's workers run at the priority the user's processes have.
+        os.environ.setdefault(NICENESS, "0")
         ray.init(**kwargs, address="local", resources={SLOT: 1}, include_dashboard=False,
                  num_cpus=os.cpu_count() or 1)
         return
@@ -287,6 +293,7 @@ class RayGroups:
         self.shipped: dict[str, Any] = {}
         self.running: dict[Any, tuple[str | None, list[CellKey], Path]] = {}
         self.finished: list[Finished] = []
+        self.warned: set[str | None] = set()
         self.started = time.monotonic()
         self.cells_left, self.groups_left = 0, 0
 
@@ -355,6 +362,7 @@ class RayGroups:
             try:
                 result = ray.get(done[0])
                 records = [parse(data, "a record from the cluster") for data in result["records"]]
+                self._say_niceness(machine, records)
                 self.progress.add_phases(result["phases"])  # the next group's time: as measured, not estimated
             except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on
                 why = _task_failure(exc)
@@ -362,6 +370,18 @@ class RayGroups:
             self.finished.append((machine, group, records))
         finished, self.finished = self.finished, []
         return finished
+
+    def _say_niceness(self, machine: str | None, records: list[Any]) -> None:
+        """Once per machine: its node ran the cells below normal priority (a cluster started by `ray start` without
+        RAY_worker_niceness=0), so any other work there took precedence over them; each record says it too."""
+        nice = next((r.environment.get("niceness") for r in records if isinstance(r.environment, dict)
+                     and r.environment.get("niceness")), None)
+        if nice and machine not in self.warned:
+            self.warned.add(machine)
+            self.progress.say(f"ray{' ' + machine if machine else ''}",
+                              f"WARNING: its node ran the cells at nice {nice} (Ray's default for workers): other work "
+                              f"there takes precedence over the measurement; start its nodes with {NICENESS}=0 "
+                              "(environment.niceness in each record)")
 
     def cancel(self) -> None:
         for ref in self.running:  # Ctrl-C, SIGTERM: nothing keeps measuring on the cluster

@@ -66,6 +66,7 @@ def capture(device: Device) -> dict[str, Any]:
             "flags": _cpu_flags(),
         },
         "memory_gb": memory_total_gb(),
+        "niceness": os.nice(0) if hasattr(os, "nice") else None,  # a Ray worker's is 15 unless its node says 0
         "gpu": device.as_dict()["gpu"],
         "packages": package_versions(),
         "inferbench": {"version": __version__, **git_commit()},
