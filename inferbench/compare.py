@@ -55,9 +55,9 @@ COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
-    p = Parser(prog=prog, description="Per cell, NEW's median latency over OLD's with a 95%% interval; "
+    p = Parser(prog=prog, description="Per cell, NEW's median latency over OLD's with a 95% interval; "
                "'no significant difference' where the interval contains 1. With --fail-above PCT, exit 1 when a "
-               "cell is slower by more than PCT percent with 95%% confidence, failed, or lost parity.",
+               "cell is slower by more than PCT percent with 95% confidence, failed, or lost parity.",
                examples=[f"{prog} benchmark_results/main benchmark_results/branch",
                          f"{prog} OLD NEW --fail-above 10 --csv compare.csv   # in CI"])
     p.add_argument("old", metavar="OLD", help="result folder (searched recursively) or record file: the baseline")

@@ -58,6 +58,8 @@ BAD_INPUTS = [
     (["--output-dir", ""], "--output-dir: must name a folder or file, got an empty string"),
     (["--cache-dir", ""], "--cache-dir: must name a folder or file, got an empty string"),
     (["--model", "m" * 100_000], "unknown model 'mmmm"),
+    (["--framework", "onnxrtt"], "unknown framework 'onnxrtt' (did you mean onnxrt?)"),
+    (["--model", "mobilenet_v3_larg"], "unknown model 'mobilenet_v3_larg' (did you mean mobilenet_v3_large?)"),
     (["--time-budget", "9" * 400], "--time-budget: must be at most 30 days, got '99999999999999999999...'"),
     (["--scenario", "server", "--slo-p99", "86400000"], "--slo-p99: must be at most 60000, got 86400000"),
     (["--pass-env", "TF_XLA_FLAGS=--tf_xla_auto_jit=2"], "'TF_XLA_FLAGS=--tf_xla_auto_jit=2' is not a variable name"),

@@ -57,6 +57,7 @@ def test_every_command_has_version_help_with_examples_and_defaults(command, caps
     out = capsys.readouterr().out
     assert out.startswith(f"usage: inferbench {command}") and "examples:\n  inferbench " in out
     assert "``" not in out and ":func:" not in out  # no reST markup in what users read
+    assert "%%" not in out  # argparse interpolates help strings, never a description: "95%%" was printed as is
 
 
 def test_python_dash_m_inferbench_is_the_same_command():

@@ -1,5 +1,9 @@
 """Exceptions that the command lines turn into one clear line and an exit status."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, nothing written."""
@@ -44,3 +48,11 @@ def shorten(message: str) -> str:
         return word if len(word) <= LONGEST_WORD else f"{word[:half]}...({len(word):,} characters)...{word[-20:]}"
 
     return " ".join(cut(w) for w in " ".join(message.splitlines()).split(" "))
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the nearest of ``choices`` to a mistyped ``word`` (difflib's ratio), '' for none."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""

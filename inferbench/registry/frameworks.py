@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from ..base.errors import UsageError
+from ..base.errors import UsageError, did_you_mean
 from .scenarios import scenario as scenario_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
@@ -214,7 +214,8 @@ def get_framework(key: str) -> Framework:
         return FRAMEWORKS[key]
     except KeyError:
         raise UsageError(
-            f"unknown framework {key!r}; valid frameworks: {', '.join(FRAMEWORKS)}, {', '.join(SETS)}"
+            f"unknown framework {key!r}{did_you_mean(key, [*FRAMEWORKS, *SETS])}; valid frameworks: "
+            f"{', '.join(FRAMEWORKS)}, {', '.join(SETS)}"
         ) from None
 
 

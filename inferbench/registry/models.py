@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..base.errors import UsageError
+from ..base.errors import UsageError, did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
@@ -180,7 +180,8 @@ def get_model(name: str) -> ModelSpec:
     try:
         return MODELS.get(name) or _FILES[name]
     except KeyError:
-        raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(MODELS))}, or the path of "
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, MODELS)}; valid models: "
+                         f"{', '.join(sorted(MODELS))}, or the path of "
                          f"{', '.join(FILE_FORMATS.values())}") from None
 
 
