@@ -183,6 +183,28 @@ def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
     assert " 812 " in torch_row and "1034 (nvml)" in onnx_row and "61.5" in torch_row and "0.0123" in onnx_row
 
 
+def test_no_share_of_a_peak_measured_busy_or_below_the_rate_achieved(tmp_path):
+    """A busy machine's "peak" made shares of 111-234%: a peak measured busy is none ("peak not measured: busy"),
+    one below the rate a cell achieved is no peak either; a good one gives the share, in the terminal and the CSVs."""
+    from inferbench.cli.summary import _rate
+    from inferbench.records.table import compute_rate
+
+    stats = {"flops_per_image": 500_000_000, "params": 1, "flops_method": "test"}  # 200/s x 0.5 GFLOP: 100 GFLOP/s
+
+    def with_peak(gflops, valid):
+        return encode(make_record(model_stats=stats, environment={"cpu": {"model": "Test CPU"}, "peak_fp32": {
+            "gflops": gflops, "valid": valid}}))
+
+    good, busy, low = with_peak(400.0, True), with_peak(400.0, False), with_peak(60.0, True)
+    assert compute_rate(good)["fraction_of_peak"] == pytest.approx(0.25) and _rate(good) == "100 (25%)"
+    assert compute_rate(busy)["fraction_of_peak"] is None and _rate(busy) == "100 (peak not measured: busy)"
+    assert compute_rate(low)["fraction_of_peak"] is None and _rate(low) == "100 (peak below this rate)"
+    for name, rec in (("good", good), ("busy", busy), ("low", low)):
+        atomic_write_text(tmp_path / name / "r.json", json.dumps(rec))
+        share = records.load(tmp_path / name)["fraction_of_peak"].iloc[0]
+        assert (share == pytest.approx(0.25)) if name == "good" else pd.isna(share), (name, share)
+
+
 def test_the_schema_file_is_generated_from_the_record_type_and_the_docs_name_every_field():
     """One declaration of a record's shape: the Record type and its block shapes. The shipped schema file is what
     inferbench.records.schema makes from them (regenerate with python -m inferbench.records.schema), and

@@ -22,12 +22,14 @@ def terminal_width() -> int | None:
 
 def _rate(record: dict[str, Any]) -> str:
     """Achieved GFLOP/s and its share of the device's measured peak FP32 rate: "133 (28%)"."""
-    from ..records.table import compute_rate
+    from ..records.table import compute_rate, peak_note
 
     rate = compute_rate(record)
     if rate["gflop_per_s"] is None:
         return "-"
-    share = f" ({rate['fraction_of_peak']:.0%})" if rate["fraction_of_peak"] is not None else ""
+    note = peak_note(record)
+    share = f" ({rate['fraction_of_peak']:.0%})" if rate["fraction_of_peak"] is not None else \
+        f" ({note})" if note else ""
     return f"{rate['gflop_per_s']:.3g}{share}"
 
 

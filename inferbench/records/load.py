@@ -150,8 +150,11 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
         flops = flops.where(~trains, flops * STEP_FLOPS_FACTOR)
     out["gflop_per_image"] = flops / 1e9
     out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
-    peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float))
-    out["fraction_of_peak"] = out["gflop_per_s"] / peak.astype(float)
+    peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float)).astype(float)
+    if "environment.peak_fp32.valid" in out:  # a peak measured while the machine was busy is none
+        peak = peak.where(out["environment.peak_fp32.valid"].astype(str) != "False")
+    share = out["gflop_per_s"] / peak
+    out["fraction_of_peak"] = share.where(share <= 1.0)  # a "peak" below an achieved rate was measured wrong
     if ENERGY_J_PER_INF in out:
         out["inferences_per_joule"] = 1.0 / out[ENERGY_J_PER_INF]
     return out

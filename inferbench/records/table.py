@@ -85,9 +85,29 @@ def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
     if flops and scenario(record.get("scenario")).trains:
         flops *= STEP_FLOPS_FACTOR
     rate = throughput * flops / 1e9 if flops and throughput else None
-    peak = ((record.get("environment") or {}).get("peak_fp32") or {}).get("gflops")
+    peak = usable_peak(record)
+    fraction = rate / peak if rate and peak else None
     return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,
-            "fraction_of_peak": rate / peak if rate and peak else None}
+            "fraction_of_peak": fraction if fraction is None or fraction <= 1.0 else None}
+
+
+def usable_peak(record: dict[str, Any]) -> float | None:
+    """The device's measured peak FP32 rate, where it is one: not measured while the machine was busy
+    (``peak_fp32.valid`` false: a busy machine's "peak" made shares of 111-234%)."""
+    peak = (record.get("environment") or {}).get("peak_fp32") or {}
+    return peak.get("gflops") if peak.get("valid") is not False else None
+
+
+def peak_note(record: dict[str, Any]) -> str | None:
+    """Why a record's achieved rate has no share of the peak although both were measured: a peak measured busy, or
+    one below the rate achieved (then it was no peak); None where the share stands or nothing was measured."""
+    peak = (record.get("environment") or {}).get("peak_fp32") or {}
+    if not peak.get("gflops"):
+        return None
+    if peak.get("valid") is False:
+        return "peak not measured: busy"
+    rate = compute_rate(record)
+    return "peak below this rate" if rate["gflop_per_s"] and rate["fraction_of_peak"] is None else None
 
 
 #: A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK(...), +cmd|...).
