@@ -61,6 +61,15 @@ def test_the_zoo_writes_a_matrix_of_every_outcome_and_resumes(fakes, tmp_path, c
     assert zoo_main(["--resume", str(folder)]) == 1
     assert (folder / "matrix.md").read_text() == text and "support matrix" in capsys.readouterr().out
     assert len(records.iter_records(folder)[0]) == 9
+    # a report of the zoo ranks nothing from its one round a cell (the zoo itself says it is for orientation), and
+    # takes its exports.json for what it is, never "not an inferbench record"
+    from inferbench.report import main as report_main
+
+    assert (folder / "exports.json").exists() and report_main([str(folder), "--out", str(tmp_path / "r")]) == 0
+    answer = json.loads((tmp_path / "r" / "recommendation.json").read_text())["recommendations"]
+    assert answer and all(r["recommended"] is None for r in answer), answer
+    assert all("timed in 1 round(s)" in str(r["not_ranked"]) for r in answer)
+    assert "not an inferbench record" not in capsys.readouterr().err
 
 
 def test_the_zoo_takes_one_resolution_and_one_batch_size(tmp_path, capsys):

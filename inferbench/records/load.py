@@ -22,6 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- reading
+#: The JSON files inferbench itself writes beside records: a sweep's plan, a run's answer, the zoo's exports, the
+#: contention and calibration benchmarks' results (benchmarks/contention.py, benchmarks/aa_calibration.py).
+OWN_FILES = ("sweep.json", "recommendation.json", "exports.json", "contention.json", "calibration.json",
+             "invocation_spread.json")
+
+
 def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
     the current schema, as dicts (with ``_source``, the file it came from); and every file it skipped,
@@ -41,7 +47,7 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             skipped.append(f"{file}: not readable JSON ({type(exc).__name__}: {str(exc)[:100]})")
             continue
         if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
-            if file.name not in ("sweep.json", "recommendation.json"):  # a run's own files beside its records
+            if file.name not in OWN_FILES:  # inferbench's own files beside its records are no records, and no news
                 skipped.append(f"{file}: not an inferbench record")
             continue
         version = data["schema_version"]
