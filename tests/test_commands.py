@@ -542,6 +542,9 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
                 left = end - now[0]
                 if left > 1e-9:  # the error as a share of the time left, or of a round near the end
                     errors.append(abs(p.eta_s() - left) / max(left, 0.0 if jitter == 0 else 100.0))
+            bar = p._line("g", "")
+            filled = 20 * (8 + 4 * g) // 12  # the cells done and the group's rounds: not the cells done alone
+            assert bar.startswith("[" + "#" * filled + ("." if filled < 20 else "]")) and f"{4 + 4 * g}/12" in bar
             p.done += 4
             p.group_done(4)
         assert p.eta_s() == 0.0

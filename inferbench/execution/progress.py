@@ -147,7 +147,9 @@ class Progress:
 
     def _line(self, label: str, text: str) -> str:
         width = 20
-        filled = int(width * self.done / self.total) if self.total else width
+        # the bar moves with each round of the group in progress (its cells' share of rounds done), not only when a
+        # group ends: a 4-cell group of 8 long rounds left it at the same place for minutes
+        filled = int(width * min(self.total, self.done + self._group) / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
         elapsed = self.clock() - self.started
         return f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {self.eta():>10}  {label}  {text}"
