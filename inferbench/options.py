@@ -348,7 +348,7 @@ OPTIONS: tuple[Option, ...] = (
            "front what fits (rounds and blocks shortened down to --quick's, then the costliest frameworks left out, "
            "each said), and the run keeps to it (a group's rounds cut, never below 3 nor two a worker process; groups "
            "that would overrun left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
-           commands=("run", "sweep"), in_file=False),
+           commands=("run", "sweep", "selftest"), in_file=False, command_defaults=(("selftest", 600.0),)),
     Option("quick", ("--quick",), f"a first answer: fewer, shorter rounds ({QUICK['rounds']} of "
            f"{QUICK['min_duration_s'] / QUICK['rounds']:g} s) in {QUICK['processes']} worker process a cell, "
            f"{QUICK['tune_budget_s']:g} s of tuning, and LoadGen's tests shortened; the record says it was quick",

@@ -2,7 +2,8 @@
 
 Runs every framework installed here briefly (batch 1 and 8, a few seconds each; energy from NVML on a
 GPU), on the GPU when the machine has an NVIDIA GPU and on the CPU otherwise (``--gpu`` / ``--cpu`` to
-choose), and prints what worked, then one verdict line. Results go to
+choose), within ``--time-budget`` (10 minutes unless given: on a busy machine it once gave no verdict after 25),
+and prints what worked, then one verdict line. Results go to
 ``OUTPUT_DIR/selftest-<device>-<time>/``.
 """
 
@@ -71,6 +72,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
                      "--keras-backend", values["keras_backend"],
                      "--duration", str(values["duration"]), "--rounds", "2", "--processes", "1",
                      "--min-iterations", "50", "--warmup", "10", "--warmup-seconds", "1", "--output-dir", out,
+                     "--time-budget", f"{values['time_budget']:g}s",  # a check, never an afternoon: it ends
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
                      *(["--trust-cache"] if values.get("trust_cache") else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],

@@ -93,6 +93,12 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     assert code == 0
     assert err[0] == "selftest on the cpu: running fake"
     assert err[-1] == "selftest PASS: 1 framework(s) ran on the cpu and none failed parity"
+    asked = []
+    monkeypatch.setattr(selftest, "run_main", lambda argv, prog: asked.append(argv) or 0)
+    assert selftest.main(["--output-dir", str(tmp_path)], prog="inferbench selftest") == 0
+    assert asked[0][asked[0].index("--time-budget") + 1] == "600s"  # bounded unless told otherwise: it ends
+    assert selftest.main(["--output-dir", str(tmp_path), "--time-budget", "2m"], prog="inferbench selftest") == 0
+    assert asked[1][asked[1].index("--time-budget") + 1] == "120s"
 
 
 # --------------------------------------------------------------------------- compare
