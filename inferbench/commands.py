@@ -16,7 +16,7 @@ COMMANDS = {
     "run": ("inferbench.run", "export one model, verify every export, measure each runtime; the answer first"),
     "sweep": ("inferbench.sweep", "a grid of models x resolutions x batch sizes x frameworks, resumable"),
     "zoo": ("inferbench.zoo", "every registered model through every framework here, briefly: a support matrix"),
-    "report": ("inferbench.report", "a Markdown report with figures from result folders"),
+    "report": ("inferbench.report", "a report (HTML and Markdown, with figures) from result folders"),
     "compare": ("inferbench.compare", "per-cell ratios OLD -> NEW with intervals; exit 1 on a regression (CI)"),
     "list": ("inferbench.commands", "the registered models and frameworks, and what runs on this machine"),
     "selftest": ("inferbench.selftest", "a short check of every framework installed here, ending PASS or FAIL"),

@@ -1,4 +1,4 @@
-"""``inferbench report RESULTS... --out DIR``: a Markdown report with PNG figures.
+"""``inferbench report RESULTS... --out DIR``: a report (report.html and report.md) with PNG figures.
 
 RESULTS are result folders (or files), from one machine or several: every record carries its
 hardware, so folders merge into one cross-device report. It opens with the recommendation per
@@ -20,13 +20,13 @@ from .options import path_value
 
 
 def build_parser(prog: str = "python -m inferbench.report") -> argparse.ArgumentParser:
-    p = Parser(prog=prog, description="Write a Markdown report with PNG figures from result folders (one machine "
-               "or several: every record carries its hardware).",
+    p = Parser(prog=prog, description="Write a report (report.html and report.md) with PNG figures from result "
+               "folders (one machine or several: every record carries its hardware).",
                examples=[f"{prog} benchmark_results/20261123-191553_mobilenet_v3_large_224_cpu --out report",
                          f"{prog} results-h100/ results-h200/ --out cross-gpu --normalise-to onnxrt"])
     p.add_argument("results", nargs="+", metavar="RESULTS", help="result folders (searched recursively) or files")
     p.add_argument("--out", required=True, metavar="DIR", type=path_value,
-                   help="folder for report.md and the figures (required)")
+                   help="folder for report.html, report.md, recommendation.json and the figures (required)")
     p.add_argument("--reference", action="store_true",
                    help="add published figures of other projects, in their own labelled section (default: only "
                    "these records)")

@@ -197,3 +197,22 @@ def test_a_named_framework_one_of_several_models_cannot_run_is_left_out_for_that
     assert [f.key for f in chosen] == ["onnxrt"]
     assert skipped == {"torch-native": "torchvision has no implementation of resnet50_v2"}
     assert [f.key for f in choose(["torch-native"], "cpu", get_model("resnet50"), lenient=True)[0]] == ["torch-native"]
+
+
+def test_the_docs_count_the_models_the_registry_has():
+    """README and docs/ (but docs/measured.md, whose counts are dated measurements) name the registry's number of
+    models wherever they count them all: they said 65 where `list` shows 66."""
+    import re
+    from pathlib import Path
+
+    from inferbench.registry.models import MODELS
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        if doc.name == "measured.md":
+            continue
+        text = " ".join(doc.read_text().split())
+        found += [(doc.name, int(m.group(1) or m.group(2)))
+                  for m in re.finditer(r"(?:all |of the )(\d+) models\b|\b(\d+) (?:registered )?models\b", text)]
+    assert len(found) >= 4 and {n for _, n in found} == {len(MODELS)}, found
