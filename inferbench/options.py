@@ -222,9 +222,9 @@ MEASURING = ("run", "sweep", "zoo")
 _T = TimingConfig()
 OPTIONS: tuple[Option, ...] = (
     Option("frameworks", ("--framework", "--frameworks"), "'best' (each runtime at its best-known setting: tf, "
-           "onnxrt, openvino, torch-inductor on a CPU), 'all' (every framework that can run here, the naive "
-           "variants too) or a comma list of framework keys (see --list)", ["best"], names,
-           metavar="best|all|KEY[,KEY...]", commands=MEASURING, command_defaults=(("zoo", ["all"]),)),
+           "onnxrt, openvino, torch-inductor on a CPU, each tuned), 'all' (every framework that can run here, the "
+           "naive variants too, untuned unless --tune on) or a comma list of framework keys (see --list)", ["best"],
+           names, metavar="best|all|KEY[,KEY...]", commands=MEASURING, command_defaults=(("zoo", ["all"]),)),
     Option("models", ("--model", "--models"), "registered model name(s) or shell-style patterns ('efficientnet_b*', "
            "'*'; see --list), or your own model: a .keras file, a TF SavedModel folder or an .onnx file; "
            "comma-separated", ["mobilenet_v3_large"], names,

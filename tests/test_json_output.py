@@ -60,6 +60,8 @@ def test_list_prints_what_runs_here_as_a_document(capsys):
     for f in frameworks.values():  # a reason exactly where it does not run
         assert all(f["runs_here"][dev] is (f["why_not"][dev] is None) for dev in ("cpu", "gpu")), f
     assert frameworks["tensorrt-fp32"]["why_not"]["cpu"] == "needs an NVIDIA GPU"
+    # a CPU runtime on a GPU machine is not one waiting for an NVIDIA card (it said "needs an NVIDIA GPU")
+    assert frameworks["openvino"]["why_not"]["gpu"] == "runs on the CPU only (openvino has no NVIDIA GPU path)"
     assert "onnxrt" in doc["sets"]["best"]["cpu"] and doc["models"][0]["name"]
 
 

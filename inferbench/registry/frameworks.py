@@ -322,8 +322,8 @@ def unavailable_reason(fw: Framework, device: str, model: Any = None, options: A
                        have: frozenset[str] | set[str] = frozenset(), scenario: str = "inference") -> str | None:
     """Why ``fw`` cannot run here (for ``model``, a ModelSpec, None: a registered model; with the runner
     ``options``; ``have``: the artifact kinds already exported), or None if it can."""
-    if device not in fw.devices:
-        return "needs an NVIDIA GPU"
+    if device not in fw.devices:  # a CPU-only runtime on a GPU is not one waiting for an NVIDIA card
+        return "needs an NVIDIA GPU" if device == "cpu" else f"runs on the CPU only ({fw.key} has no NVIDIA GPU path)"
     missing = missing_packages(fw, model, options, have, scenario)
     if not missing and device == "gpu" and fw.gpu_build and not _installed(fw.gpu_build):
         return (f"{fw.packages[0]} is its CPU build here; the GPU needs {fw.gpu_build} (pip install -e \".[gpu]\", "
