@@ -65,11 +65,24 @@ def test_a_cell_is_valid_only_if_other_work_stayed_small_in_every_block():
     one_busy = quiet[:3] + [block(fake_machine(clock, 1.0, 1.0), clock)]  # one round when a neighbour woke up
     state = machine.summarize(one_busy, threads=2)
     assert state["validity"]["valid"] is False and state["other_cores_max"] == pytest.approx(1.0, abs=0.01)
-    assert "took 1.00 of the machine's cores during a block, more than 25% of the 2 this run uses" in \
+    assert "took 1.00 of the machine's cores during its worst block, more than 25% of the 2 this run uses" in \
         state["validity"]["reason"]
     assert machine.summarize(one_busy, threads=2, max_other_load=0.6)["validity"]["valid"] is True
     # the threshold is a share of the cores the run uses: 1 core of other work beside a 8-thread run is fine
     assert machine.summarize(one_busy, threads=8)["validity"]["valid"] is True
+
+
+def test_one_verdict_names_one_number_the_worst_cells_whatever_the_order():
+    """A run said "other work took 1.21 ... cores", report of the same folder "1.54 ...": each named the first busy
+    cell it met. The verdict of a run or a report names the worst, in any order of its cells."""
+    import itertools
+
+    cells = [{"valid": False, "other_cores": c, "reason": f"other work took {c:.2f} of the machine's cores"}
+             for c in (1.21, 1.91, 1.54)] + [{"valid": True, "other_cores": 0.1, "reason": "fine"}]
+    said = {machine.combine(list(order))["reason"] for order in itertools.permutations(cells)}
+    assert said == {"other work took 1.91 of the machine's cores"}
+    again = machine.combine([machine.combine(cells[:2]), machine.combine(cells[2:])])  # verdicts combine again
+    assert again["reason"] == "other work took 1.91 of the machine's cores" and again["not_valid"] == 3
 
 
 def test_a_machine_that_cannot_be_read_is_never_called_valid():

@@ -137,12 +137,13 @@ def summarize(blocks: list[dict[str, Any]], threads: int, max_other_load: float 
         return {**state, "validity": {"valid": None, "reason": f"machine state unknown: the timed blocks ({wall:.2f} s "
                                                                f"in all) are too short for /proc's 10 ms ticks"}}
     if worst > allowed:
-        what = f"other work took {worst:.2f} of the machine's cores during a block" + (
+        what = f"other work took {worst:.2f} of the machine's cores during its worst block" + (
             f" ({steal:.2f} of it stolen by the hypervisor)" if steal > 0.05 else "")
-        return {**state, "validity": {"valid": False, "reason": f"{what}, more than {max_other_load:.0%} of the "
-                                                                f"{threads} this run uses"}}
-    return {**state, "validity": {"valid": True, "reason": f"other work took at most {worst:.2f} cores "
-                                                           f"(allowed: {allowed:.2f})"}}
+        return {**state, "validity": {"valid": False, "other_cores": round(worst, 4),
+                                      "reason": f"{what}, more than {max_other_load:.0%} of the {threads} this run "
+                                                "uses"}}
+    return {**state, "validity": {"valid": True, "other_cores": round(worst, 4),
+                                  "reason": f"other work took at most {worst:.2f} cores (allowed: {allowed:.2f})"}}
 
 
 def combine(validities: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,8 +154,9 @@ def combine(validities: list[dict[str, Any]]) -> dict[str, Any]:
     cells = sum(v.get("cells", 1) for v in validities)
     bad = [v for v in validities if v.get("valid") is False]
     counts = {"cells": cells, "not_valid": sum(v.get("not_valid", 1) for v in bad)}
-    if bad:
-        return {"valid": False, "reason": bad[0]["reason"], **counts}
+    if bad:  # the worst cell's (the most other work in a block), whatever the order: one number per verdict
+        worst = max(bad, key=lambda v: v.get("other_cores") if isinstance(v.get("other_cores"), (int, float)) else 0)
+        return {"valid": False, "reason": worst["reason"], "other_cores": worst.get("other_cores"), **counts}
     unknown = [v for v in validities if v.get("valid") is None]
     if unknown:
         return {"valid": None, "reason": unknown[0]["reason"], **counts}
