@@ -561,3 +561,14 @@ def test_the_cross_machine_table_and_the_xla_steps_keep_every_cell_apart(tmp_pat
     steps = analysis.xla_decomposition(df)
     keras = steps[steps["path"] == "keras"]
     assert len(keras) == 2 and np.allclose(keras["graph_ms"] / keras["eager_ms"], 6.0 / 9.0)
+
+
+def test_a_markdown_table_rounds_its_intervals_as_its_numbers():
+    """The XLA table printed 16-digit intervals: a list of floats in a cell is rounded as a float cell is."""
+    import pandas as pd
+
+    from inferbench.base.markdown import table
+
+    text = table(pd.DataFrame([{"ratio": 1.2345678901234, "ci95": [1.1234567890123456, 1.3456789012345678],
+                                "name": "tf"}]))
+    assert text.splitlines()[-1] == "| 1.23 | [1.12, 1.35] | tf |"

@@ -29,12 +29,17 @@ def table(df: Any, floatfmt: str = ".3g") -> str:
     """A DataFrame as a Markdown table, every text cell literal (:func:`text`)."""
     cols = list(df.columns)
     lines = ["| " + " | ".join(text(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    def number(v: float) -> str:
+        return f"{v:,.0f}" if abs(v) >= 1000 else format(v, floatfmt)
+
     for _, row in df.iterrows():
         cells = []
         for c in cols:
             v = row[c]
             if isinstance(v, float):
-                cells.append(f"{v:,.0f}" if abs(v) >= 1000 else format(v, floatfmt))
+                cells.append(number(v))
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, float) for x in v):  # an interval
+                cells.append("[" + ", ".join(number(x) for x in v) + "]")  # rounded, not 16 digits a bound
             else:
                 cells.append(text(v))
         lines.append("| " + " | ".join(cells) + " |")
