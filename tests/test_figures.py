@@ -96,7 +96,8 @@ def test_quick_looks_are_never_pooled_with_measurements(tmp_path):
     text = (out / "report.md").read_text()
     aside = text.split("## Quick looks, set apart")[1].split("\n## ")[0]
     assert "2 records are quick looks" in aside and aside.rstrip().endswith("zoo.")  # the folder named
-    assert text.index("## Quick looks, set apart") < text.index("## Recommendation")  # said before any number
+    # the answer first, then what was set apart from it, before the tables
+    assert text.index("## Recommendation") < text.index("## Quick looks, set apart") < text.index("## Results")
     results = text.split("## Results")[1].split("\n## ")[0]
     assert "| onnxrt |" in results and "| tf |" not in results and "| torch |" not in results
     answer = text.split("## Recommendation")[1].split("\n## ")[0]

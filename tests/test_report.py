@@ -149,14 +149,28 @@ def test_the_report_opens_with_the_answer_and_shows_only_the_users_data(tmp_path
     out = tmp_path / "report"
     assert main([str(tmp_path), "--out", str(out), "--objective", "p50"]) == 0
     text = (out / "report.md").read_text()
-    assert text.startswith("# inferbench report\n\n## Recommendation\n\n```\nvalidity not known: machine state "
-                           "unknown: measured before inferbench watched the machine (schema 4 and older)\n"
-                           "recommendation (median latency")
+    title = text.splitlines()[0]  # what it is about: the model, the machine, the date of its latest record
+    assert title.startswith(f"# inferbench report: {src['model']}@{src['resolution']} on ") and title[-10:-6] == "2026"
+    assert text.split("\n", 2)[2].startswith("## Recommendation\n\n```\nvalidity not known: machine state "
+                                             "unknown: measured before inferbench watched the machine (schema 4 and "
+                                             "older)\nrecommendation (median latency")
     assert ": onnxrt, 2.000 ms" in text
     assert "external" not in text.lower() and "perfacct" not in text  # no one else's figures unless asked
-    assert "no energy figures" in text and "no data" not in text.split("## Power and energy")[1].split("##")[0]
+    # sections with nothing in them are left out (the answer says why there is no energy)
+    assert "## Power and energy" not in text and "## Across devices" not in text and "energy not measured" in text
     answer = json.loads((out / "recommendation.json").read_text())
     assert answer["recommendations"][0]["recommended"] == "onnxrt"
+    # report.html: the same title, the verdict coloured where the answer opens, the answer wrapped (never clipped
+    # at the page's width), tables that wrap instead of scrolling their last columns (valid, stability) away
+    page = (out / "report.html").read_text()
+    assert f"<title>{title[2:]}</title>" in page.replace("&#39;", "'")
+    answer_block = page.split("<pre><code>", 1)[1].split("</code></pre>", 1)[0]
+    assert answer_block.startswith('<span class="unknown">validity not known</span>: machine state unknown')
+    assert "white-space: pre-wrap" in page and "nowrap" not in page and "overflow-x" not in page
+    header = page.split("<h2>Results</h2>", 1)[1].split("</tr>", 1)[0]
+    cells = re.findall(r"<th>(.*?)</th>", header)
+    assert cells.index("stability") == cells.index("p50 ms [95% CI]") + 1 and cells[cells.index("stability") + 1] == \
+        "valid"  # beside the number they qualify
 
 
 def test_linear_fit_and_normalise():

@@ -7,6 +7,7 @@ each atomically.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +115,8 @@ def results(ctx: Context) -> list[str]:
         valid=[{True: "yes", False: "NO"}.get(v, "unknown") for v in table["validity.valid"]],
         rate=[f"{g:.3g}" + (f" ({p:.0%})" if p == p else "") if g == g else "-"
               for g, p in zip(table["gflop_per_s"], table["fraction_of_peak"])],
-    )[["device_name", "cell", "batch_size", "framework", "parity.status", "p50_ci", "p99_ms", "latency_ms.n",
-       "throughput", "rate", "stability", "valid"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
+    )[["device_name", "cell", "batch_size", "framework", "parity.status", "p50_ci", "stability", "valid", "p99_ms",
+       "latency_ms.n", "throughput", "rate"]].rename(columns={"p50_ci": "p50 ms [95% CI]", "latency_ms.n": "n",
                                                             "throughput": "samples/s", "parity.status": "parity",
                                                             "rate": "GFLOP/s (of peak)"})
     return ["## Results", "", "Latency is per batch (one call); percentiles are NumPy 'linear'; the interval of the "
@@ -259,6 +260,8 @@ def energy(ctx: Context) -> list[str]:
     from . import has_energy, plots
 
     df, ref = ctx.df, ctx.ref
+    if not has_energy(df) and ref is None:  # nothing to show: the answer already says why energy is missing
+        return []
     md = ["## Power and energy", ""]
     if not has_energy(df):
         reasons = sorted({str(r) for r in df.get("energy.reason", []) if isinstance(r, str)})
@@ -286,9 +289,8 @@ def devices(ctx: Context) -> list[str]:
         md += ["The same cell on each machine (speed relative to the first machine named; intervals unpaired, the "
                "between-process spread included; energy where a sensor measured it):", "", markdown.table(same), ""]
     across = plots.cross_device(ctx.df, ctx.ref)
-    if across is None:
-        return md + ["*These records come from one device" + ("" if ctx.ref is not None else " (and no published "
-                     "figures were asked for: --reference)") + ": nothing to set side by side across devices.*", ""]
+    if across is None:  # one device and nothing published asked for: a section with nothing in it is left out
+        return md if len(md) > 2 else []
     return md + ctx.figure("cross_device.png", across, "throughput across devices")
 
 
@@ -347,9 +349,20 @@ def sources(ctx: Context) -> list[str]:
 
 
 #: The report, section by section, in order.
-SECTIONS: tuple[Callable[[Context], list[str]], ...] = (
-    set_apart, recommendation, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
+SECTIONS: tuple[Callable[[Context], list[str]], ...] = (  # the answer first; a section with nothing to say is left out
+    recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
     significance, energy, devices, sources)
+
+
+def title_of(df: Any) -> str:
+    """What the report is about, in its first line: the model (or how many), the machine (or how many), the date of
+    its latest record."""
+    cells = sorted({str(c) for c in df["cell"].dropna()}) if "cell" in df else []
+    machines = sorted({str(d) for d in df["device_name"].dropna()}) if "device_name" in df else []
+    dates = sorted(str(c)[:10] for c in df.get("created_at", []) if isinstance(c, str))
+    what = cells[0] if len(cells) == 1 else f"{len(cells)} model cells"
+    where = machines[0] if len(machines) == 1 else f"{len(machines)} devices"
+    return f"inferbench report: {what} on {where}" + (f", {dates[-1]}" if dates else "")
 
 
 def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
@@ -378,7 +391,8 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
                   norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None,  # an unknown one: exit 2
                   quick=set_aside, all_quick=all_quick)
     check_writable(out)  # only once the inputs are known to be good
-    md = ["# inferbench report", ""]
+    title = title_of(df)
+    md = [f"# {markdown.text(title)}", ""]
     for section in SECTIONS:
         md += section(ctx)
     for name, fig in ctx.pending:
@@ -389,7 +403,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     write_recommendation(out / "recommendation.json", ctx.recs, ctx.objective or "each scenario's own")
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
-    atomic_write_text(out / "report.html", html_report("\n".join(md), out))
+    atomic_write_text(out / "report.html", html_report("\n".join(md), out, title))
     return path
 
 
@@ -398,17 +412,21 @@ HTML_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
 <meta name="generator" content="inferbench {{ version }}">
 <style>
-body { font: 15px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 13px; display: block; overflow-x: auto; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; white-space: nowrap; }
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 1300px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 12px; width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; overflow-wrap: anywhere; }
 th { background: #f3f3f3; } img { max-width: 100%; height: auto; } code { background: #f5f5f5; padding: 0 3px; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f7f7f7; padding: 0.8em; }
+.bad { color: #fff; background: #b00020; font-weight: bold; padding: 0 4px; }
+.good { color: #fff; background: #1b7a2f; font-weight: bold; padding: 0 4px; }
+.unknown { color: #222; background: #f0c000; font-weight: bold; padding: 0 4px; }
 </style></head><body>
 {{ body }}
 </body></html>
 """
 
 
-def html_report(markdown: str, folder: Path) -> str:
+def html_report(markdown: str, folder: Path, title: str = "inferbench report") -> str:
     """``report.md`` as one self-contained HTML page: rendered with markdown-it (raw HTML in the text escaped, never
     passed through), each figure the report links inlined as a data URI, no external reference (a page to send)."""
     import base64
@@ -431,8 +449,15 @@ def html_report(markdown: str, folder: Path) -> str:
                 else:  # a link outside the report's own figures: not fetched, not kept
                     child.attrSet("src", "")
     body = renderer.renderer.render(tokens, renderer.options, {})
+    # the verdict in colour, where the answer says it (the text is escaped already: these words hold no markup)
+    body = re.sub(r"(?m)^(<pre><code>)?(NOT VALID|VALID|validity not known)\b",
+                  lambda m: (m.group(1) or "") + f'<span class="{VERDICT_CLASS[m.group(2)]}">{m.group(2)}</span>', body)
     page = jinja2.Environment(autoescape=True).from_string(HTML_PAGE)
-    return page.render(title="inferbench report", version=__version__, body=Markup(body))
+    return page.render(title=title, version=__version__, body=Markup(body))
+
+
+#: How each verdict is coloured in report.html.
+VERDICT_CLASS = {"NOT VALID": "bad", "VALID": "good", "validity not known": "unknown"}
 
 
 def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
