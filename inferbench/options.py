@@ -351,7 +351,8 @@ OPTIONS: tuple[Option, ...] = (
            commands=("run", "sweep", "selftest"), in_file=False, command_defaults=(("selftest", 600.0),)),
     Option("quick", ("--quick",), f"a first answer: fewer, shorter rounds ({QUICK['rounds']} of "
            f"{QUICK['min_duration_s'] / QUICK['rounds']:g} s) in {QUICK['processes']} worker process a cell, "
-           f"{QUICK['tune_budget_s']:g} s of tuning, and LoadGen's tests shortened; the record says it was quick",
+           "no tuning (each runtime at its own default setting; --tune on tunes anyway), and LoadGen's tests "
+           "shortened; the record says it was quick",
            False, switch=True),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
            "benchmark_results/ holds the project's own committed runs)", "inferbench-results",

@@ -181,7 +181,7 @@ class TimingConfig:
 #: 10 ms ticks; execution/budget.py asserts it): 0.25 s blocks left a busy machine's --quick cells judged on their
 #: average only.
 QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes": 1,
-         "tune_budget_s": 1.0}
+         "tune_budget_s": 1.0}  # tuning: --time-budget's floor only (--quick itself does not tune unless --tune on)
 
 
 @dataclass(frozen=True)

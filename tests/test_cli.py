@@ -224,3 +224,22 @@ def test_an_option_given_at_its_default_value_is_still_the_users(argv, rounds, o
         assert build(values).config.timing.rounds == (QUICK["rounds"] if rounds == "quick" else rounds)
     if objective is not None:
         assert objective_for(values) == objective
+
+
+def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for():
+    """--quick's tuning blocks (1 s over every setting and 3 rounds) could never tell a setting from the default
+    (intervals 0.02-7.0): a quick run of the best set measures each runtime at its own setting and says so up front;
+    --tune on tunes anyway, with the full tuning budget."""
+    from inferbench.cli.options import given
+    from inferbench.execution.plan import QUICK_UNTUNED, build
+    from inferbench.options import with_defaults
+    from inferbench.run import build_parser
+
+    def built(*argv):
+        return build(with_defaults(given(build_parser().parse_args([*argv, "--framework", "best"])), "run"))
+
+    quick = built("--quick")
+    assert not any(c.options.tune for c in quick.cells) and QUICK_UNTUNED in quick.notes
+    asked = built("--quick", "--tune", "on")
+    assert all(c.options.tune for c in asked.cells) and asked.config.tune_budget_s == 4.0 and not asked.notes
+    assert all(c.options.tune for c in built().cells)  # a full run of the best set tunes, as before

@@ -27,6 +27,9 @@ from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
 from .exports import exported
 
 PLAN_VERSION = 2
+#: What a --quick run of the best set says up front.
+QUICK_UNTUNED = ("--quick: not tuned (tuning's blocks would be too short to tell a setting from the default): each "
+                 "runtime at its own default setting; --tune on tunes anyway")
 #: --scenario server's p99 bound when --slo-p99 is not given.
 DEFAULT_SLO_P99_MS = 50.0
 
@@ -135,7 +138,11 @@ def build(values: dict[str, Any]) -> Built:
     if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
-    tune = entry.tunes and (values["tune"] == "on" or (values["tune"] == "auto" and "best" in values["frameworks"]))
+    auto = values["tune"] == "auto" and "best" in values["frameworks"]
+    # --quick's tuning blocks (1 s over every setting and 3 rounds: 83 ms each) gave intervals of 0.02-7.0 that could
+    # never tell a setting from the default: a quick answer measures each runtime at its own setting, and says so
+    quick_untuned = bool(entry.tunes and auto and values.get("quick"))
+    tune = entry.tunes and (values["tune"] == "on" or (auto and not quick_untuned))
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
@@ -158,8 +165,7 @@ def build(values: dict[str, Any]) -> Built:
         duration = duration if was_given(values, "duration") else QUICK["min_duration_s"]
         warmup_s = warmup_s if was_given(values, "warmup_seconds") else QUICK["warmup_seconds"]
         processes = processes if was_given(values, "processes") or serving else QUICK["processes"]
-        if not was_given(values, "tune_budget"):
-            values = {**values, "tune_budget": QUICK["tune_budget_s"]}
+        # --tune on under --quick keeps the tuning budget it was given or the default: blocks long enough to decide
     if values.get("objective") in TAILS:  # a tail is ranked only where every round holds it: enough samples in each
         from ..measure.stats import needed_samples
 
@@ -208,12 +214,12 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = (QUICK_UNTUNED,) if quick_untuned else ()
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         from ..execution.budget import fit, to_export
 
         fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells))
-        config, cells, notes = fitted.config, list(fitted.cells), fitted.lines
+        config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
 
