@@ -155,7 +155,11 @@ def combine(validities: list[dict[str, Any]]) -> dict[str, Any]:
     bad = [v for v in validities if v.get("valid") is False]
     counts = {"cells": cells, "not_valid": sum(v.get("not_valid", 1) for v in bad)}
     if bad:  # the worst cell's (the most other work in a block), whatever the order: one number per verdict
-        worst = max(bad, key=lambda v: v.get("other_cores") if isinstance(v.get("other_cores"), (int, float)) else 0)
+        def cores(v: dict[str, Any]) -> float:
+            found = v.get("other_cores")
+            return float(found) if isinstance(found, (int, float)) else 0.0
+
+        worst = max(bad, key=cores)
         return {"valid": False, "reason": worst["reason"], "other_cores": worst.get("other_cores"), **counts}
     unknown = [v for v in validities if v.get("valid") is None]
     if unknown:
