@@ -168,10 +168,12 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
                                   "3 tests in a row" for r in cells
                                   if field(r, "serving.answer.found") is False})
-        rec["not_ranked"].update({record_name(r): f"timed in {field(r, 'config.timing.rounds')} round(s): no interval "
-                                  "to rank it by (the zoo's timing is for orientation)" for r in cells
+        rec["not_ranked"].update({record_name(r): f"timed in {field(r, 'config.timing.rounds')} round(s), one "
+                                  "framework loaded at a time: the zoo's timing, for orientation, never ranked"
+                                  for r in cells
                                   if ranked(r["status"], field(r, "parity.status"))
-                                  and 0 < (field(r, "config.timing.rounds") or MIN_ROUNDS) < MIN_ROUNDS})
+                                  and 0 < (field(r, "config.timing.rounds") or MIN_ROUNDS) < MIN_ROUNDS
+                                  and str(field(r, "config.sequential")) == "True"})
         if objective in ("p90", "p99"):  # a tail is ranked only where each round holds it, over rounds to judge
             rec["not_ranked"].update({record_name(r): f"too few samples for a {objective} interval ("
                                       f"{needed_samples(TAILS[objective])} a round needed, over {MIN_ROUNDS} rounds "
