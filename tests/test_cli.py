@@ -226,17 +226,26 @@ def test_an_option_given_at_its_default_value_is_still_the_users(argv, rounds, o
         assert objective_for(values) == objective
 
 
-def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for():
+def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for(fakes, tmp_path):
     """--quick's tuning blocks (1 s over every setting and 3 rounds) could never tell a setting from the default
     (intervals 0.02-7.0): a quick run of the best set measures each runtime at its own setting and says so up front;
-    --tune on tunes anyway, with the full tuning budget."""
+    --tune on tunes anyway, with the full tuning budget. (The best set here: a fake runtime with a tuning grid, so
+    that no ML framework is needed.)"""
+    import dataclasses
+
     from inferbench.cli.options import given
     from inferbench.execution.plan import QUICK_UNTUNED, build
     from inferbench.options import with_defaults
+    from inferbench.registry import frameworks
     from inferbench.run import build_parser
 
+    for key, fw in list(frameworks.FRAMEWORKS.items()):  # the fixture's copy of the registry: the fake alone is best
+        frameworks.FRAMEWORKS[key] = dataclasses.replace(fw, best_on=("cpu",) if key == "fake-knob" else ())
+
     def built(*argv):
-        return build(with_defaults(given(build_parser().parse_args([*argv, "--framework", "best"])), "run"))
+        return build(with_defaults(given(build_parser().parse_args([
+            *argv, "--framework", "best", "--model", "mobilenet_v3_small", "--resolution", "32", "--device", "cpu",
+            "--cache-dir", str(tmp_path)])), "run"))
 
     quick = built("--quick")
     assert not any(c.options.tune for c in quick.cells) and QUICK_UNTUNED in quick.notes
