@@ -477,9 +477,7 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["gflop_per_image"], gf["throughput"], color=_color(fw), s=18,
                                               alpha=0.8, zorder=3))
-        peaks = pd.to_numeric(g.get("environment.peak_fp32.gflops"), errors="coerce")
-        if "environment.peak_fp32.valid" in g:  # a peak measured while the machine was busy is none
-            peaks = peaks.where(g["environment.peak_fp32.valid"].astype(str) != "False")
+        peaks = pd.to_numeric(g.get("peak_gflops"), errors="coerce")  # a busy one already left out (records.load)
         achieved = pd.to_numeric(g.get("gflop_per_s"), errors="coerce").max() if "gflop_per_s" in g else np.nan
         peak = peaks.max() if not peaks.max() < achieved else np.nan  # one below a rate achieved is no peak
         x = np.geomspace(g["gflop_per_image"].min() / 1.5, g["gflop_per_image"].max() * 1.5, 50)

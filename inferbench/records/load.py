@@ -159,6 +159,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float)).astype(float)
     if "environment.peak_fp32.valid" in out:  # a peak measured while the machine was busy is none
         peak = peak.where(out["environment.peak_fp32.valid"].astype(str) != "False")
+    out["peak_gflops"] = peak  # the device's peak where it is one (load's columns: one rule for every figure)
     share = out["gflop_per_s"] / peak
     out["fraction_of_peak"] = share.where(share <= 1.0)  # a "peak" below an achieved rate was measured wrong
     if ENERGY_J_PER_INF in out:
