@@ -295,7 +295,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("tune_budget", ("--tune-budget",), "seconds of timed tuning blocks per cell, every setting together",
            4.0, positive_float, metavar="S", maximum=3600.0, commands=MEASURING),
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
-           "the window), as the scripts inferbench replaces did", False, switch=True),
+           "the window), as the scripts inferbench replaces did; serving: the samples stay on the host, each batch "
+           "gathered and copied to the device inside the test", False, switch=True),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
     Option("torch_compile", ("--torch-compile",), "torch, torch-native: torch.compile the module", False,
            switch=True),

@@ -133,6 +133,36 @@ class GlacialRunner(FakeRunner):
     delay_s = 0.06
 
 
+class DeviceRunner(FakeRunner):
+    """A runner with a "device": its samples made resident there (a copy of its own), a batch gathered there; every
+    ``prepare`` (a host batch copied over) is counted from the moment the samples are resident on, as serving must
+    make none inside its tests."""
+
+    def load(self, ctx: LoadContext) -> None:
+        super().load(ctx)
+        self.prepares_after_resident: int | None = None
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        if self.prepares_after_resident is not None:
+            self.prepares_after_resident += 1
+        return np.array(batch, copy=True)
+
+    def resident(self, samples: np.ndarray) -> Any:
+        self.prepares_after_resident = 0
+        return ("device", np.array(samples, copy=True))
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        where, samples = resident
+        assert where == "device"
+        return samples[indices]
+
+    def placement(self) -> str:
+        return "the fake device"
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "prepares_after_resident": self.prepares_after_resident}
+
+
 def _machine(other_cores: float) -> None:
     """This worker's view of the machine from now on: the machine's busy time is its own plus ``other_cores`` of
     other work (and nothing else), whatever the real machine is doing."""
@@ -198,6 +228,7 @@ FAKES = {
     "fake-slow": "SlowRunner", "fake-5ms": "ServerRunner", "fake-60ms": "GlacialRunner",
     "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
     "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
+    "fake-device": "DeviceRunner",
 }
 
 

@@ -536,3 +536,32 @@ def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(default_run, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "holds the op WriteFile" in err[-1], err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("channels_last, precision", [(False, "fp32"), (True, "fp32"), (False, "bf16")])
+def test_torch_gathers_a_batch_from_its_resident_samples_as_prepare_places_a_host_batch(channels_last, precision):
+    """Serving's resident samples (torch: a tensor in the module's layout, dtype and memory format, on its device) and
+    a batch gathered there are what ``prepare`` makes of the same host rows: same values, shape, dtype and strides."""
+    import numpy as np
+    import torch
+
+    from inferbench.registry.models import get_model
+    from inferbench.runners.base import LoadContext
+    from inferbench.runners.torch import TorchNativeRunner, TorchRunner
+    from inferbench.spec import RunnerOptions
+
+    spec = get_model("mobilenet_v3_small")
+    for cls in (TorchNativeRunner, TorchRunner):
+        runner = cls()
+        runner.setup(LoadContext(Path("."), None, spec, 32, "cpu", 1, 0, precision,
+                                 RunnerOptions(channels_last=channels_last)))
+        samples = np.random.default_rng(0).standard_normal((6, 32, 32, 3)).astype(np.float32)
+        idx = np.array([4, 1, 1, 5])
+        got, want = runner.gather(runner.resident(samples), idx), runner.prepare(np.take(samples, idx, axis=0))
+        assert torch.equal(got, want) and got.dtype == want.dtype == runner.dtype
+        assert got.shape == want.shape == ((4, 3, 32, 32) if cls is TorchNativeRunner else (4, 32, 32, 3))
+        assert got.stride() == want.stride()
+        assert got.is_contiguous(memory_format=torch.channels_last if runner.channels_last else
+                                 torch.contiguous_format)
+        assert runner.channels_last == (channels_last and cls is TorchNativeRunner)
+        assert "index_select" in runner.placement()

@@ -279,3 +279,23 @@ def test_a_server_test_the_runtime_did_not_keep_up_with_is_never_valid():
 
     tests = [{"target": 100.0, "valid": verdict("server", far)[0]} for _ in range(3)]
     assert held(tests) is None  # nothing held: no answer above what the runtime completed
+
+
+def test_serving_gathers_batches_from_samples_resident_where_the_runtime_computes(fakes, tmp_path):
+    """The query samples are placed once, where the runtime computes (the runner's ``resident``), and each batch is an
+    index select there: no host batch is prepared (copied to the device) inside a test. LoadGen on a GPU measured
+    numpy's host stacking and copies, 12x under the runtime. ``--include-transfer`` keeps them on the host, each batch
+    prepared inside the test, and the record says which."""
+    assert _serve(tmp_path / "res", "--framework", "fake-device", "--scenario", "offline", "--batch-size", "4") == 0
+    (folder,) = (tmp_path / "res" / "out").iterdir()
+    (rec,) = [json.loads(p.read_text()) for p in folder.glob("*_bs4_fake-device_*.json")]
+    assert rec["serving"]["samples"] == {"resident": True, "placement": "the fake device", "samples": 16}
+    assert rec["runner"]["prepares_after_resident"] == 0 and rec["parity"]["served"]["status"] == "passed"
+    assert rec["throughput_per_s"] > 0
+    assert _serve(tmp_path / "host", "--framework", "fake-device", "--scenario", "offline", "--batch-size", "4",
+                  "--include-transfer") == 0
+    (folder,) = (tmp_path / "host" / "out").iterdir()
+    (rec,) = [json.loads(p.read_text()) for p in folder.glob("*_bs4_fake-device_*.json")]
+    assert rec["serving"]["samples"]["resident"] is False and "--include-transfer" in \
+        rec["serving"]["samples"]["placement"]
+    assert rec["runner"]["prepares_after_resident"] is None and rec["parity"]["served"]["status"] == "passed"

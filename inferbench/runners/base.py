@@ -47,11 +47,12 @@ class Runner:
         raise NotImplementedError
 
     def serving_calls(self, n: int, batch: int) -> list[Any]:
-        """``n`` callables for serving threads, each host batch in, host outputs out (synchronised): what
-        LoadGen's system under test calls. Runtimes whose ``call`` is safe from several threads share it; one that
-        keeps per-request state (OpenVINO's infer request) gives each thread its own."""
-        def serve(x: np.ndarray) -> np.ndarray:
-            out = self.call(self.prepare(x))
+        """``n`` callables for serving threads, each a gathered batch in (:meth:`gather`), host outputs out
+        (synchronised; LoadGen's response is a host buffer): what LoadGen's system under test calls. Runtimes whose
+        ``call`` is safe from several threads share it; one that keeps per-request state (OpenVINO's infer request)
+        gives each thread its own."""
+        def serve(prepared: Any) -> np.ndarray:
+            out = self.call(prepared)
             self.synchronize(out)
             return self.to_numpy(out)
 
@@ -60,6 +61,22 @@ class Runner:
     def prepare(self, batch: np.ndarray) -> Any:
         """Host NHWC float32 array -> what ``call`` takes (device-resident on a GPU)."""
         return batch
+
+    def resident(self, samples: np.ndarray) -> Any:
+        """The serving sample set (host NHWC float32), placed once before any test where ``call`` reads its inputs,
+        in the layout and dtype it reads them (a device tensor on a GPU): the load-samples step of MLPerf's harnesses.
+        The default keeps the host array: what ONNX Runtime and OpenVINO read on the CPU."""
+        return samples
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        """The samples at ``indices`` of :meth:`resident`'s set, as ``call`` takes them: an index select where they
+        lie. The default gathers host rows and calls :meth:`prepare`: a host copy per batch, what a runner that
+        cannot do better pays (on a GPU, a transfer too)."""
+        return self.prepare(np.take(resident, indices, axis=0))
+
+    def placement(self) -> str:
+        """Where :meth:`resident` keeps the serving samples, for the record (``serving.samples``)."""
+        return "host array; each batch gathered on the host, then prepared"
 
     def call(self, prepared: Any) -> Any:
         """One inference; may return before the device has finished."""

@@ -69,6 +69,23 @@ class KerasEagerRunner(TfBase):
             return self.jax.device_put(batch)
         return self.torch.from_numpy(batch).to("cuda:0" if self.gpu else "cpu")
 
+    def resident(self, samples: np.ndarray) -> Any:
+        return self.prepare(samples)
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        if self.backend == "tensorflow":
+            return super().gather(resident, indices)
+        if self.backend == "jax":
+            return resident[self.jax.device_put(indices)]
+        return resident.index_select(0, self.torch.as_tensor(indices, device=resident.device))
+
+    def placement(self) -> str:
+        if self.backend == "tensorflow":
+            return super().placement()
+        where = {"jax": "JAX array on " + str(self.jax.devices()[0]), "torch": "torch tensor on " +
+                 ("cuda:0" if self.gpu else "cpu")}[self.backend]
+        return f"{where} (NHWC, float32); each batch an index select there"
+
     def call(self, prepared: Any) -> Any:
         return self.model(prepared, training=False)
 

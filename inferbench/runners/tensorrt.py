@@ -52,8 +52,20 @@ class TensorRTRunner(Runner):
         self.precision = precision
 
     def prepare(self, batch: np.ndarray) -> Any:
+        return self._bound(self.torch.from_numpy(batch).cuda())
+
+    def resident(self, samples: np.ndarray) -> Any:
+        return self.torch.from_numpy(samples).cuda()
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        return self._bound(resident.index_select(0, self.torch.as_tensor(indices, device=resident.device)))
+
+    def placement(self) -> str:
+        return "torch CUDA tensor (NHWC, float32); each batch an index_select there"
+
+    def _bound(self, x: Any) -> Any:
+        """A device input with its output buffer, the engine's shape set for it."""
         torch = self.torch
-        x = torch.from_numpy(batch).cuda()
         if not self.context.set_input_shape(self.input_name, tuple(x.shape)):
             raise RuntimeError(f"input shape {tuple(x.shape)} is outside the engine's optimisation profile")
         out_shape = tuple(self.context.get_tensor_shape(self.output_name))

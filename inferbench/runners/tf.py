@@ -84,6 +84,16 @@ class TfBase(Runner):
         with self.tf.device(self.device_name):
             return self.tf.identity(self.tf.constant(batch))
 
+    def resident(self, samples: np.ndarray) -> Any:
+        return self.prepare(samples)
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        with self.tf.device(self.device_name):
+            return self.tf.gather(resident, self.tf.constant(indices))
+
+    def placement(self) -> str:
+        return f"TensorFlow tensor on {self.device_name}; each batch a tf.gather there"
+
     def call(self, prepared: Any) -> Any:
         return self.fn(prepared)
 

@@ -94,13 +94,35 @@ class TorchRunner(Runner):
         module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
         return module
 
-    def prepare(self, batch: np.ndarray) -> Any:
+    def _placed(self, x: Any) -> Any:
+        """An NHWC tensor (host or device) in the module's layout, dtype, memory format and device."""
         torch = self.torch
         if self.channels_first:
-            batch = np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
-        x = torch.from_numpy(batch).to(self.dev, self.dtype)
+            x = x.permute(0, 3, 1, 2)
+        return x.to(self.dev, self.dtype).contiguous(
+            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+
+    def prepare(self, batch: np.ndarray) -> Any:
+        return self._graphed(self._placed(self.torch.from_numpy(batch)))
+
+    def resident(self, samples: np.ndarray) -> Any:
+        return self._placed(self.torch.from_numpy(samples))
+
+    def gather(self, resident: Any, indices: np.ndarray) -> Any:
+        torch = self.torch
+        x = resident.index_select(0, torch.as_tensor(indices, device=self.dev))
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
+        return self._graphed(x)
+
+    def placement(self) -> str:
+        return (f"torch tensor on {self.dev} ({'NCHW' if self.channels_first else 'NHWC'}, "
+                f"{str(self.dtype).replace('torch.', '')}{', channels-last' if self.channels_last else ''}); "
+                "each batch an index_select there")
+
+    def _graphed(self, x: Any) -> Any:
+        """``x`` as ``call`` takes it: itself, or with CUDA graphs copied into the graph captured for its shape."""
+        torch = self.torch
         if not self.cuda_graphs:
             return x
         key = (tuple(x.shape), x.dtype)

@@ -3,6 +3,11 @@
 
 In the cell's worker (after the phases every scenario shares, :class:`~inferbench.scenarios.base.Loaded`):
 
+0. **samples placed**: the query samples are made resident where the runtime computes, once, in the layout and
+   dtype it reads (a device tensor for torch on a GPU, a device array for JAX, a TensorFlow tensor on its device, the
+   host array ONNX Runtime and OpenVINO read; the runner's ``resident``), and each batch is an index select there
+   (``gather``): the tests measure the runtime, not host copies. ``--include-transfer`` keeps them on the host, each
+   batch gathered and prepared (copied to the device) inside the test. The record says which (``serving.samples``).
 1. **single query**: a short loop of one-sample calls gives the runtime's own latency, the start of every search;
    for ``server`` a bound (``--slo-p99``) below its p99 is one line: no load can meet it.
 2. **served parity**: LoadGen's accuracy mode sends every query sample once; what the system under test (SUT)
@@ -95,18 +100,26 @@ class Knobs:
 
 class Sut:
     """The runner under LoadGen: ``issue`` only enqueues (it runs on LoadGen's thread), worker threads gather up
-    to ``batch`` samples (waiting at most ``max_delay_ms`` for more), pad the batch to its static shape, call the
-    runner, and complete each sample with its row of the outputs."""
+    to ``batch`` samples (waiting at most ``max_delay_ms`` for more), pad the batch to its static shape, take those
+    samples where they lie (``gather``: the sample indices -> what the runner's ``call`` takes), call the runner, and
+    complete each sample with its row of the outputs.
 
-    def __init__(self, lg: Any, calls: list[Any], samples: np.ndarray, batch: int, knobs: Knobs,
+    The first worker is the thread that runs the test (:meth:`serve`), the one that loaded the runtime and timed its
+    single queries, as the closed loop's calls run on it; LoadGen's test runs on a helper thread meanwhile. A torch
+    runtime called from a second thread starts a second OpenMP team beside the first: on a 2-core VM its batch-8
+    calls took 20-26 ms from a new thread against 13-15 ms from the loading thread, measured alternately in one
+    process, and the same from a thread alone (benchmarks/serving_vs_closed.py measures the whole effect)."""
+
+    def __init__(self, lg: Any, calls: list[Any], gather: Any, batch: int, knobs: Knobs,
                  keep_outputs: bool = False) -> None:
-        self.lg, self.samples, self.batch, self.knobs = lg, samples, batch, knobs
+        self.lg, self.gather, self.batch, self.knobs = lg, gather, batch, knobs
         self.queue: queue.Queue[Any] = queue.Queue()
         self.outputs: dict[int, np.ndarray] = {}
         self.keep_outputs = keep_outputs
         self.errors: list[str] = []
+        self.first = calls[0]
         self.threads = [threading.Thread(target=self._work, args=(call,), daemon=True)
-                        for call in calls[:knobs.concurrency]]
+                        for call in calls[1:knobs.concurrency]]
         for thread in self.threads:
             thread.start()
         self.handle = lg.ConstructSUT(self._issue, self._flush)
@@ -118,11 +131,33 @@ class Sut:
     def _flush(self) -> None:
         pass
 
+    def serve(self, test: Any) -> Any:
+        """Run LoadGen's ``test`` (a call that returns when every sample is completed) on a helper thread while this
+        thread serves as the first worker; returns what ``test`` returned."""
+        done: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                done["out"] = test()
+            except BaseException as exc:  # noqa: BLE001 - raised again on the serving thread
+                done["error"] = exc
+            finally:
+                self.queue.put(None)  # every worker stops (each passes it on)
+
+        helper = threading.Thread(target=run, daemon=True)
+        helper.start()
+        self._work(self.first)
+        helper.join()
+        if "error" in done:
+            raise done["error"]
+        return done.get("out")
+
     def _work(self, call: Any) -> None:
         lg, delay = self.lg, self.knobs.max_delay_ms / 1e3
         while True:
             first = self.queue.get()
             if first is None:
+                self.queue.put(None)  # for the other workers
                 return
             taken = [first]
             until = time.perf_counter() + delay
@@ -136,10 +171,10 @@ class Sut:
                     self.queue.put(None)
                     break
                 taken.append(item)
-            rows = [self.samples[index] for _, index in taken]
-            rows += [rows[-1]] * (self.batch - len(rows))  # padded to the static shape the runtime compiled
+            indices = [index for _, index in taken]
+            indices += [indices[-1]] * (self.batch - len(indices))  # padded to the static shape the runtime compiled
             try:
-                out = call(np.ascontiguousarray(np.stack(rows)))
+                out = call(self.gather(np.asarray(indices, dtype=np.int64)))
             except Exception as exc:  # noqa: BLE001 - every sample must be completed, or LoadGen waits forever
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 out = np.zeros((self.batch, 1), dtype=np.float32)
@@ -153,8 +188,7 @@ class Sut:
             lg.QuerySamplesComplete(responses)
 
     def close(self) -> None:
-        for _ in self.threads:
-            self.queue.put(None)
+        self.queue.put(None)
         for thread in self.threads:
             thread.join(timeout=30)
         self.lg.DestroySUT(self.handle)
@@ -261,9 +295,10 @@ class Session:
         loaded = Loaded(job, emit)
         self.loaded, self.runner = loaded, loaded.runner
         folder = Path(job.artifact_dir)
-        self.samples = np.load(folder / REFERENCE_INPUTS).astype(np.float32)  # the query samples, in memory
+        self.samples = np.load(folder / REFERENCE_INPUTS).astype(np.float32)  # the query samples
         self.reference = np.load(folder / REFERENCE_LOGITS)
         self.batch = job.cell.batch_size
+        self.gather, self.placement = self._place(job.cell.options.include_transfer)
         self.calls = self.runner.serving_calls(2, self.batch)
         self.quick = job.config.quick
         self.logs = Path(tempfile.mkdtemp(prefix="inferbench-loadgen-"))
@@ -292,11 +327,24 @@ class Session:
         self.failed_in_a_row = 0  # INVALID ones
 
     # ------------------------------------------------------------------ set-up
-    def _call_once(self, x: np.ndarray) -> np.ndarray:
-        return self.calls[0](x)
+    def _place(self, include_transfer: bool) -> tuple[Any, dict[str, Any]]:
+        """The sample set made resident where the runtime computes, once, before any test (as MLPerf's harnesses
+        load it with the QSL's load-samples call), and the gather of a batch there. ``--include-transfer`` keeps
+        the samples on the host: each batch gathered there and prepared (copied to the device) inside the test."""
+        runner, samples = self.runner, self.samples
+        if include_transfer:
+            return (lambda idx: runner.prepare(np.take(samples, idx, axis=0)),
+                    {"resident": False, "placement": "host array (--include-transfer): each batch gathered on the "
+                     "host and prepared (copied to the device) inside the test", "input_dtype": str(samples.dtype)})
+        resident = runner.resident(samples)
+        return (lambda idx: runner.gather(resident, idx),
+                {"resident": True, "placement": runner.placement(), "samples": len(samples)})
+
+    def _call_once(self, indices: np.ndarray) -> np.ndarray:
+        return self.calls[0](self.gather(indices))
 
     def _single_queries(self) -> dict[str, Any]:
-        x = np.ascontiguousarray(np.repeat(self.samples[:1], self.batch, axis=0))
+        x = np.zeros(self.batch, dtype=np.int64)  # the first sample, the batch size times
         times = []
         end = time.perf_counter() + (0.5 if self.quick else 1.5)
         while time.perf_counter() < end or len(times) < 20:
@@ -314,7 +362,7 @@ class Session:
         settings = lg.TestSettings()
         settings.scenario = lg.TestScenario.Offline
         settings.mode = lg.TestMode.AccuracyOnly
-        sut = Sut(lg, self.calls, self.samples, self.batch, Knobs(), keep_outputs=True)
+        sut = Sut(lg, self.calls, self.gather, self.batch, Knobs(), keep_outputs=True)
         qsl = lg.ConstructQSL(len(self.samples), len(self.samples), lambda idx: None, lambda idx: None)
         try:
             self._start(sut, qsl, settings, "accuracy")
@@ -347,7 +395,8 @@ class Session:
         log.log_output.copy_summary_to_stdout = False
         log.enable_trace = settings.mode != lg.TestMode.AccuracyOnly
         # a missing audit file: an audit.config in the working folder would silently override the settings
-        lg.StartTestWithLogSettings(sut.handle, qsl, settings, log, str(self.logs / "no-audit.config"))
+        sut.serve(lambda: lg.StartTestWithLogSettings(sut.handle, qsl, settings, log,
+                                                      str(self.logs / "no-audit.config")))
         return out
 
     # ------------------------------------------------------------------ rounds
@@ -378,7 +427,7 @@ class Session:
         else:
             settings.multi_stream_samples_per_query = MULTI_STREAM_SAMPLES
             settings.multi_stream_expected_latency_ns = int(expected_ms * MULTI_STREAM_SAMPLES * 1e6)
-        sut = Sut(lg, self.calls, self.samples, self.batch, knobs)
+        sut = Sut(lg, self.calls, self.gather, self.batch, knobs)
         qsl = lg.ConstructQSL(len(self.samples), len(self.samples), lambda idx: None, lambda idx: None)
         monitors = [(t.name, m) for t in self.loaded.trackers if (m := t.monitor()) is not None]
         for _, monitor in monitors:
@@ -513,7 +562,7 @@ class Session:
             "runner": self.runner.details(),
             "tuning": None,
             "serving": {"scenario": self.scenario, "answer": answer, "steps": self.steps,
-                        "single_query": self.single, "knob_grid": [k.__dict__ for k in self.knob_grid],
+                        "single_query": self.single, "samples": self.placement, "knob_grid": [k.__dict__ for k in self.knob_grid],
                         "settings": {"min_duration_ms": QUICK_DURATION_MS if self.quick else MIN_DURATION_MS,
                                      "quick": self.quick, "slo_p99_ms": self.job.config.slo_p99_ms},
                         "mlperf_valid": False, "mlperf_note": "LoadGen's verdicts with shortened tests (MLPerf "
