@@ -562,7 +562,8 @@ class Session:
             "runner": self.runner.details(),
             "tuning": None,
             "serving": {"scenario": self.scenario, "answer": answer, "steps": self.steps,
-                        "single_query": self.single, "samples": self.placement, "knob_grid": [k.__dict__ for k in self.knob_grid],
+                        "single_query": self.single, "samples": self.placement,
+                        "knob_grid": [k.__dict__ for k in self.knob_grid],
                         "settings": {"min_duration_ms": QUICK_DURATION_MS if self.quick else MIN_DURATION_MS,
                                      "quick": self.quick, "slo_p99_ms": self.job.config.slo_p99_ms},
                         "mlperf_valid": False, "mlperf_note": "LoadGen's verdicts with shortened tests (MLPerf "
