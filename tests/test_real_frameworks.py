@@ -99,7 +99,12 @@ def default_run(tmp_path_factory, shared_cache):
 def test_every_cpu_framework_runs_and_passes_parity(default_run):
     code, out, _ = default_run
     assert code == 0
+    # the cpu extra installs every CPU runtime, JAX included
+    assert {"jax", "onnxrt", "openvino", "torch", "torch-native", "tf", "kerasxla"} <= set(CPU_FRAMEWORKS)
     df = records.load(out)
+    jitted = df[df.framework == "jax"].iloc[0]  # JAX as its docs time it: jitted, on the device, block_until_ready
+    assert jitted["runner.sync"] == "jax.block_until_ready" and jitted["runner.jit"] == "jax.jit(stateless_call)"
+    assert jitted["timing.timed_region"] == "call+sync" and jitted["runner.keras_backend"] == "jax"
     assert len(df) == len(CPU_FRAMEWORKS) * 2
     assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
@@ -470,11 +475,16 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
     for scenario in ("single-stream", "server", "offline"):
         out = tmp_path / scenario
         extra = ["--slo-p99", f"{bound:.1f}"] if scenario == "server" else []
+        served = ["onnxrt", "openvino"] + (["jax"] if scenario == "offline" else [])  # jax: samples on its device
         code = main([*MODEL, "--threads", "2", "--quick", "--scenario", scenario, *extra, "--framework",
-                     "onnxrt,openvino", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+                     ",".join(served), "--output-dir", str(out), "--cache-dir", str(cache_dir)])
         assert code == 0, scenario
         df = records.load(out)
-        assert set(df["framework"]) == {"onnxrt", "openvino"} and (df["parity.served.status"] == "passed").all()
+        assert set(df["framework"]) == set(served) and (df["parity.served.status"] == "passed").all()
+        placed = dict(zip(df["framework"], df["serving.samples.placement"]))
+        assert df["serving.samples.resident"].all(), placed  # placed once, each batch gathered there
+        assert placed["onnxrt"].startswith("host array")
+        assert "jax" not in placed or placed["jax"].startswith("JAX array on ")
         if scenario == "single-stream":
             bound = max(40.0, 8 * float(df["p99_ms"].fillna(df["latency_ms.max"]).max()))
         for _, r in df.iterrows():
@@ -565,3 +575,57 @@ def test_torch_gathers_a_batch_from_its_resident_samples_as_prepare_places_a_hos
                                  torch.contiguous_format)
         assert runner.channels_last == (channels_last and cls is TorchNativeRunner)
         assert "index_select" in runner.placement()
+
+
+def test_without_tensorflow_keras_on_jax_computes_a_new_timed_batchs_reference_once_it_reproduces_tensorflows(
+        default_run, tmp_path):
+    """A GPU machine with the artifacts brought and no TensorFlow failed to serve a batch size not exported ("export of
+    reference failed: tensorflow not installed"). The reference exporter now runs on the Keras backend the worker has
+    (JAX here, TensorFlow installed but not used): its outputs on the 16 reference inputs must reproduce the ones
+    TensorFlow exported, else it fails saying so; the manifest and every record say which backend computed it."""
+    import subprocess
+    import sys
+
+    from inferbench.exporters import key_inputs
+    from inferbench.registry.artifacts import REFERENCE_LOGITS, timed_reference
+
+    _, _, cache_dir = default_run
+    made = cache.artifact_dir(cache_dir, key_inputs("mobilenet_v3_small", 96, "random", 0))
+    folder = tmp_path / "brought"
+    shutil.copytree(made, folder)
+    script = ("import json, sys; from pathlib import Path; from inferbench.exporters.reference import export; "
+              "from inferbench.registry.artifacts import ExportContext; "
+              "print(json.dumps(export(ExportContext(Path(sys.argv[1]), 'mobilenet_v3_small', 96, 'random', 0, "
+              "(1, 4)))))")
+
+    def export_on_jax() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True,
+                              env={**os.environ, "KERAS_BACKEND": "jax"}, check=False)
+
+    done = export_on_jax()
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["keras_backend"] == "jax" and facts["backend_check"]["status"] == "passed"
+    assert "computed with Keras on jax" in facts["notes"][0]
+    tf_made, jax_made = np.load(made / timed_reference(1)), np.load(folder / timed_reference(1))
+    assert np.abs(jax_made - tf_made).max() <= 1e-4 * np.abs(tf_made).max()  # the same model, another backend
+    assert np.load(folder / timed_reference(4)).shape[0] == 4
+    logits = np.load(folder / REFERENCE_LOGITS)  # a TensorFlow reference Keras on JAX does not reproduce: refused
+    np.save(folder / REFERENCE_LOGITS, logits + 0.05 * np.abs(logits).max() * np.sign(logits))
+    done = export_on_jax()
+    assert done.returncode != 0 and "Keras on jax does not reproduce the TensorFlow reference on the 16 reference " \
+        "inputs" in done.stderr
+
+
+def test_without_tensorflow_the_keras_reference_needs_keras_on_the_backend_installed(monkeypatch):
+    """Which packages the Keras model's reference export needs: TensorFlow where it is installed, else Keras on JAX,
+    then torch (the export's package check no longer fails a machine that has Keras and JAX)."""
+    import importlib.util
+
+    from inferbench.registry.artifacts import exporter_packages
+
+    real = importlib.util.find_spec
+    for hidden, want in (((), ("tensorflow", "keras")), (("tensorflow",), ("keras", "jax")),
+                         (("tensorflow", "jax"), ("keras", "torch"))):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, h=hidden: None if name in h else real(name))
+        assert exporter_packages("reference") == want, hidden

@@ -4,7 +4,6 @@ that change what a framework computes or how fast), what it drops from the shell
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -68,10 +67,11 @@ def env_digest(names: tuple[str, ...] | list[str]) -> str:
 
 
 def default_keras_backend() -> str:
-    """The backend Keras runs on where no runner option says otherwise (exports, the reference): TensorFlow,
-    or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch. A Keras
-    model's weights read the same on every backend (the ``ported`` export)."""
-    return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
+    """:func:`inferbench.registry.artifacts.keras_backend_here`. A Keras model's weights read the same on every
+    backend (the ``ported`` export)."""
+    from ..registry.artifacts import keras_backend_here
+
+    return keras_backend_here()
 
 
 @functools.cache

@@ -168,7 +168,8 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario) if k in EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
-    return {k: {key: entries[k][key] for key in ("exported_at", "versions", "brought_from") if key in entries[k]}
+    keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check")
+    return {k: {key: entries[k][key] for key in keep if key in entries[k]}
             for k in kinds if isinstance(entries.get(k), dict)}
 
 

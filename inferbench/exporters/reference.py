@@ -32,10 +32,52 @@ Predict = Callable[[np.ndarray], np.ndarray]
 def export(ctx: ExportContext) -> dict[str, Any]:
     spec = get_model(ctx.model)
     predict = predictor(spec, ctx)
+    facts: dict[str, Any] = {"notes": []}
+    if source_kind(spec) == "keras":
+        import keras
+
+        facts["keras_backend"] = keras.backend.backend()
+        if facts["keras_backend"] != "tensorflow":
+            facts.update(backend_check(ctx, predict, facts["keras_backend"]))
     for bs in ctx.batch_sizes:
         np.save(ctx.folder / timed_reference(bs), predict(make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)))
     return {"paths": [timed_reference(bs) for bs in ctx.batch_sizes], "batch_sizes": list(ctx.batch_sizes),
-            "source": source_kind(spec), "notes": []}
+            "source": source_kind(spec), **facts}
+
+
+def backend_check(ctx: ExportContext, predict: Predict, backend: str) -> dict[str, Any]:
+    """Keras on another backend than TensorFlow (a machine without TensorFlow: a GPU machine with the artifacts
+    brought) stands in for TensorFlow's reference only where it reproduces it: its outputs on the 16 reference
+    inputs against those TensorFlow exported, within the FP32 gate (widened by the model's own FP32 spread, as every
+    export's); else the export fails, saying so."""
+    import json
+
+    from ..measure import parity
+
+    spread_file = ctx.folder / REFERENCE_SPREAD
+    spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
+    check = parity.compare(np.load(ctx.folder / REFERENCE_LOGITS), predict(np.load(ctx.folder / REFERENCE_INPUTS)),
+                           "fp32", spread)
+    if check["status"] != "passed":
+        raise RuntimeError(f"Keras on {backend} does not reproduce the TensorFlow reference on the 16 reference "
+                           f"inputs ({check.get('reason')}): it cannot compute the reference of a new timed batch "
+                           "here; install TensorFlow, or export the batch sizes you time where it is")
+    said = {k: check.get(k) for k in ("status", "max_rel_err", "cosine", "top1_agreement")}
+    return {"backend_check": said, "notes": [
+        f"computed with Keras on {backend} (not TensorFlow); it reproduces TensorFlow's 16-input reference "
+        f"within the FP32 gate (max rel err {check.get('max_rel_err'):.2g})"]}
+
+
+def keras_call(model: Any) -> Any:
+    """The Keras model as a function on the backend Keras runs on: TensorFlow's graph function, else the model called
+    on that backend (JAX, torch), outputs as host arrays."""
+    import keras
+
+    from ..registry.models import graph_call
+
+    if keras.backend.backend() == "tensorflow":
+        return graph_call(model)
+    return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
 
 
 def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict:
@@ -43,9 +85,9 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        from ..registry.models import graph_call, load_keras
+        from ..registry.models import load_keras
 
-        call = graph_call(model if model is not None else load_keras(ctx.path("keras")))
+        call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
         from ..runners.tf import load_saved_model, serving_function
 

@@ -85,7 +85,25 @@ def _from_source(kind: str, model: Any) -> bool:
 
 def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
     src = source_kind(model)
+    if kind == "reference" and src == "keras":
+        return keras_reference_packages()
     return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
+
+
+def keras_reference_packages() -> tuple[str, ...]:
+    """What the Keras model's reference outputs are computed with: TensorFlow (its graph function) where it is
+    installed, else Keras on the backend that is (JAX, then torch: a GPU machine with the artifacts brought), whose
+    outputs must reproduce TensorFlow's 16-input reference first (:func:`inferbench.exporters.reference.export`)."""
+    backend = keras_backend_here()
+    return ("tensorflow", "keras") if backend == "tensorflow" else ("keras", backend)
+
+
+def keras_backend_here() -> str:
+    """The backend Keras runs on where no runner option says otherwise (exports, the reference): TensorFlow,
+    or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch."""
+    import importlib.util
+
+    return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
 
 
 def exporter_extra(kind: str, model: Any = None) -> str:

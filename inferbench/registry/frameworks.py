@@ -148,6 +148,10 @@ FRAMEWORKS: dict[str, Framework] = {
                   "Keras' compiled predict step (predict_on_batch), jit_compile=True (XLA; torch.compile on torch); "
                   "training: its train step, jit_compile=True", trainer="inferbench.runners.keras:KerasXlaTrainer",
                   **_KERAS),
+        Framework("jax", "inferbench.runners.jax:JaxRunner", "keras", ("keras", "jax"), ("jax", "jaxlib"), "jax",
+                  "JAX: jax.jit of the Keras model's stateless call (XLA), inputs and outputs on the device, "
+                  "block_until_ready (keras/kerasxla on --keras-backend jax: Keras' predict_on_batch instead)",
+                  best_on=("cpu", "gpu")),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "tf",
                   "TF SavedModel serving function (graph mode, no XLA); training: a tf.function GradientTape step on "
                   "the Keras model", best_on=("cpu", "gpu"), options=(*_TUNE, *_TF_TRAIN),

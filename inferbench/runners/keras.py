@@ -44,16 +44,9 @@ class KerasEagerRunner(TfBase):
             self.torch = torch
             self.tf32 = strict_fp32(torch, ctx)
         else:
-            import jax
+            from .jax import setup_jax
 
-            platform = jax.devices()[0].platform
-            if self.gpu and platform != "gpu":
-                raise RuntimeError(f"JAX runs on {platform}, not on the GPU (is JAX's CUDA plugin installed? "
-                                   "pip install -U 'jax[cuda13]')")
-            if self.gpu:  # XLA's GPU default for FP32 convolutions and products is TF32: FP32 means FP32
-                jax.config.update("jax_default_matmul_precision", "highest")
-            self.tf32 = False if self.gpu else None
-            self.jax = jax
+            self.jax, self.tf32 = setup_jax(self.gpu)
         self.threads = ctx.threads
         import keras
 
