@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_FRAMEWORKS = "onnxrt,openvino,torch,torch-native,tf,tfxla,keras-eager,keras,kerasxla"
+DEFAULT_FRAMEWORKS = "onnxrt,openvino,torch,torch-native,jax,tf,tfxla,keras-eager,keras,kerasxla"
 
 
 def offline_test(lg, sut, samples: int, expected_qps: float, block_s: float, seed: int, logs: Path) -> float:
