@@ -186,3 +186,22 @@ def test_blocks_too_short_for_procs_ticks_leave_the_state_unknown():
     short = [block(fake_machine(clock, 1.0, 0.0), clock, seconds=0.05) for _ in range(4)]
     verdict = machine.summarize(short, threads=2)["validity"]
     assert verdict["valid"] is None and "too short for /proc's 10 ms ticks" in verdict["reason"]
+
+
+def test_a_reduced_precision_is_refused_where_the_cpu_would_emulate_it():
+    """BF16 and FP16 run where the CPU has their instructions (x86: AVX-512 or AMX; Arm: BF16, half-precision SIMD);
+    elsewhere one line names what is missing and what the CPU has. FP32 always runs."""
+    from inferbench.base.machine import cpu_precision_refusal
+
+    epyc = {"fma", "avx", "avx2", "sse4_2"}
+    xeon = epyc | {"avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"}
+    assert cpu_precision_refusal("fp32", epyc) is None
+    assert cpu_precision_refusal("bf16", xeon) is None and cpu_precision_refusal("bf16", {"asimd", "bf16"}) is None
+    assert cpu_precision_refusal("fp16", xeon | {"avx512_fp16"}) is None
+    assert cpu_precision_refusal("fp16", {"asimd", "asimdhp"}) is None
+    assert cpu_precision_refusal("bf16", epyc) == (
+        "--precision bf16: this CPU has no BF16 instructions (avx512_bf16 or amx_bf16; its AVX-512/AMX flags: none): "
+        "a runtime would emulate BF16 and time the emulation")
+    said = cpu_precision_refusal("fp16", xeon)
+    assert said is not None and "(avx512_fp16 or amx_fp16; its AVX-512/AMX flags: amx_bf16, amx_tile, avx512_bf16, " \
+        "avx512_vnni, avx512f)" in said

@@ -333,9 +333,14 @@ def test_missing_package_is_a_failed_row_naming_the_extra(monkeypatch, tmp_path,
     assert df.loc["onnxrt", "status"] == "ok"
 
 
-def test_options_reach_the_runner_and_the_record(default_run, tmp_path):
+def test_options_reach_the_runner_and_the_record(default_run, tmp_path, monkeypatch):
     """--include-transfer times host-to-host and says so; --precision bf16 runs torch in bf16 with bf16
-    parity thresholds; channels-last reaches torch-native."""
+    parity thresholds; channels-last reaches torch-native. (The CPU is said to have BF16 instructions: what is tested
+    here is the options' way to the record; a CPU without them is refused, the next test.)"""
+    from inferbench.base import machine
+
+    flags = machine.cpu_flag_set() | {"avx512_bf16"}
+    monkeypatch.setattr(machine, "cpu_flag_set", lambda: flags)
     _, _, cache_dir = default_run
     out = tmp_path / "out"
     code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16",
@@ -498,6 +503,39 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
                 assert r["throughput_per_s"] > 0
         if scenario == "server":  # which runtime holds the bound depends on the machine's tail; one of two must
             assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()
+
+
+def test_bf16_runs_where_the_cpu_computes_it_and_is_refused_in_one_line_where_it_would_be_emulated(
+        default_run, tmp_path, capsys, monkeypatch):
+    """OpenVINO takes --precision bf16 (its inference-precision hint) and torch runs bf16 where this CPU has BF16
+    instructions (AVX512_BF16 or AMX), the record saying what each executed (OpenVINO's compute layers read back from
+    its runtime model, torch's dtype); on a CPU without them one line, exit 2, nothing written (the machine's own
+    flags decide which branch runs; the refusal is also checked with an AVX2-only CPU's flags)."""
+    from inferbench.base import machine
+
+    _, _, cache_dir = default_run
+    argv = [*MODEL, *QUICK, "--framework", "openvino,torch-native", "--precision", "bf16", "--rounds", "3",
+            "--cache-dir", str(cache_dir)]
+    refusal = machine.cpu_precision_refusal("bf16")
+    code = main([*argv, "--output-dir", str(tmp_path / "real")])
+    if refusal is None:  # this CPU computes BF16
+        assert code in (0, 1)  # parity decides (issue 37: the seeded model's BF16 drift)
+        df = records.load(tmp_path / "real").set_index("framework_key")
+        assert (df["status"] == "ok").all(), df["error"]
+        assert df.loc["openvino", "runner.inference_precision"] == "bf16"
+        executed = df.loc["openvino", "runner.executed_precisions"]
+        assert set(executed) == {"bf16"} and executed["bf16"] > 10, executed
+        assert df.loc["torch-native", "runner.dtype"] == "bfloat16" and set(df["precision"]) == {"bf16"}
+    else:
+        assert code == 2 and capsys.readouterr().err.strip().endswith(refusal)
+        assert not (tmp_path / "real").exists() or not any((tmp_path / "real").iterdir())
+    avx2_only = {"fma", "avx", "avx2", "sse4_1", "sse4_2"}  # an AMD EPYC of these machines
+    monkeypatch.setattr(machine, "cpu_flag_set", lambda: avx2_only)
+    assert main([*argv, "--output-dir", str(tmp_path / "avx2")]) == 2
+    err = capsys.readouterr().err
+    assert "--precision bf16: this CPU has no BF16 instructions (avx512_bf16 or amx_bf16; its AVX-512/AMX flags: " \
+        "none)" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "avx2").exists() or not any((tmp_path / "avx2").iterdir())
 
 
 EVIL_SAVEDMODEL = """

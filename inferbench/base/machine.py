@@ -17,15 +17,37 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_flags() -> list[str]:
+def cpu_flag_set() -> set[str]:
+    """Every instruction-set flag of this machine's CPU (x86 ``flags``, Arm ``Features`` in /proc/cpuinfo)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return []
+    return set()
+
+
+def _cpu_flags() -> list[str]:
+    return sorted(f for f in cpu_flag_set() if f.startswith(("avx", "amx", "fma", "sse4")))
+
+
+#: The CPU instructions that compute a reduced precision natively (x86: AVX-512 and AMX; Arm: BF16, half-precision
+#: SIMD). Without them a runtime emulates it (torch widens to FP32 around each operation; OpenVINO quietly runs f32):
+#: the timing would be the emulation's.
+NATIVE_PRECISION = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx512_fp16", "amx_fp16", "asimdhp")}
+
+
+def cpu_precision_refusal(precision: str, flags: set[str] | None = None) -> str | None:
+    """Why this CPU cannot run ``precision`` natively (one line), or None (FP32; or its instructions are there)."""
+    wanted = NATIVE_PRECISION.get(precision)
+    flags = cpu_flag_set() if flags is None else flags
+    if wanted is None or flags & set(wanted):
+        return None
+    x86 = [f for f in wanted if "_" in f]
+    seen = ", ".join(sorted(f for f in flags if f.startswith(("avx512", "amx")))) or "none"
+    return (f"--precision {precision}: this CPU has no {precision.upper()} instructions ({' or '.join(x86)}; its "
+            f"AVX-512/AMX flags: {seen}): a runtime would emulate {precision.upper()} and time the emulation")
 
 
 def memory_total_gb(field: str = "MemTotal") -> float | None:

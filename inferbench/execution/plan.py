@@ -196,6 +196,13 @@ def build(values: dict[str, Any]) -> Built:
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
+    if device.kind == "cpu":  # a reduced precision this CPU emulates would time the emulation: one line
+        from ..base.machine import cpu_precision_refusal
+
+        used = {p for _, _, fws in plan for _, ps in fws for p in ps}
+        refused = next((why for p in sorted(used) if (why := cpu_precision_refusal(p))), None)
+        if refused:
+            raise UsageError(refused)
     for key in values["frameworks"]:  # named explicitly and runnable on none of several models: as for one model
         if key not in SETS and len(left.get(key, {})) == len(models) > 1:
             raise UsageError(f"{key}: {next(iter(left[key].values()))}")

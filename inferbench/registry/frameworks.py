@@ -170,8 +170,9 @@ FRAMEWORKS: dict[str, Framework] = {
                   devices=("gpu",), precisions=("fp16",), gpu_build="onnxruntime-gpu"),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
-                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32", devices=("cpu",),
-                  best_on=("cpu",), also_loads=("onnx",), options=_TUNE),
+                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32 (bf16/f16 with --precision)",
+                  devices=("cpu",), best_on=("cpu",), also_loads=("onnx",), options=_TUNE,
+                  precisions=("bf16", "fp16")),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16"), options=_TORCH_OPTIONS),

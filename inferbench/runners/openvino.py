@@ -15,7 +15,10 @@ to a fused graph that ran faster than ONNX Runtime: the model source, not the CP
 - ``PERFORMANCE_HINT=LATENCY``: one stream, one request at a time, as every framework here is timed;
 - ``INFERENCE_NUM_THREADS`` = the run's thread count (read back and recorded);
 - ``INFERENCE_PRECISION_HINT=f32``: on CPUs with bf16/AMX the plugin would otherwise run bf16 by
-  default, a different contender from the FP32 runtimes it is ranked against.
+  default, a different contender from the FP32 runtimes it is ranked against. ``--precision bf16`` / ``fp16`` set
+  it to ``bf16`` / ``f16`` (refused in one line on a CPU without those instructions); the precision the compiled
+  model's convolutions and matrix products really run at is read back from its runtime model and recorded
+  (``runner.executed_precisions``): a hint the plugin quietly ignored fails the cell.
 
 One infer request is created at load; ``infer`` is synchronous (it returns when the work is done)
 and shares the input and output buffers (about 5% faster than copying them).
@@ -29,6 +32,24 @@ from typing import Any
 import numpy as np
 
 from .base import LoadContext, Runner
+
+#: --precision -> OpenVINO's INFERENCE_PRECISION_HINT
+HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+#: The layers whose precision says what the model computes at (activations and pooling may stay f32)
+COMPUTE_LAYERS = ("Convolution", "GroupConvolution", "FullyConnected", "MatMul")
+
+
+def executed_precisions(compiled: Any) -> dict[str, int]:
+    """How many compute layers of the compiled model run at each precision (its runtime model's
+    ``runtimePrecision``)."""
+    from collections import Counter
+
+    seen: Counter[str] = Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "runtimePrecision" in info and info["layerType"].astype(str) in COMPUTE_LAYERS:
+            seen[info["runtimePrecision"].astype(str)] += 1
+    return dict(seen)
 
 
 class OpenVinoRunner(Runner):
@@ -52,6 +73,7 @@ class OpenVinoRunner(Runner):
             check_savedmodel(Path(ctx.artifact))
         model = ov.convert_model(str(ctx.artifact))
         self.batch = ctx.batch_size
+        self.hint = HINTS[ctx.precision]
         model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
@@ -67,11 +89,15 @@ class OpenVinoRunner(Runner):
             compiled = self.core.compile_model(self.model, "CPU", {
                 "PERFORMANCE_HINT": key[0],
                 "INFERENCE_NUM_THREADS": self.threads,
-                "INFERENCE_PRECISION_HINT": "f32",
+                "INFERENCE_PRECISION_HINT": self.hint,
                 "ENABLE_CPU_PINNING": key[1],
             })
             self.compiled_for[key] = (compiled, compiled.create_infer_request())
         self.compiled, self.request = self.compiled_for[key]
+        self.executed = executed_precisions(self.compiled)
+        if set(self.executed) != {self.hint}:
+            raise RuntimeError(f"OpenVINO was asked for {self.hint} and runs its compute layers at "
+                               f"{dict(self.executed)}")
 
     def serving_calls(self, n: int, batch: int) -> list[Any]:
         """An infer request of the compiled model per serving thread (one request is not to be shared)."""
@@ -101,6 +127,7 @@ class OpenVinoRunner(Runner):
             "intra_op_threads": int(prop("INFERENCE_NUM_THREADS")),
             "performance_hint": str(prop("PERFORMANCE_HINT")),
             "inference_precision": prop("INFERENCE_PRECISION_HINT").to_string(),
+            "executed_precisions": self.executed,
             "streams": int(prop("NUM_STREAMS")),
             "cpu_pinning": bool(prop("ENABLE_CPU_PINNING")),
             "model_source": f"{self.source} (openvino.convert_model)",
