@@ -20,7 +20,7 @@ from .registry.models import ModelFile
 from .registry.scenarios import SCENARIOS
 from .registry.scenarios import scenario as scenario_entry
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: FP32 storage, tensor cores' 10-bit mantissa (GPU)
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 #: The training scenario's optimizers and batch-norm modes (--optimizer, --bn-mode).
 OPTIMIZERS = ("sgd", "adam")

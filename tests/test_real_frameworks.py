@@ -667,3 +667,46 @@ def test_without_tensorflow_the_keras_reference_needs_keras_on_the_backend_insta
                          (("tensorflow", "jax"), ("keras", "torch"))):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, h=hidden: None if name in h else real(name))
         assert exporter_packages("reference") == want, hidden
+
+
+def test_a_gpu_tunes_cuda_graphs_inductor_modes_and_layouts_and_each_setting_reaches_the_runner(tmp_path, capsys):
+    """On a GPU the best set holds torch-native, tuned over CUDA graphs and channels-last, and torch-inductor over
+    its modes (default, reduce-overhead's CUDA graphs, max-autotune without them) and channels-first: the GPU's "best"
+    had been 2-3x off (torch-inductor alone, no CUDA graphs). Each setting reaches the runner as it loads (read here
+    on the CPU, where capturing a CUDA graph is refused, saying so). TF32 is a precision of its own, refused on a
+    CPU in one line."""
+    from inferbench.registry.frameworks import FRAMEWORKS, in_set
+    from inferbench.registry.models import get_model
+    from inferbench.runners.base import LoadContext
+    from inferbench.runners.torch import TorchInductorRunner, TorchNativeRunner
+    from inferbench.spec import RunnerOptions
+
+    assert {k for k, fw in FRAMEWORKS.items() if in_set(fw, "best", "gpu")} >= {"torch-native", "torch-inductor",
+                                                                                 "jax", "tensorrt-fp32"}
+    native, live = TorchNativeRunner.tuning_grid(2, "gpu")
+    assert native == [{}, {"channels_last": True}, {"cuda_graphs": True}, {"channels_last": True, "cuda_graphs": True}]
+    assert live == [{}] and TorchNativeRunner.tuning_grid(2, "cpu")[0] == [{}, {"omp_wait_policy": "PASSIVE"}]
+    inductor, _ = TorchInductorRunner.tuning_grid(2, "gpu")
+    assert inductor == [{}, {"mode": "reduce-overhead"}, {"mode": "max-autotune-no-cudagraphs"},
+                        {"channels_last": False}]
+    spec = get_model("mobilenet_v3_small")
+
+    def set_up(cls: Any, setting: dict, **options: Any) -> Any:
+        runner = cls()
+        runner.setup(LoadContext(tmp_path, None, spec, 32, "cpu", 1, 0, options=RunnerOptions(**options),
+                                 setting=setting))
+        return runner
+
+    assert set_up(TorchNativeRunner, {"channels_last": True}).channels_last
+    assert not set_up(TorchNativeRunner, {}).channels_last
+    with pytest.raises(RuntimeError, match="CUDA graphs need a GPU"):
+        set_up(TorchNativeRunner, {"cuda_graphs": True})
+    compiled = {"torch_compile": True, "channels_last": True}  # as TorchInductorRunner.load sets them
+    assert set_up(TorchInductorRunner, {"mode": "reduce-overhead"}, **compiled).compile_options() == {
+        "mode": "reduce-overhead"}
+    assert set_up(TorchInductorRunner, {}, **compiled).compile_options() == {}
+    assert not set_up(TorchInductorRunner, {"channels_last": False}, **compiled).channels_last
+    assert main([*MODEL, "--framework", "torch-native", "--precision", "tf32", "--output-dir",
+                 str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--precision tf32: TF32 is the tensor-core format of NVIDIA GPUs; "
+                                                    "a CPU computes FP32 (--precision fp32)")

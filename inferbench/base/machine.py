@@ -40,6 +40,8 @@ NATIVE_PRECISION = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx51
 
 def cpu_precision_refusal(precision: str, flags: set[str] | None = None) -> str | None:
     """Why this CPU cannot run ``precision`` natively (one line), or None (FP32; or its instructions are there)."""
+    if precision == "tf32":
+        return "--precision tf32: TF32 is the tensor-core format of NVIDIA GPUs; a CPU computes FP32 (--precision fp32)"
     wanted = NATIVE_PRECISION.get(precision)
     flags = cpu_flag_set() if flags is None else flags
     if wanted is None or flags & set(wanted):

@@ -57,6 +57,7 @@ THRESHOLDS: dict[str, Thresholds] = {
     "fp32": Thresholds(max_rel_err=1e-3, min_cosine=0.999999),
     "fp16": Thresholds(max_rel_err=1e-2, min_cosine=0.995),
     "bf16": Thresholds(max_rel_err=3e-2, min_cosine=0.99),
+    "tf32": Thresholds(max_rel_err=1e-2, min_cosine=0.995),  # FP16's mantissa (10 bits), FP32's range
 }
 
 
