@@ -85,7 +85,7 @@ def _from_source(kind: str, model: Any) -> bool:
 
 def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
     src = source_kind(model)
-    if kind == "reference" and src == "keras":
+    if kind == "reference" and src == "keras" and keras_backend_here() != "tensorflow":
         return keras_reference_packages()
     return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
 
@@ -95,7 +95,7 @@ def keras_reference_packages() -> tuple[str, ...]:
     installed, else Keras on the backend that is (JAX, then torch: a GPU machine with the artifacts brought), whose
     outputs must reproduce TensorFlow's 16-input reference first (:func:`inferbench.exporters.reference.export`)."""
     backend = keras_backend_here()
-    return ("tensorflow", "keras") if backend == "tensorflow" else ("keras", backend)
+    return EXPORTERS["reference"].packages if backend == "tensorflow" else ("keras", backend)
 
 
 def keras_backend_here() -> str:
