@@ -34,13 +34,13 @@ DEFAULT_FRAMEWORKS = "onnxrt,openvino,torch,torch-native,jax,tf,tfxla,keras-eage
 
 
 def offline_test(lg, sut, samples: int, expected_qps: float, block_s: float, seed: int, logs: Path) -> float:
-    from inferbench.scenarios.serve import MIN_QUERIES, parse_detail
+    from inferbench.scenarios.serve import MIN_QUERIES, parse_detail, whole_batches
 
     settings = lg.TestSettings()
     settings.scenario, settings.mode = lg.TestScenario.Offline, lg.TestMode.PerformanceOnly
     settings.min_duration_ms = int(block_s * 1e3)
     settings.min_query_count = MIN_QUERIES["offline"]
-    settings.offline_expected_qps = expected_qps
+    settings.offline_expected_qps = whole_batches(expected_qps, sut.batch, block_s, settings.min_query_count)
     settings.schedule_rng_seed = settings.sample_index_rng_seed = seed
     log = lg.LogSettings()
     log.log_output.outdir = str(logs)

@@ -299,3 +299,34 @@ def test_serving_gathers_batches_from_samples_resident_where_the_runtime_compute
     assert rec["serving"]["samples"]["resident"] is False and "--include-transfer" in \
         rec["serving"]["samples"]["placement"]
     assert rec["runner"]["prepares_after_resident"] is None and rec["parity"]["served"]["status"] == "passed"
+
+
+def test_an_offline_query_is_whole_batches_so_no_padded_tail_batch_is_timed(tmp_path):
+    """LoadGen's Offline query holds expected QPS x duration x 1.1 samples; at batch 32 and 60 samples/s over 1 s that
+    was 66: three batches, the last two samples padded to 32, timed as a whole batch (a closed loop's 60 samples/s
+    read 41 under LoadGen). The expected QPS serving sets gives whole batches, at least as many samples as asked."""
+    import mlperf_loadgen as lg
+
+    from inferbench.scenarios.serve import parse_detail, whole_batches
+
+    def complete(samples):
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+
+    sut, qsl = lg.ConstructSUT(complete, lambda: None), lg.ConstructQSL(16, 16, lambda i: None, lambda i: None)
+    try:
+        for qps, batch, duration_s, least in ((60.0, 32, 1.0, 64), (1000.0, 8, 0.5, 64), (45.5, 7, 2.0, 64),
+                                              (3.0, 16, 0.5, 64), (9.9, 1, 1.0, 1), (87.5, 32, 1.0, 100)):
+            settings = lg.TestSettings()
+            settings.scenario, settings.mode = lg.TestScenario.Offline, lg.TestMode.PerformanceOnly
+            settings.min_duration_ms, settings.min_query_count = int(duration_s * 1e3), least
+            settings.offline_expected_qps = whole_batches(qps, batch, duration_s, least)
+            log = lg.LogSettings()
+            log.log_output.outdir = str(tmp_path)
+            log.log_output.copy_summary_to_stdout = False
+            lg.StartTestWithLogSettings(sut, qsl, settings, log, str(tmp_path / "no-audit.config"))
+            samples = parse_detail(tmp_path / "mlperf_log_detail.txt")["generated_samples_per_query"]
+            asked = max(qps * duration_s * 1.1, least)
+            assert samples % batch == 0 and asked <= samples < asked + batch, (qps, batch, duration_s, samples)
+    finally:
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
