@@ -238,9 +238,9 @@ OPTIONS: tuple[Option, ...] = (
            maximum=MAX_RESOLUTION, commands=MEASURING),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
            metavar="N[,N...]", maximum=MAX_BATCH, commands=MEASURING),
-    Option("precisions", ("--precision", "--precisions"), "fp32, fp16 or bf16 (comma list in a sweep): frameworks "
-           "that take it run at it (torch, torch-native, torch-inductor, openvino), the others at their own; on a CPU "
-           "only where it has that precision's instructions (BF16: AVX512_BF16 or AMX)", [], precisions,
+    Option("precisions", ("--precision", "--precisions"), "fp32, fp16, bf16 or tf32 (comma list in a sweep): "
+           "frameworks that take it run at it (torch, torch-native, torch-inductor, openvino), the others at their "
+           "own; on a CPU only where it has that precision's instructions (BF16: AVX512_BF16 or AMX)", [], precisions,
            metavar="P[,P...]"),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),

@@ -156,8 +156,8 @@ class DeviceRunner(FakeRunner):
         assert where == "device"
         return samples[indices]
 
-    def placement(self) -> str:
-        return "the fake device"
+    def placement(self) -> dict[str, Any]:
+        return {"resident": True, "placement": "the fake device"}
 
     def details(self) -> dict[str, Any]:
         return {**super().details(), "prepares_after_resident": self.prepares_after_resident}

@@ -612,7 +612,7 @@ def test_torch_gathers_a_batch_from_its_resident_samples_as_prepare_places_a_hos
         assert got.is_contiguous(memory_format=torch.channels_last if runner.channels_last else
                                  torch.contiguous_format)
         assert runner.channels_last == (channels_last and cls is TorchNativeRunner)
-        assert "index_select" in runner.placement()
+        assert "index_select" in runner.placement()["placement"] and runner.placement()["resident"]
 
 
 def test_without_tensorflow_keras_on_jax_computes_a_new_timed_batchs_reference_once_it_reproduces_tensorflows(
@@ -634,7 +634,8 @@ def test_without_tensorflow_keras_on_jax_computes_a_new_timed_batchs_reference_o
     script = ("import json, sys; from pathlib import Path; from inferbench.exporters.reference import export; "
               "from inferbench.registry.artifacts import ExportContext; "
               "print(json.dumps(export(ExportContext(Path(sys.argv[1]), 'mobilenet_v3_small', 96, 'random', 0, "
-              "(1, 4)))))")
+              "(1, 2, 4)))))")
+    (folder / timed_reference(1)).unlink()  # made again on JAX; batch 2's, TensorFlow's, is kept
 
     def export_on_jax() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True,
@@ -644,7 +645,8 @@ def test_without_tensorflow_keras_on_jax_computes_a_new_timed_batchs_reference_o
     assert done.returncode == 0, done.stderr[-2000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["keras_backend"] == "jax" and facts["backend_check"]["status"] == "passed"
-    assert "computed with Keras on jax" in facts["notes"][0]
+    assert "computed with Keras on jax" in facts["notes"][0] and facts["computed_batch_sizes"] == [1, 4]
+    assert (folder / timed_reference(2)).read_bytes() == (made / timed_reference(2)).read_bytes()
     tf_made, jax_made = np.load(made / timed_reference(1)), np.load(folder / timed_reference(1))
     assert np.abs(jax_made - tf_made).max() <= 1e-4 * np.abs(tf_made).max()  # the same model, another backend
     assert np.load(folder / timed_reference(4)).shape[0] == 4

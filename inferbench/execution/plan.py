@@ -196,7 +196,8 @@ def build(values: dict[str, Any]) -> Built:
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
-    if device.kind == "cpu":  # a reduced precision this CPU emulates would time the emulation: one line
+    if device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate: one line
+        # (on Ray's nodes the CPUs are theirs, not this one's: each worker's record says what it executed)
         from ..base.machine import cpu_precision_refusal
 
         used = {p for _, _, fws in plan for _, ps in fws for p in ps}

@@ -40,7 +40,11 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         if facts["keras_backend"] != "tensorflow":
             facts.update(backend_check(ctx, predict, facts["keras_backend"]))
     for bs in ctx.batch_sizes:
-        np.save(ctx.folder / timed_reference(bs), predict(make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)))
+        path = ctx.folder / timed_reference(bs)
+        if facts.get("keras_backend", "tensorflow") != "tensorflow" and path.exists():
+            continue  # computed before (by TensorFlow, or as here): kept
+        np.save(path, predict(make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)))
+        facts.setdefault("computed_batch_sizes", []).append(bs)
     return {"paths": [timed_reference(bs) for bs in ctx.batch_sizes], "batch_sizes": list(ctx.batch_sizes),
             "source": source_kind(spec), **facts}
 
@@ -75,8 +79,17 @@ def keras_call(model: Any) -> Any:
 
     from ..registry.models import graph_call
 
-    if keras.backend.backend() == "tensorflow":
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
         return graph_call(model)
+    if backend == "jax":  # FP32 means FP32: XLA's GPU default for convolutions and products is TF32
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+    else:  # torch: cuDNN's convolutions run on TF32 tensor cores by default
+        import torch
+
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
 
 

@@ -74,9 +74,16 @@ class Runner:
         cannot do better pays (on a GPU, a transfer too)."""
         return self.prepare(np.take(resident, indices, axis=0))
 
-    def placement(self) -> str:
-        """Where :meth:`resident` keeps the serving samples, for the record (``serving.samples``)."""
-        return "host array; each batch gathered on the host, then prepared"
+    def placement(self) -> dict[str, Any]:
+        """Where :meth:`resident` keeps the serving samples, for the record (``serving.samples``): ``resident`` (where
+        the runtime reads its inputs) and ``placement`` (in words)."""
+        return {"resident": True, "placement": "host array (where this runtime reads its inputs); each batch gathered "
+                "on the host"}
+
+    def serving_concurrency(self) -> int:
+        """The most serving threads that may call this runner at once (2; 1 where calls share one captured CUDA graph
+        or one execution context: their buffers would mix)."""
+        return 2
 
     def call(self, prepared: Any) -> Any:
         """One inference; may return before the device has finished."""

@@ -41,6 +41,12 @@ class JaxRunner(Runner):
         from ..registry.models import load_keras
 
         os.environ["KERAS_BACKEND"] = "jax"  # before Keras is imported in this worker
+        self.cpus = None
+        if ctx.device == "cpu":  # XLA:CPU sizes its thread pool by the CPUs it may use: --threads of them
+            allowed = sorted(os.sched_getaffinity(0))
+            if ctx.threads < len(allowed):
+                os.sched_setaffinity(0, allowed[:ctx.threads])
+            self.cpus = min(ctx.threads, len(allowed))
         self.jax, self.tf32 = setup_jax(ctx.device == "gpu")
         import keras
 
@@ -68,8 +74,9 @@ class JaxRunner(Runner):
     def gather(self, resident: Any, indices: np.ndarray) -> Any:
         return self.take(resident, self.jax.device_put(indices, self.device))
 
-    def placement(self) -> str:
-        return f"JAX array on {self.device} (NHWC, float32); each batch a jitted index select there"
+    def placement(self) -> dict[str, Any]:
+        return {"resident": True,
+                "placement": f"JAX array on {self.device} (NHWC, float32); each batch a jitted index select there"}
 
     def call(self, prepared: Any) -> Any:
         return self.fn(self.params, prepared)
@@ -89,5 +96,6 @@ class JaxRunner(Runner):
     def details(self) -> dict[str, Any]:
         return {"sync": "jax.block_until_ready", "compiler": "XLA", "jit": "jax.jit(stateless_call)",
                 "keras_backend": "jax", "platform": self.device.platform, "tf32": self.tf32,
-                "intra_op_threads": None, "threads_note": "XLA's own thread pool (the worker's CPU set)",
+                "intra_op_threads": self.cpus, "threads_note": "XLA's own thread pool, the worker bound to that many "
+                "CPUs (sched_setaffinity)" if self.cpus else None,
                 "jax": self.jax.__version__}

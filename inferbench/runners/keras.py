@@ -72,12 +72,12 @@ class KerasEagerRunner(TfBase):
             return resident[self.jax.device_put(indices)]
         return resident.index_select(0, self.torch.as_tensor(indices, device=resident.device))
 
-    def placement(self) -> str:
+    def placement(self) -> dict[str, Any]:
         if self.backend == "tensorflow":
             return super().placement()
         where = {"jax": "JAX array on " + str(self.jax.devices()[0]), "torch": "torch tensor on " +
                  ("cuda:0" if self.gpu else "cpu")}[self.backend]
-        return f"{where} (NHWC, float32); each batch an index select there"
+        return {"resident": True, "placement": f"{where} (NHWC, float32); each batch an index select there"}
 
     def call(self, prepared: Any) -> Any:
         return self.model(prepared, training=False)

@@ -94,6 +94,12 @@ class OnnxRuntimeRunner(Runner):
             return np.asarray(outputs.copy_outputs_to_cpu()[0])
         return np.asarray(outputs[0])
 
+    def placement(self) -> dict[str, Any]:
+        if not self.gpu:
+            return super().placement()
+        return {"resident": False, "placement": "host array; each batch gathered on the host and copied to the GPU "
+                "(an OrtValue bound per batch: ONNX Runtime has no device-side gather here)"}
+
     def details(self) -> dict[str, Any]:
         return {
             "sync": "ort.iobinding.synchronize_outputs" if self.gpu else "ort.run-host",

@@ -60,8 +60,11 @@ class TensorRTRunner(Runner):
     def gather(self, resident: Any, indices: np.ndarray) -> Any:
         return self._bound(resident.index_select(0, self.torch.as_tensor(indices, device=resident.device)))
 
-    def placement(self) -> str:
-        return "torch CUDA tensor (NHWC, float32); each batch an index_select there"
+    def placement(self) -> dict[str, Any]:
+        return {"resident": True, "placement": "torch CUDA tensor (NHWC, float32); each batch an index_select there"}
+
+    def serving_concurrency(self) -> int:
+        return 1  # one execution context: its shapes and addresses are set per call
 
     def _bound(self, x: Any) -> Any:
         """A device input with its output buffer, the engine's shape set for it."""

@@ -91,8 +91,8 @@ class TfBase(Runner):
         with self.tf.device(self.device_name):
             return self.tf.gather(resident, self.tf.constant(indices))
 
-    def placement(self) -> str:
-        return f"TensorFlow tensor on {self.device_name}; each batch a tf.gather there"
+    def placement(self) -> dict[str, Any]:
+        return {"resident": True, "placement": f"TensorFlow tensor on {self.device_name}; each batch a tf.gather there"}
 
     def call(self, prepared: Any) -> Any:
         return self.fn(prepared)

@@ -126,10 +126,13 @@ class TorchRunner(Runner):
             x = x.contiguous(memory_format=torch.channels_last)
         return self._graphed(x)
 
-    def placement(self) -> str:
-        return (f"torch tensor on {self.dev} ({'NCHW' if self.channels_first else 'NHWC'}, "
-                f"{str(self.dtype).replace('torch.', '')}{', channels-last' if self.channels_last else ''}); "
-                "each batch an index_select there")
+    def placement(self) -> dict[str, Any]:
+        layout = ("NCHW" if self.channels_first else "NHWC") + (", channels-last" if self.channels_last else "")
+        return {"resident": True, "placement": f"torch tensor on {self.dev} ({layout}, "
+                f"{str(self.dtype).replace('torch.', '')}); each batch an index_select there"}
+
+    def serving_concurrency(self) -> int:
+        return 1 if self.cuda_graphs else 2  # a captured graph's input and output buffers are shared
 
     def _graphed(self, x: Any) -> Any:
         """``x`` as ``call`` takes it: itself, or with CUDA graphs copied into the graph captured for its shape."""

@@ -160,8 +160,10 @@ class Sut:
 
         helper = threading.Thread(target=run, daemon=True)
         helper.start()
-        self._work(self.first)
-        helper.join()
+        try:
+            self._work(self.first)
+        finally:
+            helper.join()  # never destroyed while LoadGen's test runs (it ends once every sample is completed)
         if "error" in done:
             raise done["error"]
         return done.get("out")
@@ -189,15 +191,14 @@ class Sut:
             indices += [indices[-1]] * (self.batch - len(indices))  # padded to the static shape the runtime compiled
             try:
                 out = call(self.gather(np.asarray(indices, dtype=np.int64)))
+                rows = [np.ascontiguousarray(out[i], dtype=np.float32) for i in range(len(taken))]
             except Exception as exc:  # noqa: BLE001 - every sample must be completed, or LoadGen waits forever
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-                out = np.zeros((self.batch, 1), dtype=np.float32)
-            responses, keep = [], []
-            for i, (sample_id, index) in enumerate(taken):
-                row = np.ascontiguousarray(out[i], dtype=np.float32)
+                rows = [np.zeros(1, dtype=np.float32) for _ in taken]
+            responses = []
+            for row, (sample_id, index) in zip(rows, taken):  # rows stay alive until QuerySamplesComplete returns
                 if self.keep_outputs:
                     self.outputs[index] = row
-                keep.append(row)  # alive until QuerySamplesComplete returns
                 responses.append(lg.QuerySampleResponse(sample_id, row.ctypes.data, row.nbytes))
             lg.QuerySamplesComplete(responses)
 
@@ -313,7 +314,7 @@ class Session:
         self.reference = np.load(folder / REFERENCE_LOGITS)
         self.batch = job.cell.batch_size
         self.gather, self.placement = self._place(job.cell.options.include_transfer)
-        self.calls = self.runner.serving_calls(2, self.batch)
+        self.calls = self.runner.serving_calls(self.runner.serving_concurrency(), self.batch)
         self.quick = job.config.quick
         self.logs = Path(tempfile.mkdtemp(prefix="inferbench-loadgen-"))
         emit("single queries")
@@ -327,7 +328,8 @@ class Session:
                              f"{self.single['p99_ms']:.2f} ms)")
         emit("served parity (LoadGen accuracy mode)")
         self.parity = self._served_parity(loaded.parity)
-        self.knob_grid = [Knobs(c, d) for c in (1, 2) for d in ((0.0, 2.0) if self.batch > 1 else (0.0,))]
+        self.knob_grid = [Knobs(c, d) for c in range(1, self.runner.serving_concurrency() + 1)
+                          for d in ((0.0, 2.0) if self.batch > 1 else (0.0,))]
         self.searches = [Search(k, self._start_qps(k)) for k in self.knob_grid]
         self.steps: list[dict[str, Any]] = []
         self.blocks: list[Any] = []
@@ -351,8 +353,7 @@ class Session:
                     {"resident": False, "placement": "host array (--include-transfer): each batch gathered on the "
                      "host and prepared (copied to the device) inside the test", "input_dtype": str(samples.dtype)})
         resident = runner.resident(samples)
-        return (lambda idx: runner.gather(resident, idx),
-                {"resident": True, "placement": runner.placement(), "samples": len(samples)})
+        return lambda idx: runner.gather(resident, idx), {**runner.placement(), "samples": len(samples)}
 
     def _call_once(self, indices: np.ndarray) -> np.ndarray:
         return self.calls[0](self.gather(indices))
