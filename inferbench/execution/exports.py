@@ -184,12 +184,23 @@ def training_plan(stats: dict[str, Any] | None, cells: int, processes: int, batc
     return False, training_refusal(stats, batch_size, optimizer, processes)
 
 
+#: How long a group waits for memory the machine has but other processes hold (the group before's workers exit as
+#: the next group starts: a suite's second group of eleven frameworks was refused once with 12 of 23 GB available).
+MEMORY_WAIT_S = 20.0
+
+
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
     """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
     fit in the memory available now (None: they fit, or the model's size is unknown)."""
-    from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall
+    import time
+
+    from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, memory_total_gb
 
     short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
+    until = time.monotonic() + MEMORY_WAIT_S
+    while short is not None and short[0] <= 0.9 * (memory_total_gb() or 0.0) and time.monotonic() < until:
+        time.sleep(0.5)  # what the machine has would hold them: the group before may still be releasing its workers'
+        short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
     if short is None:
         return None
     need, weights_gb, available = short
