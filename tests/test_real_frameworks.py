@@ -90,8 +90,9 @@ def default_run(tmp_path_factory, shared_cache):
     root = tmp_path_factory.mktemp("e2e")
     out, cache_dir = root / "out", shared_cache
     # 3 rounds: what these tests check (every framework runs, passes parity at both batch sizes, writes a record
-    # that follows the schema) needs no more
-    code = main([*MODEL, *QUICK, "--framework", "all", "--batch-size", "1,2", "--rounds", "3",
+    # that follows the schema) needs no more; one framework loaded at a time: eleven side by side (~1 GB each by the
+    # memory check's estimate) did not fit beside the other xdist worker's training tests
+    code = main([*MODEL, *QUICK, "--framework", "all", "--batch-size", "1,2", "--rounds", "3", "--sequential",
                  "--output-dir", str(out), "--cache-dir", str(cache_dir)])
     return code, out, cache_dir
 
