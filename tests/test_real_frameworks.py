@@ -520,7 +520,7 @@ def test_bf16_runs_where_the_cpu_computes_it_and_is_refused_in_one_line_where_it
     refusal = machine.cpu_precision_refusal("bf16")
     code = main([*argv, "--output-dir", str(tmp_path / "real")])
     if refusal is None:  # this CPU computes BF16
-        assert code in (0, 1)  # parity decides (issue 37: the seeded model's BF16 drift)
+        assert code in (0, 1)  # parity decides (the seeded model's BF16 drift fails the gate today)
         df = records.load(tmp_path / "real").set_index("framework_key")
         assert (df["status"] == "ok").all(), df["error"]
         assert df.loc["openvino", "runner.inference_precision"] == "bf16"
