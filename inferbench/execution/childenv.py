@@ -40,8 +40,10 @@ def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | No
     the variables its framework takes from the cell's runner options) and, for a measured cell only, what
     ``--pass-env`` names (never an export: the artifact cache does not key on them; the cell's identity does,
     ``+env-<digest>``)."""
+    from ..registry.artifacts import keras_backend_here
+
     env = {k: v for k, v in os.environ.items() if not controlled(k)}
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": default_keras_backend(),
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": keras_backend_here(),
                 "TORCHINDUCTOR_CACHE_DIR": str(private_cache("torchinductor")),
                 **config.device.child_env(), **thread_env(config.threads)})
     if fw is not None and cell is not None:
@@ -64,14 +66,6 @@ def env_digest(names: tuple[str, ...] | list[str]) -> str:
     if not passed:
         return ""
     return hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(passed.items())).encode()).hexdigest()[:8]
-
-
-def default_keras_backend() -> str:
-    """:func:`inferbench.registry.artifacts.keras_backend_here`. A Keras model's weights read the same on every
-    backend (the ``ported`` export)."""
-    from ..registry.artifacts import keras_backend_here
-
-    return keras_backend_here()
 
 
 @functools.cache

@@ -196,11 +196,14 @@ def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
 
     from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, memory_total_gb
 
-    short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
+    def shortfall() -> tuple[float, float, float] | None:
+        return memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
+
+    short = shortfall()
     until = time.monotonic() + MEMORY_WAIT_S
     while short is not None and short[0] <= 0.9 * (memory_total_gb() or 0.0) and time.monotonic() < until:
         time.sleep(0.5)  # what the machine has would hold them: the group before may still be releasing its workers'
-        short = memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
+        short = shortfall()
     if short is None:
         return None
     need, weights_gb, available = short

@@ -32,7 +32,7 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "tf", "keras/model.keras"),
         Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "reference", per_batch_size=True),
-        # the Keras weights read on whichever Keras backend is installed (pipeline.default_keras_backend)
+        # the Keras weights read on whichever Keras backend is installed (keras_backend_here)
         Exporter("ported", "inferbench.exporters.ported", ("keras",), ("keras",), "tf", "ported/keras_weights.npz"),
         # the training scenario's reference: k steps of the Keras model from the same weights on the same batches
         Exporter("train-reference", "inferbench.exporters.train_reference", ("keras",), ("tensorflow", "keras"), "tf",
@@ -85,17 +85,11 @@ def _from_source(kind: str, model: Any) -> bool:
 
 def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
     src = source_kind(model)
-    if kind == "reference" and src == "keras" and keras_backend_here() != "tensorflow":
-        return keras_reference_packages()
+    if kind == "reference" and src == "keras" and (backend := keras_backend_here()) != "tensorflow":
+        # without TensorFlow, Keras on the backend installed computes it, once its outputs reproduce TensorFlow's
+        # 16-input reference (inferbench.exporters.reference.export)
+        return ("keras", backend)
     return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
-
-
-def keras_reference_packages() -> tuple[str, ...]:
-    """What the Keras model's reference outputs are computed with: TensorFlow (its graph function) where it is
-    installed, else Keras on the backend that is (JAX, then torch: a GPU machine with the artifacts brought), whose
-    outputs must reproduce TensorFlow's 16-input reference first (:func:`inferbench.exporters.reference.export`)."""
-    backend = keras_backend_here()
-    return EXPORTERS["reference"].packages if backend == "tensorflow" else ("keras", backend)
 
 
 def keras_backend_here() -> str:

@@ -62,9 +62,6 @@ class KerasEagerRunner(TfBase):
             return self.jax.device_put(batch)
         return self.torch.from_numpy(batch).to("cuda:0" if self.gpu else "cpu")
 
-    def resident(self, samples: np.ndarray) -> Any:
-        return self.prepare(samples)
-
     def gather(self, resident: Any, indices: np.ndarray) -> Any:
         if self.backend == "tensorflow":
             return super().gather(resident, indices)

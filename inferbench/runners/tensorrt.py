@@ -52,7 +52,7 @@ class TensorRTRunner(Runner):
         self.precision = precision
 
     def prepare(self, batch: np.ndarray) -> Any:
-        return self._bound(self.torch.from_numpy(batch).cuda())
+        return self._bound(self.resident(batch))
 
     def resident(self, samples: np.ndarray) -> Any:
         return self.torch.from_numpy(samples).cuda()

@@ -42,7 +42,7 @@ class TorchRunner(Runner):
     def tuning_grid(cls, threads: int, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """On the CPU: OpenMP's wait policy (libgomp's default spins; PASSIVE sleeps at once: read when torch is
         imported, so a worker of its own) x intra-op threads (the run's count, and 1). On a GPU: CUDA graphs (one
-        call captured and replayed: a batch-1 call of MobileNetV3-Large took 1.24 ms so against 4.1 ms eager on an
+        call captured and replayed: a batch-1 call of MobileNetV3-Large took 1.24 ms against 4.1 ms eager on an
         H100), with channels-last for a channels-first module, each a worker of its own."""
         if device != "cpu":
             layouts = [{}, {"channels_last": True}] if cls.channels_first else [{}]
