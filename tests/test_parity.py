@@ -131,3 +131,67 @@ def test_the_spread_is_measured_image_by_image():
     assert s["max_rel_err"] == pytest.approx(1e-3, rel=1e-3)
     assert compare(ref, other)["max_rel_err"] < 1e-4  # the batch's view: 20x smaller
     assert 0.999 < s["cosine"] < 1.0 and s["method"]
+
+
+def _rounded(ref, rel, seed):
+    """``ref`` as a reduced-precision computation gives it: each image off by noise of ``rel`` of its own max
+    |logit| at the largest (a stand-in for rounding through depth, drawn independently of the gate's own model)."""
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_t(5, ref.shape)
+    noise /= np.abs(noise).max(axis=1, keepdims=True)
+    return ref + rel * np.abs(ref).max(axis=1, keepdims=True) * noise
+
+
+def test_a_reduced_precision_gate_is_relative_to_the_models_own_error_in_it():
+    """FP16 and BF16 are judged against the model's own error in that precision (a trusted computation of the same
+    weights, measured at export): a correct export that rounds about as much passes; one whose error is 2.5x the
+    model's own fails, though it would pass the fixed gate; the same export passes or fails as the model's own
+    error says (the gate is not a constant); the gate is never wider than the ceiling nor stricter than FP32's;
+    TF32 takes FP16's; without a measurement the fixed thresholds judge."""
+    from inferbench.measure.parity import CEILINGS, SENSITIVITY_METHOD, spread
+
+    ref = _reference()
+    own = {"fp16": {**spread(ref, _rounded(ref, 4e-3, 1)), "method": SENSITIVITY_METHOD},
+           "bf16": {**spread(ref, _rounded(ref, 3e-2, 2)), "method": SENSITIVITY_METHOD}}
+    for precision, rel in (("fp16", 4e-3), ("bf16", 3e-2), ("tf32", 4e-3)):
+        correct = _rounded(ref, 0.8 * rel, 3)  # another implementation: other rounding, about as much of it
+        p = compare(ref, correct, precision, sensitivity=own)
+        assert p["status"] == "passed" and p["thresholds"]["relative"], (precision, p["reason"])
+        assert p["thresholds"]["per_image_max_rel_err"] == pytest.approx(1.5 * own[{"tf32": "fp16"}.get(
+            precision, precision)]["max_rel_err"])
+        worse = _rounded(ref, 2.5 * rel, 4)
+        p = compare(ref, worse, precision, sensitivity=own)
+        assert p["status"] == "failed" and "per image" in p["reason"] and "own" in p["reason"], p["reason"]
+    # FP16 2.5x its own error still passes the fixed gate: the relative one is what catches it
+    assert compare(ref, _rounded(ref, 1e-2, 4), "fp16")["status"] == "passed"
+    # the same correct export, judged for a model whose own FP16 error is 10x smaller: fails
+    robust = {"fp16": {**spread(ref, _rounded(ref, 4e-4, 1)), "method": SENSITIVITY_METHOD}}
+    assert compare(ref, _rounded(ref, 3.2e-3, 3), "fp16", sensitivity=robust)["status"] == "failed"
+    # bounds: an enormous own error widens only to the ceiling; a tiny one tightens only to the FP32 gate
+    huge = {"fp16": {"max_rel_err": 0.9, "cosine": 0.2, "method": SENSITIVITY_METHOD}}
+    p = compare(ref, _rounded(ref, 0.2, 5), "fp16", sensitivity=huge)
+    assert p["status"] == "failed" and p["thresholds"]["per_image_max_rel_err"] == CEILINGS["fp16"].max_rel_err
+    assert p["thresholds"]["min_cosine"] == pytest.approx(CEILINGS["fp16"].min_cosine)
+    tiny = {"fp16": {"max_rel_err": 1e-7, "cosine": 1.0, "method": SENSITIVITY_METHOD}}
+    p = compare(ref, _rounded(ref, 5e-4, 5), "fp16", sensitivity=tiny)
+    assert p["status"] == "passed" and p["thresholds"]["per_image_max_rel_err"] == THRESHOLDS["fp32"].max_rel_err
+    # not measured, measured another way, or not finite: the fixed thresholds
+    for none in (None, {}, {"fp16": {**own["fp16"], "method": "other"}}, {"fp16": {**own["fp16"], "cosine": np.nan}},
+                 {"fp16": {"error": "ValueError: cannot rebuild"}}):
+        p = compare(ref, _rounded(ref, 1e-2, 4), "fp16", sensitivity=none)
+        assert p["status"] == "passed" and not p["thresholds"].get("relative")
+        assert p["thresholds"]["max_rel_err"] == THRESHOLDS["fp16"].max_rel_err
+
+
+def test_a_reduced_precision_gate_judges_each_image_against_its_own_logits():
+    """One image with small logits, off by 4x the model's own error of its own range, fails, though the batch's max
+    error relative to the largest logit of all stays within the gate."""
+    from inferbench.measure.parity import SENSITIVITY_METHOD, spread
+
+    ref = _reference()
+    ref[0] *= 20  # one image with logits 20x the others'
+    own = {"fp16": {**spread(ref, _rounded(ref, 4e-3, 1)), "method": SENSITIVITY_METHOD}}
+    bad = _rounded(ref, 3e-3, 3)
+    bad[5] += 4 * 4e-3 * np.abs(ref[5]).max() * np.sign(np.random.default_rng(6).standard_normal(ref.shape[1]))
+    p = compare(ref, bad, "fp16", sensitivity=own)
+    assert p["max_rel_err"] < p["thresholds"]["per_image_max_rel_err"] and p["status"] == "failed", p

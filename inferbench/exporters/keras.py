@@ -8,7 +8,7 @@ from typing import Any
 
 from ..registry.artifacts import ExportContext
 from ..registry.models import build_keras_model, get_model
-from .reference import predictor, write_fp32_spread, write_parity_reference
+from .reference import predictor, write_fp32_spread, write_parity_reference, write_precision_sensitivity
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -18,6 +18,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     model.save(ctx.path("keras"))
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx, model))
     facts["fp32_spread"] = write_fp32_spread(ctx, model)
+    facts["precision_sensitivity"] = write_precision_sensitivity(ctx, model)
     try:
         stats = model_stats(model, ctx.resolution)
     except Exception as exc:  # a graph the counter cannot read: the parameters, and why there are no FLOPs

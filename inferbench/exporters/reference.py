@@ -19,6 +19,7 @@ from ..registry.artifacts import (
     PARITY_INPUTS,
     REFERENCE_INPUTS,
     REFERENCE_LOGITS,
+    REFERENCE_SENSITIVITY,
     REFERENCE_SPREAD,
     ExportContext,
     source_kind,
@@ -158,3 +159,37 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
     spread = parity.spread(np.load(ctx.folder / REFERENCE_LOGITS), eager)
     (ctx.folder / REFERENCE_SPREAD).write_text(json.dumps(spread, indent=1))
     return spread
+
+
+def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any]:
+    """The model's own error in each reduced precision: the Keras model rebuilt with every layer's dtype policy set
+    to FP16 or BF16 (weights and each layer's computation in that precision; Keras' own kernels on its backend),
+    its outputs on the reference inputs against the FP32 reference (:func:`parity.spread`, per precision). The
+    reduced-precision gate widens to ``parity.SPREAD_FACTOR`` times it, never past ``parity.CEILINGS``. A model
+    that cannot be rebuilt so (or whose outputs are not finite in it) gets the reason instead, and its
+    reduced-precision exports are judged by the fixed thresholds alone."""
+    import json
+
+    from ..measure import parity
+
+    inputs, reference = np.load(ctx.folder / REFERENCE_INPUTS), np.load(ctx.folder / REFERENCE_LOGITS)
+    out: dict[str, Any] = {}
+    config = model.get_config()
+    for precision, policy in parity.SENSITIVITY_POLICIES.items():
+        try:
+            layers = [{**layer, "config": {**layer["config"], "dtype": policy}}
+                      if "dtype" in layer.get("config", {}) and layer.get("class_name") != "InputLayer" else layer
+                      for layer in config["layers"]]
+            low = model.__class__.from_config({**config, "layers": layers})
+            low.set_weights(model.get_weights())
+            call = keras_call(low)
+            chunk = images_per_call(ctx.resolution, 16)
+            got = np.concatenate([np.asarray(call(inputs[i:i + chunk]), dtype=np.float32).reshape(
+                len(inputs[i:i + chunk]), -1) for i in range(0, len(inputs), chunk)])
+            if not np.all(np.isfinite(got)):
+                raise ValueError("its outputs are not finite")
+            out[precision] = {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
+        except Exception as exc:  # a model Keras cannot rebuild in that dtype: the fixed thresholds judge it
+            out[precision] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    (ctx.folder / REFERENCE_SENSITIVITY).write_text(json.dumps(out, indent=1))
+    return out

@@ -181,6 +181,7 @@ REFERENCE_LOGITS = "reference/logits.npy"
 
 
 REFERENCE_SPREAD = "reference/fp32_spread.json"  # the model's own FP32 rounding spread (a Keras source only)
+REFERENCE_SENSITIVITY = "reference/precision_sensitivity.json"  # its own FP16/BF16 error (a Keras source only)
 
 
 def timed_reference(batch_size: int) -> str:

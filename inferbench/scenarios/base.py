@@ -92,7 +92,7 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
     reference; own weights: finite, input-dependent outputs on the reference inputs only."""
     from ..measure import parity
-    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SPREAD, timed_reference
+    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, timed_reference
 
     emit("parity check")
     folder = Path(job.artifact_dir)
@@ -100,13 +100,22 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     out = at_batch_size(runner, np.load(folder / REFERENCE_INPUTS), bs)
     if not job.framework.verified(job.cell.model):
         return parity.sanity(out)
-    spread_file = folder / REFERENCE_SPREAD  # a Keras source's own rounding spread, which may widen the gate
-    spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision, spread)
+    spread, sensitivity = own_rounding(folder)
+    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision, spread, sensitivity)
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread), bs)
+    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, sensitivity), bs)
+
+
+def own_rounding(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A Keras source's own rounding, which may widen the parity gate (:func:`inferbench.measure.parity.compare`):
+    its FP32 spread and its error in each reduced precision (None where its export did not measure them)."""
+    from ..registry.artifacts import REFERENCE_SENSITIVITY, REFERENCE_SPREAD
+
+    spread, sensitivity = (json.loads((folder / name).read_text()) if (folder / name).exists() else None
+                           for name in (REFERENCE_SPREAD, REFERENCE_SENSITIVITY))
+    return spread, sensitivity
 
 
 def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..base.files import with_umask
 from ..spec import CellJob, CellOutcome
-from .base import Emit, Loaded, device_memory, finish_tracked
+from .base import Emit, Loaded, device_memory, finish_tracked, own_rounding
 
 #: Serving test settings (LoadGen's own defaults are MLPerf's: 10 minutes and more per test).
 MIN_DURATION_MS = 2000
@@ -389,7 +389,8 @@ class Session:
         served = np.stack([sut.outputs[i] for i in range(len(self.samples))])
         if not self.job.framework.verified(self.job.cell.model):
             return {**loaded_parity, "served": "own weights: not compared"}
-        check = parity.compare(self.reference, served, self.job.cell.precision)
+        check = parity.compare(self.reference, served, self.job.cell.precision,
+                               *own_rounding(Path(self.job.artifact_dir)))
         out = dict(loaded_parity)
         if check["status"] == "failed" and out.get("status") == "passed":
             out.update(status="failed", reason=f"served outputs: {check.get('reason')}")

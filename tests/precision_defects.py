@@ -1,0 +1,56 @@
+"""Reduced-precision exports made wrong on purpose, for tests/test_precision_real.py (run as a child process: torch
+never shares a process with TensorFlow): the torchvision twin of a cached model, built from its ported Keras weights
+as inferbench's torch runners build it, computed in FP16 on the model's 16 reference inputs, with one defect.
+
+    python tests/precision_defects.py FOLDER DEFECT OUT.npy [OTHER_FOLDER]
+
+DEFECT: ``none`` (a correct FP16 export); ``perturbed`` (one middle layer's weights 1% off: each weight times
+1 + 0.01 z); ``wrong-cast`` (the logits layer computed in FP16 from its FP32-range input scaled by 1e4, the result
+scaled back: exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+PERTURBED_LAYER = "expanded_conv_4_project/kernel"  # MobileNetV3-Large's block 4 projection, a middle layer
+
+
+def twin(folder: Path, perturb: str | None = None):
+    import json
+
+    import torch
+
+    from inferbench.registry.ports import build_torchvision
+
+    name = json.loads((folder / "manifest.json").read_text())["key_inputs"]["model"]
+    with np.load(folder / "ported" / "keras_weights.npz") as arrays:
+        weights = {k: arrays[k] for k in arrays.files}
+    if perturb:
+        w = weights[perturb]
+        weights[perturb] = (w * (1 + 0.01 * np.random.default_rng(0).standard_normal(w.shape))).astype(w.dtype)
+    return build_torchvision(name, weights).to(torch.float16).eval()
+
+
+def main(folder: str, defect: str, out: str, other: str | None = None) -> None:
+    import torch
+
+    inputs = torch.from_numpy(np.load(Path(folder) / "reference" / "inputs.npy").transpose(0, 3, 1, 2).copy())
+    module = twin(Path(other if defect == "other-model" else folder), PERTURBED_LAYER if defect == "perturbed" else None)
+    if defect == "wrong-cast":
+        head = module.net.classifier[-1]
+
+        class Scaled(torch.nn.Module):
+            def forward(self, x):
+                return head(x * 1e4) / 1e4
+
+        module.net.classifier[-1] = Scaled()
+    with torch.no_grad():
+        np.save(out, module(inputs.to(torch.float16)).float().numpy())
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

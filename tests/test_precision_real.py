@@ -1,0 +1,88 @@
+"""FP16 and BF16 judged by a gate that passes correct exports and fails wrong ones (real Keras exports, real torch):
+the seeded weights are conditioned so that rounding does not compound through depth, and each precision's gate is
+relative to the model's own error in it, measured at export (inferbench.measure.parity.relative_gate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferbench.base.device import Device
+from inferbench.execution.childenv import thread_env
+from inferbench.execution.rounds import measure_group
+from inferbench.measure import parity
+from inferbench.registry.artifacts import EXPORTERS
+from inferbench.registry.frameworks import FRAMEWORKS
+from inferbench.run import main
+from inferbench.scenarios.base import own_rounding
+from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
+
+TESTS = Path(__file__).resolve().parent
+QUICK = ["--duration", "0.3", "--min-iterations", "5", "--warmup", "1", "--warmup-seconds", "0", "--threads", "2",
+         "--processes", "1", "--rounds", "2"]
+#: the default model and the zoo sample the gate is shown on, at the default resolution
+SAMPLE = ["mobilenet_v3_large", "mobilenet_v3_small", "resnet50", "efficientnet_b0"]
+
+
+def exported(model: str, cache_dir: Path, out: Path) -> Path:
+    """``model``'s artifacts at 224 px in the shared cache (made by a real run of its FP32 torch twin, which must
+    pass parity on the conditioned weights), and their folder."""
+    code = main(["--model", model, "--resolution", "224", *QUICK, "--framework", "torch-native",
+                 "--output-dir", str(out), "--cache-dir", str(cache_dir)])
+    assert code == 0
+    (manifest,) = cache_dir.glob(f"{model}_224_*/manifest.json")
+    return manifest.parent
+
+
+def job(folder: Path, model: str, precision: str) -> CellJob:
+    fw = FRAMEWORKS["torch-native"]
+    config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=2,
+                       timing=TimingConfig(0, 0.0, 0.0, 3, 2), options=RunnerOptions(), cache_dir=str(folder.parent))
+    return CellJob(CellKey(model, 224, 1, "torch-native", precision), fw, config, str(folder),
+                   str(folder / EXPORTERS[fw.artifact].path), (1,), idle_seconds=2.0)
+
+
+@pytest.mark.parametrize("model", SAMPLE)
+def test_torch_fp16_and_bf16_pass_the_gate_on_the_default_model_and_the_zoo_sample(model, shared_cache, tmp_path):
+    """torch-native in FP16 and in BF16 (run on this CPU whatever its flags: the gate is judged, not the speed)
+    passes; its gate is relative to the model's own error in that precision, which the export measured."""
+    folder = exported(model, shared_cache, tmp_path)
+    sensitivity = json.loads((folder / "reference" / "precision_sensitivity.json").read_text())
+    assert {"fp16", "bf16"} <= set(sensitivity) and all("error" not in sensitivity[p] for p in ("fp16", "bf16"))
+    assert 0 < sensitivity["fp16"]["max_rel_err"] < sensitivity["bf16"]["max_rel_err"] < 0.5, sensitivity
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)}
+    results = measure_group([job(folder, model, p) for p in ("fp16", "bf16")], [env], 0, lambda label, text: None)
+    for precision, res in zip(("fp16", "bf16"), results):
+        assert res.ok, res
+        check = res.cell.blocks["parity"]
+        assert check["status"] == "passed", (model, precision, check["reason"])
+        th = check["thresholds"]
+        assert th["relative"] and th["precision_sensitivity"] == sensitivity[precision]
+        assert res.cell.blocks["runner"]["dtype"] == {"fp16": "float16", "bf16": "bfloat16"}[precision]
+
+
+def test_wrong_fp16_exports_fail_the_gate(shared_cache, tmp_path):
+    """On the default model: a correct FP16 twin passes; the same with one middle layer's weights 1% off, with its
+    logits layer computed in FP16 from inputs scaled by 1e4, or computing another model (MobileNetV3-Small) fails,
+    each judged exactly as a cell's parity check judges (the folder's own FP32 spread and FP16 error)."""
+    large = exported("mobilenet_v3_large", shared_cache, tmp_path / "large")
+    small = exported("mobilenet_v3_small", shared_cache, tmp_path / "small")
+    reference = np.load(large / "reference" / "logits.npy")
+    checks = {}
+    for defect in ("none", "perturbed", "wrong-cast", "other-model"):
+        out = tmp_path / f"{defect}.npy"
+        subprocess.run([sys.executable, str(TESTS / "precision_defects.py"), str(large), defect, str(out), str(small)],
+                       check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
+        checks[defect] = parity.compare(reference, np.load(out), "fp16", *own_rounding(large))
+    assert checks["none"]["status"] == "passed", checks["none"]["reason"]
+    gate = checks["none"]["thresholds"]["per_image_max_rel_err"]
+    assert checks["perturbed"]["status"] == "failed" and checks["perturbed"]["max_rel_err_per_image"] > gate
+    assert "per image" in checks["perturbed"]["reason"], checks["perturbed"]["reason"]
+    assert checks["wrong-cast"]["status"] == "failed" and "non-finite" in checks["wrong-cast"]["reason"]
+    assert checks["other-model"]["status"] == "failed" and checks["other-model"]["cosine"] < 0.9
