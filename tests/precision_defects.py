@@ -39,7 +39,8 @@ def main(folder: str, defect: str, out: str, other: str | None = None) -> None:
     import torch
 
     inputs = torch.from_numpy(np.load(Path(folder) / "reference" / "inputs.npy").transpose(0, 3, 1, 2).copy())
-    module = twin(Path(other if defect == "other-model" else folder), PERTURBED_LAYER if defect == "perturbed" else None)
+    source = Path(other if defect == "other-model" else folder)
+    module = twin(source, PERTURBED_LAYER if defect == "perturbed" else None)
     if defect == "wrong-cast":
         head = module.net.classifier[-1]
 

@@ -162,17 +162,24 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
 
 
 def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any]:
-    """The model's own error in each reduced precision: the Keras model rebuilt with every layer's dtype policy set
-    to FP16 or BF16 (weights and each layer's computation in that precision; Keras' own kernels on its backend),
-    its outputs on the reference inputs against the FP32 reference (:func:`parity.spread`, per precision). The
-    reduced-precision gate widens to ``parity.SPREAD_FACTOR`` times it, never past ``parity.CEILINGS``. A model
-    that cannot be rebuilt so (or whose outputs are not finite in it) gets the reason instead, and its
-    reduced-precision exports are judged by the fixed thresholds alone."""
+    """:func:`precision_sensitivity` on the reference inputs, written beside the reference. The reduced-precision
+    gate is relative to it (``parity.relative_gate``)."""
     import json
 
+    out = precision_sensitivity(model, np.load(ctx.folder / REFERENCE_INPUTS), np.load(ctx.folder / REFERENCE_LOGITS),
+                                images_per_call(ctx.resolution, 16))
+    (ctx.folder / REFERENCE_SENSITIVITY).write_text(json.dumps(out, indent=1))
+    return out
+
+
+def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray, chunk: int) -> dict[str, Any]:
+    """The model's own error in each reduced precision: the Keras model rebuilt with every layer's dtype policy set
+    to FP16 or BF16 (weights and each layer's computation in that precision; Keras' own kernels on its backend),
+    its outputs on ``inputs`` against the FP32 ``reference`` (:func:`parity.spread`, per precision). A model that
+    cannot be rebuilt so (or whose outputs are not finite in it) gets the reason instead, and its reduced-precision
+    exports are judged by the fixed thresholds alone."""
     from ..measure import parity
 
-    inputs, reference = np.load(ctx.folder / REFERENCE_INPUTS), np.load(ctx.folder / REFERENCE_LOGITS)
     out: dict[str, Any] = {}
     config = model.get_config()
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
@@ -183,7 +190,6 @@ def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any
             low = model.__class__.from_config({**config, "layers": layers})
             low.set_weights(model.get_weights())
             call = keras_call(low)
-            chunk = images_per_call(ctx.resolution, 16)
             got = np.concatenate([np.asarray(call(inputs[i:i + chunk]), dtype=np.float32).reshape(
                 len(inputs[i:i + chunk]), -1) for i in range(0, len(inputs), chunk)])
             if not np.all(np.isfinite(got)):
@@ -191,5 +197,4 @@ def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any
             out[precision] = {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
         except Exception as exc:  # a model Keras cannot rebuild in that dtype: the fixed thresholds judge it
             out[precision] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-    (ctx.folder / REFERENCE_SENSITIVITY).write_text(json.dumps(out, indent=1))
     return out

@@ -28,18 +28,17 @@ class Thresholds:
         max |reference| within the factor times the spread (measured so); the cosine's gap from 1 within the
         factor's square times the spread's (for small errors, 1 - cosine grows as the square of the error).
         Never wider than ``WIDEST``; a spread that is not finite, or measured another way, widens nothing."""
-        if not measured(spread, SPREAD_METHOD):
+        if spread is None or not measured(spread, SPREAD_METHOD):
             return self
-        assert spread is not None
         per_image = min(WIDEST.max_rel_err, SPREAD_FACTOR * spread["max_rel_err"])
         gap = min(1.0 - WIDEST.min_cosine, SPREAD_FACTOR ** 2 * max(0.0, 1.0 - spread["cosine"]))
         return Thresholds(max_rel_err=self.max_rel_err, min_cosine=min(self.min_cosine, 1.0 - gap),
                           per_image_max_rel_err=per_image if per_image > self.max_rel_err else None)
 
 
-def measured(spread: dict[str, Any] | None, method: str) -> bool:
+def measured(spread: dict[str, Any], method: str) -> bool:
     """Whether ``spread`` is a finite measurement made by ``method``."""
-    return bool(spread) and spread.get("method") == method and all(  # type: ignore[union-attr]
+    return spread.get("method") == method and all(
         isinstance(spread.get(k), (int, float)) and np.isfinite(spread[k]) for k in ("max_rel_err", "cosine"))
 
 
@@ -49,7 +48,7 @@ def relative_gate(precision: str, sensitivity: dict[str, Any] | None) -> Thresho
     model's own, the cosine's gap within the factor's square times its own; never stricter than the FP32 gate,
     never wider than ``CEILINGS``. None where it was not measured (the fixed ``THRESHOLDS`` judge then)."""
     own = (sensitivity or {}).get(SENSITIVITY_OF.get(precision, ""))
-    if not measured(own, SENSITIVITY_METHOD):
+    if not isinstance(own, dict) or not measured(own, SENSITIVITY_METHOD):
         return None
     floor, ceiling = THRESHOLDS["fp32"], CEILINGS[precision]
     per_image = min(ceiling.max_rel_err, max(floor.max_rel_err, SENSITIVITY_FACTOR * own["max_rel_err"]))
