@@ -153,6 +153,7 @@ def figure(results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), sharey=True, squeeze=False)
     for ax, (name, variants) in zip(axes[0], results.items()):
@@ -162,6 +163,7 @@ def figure(results: dict, path: Path) -> None:
                 ax.plot(range(len(blocks)), list(blocks.values()), style, color=color, marker=".",
                         label=f"{p.upper()}, {'seeded before' if variant == 'before' else 'conditioned'}")
         ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("stage (block) of the network")
         ax.grid(True, which="both", alpha=0.3)
