@@ -3,9 +3,9 @@
 For ``onnxrt`` and ``torch``: in one child process with inferbench's thread settings, alternate
 short blocks of (a) a bare loop ``t = perf_counter(); call(); lat.append(perf_counter() - t)`` on the
 same loaded artifact and (b) inferbench's own runner + measurement loop. Each adjacent pair of
-blocks gives a ratio of median latencies; their geometric mean (with a paired t 95% CI, as a run's
-comparisons) is the harness overhead (target: within 2%). Short alternating blocks cancel the slow drift of a
-shared machine, which moves block medians by far more than 2%.
+blocks gives a ratio of median latencies; their geometric mean (with a paired t 95% interval,
+``inferbench.measure.stats.paired_blocks``) is the harness overhead (target: within 2%). Short alternating
+blocks cancel the slow drift of a shared machine, which moves block medians by far more than 2%.
 
 With ``--sampler`` it measures instead what the power sampler costs the measurement: blocks of
 inferbench's loop alone against blocks of the same loop with the energy monitor running (its
@@ -123,13 +123,12 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
     for _ in range(blocks):
         for block, out in zip(blocks_ab, medians):
             out.append(float(np.median(block())) * 1e3)
-    from inferbench.measure.stats import compare
+    from inferbench.measure.stats import paired_blocks
 
-    pairs = list(range(blocks))  # each pair of blocks is a round: the ratio is paired within it
-    cmp = compare(medians[1], pairs, medians[0], pairs, paired=True)
+    ratio = paired_blocks(medians[1], medians[0])  # candidate over baseline, paired by block
     return {"framework": framework, "baseline_ms": float(np.median(medians[0])),
-            "candidate_ms": float(np.median(medians[1])), "ratio": cmp["ratio"],
-            "ratio_ci95": cmp["ci95"], "pairs": blocks, "sensor": sensor_name}
+            "candidate_ms": float(np.median(medians[1])), "ratio": ratio["ratio"],
+            "ratio_ci95": ratio["ci95"], "pairs": blocks, "sensor": sensor_name}
 
 
 def ensure_artifacts(cache_dir: str, device: str = "cpu") -> Path:

@@ -58,13 +58,13 @@ def child(framework: str, folder: str, model: str, resolution: int, batch: int, 
           threads: int, include_transfer: bool) -> dict:
     import mlperf_loadgen as lg
 
-    from inferbench.measure.stats import t975
+    from inferbench.measure.stats import paired_blocks
     from inferbench.measure.timing import run_block
     from inferbench.registry.artifacts import EXPORTERS, REFERENCE_INPUTS
     from inferbench.registry.frameworks import get_framework, load_runner
     from inferbench.registry.models import get_model, make_inputs
     from inferbench.runners.base import LoadContext
-    from inferbench.scenarios.serve import Knobs, Sut
+    from inferbench.scenarios.serve import Knobs, Sut, place
     from inferbench.spec import RunnerOptions, TimingConfig
 
     fw, spec, base = get_framework(framework), get_model(model), Path(folder)
@@ -75,14 +75,7 @@ def child(framework: str, folder: str, model: str, resolution: int, batch: int, 
                             batch, (batch,)))
     prepared = runner.prepare(make_inputs(spec, batch, resolution, 3))
     samples = np.load(base / REFERENCE_INPUTS).astype(np.float32)
-    if include_transfer:
-        def gather(idx):
-            return runner.prepare(np.take(samples, idx, axis=0))
-    else:
-        resident = runner.resident(samples)
-
-        def gather(idx):
-            return runner.gather(resident, idx)
+    gather, placement = place(runner, samples, include_transfer)
     cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=3, rounds=1)
     logs = Path(tempfile.mkdtemp(prefix="serving-vs-closed-"))
     closed, served = [], []
@@ -96,14 +89,11 @@ def child(framework: str, folder: str, model: str, resolution: int, batch: int, 
             sut.close()
         if sut.errors:
             raise RuntimeError(sut.errors[0])
-    logs_ratio = np.log(np.asarray(served) / np.asarray(closed))  # served over closed, paired by block
-    half = t975(pairs - 1) * float(np.std(logs_ratio, ddof=1)) / np.sqrt(pairs)
-    mean = float(np.mean(logs_ratio))
+    ratio = paired_blocks(served, closed)  # served over closed, paired by block
     return {"framework": framework, "model": model, "resolution": resolution, "batch": batch,
             "closed_samples_s": float(np.median(closed)), "offline_samples_s": float(np.median(served)),
-            "ratio": float(np.exp(mean)), "ratio_ci95": [float(np.exp(mean - half)), float(np.exp(mean + half))],
-            "pairs": pairs,
-            "placement": "host (--include-transfer)" if include_transfer else runner.placement()}
+            "ratio": ratio["ratio"], "ratio_ci95": ratio["ci95"], "pairs": pairs,
+            "placement": placement}
 
 
 def ensure_artifacts(cache_dir: str, model: str, resolution: int, frameworks: str, batches: str) -> Path:

@@ -508,6 +508,18 @@ def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | No
             "cells": len(ratios)}
 
 
+def paired_blocks(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """A over B from blocks measured in adjacent pairs in one process (the benchmarks' method): the geometric mean
+    of the pairs' ratios with a paired t 95% interval (None with fewer than 2 pairs)."""
+    logs = np.log(np.asarray(a, dtype=np.float64) / np.asarray(b, dtype=np.float64))
+    mean = float(np.mean(logs))
+    if logs.size < 2:
+        return {"ratio": float(np.exp(mean)), "ci95": None, "pairs": int(logs.size)}
+    half = t975(logs.size - 1) * float(np.std(logs, ddof=1)) / math.sqrt(logs.size)
+    return {"ratio": float(np.exp(mean)), "ci95": [float(np.exp(mean - half)), float(np.exp(mean + half))],
+            "pairs": int(logs.size)}
+
+
 def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> dict[str, Any]:
     """The interval the scripts inferbench replaces (and inferbench before rounds) gave: a bootstrap over single
     iterations, as if they were independent. Kept only to show, in tests and benchmarks, how it fails."""

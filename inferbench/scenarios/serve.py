@@ -297,6 +297,19 @@ class Search:
 
 
 # --------------------------------------------------------------------------- the session
+def place(runner: Any, samples: np.ndarray, include_transfer: bool) -> tuple[Any, dict[str, Any]]:
+    """The sample set made resident where the runtime computes, once, before any test (as MLPerf's harnesses load
+    it with the QSL's load-samples call), and the gather of a batch there (indices in, the runtime's batch out),
+    with what the record says of it. ``--include-transfer`` keeps the samples on the host: each batch gathered
+    there and prepared (copied to the device) inside the test."""
+    if include_transfer:
+        return (lambda idx: runner.prepare(np.take(samples, idx, axis=0)),
+                {"resident": False, "placement": "host array (--include-transfer): each batch gathered on the "
+                 "host and prepared (copied to the device) inside the test", "input_dtype": str(samples.dtype)})
+    resident = runner.resident(samples)
+    return lambda idx: runner.gather(resident, idx), {**runner.placement(), "samples": len(samples)}
+
+
 class Session:
     """One cell under LoadGen: loaded, its served outputs checked, one LoadGen test per round."""
 
@@ -313,7 +326,7 @@ class Session:
         self.samples = np.load(folder / REFERENCE_INPUTS).astype(np.float32)  # the query samples
         self.reference = np.load(folder / REFERENCE_LOGITS)
         self.batch = job.cell.batch_size
-        self.gather, self.placement = self._place(job.cell.options.include_transfer)
+        self.gather, self.placement = place(self.runner, self.samples, job.cell.options.include_transfer)
         self.calls = self.runner.serving_calls(self.runner.serving_concurrency(), self.batch)
         self.quick = job.config.quick
         self.logs = Path(tempfile.mkdtemp(prefix="inferbench-loadgen-"))
@@ -343,18 +356,6 @@ class Session:
         self.failed_in_a_row = 0  # INVALID ones
 
     # ------------------------------------------------------------------ set-up
-    def _place(self, include_transfer: bool) -> tuple[Any, dict[str, Any]]:
-        """The sample set made resident where the runtime computes, once, before any test (as MLPerf's harnesses
-        load it with the QSL's load-samples call), and the gather of a batch there. ``--include-transfer`` keeps
-        the samples on the host: each batch gathered there and prepared (copied to the device) inside the test."""
-        runner, samples = self.runner, self.samples
-        if include_transfer:
-            return (lambda idx: runner.prepare(np.take(samples, idx, axis=0)),
-                    {"resident": False, "placement": "host array (--include-transfer): each batch gathered on the "
-                     "host and prepared (copied to the device) inside the test", "input_dtype": str(samples.dtype)})
-        resident = runner.resident(samples)
-        return lambda idx: runner.gather(resident, idx), {**runner.placement(), "samples": len(samples)}
-
     def _call_once(self, indices: np.ndarray) -> np.ndarray:
         return self.calls[0](self.gather(indices))
 
