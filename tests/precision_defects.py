@@ -1,12 +1,12 @@
 """Reduced-precision exports made wrong on purpose, for tests/test_precision_real.py (run as a child process: torch
 never shares a process with TensorFlow): the torchvision twin of a cached model, built from its ported Keras weights
-as inferbench's torch runners build it, computed in FP16 on the model's 16 reference inputs, with one defect.
+as inferbench's torch runners build it, computed in FP16 or BF16 on the model's 16 reference inputs, with one defect.
 
-    python tests/precision_defects.py FOLDER DEFECT OUT.npy [OTHER_FOLDER]
+    python tests/precision_defects.py FOLDER DEFECT fp16|bf16 OUT.npy [OTHER_FOLDER]
 
-DEFECT: ``none`` (a correct FP16 export); ``perturbed`` (one middle layer's weights 1% off: each weight times
-1 + 0.01 z); ``wrong-cast`` (the logits layer computed in FP16 from its FP32-range input scaled by 1e4, the result
-scaled back: exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs).
+DEFECT: ``none`` (a correct export); ``perturbed:F`` (one middle layer's weights off by F: each weight times
+1 + F z); ``wrong-cast`` (the logits layer computed from its FP32-range input scaled by 1e4, the result scaled back:
+exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs).
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import numpy as np
 PERTURBED_LAYER = "expanded_conv_4_project/kernel"  # MobileNetV3-Large's block 4 projection, a middle layer
 
 
-def twin(folder: Path, perturb: str | None = None):
+def twin(folder: Path, dtype, perturb: float = 0.0):
     import json
-
-    import torch
 
     from inferbench.registry.ports import build_torchvision
 
@@ -30,17 +28,19 @@ def twin(folder: Path, perturb: str | None = None):
     with np.load(folder / "ported" / "keras_weights.npz") as arrays:
         weights = {k: arrays[k] for k in arrays.files}
     if perturb:
-        w = weights[perturb]
-        weights[perturb] = (w * (1 + 0.01 * np.random.default_rng(0).standard_normal(w.shape))).astype(w.dtype)
-    return build_torchvision(name, weights).to(torch.float16).eval()
+        w = weights[PERTURBED_LAYER]
+        weights[PERTURBED_LAYER] = (w * (1 + perturb * np.random.default_rng(0).standard_normal(w.shape))).astype(
+            w.dtype)
+    return build_torchvision(name, weights).to(dtype).eval()
 
 
-def main(folder: str, defect: str, out: str, other: str | None = None) -> None:
+def main(folder: str, defect: str, precision: str, out: str, other: str | None = None) -> None:
     import torch
 
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     inputs = torch.from_numpy(np.load(Path(folder) / "reference" / "inputs.npy").transpose(0, 3, 1, 2).copy())
     source = Path(other if defect == "other-model" else folder)
-    module = twin(source, PERTURBED_LAYER if defect == "perturbed" else None)
+    module = twin(source, dtype, float(defect.split(":")[1]) if defect.startswith("perturbed:") else 0.0)
     if defect == "wrong-cast":
         head = module.net.classifier[-1]
 
@@ -50,7 +50,7 @@ def main(folder: str, defect: str, out: str, other: str | None = None) -> None:
 
         module.net.classifier[-1] = Scaled()
     with torch.no_grad():
-        np.save(out, module(inputs.to(torch.float16)).float().numpy())
+        np.save(out, module(inputs.to(dtype)).float().numpy())
 
 
 if __name__ == "__main__":

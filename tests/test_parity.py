@@ -195,3 +195,4 @@ def test_a_reduced_precision_gate_judges_each_image_against_its_own_logits():
     bad[5] += 4 * 4e-3 * np.abs(ref[5]).max() * np.sign(np.random.default_rng(6).standard_normal(ref.shape[1]))
     p = compare(ref, bad, "fp16", sensitivity=own)
     assert p["max_rel_err"] < p["thresholds"]["per_image_max_rel_err"] and p["status"] == "failed", p
+    assert "per image" in p["reason"], p["reason"]

@@ -22,11 +22,12 @@ from ..base.errors import UsageError
 from ..base.files import atomic_write_text, check_writable
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
-EXPORT_FORMAT = 7  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
+EXPORT_FORMAT = 8  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
 #                   4: the Keras export measures the model's FP32 spread (reference/fp32_spread.json);
 #                   5: the torch export is weights only (torch/model.safetensors), no pickle;
 #                   6: a network without normalisation (VGG) standardised to its inputs' scale;
-#                   7: seeded weights conditioned (models.CONDITIONING) and the model's own FP16/BF16 error measured
+#                   7: seeded weights conditioned (models.CONDITIONING) and the model's own FP16/BF16 error measured;
+#                   8: that error measured on each timed batch too; separable convolutions' kernels conditioned
 MANIFEST = "manifest.json"
 
 

@@ -24,6 +24,7 @@ from ..registry.artifacts import (
     ExportContext,
     source_kind,
     timed_reference,
+    timed_sensitivity,
 )
 from ..registry.models import ModelSpec, get_model, images_per_call, make_inputs
 
@@ -31,10 +32,17 @@ Predict = Callable[[np.ndarray], np.ndarray]
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
+    import json
+
     spec = get_model(ctx.model)
-    predict = predictor(spec, ctx)
-    facts: dict[str, Any] = {"notes": []}
+    model = None
     if source_kind(spec) == "keras":
+        from ..registry.models import load_keras
+
+        model = load_keras(ctx.path("keras"))
+    predict = predictor(spec, ctx, model)
+    facts: dict[str, Any] = {"notes": []}
+    if model is not None:
         import keras
 
         facts["keras_backend"] = keras.backend.backend()
@@ -44,10 +52,15 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         path = ctx.folder / timed_reference(bs)
         if facts.get("keras_backend", "tensorflow") != "tensorflow" and path.exists():
             continue  # computed before (by TensorFlow, or as here): kept
-        np.save(path, predict(make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)))
+        inputs = make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)
+        np.save(path, predict(inputs))
+        if model is not None:  # the model's own FP16/BF16 error on these very images: the timed batch's gate
+            own = precision_sensitivity(model, inputs, np.load(path), images_per_call(ctx.resolution, 16))
+            (ctx.folder / timed_sensitivity(bs)).write_text(json.dumps(own, indent=1))
         facts.setdefault("computed_batch_sizes", []).append(bs)
-    return {"paths": [timed_reference(bs) for bs in ctx.batch_sizes], "batch_sizes": list(ctx.batch_sizes),
-            "source": source_kind(spec), **facts}
+    paths = [p for bs in ctx.batch_sizes for p in (timed_reference(bs), timed_sensitivity(bs))
+             if (ctx.folder / p).exists()]
+    return {"paths": paths, "batch_sizes": list(ctx.batch_sizes), "source": source_kind(spec), **facts}
 
 
 def backend_check(ctx: ExportContext, predict: Predict, backend: str) -> dict[str, Any]:

@@ -82,8 +82,8 @@ THRESHOLDS: dict[str, Thresholds] = {
 #: Keras model rebuilt with every layer in it (:func:`inferbench.exporters.reference.write_precision_sensitivity`,
 #: Keras' own kernels) is a trusted computation of the same weights in the same precision, and a correct export
 #: rounds about as much, not half as much again. Measured on the conditioned seeded weights at 224 px (docs/method.md:
-#: the default model, MobileNetV3-Small, ResNet-50, EfficientNet-B0): torch's and OpenVINO's FP16 and BF16 on this
-#: project's CPU at 0.74x-1.27x of it, image by image; one layer's weights 1% off (FP16) at up to 53x, caught in 26
+#: the default model, MobileNetV3-Small, ResNet-50, EfficientNet-B0): torch's FP16 and BF16 on this project's CPU at
+#: 0.75x-1.27x of it, image by image (OpenVINO's on the default model 0.74x-0.75x, two run cells); one layer's weights 1% off (FP16) at up to 53x, caught in 26
 #: of 48 layers sampled (benchmark_results/reduced-precision-cpu-20261127). Never wider than ``CEILINGS``, whatever
 #: the model: FP16 within 5% of an image's max logit and a cosine of 0.995 (OpenVINO's accuracy checker's default);
 #: BF16 (8 mantissa bits to FP16's 11) 8x that error

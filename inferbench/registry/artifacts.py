@@ -189,6 +189,12 @@ def timed_reference(batch_size: int) -> str:
     return f"reference/timed-bs{batch_size}.npy"
 
 
+def timed_sensitivity(batch_size: int) -> str:
+    """The model's own FP16/BF16 error on the timed batch of ``batch_size`` (exporter ``reference``, a Keras source):
+    the largest of B images' errors grows with B, so the timed batch is judged by its own images'."""
+    return f"reference/timed-bs{batch_size}-own-error.json"
+
+
 def train_variant(optimizer: str, bn_mode: str) -> str:
     """The name of a training set-up whose reference steps are exported (optimizer and batch-norm mode)."""
     return f"{optimizer}-bn{bn_mode}"

@@ -537,28 +537,33 @@ def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed:
 
 #: Where the seeded batch-norm offsets are centred (see :data:`CONDITIONING`).
 BN_OFFSET = 0.5
-#: Why the seeded weights are conditioned, measured (FP16 and BF16 on this project's CPU, torch twins at 224 px, 16
-#: inputs, against FP64 of the same weights; docs/method.md has the table). With plain random kernels the error of
-#: a reduced-precision computation grew block by block like a chaotic network's: MobileNetV3-Large's FP16 relative
-#: error 1e-3 after its stem, 1.3e-2 after block 3, 0.12 after block 16 (max error 0.13-0.16 of the largest logit,
-#: BF16 0.8-0.97, 3-4 of 16 top-1 agreeing), where a trained network loses hardly any accuracy in FP16. A random,
-#: zero-mean depthwise kernel is a high-pass filter: its gain on rounding noise (white) far exceeds its gain on
-#: image-like activations (smooth), and the next batch norm scales the activations back up, noise and all. With a
-#: smooth part in each such kernel the FP16 error after block 16 is 1.7e-2; with the offsets at +0.5 besides (fewer
-#: units at the activations' kink) 9e-3, the max error 6.7e-3 (BF16 5e-2, cosine 0.993). ResNet-50 (no depthwise
-#: kernels): 0.154 -> 0.019; EfficientNet-B0 0.097 -> 0.019; MobileNetV3-Small 0.037 -> 0.006.
+#: Why the seeded weights are conditioned, measured (benchmarks/reduced_precision.py, committed in
+#: benchmark_results/reduced-precision-cpu-20261127: torch twins at 224 px on the 16 reference inputs against FP64;
+#: docs/method.md has the table). With plain random kernels the error of a reduced-precision computation grew block
+#: by block like a chaotic network's: MobileNetV3-Large's FP16 relative error 1e-3 after its stem, 0.12 after its last
+#: block, 0.21 of an image's largest logit at the end (12 of 16 top-1 agreeing; BF16 1.16, 4 of 16), where a trained
+#: network loses hardly any accuracy in FP16. A random, zero-mean depthwise kernel is a high-pass filter: its gain on
+#: rounding noise (white) far exceeds its gain on image-like activations (smooth), and the next batch norm scales the
+#: activations back up, noise and all. With a smooth part in each such kernel and the offsets at +0.5 (fewer units at
+#: the activations' kink) the same model's FP16 error is 0.015 (BF16 0.165, cosine 0.991, 16 of 16); MobileNetV3-Small
+#: 0.068 -> 0.017, ResNet-50 (no depthwise kernels) 0.208 -> 0.027, EfficientNet-B0 0.143 -> 0.027.
 CONDITIONING = "depthwise/grouped kernels + mean|w|; batch-norm offsets ~ N(0.5, 0.1)"
 
 
 def smooth_kernels(layers: list[Any]) -> None:
     """Each depthwise or grouped kernel given a smooth part: its mean |weight| added to every tap (see
-    :data:`CONDITIONING`)."""
+    :data:`CONDITIONING`); a separable convolution's (Xception, NASNet) depthwise half too."""
     import keras
 
     for layer in layers:
-        if isinstance(layer, keras.layers.DepthwiseConv2D) or getattr(layer, "groups", 1) > 1:
-            w = np.asarray(layer.kernel)
-            layer.kernel.assign((w + np.abs(w).mean()).astype("float32"))
+        if isinstance(layer, keras.layers.SeparableConv2D):
+            kernel = layer.depthwise_kernel
+        elif isinstance(layer, keras.layers.DepthwiseConv2D) or getattr(layer, "groups", 1) > 1:
+            kernel = layer.kernel
+        else:
+            continue
+        w = np.asarray(kernel)
+        kernel.assign((w + np.abs(w).mean()).astype("float32"))
 
 
 def images_per_call(resolution: int, at_224: int) -> int:

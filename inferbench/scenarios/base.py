@@ -92,7 +92,7 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
     reference; own weights: finite, input-dependent outputs on the reference inputs only."""
     from ..measure import parity
-    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, timed_reference
+    from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, timed_reference, timed_sensitivity
 
     emit("parity check")
     folder = Path(job.artifact_dir)
@@ -105,7 +105,9 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, sensitivity), bs)
+    own_file = folder / timed_sensitivity(bs)  # the model's own error on the timed images (else the 16's)
+    timed_own = json.loads(own_file.read_text()) if own_file.exists() else sensitivity
+    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
 
 
 def own_rounding(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
