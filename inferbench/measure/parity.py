@@ -42,6 +42,24 @@ def measured(spread: dict[str, Any], method: str) -> bool:
         isinstance(spread.get(k), (int, float)) and np.isfinite(spread[k]) for k in ("max_rel_err", "cosine"))
 
 
+def larger_own_error(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per precision, the larger of two measurements of a model's own error (:func:`relative_gate`'s input): the
+    larger max error and the smaller cosine. The timed batch is judged by the larger of the model's own error on its
+    images and on the 16 reference images: the largest of B images' errors grows with B, and one image's is noisy."""
+    if not a or not b:
+        return a or b
+    out: dict[str, Any] = {}
+    for precision in {*a, *b}:
+        x, y = a.get(precision), b.get(precision)
+        if isinstance(x, dict) and isinstance(y, dict) and measured(x, SENSITIVITY_METHOD) \
+                and measured(y, SENSITIVITY_METHOD):
+            out[precision] = {**x, "max_rel_err": max(x["max_rel_err"], y["max_rel_err"]),
+                              "cosine": min(x["cosine"], y["cosine"])}
+        else:
+            out[precision] = x or y
+    return out
+
+
 def relative_gate(precision: str, sensitivity: dict[str, Any] | None) -> Thresholds | None:
     """A reduced precision's gate relative to the model's own error in it (``sensitivity[precision]``, measured by
     ``SENSITIVITY_METHOD``; TF32 takes FP16's): each image's max error within ``SENSITIVITY_FACTOR`` times the
@@ -81,14 +99,15 @@ THRESHOLDS: dict[str, Thresholds] = {
 #: A reduced precision's gate is relative to the model's own error in that precision (:func:`relative_gate`): the
 #: Keras model rebuilt with every layer in it (:func:`inferbench.exporters.reference.write_precision_sensitivity`,
 #: Keras' own kernels) is a trusted computation of the same weights in the same precision, and a correct export
-#: rounds about as much, not half as much again. Measured on the conditioned seeded weights at 224 px (docs/method.md:
+#: rounds about as much, not twice as much. Measured on the conditioned seeded weights at 224 px (docs/method.md:
 #: the default model, MobileNetV3-Small, ResNet-50, EfficientNet-B0): torch's FP16 and BF16 on this project's CPU at
-#: 0.75x-1.27x of it, image by image (OpenVINO's on the default model 0.74x-0.75x, two run cells); one layer's weights 1% off (FP16) at up to 53x, caught in 26
+#: 0.75x-1.27x of it over 16 images, up to 1.55x on a single image (OpenVINO's on the default model 0.74x-0.75x, two
+#: run cells); one layer's weights 1% off (FP16) at up to 53x, caught in 26
 #: of 48 layers sampled (benchmark_results/reduced-precision-cpu-20261127). Never wider than ``CEILINGS``, whatever
 #: the model: FP16 within 5% of an image's max logit and a cosine of 0.995 (OpenVINO's accuracy checker's default);
 #: BF16 (8 mantissa bits to FP16's 11) 8x that error
 #: and a cosine of 0.9, which only the seeded EfficientNet-B0 reaches (its own BF16 cosine is 0.937).
-SENSITIVITY_FACTOR = 1.5
+SENSITIVITY_FACTOR = 2.0
 CEILINGS: dict[str, Thresholds] = {
     "fp32": WIDEST,
     "fp16": Thresholds(max_rel_err=5e-2, min_cosine=0.995),

@@ -105,8 +105,8 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    own_file = folder / timed_sensitivity(bs)  # the model's own error on the timed images (else the 16's)
-    timed_own = json.loads(own_file.read_text()) if own_file.exists() else sensitivity
+    own_file = folder / timed_sensitivity(bs)  # the model's own error on the timed images, or the 16's if larger
+    timed_own = parity.larger_own_error(sensitivity, json.loads(own_file.read_text()) if own_file.exists() else None)
     return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
 
 
