@@ -146,8 +146,8 @@ def test_a_reduced_precision_gate_is_relative_to_the_models_own_error_in_it():
     """FP16 and BF16 are judged against the model's own error in that precision (a trusted computation of the same
     weights, measured at export): a correct export that rounds about as much passes; one whose error is 2.5x the
     model's own fails (the factor is 2), though it would pass the fixed gate; the same export passes or fails as the
-    model's own error says (the gate is not a constant); the gate is never wider than the ceiling nor stricter than FP32's;
-    TF32 takes FP16's; without a measurement the fixed thresholds judge."""
+    model's own error says (the gate is not a constant); the gate is never wider than the ceiling nor stricter than
+    FP32's; TF32 takes FP16's; without a measurement the fixed thresholds judge."""
     from inferbench.measure.parity import CEILINGS, SENSITIVITY_FACTOR, SENSITIVITY_METHOD, spread
 
     ref = _reference()
