@@ -102,7 +102,7 @@ THRESHOLDS: dict[str, Thresholds] = {
 #: rounds about as much, not twice as much. Measured on the conditioned seeded weights at 224 px (docs/method.md:
 #: the default model, MobileNetV3-Small, ResNet-50, EfficientNet-B0): torch's FP16 and BF16 on this project's CPU at
 #: 0.75x-1.27x of it over 16 images, up to 1.55x on a single image (OpenVINO's on the default model 0.74x-0.75x, two
-#: run cells); one layer's weights 1% off (FP16) at up to 53x, caught in 26
+#: run cells); one layer's weights 1% off (FP16) at up to 53x, caught in 24
 #: of 48 layers sampled (benchmark_results/reduced-precision-cpu-20261127). Never wider than ``CEILINGS``, whatever
 #: the model: FP16 within 5% of an image's max logit and a cosine of 0.995 (OpenVINO's accuracy checker's default);
 #: BF16 (8 mantissa bits to FP16's 11) 8x that error
