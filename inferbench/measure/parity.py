@@ -60,12 +60,18 @@ def larger_own_error(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict
     return out
 
 
+def own_error(precision: str, sensitivity: dict[str, Any] | None) -> Any:
+    """The entry of ``sensitivity`` (a model's own reduced-precision errors) that judges ``precision``: TF32 takes
+    FP16's; FP32 none."""
+    return (sensitivity or {}).get(SENSITIVITY_OF.get(precision, ""))
+
+
 def relative_gate(precision: str, sensitivity: dict[str, Any] | None) -> Thresholds | None:
     """A reduced precision's gate relative to the model's own error in it (``sensitivity[precision]``, measured by
     ``SENSITIVITY_METHOD``; TF32 takes FP16's): each image's max error within ``SENSITIVITY_FACTOR`` times the
     model's own, the cosine's gap within the factor's square times its own; never stricter than the FP32 gate,
     never wider than ``CEILINGS``. None where it was not measured (the fixed ``THRESHOLDS`` judge then)."""
-    own = (sensitivity or {}).get(SENSITIVITY_OF.get(precision, ""))
+    own = own_error(precision, sensitivity)
     if not isinstance(own, dict) or not measured(own, SENSITIVITY_METHOD):
         return None
     floor, ceiling = THRESHOLDS["fp32"], CEILINGS[precision]
@@ -197,7 +203,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     """Parity block of a result record: metrics, thresholds and status ("passed"/"failed"). ``fp32_spread``:
     the model's own FP32 rounding spread (:func:`spread`), which may widen an FP32 gate; ``sensitivity``: its own
     error in each reduced precision (``{"fp16": spread, "bf16": ...}``), which may widen that precision's."""
-    own = (sensitivity or {}).get(SENSITIVITY_OF.get(precision, "")) if precision != "fp32" else None
+    own = own_error(precision, sensitivity)
     th = THRESHOLDS[precision].widened(fp32_spread) if precision == "fp32" \
         else relative_gate(precision, sensitivity) or THRESHOLDS[precision]
     ref = np.asarray(reference, dtype=np.float64)
@@ -229,13 +235,13 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     # FP32 widened by the model's own spread: image by image where the batch's max error is past the fixed gate; a
     # reduced precision's gate relative to the model's own error in it: image by image always
     if th.per_image_max_rel_err is not None and (max_rel > th.max_rel_err or precision != "fp32"):
-        if per_image > th.per_image_max_rel_err:
-            own_error = f"{SPREAD_FACTOR:g}x the model's own FP32 spread" if precision == "fp32" else \
-                f"{SENSITIVITY_FACTOR:g}x the model's own {SENSITIVITY_OF[precision].upper()} error, at most " \
-                f"{CEILINGS[precision].max_rel_err:g}"
-            reasons.append(f"max_rel_err per image {per_image:.3g} > {th.per_image_max_rel_err:.3g} ({own_error})"
-                           if precision != "fp32" else f"max_rel_err {max_rel:.3g} > {th.max_rel_err:g} and per "
-                           f"image {per_image:.3g} > {th.per_image_max_rel_err:.3g} ({own_error})")
+        if per_image > th.per_image_max_rel_err and precision == "fp32":
+            reasons.append(f"max_rel_err {max_rel:.3g} > {th.max_rel_err:g} and per image {per_image:.3g} > "
+                           f"{th.per_image_max_rel_err:.3g} ({SPREAD_FACTOR:g}x the model's own FP32 spread)")
+        elif per_image > th.per_image_max_rel_err:
+            reasons.append(f"max_rel_err per image {per_image:.3g} > {th.per_image_max_rel_err:.3g} "
+                           f"({SENSITIVITY_FACTOR:g}x the model's own {SENSITIVITY_OF[precision].upper()} error, at "
+                           f"most {CEILINGS[precision].max_rel_err:g})")
     elif max_rel > th.max_rel_err:
         reasons.append(f"max_rel_err {max_rel:.3g} > {th.max_rel_err:g}")
     if cosine < th.min_cosine:

@@ -191,7 +191,8 @@ def timed_reference(batch_size: int) -> str:
 
 def timed_sensitivity(batch_size: int) -> str:
     """The model's own FP16/BF16 error on the timed batch of ``batch_size`` (exporter ``reference``, a Keras source):
-    the largest of B images' errors grows with B, so the timed batch is judged by its own images'."""
+    the largest of B images' errors grows with B, so the timed batch is judged by the larger of its own images' and
+    the 16 reference images' (:func:`inferbench.measure.parity.larger_own_error`)."""
     return f"reference/timed-bs{batch_size}-own-error.json"
 
 

@@ -105,8 +105,8 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
-    own_file = folder / timed_sensitivity(bs)  # the model's own error on the timed images, or the 16's if larger
-    timed_own = parity.larger_own_error(sensitivity, json.loads(own_file.read_text()) if own_file.exists() else None)
+    # the model's own error on the timed images, or the 16's if larger
+    timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
     return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
 
 
@@ -115,9 +115,11 @@ def own_rounding(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | 
     its FP32 spread and its error in each reduced precision (None where its export did not measure them)."""
     from ..registry.artifacts import REFERENCE_SENSITIVITY, REFERENCE_SPREAD
 
-    spread, sensitivity = (json.loads((folder / name).read_text()) if (folder / name).exists() else None
-                           for name in (REFERENCE_SPREAD, REFERENCE_SENSITIVITY))
-    return spread, sensitivity
+    return _json_if_there(folder / REFERENCE_SPREAD), _json_if_there(folder / REFERENCE_SENSITIVITY)
+
+
+def _json_if_there(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
