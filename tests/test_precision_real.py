@@ -23,6 +23,7 @@ from inferbench.run import main
 from inferbench.scenarios.base import own_rounding
 from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
 
+pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parent
 QUICK = ["--duration", "0.3", "--min-iterations", "5", "--warmup", "1", "--warmup-seconds", "0", "--threads", "2",
          "--processes", "1", "--rounds", "2"]
