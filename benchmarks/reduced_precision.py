@@ -35,8 +35,10 @@ SAMPLE = "mobilenet_v3_large,mobilenet_v3_small,resnet50,efficientnet_b0"
 VARIANTS = ("before", "conditioned")
 
 
-def keras_stage(models: list[str], resolution: int, work: Path) -> None:
-    """TensorFlow child: each model's weights (both variants), reference inputs and outputs, own error."""
+def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> None:
+    """TensorFlow child: each model's weights (both variants), reference inputs and outputs, own error; for the
+    conditioned weights the FP32 outputs on ``count`` agreement inputs and the model's own agreement with them."""
+    from inferbench.exporters.agreement import own_agreement
     from inferbench.exporters.reference import keras_call, parity_inputs, precision_sensitivity
     from inferbench.registry import models as registry
     from inferbench.registry.ports import keras_weights
@@ -57,6 +59,12 @@ def keras_stage(models: list[str], resolution: int, work: Path) -> None:
             np.save(work / f"{name}-{variant}-reference.npy", reference)
             own = precision_sensitivity(model, inputs, reference, registry.images_per_call(resolution, 16))
             (work / f"{name}-{variant}-own.json").write_text(json.dumps(own))
+            if variant == "conditioned" and count:  # as the agreement export makes them
+                call = keras_call(model)
+                many = lambda: registry.agreement_inputs(spec, resolution, 0, count)  # noqa: E731
+                fp32 = np.concatenate([np.asarray(call(x), dtype=np.float32) for x in many()])
+                np.save(work / f"{name}-agreement-reference.npy", fp32)
+                (work / f"{name}-agreement-own.json").write_text(json.dumps(own_agreement(model, many, fp32)))
         np.save(work / f"{name}-inputs.npy", inputs)
 
 
@@ -82,11 +90,35 @@ def run_twin(twin, x, dtype):
         return twin(x.to(dtype)).double().numpy(), outputs
 
 
-def torch_stage(models: list[str], work: Path) -> dict:
-    """torch child: errors block by block, the gate's verdicts, the perturbations."""
+def twin_outputs(twin, chunks, dtype) -> np.ndarray:
+    """A copy of ``twin`` in ``dtype`` on each NHWC batch of ``chunks``: its outputs, as float32 rows."""
+    import copy
+
+    import torch
+
+    twin = copy.deepcopy(twin).to(dtype)
+    with torch.no_grad():
+        return np.concatenate([twin(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).to(dtype)).float().numpy()
+                               for x in chunks])
+
+
+def agreement_row(reference: np.ndarray, outputs: np.ndarray, precision: str, own: dict) -> dict:
+    """The agreement gate's verdict (``parity.agreement``) in short: top-1 and top-5 agreement, intervals, allowed."""
+    from inferbench.measure import parity
+
+    got = parity.agreement(reference, outputs, precision, own)
+    return {"status": got["status"], **{k: {"agreement": got[k]["agreement"], "ci95": got[k]["ci95"],
+                                            "own": got[k]["own"], "allowed": got[k]["allowed_disagreement"]}
+                                        for k in parity.AGREEMENT_KINDS}}
+
+
+def torch_stage(models: list[str], work: Path, resolution: int, count: int) -> dict:
+    """torch child: errors block by block, the gate's verdicts, the perturbations; agreement over ``count`` inputs
+    (every model's twins in FP16 and BF16; the first model's perturbations)."""
     import torch
 
     from inferbench.measure import parity
+    from inferbench.registry.models import agreement_inputs, get_model
     from inferbench.registry.ports import build_torchvision
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -101,6 +133,13 @@ def torch_stage(models: list[str], work: Path) -> dict:
             twin = build_torchvision(name, weights).eval()
             y64, s64 = run_twin(twin, x, torch.float64)
             row = {"own": own}
+            counting = variant == "conditioned" and count
+            if counting:
+                many = lambda: agreement_inputs(get_model(name), resolution, 0, count)  # noqa: E731
+                fp32_many = np.load(work / f"{name}-agreement-reference.npy")
+                own_many = json.loads((work / f"{name}-agreement-own.json").read_text())
+                row["agreement"] = {p: agreement_row(fp32_many, twin_outputs(twin, many(), dt), p, own_many)
+                                    for p, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16))}
             for precision, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
                 y, s = run_twin(twin, x, dtype)
                 gate = parity.compare(keras_ref, y, precision, sensitivity=own)
@@ -119,10 +158,14 @@ def torch_stage(models: list[str], work: Path) -> dict:
                 for k in picked:
                     w = dict(weights)
                     w[k] = (weights[k] * (1 + 0.01 * rng.standard_normal(weights[k].shape))).astype(np.float32)
-                    y, _ = run_twin(build_torchvision(name, w).eval(), x, torch.float16)
+                    perturbed = build_torchvision(name, w).eval()
+                    y, _ = run_twin(perturbed, x, torch.float16)
                     gate = parity.compare(keras_ref, y, "fp16", sensitivity=own)
                     row["perturbed_fp16"][k.split("/")[0]] = {"status": gate["status"],
                                                               "max_rel_err_per_image": gate["max_rel_err_per_image"]}
+                    if counting and name == models[0]:
+                        row["perturbed_fp16"][k.split("/")[0]]["agreement"] = agreement_row(
+                            fp32_many, twin_outputs(perturbed, many(), torch.float16), "fp16", own_many)
             results[name][variant] = row
     return results
 
@@ -145,7 +188,31 @@ def table(results: dict) -> str:
         caught = sum(v["status"] == "failed" for v in pert.values())
         lines.append(f"- {name}: caught {caught} of {len(pert)}: " + ", ".join(
             f"{k} {v['max_rel_err_per_image']:.3g}{' F' if v['status'] == 'failed' else ''}" for k, v in pert.items()))
+    counted = {name: v["conditioned"]["agreement"] for name, v in results.items() if "agreement" in v["conditioned"]}
+    if counted:
+        lines += ["", "Agreement with FP32 over the agreement inputs, conditioned weights: the torch twin's top-1 and "
+                  "top-5 agreement [95% Wilson interval], the model's own (Keras), the disagreement allowed, verdict:",
+                  "", "| model | precision | top-1 [interval] | own top-1 | allowed | top-5 [interval] | own top-5 | "
+                  "allowed | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, rows in counted.items():
+            for p, r in rows.items():
+                cells = [f"{r[k]['agreement']:.3f} [{r[k]['ci95'][0]:.3f}-{r[k]['ci95'][1]:.3f}] | "
+                         f"{_fmt(r[k]['own'])} | {r[k]['allowed']:.3g}" for k in ("top1", "top5")]
+                lines.append(f"| {name} | {p} | {cells[0]} | {cells[1]} | {r['status']} |")
+    for name, variants in results.items():
+        pert = {k: v for k, v in variants["conditioned"]["perturbed_fp16"].items() if "agreement" in v}
+        if pert:
+            either = sum(v["status"] == "failed" or v["agreement"]["status"] == "failed" for v in pert.values())
+            lines += ["", f"{name}, one layer's weights 1% off, FP16: top-1 agreement over the agreement inputs "
+                      f"(A: its gate failed; F: the 16-input gate failed); caught by either: {either} of {len(pert)}:",
+                      "", "- " + ", ".join(f"{k} {v['agreement']['top1']['agreement']:.3f}"
+                                           f"{' A' if v['agreement']['status'] == 'failed' else ''}"
+                                           f"{' F' if v['status'] == 'failed' else ''}" for k, v in pert.items())]
     return "\n".join(lines) + "\n"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def figure(results: dict, path: Path) -> None:
@@ -178,16 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=SAMPLE)
     ap.add_argument("--resolution", type=int, default=224)
+    ap.add_argument("--agreement-inputs", type=int, default=1000, help="seeded inputs the agreement is counted over")
     ap.add_argument("--out", type=Path, default=Path("reduced-precision"))
     ap.add_argument("--stage", choices=("keras", "torch"), help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     if args.stage == "keras":
-        keras_stage(models, args.resolution, args.work)
+        keras_stage(models, args.resolution, args.work, args.agreement_inputs)
         return 0
     if args.stage == "torch":
-        (args.work / "results.json").write_text(json.dumps(torch_stage(models, args.work)))
+        (args.work / "results.json").write_text(json.dumps(torch_stage(models, args.work, args.resolution,
+                                                                       args.agreement_inputs)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         for stage in ("keras", "torch"):  # TensorFlow and torch never share a process
             print(f"{stage} stage ...", file=sys.stderr, flush=True)
             subprocess.run([sys.executable, __file__, "--stage", stage, "--work", str(work), "--models", args.models,
-                            "--resolution", str(args.resolution)], check=True)
+                            "--resolution", str(args.resolution), "--agreement-inputs", str(args.agreement_inputs)],
+                           check=True)
         results = json.loads((work / "results.json").read_text())
     from inferbench.base.machine import cpu_flag_set
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown")
     meta = {"cpu": cpu, "flags": sorted(f for f in cpu_flag_set() if f.startswith(("avx512", "amx"))),
-            "resolution": args.resolution, "models": models}
+            "resolution": args.resolution, "models": models, "agreement_inputs": args.agreement_inputs}
     (args.out / "results.json").write_text(json.dumps({"machine": meta, "results": results}, indent=1))
     (args.out / "table.md").write_text(table(results))
     figure(results, args.out / "error_by_block.png")

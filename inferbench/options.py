@@ -18,7 +18,7 @@ from typing import Any
 
 from .base.errors import UsageError, shorten
 from .registry.scenarios import SCENARIOS
-from .spec import BN_MODES, EXECUTORS, KERAS_BACKENDS, OPTIMIZERS, PRECISIONS, QUICK, TimingConfig
+from .spec import AGREEMENT_INPUTS, BN_MODES, EXECUTORS, KERAS_BACKENDS, OPTIMIZERS, PRECISIONS, QUICK, TimingConfig
 
 DAY_S = 86_400.0
 MAX_SLO_MS = 60_000.0  # --slo-p99: a minute (no image is served slower; --slo-p99 86400000 "served" 48,401 QPS)
@@ -242,6 +242,10 @@ OPTIONS: tuple[Option, ...] = (
            "frameworks that take it run at it (torch, torch-native, torch-inductor, openvino), the others at their "
            "own; on a CPU only where it has that precision's instructions (BF16: AVX512_BF16 or AMX)", [], precisions,
            metavar="P[,P...]"),
+    Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
+           "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
+           "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, non_negative_int, metavar="N",
+           maximum=1_000_000, commands=MEASURING),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,

@@ -184,6 +184,11 @@ QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes":
          "tune_budget_s": 1.0}  # tuning: --time-budget's floor only (--quick itself does not tune unless --tune on)
 
 
+#: Reduced-precision cells' top-1 / top-5 agreement with FP32 is counted over this many seeded inputs (the gate's
+#: statistic: :func:`inferbench.measure.parity.agreement`) unless --agreement-inputs says otherwise.
+AGREEMENT_INPUTS = 1000
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What every cell of one run or sweep shares; written into each record as ``config``."""
@@ -210,10 +215,13 @@ class RunConfig:
     executor: str = "local"  # where a sweep's groups run: this machine, or a Ray cluster (--executor)
     ray_address: str | None = None  # the Ray cluster's head (None: one of this machine, started for the sweep)
     machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
+    agreement_inputs: int = AGREEMENT_INPUTS  # reduced-precision cells' agreement with FP32 over this many inputs (0: not counted)
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:
             raise ValueError(f"slo_p99_ms must be a positive finite number, got {self.slo_p99_ms}")
+        if self.agreement_inputs < 0:
+            raise ValueError(f"agreement_inputs must be at least 0, got {self.agreement_inputs}")
         if self.processes < 1:
             raise ValueError(f"processes must be at least 1, got {self.processes}")
         if not 0 < self.tune_budget_s < math.inf:

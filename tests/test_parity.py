@@ -196,3 +196,63 @@ def test_a_reduced_precision_gate_judges_each_image_against_its_own_logits():
     p = compare(ref, bad, "fp16", sensitivity=own)
     assert p["max_rel_err"] < p["thresholds"]["per_image_max_rel_err"] and p["status"] == "failed", p
     assert "per image" in p["reason"], p["reason"]
+
+
+def _agreement_case(n, noise, seed):
+    """FP32 logits with a heavy-tailed margin between the top classes (as a seeded network's), and a computation of
+    them with independent rounding noise of relative size ``noise`` (known truth: how often a top class flips is set
+    by the noise, not by anything the estimator models)."""
+    from inferbench.measure.parity import agreements
+
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_t(3, (n, 1000)) + 8 * rng.random((n, 1))
+    scale = np.abs(ref).max(axis=1, keepdims=True)
+    return ref, lambda s, k: ref + rng.normal(0, noise * s * scale / 3, ref.shape), agreements
+
+
+def test_agreement_over_many_inputs_passes_a_computation_as_noisy_as_the_models_own_and_fails_a_noisier_one():
+    from inferbench.measure.parity import AGREEMENT_METHOD, agreement
+
+    ref, noisy, agreements = _agreement_case(1000, 0.03, 0)
+    own = {"fp16": {**agreements(ref, noisy(1.0, 0)), "method": AGREEMENT_METHOD}}
+    assert 0.85 < own["fp16"]["top1"] / 1000 < 0.99  # the model's own precision flips some near-ties
+    right = agreement(ref, noisy(1.0, 1), "fp16", own)
+    assert right["status"] == "passed", right["reason"]
+    lo, hi = right["top1"]["ci95"]
+    assert lo < right["top1"]["agreement"] < hi and hi - lo < 0.06
+    assert right["top1"]["allowed_disagreement"] == pytest.approx(2 * (1 - own["fp16"]["top1"] / 1000))
+    wrong = agreement(ref, noisy(4.0, 2), "fp16", own)
+    assert wrong["status"] == "failed" and "top-1 agreement with FP32" in wrong["reason"] \
+        and "the model's own FP16" in wrong["reason"]
+    other = agreement(ref, _agreement_case(1000, 0.03, 5)[0], "fp16", own)  # another model's outputs
+    assert other["status"] == "failed" and other["top5"]["agreement"] < 0.1
+    tf32 = agreement(ref, noisy(1.0, 3), "tf32", own)  # TF32 is judged by the model's own FP16
+    assert tf32["own"] == own["fp16"] and tf32["status"] == "passed"
+
+
+def test_agreement_without_the_models_own_is_judged_by_the_ceiling_and_never_below_the_floor():
+    from inferbench.measure.parity import AGREEMENT_CEILINGS, AGREEMENT_FLOOR, AGREEMENT_METHOD, agreement
+
+    ref = _reference(n=400, seed=3)
+    exact = {"bf16": {"top1": 400, "top5": 400, "inputs": 400, "method": AGREEMENT_METHOD}}
+    p = agreement(ref, ref.copy(), "bf16", exact)
+    assert p["status"] == "passed" and p["top1"]["allowed_disagreement"] == AGREEMENT_FLOOR
+    p = agreement(ref, ref.copy(), "bf16", None)
+    assert p["own"] is None and p["top1"]["allowed_disagreement"] == AGREEMENT_CEILINGS["bf16"]["top1"]
+    bad = ref.copy()
+    bad[:, 0] = np.inf
+    p = agreement(ref, bad, "bf16", None)
+    assert p["status"] == "failed" and p["top1"]["agreement"] == 0.0 and "ceiling" in p["reason"]
+    other_count = {"bf16": {**exact["bf16"], "inputs": 999}}  # measured on another number of inputs: not used
+    assert agreement(ref, ref.copy(), "bf16", other_count)["own"] is None
+
+
+def test_the_wilson_interval_covers_a_known_proportion_at_its_nominal_rate():
+    from inferbench.measure.stats import wilson
+
+    rng = np.random.default_rng(0)
+    for p, n in ((0.98, 1000), (0.5, 200), (0.995, 1000), (0.2, 50)):
+        draws = rng.binomial(n, p, 4000)
+        covered = np.mean([lo <= p <= hi for lo, hi in (wilson(int(k), n) for k in draws)])
+        assert 0.92 < covered < 0.975, (p, n, covered)
+    assert wilson(0, 0) is None and wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == pytest.approx(1.0)

@@ -23,8 +23,9 @@ from .progress import Progress
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
                    batch_sizes: tuple[int, ...], progress: Progress,
-                   strict: bool = True) -> tuple[Path, dict[str, str]]:
-    """Export (or reuse from the cache) every artifact the frameworks need; returns the folder and
+                   strict: bool = True, agreement_inputs: int = 0) -> tuple[Path, dict[str, str]]:
+    """Export (or reuse from the cache) every artifact the frameworks need (and, with ``agreement_inputs``, the
+    outputs on that many inputs that reduced-precision cells are counted against); returns the folder and
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
@@ -50,14 +51,15 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     scenario = config.scenario
     runnable = [fw for fw in frameworks
                 if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
-    needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)]
-    variants = train_variants(config) if scenario_entry(scenario).trains else ()
+    needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)] \
+        + (["agreement"] if agreement_inputs else [])
+    variants = {"train-reference": train_variants(config) if scenario_entry(scenario).trains else (),
+                "agreement": (str(agreement_inputs),) if agreement_inputs else ()}
     label = f"{model}@{resolution} export"
 
     def covers(kind: str) -> Any:
-        return lambda entry: not EXPORTERS[kind].per_batch_size or (
-            set(batch_sizes) <= set(entry.get("batch_sizes", ())) and set(variants if kind == "train-reference"
-                                                                           else ()) <= set(entry.get("variants", ())))
+        return lambda entry: (not EXPORTERS[kind].per_batch_size or set(batch_sizes) <= set(
+            entry.get("batch_sizes", ()))) and set(variants.get(kind, ())) <= set(entry.get("variants", ()))
 
     waiting = "waiting: another inferbench process is exporting this model to the same cache"
     with artifact_cache.export_lock(folder, lambda: progress.result(label, waiting)):
@@ -95,8 +97,8 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             return bool(deps)
 
         def job(kind: str) -> Any:
-            sizes, kinds = batch_sizes, variants if kind == "train-reference" else ()
-            if EXPORTERS[kind].per_batch_size:  # one file per batch size (and variant): keep those made before
+            sizes, kinds = batch_sizes, variants.get(kind, ())
+            if EXPORTERS[kind].per_batch_size or kinds:  # one file per batch size and variant: keep those made before
                 made = artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}
                 sizes = tuple(sorted({*made.get("batch_sizes", ()), *batch_sizes}))
                 kinds = tuple(sorted({*made.get("variants", ()), *kinds})) if kinds else ()

@@ -225,8 +225,10 @@ class Exports:
         batch_sizes = tuple(sorted({c.batch_size for c in same}))
         if pair not in self.done:
             frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
+            reduced = any(c.precision != "fp32" for c in same)
             self.done[pair] = ensure_exports(self.config, cell.model, cell.resolution, frameworks, batch_sizes,
-                                             self.progress, self.strict)
+                                             self.progress, self.strict,
+                                             self.config.agreement_inputs if reduced else 0)
         return (*self.done[pair], batch_sizes)
 
 

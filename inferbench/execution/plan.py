@@ -183,7 +183,7 @@ def build(values: dict[str, Any]) -> Built:
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
                            DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
-                       machines=tuple(values["machines"]))
+                       machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"])
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)

@@ -193,6 +193,19 @@ def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray,
     exports are judged by the fixed thresholds alone."""
     from ..measure import parity
 
+    def measure(call: Predict) -> dict[str, Any]:
+        got = np.concatenate([call(inputs[i:i + chunk]) for i in range(0, len(inputs), chunk)])
+        return {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
+
+    return in_each_precision(model, measure)
+
+
+def in_each_precision(model: Any, measure: Callable[[Predict], dict[str, Any]]) -> dict[str, Any]:
+    """``measure`` of the Keras model rebuilt in each reduced precision (``parity.SENSITIVITY_POLICIES``: every layer's
+    dtype policy, so weights and computation are in it), given as a function of a batch (float32 outputs, one row an
+    input), per precision; where Keras cannot rebuild the model so, or its outputs are not finite, the reason."""
+    from ..measure import parity
+
     out: dict[str, Any] = {}
     config = model.get_config()
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
@@ -203,11 +216,14 @@ def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray,
             low = model.__class__.from_config({**config, "layers": layers})
             low.set_weights(model.get_weights())
             call = keras_call(low)
-            got = np.concatenate([np.asarray(call(inputs[i:i + chunk]), dtype=np.float32).reshape(
-                len(inputs[i:i + chunk]), -1) for i in range(0, len(inputs), chunk)])
-            if not np.all(np.isfinite(got)):
-                raise ValueError("its outputs are not finite")
-            out[precision] = {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
+
+            def finite(batch: np.ndarray, call: Any = call) -> np.ndarray:
+                got = np.asarray(call(batch), dtype=np.float32).reshape(len(batch), -1)
+                if not np.all(np.isfinite(got)):
+                    raise ValueError("its outputs are not finite")
+                return got
+
+            out[precision] = measure(finite)
         except Exception as exc:  # a model Keras cannot rebuild in that dtype: the fixed thresholds judge it
             out[precision] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     return out

@@ -128,6 +128,70 @@ SENSITIVITY_OF = {"fp16": "fp16", "bf16": "bf16", "tf32": "fp16"}
 SENSITIVITY_METHOD = "keras model, every layer in the precision (dtype policy), vs its FP32 reference, image by image"
 
 
+#: Agreement over many images (:func:`agreement`): a reduced precision's top-1 and top-5 agreement with FP32 over
+#: ``inferbench.spec.AGREEMENT_INPUTS`` seeded image-like inputs (``--agreement-inputs``), so that no gate is decided by 16 images.
+#: Its disagreement may be at most ``SENSITIVITY_FACTOR`` times the model's own in that precision (the Keras model
+#: with every layer in it, on the same inputs), never less than ``AGREEMENT_FLOOR`` (MLPerf's 99% of FP32), never more
+#: than ``AGREEMENT_CEILINGS``; it fails only where the Wilson interval's lower end is past that.
+AGREEMENT_FLOOR = 0.01
+AGREEMENT_CEILINGS: dict[str, dict[str, float]] = {
+    "fp16": {"top1": 0.10, "top5": 0.02},
+    "bf16": {"top1": 0.50, "top5": 0.10},
+    "tf32": {"top1": 0.10, "top5": 0.02},
+}
+#: How the model's own agreement is measured, as records name it.
+AGREEMENT_METHOD = "keras model, every layer in the precision (dtype policy), top-1/top-5 vs its FP32 reference"
+#: top-1: the cell's top class is FP32's; top-5: FP32's top class is among the cell's five highest.
+AGREEMENT_KINDS = {"top1": 1, "top5": 5}
+
+
+def agreements(reference: np.ndarray, candidate: np.ndarray) -> dict[str, int]:
+    """How many of the inputs agree with FP32's top class (``top1``: the candidate's top class is it; ``top5``: it is
+    among the candidate's five highest), and of how many (``inputs``); non-finite outputs agree nowhere."""
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape)
+    finite = np.isfinite(cand).all(axis=1)
+    top = ref.argmax(axis=1)
+    out = {"inputs": int(len(ref))}
+    for kind, k in AGREEMENT_KINDS.items():
+        best = np.argsort(-cand, axis=1, kind="stable")[:, :k]
+        out[kind] = int(np.sum((best == top[:, None]).any(axis=1) & finite))
+    return out
+
+
+def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,
+              own: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The agreement block of a reduced-precision cell's parity: its top-1 and top-5 agreement with FP32 over many
+    inputs, each with its 95% Wilson interval, and the verdict against the model's own agreement in that precision
+    (``own``: :func:`agreements` of the Keras model in it, measured by ``AGREEMENT_METHOD``; TF32 takes FP16's)."""
+    from .stats import wilson
+
+    counts = agreements(reference, candidate)
+    n = counts["inputs"]
+    own_counts = (own or {}).get(SENSITIVITY_OF.get(precision, ""))
+    measured_own = isinstance(own_counts, dict) and own_counts.get("method") == AGREEMENT_METHOD \
+        and own_counts.get("inputs") == n
+    out: dict[str, Any] = {"inputs": n, "factor": SENSITIVITY_FACTOR, "floor": AGREEMENT_FLOOR,
+                           "own": own_counts if measured_own else None}
+    reasons = []
+    for kind in AGREEMENT_KINDS:
+        interval = wilson(counts[kind], n)
+        own_off = 1 - own_counts[kind] / n if measured_own else None
+        ceiling = AGREEMENT_CEILINGS[precision][kind]
+        allowed = ceiling if own_off is None else min(ceiling, max(AGREEMENT_FLOOR, SENSITIVITY_FACTOR * own_off))
+        out[kind] = {"agreement": counts[kind] / n if n else None, "ci95": interval, "own": None if own_off is None
+                     else 1 - own_off, "allowed_disagreement": allowed}
+        if interval is not None and 1 - interval[1] > allowed:
+            base = f"the {precision.upper()} ceiling; the model's own agreement was not measured" \
+                if own_off is None else f"the {precision.upper()} ceiling" if allowed == ceiling \
+                else "the floor, MLPerf's 99%" if allowed == AGREEMENT_FLOOR \
+                else f"{SENSITIVITY_FACTOR:g}x the model's own {SENSITIVITY_OF[precision].upper()} {own_off:.3g}"
+            reasons.append(f"{kind.replace('top', 'top-')} agreement with FP32 {counts[kind] / n:.3f} "
+                           f"[{interval[0]:.3f}-{interval[1]:.3f}] over {n} inputs: disagreement past {allowed:.3g} "
+                           f"({base})")
+    return {"status": "failed" if reasons else "passed", "reason": "; ".join(reasons) or None, **out}
+
+
 class DegenerateReference(Exception):
     """The reference outputs cannot tell a correct export from a broken one."""
 

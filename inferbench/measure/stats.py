@@ -204,6 +204,17 @@ def pool_between(spreads: Sequence[Spread | None]) -> tuple[float | None, int]:
     return max(0.0, sum(float(s.between_raw or 0.0) * s.between_df for s in usable) / df), df
 
 
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """The Wilson score interval (95% by default) of a proportion of ``k`` in ``n`` (None where ``n`` is 0): unlike
+    the normal approximation it stays inside [0, 1] and covers near 0 and 1, where agreement rates sit."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _chi2_95(df: int) -> float:
     """The chi-square distribution's 95% quantile (Wilson-Hilferty; within 1% from 3 degrees of freedom)."""
     return df * (1 - 2 / (9 * df) + 1.644854 * math.sqrt(2 / (9 * df))) ** 3

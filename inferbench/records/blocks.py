@@ -124,6 +124,22 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """A reduced-precision cell's agreement with FP32 over many seeded inputs (``inferbench.measure.parity.
+    agreement``): ``top1`` and ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own
+    agreement in that precision and the disagreement allowed."""
+
+    status: Annotated[str, Enum(("passed", "failed", "not_measured"))]
+    inputs: int
+    reason: str | None = None
+    top1: dict[str, Any] | None = None
+    top5: dict[str, Any] | None = None
+    own: dict[str, Any] | None = None  # the Keras model's own counts in that precision (top1, top5, inputs, method)
+    factor: Number = None
+    floor: Number = None
+
+
+@dataclass(frozen=True)
 class Parity:
     status: Annotated[str, Enum(("passed", "failed", "not_applicable", "not_run"))]
     reason: str | None = None
@@ -138,6 +154,7 @@ class Parity:
     sanity: dict[str, Any] | None = None
     method: str | None = None  # "training": the training scenario's rule (inferbench.measure.training)
     training: dict[str, Any] | None = None  # its loss, gradient and weight-change figures
+    agreement: Agreement | None = None  # a reduced precision's top-1 / top-5 agreement with FP32 over many inputs
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ EXPORTERS: dict[str, Exporter] = {
                  "reference", per_batch_size=True),
         # the Keras weights read on whichever Keras backend is installed (keras_backend_here)
         Exporter("ported", "inferbench.exporters.ported", ("keras",), ("keras",), "tf", "ported/keras_weights.npz"),
+        # reduced-precision cells' agreement with FP32 over many seeded inputs, once per count (--agreement-inputs)
+        Exporter("agreement", "inferbench.exporters.agreement", ("keras",), ("tensorflow", "keras"), "tf",
+                 "agreement"),
         # the training scenario's reference: k steps of the Keras model from the same weights on the same batches
         Exporter("train-reference", "inferbench.exporters.train_reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "train-reference", per_batch_size=True),
@@ -48,6 +51,11 @@ EXPORTERS: dict[str, Exporter] = {
                  "tensorrt/", built_by_runner=True),
     ]
 }
+
+
+#: The kinds computed by the source's own framework from the source (the Keras model or the model file): outputs to
+#: compare with.
+FROM_SOURCE = ("reference", "agreement")
 
 
 def packages() -> tuple[str, ...]:
@@ -73,19 +81,19 @@ def source_kind(model: Any) -> str:
 def requires(kind: str, model: Any = None) -> tuple[str, ...]:
     """The kinds ``kind`` is made from, for ``model`` (a ModelSpec; a model file is imported, not made)."""
     src = source_kind(model)
-    if kind == "reference":
+    if kind in FROM_SOURCE:
         return (src,)
     return () if kind == src else EXPORTERS[kind].requires
 
 
 def _from_source(kind: str, model: Any) -> bool:
     """Is ``kind`` made by the source's own framework (the reference outputs, an imported model file)?"""
-    return kind == "reference" or kind == source_kind(model) != "keras"
+    return kind in FROM_SOURCE or kind == source_kind(model) != "keras"
 
 
 def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
     src = source_kind(model)
-    if kind == "reference" and src == "keras" and (backend := keras_backend_here()) != "tensorflow":
+    if kind in FROM_SOURCE and src == "keras" and (backend := keras_backend_here()) != "tensorflow":
         # without TensorFlow, Keras on the backend installed computes it, once its outputs reproduce TensorFlow's
         # 16-input reference (inferbench.exporters.reference.export)
         return ("keras", backend)
@@ -109,7 +117,7 @@ def unreachable(kind: str, model: Any) -> str | None:
     """Why ``kind`` cannot be made for ``model`` (a ModelSpec), or None: from a model file, inferbench makes
     only what its converters make from that format (everything starts from a Keras model)."""
     src = source_kind(model)
-    if kind in (src, "reference", "none") or src == "keras":
+    if kind in (src, *FROM_SOURCE, "none") or src == "keras":
         return None
     if not EXPORTERS[kind].requires:  # the Keras model: only from a registered model or a .keras file
         return f"needs {_KIND_NAMES[kind]}, and {model.name} is {FILE_FORMATS[src]}"
@@ -128,7 +136,7 @@ def unreachable(kind: str, model: Any) -> str | None:
 def exporter_module(kind: str, model: Any = None) -> str:
     """The module that makes ``kind`` for ``model`` (a ModelSpec): its exporter's, or for a model file's own format
     the importer's."""
-    return "inferbench.exporters.imported" if kind != "reference" and _from_source(kind, model) \
+    return "inferbench.exporters.imported" if kind not in FROM_SOURCE and _from_source(kind, model) \
         else EXPORTERS[kind].module
 
 
@@ -194,6 +202,16 @@ def timed_sensitivity(batch_size: int) -> str:
     the largest of B images' errors grows with B, so the timed batch is judged by the larger of its own images' and
     the 16 reference images' (:func:`inferbench.measure.parity.larger_own_error`)."""
     return f"reference/timed-bs{batch_size}-own-error.json"
+
+
+def agreement_reference(count: int) -> str:
+    """The source's FP32 outputs on the ``count`` agreement inputs (exporter ``agreement``)."""
+    return f"agreement/n{count}.npy"
+
+
+def agreement_own(count: int) -> str:
+    """The Keras model's own top-1 / top-5 agreement with FP32 on them, in each reduced precision."""
+    return f"agreement/n{count}-own.json"
 
 
 def train_variant(optimizer: str, bn_mode: str) -> str:

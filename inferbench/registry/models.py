@@ -364,6 +364,21 @@ def make_inputs(spec: ModelSpec, batch: int, resolution: int, seed: int) -> np.n
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else out
 
 
+#: The agreement inputs (:func:`agreement_inputs`) come in chunks of this many, each from its own seed: the first N of
+#: a larger count are the same N.
+AGREEMENT_CHUNK = 32
+AGREEMENT_SEED = 1_000_000  # added to the run's seed: a stream apart from the reference (+2) and timed (+3) inputs
+
+
+def agreement_inputs(spec: ModelSpec, resolution: int, seed: int, count: int) -> Iterator[np.ndarray]:
+    """``count`` seeded image-like inputs, made as the 16 reference inputs are, for the agreement of a reduced
+    precision with FP32 over many images (:func:`inferbench.measure.parity.agreement`), in chunks (1,000 at 224 px
+    take 600 MB)."""
+    for start in range(0, count, AGREEMENT_CHUNK):
+        yield make_inputs(spec, min(AGREEMENT_CHUNK, count - start), resolution,
+                          seed + AGREEMENT_SEED + start // AGREEMENT_CHUNK)
+
+
 # --------------------------------------------------------------------------- weights
 def describe_weights(weights: str) -> str:
     """Validate ``--weights`` without importing anything heavy: random, imagenet or a readable file."""

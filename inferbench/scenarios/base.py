@@ -107,7 +107,47 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
-    return parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
+    out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
+    if precision == "fp32" or not job.config.agreement_inputs:
+        return out
+    agreement = check_agreement(job, runner, emit)
+    failed = agreement["status"] == "failed"
+    return {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
+            "reason": "; ".join(r for r in (out.get("reason"), failed and f"agreement: {agreement['reason']}") if r)
+            or None}
+
+
+def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
+    """A reduced-precision cell's top-1 and top-5 agreement with FP32 over ``--agreement-inputs`` seeded inputs
+    (:func:`inferbench.measure.parity.agreement`), computed at the timed batch size; ``not_measured`` with the reason
+    where the FP32 outputs on them were not exported."""
+    from ..measure import parity
+    from ..registry.artifacts import agreement_own, agreement_reference
+    from ..registry.models import agreement_inputs, get_model
+
+    folder, count = Path(job.artifact_dir), job.config.agreement_inputs
+    if not (folder / agreement_reference(count)).exists():
+        return {"status": "not_measured", "inputs": count, "reason": f"no FP32 outputs on {count} agreement inputs "
+                "in the cache (their export failed or was not made): judged by the 16 reference inputs only"}
+    emit(f"parity check: agreement over {count} inputs")
+    chunks = agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed, count)
+    got = np.concatenate([at_batch_size(runner, x, job.cell.batch_size) for x in rebatched(chunks, job.cell.batch_size)])
+    return parity.agreement(np.load(folder / agreement_reference(count)), got, job.cell.precision,
+                            _json_if_there(folder / agreement_own(count)))
+
+
+def rebatched(chunks: Any, size: int) -> Any:
+    """The arrays of ``chunks`` (an iterable of batches) regrouped into batches of ``size`` (the last may be smaller),
+    never holding more than a batch and a chunk."""
+    held: list[np.ndarray] = []
+    for chunk in chunks:
+        held.append(chunk)
+        while sum(len(h) for h in held) >= size:
+            joined = np.concatenate(held)
+            yield joined[:size]
+            held = [joined[size:]]
+    if sum(len(h) for h in held):
+        yield np.concatenate(held)
 
 
 def own_rounding(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -1,0 +1,48 @@
+"""Agreement over many images: the source's FP32 outputs on ``N`` seeded image-like inputs (made as the 16 reference
+inputs are, :func:`inferbench.registry.models.agreement_inputs`), against which a reduced-precision cell's top-1 and
+top-5 agreement is counted (:func:`inferbench.measure.parity.agreement`), and, for a Keras source, the model's own
+agreement in each reduced precision: the Keras model with every layer in it, on the same inputs. Exported only for
+runs with reduced-precision cells, once per count (``--agreement-inputs``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..registry.artifacts import ExportContext, agreement_own, agreement_reference, source_kind
+from ..registry.models import agreement_inputs, get_model, load_keras
+from .reference import in_each_precision, predictor
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    spec = get_model(ctx.model)
+    model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
+    predict = predictor(spec, ctx, model)
+    (ctx.folder / "agreement").mkdir(exist_ok=True)
+    paths, notes = [], []
+    for count in sorted({int(v) for v in ctx.variants}):
+        reference = np.concatenate([predict(x) for x in agreement_inputs(spec, ctx.resolution, ctx.seed, count)])
+        np.save(ctx.folder / agreement_reference(count), reference)
+        paths.append(agreement_reference(count))
+        if model is None:
+            notes.append("a model file: no Keras model to measure its own reduced-precision agreement with")
+            continue
+        own = own_agreement(model, lambda: agreement_inputs(spec, ctx.resolution, ctx.seed, count), reference)
+        (ctx.folder / agreement_own(count)).write_text(json.dumps(own, indent=1))
+        paths.append(agreement_own(count))
+    return {"paths": paths, "variants": sorted(ctx.variants, key=int), "notes": notes}
+
+
+def own_agreement(model: Any, inputs: Callable[[], Iterable[np.ndarray]], reference: np.ndarray) -> dict[str, Any]:
+    """The Keras model's own top-1 / top-5 agreement with its FP32 ``reference`` in each reduced precision, on the
+    batches ``inputs()`` yields (:func:`inferbench.measure.parity.agreements`; the reason where Keras cannot)."""
+    from ..measure import parity
+
+    def measure(call: Any) -> dict[str, Any]:
+        got = np.concatenate([call(x) for x in inputs()])
+        return {**parity.agreements(reference, got), "method": parity.AGREEMENT_METHOD}
+
+    return in_each_precision(model, measure)
