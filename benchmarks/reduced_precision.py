@@ -61,7 +61,7 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
             (work / f"{name}-{variant}-own.json").write_text(json.dumps(own))
             if variant == "conditioned" and count:  # as the agreement export makes them
                 call = keras_call(model)
-                many = lambda: registry.agreement_inputs(spec, resolution, 0, count)  # noqa: E731
+                many = lambda spec=spec: registry.agreement_inputs(spec, resolution, 0, count)  # noqa: E731
                 fp32 = np.concatenate([np.asarray(call(x), dtype=np.float32) for x in many()])
                 np.save(work / f"{name}-agreement-reference.npy", fp32)
                 (work / f"{name}-agreement-own.json").write_text(json.dumps(own_agreement(model, many, fp32)))
@@ -135,7 +135,7 @@ def torch_stage(models: list[str], work: Path, resolution: int, count: int) -> d
             row = {"own": own}
             counting = variant == "conditioned" and count
             if counting:
-                many = lambda: agreement_inputs(get_model(name), resolution, 0, count)  # noqa: E731
+                many = lambda name=name: agreement_inputs(get_model(name), resolution, 0, count)  # noqa: E731
                 fp32_many = np.load(work / f"{name}-agreement-reference.npy")
                 own_many = json.loads((work / f"{name}-agreement-own.json").read_text())
                 row["agreement"] = {p: agreement_row(fp32_many, twin_outputs(twin, many(), dt), p, own_many)

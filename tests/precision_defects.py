@@ -2,11 +2,12 @@
 never shares a process with TensorFlow): the torchvision twin of a cached model, built from its ported Keras weights
 as inferbench's torch runners build it, computed in FP16 or BF16 on the model's 16 reference inputs, with one defect.
 
-    python tests/precision_defects.py FOLDER DEFECT fp16|bf16 OUT.npy [OTHER_FOLDER]
+    python tests/precision_defects.py FOLDER DEFECT fp16|bf16 OUT.npy reference|agreement:N [OTHER_FOLDER]
 
 DEFECT: ``none`` (a correct export); ``perturbed:F`` (one middle layer's weights off by F: each weight times
 1 + F z); ``wrong-cast`` (the logits layer computed from its FP32-range input scaled by 1e4, the result scaled back:
-exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs).
+exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs). On the 16 reference
+inputs, or on the N agreement inputs (``inferbench.registry.models.agreement_inputs``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,21 @@ def twin(folder: Path, dtype, perturb: float = 0.0):
     return build_torchvision(name, weights).to(dtype).eval()
 
 
-def main(folder: str, defect: str, precision: str, out: str, other: str | None = None) -> None:
+def main(folder: str, defect: str, precision: str, out: str, which: str, other: str | None = None) -> None:
+    import json
+
     import torch
 
+    from inferbench.registry.models import agreement_inputs, get_model
+
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-    inputs = torch.from_numpy(np.load(Path(folder) / "reference" / "inputs.npy").transpose(0, 3, 1, 2).copy())
+    if which == "reference":
+        nhwc = np.load(Path(folder) / "reference" / "inputs.npy")
+    else:
+        key = json.loads((Path(folder) / "manifest.json").read_text())["key_inputs"]
+        nhwc = np.concatenate(list(agreement_inputs(get_model(key["model"]), key["resolution"], key["seed"],
+                                                    int(which.split(":")[1]))))
+    inputs = torch.from_numpy(nhwc.transpose(0, 3, 1, 2).copy())
     source = Path(other if defect == "other-model" else folder)
     module = twin(source, dtype, float(defect.split(":")[1]) if defect.startswith("perturbed:") else 0.0)
     if defect == "wrong-cast":

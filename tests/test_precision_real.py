@@ -4,6 +4,7 @@ relative to the model's own error in it, measured at export (inferbench.measure.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,9 +16,11 @@ import pytest
 
 from inferbench.base.device import Device
 from inferbench.execution.childenv import thread_env
+from inferbench.execution.exports import ensure_exports
+from inferbench.execution.progress import Progress
 from inferbench.execution.rounds import measure_group
 from inferbench.measure import parity
-from inferbench.registry.artifacts import EXPORTERS
+from inferbench.registry.artifacts import EXPORTERS, agreement_own, agreement_reference
 from inferbench.registry.frameworks import FRAMEWORKS
 from inferbench.run import main
 from inferbench.scenarios.base import own_rounding
@@ -29,6 +32,8 @@ QUICK = ["--duration", "0.3", "--min-iterations", "5", "--warmup", "1", "--warmu
          "--processes", "1", "--rounds", "2"]
 #: the default model and the zoo sample the gate is shown on, at the default resolution
 SAMPLE = ["mobilenet_v3_large", "mobilenet_v3_small", "resnet50", "efficientnet_b0"]
+#: fewer than a run's 1,000 (the suite's time): enough for intervals that tell a correct export from a gross defect
+AGREEMENT_INPUTS = 128
 
 
 def exported(model: str, cache_dir: Path, out: Path) -> Path:
@@ -41,10 +46,21 @@ def exported(model: str, cache_dir: Path, out: Path) -> Path:
     return manifest.parent
 
 
-def job(folder: Path, model: str, precision: str) -> CellJob:
-    fw = FRAMEWORKS["torch-native"]
+def with_agreement(model: str, cache_dir: Path, count: int) -> RunConfig:
+    """The run configuration of the cells below, counting agreement over ``count`` inputs, whose FP32 outputs (and the
+    model's own agreement in FP16 and BF16) are exported into the cache here, as a run with reduced-precision cells
+    exports them."""
     config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=2,
-                       timing=TimingConfig(0, 0.0, 0.0, 3, 2), options=RunnerOptions(), cache_dir=str(folder.parent))
+                       timing=TimingConfig(0, 0.0, 0.0, 3, 2), options=RunnerOptions(), cache_dir=str(cache_dir),
+                       agreement_inputs=count)
+    _, failed = ensure_exports(config, model, 224, [FRAMEWORKS["torch-native"]], (1,), Progress(1, io.StringIO()),
+                               agreement_inputs=count)
+    assert not failed, failed
+    return config
+
+
+def job(folder: Path, model: str, precision: str, config: RunConfig) -> CellJob:
+    fw = FRAMEWORKS["torch-native"]
     return CellJob(CellKey(model, 224, 1, "torch-native", precision), fw, config, str(folder),
                    str(folder / EXPORTERS[fw.artifact].path), (1,), idle_seconds=2.0)
 
@@ -57,8 +73,10 @@ def test_torch_fp16_and_bf16_pass_the_gate_on_the_default_model_and_the_zoo_samp
     sensitivity = json.loads((folder / "reference" / "precision_sensitivity.json").read_text())
     assert {"fp16", "bf16"} <= set(sensitivity) and all("error" not in sensitivity[p] for p in ("fp16", "bf16"))
     assert 0 < sensitivity["fp16"]["max_rel_err"] < sensitivity["bf16"]["max_rel_err"] < 0.5, sensitivity
+    config = with_agreement(model, shared_cache, AGREEMENT_INPUTS)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)}
-    results = measure_group([job(folder, model, p) for p in ("fp16", "bf16")], [env], 0, lambda label, text: None)
+    results = measure_group([job(folder, model, p, config) for p in ("fp16", "bf16")], [env], 0,
+                            lambda label, text: None)
     for precision, res in zip(("fp16", "bf16"), results):
         assert res.ok, res
         check = res.cell.blocks["parity"]
@@ -66,6 +84,11 @@ def test_torch_fp16_and_bf16_pass_the_gate_on_the_default_model_and_the_zoo_samp
         th = check["thresholds"]
         assert th["relative"] and th["precision_sensitivity"] == sensitivity[precision]
         assert res.cell.blocks["runner"]["dtype"] == {"fp16": "float16", "bf16": "bfloat16"}[precision]
+        agreement = check["agreement"]  # counted over the agreement inputs, against the model's own in the precision
+        assert agreement["status"] == "passed" and agreement["inputs"] == AGREEMENT_INPUTS, agreement
+        assert agreement["own"]["method"] == parity.AGREEMENT_METHOD and agreement["own"]["inputs"] == AGREEMENT_INPUTS
+        lo, hi = agreement["top1"]["ci95"]
+        assert 0.5 < lo <= agreement["top1"]["agreement"] <= hi <= 1.0
 
 
 def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
@@ -76,16 +99,25 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
     it (the folder's own FP32 spread and reduced-precision error)."""
     large = exported("mobilenet_v3_large", shared_cache, tmp_path / "large")
     small = exported("mobilenet_v3_small", shared_cache, tmp_path / "small")
+    with_agreement("mobilenet_v3_large", shared_cache, AGREEMENT_INPUTS)
     reference = np.load(large / "reference" / "logits.npy")
-    checks = {}
+    many = np.load(large / agreement_reference(AGREEMENT_INPUTS))
+    own_many = json.loads((large / agreement_own(AGREEMENT_INPUTS)).read_text())
+    checks, agreements = {}, {}
     for precision, defects in (("fp16", ("none", "perturbed:0.01", "wrong-cast", "other-model")),
                                ("bf16", ("none", "perturbed:0.05", "other-model"))):
         for defect in defects:
-            out = tmp_path / f"{precision}-{defect}.npy"
-            subprocess.run([sys.executable, str(TESTS / "precision_defects.py"), str(large), defect, precision,
-                            str(out), str(small)], check=True,
-                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
-            checks[precision, defect] = parity.compare(reference, np.load(out), precision, *own_rounding(large))
+            for inputs in ("reference", f"agreement:{AGREEMENT_INPUTS}"):
+                out = tmp_path / f"{precision}-{defect}-{inputs}.npy"
+                subprocess.run([sys.executable, str(TESTS / "precision_defects.py"), str(large), defect, precision,
+                                str(out), inputs, str(small)], check=True,
+                               env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
+                if inputs == "reference":
+                    checks[precision, defect] = parity.compare(reference, np.load(out), precision, *own_rounding(large))
+                else:
+                    agreements[precision, defect] = parity.agreement(many, np.load(out), precision, own_many)
+    for (precision, defect), check in agreements.items():  # over many inputs: the gross defects fail, correct passes
+        assert check["status"] == ("passed" if defect in ("none", "perturbed:0.01") else "failed"), (defect, check)
     for precision, perturbed in (("fp16", "perturbed:0.01"), ("bf16", "perturbed:0.05")):
         correct, wrong = checks[precision, "none"], checks[precision, perturbed]
         assert correct["status"] == "passed" and correct["thresholds"]["relative"], correct["reason"]

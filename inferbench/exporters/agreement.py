@@ -30,7 +30,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         if model is None:
             notes.append("a model file: no Keras model to measure its own reduced-precision agreement with")
             continue
-        own = own_agreement(model, lambda: agreement_inputs(spec, ctx.resolution, ctx.seed, count), reference)
+        own = own_agreement(model, lambda n=count: agreement_inputs(spec, ctx.resolution, ctx.seed, n), reference)
         (ctx.folder / agreement_own(count)).write_text(json.dumps(own, indent=1))
         paths.append(agreement_own(count))
     return {"paths": paths, "variants": sorted(ctx.variants, key=int), "notes": notes}

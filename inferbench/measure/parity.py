@@ -129,10 +129,10 @@ SENSITIVITY_METHOD = "keras model, every layer in the precision (dtype policy), 
 
 
 #: Agreement over many images (:func:`agreement`): a reduced precision's top-1 and top-5 agreement with FP32 over
-#: ``inferbench.spec.AGREEMENT_INPUTS`` seeded image-like inputs (``--agreement-inputs``), so that no gate is decided by 16 images.
-#: Its disagreement may be at most ``SENSITIVITY_FACTOR`` times the model's own in that precision (the Keras model
-#: with every layer in it, on the same inputs), never less than ``AGREEMENT_FLOOR`` (MLPerf's 99% of FP32), never more
-#: than ``AGREEMENT_CEILINGS``; it fails only where the Wilson interval's lower end is past that.
+#: ``inferbench.spec.AGREEMENT_INPUTS`` seeded image-like inputs (``--agreement-inputs``), so that no gate is decided
+#: by 16 images. Its disagreement may be at most ``SENSITIVITY_FACTOR`` times the model's own in that precision (the
+#: Keras model with every layer in it, on the same inputs), never less than ``AGREEMENT_FLOOR`` (MLPerf's 99% of
+#: FP32), never more than ``AGREEMENT_CEILINGS``; it fails only where the Wilson interval's lower end is past that.
 AGREEMENT_FLOOR = 0.01
 AGREEMENT_CEILINGS: dict[str, dict[str, float]] = {
     "fp16": {"top1": 0.10, "top5": 0.02},
@@ -169,14 +169,14 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,
     counts = agreements(reference, candidate)
     n = counts["inputs"]
     own_counts = (own or {}).get(SENSITIVITY_OF.get(precision, ""))
-    measured_own = isinstance(own_counts, dict) and own_counts.get("method") == AGREEMENT_METHOD \
-        and own_counts.get("inputs") == n
-    out: dict[str, Any] = {"inputs": n, "factor": SENSITIVITY_FACTOR, "floor": AGREEMENT_FLOOR,
-                           "own": own_counts if measured_own else None}
+    if not (isinstance(own_counts, dict) and own_counts.get("method") == AGREEMENT_METHOD
+            and own_counts.get("inputs") == n):
+        own_counts = None  # not measured, or measured on another number of inputs
+    out: dict[str, Any] = {"inputs": n, "factor": SENSITIVITY_FACTOR, "floor": AGREEMENT_FLOOR, "own": own_counts}
     reasons = []
     for kind in AGREEMENT_KINDS:
         interval = wilson(counts[kind], n)
-        own_off = 1 - own_counts[kind] / n if measured_own else None
+        own_off = None if own_counts is None else 1 - own_counts[kind] / n
         ceiling = AGREEMENT_CEILINGS[precision][kind]
         allowed = ceiling if own_off is None else min(ceiling, max(AGREEMENT_FLOOR, SENSITIVITY_FACTOR * own_off))
         out[kind] = {"agreement": counts[kind] / n if n else None, "ci95": interval, "own": None if own_off is None

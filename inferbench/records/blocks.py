@@ -125,9 +125,9 @@ class Latency:
 
 @dataclass(frozen=True)
 class Agreement:
-    """A reduced-precision cell's agreement with FP32 over many seeded inputs (``inferbench.measure.parity.
-    agreement``): ``top1`` and ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own
-    agreement in that precision and the disagreement allowed."""
+    """A reduced-precision cell's agreement with FP32 over many seeded inputs (``parity.agreement``): ``top1`` and
+    ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own agreement in that precision
+    and the disagreement allowed."""
 
     status: Annotated[str, Enum(("passed", "failed", "not_measured"))]
     inputs: int
