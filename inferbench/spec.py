@@ -215,7 +215,7 @@ class RunConfig:
     executor: str = "local"  # where a sweep's groups run: this machine, or a Ray cluster (--executor)
     ray_address: str | None = None  # the Ray cluster's head (None: one of this machine, started for the sweep)
     machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
-    agreement_inputs: int = AGREEMENT_INPUTS  # reduced-precision cells' agreement with FP32 over this many inputs (0: not counted)
+    agreement_inputs: int = AGREEMENT_INPUTS  # reduced precisions' agreement with FP32 over this many (0: not counted)
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:

@@ -131,7 +131,8 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
                 "in the cache (their export failed or was not made): judged by the 16 reference inputs only"}
     emit(f"parity check: agreement over {count} inputs")
     chunks = agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed, count)
-    got = np.concatenate([at_batch_size(runner, x, job.cell.batch_size) for x in rebatched(chunks, job.cell.batch_size)])
+    bs = job.cell.batch_size
+    got = np.concatenate([at_batch_size(runner, x, bs) for x in rebatched(chunks, bs)])
     return parity.agreement(np.load(folder / agreement_reference(count)), got, job.cell.precision,
                             _json_if_there(folder / agreement_own(count)))
 
