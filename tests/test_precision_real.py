@@ -53,8 +53,8 @@ def with_agreement(model: str, cache_dir: Path, count: int) -> RunConfig:
     config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=2,
                        timing=TimingConfig(0, 0.0, 0.0, 3, 2), options=RunnerOptions(), cache_dir=str(cache_dir),
                        agreement_inputs=count)
-    _, failed = ensure_exports(config, model, 224, [FRAMEWORKS["torch-native"]], (1,), Progress(1, io.StringIO()),
-                               agreement_inputs=count)
+    quiet = Progress(1, io.StringIO(), heartbeat=False)
+    _, failed = ensure_exports(config, model, 224, [FRAMEWORKS["torch-native"]], (1,), quiet, agreement_inputs=count)
     assert not failed, failed
     return config
 
