@@ -102,7 +102,8 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
     off, with its logits layer computed from inputs scaled by 1e4 (it overflows) or computing another model
     (MobileNetV3-Small) fails; in BF16, whose own rounding is 8x FP16's, that layer 5% off or another model fails (1%
     is within BF16's own rounding of this model: docs/method.md). Each judged exactly as a cell's parity check judges
-    it (the folder's own FP32 spread and reduced-precision error)."""
+    it (the folder's own FP32 spread and reduced-precision error). Over the agreement inputs every defect fails the
+    agreement gate too and the correct twins pass it."""
     large = exported("mobilenet_v3_large", shared_cache, tmp_path / "large")
     small = exported("mobilenet_v3_small", shared_cache, tmp_path / "small")
     with_agreement("mobilenet_v3_large", shared_cache, AGREEMENT_INPUTS)
