@@ -130,9 +130,10 @@ class CellKey:
 #: A cell's identity as a record's columns say it, declared once: :class:`CellKey`'s fields, its runner options
 #: written as the ``variant`` tag. Every grouping of the analysis, ``compare`` and the ranking is derived from it.
 IDENTITY = ("model", "resolution", "batch_size", "framework", "precision", "scenario", "variant")
-#: The runtime part of the identity: what a comparison sets side by side...
-RUNTIME = ("framework", "variant")
-#: ...within a group that shares the rest (one model, resolution, batch size, precision and scenario).
+#: The runtime part of the identity: what a comparison sets side by side (a runtime at a precision: OpenVINO in BF16
+#: competes with ONNX Runtime in FP32 for the same answer once both pass parity, its precision in its name)...
+RUNTIME = ("framework", "precision", "variant")
+#: ...within a group that shares the rest (one model, resolution, batch size and scenario).
 GROUP_FIELDS = tuple(f for f in IDENTITY if f not in RUNTIME)
 assert [f.name for f in dataclasses.fields(CellKey)] == [*IDENTITY[:-1], "options"], "IDENTITY must follow CellKey"
 

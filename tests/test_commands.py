@@ -355,6 +355,28 @@ def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin
     assert recommendation_lines([rec])[3] == "    no claim over tf: no interval (none-no-raw-latencies)"
 
 
+def test_a_reduced_precision_cell_that_passes_competes_with_fp32_named_with_its_cost_and_one_that_fails_does_not():
+    agreement = {"status": "passed", "inputs": 1000, "top1": {"agreement": 0.981, "ci95": [0.972, 0.987],
+                                                              "own": 0.978, "allowed_disagreement": 0.044}}
+    passed = {**make_record().parity, "precision": "bf16", "agreement": agreement}
+    bf16 = make_record("openvino", p50=2.0, precision="bf16", raw_rounds=ROUNDS, timing={"group": "g"}, parity=passed)
+    fp16 = make_record("torch-native", p50=1.0, precision="fp16", raw_rounds=ROUNDS, timing={"group": "g"},
+                       parity={**passed, "status": "failed", "reason": "agreement: top-1 ..."})
+    fp32 = make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"})
+    recs = recommendations([encode(r) for r in (bf16, fp16, fp32)], "p50")
+    assert len(recs) == 1  # one answer for the model, batch size and device: every precision competes in it
+    (rec,) = recs
+    assert rec["recommended"] == "openvino:bf16" and rec["runner_up"] == "onnxrt"
+    assert rec["not_ranked"] == {"torch-native:fp16": "parity failed"}
+    assert rec["margin"]["ratio"] == pytest.approx(2.5, rel=0.01)
+    lines = recommendation_lines([rec])
+    assert lines[2].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: openvino:bf16, 2.")
+    assert ("    openvino:bf16 computes in BF16: its top class is FP32's on 98.1% [95% CI 97.2%-98.7%] of 1000 "
+            "seeded inputs (the model's own BF16: 97.8%)") in lines
+    (fp32_only,) = recommendations([encode(fp32)], "p50")  # an FP32 answer says nothing of precision
+    assert fp32_only["precision_cost"] is None and not any("computes in" in x for x in recommendation_lines([fp32_only]))
+
+
 def test_cells_of_different_thread_counts_are_never_one_group():
     one = make_record("onnxrt", raw_rounds=ROUNDS, config={"device": {"kind": "cpu", "gpu": None}, "threads": 1})
     two = make_record("onnxrt", p50=3.0, raw_rounds=ROUNDS, config={"device": {"kind": "cpu", "gpu": None},

@@ -137,3 +137,29 @@ def encode_record(record):
 
     return encode(record)
 
+
+
+def test_reduced_precision_cells_that_pass_join_the_frontiers_and_power_fits_named_by_precision(tmp_path):
+    """A BF16 cell that passed parity is on the latency/throughput and energy frontiers beside FP32 (one panel, its
+    precision in its name) and gets its own power fit; one that failed parity is on none."""
+    def energy(bs, watts):
+        return {"available": True, "mean_power_w": watts * (1 + bs / 16), "joules_per_inference": watts / 1000}
+
+    passed = {**make_record().parity, "precision": "bf16"}
+    recs = [_record("onnxrt", bs=bs, p50=4.0 * bs, energy=energy(bs, 20.0)) for bs in (1, 2, 4, 8)]
+    recs += [_record("openvino", bs=bs, p50=1.5 * bs, precision="bf16", parity=passed, energy=energy(bs, 18.0))
+             for bs in (1, 2, 4, 8)]
+    recs += [_record("torch-native", bs=bs, p50=1.0 * bs, precision="fp16", energy=energy(bs, 10.0),
+                     parity={**passed, "precision": "fp16", "status": "failed"}) for bs in (1, 2, 4, 8)]
+    df = analysis.load(_write(tmp_path / "mixed", recs))
+    fig = plots.pareto(df)
+    assert len(fig.axes) == 1 or sum(ax.has_data() for ax in fig.axes) == 1  # one panel: every precision in it
+    legend = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else \
+        [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "openvino:bf16" in legend and "onnxrt" in legend and "torch-native:fp16" not in legend
+    _, fits = plots.power_vs_throughput(df)
+    assert set(fits["framework"]) == {"onnxrt", "openvino:bf16"}
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "mixed"), "--out", str(out)]) == 0
+    frontier = (out / "report.md").read_text().split("**Energy frontier**")[1].split("**Podium")[0]
+    assert "openvino:bf16" in frontier and "torch-native:fp16" not in frontier

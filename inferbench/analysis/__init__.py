@@ -164,15 +164,15 @@ def pareto_front(df: pd.DataFrame, x: str = "p50_ms", y: str = "throughput", min
     return good.loc[keep].sort_values(x)
 
 
-#: A ranking compares only like with like: one model, resolution, batch size, precision and scenario on one device
-#: (:data:`inferbench.spec.GROUP_FIELDS`).
+#: A ranking compares only like with like: one model, resolution, batch size and scenario on one device
+#: (:data:`inferbench.spec.GROUP_FIELDS`); every precision that passed parity takes part, named in the framework.
 GROUP = ["device_name", *GROUP_FIELDS]
 #: A latency/throughput frontier spans the batch sizes of one group.
 FRONTIER_GROUP = [k for k in GROUP if k != "batch_size"]
 
 
 def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
-    """Per device, model, resolution, batch size and precision (:data:`GROUP`): the fastest frameworks
+    """Per device, model, resolution, batch size and scenario (:data:`GROUP`): the fastest frameworks
     (throughput), the largest XLA gains, the most inferences per joule; verified cells only."""
     good = latest(df[df["ranked"]])
 

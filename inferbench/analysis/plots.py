@@ -307,7 +307,7 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
 
 
 def pareto(df: pd.DataFrame) -> Figure | None:
-    """Latency vs throughput of every ranked record, one panel per device, model, resolution and precision
+    """Latency vs throughput of every ranked record, one panel per device, model, resolution and scenario
     (the points are its frameworks at each batch size), with that panel's Pareto frontier."""
     good = latest(df[df["ranked"]])
     if good.empty:
@@ -316,7 +316,7 @@ def pareto(df: pd.DataFrame) -> Figure | None:
     panels = _few(every)
     fig, axes = _grid(len(panels), width=6.0, height=4.5, of=len(every))
     handles: dict[str, Any] = {}
-    for ax, ((device, model, res, precision, _scenario), g) in zip(axes.flat, panels):
+    for ax, ((device, model, res, _scenario), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3))
             for _, r in gf.iterrows():
@@ -331,7 +331,7 @@ def pareto(df: pd.DataFrame) -> Figure | None:
         _log(ax, "y")
         ax.set_xlabel("p50 latency per batch, ms (lower is better)")
         ax.set_ylabel("samples / s (higher is better)")
-        ax.set_title(f"latency vs throughput: {model}@{res} {precision}\n{device}")
+        ax.set_title(f"latency vs throughput: {model}@{res}\n{device}")
         ax.grid(alpha=0.3)
     return _finish(fig, handles)
 

@@ -36,7 +36,7 @@ COMPARISON_COLUMNS = (*GROUP_FIELDS, "framework", "baseline", "ratio", "ratio_ci
 
 def contenders(rows: Iterable[T], status: Callable[[T], str], parity: Callable[[T], str],
                p50: Callable[[T], float]) -> list[T]:
-    """The ranked rows of one group (same model, resolution, batch size, precision, device), fastest
+    """The ranked rows of one group (same model, resolution, batch size, scenario, device), fastest
     first: the first is "fastest", the second the runner-up it is compared with."""
     return sorted((r for r in rows if ranked(status(r), parity(r))), key=p50)
 
@@ -99,7 +99,7 @@ def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]
 
 
 def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``comparisons.csv``: per (model, resolution, batch size, precision), every cell that ran against the
+    """``comparisons.csv``: per (model, resolution, batch size, scenario), every cell that ran against the
     fastest verified cell (the baseline): ratio = its median latency / the baseline's, with the interval."""
     rows = []
     key = GROUP_FIELDS
@@ -148,9 +148,10 @@ def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
 
 
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
-    """Per device, thread count, scenario, model, resolution, batch size and precision: the best verified
-    cell for ``objective``, its interval, the margin over the runner-up (paired within rounds where they
-    share a run), its stability verdict, and its energy or why there is none."""
+    """Per device, thread count, scenario, model, resolution and batch size: the best verified cell for
+    ``objective`` (every precision that passed parity competing, each named), its interval, the margin over the
+    runner-up (paired within rounds where they share a run), its stability verdict, its energy or why there is none,
+    and for a reduced precision what it costs in agreement with FP32 (:func:`precision_cost`)."""
     from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, interval, needed_samples
 
     path, lower, stat, unit, words = OBJECTIVES[objective]
@@ -214,7 +215,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                    energy_j_per_inference=field(best, "energy.joules_per_inference"),
                    energy_missing=None if field(best, "energy.available") else
                    (field(best, "energy.reason") or "no energy figures in this record"),
-                   run_id=field(best, "run_id"))
+                   run_id=field(best, "run_id"), precision_cost=precision_cost(best))
         if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
             rec.update(serving={"scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"),
                                 "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
@@ -238,6 +239,22 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
             rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
         out.append(rec)
     return out
+
+
+def precision_cost(record: Mapping[str, Any]) -> str | None:
+    """What a reduced-precision cell's answer costs, said beside its speed: how its parity was judged and its top-1
+    agreement with FP32 over many inputs (docs/method.md); None for FP32."""
+    precision = field(record, "precision")
+    if precision in (None, "fp32"):
+        return None
+    top1, n = field(record, "parity.agreement.top1.agreement"), field(record, "parity.agreement.inputs")
+    ci, own = field(record, "parity.agreement.top1.ci95"), field(record, "parity.agreement.top1.own")
+    if top1 is None:
+        return (f"computes in {precision.upper()}: passed its parity gate on 16 reference inputs; its agreement with "
+                "FP32 over many inputs was not counted (--agreement-inputs)")
+    return (f"computes in {precision.upper()}: its top class is FP32's on {top1:.1%}"
+            + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if ci else "") + f" of {n} seeded inputs"
+            + (f" (the model's own {precision.upper()}: {own:.1%})" if own is not None else ""))
 
 
 def served_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,6 +333,11 @@ def margin_text(rec: Mapping[str, Any]) -> str:
     return f"{m['ratio']:.2f}x better than {runner} {ci}{scope}"
 
 
+def cost_line(rec: Mapping[str, Any]) -> list[str]:
+    """A reduced-precision answer's cost in agreement with FP32 (:func:`precision_cost`), on a line of its own."""
+    return [f"    {rec['recommended']} {rec['precision_cost']}"] if rec.get("precision_cost") else []
+
+
 def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
     """A serving scenario's answer: the server's load at the bound (confirmed, with the search's bracket), offline's
     samples per second with its interval; the runner-up's figure."""
@@ -361,8 +383,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
     lines = [validity_line(recs),
              f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
     for rec in recs:
-        at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']}" + (
-            "" if rec["precision"] == "fp32" else f" {rec['precision']}") + f" on {rec['device']}" + (
+        at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']} on {rec['device']}" + (
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:
             lines.append(f"  {at}: none: {rec['reason']}")
@@ -373,10 +394,10 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
                          "judges it anyway)")
             if rec.get("runner_up"):
                 lines.append(f"    next: {rec['runner_up']}, not compared")
-            lines += shortened(rec)
+            lines += shortened(rec) + cost_line(rec)
             continue
         if rec.get("serving"):
-            lines += serving_lines(rec, at)
+            lines += serving_lines(rec, at) + cost_line(rec)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
         only = f", {rec['assumed']}" if rec.get("assumed") and objective in ("p50", "throughput") else ""
@@ -389,6 +410,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             lines.append(f"    {margin_text(rec)}")
         if rec["stability_advice"]:
             lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
+        lines += cost_line(rec)
     missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})
     if missing:  # said once: on a machine without a sensor it is the same for every line
         lines.append(f"  energy not measured: {'; '.join(missing)}")

@@ -169,11 +169,10 @@ def frontier(ctx: Context) -> list[str]:
         for key, g in with_energy.groupby(FRONTIER_GROUP):
             where = dict(zip(FRONTIER_GROUP, key))
             front = pareto_front(g, x=ENERGY_J_PER_INF, y="throughput")
-            md += [markdown.text(f"{where['model']}@{where['resolution']} {where['precision']}, "
-                                 f"{where['device_name']}:"), "",
+            md += [markdown.text(f"{where['model']}@{where['resolution']}, {where['device_name']}:"), "",
                    markdown.table(front[["batch_size", "framework", ENERGY_J_PER_INF, "throughput", "p50_ms"]]), ""]
     for name, pod in podiums(df).items():
-        md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device, model, resolution, batch size and "
+        md += [f"**Podium: {name.replace('_', ' ')}** (top 3 per device, model, resolution and batch size, every "
                "precision; verified cells only)", "", markdown.table(pod), ""]
     return md
 
@@ -199,7 +198,7 @@ def significance(ctx: Context) -> list[str]:
                 continue
             said.add(frozenset((a, b)))
             md.append("- " + markdown.text(f"{where['model']}@{where['resolution']} bs{where['batch_size']} "
-                                           f"{where['precision']} on {where['device_name']}: "
+                                           f"on {where['device_name']}: "
                                            f"{compare(ctx.df, a, b, **where)}"))
     return [*md, ""]
 
