@@ -66,7 +66,7 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
     assert ": fake, " in out.splitlines()[2] and "energy not measured: " in out
     assert len((run_dir / "summary.csv").read_text().splitlines()) == 3
     assert (run_dir / "comparisons.csv").read_text().splitlines()[0] == (
-        "model,resolution,batch_size,precision,scenario,framework,baseline,ratio,ratio_ci_low,ratio_ci_high,"
+        "model,resolution,batch_size,scenario,framework,baseline,ratio,ratio_ci_low,ratio_ci_high,"
         "significant,verified,method")
 
 
