@@ -157,6 +157,8 @@ def test_reduced_precision_cells_that_pass_join_the_frontiers_and_power_fits_nam
     legend = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else \
         [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "openvino:bf16" in legend and "onnxrt" in legend and "torch-native:fp16" not in legend
+    shapes = {len(c.get_paths()[0].vertices) for c in fig.axes[0].collections if len(c.get_offsets())}
+    assert len(shapes) == 2  # dots (FP32, and the frontier's rings) and BF16's triangles: one colour a runtime
     _, fits = plots.power_vs_throughput(df)
     assert set(fits["framework"]) == {"onnxrt", "openvino:bf16"}
     out = tmp_path / "report"

@@ -51,6 +51,16 @@ def _color(fw: str) -> Any:
     return plt.get_cmap("tab20")((2 * i) % 20 + (i // 10) % 2)
 
 
+#: A reduced precision keeps its runtime's colour and takes its own marker (``openvino`` a dot, ``openvino:bf16`` a
+#: triangle), said in the legend by the name.
+MARKERS = {"fp16": "s", "bf16": "^", "tf32": "D"}
+
+
+def _marker(fw: str) -> str:
+    """The marker of a framework's display name: a reduced precision's (``torch:bf16``), else a dot."""
+    return MARKERS.get(fw.split("+")[0].partition(":")[2], "o")
+
+
 def _few(panels: list[Any], size: Any = lambda panel: len(panel[1]), limit: int = MAX_PANELS) -> list[Any]:
     """At most ``limit`` of ``panels`` (in their order): the fullest (``size``), ties in their order (by name)."""
     if len(panels) <= limit:
@@ -201,7 +211,7 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = Fal
             rows = sorted(series, key=lambda kv: float(kv[1][metric].iloc[0]), reverse=metric != "throughput")
             for y, (fw, gf) in enumerate(rows):
                 hollow = not gf["parity_ok"].all()
-                dot = ax.errorbar(gf[metric], [y], xerr=_interval(gf, metric), fmt="o", color=_color(fw),
+                dot = ax.errorbar(gf[metric], [y], xerr=_interval(gf, metric), fmt=_marker(fw), color=_color(fw),
                                   mfc="white" if hollow else _color(fw), capsize=3)
                 handles.setdefault(fw + _why_not_ranked(gf), dot)  # every plotted framework in the legend
                 _mark(ax, gf[metric], [y] * len(gf), gf, handles)
@@ -215,7 +225,7 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = Fal
             for fw, gf in series:
                 gf = gf.sort_values("batch_size")
                 hollow = not gf["parity_ok"].all()
-                line = ax.errorbar(gf["batch_size"], gf[metric], yerr=_interval(gf, metric), marker="o",
+                line = ax.errorbar(gf["batch_size"], gf[metric], yerr=_interval(gf, metric), marker=_marker(fw),
                                    color=_color(fw), linestyle="--" if hollow else "-",
                                    mfc="white" if hollow else _color(fw), capsize=2)
                 handles.setdefault(fw + _why_not_ranked(gf), line)
@@ -318,7 +328,8 @@ def pareto(df: pd.DataFrame) -> Figure | None:
     handles: dict[str, Any] = {}
     for ax, ((device, model, res, _scenario), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
-            handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3))
+            handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3,
+                                              marker=_marker(fw)))
             for _, r in gf.iterrows():
                 ax.annotate(f"bs{r['batch_size']}", (r["p50_ms"], r["throughput"]), fontsize=SMALL,
                             xytext=(3, 3), textcoords="offset points")
@@ -366,7 +377,7 @@ def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None)
             color = _color(fw)
             why = f"R²={fit['r2']:.2f}" if fit["n"] >= MIN_FIT_POINTS and np.isfinite(fit["r2"]) else \
                 f"{fit['n']} point{'s' if fit['n'] != 1 else ''}"
-            ax.scatter(g["throughput"], g["mean_power_w"], s=18, edgecolors=color,
+            ax.scatter(g["throughput"], g["mean_power_w"], s=18, edgecolors=color, marker=_marker(fw),
                        facecolors="none" if external else color,
                        label=f"{fw}: {why}" + ("" if drawn else ", no line"))
             if drawn:
@@ -476,7 +487,7 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
     for ax, ((device, bs), g) in zip(axes.flat, panels):
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["gflop_per_image"], gf["throughput"], color=_color(fw), s=18,
-                                              alpha=0.8, zorder=3))
+                                              alpha=0.8, zorder=3, marker=_marker(fw)))
         peaks = pd.to_numeric(g.get("peak_gflops"), errors="coerce")  # a busy one already left out (records.load)
         achieved = pd.to_numeric(g.get("gflop_per_s"), errors="coerce").max() if "gflop_per_s" in g else np.nan
         peak = peaks.max() if not peaks.max() < achieved else np.nan  # one below a rate achieved is no peak

@@ -253,7 +253,7 @@ def precision_cost(record: Mapping[str, Any]) -> str | None:
         return (f"computes in {precision.upper()}: passed its parity gate on 16 reference inputs; its agreement with "
                 "FP32 over many inputs was not counted (--agreement-inputs)")
     return (f"computes in {precision.upper()}: its top class is FP32's on {top1:.1%}"
-            + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if ci else "") + f" of {n} seeded inputs"
+            + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if ci else "") + f" of {int(n)} seeded inputs"
             + (f" (the model's own {precision.upper()}: {own:.1%})" if own is not None else ""))
 
 
