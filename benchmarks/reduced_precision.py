@@ -68,19 +68,13 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
         np.save(work / f"{name}-inputs.npy", inputs)
 
 
-def stages(twin):
-    """The twin's stages, in order: a MobileNet's / EfficientNet's ``features`` blocks, a ResNet's layers."""
-    net = twin.net
-    if hasattr(net, "features"):
-        return [(f"features.{n}", m) for n, m in net.features.named_children()]
-    return [(n, m) for n, m in net.named_children() if n.startswith("layer")]
-
-
 def run_twin(twin, x, dtype):
     """A copy of ``twin`` in ``dtype`` on ``x``: its outputs and each stage's (in float64)."""
     import copy
 
     import torch
+
+    from inferbench.runners.torch import stages  # a MobileNet's / EfficientNet's blocks, a ResNet's layers, the head
 
     twin = copy.deepcopy(twin).to(dtype)
     outputs = {}

@@ -7,7 +7,8 @@ as inferbench's torch runners build it, computed in FP16 or BF16 on the model's 
 DEFECT: ``none`` (a correct export); ``perturbed:F`` (one middle layer's weights off by F: each weight times
 1 + F z); ``wrong-cast`` (the logits layer computed from its FP32-range input scaled by 1e4, the result scaled back:
 exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs). On the 16 reference
-inputs, or on the N agreement inputs (``inferbench.registry.models.agreement_inputs``).
+inputs (and then each stage's error against the same module in FP64 beside OUT, ``OUT.blocks.json``), or on the N
+agreement inputs (``inferbench.registry.models.agreement_inputs``).
 """
 
 from __future__ import annotations
@@ -53,15 +54,24 @@ def main(folder: str, defect: str, precision: str, out: str, which: str, other: 
     source = Path(other if defect == "other-model" else folder)
     module = twin(source, dtype, float(defect.split(":")[1]) if defect.startswith("perturbed:") else 0.0)
     if defect == "wrong-cast":
-        head = module.net.classifier[-1]
-
         class Scaled(torch.nn.Module):
-            def forward(self, x):
-                return head(x * 1e4) / 1e4
+            def __init__(self, head):
+                super().__init__()
+                self.head = head  # a submodule: copied, and cast, with the module
 
-        module.net.classifier[-1] = Scaled()
+            def forward(self, x):
+                return self.head(x * 1e4) / 1e4
+
+        module.net.classifier[-1] = Scaled(module.net.classifier[-1])
     with torch.no_grad():
         np.save(out, module(inputs.to(dtype)).float().numpy())
+    if which == "reference":  # where it goes wrong, as a torch cell's failed parity check reads it
+        import copy
+
+        from inferbench.runners.torch import stage_errors
+
+        blocks = stage_errors(torch, module, copy.deepcopy(module).double(), inputs.to(dtype), inputs.double())
+        Path(out + ".blocks.json").write_text(json.dumps(blocks))
 
 
 if __name__ == "__main__":

@@ -165,3 +165,23 @@ def test_reduced_precision_cells_that_pass_join_the_frontiers_and_power_fits_nam
     assert main([str(tmp_path / "mixed"), "--out", str(out)]) == 0
     frontier = (out / "report.md").read_text().split("**Energy frontier**")[1].split("**Podium")[0]
     assert "openvino:bf16" in frontier and "torch-native:fp16" not in frontier
+
+
+def test_a_failed_cell_whose_blocks_were_read_gets_its_error_curve_in_the_report(tmp_path):
+    from inferbench.measure.parity import divergence
+
+    names = [f"features.{i}" for i in range(16)] + ["classifier"]
+    errors = [1e-3 * 1.2 ** i for i in range(16)] + [float("inf")]  # the logits overflow
+    blocks = divergence({"names": names, "errors": errors}, 0.04)
+    failed = {**make_record().parity, "status": "failed", "precision": "fp16", "blocks": blocks,
+              "reason": f"non-finite outputs; {blocks['said']}"}
+    recs = [_record("onnxrt"), _record("torch-native", precision="fp16", parity=failed)]
+    out = tmp_path / "report"
+    assert main([str(_write(tmp_path / "run", recs)), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "diverges first at classifier (relative error inf &gt; 0.04" in text
+    assert "![where parity failed" in text and (out / "parity_blocks.png").exists()
+    fig = plots.divergence(analysis.load(tmp_path / "run"))
+    (ax,) = [a for a in fig.axes if a.has_data()]
+    assert ax.get_yscale() == "log" and ax.lines[-1].get_ydata()[0] == 0.04  # the gate, dashed
+    assert any(t.get_text() == "first: classifier (not finite)" for t in ax.texts)

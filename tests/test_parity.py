@@ -256,3 +256,45 @@ def test_the_wilson_interval_covers_a_known_proportion_at_its_nominal_rate():
         covered = np.mean([lo <= p <= hi for lo, hi in (wilson(int(k), n) for k in draws)])
         assert 0.92 < covered < 0.975, (p, n, covered)
     assert wilson(0, 0) is None and wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == pytest.approx(1.0)
+
+
+def test_divergence_names_the_first_block_past_the_gate_or_says_no_block_is():
+    from inferbench.measure.parity import divergence
+
+    names = [f"features.{i}" for i in range(12)]
+    growth = [1e-3 * 1.3 ** i for i in range(12)]  # rounding that grows with depth, as in a correct export
+    jump = growth[:5] + [g * 40 for g in growth[5:]]  # a defect at block 5
+    found = divergence({"names": names, "errors": jump}, 0.04)
+    assert found["first"] == "features.5" and found["said"].startswith("diverges first at features.5 (relative error")
+    assert divergence({"names": names, "errors": growth}, 0.04)["first"] is None
+    assert "computes something else than the reference" in divergence({"names": names, "errors": growth}, 0.04)["said"]
+    overflow = growth[:-1] + [float("inf")]  # the logits overflow
+    assert divergence({"names": names, "errors": overflow}, 0.04)["first"] == "features.11"
+    assert divergence({"names": names, "errors": growth[:3] + [float("nan")] + growth[4:]}, 0.04)["first"] == \
+        "features.3"
+
+
+def test_a_failed_check_says_where_it_diverged_where_the_runtime_can_tell():
+    from inferbench.scenarios.base import where_it_diverged
+
+    class Blocks:  # the harness's side only: what a runner that can read its blocks returns
+        def __init__(self, result):
+            self.result = result
+
+        def block_errors(self, inputs):
+            if isinstance(self.result, Exception):
+                raise self.result
+            return self.result
+
+    failed = {"status": "failed", "reason": "max_rel_err per image 0.3 > 0.04", "thresholds": {
+        "max_rel_err": 0.04, "per_image_max_rel_err": 0.04}}
+    curve = {"names": ["features.0", "features.1", "classifier"], "errors": [1e-3, 0.2, 0.3]}
+    out = where_it_diverged(failed, Blocks(curve), np.zeros((16, 8, 8, 3)), lambda _: None)
+    assert out["blocks"]["first"] == "features.1" and out["status"] == "failed"
+    assert out["reason"] == ("max_rel_err per image 0.3 > 0.04; diverges first at features.1 (relative error 0.2 > "
+                             "0.04, against the same program in FP64)")
+    assert where_it_diverged(failed, Blocks(None), None, lambda _: None) == failed  # cannot tell: as it was
+    broke = where_it_diverged(failed, Blocks(RuntimeError("no")), None, lambda _: None)
+    assert broke["reason"] == failed["reason"] and broke["blocks"] == {"error": "RuntimeError: no"}
+    passed = {**failed, "status": "passed"}
+    assert where_it_diverged(passed, Blocks(RuntimeError("never read")), None, lambda _: None) == passed

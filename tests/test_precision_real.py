@@ -103,7 +103,7 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
     (MobileNetV3-Small) fails; in BF16, whose own rounding is 8x FP16's, that layer 5% off or another model fails (1%
     is within BF16's own rounding of this model: docs/method.md). Each judged exactly as a cell's parity check judges
     it (the folder's own FP32 spread and reduced-precision error). Over the agreement inputs every defect fails the
-    agreement gate too and the correct twins pass it."""
+    agreement gate too and the correct twins pass it; block by block, the overflow is found in the logits layer."""
     large = exported("mobilenet_v3_large", shared_cache, tmp_path / "large")
     small = exported("mobilenet_v3_small", shared_cache, tmp_path / "small")
     with_agreement("mobilenet_v3_large", shared_cache, AGREEMENT_INPUTS)
@@ -125,6 +125,13 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
                     agreements[precision, defect] = parity.agreement(many, np.load(out), precision, own_many)
     for (_, defect), check in agreements.items():  # over many inputs: every defect fails, a correct export passes
         assert check["status"] == ("passed" if defect == "none" else "failed"), (defect, check)
+    # where it went wrong, block by block against the same module in FP64, judged by the cell's own gate: the
+    # overflowing logits layer is named; wrong weights or another model are the program itself, no block of its own
+    for (precision, defect), check in checks.items():
+        blocks = json.loads((tmp_path / f"{precision}-{defect}-reference.npy.blocks.json").read_text())
+        assert blocks["names"][0] == "features.0" and blocks["names"][-1] == "classifier"
+        found = parity.divergence(blocks, check["thresholds"]["per_image_max_rel_err"])
+        assert found["first"] == ("classifier" if defect == "wrong-cast" else None), (precision, defect, found)
     for precision, perturbed in (("fp16", "perturbed:0.01"), ("bf16", "perturbed:0.05")):
         correct, wrong = checks[precision, "none"], checks[precision, perturbed]
         assert correct["status"] == "passed" and correct["thresholds"]["relative"], correct["reason"]

@@ -316,6 +316,43 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
     return _finish(fig, handles)
 
 
+def divergence(df: pd.DataFrame) -> Figure | None:
+    """Where parity failed: for each failed cell whose blocks could be read (``parity.blocks``), its error block by
+    block against the same program in FP64, log scale, the gate dashed and the first block past it ringed."""
+    rows = [r for _, r in df.iterrows() if isinstance(r.get("parity.blocks.errors"), (list, tuple))]
+    if not rows:
+        return None
+    panels = _few([(f"{r['cell']} {r['framework']} bs{r['batch_size']}", r) for r in rows], lambda p: 1)
+    fig, axes = _grid(len(panels), width=5.0, height=3.2, of=len(rows))
+    for ax, (title, r) in zip(axes.flat, panels):
+        names, errors = list(r["parity.blocks.names"]), np.asarray(r["parity.blocks.errors"], dtype=float)
+        gate = float(r["parity.blocks.threshold"])
+        finite = np.isfinite(errors)
+        top = 3 * max(gate, float(np.max(errors[finite])) if finite.any() else gate)  # where a non-finite one sits
+        color = _color(str(r["framework"]))
+        ax.plot(np.arange(len(names))[finite], np.maximum(errors[finite], 1e-12), marker=".", color=color)
+        if not finite.all():
+            ax.scatter(np.flatnonzero(~finite), [top] * int((~finite).sum()), marker="x", color="tab:red", zorder=4)
+        ax.axhline(gate, color="k", ls="--", lw=0.8)
+        ax.annotate(f"gate {gate:.2g}", (0, gate), fontsize=SMALL, xytext=(2, 3), textcoords="offset points")
+        first = r.get("parity.blocks.first")
+        if isinstance(first, str) and first in names:
+            i = names.index(first)
+            y = errors[i] if np.isfinite(errors[i]) else top
+            ax.scatter([i], [y], s=90, facecolors="none", edgecolors="k", zorder=5)
+            ax.annotate(f"first: {first}" + ("" if np.isfinite(errors[i]) else " (not finite)"), (i, y),
+                        fontsize=SMALL, xytext=(-8, -2), textcoords="offset points", ha="right", va="top")
+        _log(ax, "y")
+        step = max(1, len(names) // 8)
+        ax.set_xticks(range(0, len(names), step))
+        ax.set_xticklabels([names[i] for i in range(0, len(names), step)], rotation=45, ha="right", fontsize=SMALL)
+        ax.set_ylabel("relative error vs FP64")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def pareto(df: pd.DataFrame) -> Figure | None:
     """Latency vs throughput of every ranked record, one panel per device, model, resolution and scenario
     (the points are its frameworks at each batch size), with that panel's Pareto frontier."""

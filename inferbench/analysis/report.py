@@ -101,7 +101,13 @@ def failures(ctx: Context) -> list[str]:
     for _, r in bad_parity.iterrows():
         md.append(f"- {markdown.text(str(r['cell']) + ' ' + str(r['framework']))} bs{r['batch_size']}: "
                   f"**parity failed** ({markdown.text(r['parity.reason'])})")
-    return [*md, ""]
+    md.append("")
+    if "parity.blocks.errors" in bad_parity and bad_parity["parity.blocks.errors"].notna().any():
+        from . import plots
+
+        md += ctx.figure("parity_blocks.png", plots.divergence(bad_parity), "where parity failed: each block's "
+                         "error against the same program in FP64, the gate dashed, the first block past it ringed")
+    return md
 
 
 def results(ctx: Context) -> list[str]:

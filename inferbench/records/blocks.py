@@ -155,6 +155,7 @@ class Parity:
     method: str | None = None  # "training": the training scenario's rule (inferbench.measure.training)
     training: dict[str, Any] | None = None  # its loss, gradient and weight-change figures
     agreement: Agreement | None = None  # a reduced precision's top-1 / top-5 agreement with FP32 over many inputs
+    blocks: dict[str, Any] | None = None  # a failed check: each block's error against FP64, the first past the gate
 
 
 @dataclass(frozen=True)

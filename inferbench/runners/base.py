@@ -107,6 +107,12 @@ class Runner:
         """UUID of the GPU the framework really runs on, where the framework can tell (else None)."""
         return None
 
+    def block_errors(self, inputs: np.ndarray) -> dict[str, list[Any]] | None:
+        """Where parity failed, where it went wrong: each block's output on ``inputs`` against the same program in
+        FP64, in network order (``names``, ``errors``: relative L2; :func:`inferbench.measure.parity.divergence`
+        names the first past the gate). None where the runtime's intermediate outputs cannot be read."""
+        return None
+
     def details(self) -> dict[str, Any]:
         """Facts recorded with the result (``runner``): ``sync`` (a code, see docs/results-schema.md), threads,
         providers, compile flags..."""

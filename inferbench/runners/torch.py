@@ -86,6 +86,7 @@ class TorchRunner(Runner):
         module = self.build(ctx).to(self.dev, self.dtype).eval()
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
+        self.plain = module  # before compilation: its blocks can be read (block_errors)
         self.module = torch.compile(module, **self.compile_options()) if self.compiled else module
 
     def compile_options(self) -> dict[str, Any]:
@@ -225,6 +226,48 @@ class TorchNativeRunner(TorchRunner):
 
     def details(self) -> dict[str, Any]:
         return {**super().details(), "weights": self.weights_source}
+
+    def block_errors(self, inputs: np.ndarray) -> dict[str, list[Any]] | None:
+        """The torchvision twin's stages (:func:`stage_errors`) in its precision against a copy in FP64."""
+        import copy
+
+        x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
+        exact = copy.deepcopy(self.plain).to("cpu", self.torch.float64)
+        return stage_errors(self.torch, self.plain, exact, x.to(self.dev, self.dtype), x.double())
+
+
+def stages(module: Any) -> list[tuple[str, Any]]:
+    """A torchvision twin's stages in network order: a MobileNet's or EfficientNet's ``features`` blocks, a ResNet's
+    layers, then its classifier (empty for a module of another shape)."""
+    net = getattr(module, "net", module)
+    if hasattr(net, "features"):
+        body = [(f"features.{n}", m) for n, m in net.features.named_children()]
+    else:
+        body = [(n, m) for n, m in net.named_children() if n.startswith("layer")]
+    head = [(n, getattr(net, n)) for n in ("classifier", "fc") if hasattr(net, n)]
+    return body + head if body else []
+
+
+def stage_errors(torch: Any, module: Any, exact: Any, x: Any, x_exact: Any) -> dict[str, list[Any]] | None:
+    """Each stage's output of ``module`` on ``x`` against the same stage of ``exact`` (the module in FP64) on
+    ``x_exact``: relative L2 (||out - exact|| / ||exact||, inf where not finite), in network order; None for a
+    module without stages."""
+    pairs = list(zip(stages(module), stages(exact)))
+    if not pairs:
+        return None
+    seen: dict[str, list[Any]] = {"low": [], "exact": []}
+    hooks = [m.register_forward_hook(lambda _m, _i, out, side=side: seen[side].append(out.detach().double().cpu()))
+             for (_, low), (_, ref) in pairs for m, side in ((low, "low"), (ref, "exact"))]
+    try:
+        with torch.inference_mode():
+            module(x)
+            exact(x_exact)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    errors = [float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)) if torch.isfinite(a).all()
+              else float("inf") for a, b in zip(seen["low"], seen["exact"])]
+    return {"names": [name for (name, _), _ in pairs], "errors": errors}
 
 
 def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:

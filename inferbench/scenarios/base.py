@@ -108,13 +108,33 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
     out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
-    if precision == "fp32" or not job.config.agreement_inputs:
-        return out
-    agreement = check_agreement(job, runner, emit)
-    failed = agreement["status"] == "failed"
-    return {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
-            "reason": "; ".join(r for r in (out.get("reason"), failed and f"agreement: {agreement['reason']}") if r)
-            or None}
+    if precision != "fp32" and job.config.agreement_inputs:
+        agreement = check_agreement(job, runner, emit)
+        failed = agreement["status"] == "failed"
+        out = {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
+               "reason": "; ".join(r for r in (out.get("reason"), failed and f"agreement: {agreement['reason']}")
+                                   if r) or None}
+    return where_it_diverged(out, runner, np.load(folder / REFERENCE_INPUTS), emit)
+
+
+def where_it_diverged(check: dict[str, Any], runner: Any, inputs: np.ndarray, emit: Emit) -> dict[str, Any]:
+    """A failed parity check with where it went wrong, where the runtime's blocks can be read
+    (:meth:`~inferbench.runners.base.Runner.block_errors`): the first block past the gate on the outputs
+    (:func:`inferbench.measure.parity.divergence`), said in the reason, and the error block by block (``blocks``)."""
+    from ..measure import parity
+
+    if check["status"] != "failed":
+        return check
+    emit("parity failed: reading its blocks")
+    try:
+        blocks = runner.block_errors(inputs)
+    except Exception as exc:  # noqa: BLE001 - the failure stands as it is; only where it went wrong is not known
+        return {**check, "blocks": {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}}
+    if blocks is None:
+        return check
+    th = check.get("thresholds") or {}
+    found = parity.divergence(blocks, float(th.get("per_image_max_rel_err") or th.get("max_rel_err") or 1e-3))
+    return {**check, "blocks": found, "reason": f"{check.get('reason')}; {found['said']}"}
 
 
 def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
