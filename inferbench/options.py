@@ -18,7 +18,17 @@ from typing import Any
 
 from .base.errors import UsageError, shorten
 from .registry.scenarios import SCENARIOS
-from .spec import AGREEMENT_INPUTS, BN_MODES, EXECUTORS, KERAS_BACKENDS, OPTIMIZERS, PRECISIONS, QUICK, TimingConfig
+from .spec import (
+    AGREEMENT_INPUTS,
+    AGREEMENT_MIN,
+    BN_MODES,
+    EXECUTORS,
+    KERAS_BACKENDS,
+    OPTIMIZERS,
+    PRECISIONS,
+    QUICK,
+    TimingConfig,
+)
 
 DAY_S = 86_400.0
 MAX_SLO_MS = 60_000.0  # --slo-p99: a minute (no image is served slower; --slo-p99 86400000 "served" 48,401 QPS)
@@ -41,6 +51,15 @@ def _int(text: str, minimum: int, what: str) -> int:
 
 def positive_int(text: str) -> int:
     return _int(text, 1, "a positive integer")
+
+
+def agreement_count(text: str) -> int:
+    """0 (not counted) or at least :data:`~inferbench.spec.AGREEMENT_MIN`: fewer inputs decide a gate no better than
+    the 16 reference inputs do."""
+    value = non_negative_int(text)
+    if 0 < value < AGREEMENT_MIN:
+        raise argparse.ArgumentTypeError(f"must be 0 (not counted) or at least {AGREEMENT_MIN}, got {value}")
+    return value
 
 
 def non_negative_int(text: str) -> int:
@@ -244,8 +263,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="P[,P...]"),
     Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
            "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
-           "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, non_negative_int, metavar="N",
-           maximum=1_000_000, commands=MEASURING),
+           "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
+           maximum=100_000, commands=MEASURING),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,

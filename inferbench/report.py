@@ -2,8 +2,8 @@
 
 RESULTS are result folders (or files), from one machine or several: every record carries its
 hardware, so folders merge into one cross-device report. It opens with the recommendation per
-model, resolution, batch size and precision. Published figures from other projects are added only
-when asked for (``--reference``), in their own labelled section.
+model, resolution, batch size and scenario (every precision that passed competing). Published figures from other
+projects are added only when asked for (``--reference``), in their own labelled section.
 """
 
 from __future__ import annotations

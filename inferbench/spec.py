@@ -188,6 +188,7 @@ QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes":
 #: Reduced-precision cells' top-1 / top-5 agreement with FP32 is counted over this many seeded inputs (the gate's
 #: statistic: :func:`inferbench.measure.parity.agreement`) unless --agreement-inputs says otherwise.
 AGREEMENT_INPUTS = 1000
+AGREEMENT_MIN = 1000  # the least --agreement-inputs takes besides 0 (the tests count fewer, through RunConfig)
 
 
 @dataclass(frozen=True)

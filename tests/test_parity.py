@@ -298,3 +298,79 @@ def test_a_failed_check_says_where_it_diverged_where_the_runtime_can_tell():
     assert broke["reason"] == failed["reason"] and broke["blocks"] == {"error": "RuntimeError: no"}
     passed = {**failed, "status": "passed"}
     assert where_it_diverged(passed, Blocks(RuntimeError("never read")), None, lambda _: None) == passed
+
+
+def test_the_agreement_inputs_are_regrouped_into_whole_timed_batches_in_order():
+    from inferbench.scenarios.base import rebatched
+
+    for size in (1, 7, 32, 50, 64):  # smaller and larger than a chunk of 32, and the last chunk partial
+        chunks, n = [], 0
+        for s in [32] * 31 + [8]:
+            chunks.append(np.arange(n, n + s))
+            n += s
+        out = list(rebatched(iter(chunks), size))
+        assert np.concatenate(out).tolist() == list(range(1000))
+        assert all(len(o) == size for o in out[:-1]) and 0 < len(out[-1]) <= size
+    assert list(rebatched(iter([]), 8)) == []
+
+
+def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_down(tmp_path):
+    """The harness's side of a cell's agreement (a stub runner: it computes a fixed function of its inputs): counted
+    where the export's outputs are whole, ``not_measured`` with the reason where they are missing, are no class scores
+    or cannot be computed, and failed where the runtime's outputs have another size."""
+    from inferbench.base.device import Device
+    from inferbench.exporters import cache
+    from inferbench.registry.artifacts import agreement_reference
+    from inferbench.registry.frameworks import FRAMEWORKS
+    from inferbench.registry.models import agreement_inputs, get_model
+    from inferbench.scenarios.base import check_agreement
+    from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
+
+    class Stub:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def prepare(self, x):
+            return x
+
+        def call(self, x):
+            return self.fn(x)
+
+        def synchronize(self, out):
+            pass
+
+        def to_numpy(self, out):
+            return out
+
+    weights = np.random.default_rng(0).normal(size=(32 * 32 * 3, 10))
+
+    def logits(x):
+        return x.reshape(len(x), -1) @ weights
+
+    config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=1,
+                       timing=TimingConfig(0, 0.0, 0.0, 3, 1), options=RunnerOptions(), cache_dir=str(tmp_path),
+                       agreement_inputs=40)
+    job = CellJob(CellKey("mobilenet_v3_large", 32, 8, "torch-native", "bf16"), FRAMEWORKS["torch-native"], config,
+                  str(tmp_path), None, (8,))
+    said = []
+    missing = check_agreement(job, Stub(logits), said.append)
+    assert missing["status"] == "not_measured" and "export failed" in missing["reason"]
+
+    def exported(reference):
+        (tmp_path / "agreement").mkdir(exist_ok=True)
+        np.save(tmp_path / agreement_reference(40), reference)
+        cache.record(tmp_path, "agreement", {"variants": ["40"], "files": cache.hash_tree(
+            tmp_path / agreement_reference(40), tmp_path)}, {})
+
+    inputs = np.concatenate(list(agreement_inputs(get_model("mobilenet_v3_large"), 32, 0, 40)))
+    exported(logits(inputs))
+    right = check_agreement(job, Stub(logits), said.append)
+    assert right["status"] == "passed" and right["top1"]["agreement"] == 1.0 and right["inputs"] == 40
+    assert said[-1] == "parity check: agreement over 40 inputs"
+    assert check_agreement(job, Stub(lambda x: -logits(x)), said.append)["status"] == "failed"
+    broken = check_agreement(job, Stub(lambda x: 1 / 0), said.append)
+    assert broken["status"] == "not_measured" and "ZeroDivisionError" in broken["reason"]
+    wrong_size = check_agreement(job, Stub(lambda x: logits(x)[:, :5]), said.append)
+    assert wrong_size["status"] == "failed" and "output size" in wrong_size["reason"]
+    exported(logits(inputs)[:, :1])  # one output: no class scores to agree on
+    assert "no class scores" in check_agreement(job, Stub(logits), said.append)["reason"]

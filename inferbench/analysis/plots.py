@@ -57,8 +57,10 @@ MARKERS = {"fp16": "s", "bf16": "^", "tf32": "D"}
 
 
 def _marker(fw: str) -> str:
-    """The marker of a framework's display name: a reduced precision's (``torch:bf16``), else a dot."""
-    return MARKERS.get(fw.split("+")[0].partition(":")[2], "o")
+    """The marker of a framework's display name: a reduced precision's (``torch:bf16``, or a key that names it:
+    ``tensorrt-fp16``), else a dot."""
+    name = fw.split("+")[0]
+    return MARKERS.get(name.partition(":")[2], next((m for p, m in MARKERS.items() if name.endswith(p)), "o"))
 
 
 def _few(panels: list[Any], size: Any = lambda panel: len(panel[1]), limit: int = MAX_PANELS) -> list[Any]:

@@ -244,17 +244,20 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
 def precision_cost(record: Mapping[str, Any]) -> str | None:
     """What a reduced-precision cell's answer costs, said beside its speed: how its parity was judged and its top-1
     agreement with FP32 over many inputs (docs/method.md); None for FP32."""
+    from ..measure.parity import SENSITIVITY_OF
+
     precision = field(record, "precision")
     if precision in (None, "fp32"):
         return None
     top1, n = field(record, "parity.agreement.top1.agreement"), field(record, "parity.agreement.inputs")
     ci, own = field(record, "parity.agreement.top1.ci95"), field(record, "parity.agreement.top1.own")
     if top1 is None:
+        why = field(record, "parity.agreement.reason") or "not counted (--agreement-inputs 0)"
         return (f"computes in {precision.upper()}: passed its parity gate on 16 reference inputs; its agreement with "
-                "FP32 over many inputs was not counted (--agreement-inputs)")
+                f"FP32 over many inputs: {why}")
     return (f"computes in {precision.upper()}: its top class is FP32's on {top1:.1%}"
             + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if ci else "") + f" of {int(n)} seeded inputs"
-            + (f" (the model's own {precision.upper()}: {own:.1%})" if own is not None else ""))
+            + (f" (the model's own {SENSITIVITY_OF[precision].upper()}: {own:.1%})" if own is not None else ""))
 
 
 def served_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,10 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     (ctx.folder / "agreement").mkdir(exist_ok=True)
     paths, notes = [], []
     for count in sorted({int(v) for v in ctx.variants}):
+        if (ctx.folder / agreement_reference(count)).exists() and (model is None or (
+                ctx.folder / agreement_own(count)).exists()):  # made before (by TensorFlow, or as here): kept
+            paths += [p for p in (agreement_reference(count), agreement_own(count)) if (ctx.folder / p).exists()]
+            continue
         reference = np.concatenate([predict(x) for x in agreement_inputs(spec, ctx.resolution, ctx.seed, count)])
         np.save(ctx.folder / agreement_reference(count), reference)
         paths.append(agreement_reference(count))

@@ -137,7 +137,6 @@ AGREEMENT_FLOOR = 0.01
 AGREEMENT_CEILINGS: dict[str, dict[str, float]] = {
     "fp16": {"top1": 0.10, "top5": 0.02},
     "bf16": {"top1": 0.50, "top5": 0.10},
-    "tf32": {"top1": 0.10, "top5": 0.02},
 }
 #: How the model's own agreement is measured, as records name it.
 AGREEMENT_METHOD = "keras model, every layer in the precision (dtype policy), top-1/top-5 vs its FP32 reference"
@@ -174,10 +173,11 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,
         own_counts = None  # not measured, or measured on another number of inputs
     out: dict[str, Any] = {"inputs": n, "factor": SENSITIVITY_FACTOR, "floor": AGREEMENT_FLOOR, "own": own_counts}
     reasons = []
-    for kind in AGREEMENT_KINDS:
+    classes = np.shape(reference)[1]
+    for kind in [k for k, top in AGREEMENT_KINDS.items() if top < classes]:  # top-5 of 5 classes: every one agrees
         interval = wilson(counts[kind], n)
         own_off = None if own_counts is None else 1 - own_counts[kind] / n
-        ceiling = AGREEMENT_CEILINGS[precision][kind]
+        ceiling = AGREEMENT_CEILINGS[SENSITIVITY_OF[precision]][kind]
         allowed = ceiling if own_off is None else min(ceiling, max(AGREEMENT_FLOOR, SENSITIVITY_FACTOR * own_off))
         out[kind] = {"agreement": counts[kind] / n if n else None, "ci95": interval, "own": None if own_off is None
                      else 1 - own_off, "allowed_disagreement": allowed}

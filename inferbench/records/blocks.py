@@ -163,7 +163,7 @@ class ColdStart:
     load_s: NonNegative = None
     first_call_s: NonNegative = None
     load_includes: str | None = None
-    parity_s: NonNegative = None  # the parity check (the reference inputs and the timed batch)
+    parity_s: NonNegative = None  # the parity check (reference inputs, timed batch, a reduced precision's agreement)
     trackers_s: NonNegative = None  # the trackers' set-up: the idle power baseline (settling) above all
 
 

@@ -108,7 +108,7 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
     out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
-    if precision != "fp32" and job.config.agreement_inputs:
+    if precision != "fp32" and job.config.agreement_inputs and out["status"] == "passed":  # failed: no more to count
         agreement = check_agreement(job, runner, emit)
         failed = agreement["status"] == "failed"
         out = {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
@@ -140,34 +140,51 @@ def where_it_diverged(check: dict[str, Any], runner: Any, inputs: np.ndarray, em
 def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     """A reduced-precision cell's top-1 and top-5 agreement with FP32 over ``--agreement-inputs`` seeded inputs
     (:func:`inferbench.measure.parity.agreement`), computed at the timed batch size; ``not_measured`` with the reason
-    where the FP32 outputs on them were not exported."""
+    where the FP32 outputs on them were not exported (or not whole), or are no class scores, or the count could not be
+    finished (the 16-input check stands)."""
+    from ..exporters.cache import cached
     from ..measure import parity
     from ..registry.artifacts import agreement_own, agreement_reference
     from ..registry.models import agreement_inputs, get_model
 
     folder, count = Path(job.artifact_dir), job.config.agreement_inputs
-    if not (folder / agreement_reference(count)).exists():
-        return {"status": "not_measured", "inputs": count, "reason": f"no FP32 outputs on {count} agreement inputs "
-                "in the cache (their export failed or was not made): judged by the 16 reference inputs only"}
+
+    def not_measured(why: str) -> dict[str, Any]:
+        return {"status": "not_measured", "inputs": count, "reason": f"{why}: judged by the 16 reference inputs only"}
+
+    if str(count) not in ((cached(folder, "agreement") or {}).get("variants") or ()):
+        return not_measured(f"no FP32 outputs on {count} agreement inputs in the cache (their export failed)")
+    reference = np.load(folder / agreement_reference(count))
+    if reference.ndim != 2 or reference.shape[1] < 2:
+        return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an input)")
     emit(f"parity check: agreement over {count} inputs")
     chunks = agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed, count)
     bs = job.cell.batch_size
-    got = np.concatenate([at_batch_size(runner, x, bs) for x in rebatched(chunks, bs)])
-    return parity.agreement(np.load(folder / agreement_reference(count)), got, job.cell.precision,
-                            _json_if_there(folder / agreement_own(count)))
+    try:
+        got = np.concatenate([at_batch_size(runner, x, bs) for x in rebatched(chunks, bs)])
+    except Exception as exc:  # noqa: BLE001 - the agreement is not counted; the cell and its 16-input check stand
+        return not_measured(f"its outputs on the agreement inputs could not be computed: {type(exc).__name__}: "
+                            f"{str(exc)[:160]}")
+    if got.size != reference.size:
+        return {**not_measured(f"output size {got.size} != {reference.size}"), "status": "failed"}
+    return parity.agreement(reference, got, job.cell.precision, _json_if_there(folder / agreement_own(count)))
 
 
 def rebatched(chunks: Any, size: int) -> Any:
     """The arrays of ``chunks`` (an iterable of batches) regrouped into batches of ``size`` (the last may be smaller),
     never holding more than a batch and a chunk."""
     held: list[np.ndarray] = []
+    have = 0
     for chunk in chunks:
-        held.append(chunk)
-        while sum(len(h) for h in held) >= size:
-            joined = np.concatenate(held)
-            yield joined[:size]
-            held = [joined[size:]]
-    if sum(len(h) for h in held):
+        start = 0
+        while have + len(chunk) - start >= size:  # a full batch: what is held and the head of this chunk
+            take = size - have
+            yield np.concatenate([*held, chunk[start:start + take]]) if held else chunk[start:start + take]
+            held, have, start = [], 0, start + take
+        if start < len(chunk):
+            held.append(chunk[start:])
+            have += len(chunk) - start
+    if have:
         yield np.concatenate(held)
 
 
