@@ -167,7 +167,7 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,
 
     counts = agreements(reference, candidate)
     n = counts["inputs"]
-    own_counts = (own or {}).get(SENSITIVITY_OF.get(precision, ""))
+    own_counts = own_error(precision, own)
     if not (isinstance(own_counts, dict) and own_counts.get("method") == AGREEMENT_METHOD
             and own_counts.get("inputs") == n):
         own_counts = None  # not measured, or measured on another number of inputs

@@ -97,7 +97,8 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     emit("parity check")
     folder = Path(job.artifact_dir)
     precision, bs = job.cell.precision, job.cell.batch_size
-    out = at_batch_size(runner, np.load(folder / REFERENCE_INPUTS), bs)
+    inputs = np.load(folder / REFERENCE_INPUTS)
+    out = at_batch_size(runner, inputs, bs)
     if not job.framework.verified(job.cell.model):
         return parity.sanity(out)
     spread, sensitivity = own_rounding(folder)
@@ -114,7 +115,7 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
         out = {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
                "reason": "; ".join(r for r in (out.get("reason"), failed and f"agreement: {agreement['reason']}")
                                    if r) or None}
-    return where_it_diverged(out, runner, np.load(folder / REFERENCE_INPUTS), emit)
+    return where_it_diverged(out, runner, inputs, emit)
 
 
 def where_it_diverged(check: dict[str, Any], runner: Any, inputs: np.ndarray, emit: Emit) -> dict[str, Any]:
