@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .base.errors import UsageError, shorten
+from .registry.images import MAX_IMAGES as MAX_EVAL_IMAGES
 from .registry.scenarios import SCENARIOS
 from .spec import (
     AGREEMENT_INPUTS,
     AGREEMENT_MIN,
     BN_MODES,
+    EVAL_IMAGES,
     EXECUTORS,
     KERAS_BACKENDS,
     OPTIMIZERS,
@@ -265,6 +267,13 @@ OPTIONS: tuple[Option, ...] = (
            "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
            "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
            maximum=100_000, commands=MEASURING),
+    Option("eval_dir", ("--eval-dir",), "your labelled images, for each cell's top-1 / top-5 accuracy with intervals "
+           "and its difference from FP32's; a reduced precision then passes at 99%% of FP32's top-1 (MLPerf's rule): "
+           "a folder per class (torchvision's ImageFolder: classes numbered in sorted folder order, or by the folders' "
+           "names where all are numbers) or a labels file ('path label' per line; labels.txt or labels.csv in the "
+           "folder, or the file itself)", None, path_value, metavar="DIR|FILE", commands=("run", "sweep")),
+    Option("eval_images", ("--eval-images",), "at most this many of --eval-dir's images (a seeded sample of a larger "
+           "set)", EVAL_IMAGES, positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,

@@ -16,6 +16,7 @@ from typing import Any
 from .base.codec import decode, encode
 from .base.device import Device
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
+from .registry.images import EvalSet
 from .registry.models import ModelFile
 from .registry.scenarios import SCENARIOS
 from .registry.scenarios import scenario as scenario_entry
@@ -188,6 +189,7 @@ QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes":
 #: Reduced-precision cells' top-1 / top-5 agreement with FP32 is counted over this many seeded inputs (the gate's
 #: statistic: :func:`inferbench.measure.parity.agreement`) unless --agreement-inputs says otherwise.
 AGREEMENT_INPUTS = 1000
+EVAL_IMAGES = 1000  # --eval-images: the labelled images each cell's accuracy is measured on, at most
 AGREEMENT_MIN = 1000  # the least --agreement-inputs takes besides 0 (the tests count fewer, through RunConfig)
 
 
@@ -218,6 +220,7 @@ class RunConfig:
     ray_address: str | None = None  # the Ray cluster's head (None: one of this machine, started for the sweep)
     machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
     agreement_inputs: int = AGREEMENT_INPUTS  # reduced precisions' agreement with FP32 over this many (0: not counted)
+    eval_set: EvalSet | None = None  # labelled images each cell's accuracy is measured on (--eval-dir)
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:
@@ -274,6 +277,7 @@ class ExportJob:
     key_inputs: dict[str, Any]
     model_file: ModelFile | None = None  # the model, if it is the user's file
     variants: tuple[str, ...] = ()  # what a per-batch-size export makes besides the batch size (training set-ups)
+    eval_set: EvalSet | None = None  # the user's labelled images (--eval-dir), for the evaluation export
     then: tuple[ExportJob, ...] = ()  # exports of the same model that follow in the same process
 
 

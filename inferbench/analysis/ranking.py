@@ -215,7 +215,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                    energy_j_per_inference=field(best, "energy.joules_per_inference"),
                    energy_missing=None if field(best, "energy.available") else
                    (field(best, "energy.reason") or "no energy figures in this record"),
-                   run_id=field(best, "run_id"), precision_cost=precision_cost(best))
+                   run_id=field(best, "run_id"), precision_cost=precision_cost(best),
+                   accuracy=accuracy_said(best))
         if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
             rec.update(serving={"scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"),
                                 "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
@@ -258,6 +259,23 @@ def precision_cost(record: Mapping[str, Any]) -> str | None:
     return (f"computes in {precision.upper()}: its top class is FP32's on {top1:.1%}"
             + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if ci else "") + f" of {int(n)} seeded inputs"
             + (f" (the model's own {SENSITIVITY_OF[precision].upper()}: {own:.1%})" if own is not None else ""))
+
+
+def accuracy_said(record: Mapping[str, Any]) -> str | None:
+    """A cell's top-1 accuracy on the user's labelled images (``--eval-dir``) beside FP32's, with intervals, and for a
+    reduced precision MLPerf's verdict (docs/method.md); None without labelled images."""
+    block = field(record, "parity.accuracy") or {}
+    top1 = block.get("top1")
+    if not top1:
+        return f"accuracy not measured: {block['reason']}" if block.get("reason") else None
+    ci, diff = top1.get("ci95") or (None, None), top1.get("difference_ci95") or (None, None)
+    text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci else "")
+            + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "
+            + f"{top1['difference'] * 100:+.1f} points" + (
+                f" [{diff[0] * 100:+.1f} to {diff[1] * 100:+.1f}]" if None not in diff else ""))
+    if block.get("decides"):
+        text += f"; MLPerf's gate ({block.get('gate', 0.99):.0%} of FP32) {block['status']}"
+    return text + (f" ({block['note']})" if block.get("note") else "")
 
 
 def served_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
@@ -337,8 +355,9 @@ def margin_text(rec: Mapping[str, Any]) -> str:
 
 
 def cost_line(rec: Mapping[str, Any]) -> list[str]:
-    """A reduced-precision answer's cost in agreement with FP32 (:func:`precision_cost`), on a line of its own."""
-    return [f"    {rec['recommended']} {rec['precision_cost']}"] if rec.get("precision_cost") else []
+    """A reduced-precision answer's cost in agreement with FP32 (:func:`precision_cost`) and the answer's accuracy on
+    labelled images (:func:`accuracy_said`), each on a line of its own."""
+    return [f"    {rec['recommended']} {rec[k]}" for k in ("precision_cost", "accuracy") if rec.get(k)]
 
 
 def serving_lines(rec: dict[str, Any], at: str) -> list[str]:

@@ -25,7 +25,8 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
                    batch_sizes: tuple[int, ...], progress: Progress,
                    strict: bool = True, agreement_inputs: int = 0) -> tuple[Path, dict[str, str]]:
     """Export (or reuse from the cache) every artifact the frameworks need (and, with ``agreement_inputs``, the
-    outputs on that many inputs that reduced-precision cells are counted against); returns the folder and
+    outputs on that many inputs that reduced-precision cells are counted against; with the run's labelled images,
+    the outputs on them every cell's accuracy is paired with); returns the folder and
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
@@ -52,9 +53,10 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     runnable = [fw for fw in frameworks
                 if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
     needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)] \
-        + (["agreement"] if agreement_inputs else [])
+        + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else [])
     variants = {"train-reference": train_variants(config) if scenario_entry(scenario).trains else (),
-                "agreement": (str(agreement_inputs),) if agreement_inputs else ()}
+                "agreement": (str(agreement_inputs),) if agreement_inputs else (),
+                "evaluation": (config.eval_set.digest,) if config.eval_set else ()}
     label = f"{model}@{resolution} export"
 
     def covers(kind: str) -> Any:
@@ -105,7 +107,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
                              folder=str(folder), model=spec.name, resolution=resolution, weights=key_weights,
                              seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source,
-                             variants=kinds)
+                             variants=kinds, eval_set=config.eval_set if kind == "evaluation" else None)
 
         alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
         while todo:

@@ -135,6 +135,13 @@ def build(values: dict[str, Any]) -> Built:
                          "configurations (concurrency, batching delay)")
     check_training(values)
     check_executor(values)
+    eval_set = None
+    if values.get("eval_dir"):
+        if entry.trains:
+            raise UsageError(f"--eval-dir measures a model's accuracy in inference, not in {values['scenario']}")
+        from ..registry.images import open_eval_set
+
+        eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"])
     if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
@@ -183,7 +190,8 @@ def build(values: dict[str, Any]) -> Built:
                        quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
                            DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
-                       machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"])
+                       machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
+                       eval_set=eval_set)
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
@@ -222,7 +230,7 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
-    notes: tuple[str, ...] = (QUICK_UNTUNED,) if quick_untuned else ()
+    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) + eval_notes(eval_set, config.weights, models)
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         from ..execution.budget import fit, to_export
 
@@ -230,6 +238,17 @@ def build(values: dict[str, Any]) -> Built:
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+
+
+def eval_notes(eval_set: Any, weights: str, models: list[Any]) -> tuple[str, ...]:
+    """What the plan says of --eval-dir up front: the images each cell's accuracy is measured on, and where the weights
+    are seeded, that it is chance."""
+    if eval_set is None:
+        return ()
+    seeded = [m.name for m in models if m.source is None] if weights == "random" else []
+    return (f"accuracy: every cell on {eval_set.describe()}",) + ((
+        f"accuracy: {', '.join(seeded)} with seeded random weights classifies real images by chance: give --weights "
+        "imagenet or your trained model for an accuracy that means something",) if seeded else ())
 
 
 def check_executor(values: dict[str, Any]) -> None:

@@ -148,14 +148,58 @@ def agreements(reference: np.ndarray, candidate: np.ndarray) -> dict[str, int]:
     """How many of the inputs agree with FP32's top class (``top1``: the candidate's top class is it; ``top5``: it is
     among the candidate's five highest), and of how many (``inputs``); non-finite outputs agree nowhere."""
     ref = np.asarray(reference, dtype=np.float64)
-    cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape)
-    finite = np.isfinite(cand).all(axis=1)
     top = ref.argmax(axis=1)
-    out = {"inputs": int(len(ref))}
-    for kind, k in AGREEMENT_KINDS.items():
-        best = np.argsort(-cand, axis=1, kind="stable")[:, :k]
-        out[kind] = int(np.sum((best == top[:, None]).any(axis=1) & finite))
-    return out
+    return {"inputs": int(len(ref)), **{kind: int(np.sum(hits(candidate, top, k)))
+                                        for kind, k in AGREEMENT_KINDS.items()}}
+
+
+def hits(scores: np.ndarray, classes: np.ndarray, k: int) -> np.ndarray:
+    """Per input, whether ``classes`` (one per input) is among the ``k`` highest of its ``scores``; non-finite
+    scores hit nothing."""
+    scores = np.asarray(scores, dtype=np.float64).reshape(len(classes), -1)
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return (best == np.asarray(classes)[:, None]).any(axis=1) & np.isfinite(scores).all(axis=1)
+
+
+#: With labelled images (``--eval-dir``), a reduced precision passes where its top-1 accuracy is at least this share of
+#: FP32's on the same images (MLPerf's rule for its quantised and reduced-precision entries); it fails only where the
+#: paired difference's 95% interval lies wholly below it (:func:`accuracy`).
+ACCURACY_GATE = 0.99
+
+
+def accuracy(labels: np.ndarray, candidate: np.ndarray, reference: np.ndarray, precision: str) -> dict[str, Any]:
+    """A cell's top-1 and top-5 accuracy on labelled images, each with its 95% Wilson interval, beside FP32's (the
+    source's ``reference`` outputs on the same images) and the paired difference with its interval
+    (:func:`inferbench.measure.stats.paired_difference`); for a reduced precision, MLPerf's gate on top-1
+    (:data:`ACCURACY_GATE`). ``status``: passed / failed (a reduced precision), measured (FP32: the FP32 gate on
+    the reference inputs judges it), not_measured (FP32 classifies none of them right: nothing to hold it to)."""
+    from .stats import paired_difference, wilson
+
+    labels = np.asarray(labels)
+    n, classes = len(labels), int(np.shape(reference)[1])
+    out: dict[str, Any] = {"images": n, "gate": ACCURACY_GATE}
+    for kind, k in [(kind, k) for kind, k in AGREEMENT_KINDS.items() if k < classes]:
+        mine, fp32 = hits(candidate, labels, k), hits(reference, labels, k)
+        a, b, c = int(np.sum(mine & fp32)), int(np.sum(mine & ~fp32)), int(np.sum(~mine & fp32))
+        out[kind] = {"accuracy": (a + b) / n, "ci95": wilson(a + b, n), "fp32": (a + c) / n,
+                     "fp32_ci95": wilson(a + c, n), "difference": (b - c) / n,
+                     "difference_ci95": paired_difference(a, b, c, n - a - b - c)}
+    top1 = out["top1"]
+    if precision == "fp32":
+        return {"status": "measured", "reason": None, **out}
+    if top1["fp32"] == 0:
+        return {"status": "not_measured", "reason": f"FP32 classifies none of the {n} labelled images right: no "
+                "accuracy to keep (labels in another class order than the model's?)", **out}
+    allowed = -(1 - ACCURACY_GATE) * top1["fp32"]
+    ratio = top1["accuracy"] / top1["fp32"]
+    said = (f"top-1 accuracy {top1['accuracy']:.1%} against FP32's {top1['fp32']:.1%} on {n} labelled images "
+            f"({ratio:.1%} of FP32; difference {top1['difference']:+.1%} [{top1['difference_ci95'][0]:+.1%} to "
+            f"{top1['difference_ci95'][1]:+.1%}])")
+    if top1["difference_ci95"][1] < allowed:
+        return {"status": "failed", "reason": f"{said}: below MLPerf's {ACCURACY_GATE:.0%} of FP32", **out}
+    note = f"{said}: below MLPerf's {ACCURACY_GATE:.0%} of FP32, not significantly (more images decide)" \
+        if top1["difference"] < allowed else None
+    return {"status": "passed", "reason": note, **out}
 
 
 def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,

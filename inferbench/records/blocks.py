@@ -137,6 +137,25 @@ class Agreement:
     own: dict[str, Any] | None = None  # the Keras model's own counts in that precision (top1, top5, inputs, method)
     factor: Number = None
     floor: Number = None
+    decides: bool | None = None  # false with labelled images (--eval-dir): their accuracy decides instead
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """A cell's accuracy on the user's labelled images (``--eval-dir``; ``parity.accuracy``): ``top1`` and ``top5``
+    each hold the cell's accuracy and its 95% Wilson interval (``ci95``), FP32's on the same images (``fp32``,
+    ``fp32_ci95``: the source's outputs) and the paired difference with its 95% interval (``difference``,
+    ``difference_ci95``: Newcombe's method 10); a reduced precision passes at ``gate`` x FP32's top-1 (MLPerf's 99%)."""
+
+    status: Annotated[str, Enum(("passed", "failed", "measured", "not_measured"))]
+    images: int
+    reason: str | None = None
+    top1: dict[str, Any] | None = None
+    top5: dict[str, Any] | None = None
+    gate: Number = None
+    eval_set: str | None = None  # the labelled set's digest (the run's config.eval_set says where it is)
+    decides: bool | None = None  # true for a reduced precision: a failed gate fails the cell's parity
+    note: str | None = None  # seeded random weights: the accuracy is chance
 
 
 @dataclass(frozen=True)
@@ -155,6 +174,7 @@ class Parity:
     method: str | None = None  # "training": the training scenario's rule (inferbench.measure.training)
     training: dict[str, Any] | None = None  # its loss, gradient and weight-change figures
     agreement: Agreement | None = None  # a reduced precision's top-1 / top-5 agreement with FP32 over many inputs
+    accuracy: Accuracy | None = None  # top-1 / top-5 accuracy on the user's labelled images (--eval-dir)
     blocks: dict[str, Any] | None = None  # a failed check: each block's error against FP64, the first past the gate
 
 

@@ -20,11 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
-    "host", "status", "parity", "p50_ms", "p50_ci95_low_ms", "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms",
-    "mean_ms", "cv", "n", "throughput_per_s", "load_s", "first_call_s", "peak_host_memory_mb",
-    "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w", "energy_missing", "rounds",
-    "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image", "gflop_per_s",
-    "fraction_of_peak", "error",
+    "host", "status", "parity", "top1_accuracy", "top1_accuracy_fp32", "p50_ms", "p50_ci95_low_ms",
+    "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms", "mean_ms", "cv", "n", "throughput_per_s", "load_s",
+    "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w",
+    "energy_missing", "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params",
+    "gflop_per_image", "gflop_per_s", "fraction_of_peak", "error",
 )
 
 
@@ -34,6 +34,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     ci = lat.get("p50_ci95") or [None, None]
     cold = record.get("cold_start") or {}
     energy = record.get("energy") or {}
+    top1 = (record["parity"].get("accuracy") or {}).get("top1") or {}  # on the user's labelled images (--eval-dir)
     return {
         "run_id": record.get("run_id"),
         "framework": record["framework"],
@@ -47,6 +48,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "host": (record.get("environment") or {}).get("hostname"),
         "status": record["status"],
         "parity": record["parity"]["status"],
+        **{k: top1.get(v) for k, v in (("top1_accuracy", "accuracy"), ("top1_accuracy_fp32", "fp32"))},
         "p50_ms": lat.get("p50"),
         "p50_ci95_low_ms": ci[0],
         "p50_ci95_high_ms": ci[1],

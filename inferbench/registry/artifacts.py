@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .images import EvalSet
 from .models import FILE_FORMATS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +38,9 @@ EXPORTERS: dict[str, Exporter] = {
         # reduced-precision cells' agreement with FP32 over many seeded inputs, once per count (--agreement-inputs)
         Exporter("agreement", "inferbench.exporters.agreement", ("keras",), ("tensorflow", "keras"), "tf",
                  "agreement"),
+        # every cell's accuracy on the user's labelled images (--eval-dir): the source's outputs on them, once per set
+        Exporter("evaluation", "inferbench.exporters.evaluation", ("keras",), ("tensorflow", "keras"), "tf",
+                 "evaluation"),
         # the training scenario's reference: k steps of the Keras model from the same weights on the same batches
         Exporter("train-reference", "inferbench.exporters.train_reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "train-reference", per_batch_size=True),
@@ -55,7 +59,7 @@ EXPORTERS: dict[str, Exporter] = {
 
 #: The kinds computed by the source's own framework from the source (the Keras model or the model file): outputs to
 #: compare with.
-FROM_SOURCE = ("reference", "agreement")
+FROM_SOURCE = ("reference", "agreement", "evaluation")
 
 
 def packages() -> tuple[str, ...]:
@@ -173,7 +177,8 @@ class ExportContext:
     weights: str
     seed: int
     batch_sizes: tuple[int, ...] = (1,)
-    variants: tuple[str, ...] = ()  # the training set-ups of a train-reference export (train_variant)
+    variants: tuple[str, ...] = ()  # the training set-ups of a train-reference export (train_variant), counts, digests
+    eval_set: EvalSet | None = None  # the user's labelled images (--eval-dir): the evaluation export's
 
     def path(self, kind: str) -> Path:
         return self.folder / EXPORTERS[kind].path
@@ -207,6 +212,11 @@ def timed_sensitivity(batch_size: int) -> str:
 def agreement_reference(count: int) -> str:
     """The source's FP32 outputs on the ``count`` agreement inputs (exporter ``agreement``)."""
     return f"agreement/n{count}.npy"
+
+
+def evaluation_reference(digest: str) -> str:
+    """The source's FP32 outputs on the labelled images of ``digest`` (exporter ``evaluation``)."""
+    return f"evaluation/{digest}.npy"
 
 
 def agreement_own(count: int) -> str:

@@ -98,24 +98,31 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     folder = Path(job.artifact_dir)
     precision, bs = job.cell.precision, job.cell.batch_size
     inputs = np.load(folder / REFERENCE_INPUTS)
-    out = at_batch_size(runner, inputs, bs)
+    got = at_batch_size(runner, inputs, bs)
     if not job.framework.verified(job.cell.model):
-        return parity.sanity(out)
+        return parity.sanity(got)
     spread, sensitivity = own_rounding(folder)
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), out, precision, spread, sensitivity)
+    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), got, precision, spread, sensitivity)
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
     out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
+    labelled = job.config.eval_set is not None
     if precision != "fp32" and job.config.agreement_inputs and out["status"] == "passed":  # failed: no more to count
-        agreement = check_agreement(job, runner, emit)
-        failed = agreement["status"] == "failed"
-        out = {**out, "agreement": agreement, "status": "failed" if failed else out["status"],
-               "reason": "; ".join(r for r in (out.get("reason"), failed and f"agreement: {agreement['reason']}")
-                                   if r) or None}
+        out = judged(out, "agreement", {**check_agreement(job, runner, emit), "decides": not labelled})
+    if labelled and out["status"] == "passed":
+        out = judged(out, "accuracy", {**check_accuracy(job, runner, emit), "decides": precision != "fp32"})
     return where_it_diverged(out, runner, inputs, emit)
+
+
+def judged(check: dict[str, Any], key: str, block: dict[str, Any]) -> dict[str, Any]:
+    """``check`` with ``block`` (an agreement or accuracy block) under ``key``; failed with its reason where the block
+    failed and ``decides`` (with labelled images, their accuracy decides a reduced precision, not the agreement)."""
+    failed = block["status"] == "failed" and block["decides"]
+    return {**check, key: block, "status": "failed" if failed else check["status"],
+            "reason": "; ".join(r for r in (check.get("reason"), failed and f"{key}: {block['reason']}") if r) or None}
 
 
 def where_it_diverged(check: dict[str, Any], runner: Any, inputs: np.ndarray, emit: Emit) -> dict[str, Any]:
@@ -159,16 +166,56 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     if reference.ndim != 2 or reference.shape[1] < 2:
         return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an input)")
     emit(f"parity check: agreement over {count} inputs")
-    chunks = agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed, count)
-    bs = job.cell.batch_size
-    try:
-        got = np.concatenate([at_batch_size(runner, x, bs) for x in rebatched(chunks, bs)])
-    except Exception as exc:  # noqa: BLE001 - the agreement is not counted; the cell and its 16-input check stand
-        return not_measured(f"its outputs on the agreement inputs could not be computed: {type(exc).__name__}: "
-                            f"{str(exc)[:160]}")
-    if got.size != reference.size:
-        return {**not_measured(f"output size {got.size} != {reference.size}"), "status": "failed"}
+    got = outputs_on(runner, lambda: agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed,
+                                                      count), job.cell.batch_size, reference.size)
+    if isinstance(got, str):
+        return {**not_measured(got), "status": "failed"} if got.startswith("output size") else \
+            not_measured(f"its outputs on the agreement inputs could not be computed: {got}")
     return parity.agreement(reference, got, job.cell.precision, _json_if_there(folder / agreement_own(count)))
+
+
+def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
+    """A cell's top-1 and top-5 accuracy on the user's labelled images (``--eval-dir``) beside the source's FP32 on the
+    same images (:func:`inferbench.measure.parity.accuracy`), computed at the timed batch size; ``not_measured`` with
+    the reason where the FP32 outputs on them were not exported, are no class scores, or the cell's cannot be computed;
+    failed where they have another size."""
+    from ..exporters.cache import cached
+    from ..measure import parity
+    from ..registry import images
+    from ..registry.artifacts import evaluation_reference
+    from ..registry.models import get_model
+
+    es, folder, spec = job.config.eval_set, Path(job.artifact_dir), get_model(job.cell.model)
+    assert es is not None
+    note = "seeded random weights: accuracy on real images is chance (--weights imagenet, or your trained model)" \
+        if job.config.weights == "random" and spec.source is None else None
+
+    def not_measured(why: str) -> dict[str, Any]:
+        return {"status": "not_measured", "images": es.images, "reason": why, "eval_set": es.digest, "note": note}
+
+    if es.digest not in ((cached(folder, "evaluation") or {}).get("variants") or ()):
+        return not_measured("no FP32 outputs on the labelled images in the cache (their export failed)")
+    reference = np.load(folder / evaluation_reference(es.digest))
+    if reference.ndim != 2 or reference.shape[1] < 2:
+        return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an image)")
+    emit(f"parity check: accuracy on {es.images} labelled images")
+    got = outputs_on(runner, lambda: images.inputs(spec, es, job.cell.resolution), job.cell.batch_size,
+                     reference.size)
+    if isinstance(got, str):
+        return {**not_measured(got), "status": "failed"} if got.startswith("output size") else \
+            not_measured(f"its outputs on the labelled images could not be computed: {got}")
+    return {**parity.accuracy(images.labels(es), got, reference, job.cell.precision), "eval_set": es.digest,
+            "note": note}
+
+
+def outputs_on(runner: Any, chunks: Any, batch_size: int, size: int) -> np.ndarray | str:
+    """The runner's outputs on the batches ``chunks()`` yields, regrouped into calls of the timed batch size; what
+    went wrong instead, in words: an error, or an output size other than ``size`` (it begins "output size")."""
+    try:
+        got = np.concatenate([at_batch_size(runner, x, batch_size) for x in rebatched(chunks(), batch_size)])
+    except Exception as exc:  # noqa: BLE001 - not counted; the cell and its 16-input check stand
+        return f"{type(exc).__name__}: {str(exc)[:160]}"
+    return got if got.size == size else f"output size {got.size} != {size}"
 
 
 def rebatched(chunks: Any, size: int) -> Any:

@@ -1,0 +1,213 @@
+"""The user's labelled images (``--eval-dir``): found, bounded and read with Pillow, resized the way ImageNet models
+are evaluated (the shorter side to the resolution / 0.875, the centre cropped) and prepared the model's own way
+(:func:`inferbench.registry.models.preprocess`), for each cell's top-1 / top-5 accuracy
+(:func:`inferbench.measure.parity.accuracy`).
+
+Two layouts, the two users already have: a folder per class (torchvision's ImageFolder: classes numbered in the
+sorted order of the folders' names, or by the names themselves where every one is a number), or a labels file
+(``labels.txt`` / ``labels.csv`` in the folder, or the file itself named): one image per line, its path relative to the
+file and its class number, separated by a space, a tab or a comma. Nothing here imports Pillow until an image is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import UsageError, shorten
+
+#: What is read as an image (torchvision's ImageFolder reads the same).
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp")
+LABEL_FILES = ("labels.txt", "labels.csv")
+MAX_IMAGES = 50_000  # --eval-images' bound (ImageNet's validation set)
+MAX_FILE_BYTES = 64 * 2**20  # one image file; larger ones are refused unread
+#: Pixels in one image, read from its header before it is decoded: Pillow's own decompression-bomb bound
+#: (PIL.Image.MAX_IMAGE_PIXELS, 89.5 million), refused here rather than warned about.
+MAX_PIXELS = 89_478_485
+CROP = 0.875  # the centre crop's share of the shorter side (224 of 256)
+CHUNK = 32  # images read and prepared at a time
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """A labelled image set as a run uses it; the images themselves are listed again where they are read
+    (:func:`items`), and must still be what the digest says."""
+
+    path: str  # the folder, or the labels file, absolute
+    layout: str  # "folders" (a folder per class) or "labels" (a labels file)
+    images: int  # how many are used
+    found: int  # how many the folder or file names (more than used: a seeded sample)
+    classes: int  # the largest label + 1
+    digest: str  # 16 hex digits over the used images' paths, sizes, modification times and labels
+    seed: int = 0  # the sample's seed, where found > images
+
+    def describe(self) -> str:
+        sample = f" (a seeded sample of the {self.found:,})" if self.found > self.images else ""
+        how = "a folder per class" if self.layout == "folders" else "a labels file"
+        return f"{self.images:,} labelled images{sample} in {self.path} ({how}, {self.classes} classes)"
+
+
+def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
+    """The labelled set at ``text``, of at most ``count`` images (a seeded sample where there are more), every one's
+    header read (format and size, nothing decoded); one clear UsageError for anything that is not such a set."""
+    root, layout = _root(Path(text).expanduser().resolve())
+    listed = _listed(root)
+    found = _sample(listed, count, seed)
+    for path, _ in found:
+        with _opened(path):
+            pass
+    return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed),
+                   classes=max(label for _, label in found) + 1, digest=_digest(found, root), seed=seed)
+
+
+def items(es: EvalSet) -> list[tuple[Path, int]]:
+    """The set's images and labels, listed again; a UsageError where they changed since the run began."""
+    found = _sample(_listed(Path(es.path)), es.images, es.seed)
+    if _digest(found, Path(es.path)) != es.digest:
+        raise UsageError(f"the labelled images in {es.path} changed while inferbench was using them")
+    return found
+
+
+def labels(es: EvalSet) -> np.ndarray:
+    return np.array([label for _, label in items(es)], dtype=np.int64)
+
+
+def inputs(spec: Any, es: EvalSet, resolution: int) -> Iterator[np.ndarray]:
+    """The set's images as model inputs (float32, the model's preparation and layout), :data:`CHUNK` at a time."""
+    from .models import preprocess
+
+    listed = items(es)
+    for start in range(0, len(listed), CHUNK):
+        batch = preprocess(spec, np.stack([read(p, resolution) for p, _ in listed[start:start + CHUNK]]))
+        yield np.ascontiguousarray(batch.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else batch
+
+
+def read(path: Path, resolution: int) -> np.ndarray:
+    """One image as RGB float32 in [0, 255], ``resolution`` pixels a side: the shorter side resized (bilinear) to
+    ``resolution / CROP``, the centre cropped; a UsageError naming the file where it cannot be."""
+    from PIL import Image
+
+    side = max(resolution, round(resolution / CROP))
+    with _opened(path) as im:
+        im.draft("RGB", (side, side))  # a large JPEG decoded at a fraction of its size, as the resize would
+        rgb = im.convert("RGB")
+    w, h = rgb.size
+    scale = side / min(w, h)
+    rgb = rgb.resize((max(side, round(w * scale)), max(side, round(h * scale))), Image.Resampling.BILINEAR)
+    left, top = (rgb.width - resolution) // 2, (rgb.height - resolution) // 2
+    return np.asarray(rgb.crop((left, top, left + resolution, top + resolution)), dtype=np.float32)
+
+
+def _root(path: Path) -> tuple[Path, str]:
+    if path.is_file():
+        return path, "labels"
+    if not path.is_dir():
+        raise UsageError(f"--eval-dir {path}: no such folder or labels file")
+    named = [path / f for f in LABEL_FILES if (path / f).is_file()]
+    return (named[0], "labels") if named else (path, "folders")
+
+
+def _listed(path: Path) -> list[tuple[Path, int]]:
+    root, layout = _root(path)
+    found = _from_labels(root) if layout == "labels" else _from_folders(root)
+    if not found:
+        raise UsageError(f"--eval-dir {path}: no images ({', '.join(EXTENSIONS)}) found: a folder per class, or a "
+                         f"labels file ({' or '.join(LABEL_FILES)}: 'path label' per line)")
+    return found
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(EXTENSIONS) and not name.startswith(".")
+
+
+def _from_folders(root: Path) -> list[tuple[Path, int]]:
+    folders = sorted(d for d in os.listdir(root) if not d.startswith(".") and (root / d).is_dir())
+    if not folders:
+        loose = [f for f in os.listdir(root) if _is_image(f)]
+        raise UsageError(f"--eval-dir {root}: " + (f"{len(loose)} images but no class folders and no labels file "
+                                                    f"({' or '.join(LABEL_FILES)})" if loose else
+                                                    "no class folders and no labels file"))
+    numbered = all(re.fullmatch(r"\d{1,6}", d) for d in folders)
+    found = []
+    for index, d in enumerate(folders):
+        label = int(d) if numbered else index
+        for top, dirs, files in sorted(os.walk(root / d, followlinks=True)):
+            dirs.sort()
+            found += [(Path(top) / f, label) for f in sorted(files) if _is_image(f)]
+    return found
+
+
+def _from_labels(file: Path) -> list[tuple[Path, int]]:
+    if file.stat().st_size > MAX_FILE_BYTES:
+        raise UsageError(f"{file}: a labels file of {file.stat().st_size:,} bytes is too large")
+    try:
+        lines = file.read_text(encoding="utf-8-sig").splitlines()
+    except (UnicodeDecodeError, OSError) as exc:
+        raise UsageError(f"{file}: not a readable labels file ({shorten(str(exc))})") from None
+    found: list[tuple[Path, int]] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = [p.strip() for p in re.split(r"[,\t]|\s+(?=\S+$)", text)]
+        if len(parts) != 2 or not re.fullmatch(r"\d{1,6}", parts[1]):
+            if not found and number == 1 and len(parts) == 2:
+                continue  # a header ("path,label")
+            raise UsageError(f"{file}, line {number}: {shorten(text)!r} is not 'path label' (a class number)")
+        if parts[0] in seen:
+            raise UsageError(f"{file}, line {number}: {shorten(parts[0])} is listed twice")
+        seen.add(parts[0])
+        found.append((file.parent / parts[0], int(parts[1])))
+    missing = [p for p, _ in found if not p.is_file()]
+    if missing:
+        raise UsageError(f"{file}: {len(missing)} of its {len(found)} images are missing, e.g. {missing[0]}")
+    return found
+
+
+def _sample(found: list[tuple[Path, int]], count: int, seed: int) -> list[tuple[Path, int]]:
+    """``count`` of ``found`` (a seeded sample, in listed order), or all where there are no more."""
+    if count >= len(found):
+        return found
+    return [found[i] for i in np.sort(np.random.default_rng(seed).choice(len(found), count, replace=False))]
+
+
+def _digest(found: list[tuple[Path, int]], root: Path) -> str:
+    """Over the images' paths (relative to the set: a set moved whole keeps its digest), sizes, modification times
+    and labels: a set changed in any of them is another set."""
+    base = root.parent if root.is_file() else root
+    h = hashlib.sha256()
+    for path, label in found:
+        st = path.stat()
+        h.update(f"{path.relative_to(base)}\t{st.st_size}\t{st.st_mtime_ns}\t{label}\n".encode())
+    return h.hexdigest()[:16]
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[Any]:
+    """The image at ``path`` opened by Pillow, its size checked from its header before anything is decoded; a
+    UsageError naming the file for whatever Pillow cannot read, in the body too (a truncated file decodes there)."""
+    from PIL import Image, UnidentifiedImageError
+
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise UsageError(f"{path}: {size:,} bytes, over the {MAX_FILE_BYTES // 2**20} MiB an image may take")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
+            with Image.open(path) as im:
+                if im.size[0] * im.size[1] > MAX_PIXELS:
+                    raise UsageError(f"{path}: {im.size[0]}x{im.size[1]} pixels, over the {MAX_PIXELS / 1e6:.1f} "
+                                     "million an image may have (a decompression bomb?)")
+                yield im
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        raise UsageError(f"{path}: not an image Pillow can read ({shorten(str(exc))})") from None
