@@ -267,7 +267,7 @@ def accuracy_said(record: Mapping[str, Any]) -> str | None:
     block = field(record, "parity.accuracy") or {}
     top1 = block.get("top1")
     if not top1:
-        return f"accuracy not measured: {block['reason']}" if block.get("reason") else None
+        return f"accuracy {block['status'].replace('_', ' ')}: {block['reason']}" if block.get("reason") else None
     ci, diff = top1.get("ci95") or (None, None), top1.get("difference_ci95") or (None, None)
     text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci else "")
             + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "

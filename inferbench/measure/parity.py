@@ -162,8 +162,8 @@ def hits(scores: np.ndarray, classes: np.ndarray, k: int) -> np.ndarray:
 
 
 #: With labelled images (``--eval-dir``), a reduced precision passes where its top-1 accuracy is at least this share of
-#: FP32's on the same images (MLPerf's rule for its quantised and reduced-precision entries); it fails only where the
-#: paired difference's 95% interval lies wholly below it (:func:`accuracy`).
+#: FP32's on the same images: MLPerf's rule for its quantised and reduced-precision entries, a plain comparison of the
+#: two accuracies, as MLPerf makes it (:func:`accuracy`; the paired interval says how far the images decide it).
 ACCURACY_GATE = 0.99
 
 
@@ -192,14 +192,16 @@ def accuracy(labels: np.ndarray, candidate: np.ndarray, reference: np.ndarray, p
                 "accuracy to keep (labels in another class order than the model's?)", **out}
     allowed = -(1 - ACCURACY_GATE) * top1["fp32"]
     ratio = top1["accuracy"] / top1["fp32"]
-    said = (f"top-1 accuracy {top1['accuracy']:.1%} against FP32's {top1['fp32']:.1%} on {n} labelled images "
-            f"({ratio:.1%} of FP32; difference {top1['difference']:+.1%} [{top1['difference_ci95'][0]:+.1%} to "
-            f"{top1['difference_ci95'][1]:+.1%}])")
-    if top1["difference_ci95"][1] < allowed:
-        return {"status": "failed", "reason": f"{said}: below MLPerf's {ACCURACY_GATE:.0%} of FP32", **out}
-    note = f"{said}: below MLPerf's {ACCURACY_GATE:.0%} of FP32, not significantly (more images decide)" \
-        if top1["difference"] < allowed else None
-    return {"status": "passed", "reason": note, **out}
+    lo, hi = top1["difference_ci95"]
+    if top1["difference"] >= allowed - 1e-12:
+        return {"status": "passed", "reason": None, **out}
+    unsure = ", though the images cannot tell (the interval reaches it: more images, --eval-images)" \
+        if hi >= allowed else ""
+    return {"status": "failed", "reason": (
+        f"top-1 accuracy {top1['accuracy']:.1%} against FP32's {top1['fp32']:.1%} on {n} labelled images: "
+        f"{ratio:.1%} of FP32 (difference {top1['difference'] * 100:+.1f} points "
+        f"[{lo * 100:+.1f} to {hi * 100:+.1f}]), "
+        f"below MLPerf's {ACCURACY_GATE:.0%}{unsure}"), **out}
 
 
 def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,

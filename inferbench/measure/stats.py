@@ -217,15 +217,18 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
 
 def paired_difference(a: int, b: int, c: int, d: int, z: float = 1.959964) -> tuple[float, float] | None:
     """The 95% interval of the difference of two proportions measured on the same items (Newcombe 1998, method 10:
-    the two Wilson intervals combined with the outcomes' correlation): ``a`` items right in both, ``b`` right in the
-    first only, ``c`` in the second only, ``d`` in neither; the difference is (b - c) / n. None where n is 0."""
+    the two Wilson intervals combined with the outcomes' correlation, its numerator ad - bc corrected by n/2 towards
+    0): ``a`` items right in both, ``b`` right in the first only, ``c`` in the second only, ``d`` in neither; the
+    difference is (b - c) / n. None where n is 0."""
     n = a + b + c + d
     if n <= 0:
         return None
     p1, p2 = (a + b) / n, (a + c) / n
     (l1, u1), (l2, u2) = wilson(a + b, n, z), wilson(a + c, n, z)  # type: ignore[misc]
     den = (a + b) * (c + d) * (a + c) * (b + d)
-    phi = (a * d - b * c) / math.sqrt(den) if den else 0.0
+    cross = a * d - b * c
+    cross = cross - n / 2 if cross > n / 2 else 0.0 if cross >= 0 else cross
+    phi = cross / math.sqrt(den) if den else 0.0
     delta = p1 - p2
     lo = delta - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     hi = delta + math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))

@@ -49,11 +49,15 @@ class EvalSet:
     classes: int  # the largest label + 1
     digest: str  # 16 hex digits over the used images' paths, sizes, modification times and labels
     seed: int = 0  # the sample's seed, where found > images
+    first_class: str | None = None  # a folder per class: the folders numbered 0 and last (sorted as text)
+    last_class: str | None = None
 
     def describe(self) -> str:
         sample = f" (a seeded sample of the {self.found:,})" if self.found > self.images else ""
-        how = "a folder per class" if self.layout == "folders" else "a labels file"
-        return f"{self.images:,} labelled images{sample} in {self.path} ({how}, {self.classes} classes)"
+        how = (f"a folder per class, numbered in sorted order as torchvision's ImageFolder numbers them: "
+               f"{self.first_class}=0 ... {self.last_class}={self.classes - 1}") if self.layout == "folders" \
+            else f"a labels file, {self.classes} classes"
+        return f"{self.images:,} labelled images{sample} in {self.path} ({how})"
 
 
 def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
@@ -65,8 +69,10 @@ def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
     for path, _ in found:
         with _opened(path):
             pass
+    folders = _class_folders(root) if layout == "folders" else [None]
     return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed),
-                   classes=max(label for _, label in found) + 1, digest=_digest(found, root), seed=seed)
+                   classes=len(folders) if layout == "folders" else max(label for _, label in found) + 1,
+                   digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1])
 
 
 def items(es: EvalSet) -> list[tuple[Path, int]]:
@@ -92,28 +98,49 @@ def inputs(spec: Any, es: EvalSet, resolution: int) -> Iterator[np.ndarray]:
 
 
 def read(path: Path, resolution: int) -> np.ndarray:
-    """One image as RGB float32 in [0, 255], ``resolution`` pixels a side: the shorter side resized (bilinear) to
-    ``resolution / CROP``, the centre cropped; a UsageError naming the file where it cannot be."""
-    from PIL import Image
+    """One image as RGB float32 in [0, 255], ``resolution`` pixels a side: turned upright (its EXIF orientation), the
+    centre square of ``CROP`` of its shorter side resized (bilinear) to the resolution, as resizing the shorter side to
+    ``resolution / CROP`` and cropping the centre would, without ever making the larger image; 16-bit images scaled to
+    8 bits; a UsageError naming the file where it cannot be read, or holds 32-bit integers or floats (no scale)."""
+    from PIL import Image, ImageOps
 
-    side = max(resolution, round(resolution / CROP))
     with _opened(path) as im:
+        side = max(resolution, round(resolution / CROP))
         im.draft("RGB", (side, side))  # a large JPEG decoded at a fraction of its size, as the resize would
+        if im.mode in ("I", "F"):
+            raise UsageError(f"{path}: {'32-bit integer' if im.mode == 'I' else 'floating-point'} pixels (mode "
+                             f"{im.mode}), whose scale inferbench cannot know: save it with 8 or 16 bits a channel")
+        im = ImageOps.exif_transpose(im)
+        if im.mode.startswith("I;16"):
+            im = Image.fromarray((np.asarray(im, dtype=np.float32) / 257.0).round().astype(np.uint8))
         rgb = im.convert("RGB")
     w, h = rgb.size
-    scale = side / min(w, h)
-    rgb = rgb.resize((max(side, round(w * scale)), max(side, round(h * scale))), Image.Resampling.BILINEAR)
-    left, top = (rgb.width - resolution) // 2, (rgb.height - resolution) // 2
-    return np.asarray(rgb.crop((left, top, left + resolution, top + resolution)), dtype=np.float32)
+    crop = min(w, h) * min(1.0, resolution / side)
+    box = ((w - crop) / 2, (h - crop) / 2, (w + crop) / 2, (h + crop) / 2)
+    return np.asarray(rgb.resize((resolution, resolution), Image.Resampling.BILINEAR, box=box), dtype=np.float32)
 
 
 def _root(path: Path) -> tuple[Path, str]:
+    """The labels file named, or the folder: its labels file where it lists images ('path label' lines), else its
+    class folders (a labels.txt of class names beside them, as Keras and TFLite ship, is not a list of images)."""
     if path.is_file():
         return path, "labels"
     if not path.is_dir():
         raise UsageError(f"--eval-dir {path}: no such folder or labels file")
     named = [path / f for f in LABEL_FILES if (path / f).is_file()]
+    if named and _class_folders(path):
+        try:
+            lists = bool(_from_labels(named[0]))
+        except UsageError:
+            lists = False
+        if not lists:
+            return path, "folders"
     return (named[0], "labels") if named else (path, "folders")
+
+
+def _class_folders(root: Path) -> list[str]:
+    """The class folders, in the order that numbers them: their names sorted as text (torchvision's ImageFolder)."""
+    return sorted(d for d in os.listdir(root) if not d.startswith(".") and (root / d).is_dir())
 
 
 def _listed(path: Path) -> list[tuple[Path, int]]:
@@ -130,17 +157,21 @@ def _is_image(name: str) -> bool:
 
 
 def _from_folders(root: Path) -> list[tuple[Path, int]]:
-    folders = sorted(d for d in os.listdir(root) if not d.startswith(".") and (root / d).is_dir())
+    folders = _class_folders(root)
     if not folders:
         loose = [f for f in os.listdir(root) if _is_image(f)]
         raise UsageError(f"--eval-dir {root}: " + (f"{len(loose)} images but no class folders and no labels file "
                                                     f"({' or '.join(LABEL_FILES)})" if loose else
                                                     "no class folders and no labels file"))
-    numbered = all(re.fullmatch(r"\d{1,6}", d) for d in folders)
-    found = []
-    for index, d in enumerate(folders):
-        label = int(d) if numbered else index
-        for top, dirs, files in sorted(os.walk(root / d, followlinks=True)):
+    found: list[tuple[Path, int]] = []
+    seen: set[str] = set()  # folders by their real path: a link back up is walked once
+    for label, d in enumerate(folders):
+        for top, dirs, files in os.walk(root / d, followlinks=True):
+            real = os.path.realpath(top)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
             dirs.sort()
             found += [(Path(top) / f, label) for f in sorted(files) if _is_image(f)]
     return found
@@ -155,14 +186,16 @@ def _from_labels(file: Path) -> list[tuple[Path, int]]:
         raise UsageError(f"{file}: not a readable labels file ({shorten(str(exc))})") from None
     found: list[tuple[Path, int]] = []
     seen: set[str] = set()
+    first = True
     for number, line in enumerate(lines, 1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
-        parts = [p.strip() for p in re.split(r"[,\t]|\s+(?=\S+$)", text)]
+        parts = [p.strip() for p in re.split(r"\s*[,\t]\s*|\s+(?=\S+$)", text)]
+        header, first = first and len(parts) == 2 and not (file.parent / parts[0]).is_file(), False
         if len(parts) != 2 or not re.fullmatch(r"\d{1,6}", parts[1]):
-            if not found and number == 1 and len(parts) == 2:
-                continue  # a header ("path,label")
+            if header:
+                continue  # a header ("path,label"): its first field names no image
             raise UsageError(f"{file}, line {number}: {shorten(text)!r} is not 'path label' (a class number)")
         if parts[0] in seen:
             raise UsageError(f"{file}, line {number}: {shorten(parts[0])} is listed twice")
@@ -182,13 +215,15 @@ def _sample(found: list[tuple[Path, int]], count: int, seed: int) -> list[tuple[
 
 
 def _digest(found: list[tuple[Path, int]], root: Path) -> str:
-    """Over the images' paths (relative to the set: a set moved whole keeps its digest), sizes, modification times
-    and labels: a set changed in any of them is another set."""
+    """Over how images become inputs (Pillow's version, the crop) and the images' paths (relative to the set: a set
+    moved whole keeps its digest), sizes, modification times and labels: a set changed in any of them is another."""
+    import PIL
+
     base = root.parent if root.is_file() else root
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"pillow {PIL.__version__}, crop {CROP}\n".encode())  # how the images become inputs
     for path, label in found:
         st = path.stat()
-        h.update(f"{path.relative_to(base)}\t{st.st_size}\t{st.st_mtime_ns}\t{label}\n".encode())
+        h.update(f"{os.path.relpath(path, base)}\t{st.st_size}\t{st.st_mtime_ns}\t{label}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -109,12 +109,21 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
     out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
-    labelled = job.config.eval_set is not None
-    if precision != "fp32" and job.config.agreement_inputs and out["status"] == "passed":  # failed: no more to count
-        out = judged(out, "agreement", {**check_agreement(job, runner, emit), "decides": not labelled})
-    if labelled and out["status"] == "passed":
-        out = judged(out, "accuracy", {**check_accuracy(job, runner, emit), "decides": precision != "fp32"})
+    if out["status"] == "passed":  # failed: no more to count
+        # with labelled images their accuracy decides a reduced precision, where it could be judged; else the agreement
+        accuracy = check_accuracy(job, runner, emit) if job.config.eval_set is not None else None
+        decided = accuracy_decides(precision, accuracy)
+        if precision != "fp32" and job.config.agreement_inputs:
+            out = judged(out, "agreement", {**check_agreement(job, runner, emit), "decides": not decided})
+        if accuracy is not None:
+            out = judged(out, "accuracy", {**accuracy, "decides": decided})
     return where_it_diverged(out, runner, inputs, emit)
+
+
+def accuracy_decides(precision: str, accuracy: dict[str, Any] | None) -> bool:
+    """Does a cell's accuracy on labelled images decide its parity? For a reduced precision, where it was judged
+    (passed or failed); not where it could not be (its export failed, FP32 gets none right): the agreement does then."""
+    return precision != "fp32" and accuracy is not None and accuracy["status"] in ("passed", "failed")
 
 
 def judged(check: dict[str, Any], key: str, block: dict[str, Any]) -> dict[str, Any]:
