@@ -221,10 +221,13 @@ class RunConfig:
     machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
     agreement_inputs: int = AGREEMENT_INPUTS  # reduced precisions' agreement with FP32 over this many (0: not counted)
     eval_set: EvalSet | None = None  # labelled images each cell's accuracy is measured on (--eval-dir)
+    target_ci: float | None = None  # rounds added until every paired ratio's 95% half-width is below it (--target-ci)
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:
             raise ValueError(f"slo_p99_ms must be a positive finite number, got {self.slo_p99_ms}")
+        if self.target_ci is not None and not 0 < self.target_ci < 1:
+            raise ValueError(f"target_ci must be a fraction between 0 and 1, got {self.target_ci}")
         if self.agreement_inputs < 0:
             raise ValueError(f"agreement_inputs must be at least 0, got {self.agreement_inputs}")
         if self.processes < 1:

@@ -194,6 +194,15 @@ class BusyRunner(FakeRunner):
         _machine(1.8)
 
 
+class JumpyRunner(FakeRunner):
+    """A runtime whose level jumps between 2 and 4 ms every 0.15 s: against a steady one, its ratio moves from round
+    to round, so no number of rounds pins it down to a percent."""
+
+    def call(self, prepared: Any) -> Any:
+        self.delay_s = 0.004 if int(time.monotonic() / 0.15) % 2 else 0.002
+        return super().call(prepared)
+
+
 class KnobRunner(FakeRunner):
     """A runtime whose speed depends on its settings, as ONNX Runtime's on spinning: the default (the grid's first)
     is the slowest; a load-time setting (its own worker) and a live one each make it faster."""
@@ -228,6 +237,7 @@ FAKES = {
     "fake-slow": "SlowRunner", "fake-5ms": "ServerRunner", "fake-60ms": "GlacialRunner",
     "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
     "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
+    "fake-jumpy": "JumpyRunner",
     "fake-device": "DeviceRunner",
 }
 

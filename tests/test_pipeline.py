@@ -70,6 +70,24 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
         "significant,verified,method")
 
 
+def test_target_ci_adds_rounds_until_every_paired_ratio_is_known_that_well_or_the_cap_stops_it(fakes, tmp_path,
+                                                                                                capsys):
+    assert _run(tmp_path / "a", "--framework", "fake,fake-flat", "--target-ci", "50", "--duration", "0.2") == 0
+    err = capsys.readouterr().err
+    assert "--target-ci +-50.0%: +-" in err and " after 4 rounds" in err  # steady: the configured rounds do
+    (a,) = (tmp_path / "a" / "out").iterdir()
+    assert all(json.loads(p.read_text())["latency_ms"]["stability"]["rounds"] == 4 for p in a.glob("*_fake*.json"))
+    assert _run(tmp_path / "b", "--framework", "fake,fake-jumpy", "--target-ci", "0.5", "--duration", "0.2") == 0
+    err = capsys.readouterr().err
+    assert "--target-ci +-0.5%: stopped at 16 rounds (4x --rounds) with the widest paired interval +-" in err
+    (b,) = (tmp_path / "b" / "out").iterdir()
+    rec = json.loads(next(b.glob("*_fake-jumpy.json")).read_text())
+    assert rec["latency_ms"]["stability"]["rounds"] == 16 and rec["config"]["target_ci"] == 0.005
+    assert [blk["process"] for blk in rec["timing"]["blocks"]] == [0, 1] * 8  # round r by process r mod 2
+    assert _run(tmp_path / "c", "--framework", "fake", "--target-ci", "5", "--scenario", "offline") == 2
+    assert "--target-ci applies to the inference scenario" in capsys.readouterr().err
+
+
 def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path, capsys):
     assert _run(tmp_path, "--framework", "fake,fake-wrong,fake-crash") == 1
     df = records.load(tmp_path / "out").set_index("framework")

@@ -142,6 +142,9 @@ def build(values: dict[str, Any]) -> Built:
         from ..registry.images import open_eval_set
 
         eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"])
+    if values.get("target_ci") and not entry.closed_loop:
+        raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
+                         "ratio of rounds (--quick shortens its steps)")
     if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
@@ -191,7 +194,7 @@ def build(values: dict[str, Any]) -> Built:
                            DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
                        machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
-                       eval_set=eval_set)
+                       eval_set=eval_set, target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)

@@ -15,6 +15,10 @@ runner's load-time settings beside its own, every (worker, live setting) pair a 
 of the group's candidates in a fresh random order each round; :func:`inferbench.measure.tuning.choose` picks the
 setting, the chosen worker measures the cell with it, the others are closed.
 
+With ``--target-ci`` the rounds go on past the configured count, one at a time, until every paired ratio of the
+group is known within it (:func:`inferbench.measure.stats.widest_half_width`, from the block medians the workers
+reply with), or :data:`TARGET_CI_ROUNDS` times the count have run.
+
 A worker that fails (at set-up or in a block) or runs out of its time ends with a failed result; the
 other cells go on.
 """
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.codec import plain
+from ..measure.stats import widest_half_width
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
 from .budget import Deadline
@@ -42,6 +47,8 @@ SETTLE_S = 0.02
 PROBE_SETTLE_S = 0.05
 #: Rounds of the tuning phase: the fewest that give a paired interval.
 TUNE_ROUNDS = 3
+#: --target-ci adds rounds up to this many times --rounds.
+TARGET_CI_ROUNDS = 4
 
 
 @dataclass
@@ -93,12 +100,20 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
-        cut = deadline is not None and bool(jobs) and scenario(jobs[0].cell.scenario).closed_loop
+        closed = bool(jobs) and scenario(jobs[0].cell.scenario).closed_loop
+        cut = deadline is not None and closed
+        target = jobs[0].config.target_ci if closed else None
+        medians: list[dict[int, float]] = [{} for _ in replicas]  # each cell's block medians (--target-ci)
         done, round_started = 0, time.monotonic()
-        for r in range(rounds):
+        for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
+            if target and r >= rounds:
+                width = widest_half_width([m for m, w in zip(medians, replicas) if all(x.result is None for x in w)],
+                                          len(replicas[0]))
+                if width is not None and width <= target:
+                    break
             if cut and r and deadline is not None and not deadline.another_round(
                     r, time.monotonic() - round_started, max(len(w) for w in replicas)):
                 (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
@@ -111,11 +126,20 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             for worker in live:
                 time.sleep(SETTLE_S)
                 worker.child.send({"block": r})
-                _await(worker, "block", timeout_s)
-            progress(_group_label(jobs), f"round {r + 1}/{rounds} done")
+                reply = _await(worker, "block", timeout_s)
+                if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
+                    medians[next(i for i, ws in enumerate(replicas) if worker in ws)][r] = reply["block"]["p50_ms"]
+            progress(_group_label(jobs), f"round {r + 1}/{max(rounds, r + 1)} done")
             done = r + 1
             if rounds_done is not None:
-                rounds_done(done / rounds)
+                rounds_done(min(1.0, done / rounds))
+        if target and done >= rounds:
+            width = widest_half_width([m for m in medians if m], len(replicas[0]))
+            (note or progress)(_group_label(jobs), f"--target-ci +-{target:.1%}: " + (
+                f"+-{width:.1%} after {done} rounds" if width is not None and width <= target else
+                f"stopped at {done} rounds ({TARGET_CI_ROUNDS}x --rounds) with the widest paired interval +-"
+                f"{width:.1%}: a quieter machine, or longer blocks (--duration)" if width is not None else
+                f"stopped at {done} rounds without an interval"))
         if probe is not None and done:
             probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]

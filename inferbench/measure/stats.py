@@ -562,6 +562,32 @@ def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> 
     return {"ratio": float(np.median(a) / np.median(b)), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi}
 
 
+def widest_half_width(per_round: Sequence[Mapping[int, float]],
+                      processes: int | Mapping[int, int] | None) -> float | None:
+    """Of a group's cells (each its statistic per round, a median, say), the widest 95% half-width, as a share (+-), of
+    what the answer quotes: each cell's ratio to the group's fastest (by the geometric mean of its rounds), paired
+    within rounds, with the rounds' and processes' parts (:func:`per_round_interval`); a group of one cell: its own
+    statistic's. None where a ratio has no interval yet (fewer than 3 rounds)."""
+    cells = [p for p in per_round if p]
+    if not cells:
+        return None
+
+    def centre(values: Mapping[int, float]) -> float:
+        return math.exp(float(np.mean(np.log(list(values.values())))))
+
+    best = min(cells, key=centre)
+    widths = []
+    for cell in cells:
+        if cell is best and len(cells) > 1:
+            continue
+        ratios = {r: v / best[r] for r, v in cell.items() if r in best} if len(cells) > 1 else dict(cell)
+        found = per_round_interval(centre(ratios), ratios, processes) if ratios else None
+        if found is None:
+            return None
+        widths.append(math.sqrt(found[1] / found[0]) - 1)
+    return max(widths)
+
+
 def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,
                        ) -> tuple[float, float] | None:
     """A 95% interval around ``value`` from a statistic measured once per round (energy per inference, say),

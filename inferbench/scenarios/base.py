@@ -422,7 +422,7 @@ class Measured:
                       "interleaved with the group's other cells")
         monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
         self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
-        return {"round": round_index}
+        return {"round": round_index, "p50_ms": float(np.median(self.blocks[-1].latencies_s)) * 1e3}
 
     def finish(self) -> CellOutcome:
         from ..measure.memory import peak_rss_mb
