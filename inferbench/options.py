@@ -413,6 +413,22 @@ OPTIONS: tuple[Option, ...] = (
            commands=("run",), in_file=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
+#: How --help groups the options (each in one group; tests/test_cli.py checks), in the order a newcomer needs them.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("what to measure", ("frameworks", "models", "input_shape", "resolutions", "batch_sizes", "precisions", "weights",
+                         "seed", "scenario", "objective", "list")),
+    ("how long", ("quick", "time_budget", "duration", "min_iterations", "warmup", "warmup_seconds", "rounds",
+                  "processes", "target_ci", "sequential", "timeout")),
+    ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images")),
+    ("is it valid: the machine during the rounds", ("max_other_load", "allow_busy", "require_valid")),
+    ("device and environment", ("device", "gpu_id", "threads", "pass_env")),
+    ("runtime settings", ("tune", "tune_budget", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",
+                          "keras_backend")),
+    ("serving and training scenarios", ("slo_p99", "optimizer", "bn_mode", "fused_bn", "channels_first")),
+    ("across machines", ("executor", "ray_address", "machines")),
+    ("output", ("output_dir", "cache_dir", "trust_cache", "name", "config", "resume", "log_to", "json", "quiet",
+                "verbose", "yes")),
+)
 
 
 #: The key :func:`with_defaults` adds: the names of the options given (on the command line or in a config file), so

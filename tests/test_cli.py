@@ -253,3 +253,19 @@ def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for(fakes,
     asked = built("--quick", "--tune", "on")
     assert all(c.options.tune for c in asked.cells) and asked.config.tune_budget_s == 4.0 and not asked.notes
     assert all(c.options.tune for c in built().cells)  # a full run of the best set tunes, as before
+
+
+def test_help_groups_every_option_once_in_the_order_a_newcomer_needs_them(capsys):
+    from inferbench.options import GROUPS, OPTIONS
+    from inferbench.run import main
+
+    names = [n for _, group in GROUPS for n in group]
+    assert sorted(names) == sorted(o.name for o in OPTIONS)  # each option in one group, none left out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings[:4] == ["options", "what to measure", "how long",
+                            "is it right: outputs checked beyond the parity gate"]
+    body = out[out.index("\nwhat to measure:"):]  # past the usage lines, which name every option
+    assert body.index("--framework") < body.index("--quick") < body.index("--eval-dir") < body.index("--output-dir")

@@ -9,14 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
-from ..options import BY_NAME, OPTIONS
+from ..options import BY_NAME, GROUPS, OPTIONS
 
 
 def add_options(parser: argparse.ArgumentParser, command: str) -> None:
-    """Every option of ``command``; values not given stay out of the namespace (see :func:`given`)."""
-    for o in OPTIONS:
-        if command not in o.commands:
-            continue
+    """Every option of ``command``, in its --help group (:data:`~inferbench.options.GROUPS`); values not given stay
+    out of the namespace (see :func:`given`)."""
+    mine = [o for o in OPTIONS if command in o.commands]
+    grouped = len(mine) > 8  # a short list reads best as one
+    groups: dict[str, Any] = {}
+    for title, names in GROUPS:
+        group = parser.add_argument_group(title) if grouped and any(o.name in names for o in mine) else parser
+        groups.update(dict.fromkeys(names, group))
+    for o in mine:
         default = o.default_for(command)
         shown = "" if default in (None, False, []) else \
             f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
@@ -27,7 +32,7 @@ def add_options(parser: argparse.ArgumentParser, command: str) -> None:
             kwargs["action"] = "store_true"
         else:
             kwargs.update(metavar=o.metavar, choices=o.choices, type=o.parser())
-        parser.add_argument(*o.flags, **kwargs)
+        groups.get(o.name, parser).add_argument(*o.flags, **kwargs)
 
 
 def given(ns: argparse.Namespace) -> dict[str, Any]:
