@@ -557,7 +557,7 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
             now[0] += 5.0
             p.done += 1
         end = now[0] + sum(setups) + sum(map(sum, rounds))
-        assert p.eta_s() is not None and p.eta_s() < 0.1 * (end - now[0])  # what the old ETA said here
+        assert p.eta_s() is None and p.eta() == "ETA ?"  # the exports' pace is no guide (it said 1/20 of the truth)
         errors = []
         for g in range(2):
             p.measuring(8, 2)

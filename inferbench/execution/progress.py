@@ -103,7 +103,8 @@ class Progress:
 
     def eta_s(self) -> float | None:
         """Seconds left, from the phases measured so far: the cells left at the time per cell of the rounds, plus
-        the groups not yet set up at the mean set-up time; None before the first round ends."""
+        the groups not yet set up at the mean set-up time; None before the first round ends (the exports before it
+        are no guide: one export's pace extrapolated to a sweep said 10m48s, the next second 5m11s)."""
         if self.measure_started is not None and self.cells_left is not None:
             # the heartbeat's thread reads what the run's thread sets: each attribute once
             now, done, setups = self.clock(), self.measured + self._group, list(self._setups)
@@ -116,9 +117,7 @@ class Progress:
             pending = self._groups - len(setups) - (1 if in_setup else 0)
             current = max(0.0, setup - (now - group_started)) if in_setup and group_started is not None else 0.0
             return max(0.0, self.cells_left - done) * round_s / done + max(0, pending) * setup + current
-        if self.done <= self.base:  # nothing measured: the units done so far (a sweep's first exports)
-            return None
-        return (self.total - self.done) * (self.clock() - self.started) / (self.done - self.base)
+        return None  # only exports so far: their pace says nothing of the cells' (it said 10m48s, then 5m11s)
 
     def phases(self) -> dict[str, Any]:
         """The phases measured so far, as :meth:`add_phases` takes them (a Ray node's, sent back with its records)."""
