@@ -124,7 +124,7 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- the answer first
 #: ``--objective``: what "best" means -> (record field, lower is better, statistic the margin compares
-#: within rounds (None: no interval), unit, words).
+#: within rounds (None: energy, each round's joules per inference: :func:`energy_margin`), unit, words).
 OBJECTIVES = {
     "p50": ("latency_ms.p50", True, "p50", "ms", "median latency"),
     "p90": ("latency_ms.p90", True, "p90", "ms", "p90 latency"),
@@ -195,9 +195,10 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         sample = sample_of(best) if _has_raw(best) else None
         found = None if stat is None or sample is None else interval(
             sample.latencies, sample.rounds, stat, sample.processes, sample.between)
-        if objective in ("p90", "p99"):  # the record's own interval, from every sample (raw ones may be a subsample)
-            tail = field(best, f"latency_ms.{objective}_ci95")
-            found = None if tail is None else (tail[0], tail[1], value)
+        if objective in ("p90", "p99", "energy"):  # the record's own interval (raw samples may be a subsample)
+            own = field(best, "energy.joules_per_inference_ci95" if objective == "energy" else
+                        f"latency_ms.{objective}_ci95")
+            found = None if own is None else (own[0], own[1], value)
         answer = field(best, "serving.answer")
         direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span
         if direct:
@@ -233,8 +234,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
             continue
         if len(scored) > 1:
             second = scored[1]
-            if stat is None:
-                cmp = {"ratio": field(second, path) / value, "ci95": None, "significant": None, "method": "point"}
+            if stat is None:  # energy: each round's joules, paired within rounds as latency is
+                cmp = energy_margin(best, second)
             else:  # the runner-up's statistic over the best's: > 1 means the best is better
                 cmp = comparison(second, best, stat)
             rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
@@ -281,23 +282,46 @@ def accuracy_said(record: Mapping[str, Any]) -> str | None:
 def served_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
     """The best's samples per second over the runner-up's (> 1: the best is better) from the rounds both measured in
     one run (paired: the same interleaved rounds), with a 95% interval; no claim where they were not paired."""
-    from ..measure.stats import MIN_ROUNDS, per_round_interval
-
     def per_round(record: Mapping[str, Any]) -> dict[int, float]:
         used = set(field(record, "serving.answer.steps") or [])
         return {int(s["round"]): float(s["qps"]) for s in field(record, "serving.steps") or []
                 if s.get("round") in used and isinstance(s.get("qps"), (int, float)) and s["qps"] > 0}
 
+    return paired_margin(best, second, per_round, False, field(best, "throughput_per_s") / field(
+        second, "throughput_per_s"), None)
+
+
+def energy_margin(best: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """The runner-up's energy per inference over the best's (> 1: the best is better), each round's measured in the
+    same interleaved rounds of one run (paired: a round's machine state weighs on both alike), with a 95% interval
+    with the processes' part; no claim where they were not paired."""
+    def per_round(record: Mapping[str, Any]) -> dict[int, float]:
+        return {int(r): float(v) for r, v in (field(record, "energy.per_round_j_per_inference") or {}).items()
+                if isinstance(v, (int, float)) and v > 0}
+
+    return paired_margin(best, second, per_round, True, field(second, "energy.joules_per_inference") / field(
+        best, "energy.joules_per_inference"), field(best, "timing.processes") or None)
+
+
+def paired_margin(best: Mapping[str, Any], second: Mapping[str, Any],
+                  per_round: Callable[[Mapping[str, Any]], dict[int, float]], lower: bool, point: float,
+                  processes: int | None) -> dict[str, Any]:
+    """How much better the best is than the runner-up (> 1: better) from a figure both measured in each of the same
+    rounds of one run (``per_round``; ``lower``: lower is better), the geometric mean of the rounds' ratios with a
+    95% interval (the rounds' and, with ``processes``, the processes' parts); ``point``, unjudged, where they were
+    not paired."""
+    from ..measure.stats import MIN_ROUNDS, PAIRED_METHOD, per_round_interval
+
     a, b = per_round(best), per_round(second)
     common = sorted(set(a) & set(b)) if _group(best) is not None and _group(best) == _group(second) else []
     if len(common) < MIN_ROUNDS:
-        return {"ratio": field(best, "throughput_per_s") / field(second, "throughput_per_s"), "ci95": None,
-                "significant": None, "method": "none-not-paired-within-rounds"}
-    ratios = {r: a[r] / b[r] for r in common}
+        return {"ratio": point, "ci95": None, "significant": None, "method": "none-not-paired-within-rounds"}
+    ratios = {r: b[r] / a[r] if lower else a[r] / b[r] for r in common}
     ratio = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
-    ci = per_round_interval(ratio, ratios, None)
+    ci = per_round_interval(ratio, ratios, processes)
     return {"ratio": ratio, "ci95": None if ci is None else list(ci),
-            "significant": None if ci is None else not ci[0] <= 1.0 <= ci[1], "method": "paired-rounds-t-95"}
+            "significant": None if ci is None else not ci[0] <= 1.0 <= ci[1],
+            "method": PAIRED_METHOD if processes and processes > 1 else "paired-rounds-t-95"}
 
 
 def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
