@@ -265,8 +265,9 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
             if reply is not None:
                 cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
         progress(_group_label([c.job for c, _ in cells]), f"tuning round {r + 1}/{TUNE_ROUNDS} done")
-    for cell, workers, candidates, block_s in plans:
-        decision = choose([cand for _, cand in candidates])
+    decisions = [choose([cand for _, cand in candidates]) for _, _, candidates, _ in plans]
+    _confirm(plans, decisions, order, progress, timeout_s)
+    for (cell, workers, candidates, block_s), decision in zip(plans, decisions):
         chosen = next((w for w, cand in candidates if cand.load == decision["chosen_load"] and w.result is None), cell)
         seconds = sum(w.used_s for w in workers) - before[id(cell)]
         if chosen is not cell:  # the cell goes on in the worker of its chosen load-time setting
@@ -285,6 +286,39 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
             note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
                 "inferbench's own setting kept" if decision["is_default"] else
                 ", ".join(f"{k}={v}" for k, v in decision["chosen"].items())) + f" ({decision['reason']})")
+
+
+def _confirm(plans: list[Any], decisions: list[dict[str, Any]], order: random.Random,
+             progress: Callable[[str, str], None], timeout_s: float | None) -> None:
+    """Fresh rounds for each cell whose tuning switched: its chosen setting and its default alone, interleaved as
+    the tuning's; each decision confirmed or undone on them (:func:`inferbench.measure.tuning.confirm`), in place."""
+    from ..measure.tuning import Candidate, confirm
+
+    pairs: list[tuple[int, list[tuple[_Cell, Candidate]], float]] = []
+    for i, ((_, _, candidates, block_s), decision) in enumerate(zip(plans, decisions)):
+        if decision["is_default"]:
+            continue
+        default = candidates[0]
+        chosen = next(c for c in candidates if (c[1].load, c[1].live) == (decision["chosen_load"],
+                                                                          decision["chosen_live"]))
+        pairs.append((i, [(w, Candidate(c.load, c.live)) for w, c in (default, chosen)], block_s))
+    if not pairs:
+        return
+    for r in range(TUNE_ROUNDS):
+        blocks = [(w, cand, block_s) for _, pair, block_s in pairs for w, cand in pair]
+        order.shuffle(blocks)
+        for worker, cand, block_s in blocks:
+            if worker.result is not None:
+                continue
+            time.sleep(SETTLE_S)
+            worker.child.send({"tune": {"setting": cand.live, "round": TUNE_ROUNDS + r, "block_s": block_s}})
+            reply = _await(worker, "tune", timeout_s)
+            if reply is not None:
+                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
+        progress(_group_label([plans[i][0].job for i, _, _ in pairs]), f"confirming round {r + 1}/{TUNE_ROUNDS} done")
+    for i, pair, _ in pairs:
+        (_, default), (_, chosen) = pair
+        decisions[i] = confirm(decisions[i], chosen, default)
 
 
 def _left(cell: _Cell, timeout_s: float | None) -> float | None:

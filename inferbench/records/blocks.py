@@ -329,6 +329,8 @@ class Tuning:
     reason: str
     table: list[TuningRow]
     seconds: Annotated[float, Min(0)] | None = None
+    selection: str | None = None  # a switch: what the selection rounds said (their gain overstates the winner's)
+    confirmation: VsDefault | None = None  # a switch: the chosen over the default in fresh rounds of the two alone
 
 
 @dataclass(frozen=True)
