@@ -316,7 +316,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("target_ci", ("--target-ci",), "rounds are added (at most 4x --rounds) until every ratio the answer quotes, "
            "each cell against its group's fastest, paired within rounds, is known within +-PCT percent (95%%; a "
            "group of one cell: its own median); said when the cap stops them first", None, positive_float,
-           metavar="PCT", maximum=100.0, commands=("run", "sweep")),
+           metavar="PCT", maximum=50.0, commands=("run", "sweep")),
     Option("allow_busy", ("--allow-busy",), "judge a busy machine's cells anyway: without it, a group measured while "
            "other work took more than --max-other-load gets a best guess only, no margin, significance or stability "
            "(the records say it was allowed)", False, switch=True, commands=MEASURING),

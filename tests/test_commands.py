@@ -435,8 +435,9 @@ def test_energy_ranks_with_its_interval_and_its_margin_is_paired_within_rounds()
             [0.9 * rec["value"], 1.1 * rec["value"]])
         lo, hi = rec["margin"]["ci95"]
         covered += lo <= 1.3 <= hi
-    assert 0.85 <= covered / 300 <= 0.99  # 89% here: two processes give the process part one degree of freedom
-    assert rec["margin"]["method"] == "paired-rounds-and-processes-t-95" and rec["margin"]["significant"]
+    assert 0.88 <= covered / 300 <= 0.99, covered / 300  # 91%: the offsets (sd 1.7%) pass the assumed 1.5%
+    assert rec["margin"]["method"] == "paired-rounds-and-processes-t-95+process-sd-assumed-1.5%"
+    assert rec["margin"]["significant"]
     assert rec["margin"]["ratio"] == pytest.approx(1.3, rel=0.1)
     line = [x for x in recommendation_lines([rec]) if "better than onnxrt" in x][0]
     assert "x better than onnxrt [95% CI " in line

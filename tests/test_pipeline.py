@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferbench import SCHEMA_VERSION, records
@@ -72,21 +73,59 @@ def test_a_run_goes_from_flags_to_records_through_the_fake_runner(fakes, tmp_pat
 
 def test_target_ci_adds_rounds_until_every_paired_ratio_is_known_that_well_or_the_cap_stops_it(fakes, tmp_path,
                                                                                                 capsys):
-    assert _run(tmp_path / "a", "--framework", "fake,fake-flat", "--target-ci", "50", "--duration", "0.2",
-                "--processes", "1") == 0  # one process: no one-degree-of-freedom process part to widen it
+    assert _run(tmp_path / "a", "--framework", "fake,fake-flat", "--target-ci", "30", "--duration", "0.2",
+                "--processes", "1") == 0  # steady: the configured rounds do
     err = capsys.readouterr().err
-    assert "--target-ci +-50.0%: +-" in err and " after 4 rounds" in err  # steady: the configured rounds do
+    assert "--target-ci +-30.0% reached after 4 rounds; the widest: fake-flat over fake 1." in err
     (a,) = (tmp_path / "a" / "out").iterdir()
-    assert all(json.loads(p.read_text())["latency_ms"]["stability"]["rounds"] == 4 for p in a.glob("*_fake*.json"))
-    assert _run(tmp_path / "b", "--framework", "fake,fake-jumpy", "--target-ci", "0.5", "--duration", "0.2") == 0
+    rec = json.loads(next(a.glob("*_fake-flat.json")).read_text())
+    assert rec["latency_ms"]["stability"]["rounds"] == 4
+    target = rec["timing"]["target_ci"]
+    assert target["reached"] and target["rounds"] == 4 and target["widest"]["against"] == "fake"
+    lo, hi = target["widest"]["ci95"]
+    assert lo < target["widest"]["ratio"] < hi and (hi / lo) ** 0.5 - 1 <= 0.30
+    assert _run(tmp_path / "b", "--framework", "fake,fake-jumpy", "--target-ci", "5", "--duration", "0.2") == 0
     err = capsys.readouterr().err
-    assert "--target-ci +-0.5%: stopped at 16 rounds (4x --rounds) with the widest paired interval +-" in err
+    assert "--target-ci +-5.0% not reached: stopped at 16 rounds (4x --rounds); the widest: " in err
+    assert "round 16 done (--target-ci: at most 16)" not in err  # a passing phase, not a lasting line
     (b,) = (tmp_path / "b" / "out").iterdir()
     rec = json.loads(next(b.glob("*_fake-jumpy.json")).read_text())
-    assert rec["latency_ms"]["stability"]["rounds"] == 16 and rec["config"]["target_ci"] == 0.005
+    assert rec["latency_ms"]["stability"]["rounds"] == 16 and rec["config"]["target_ci"] == 0.05
+    assert not rec["timing"]["target_ci"]["reached"] and rec["timing"]["target_ci"]["rounds"] == 16
     assert [blk["process"] for blk in rec["timing"]["blocks"]] == [0, 1] * 8  # round r by process r mod 2
-    assert _run(tmp_path / "c", "--framework", "fake", "--target-ci", "5", "--scenario", "offline") == 2
-    assert "--target-ci applies to the inference scenario" in capsys.readouterr().err
+    for argv, said in ((["--scenario", "offline"], "--target-ci applies to the inference scenario"),
+                       (["--time-budget", "5m"], "--target-ci adds rounds and --time-budget takes them away"),
+                       (["--target-ci", "2"], "with 2 worker process(es) a cell, a paired interval's part for what "
+                                              "differs between processes is +-3.0%"),
+                       (["--target-ci", "2", "--quick"], "--processes 5, or a target above 4.2%")):
+        assert _run(tmp_path / "c", "--framework", "fake", "--target-ci", "5", *argv) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "c" / "out").exists()
+
+
+def test_the_widest_paired_interval_narrows_with_rounds_to_the_process_floor_and_is_compares_own():
+    """Two cells in the same rounds, their medians moved alike by the machine (30% per round) with their own noise
+    (3%): the interval --target-ci sizes the rounds on is the paired one compare gives the answer, and it narrows
+    with rounds down to the floor of the process part, never below."""
+    from inferbench.measure.stats import Sample, compare, process_floor, widest_interval
+
+    rng = np.random.default_rng(5)
+    machine = np.exp(rng.normal(0, 0.3, 64))
+    a = {r: float(2.0 * machine[r] * np.exp(rng.normal(0, 0.03))) for r in range(64)}
+    b = {r: float(3.0 * machine[r] * np.exp(rng.normal(0, 0.03))) for r in range(64)}
+    halves = []
+    for n in (4, 8, 16, 64):
+        cut = [({r: v for r, v in m.items() if r < n}, 2) for m in (a, b)]
+        found = widest_interval(cut)
+        cmp = compare(Sample(list(cut[1][0].values()), list(cut[1][0]), 2),
+                      Sample(list(cut[0][0].values()), list(cut[0][0]), 2), paired=True)
+        assert (found["cell"], found["against"]) == (1, 0) and found["ci95"] == cmp["ci95"]
+        assert found["ci95"][0] < 1.5 < found["ci95"][1]
+        halves.append(found["half"])
+    assert halves == sorted(halves, reverse=True) and halves[-1] >= process_floor(2) > 0.02
+    assert widest_interval([({0: 1.0, 1: 1.0}, 1), ({0: 2.0, 1: 2.0}, 1)]) is None  # fewer than 3 rounds
+    alone = widest_interval([({}, 2), ({r: a[r] for r in range(8)}, 2)])  # the other cell failed: its own median
+    assert alone["cell"] == 1 and alone["against"] is None and alone["ci95"][0] < alone["ratio"] < alone["ci95"][1]
 
 
 def test_failures_are_rows_and_parity_failures_are_never_ranked(fakes, tmp_path, capsys):

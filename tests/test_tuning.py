@@ -90,32 +90,31 @@ def test_bad_tuning_options_are_one_line_and_exit_2(argv, message, tmp_path, cap
     assert err[-1].endswith(f"{message} (see --help)") and not (tmp_path / "out").exists()
 
 
-def test_a_switch_says_the_gain_of_fresh_rounds_not_the_selections_and_is_undone_where_they_do_not_confirm():
+def test_a_switch_says_the_gain_of_fresh_rounds_not_the_selections_and_is_undone_only_where_they_show_it_slower():
     """The winner's curse: among six settings of one true speed and a seventh 10% faster, the winner's gain read on
     the rounds that picked it overstates the truth; fresh rounds of the winner and the default alone read it without
-    bias, and a winner the fresh rounds do not confirm is not switched to."""
+    bias (never conditioned on a second test), a true winner is kept, and a switch the fresh rounds show slower than
+    the default is undone."""
     from inferbench.measure.tuning import confirm
 
     rng = np.random.default_rng(4)
-    selection, fresh, switched_on_noise = [], [], 0
+    selection, fresh, kept = [], [], 0
     for _ in range(300):
         decision = choose(_candidates(rng, [10.0] * 6 + [9.0], noise=0.05, drift=0.3))
-        if decision["is_default"]:
+        if decision["is_default"] or decision["chosen"] != {"setting": 6}:
             continue
-        default, chosen = _candidates(rng, [10.0, 9.0 if decision["chosen"] == {"setting": 6} else 10.0],
-                                      noise=0.05, drift=0.3)
+        default, chosen = _candidates(rng, [10.0, 9.0], noise=0.05, drift=0.3)
         row = next(r for r in decision["table"] if r["setting"] == decision["chosen"])
         selection.append(row["vs_default"]["ratio"])
         after = confirm(decision, chosen, default)
-        assert after["selection"] == decision["reason"] and "fresh rounds" in after["reason"]
-        if decision["chosen"] == {"setting": 6}:
-            fresh.append(after["confirmation"]["ratio"])
-        else:
-            switched_on_noise += not after["is_default"]
+        assert after["selection"] == decision["reason"] and " in 3 fresh rounds (the selection's rounds: " in \
+            after["reason"]
+        fresh.append(after["confirmation"]["ratio"])
+        kept += not after["is_default"]
     said, measured = np.exp(np.mean(np.log(selection))), np.exp(np.mean(np.log(fresh)))
     assert said < 0.89 and abs(measured - 0.9) < 0.01, (said, measured)  # the selection's gain biased; the fresh true
-    assert switched_on_noise <= 2
-    undone = confirm({**choose(_candidates(rng, [10.0, 5.0])), "chosen": {"setting": 1}},
-                     *reversed(_candidates(rng, [10.0, 10.0])))
-    assert undone["is_default"] and undone["chosen"] == {"setting": 0}
-    assert "fresh rounds did not confirm setting=1" in undone["reason"] and "the default is kept" in undone["reason"]
+    assert kept >= 0.97 * len(fresh) and len(fresh) >= 50
+    slower = confirm({**choose(_candidates(rng, [10.0, 5.0])), "chosen": {"setting": 1}},
+                     *reversed(_candidates(rng, [10.0, 13.0], noise=0.01)))
+    assert slower["is_default"] and slower["chosen"] == {"setting": 0}
+    assert "setting=1 was slower in fresh rounds (1.3" in slower["reason"] and "the default is kept" in slower["reason"]

@@ -9,7 +9,6 @@ is shown but never a winner, runner-up, baseline, podium or frontier entry.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -307,21 +306,18 @@ def paired_margin(best: Mapping[str, Any], second: Mapping[str, Any],
                   per_round: Callable[[Mapping[str, Any]], dict[int, float]], lower: bool, point: float,
                   processes: int | None) -> dict[str, Any]:
     """How much better the best is than the runner-up (> 1: better) from a figure both measured in each of the same
-    rounds of one run (``per_round``; ``lower``: lower is better), the geometric mean of the rounds' ratios with a
-    95% interval (the rounds' and, with ``processes``, the processes' parts); ``point``, unjudged, where they were
-    not paired."""
-    from ..measure.stats import MIN_ROUNDS, PAIRED_METHOD, per_round_interval
+    rounds of one run (``per_round``; ``lower``: lower is better), paired within rounds exactly as latency's margin
+    is (:func:`inferbench.measure.stats.compare`: both cells' process parts, ``processes`` workers a cell);
+    ``point``, unjudged, where they were not paired."""
+    from ..measure.stats import MIN_ROUNDS, Sample, compare
 
     a, b = per_round(best), per_round(second)
     common = sorted(set(a) & set(b)) if _group(best) is not None and _group(best) == _group(second) else []
     if len(common) < MIN_ROUNDS:
         return {"ratio": point, "ci95": None, "significant": None, "method": "none-not-paired-within-rounds"}
-    ratios = {r: b[r] / a[r] if lower else a[r] / b[r] for r in common}
-    ratio = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
-    ci = per_round_interval(ratio, ratios, processes)
-    return {"ratio": ratio, "ci95": None if ci is None else list(ci),
-            "significant": None if ci is None else not ci[0] <= 1.0 <= ci[1],
-            "method": PAIRED_METHOD if processes and processes > 1 else "paired-rounds-t-95"}
+    first, other = (Sample([m[r] for r in common], common, processes) for m in ((b, a) if lower else (a, b)))
+    cmp = compare(first, other, paired=True)
+    return {k: cmp[k] for k in ("ratio", "ci95", "significant", "method")}
 
 
 def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:

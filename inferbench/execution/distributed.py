@@ -325,6 +325,8 @@ class RayGroups:
             encode(config), [encode(cell) for cell in group], registries(group), self.shipped[key], kinds, failed,
             self.run_id, batch_sizes, machine, left)
         self.running[ref] = (machine, group, folder)
+        if self.progress.measure_started is None:  # the ETA comes from the groups' phases as the nodes send them back
+            self.progress.measuring(self.cells_left, self.groups_left)
         self.progress.say(f"{c.model}@{c.resolution} bs{c.batch_size}{on_machine(machine)}",
                           f"submitted: {len(group)} cell{'s' if len(group) > 1 else ''}")
 

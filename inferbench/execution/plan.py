@@ -145,6 +145,9 @@ def build(values: dict[str, Any]) -> Built:
     if values.get("target_ci") and not entry.closed_loop:
         raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
                          "ratio of rounds (--quick shortens its steps)")
+    if values.get("target_ci") and values.get("time_budget"):
+        raise UsageError("--target-ci adds rounds and --time-budget takes them away: give one (a group that added "
+                         "rounds would leave the later groups unmeasured)")
     if values.get("time_budget") and not entry.closed_loop:
         raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
                          "as their own steps need (--quick shortens them)")
@@ -169,6 +172,7 @@ def build(values: dict[str, Any]) -> Built:
               file=sys.stderr)
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
+    check_target(values, serving)
     processes = 1 if serving else values["processes"]
     if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays, default or not)
         rounds = rounds if was_given(values, "rounds") else QUICK["rounds"]
@@ -241,6 +245,24 @@ def build(values: dict[str, Any]) -> Built:
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+
+
+def check_target(values: dict[str, Any], serving: bool) -> None:
+    """--target-ci no number of rounds can reach: below the part of a paired interval for what differs between
+    worker processes (at its assumed size until measured), refused with what would reach it."""
+    from ..measure.stats import process_floor
+
+    if not values.get("target_ci"):
+        return
+    processes = values["processes"] if was_given(values, "processes") or not values.get("quick") else QUICK[
+        "processes"]
+    floor = process_floor(1 if serving else processes)
+    if values["target_ci"] / 100 <= floor:
+        more = next((p for p in range(processes + 1, 17) if process_floor(p) < values["target_ci"] / 100), None)
+        raise UsageError(f"--target-ci {values['target_ci']:g}: with {processes} worker process(es) a cell, a "
+                         f"paired interval's part for what differs between processes is +-{floor:.1%} (1.5% a "
+                         "process, assumed until measured), and more rounds do not narrow it: "
+                         + (f"--processes {more}, or " if more else "") + f"a target above {floor:.1%}")
 
 
 def eval_notes(eval_set: Any, weights: str, models: list[Any]) -> tuple[str, ...]:

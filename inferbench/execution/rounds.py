@@ -16,8 +16,8 @@ of the group's candidates in a fresh random order each round; :func:`inferbench.
 setting, the chosen worker measures the cell with it, the others are closed.
 
 With ``--target-ci`` the rounds go on past the configured count, one at a time, until every paired ratio of the
-group is known within it (:func:`inferbench.measure.stats.widest_half_width`, from the block medians the workers
-reply with), or :data:`TARGET_CI_ROUNDS` times the count have run.
+group is known within it (:func:`inferbench.measure.stats.widest_interval`, from the block medians the workers
+reply with), or :data:`TARGET_CI_ROUNDS` times the count have run; the records say which (``timing.target_ci``).
 
 A worker that fails (at set-up or in a block) or runs out of its time ends with a failed result; the
 other cells go on.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.codec import plain
-from ..measure.stats import widest_half_width
+from ..measure.stats import widest_interval
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
 from .budget import Deadline
@@ -104,15 +104,19 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         cut = deadline is not None and closed
         target = jobs[0].config.target_ci if closed else None
         medians: list[dict[int, float]] = [{} for _ in replicas]  # each cell's block medians (--target-ci)
-        done, round_started = 0, time.monotonic()
+
+        def widest() -> dict[str, Any] | None:  # the cells still measuring, each with its own workers
+            return widest_interval([(m if all(x.result is None for x in ws) else {}, len(ws))
+                                    for m, ws in zip(medians, replicas)])
+
+        done, round_started, found = 0, time.monotonic(), None
         for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
             live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
             if not live:
                 break
             if target and r >= rounds:
-                width = widest_half_width([m for m, w in zip(medians, replicas) if all(x.result is None for x in w)],
-                                          len(replicas[0]))
-                if width is not None and width <= target:
+                found = widest()
+                if found is not None and found["half"] <= target:
                     break
             if cut and r and deadline is not None and not deadline.another_round(
                     r, time.monotonic() - round_started, max(len(w) for w in replicas)):
@@ -129,17 +133,19 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 reply = _await(worker, "block", timeout_s)
                 if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
                     medians[next(i for i, ws in enumerate(replicas) if worker in ws)][r] = reply["block"]["p50_ms"]
-            progress(_group_label(jobs), f"round {r + 1}/{max(rounds, r + 1)} done")
+            progress(_group_label(jobs), f"round {r + 1}/{rounds} done" if r < rounds else
+                     f"round {r + 1} done (--target-ci: at most {rounds * TARGET_CI_ROUNDS})")
             done = r + 1
             if rounds_done is not None:
                 rounds_done(min(1.0, done / rounds))
+        reached = None
         if target and done >= rounds:
-            width = widest_half_width([m for m in medians if m], len(replicas[0]))
-            (note or progress)(_group_label(jobs), f"--target-ci +-{target:.1%}: " + (
-                f"+-{width:.1%} after {done} rounds" if width is not None and width <= target else
-                f"stopped at {done} rounds ({TARGET_CI_ROUNDS}x --rounds) with the widest paired interval +-"
-                f"{width:.1%}: a quieter machine, or longer blocks (--duration)" if width is not None else
-                f"stopped at {done} rounds without an interval"))
+            found = widest()
+            reached = {"target": target, "rounds": done, "reached": found is not None and found["half"] <= target,
+                       "widest": None if found is None else {
+                           "cell": _name(jobs[found["cell"]]), "ratio": found["ratio"], "ci95": found["ci95"],
+                           "against": None if found["against"] is None else _name(jobs[found["against"]])}}
+            (note or progress)(_group_label(jobs), _target_said(reached, rounds))
         if probe is not None and done:
             probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
@@ -164,7 +170,29 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     if probe is not None and probe.readings:  # the machine's speed, every round
         out = [dataclasses.replace(r, cell=_with_speed(r.cell, probe.readings)) if r.ok and r.cell else r
                for r in out]
+    if reached is not None:  # what --target-ci reached, in every record of the group
+        out = [dataclasses.replace(r, cell=dataclasses.replace(r.cell, blocks={**r.cell.blocks, "timing": {
+            **r.cell.blocks["timing"], "target_ci": reached}})) if r.ok and r.cell else r for r in out]
     return out
+
+
+def _name(job: CellJob) -> str:
+    c = job.cell
+    return c.framework + ("" if c.precision == "fp32" else f":{c.precision}")
+
+
+def _target_said(reached: dict[str, Any], rounds: int) -> str:
+    """--target-ci's outcome in words: how many rounds, and the widest interval with both its bounds."""
+    w = reached["widest"]
+    what = "no interval yet" if w is None else (
+        f"{w['cell']}'s median {w['ratio']:.4g} ms [95% CI {w['ci95'][0]:.4g}-{w['ci95'][1]:.4g}]"
+        if w["against"] is None else
+        f"{w['cell']} over {w['against']} {w['ratio']:.3f}x [95% CI {w['ci95'][0]:.3f}-{w['ci95'][1]:.3f}]")
+    if reached["reached"]:
+        return f"--target-ci +-{reached['target']:.1%} reached after {reached['rounds']} rounds; the widest: {what}"
+    return (f"--target-ci +-{reached['target']:.1%} not reached: stopped at {reached['rounds']} rounds "
+            f"({TARGET_CI_ROUNDS}x --rounds); the widest: {what}; the rounds could not narrow it (a busy machine, "
+            "or a level that moves from round to round)")
 
 
 def _with_speed(outcome: Any, readings: list[dict[str, Any]]) -> Any:

@@ -562,30 +562,44 @@ def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> 
     return {"ratio": float(np.median(a) / np.median(b)), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi}
 
 
-def widest_half_width(per_round: Sequence[Mapping[int, float]],
-                      processes: int | Mapping[int, int] | None) -> float | None:
-    """Of a group's cells (each its statistic per round, a median, say), the widest 95% half-width, as a share (+-), of
-    what the answer quotes: each cell's ratio to the group's fastest (by the geometric mean of its rounds), paired
-    within rounds, with the rounds' and processes' parts (:func:`per_round_interval`); a group of one cell: its own
-    statistic's. None where a ratio has no interval yet (fewer than 3 rounds)."""
-    cells = [p for p in per_round if p]
-    if not cells:
+def widest_interval(cells: Sequence[tuple[Mapping[int, float], int]]) -> dict[str, Any] | None:
+    """Of a group's cells, each its median per round and its worker processes (round r in process r mod P), the widest
+    95% interval the answer's latency ratios can have now: each cell's median over the group's fastest, paired within
+    rounds as :func:`compare` pairs them, the process part at its assumed size (the measured one is known only when
+    the group ends); a group of one cell: its own median's (:func:`interval`). ``half``: the half-width as a share
+    (+-), ``cell`` and ``against`` the cells' indices, ``ratio`` and ``ci95``. None before 3 rounds."""
+    live = [(i, m, p) for i, (m, p) in enumerate(cells) if m]
+    if not live:
         return None
 
-    def centre(values: Mapping[int, float]) -> float:
-        return math.exp(float(np.mean(np.log(list(values.values())))))
+    def sample(m: Mapping[int, float], p: int) -> Sample:
+        return Sample(list(m.values()), list(m), p)
 
-    best = min(cells, key=centre)
-    widths = []
-    for cell in cells:
-        if cell is best and len(cells) > 1:
-            continue
-        ratios = {r: v / best[r] for r, v in cell.items() if r in best} if len(cells) > 1 else dict(cell)
-        found = per_round_interval(centre(ratios), ratios, processes) if ratios else None
+    if len(live) == 1:
+        i, m, p = live[0]
+        found = interval(list(m.values()), list(m), "p50", p)
         if found is None:
             return None
-        widths.append(math.sqrt(found[1] / found[0]) - 1)
-    return max(widths)
+        out = {"cell": i, "against": None, "ratio": found[2], "ci95": [found[0], found[1]]}
+    else:
+        best = min(live, key=lambda c: centre(list(c[1].values()), list(c[1])))
+        out = None
+        for i, m, p in live:
+            if i == best[0]:
+                continue
+            cmp = compare(sample(m, p), sample(best[1], best[2]), paired=True)
+            if cmp["ci95"] is None:
+                return None
+            if out is None or cmp["ci95"][1] / cmp["ci95"][0] > out["ci95"][1] / out["ci95"][0]:
+                out = {"cell": i, "against": best[0], "ratio": cmp["ratio"], "ci95": cmp["ci95"]}
+    assert out is not None
+    return {**out, "half": math.sqrt(out["ci95"][1] / out["ci95"][0]) - 1}
+
+
+def process_floor(processes: int) -> float:
+    """The half-width (a share, +-) below which no number of rounds takes a paired ratio's 95% interval: its part
+    for what differs between worker processes, at its assumed size (1.5% a cell, two cells, ``processes`` each)."""
+    return math.exp(1.959964 * math.sqrt(2 * ASSUMED_PROCESS_SD ** 2 / processes)) - 1
 
 
 def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,
