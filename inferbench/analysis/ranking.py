@@ -269,9 +269,10 @@ def accuracy_said(record: Mapping[str, Any]) -> str | None:
     if not top1:
         return f"accuracy {block['status'].replace('_', ' ')}: {block['reason']}" if block.get("reason") else None
     ci, diff = top1.get("ci95") or (None, None), top1.get("difference_ci95") or (None, None)
+    points = float(top1["difference"]) * 100
     text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci else "")
             + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "
-            + f"{top1['difference'] * 100:+.1f} points" + (
+            + f"{points:+.1f} points" + (
                 f" [{diff[0] * 100:+.1f} to {diff[1] * 100:+.1f}]" if None not in diff else ""))
     if block.get("decides"):
         text += f"; MLPerf's gate ({block.get('gate', 0.99):.0%} of FP32) {block['status']}"

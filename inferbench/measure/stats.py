@@ -226,7 +226,7 @@ def paired_difference(a: int, b: int, c: int, d: int, z: float = 1.959964) -> tu
     p1, p2 = (a + b) / n, (a + c) / n
     (l1, u1), (l2, u2) = wilson(a + b, n, z), wilson(a + c, n, z)  # type: ignore[misc]
     den = (a + b) * (c + d) * (a + c) * (b + d)
-    cross = a * d - b * c
+    cross: float = a * d - b * c
     cross = cross - n / 2 if cross > n / 2 else 0.0 if cross >= 0 else cross
     phi = cross / math.sqrt(den) if den else 0.0
     delta = p1 - p2
@@ -583,7 +583,7 @@ def widest_interval(cells: Sequence[tuple[Mapping[int, float], int]]) -> dict[st
         out = {"cell": i, "against": None, "ratio": found[2], "ci95": [found[0], found[1]]}
     else:
         best = min(live, key=lambda c: centre(list(c[1].values()), list(c[1])))
-        out = None
+        out: dict[str, Any] | None = None
         for i, m, p in live:
             if i == best[0]:
                 continue
