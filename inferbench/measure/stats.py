@@ -575,6 +575,7 @@ def widest_interval(cells: Sequence[tuple[Mapping[int, float], int]]) -> dict[st
     def sample(m: Mapping[int, float], p: int) -> Sample:
         return Sample(list(m.values()), list(m), p)
 
+    out: dict[str, Any] | None
     if len(live) == 1:
         i, m, p = live[0]
         found = interval(list(m.values()), list(m), "p50", p)
@@ -583,11 +584,11 @@ def widest_interval(cells: Sequence[tuple[Mapping[int, float], int]]) -> dict[st
         out = {"cell": i, "against": None, "ratio": found[2], "ci95": [found[0], found[1]]}
     else:
         best = min(live, key=lambda c: centre(list(c[1].values()), list(c[1])))
-        out: dict[str, Any] | None = None
+        out = None
         for i, m, p in live:
             if i == best[0]:
                 continue
-            cmp = compare(sample(m, p), sample(best[1], best[2]), paired=True)
+            cmp: dict[str, Any] = compare(sample(m, p), sample(best[1], best[2]), paired=True)
             if cmp["ci95"] is None:
                 return None
             if out is None or cmp["ci95"][1] / cmp["ci95"][0] > out["ci95"][1] / out["ci95"][0]:
