@@ -360,6 +360,7 @@ def test_a_model_files_accuracy_on_labelled_images_is_in_every_record_and_its_an
     assert set(df["framework"]) == {"onnxrt", "openvino"} and set(df["parity.status"]) == {"passed"}
     assert (df["parity.accuracy.top1.accuracy"] == 1.0).all() and (df["parity.accuracy.top1.fp32"] == 1.0).all()
     assert set(df["parity.accuracy.status"]) == {"measured"}
+    assert "top-1 (vs FP32)" in captured.out and "100.0% (+0.0)" in captured.out  # a column of the table
     summary = next((tmp_path / "out").rglob("summary.csv")).read_text().splitlines()
     assert "top1_accuracy,top1_accuracy_fp32" in summary[0] and all(",1.0,1.0," in row for row in summary[1:])
     record = json.loads(next((tmp_path / "out").rglob("*_onnxrt.json")).read_text())
@@ -375,3 +376,23 @@ def test_a_model_files_accuracy_on_labelled_images_is_in_every_record_and_its_an
     err = capsys.readouterr().err
     assert code == 2 and "go up to 7, but colours-" in err and "has 3 classes (0-2)" in err, err
     assert "Traceback" not in err and not list((tmp_path / "out2").rglob("*.json"))
+
+
+def test_the_table_gets_a_top1_column_beside_fp32s_only_with_labelled_images():
+    from test_results import make_record
+
+    from inferbench.base.codec import encode
+    from inferbench.cli.summary import format_summary
+
+    block = {"status": "passed", "images": 400, "gate": 0.99, "decides": True,
+             "top1": {"accuracy": 0.7475, "ci95": [0.70, 0.79], "fp32": 0.75, "fp32_ci95": [0.70, 0.79],
+                      "difference": -0.0025, "difference_ci95": [-0.01, 0.005]}}
+    parity = {"status": "passed", "max_abs_err": 1e-5, "max_rel_err": 1e-6, "cosine": 1.0, "top1_agreement": 1.0}
+    plain = encode(make_record("onnxrt", parity=parity))
+    labelled = encode(make_record("openvino", precision="bf16", parity={**parity, "accuracy": block}))
+    assert "top-1" not in format_summary([plain])
+    text = format_summary([plain, labelled])
+    header = next(line for line in text.splitlines() if line.startswith("framework"))
+    assert header.index("parity") < header.index("top-1 (vs FP32)") < header.index("p50 ms")
+    assert "74.8% (-0.2)" in text and any(line.startswith("onnxrt ") and "  -  " in line
+                                          for line in text.splitlines())

@@ -33,6 +33,14 @@ def _rate(record: dict[str, Any]) -> str:
     return f"{rate['gflop_per_s']:.3g}{share}"
 
 
+def _top1(record: dict[str, Any]) -> str:
+    """A cell's top-1 accuracy on the labelled images and its difference from FP32's, in points: "76.2% (-0.3)"."""
+    top1 = ((record.get("parity") or {}).get("accuracy") or {}).get("top1") or {}
+    if top1.get("accuracy") is None:
+        return "-"
+    return f"{top1['accuracy']:.1%} ({float(top1['difference']) * 100:+.1f})"
+
+
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Aligned text columns under a header and a rule."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -74,10 +82,11 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
-    header = (("model@res",) if multi else ()) + (
-        "framework", "bs", "status", "parity", "p50 ms [95% CI]", "p99 ms", "n", "stability", "valid", "samples/s",
-        "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
-        ("W", "J/inf") if energy else ())
+    labelled = any((r.get("parity") or {}).get("accuracy") for r in records)  # --eval-dir
+    header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + (
+        ("top-1 (vs FP32)",) if labelled else ()) + (
+        "p50 ms [95% CI]", "p99 ms", "n", "stability", "valid", "samples/s", "GFLOP/s (peak)", "load s",
+        "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (("W", "J/inf") if energy else ())
     rows = []
     for r in records:
         lat = r.get("latency_ms") or {}
@@ -86,7 +95,8 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         p50 = "-" if not lat else f"{lat['p50']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
         status = r["status"] if r["status"] == "ok" else "FAILED"
         rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
-            record_name(r), str(r["batch_size"]), status, r["parity"]["status"], p50,
+            record_name(r), str(r["batch_size"]), status, r["parity"]["status"]) + (
+                (_top1(r),) if labelled else ()) + (p50,
             fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
             _stability(r), valid_word(r), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
             fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
