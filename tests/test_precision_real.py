@@ -140,3 +140,50 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
         other = checks[precision, "other-model"]
         assert other["status"] == "failed" and other["cosine"] < 0.9
     assert checks["fp16", "wrong-cast"]["status"] == "failed" and "non-finite" in checks["fp16", "wrong-cast"]["reason"]
+
+
+def _residual_onnx(scale_block: int | None = None) -> bytes:
+    """A small residual network as ONNX (real ONNX Runtime runs it): a stem, five blocks each adding its input to
+    a convolution of it, pooling and a classifier; ``scale_block``: that block's convolution 5% off."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    init, nodes = [], [helper.make_node("Conv", ["x", "stem_w"], ["stem"], pads=[1, 1, 1, 1], name="stem/Conv"),
+                       helper.make_node("Relu", ["stem"], ["h0"], name="stem/Relu")]
+    init.append(numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "stem_w"))
+    for b in range(5):
+        w = rng.normal(0, 0.1, (8, 8, 3, 3)).astype(np.float32) * (1.05 if b == scale_block else 1.0)
+        init.append(numpy_helper.from_array(w, f"w{b}"))
+        nodes += [helper.make_node("Conv", [f"h{b}", f"w{b}"], [f"c{b}"], pads=[1, 1, 1, 1], name=f"block_{b}/Conv"),
+                  helper.make_node("Relu", [f"c{b}"], [f"r{b}"], name=f"block_{b}/Relu"),
+                  helper.make_node("Add", [f"h{b}", f"r{b}"], [f"h{b + 1}"], name=f"block_{b}_add/Add")]
+    init += [numpy_helper.from_array(rng.normal(0, 0.3, (10, 8)).astype(np.float32), "fc_w"),
+             numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
+    nodes += [helper.make_node("GlobalAveragePool", ["h5"], ["p"], name="head/Pool"),
+              helper.make_node("Flatten", ["p"], ["f"], name="head/Flatten"),
+              helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], transB=1, name="head/Gemm")]
+    graph = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              ["n", 3, 16, 16])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 10])], init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_onnx_runtime_names_the_first_block_where_its_program_departs_from_the_onnx_file():
+    """ONNX Runtime's blocks (its residual additions) with its graph optimisations, against the same file with none:
+    the same program departs nowhere (the program itself is then at fault); a program whose third block is 5% off
+    departs first there, and the reason says so."""
+    import onnxruntime as ort
+
+    from inferbench.runners.onnxrt import block_errors
+
+    x = np.random.default_rng(1).normal(size=(4, 3, 16, 16)).astype(np.float32)
+    same = block_errors(ort, _residual_onnx(), _residual_onnx(), "x", x, ["CPUExecutionProvider"], 1)
+    assert same["names"] == ["block_0_add", "block_1_add", "block_2_add", "block_3_add", "block_4_add", "outputs"]
+    assert max(same["errors"]) < 1e-5
+    assert "no block diverges from the same ONNX program without graph optimisations" in \
+        parity.divergence(same, 1e-3)["said"]
+    off = block_errors(ort, _residual_onnx(scale_block=2), _residual_onnx(), "x", x, ["CPUExecutionProvider"], 1)
+    assert max(off["errors"][:2]) < 1e-5 and min(off["errors"][2:]) > 1e-3
+    found = parity.divergence(off, 1e-3)
+    assert found["first"] == "block_2_add" and found["said"].startswith("diverges first at block_2_add (relative error ")
+    assert found["said"].endswith("against the same ONNX program without graph optimisations, on the CPU in FP32)")

@@ -381,19 +381,21 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
 BLOCKS_METHOD = "each block's output vs the same program in FP64, relative L2, on the 16 reference inputs"
 
 
-def divergence(blocks: dict[str, list[Any]], threshold: float) -> dict[str, Any]:
-    """Where a failed cell's outputs went wrong: ``blocks`` (each block's relative error against the same program in
-    FP64, in network order: ``names``, ``errors``) and the first block past ``threshold`` (the cell's gate on its
-    outputs), or none: then its own precision did not take it away, and the program itself (weights, graph) computes
-    something else than the reference."""
+def divergence(blocks: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """Where a failed cell's outputs went wrong: ``blocks`` (each block's relative error against the same program
+    computed exactly, in network order: ``names``, ``errors``; ``against``, what it was computed against: the same
+    program in FP64 unless said) and the first block past ``threshold`` (the cell's gate on its outputs), or none: then
+    the runtime's own computation did not take it away, and the program itself (weights, graph) computes something
+    else than the reference."""
     names, errors = list(blocks["names"]), [float(e) for e in blocks["errors"]]
+    against = blocks.get("against") or "the same program in FP64"
     first = next((i for i, e in enumerate(errors) if not e <= threshold), None)  # NaN and inf are past it
-    said = (f"diverges first at {names[first]} (relative error {errors[first]:.2g} > {threshold:.2g}, against the "
-            "same program in FP64)") if first is not None else (
-        f"no block diverges from the same program in FP64 (largest relative error {max(errors):.2g} <= "
-        f"{threshold:.2g}): the program itself computes something else than the reference, not its precision")
+    said = (f"diverges first at {names[first]} (relative error {errors[first]:.2g} > {threshold:.2g}, against "
+            f"{against})") if first is not None else (
+        f"no block diverges from {against} (largest relative error {max(errors):.2g} <= {threshold:.2g}): the program "
+        "itself computes something else than the reference, not the runtime's computation of it")
     return {"names": names, "errors": errors, "threshold": threshold, "first": None if first is None else names[first],
-            "method": BLOCKS_METHOD, "said": said}
+            "method": blocks.get("method") or BLOCKS_METHOD, "said": said}
 
 
 def not_applicable(reason: str) -> dict[str, Any]:

@@ -100,6 +100,14 @@ class OnnxRuntimeRunner(Runner):
         return {"resident": False, "placement": "host array; each batch gathered on the host and copied to the GPU "
                 "(an OrtValue bound per batch: ONNX Runtime has no device-side gather here)"}
 
+    def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
+        """Where the program ONNX Runtime runs departs from the ONNX file's (:func:`block_errors`): its blocks with the
+        runtime's graph optimisations and providers, against the same file with none, on the CPU."""
+        import onnx
+
+        data = onnx.load(str(self.ctx.artifact)).SerializeToString()
+        return block_errors(self.ort, data, data, self.input_name, inputs, self.providers(self.ctx), self.threads)
+
     def details(self) -> dict[str, Any]:
         return {
             "sync": "ort.iobinding.synchronize_outputs" if self.gpu else "ort.run-host",
@@ -109,6 +117,68 @@ class OnnxRuntimeRunner(Runner):
             "inter_op_threads": 1,
             "allow_spinning": bool(self.spinning),
         }
+
+
+#: Ops that compute no activation (shapes, casts, constants): never a block.
+_SHAPE_OPS = {"Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Cast", "Concat", "Reshape", "Transpose",
+              "Identity", "ConstantOfShape", "Slice", "Range", "Expand"}
+MAX_BLOCKS = 16
+BLOCKS_AGAINST = "the same ONNX program without graph optimisations, on the CPU in FP32"
+
+
+def blocks_of(model: Any) -> list[tuple[str, str]]:
+    """An ONNX graph's blocks in network order, as (short name, tensor): the residual additions (an ``Add`` of two
+    computed tensors: where a block of a MobileNet, ResNet or EfficientNet ends) where there are at least 4, else
+    the outputs of its computing nodes; at most :data:`MAX_BLOCKS`, evenly spaced; the graph's first output last."""
+    made = {o for node in model.graph.node if node.op_type == "Constant" for o in node.output}
+    fixed = {i.name for i in model.graph.initializer} | made
+    computing = [n for n in model.graph.node if n.op_type not in _SHAPE_OPS and n.output and n.output[0]]
+    residual = [n for n in computing if n.op_type == "Add" and len(n.input) == 2 and not set(n.input) & fixed]
+    chosen = residual if len(residual) >= 4 else computing[:-1]
+    if len(chosen) > MAX_BLOCKS:
+        chosen = [chosen[round(i * (len(chosen) - 1) / (MAX_BLOCKS - 1))] for i in range(MAX_BLOCKS)]
+
+    def short(node: Any) -> str:
+        parts = [p for p in (node.name or node.output[0]).split("/") if p]
+        return (parts[-2] if len(parts) > 1 else parts[0]).split(":")[0]
+
+    final = model.graph.output[0].name
+    return [(short(n), n.output[0]) for n in chosen if n.output[0] != final] + [("outputs", final)]
+
+
+def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, inputs: np.ndarray,
+                 providers: list[Any], threads: int) -> dict[str, Any] | None:
+    """Each block's output (:func:`blocks_of` of ``reference``) of the ONNX program ``data`` run with full graph
+    optimisation on ``providers``, against ``reference`` (the same program, or what it should be) run with none on
+    the CPU: relative L2 (inf where not finite), in network order. None for a graph without blocks."""
+    import onnx
+
+    def exposed(model_bytes: bytes, tensors: list[str]) -> bytes:
+        model = onnx.load_from_string(model_bytes)
+        model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in tensors
+                                  if t not in {o.name for o in model.graph.output})
+        return model.SerializeToString()
+
+    blocks = blocks_of(onnx.load_from_string(reference))
+    if len(blocks) < 2:
+        return None
+    tensors = [t for _, t in blocks]
+
+    def run(model_bytes: bytes, level: Any, on: list[Any]) -> list[np.ndarray]:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        session = ort.InferenceSession(exposed(model_bytes, tensors), so, providers=on)
+        return session.run(tensors, {input_name: inputs})
+
+    got = run(data, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, providers)
+    exact = run(reference, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ["CPUExecutionProvider"])
+    errors = [float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+                    / max(float(np.linalg.norm(np.asarray(b, np.float64))), 1e-30))
+              if np.isfinite(a).all() else float("inf") for a, b in zip(got, exact)]
+    return {"names": [n for n, _ in blocks], "errors": errors, "against": BLOCKS_AGAINST,
+            "method": f"each block's output vs {BLOCKS_AGAINST}, relative L2, on the 16 reference inputs"}
 
 
 class OnnxRuntimeTrtRunner(OnnxRuntimeRunner):
