@@ -185,5 +185,39 @@ def test_onnx_runtime_names_the_first_block_where_its_program_departs_from_the_o
     off = block_errors(ort, _residual_onnx(scale_block=2), _residual_onnx(), "x", x, ["CPUExecutionProvider"], 1)
     assert max(off["errors"][:2]) < 1e-5 and min(off["errors"][2:]) > 1e-3
     found = parity.divergence(off, 1e-3)
-    assert found["first"] == "block_2_add" and found["said"].startswith("diverges first at block_2_add (relative error ")
+    assert found["first"] == "block_2_add"
+    assert found["said"].startswith("diverges first at block_2_add (relative error ")
     assert found["said"].endswith("against the same ONNX program without graph optimisations, on the CPU in FP32)")
+
+
+def test_keras_names_the_first_block_that_departs_from_the_same_model_in_fp64():
+    """Keras' blocks (its Add layers) as the runner computes them, against the same model rebuilt in FP64: a model
+    whose third block's branch overflows FP32 (scaled by 1e20 twice, then back) departs first there; run eagerly and
+    compiled, as keras-eager and keras run it."""
+    import keras
+
+    from inferbench.runners.keras import KerasEagerRunner, KerasRunner
+
+    def model(overflow: bool):
+        inputs = keras.Input((16, 16, 3))
+        x = keras.layers.Conv2D(8, 3, padding="same", name="stem")(inputs)
+        for b in range(5):
+            y = keras.layers.Conv2D(8, 3, padding="same", activation="relu", name=f"block_{b}_conv")(x)
+            if overflow and b == 2:
+                y = keras.layers.Rescaling(1e20, name="up_1")(y)
+                y = keras.layers.Rescaling(1e20, name="up_2")(y)
+                y = keras.layers.Rescaling(1e-40, name="down")(y)
+            x = keras.layers.Add(name=f"block_{b}_add")([x, y])
+        x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+        return keras.Model(inputs, keras.layers.Dense(10, name="logits")(x))
+
+    x = np.random.default_rng(0).uniform(0, 1, (4, 16, 16, 3)).astype(np.float32)
+    for cls in (KerasEagerRunner, KerasRunner):
+        runner = cls()
+        runner.keras = keras
+        runner.model = model(False)
+        fine = runner.block_errors(x)
+        assert fine["names"] == [f"block_{b}_add" for b in range(5)] + ["logits"] and max(fine["errors"]) < 1e-5
+        runner.model = model(True)
+        found = parity.divergence(runner.block_errors(x), 1e-3)
+        assert found["first"] == "block_2_add" and found["said"].endswith("against the same program in FP64)")

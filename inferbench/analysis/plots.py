@@ -320,7 +320,8 @@ def xla_steps(df: pd.DataFrame) -> Figure | None:
 
 def divergence(df: pd.DataFrame) -> Figure | None:
     """Where parity failed: for each failed cell whose blocks could be read (``parity.blocks``), its error block by
-    block against the same program in FP64, log scale, the gate dashed and the first block past it ringed."""
+    block against the same program in FP64 (ONNX Runtime: the same file unoptimised), log scale, the gate dashed and
+    the first block past it ringed."""
     rows = [r for _, r in df.iterrows() if isinstance(r.get("parity.blocks.errors"), (list, tuple))]
     if not rows:
         return None
@@ -348,7 +349,9 @@ def divergence(df: pd.DataFrame) -> Figure | None:
         step = max(1, len(names) // 8)
         ax.set_xticks(range(0, len(names), step))
         ax.set_xticklabels([names[i] for i in range(0, len(names), step)], rotation=45, ha="right", fontsize=SMALL)
-        ax.set_ylabel("relative error vs FP64")
+        against = r.get("parity.blocks.against")
+        ax.set_ylabel("relative error vs the file, unoptimised" if isinstance(against, str) and "ONNX" in against
+                      else "relative error vs FP64")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     fig.tight_layout()

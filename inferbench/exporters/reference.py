@@ -200,6 +200,18 @@ def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray,
     return in_each_precision(model, measure)
 
 
+def rebuilt(model: Any, policy: str) -> Any:
+    """The Keras model rebuilt with every layer in the dtype ``policy`` ("float16", "float64", ...: weights and
+    computation in it), its weights copied."""
+    config = model.get_config()
+    layers = [{**layer, "config": {**layer["config"], "dtype": policy}}
+              if "dtype" in layer.get("config", {}) and layer.get("class_name") != "InputLayer" else layer
+              for layer in config["layers"]]
+    out = model.__class__.from_config({**config, "layers": layers})
+    out.set_weights(model.get_weights())
+    return out
+
+
 def in_each_precision(model: Any, measure: Callable[[Predict], dict[str, Any]]) -> dict[str, Any]:
     """``measure`` of the Keras model rebuilt in each reduced precision (``parity.SENSITIVITY_POLICIES``: every layer's
     dtype policy, so weights and computation are in it), given as a function of a batch (float32 outputs, one row an
@@ -207,15 +219,9 @@ def in_each_precision(model: Any, measure: Callable[[Predict], dict[str, Any]]) 
     from ..measure import parity
 
     out: dict[str, Any] = {}
-    config = model.get_config()
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
         try:
-            layers = [{**layer, "config": {**layer["config"], "dtype": policy}}
-                      if "dtype" in layer.get("config", {}) and layer.get("class_name") != "InputLayer" else layer
-                      for layer in config["layers"]]
-            low = model.__class__.from_config({**config, "layers": layers})
-            low.set_weights(model.get_weights())
-            call = keras_call(low)
+            call = keras_call(rebuilt(model, policy))
 
             def finite(batch: np.ndarray, call: Any = call) -> np.ndarray:
                 got = np.asarray(call(batch), dtype=np.float32).reshape(len(batch), -1)

@@ -395,7 +395,7 @@ def divergence(blocks: dict[str, Any], threshold: float) -> dict[str, Any]:
         f"no block diverges from {against} (largest relative error {max(errors):.2g} <= {threshold:.2g}): the program "
         "itself computes something else than the reference, not the runtime's computation of it")
     return {"names": names, "errors": errors, "threshold": threshold, "first": None if first is None else names[first],
-            "method": blocks.get("method") or BLOCKS_METHOD, "said": said}
+            "method": blocks.get("method") or BLOCKS_METHOD, "said": said, "against": against}
 
 
 def not_applicable(reason: str) -> dict[str, Any]:
