@@ -139,7 +139,8 @@ def test_an_offline_runner_up_is_judged_from_the_rounds_as_a_latency_margin_is(f
     (answer,) = json.loads((folder / "recommendation.json").read_text())["recommendations"]
     m = answer["margin"]
     assert answer["recommended"].startswith("fake") and answer["runner_up"].startswith("fake-slow")
-    assert m["method"] == "paired-rounds-t-95" and m["significant"] is True and m["ratio"] > 3  # 2 ms against 20 ms
+    assert m["method"] == "paired-rounds-and-processes-t-95+process-sd-assumed-1.5%"  # latency's rule: one process
+    assert m["significant"] is True and m["ratio"] > 3  # 2 ms against 20 ms
     assert m["ci95"][0] <= m["ratio"] <= m["ci95"][1]
     captured = capsys.readouterr()
     out = captured.out
