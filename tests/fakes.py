@@ -50,6 +50,25 @@ def export(ctx: Any) -> dict[str, Any]:
     return {"paths": ["keras", "reference"], "input_signature": {}, "notes": [], "model_stats": stats}
 
 
+class Stub:
+    """A runtime that computes ``fn`` of its inputs on the host: the harness's side of a parity check, in-process."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def prepare(self, x: Any) -> Any:
+        return x
+
+    def call(self, x: Any) -> Any:
+        return self.fn(x)
+
+    def synchronize(self, out: Any) -> None:
+        pass
+
+    def to_numpy(self, out: Any) -> Any:
+        return out
+
+
 class FakeRunner(Runner):
     name = "fake"
     delay_s = 0.002

@@ -247,6 +247,8 @@ def test_mlperfs_gate_fails_a_clear_loss_passes_a_small_one_and_says_a_loss_too_
 
 def test_a_cells_accuracy_through_the_harness_is_judged_on_reduced_precision_only_and_never_takes_it_down(
         colours, tmp_path):
+    from fakes import Stub
+
     from inferbench.base.device import Device
     from inferbench.exporters import cache
     from inferbench.registry import images
@@ -254,22 +256,6 @@ def test_a_cells_accuracy_through_the_harness_is_judged_on_reduced_precision_onl
     from inferbench.registry.frameworks import FRAMEWORKS
     from inferbench.scenarios.base import accuracy_decides, check_accuracy, judged
     from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
-
-    class Stub:
-        def __init__(self, fn):
-            self.fn = fn
-
-        def prepare(self, x):
-            return x
-
-        def call(self, x):
-            return self.fn(x)
-
-        def synchronize(self, out):
-            pass
-
-        def to_numpy(self, out):
-            return out
 
     def by_colour(x):  # the classes in sorted folder order: blue, green, red
         return x.mean(axis=(1, 2))[:, ::-1]

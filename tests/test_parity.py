@@ -318,6 +318,8 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     """The harness's side of a cell's agreement (a stub runner: it computes a fixed function of its inputs): counted
     where the export's outputs are whole, ``not_measured`` with the reason where they are missing, are no class scores
     or cannot be computed, and failed where the runtime's outputs have another size."""
+    from fakes import Stub
+
     from inferbench.base.device import Device
     from inferbench.exporters import cache
     from inferbench.registry.artifacts import agreement_reference
@@ -325,22 +327,6 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     from inferbench.registry.models import agreement_inputs, get_model
     from inferbench.scenarios.base import check_agreement
     from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
-
-    class Stub:
-        def __init__(self, fn):
-            self.fn = fn
-
-        def prepare(self, x):
-            return x
-
-        def call(self, x):
-            return self.fn(x)
-
-        def synchronize(self, out):
-            pass
-
-        def to_numpy(self, out):
-            return out
 
     weights = np.random.default_rng(0).normal(size=(32 * 32 * 3, 10))
 
