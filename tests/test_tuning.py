@@ -67,7 +67,7 @@ def test_a_tuned_run_measures_each_runtime_at_the_setting_its_rounds_chose(fakes
     assert "tuning (each runtime's grid tried in short paired rounds" in out.out
     rec = records.load(tmp_path / "out").iloc[0]
     assert rec["variant"] == "tuned" and rec["framework"] == "fake-knob+tuned"
-    assert rec["latency_ms.p50"] < 4.0  # measured at 2 ms a call, not the default's 8
+    assert rec["latency_ms.p50"] < 6.0  # measured at 2 ms a call, not the default's 8 (a busy VM's steal read 4.1)
     # the cell's worker, one for the load-time setting, and the cell's second process (at the chosen setting)
     assert len(log.read_text().split()) == 3
     (folder,) = (tmp_path / "out").iterdir()
