@@ -53,7 +53,7 @@ def test_a_labels_file_in_the_folder_or_named_itself_is_read_with_a_header_comme
         es = images.open_eval_set(str(given), 1000, 0)
         assert es.layout == "labels" and es.path == str(tmp_path / "labels.csv")
         assert [(p.name, label) for p, label in images.items(es)] == [("a.jpg", 3), ("b c.png", 1), ("d.png", 0)]
-        assert images.labels(es).tolist() == [3, 1, 0] and es.classes == 4
+        assert [label for _, label in images.items(es)] == [3, 1, 0] and es.classes == 4
     for text, said in (("img/a.jpg 1\nimg/missing.png 2\n", "1 of its 2 images are missing, e.g."),
                        ("img/a.jpg 1\nimg/a.jpg 2\n", "line 2: img/a.jpg is listed twice"),
                        ("img/a.jpg 1\nimg/d.png cat\n", "line 2: 'img/d.png cat' is not 'path label'"),
@@ -109,7 +109,7 @@ def test_images_past_the_bounds_or_not_images_are_refused_naming_the_file(tmp_pa
     good.write_bytes(data[:len(data) // 3])  # truncated: its header reads, its pixels do not
     truncated = images.open_eval_set(str(tmp_path), 10, 0)
     with pytest.raises(UsageError, match="good.jpg: not an image Pillow can read"):
-        list(images.inputs(_spec(), truncated, 32))
+        list(images.inputs(_spec(), images.items(truncated), 32))
 
 
 def _spec():
@@ -274,7 +274,7 @@ def test_a_cells_accuracy_through_the_harness_is_judged_on_reduced_precision_onl
     assert missing["status"] == "not_measured" and "export failed" in missing["reason"]
     (tmp_path / "evaluation").mkdir()
     np.save(tmp_path / evaluation_reference(es.digest), np.concatenate(list(
-        map(by_colour, images.inputs(_spec(), es, 32)))))
+        map(by_colour, images.inputs(_spec(), images.items(es), 32)))))
     cache.record(tmp_path, "evaluation", {"variants": [es.digest], "files": {}}, {})
     right = check_accuracy(job("bf16"), Stub(by_colour), said.append)
     assert right["status"] == "passed" and right["top1"]["accuracy"] == 1.0 and right["images"] == 18

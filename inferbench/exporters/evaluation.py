@@ -27,7 +27,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     if not path.exists():
         model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
         predict = predictor(spec, ctx, model)
-        out = np.concatenate([predict(x) for x in images.inputs(spec, es, ctx.resolution)])
+        out = np.concatenate([predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution)])
         if out.ndim != 2 or out.shape[1] < 2:
             raise UsageError(f"--eval-dir: {spec.name}'s outputs (shape {out.shape[1:]} an image) are no class "
                              "scores to measure accuracy on")

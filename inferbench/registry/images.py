@@ -83,15 +83,11 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
     return found
 
 
-def labels(es: EvalSet) -> np.ndarray:
-    return np.array([label for _, label in items(es)], dtype=np.int64)
-
-
-def inputs(spec: Any, es: EvalSet, resolution: int) -> Iterator[np.ndarray]:
-    """The set's images as model inputs (float32, the model's preparation and layout), :data:`CHUNK` at a time."""
+def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int) -> Iterator[np.ndarray]:
+    """The images of ``listed`` (:func:`items`) as model inputs (float32, the model's preparation and layout),
+    :data:`CHUNK` at a time."""
     from .models import preprocess
 
-    listed = items(es)
     for start in range(0, len(listed), CHUNK):
         batch = preprocess(spec, np.stack([read(p, resolution) for p, _ in listed[start:start + CHUNK]]))
         yield np.ascontiguousarray(batch.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else batch

@@ -176,10 +176,10 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
         return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an input)")
     emit(f"parity check: agreement over {count} inputs")
     got = outputs_on(runner, lambda: agreement_inputs(get_model(job.cell.model), job.cell.resolution, job.config.seed,
-                                                      count), job.cell.batch_size, reference.size)
-    if isinstance(got, str):
-        return {**not_measured(got), "status": "failed"} if got.startswith("output size") else \
-            not_measured(f"its outputs on the agreement inputs could not be computed: {got}")
+                                                      count), job.cell.batch_size, reference.size, not_measured,
+                     "the agreement inputs")
+    if isinstance(got, dict):
+        return got
     return parity.agreement(reference, got, job.cell.precision, _json_if_there(folder / agreement_own(count)))
 
 
@@ -188,6 +188,7 @@ def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     same images (:func:`inferbench.measure.parity.accuracy`), computed at the timed batch size; ``not_measured`` with
     the reason where the FP32 outputs on them were not exported, are no class scores, or the cell's cannot be computed;
     failed where they have another size."""
+    from ..base.errors import UsageError
     from ..exporters.cache import cached
     from ..measure import parity
     from ..registry import images
@@ -208,23 +209,28 @@ def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     if reference.ndim != 2 or reference.shape[1] < 2:
         return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an image)")
     emit(f"parity check: accuracy on {es.images} labelled images")
-    got = outputs_on(runner, lambda: images.inputs(spec, es, job.cell.resolution), job.cell.batch_size,
-                     reference.size)
-    if isinstance(got, str):
-        return {**not_measured(got), "status": "failed"} if got.startswith("output size") else \
-            not_measured(f"its outputs on the labelled images could not be computed: {got}")
-    return {**parity.accuracy(images.labels(es), got, reference, job.cell.precision), "eval_set": es.digest,
-            "note": note}
+    try:
+        listed = images.items(es)  # listed once: the images read and their labels
+    except UsageError as exc:  # the set changed since the run began
+        return not_measured(str(exc))
+    got = outputs_on(runner, lambda: images.inputs(spec, listed, job.cell.resolution), job.cell.batch_size,
+                     reference.size, not_measured, "the labelled images")
+    if isinstance(got, dict):
+        return got
+    labels = np.array([label for _, label in listed], dtype=np.int64)
+    return {**parity.accuracy(labels, got, reference, job.cell.precision), "eval_set": es.digest, "note": note}
 
 
-def outputs_on(runner: Any, chunks: Any, batch_size: int, size: int) -> np.ndarray | str:
-    """The runner's outputs on the batches ``chunks()`` yields, regrouped into calls of the timed batch size; what
-    went wrong instead, in words: an error, or an output size other than ``size`` (it begins "output size")."""
+def outputs_on(runner: Any, chunks: Any, batch_size: int, size: int, not_measured: Callable[[str], dict[str, Any]],
+               what: str) -> np.ndarray | dict[str, Any]:
+    """The runner's outputs on the batches ``chunks()`` yields (the ``what``), regrouped into calls of the timed batch
+    size; else the block that says why (``not_measured``'s): not measured where they could not be computed, failed
+    where they have another size than ``size``."""
     try:
         got = np.concatenate([at_batch_size(runner, x, batch_size) for x in rebatched(chunks(), batch_size)])
     except Exception as exc:  # noqa: BLE001 - not counted; the cell and its 16-input check stand
-        return f"{type(exc).__name__}: {str(exc)[:160]}"
-    return got if got.size == size else f"output size {got.size} != {size}"
+        return not_measured(f"its outputs on {what} could not be computed: {type(exc).__name__}: {str(exc)[:160]}")
+    return got if got.size == size else {**not_measured(f"output size {got.size} != {size}"), "status": "failed"}
 
 
 def rebatched(chunks: Any, size: int) -> Any:
