@@ -379,6 +379,24 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
 
 #: How a failed cell's blocks are compared, as records name it (:func:`divergence`).
 BLOCKS_METHOD = "each block's output vs the same program in FP64, relative L2, on the 16 reference inputs"
+#: At most this many blocks are read, the outputs included (a DenseNet has 58 concatenations).
+MAX_BLOCKS = 16
+
+
+def pick_blocks(residual: list[Any], every: list[Any]) -> list[Any]:
+    """The blocks a runtime's outputs are read at, before its outputs: its residual additions (where a MobileNet's,
+    ResNet's or EfficientNet's block ends) where there are at least 4, else ``every`` computing step; at most
+    :data:`MAX_BLOCKS` - 1, evenly spaced, the first and last kept."""
+    chosen = residual if len(residual) >= 4 else every
+    n = MAX_BLOCKS - 1
+    return chosen if len(chosen) <= n else [chosen[round(i * (len(chosen) - 1) / (n - 1))] for i in range(n)]
+
+
+def relative_l2(got: Any, exact: Any) -> float:
+    """||got - exact|| / ||exact|| in float64 (inf where ``got`` is not finite): a block's error."""
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(exact, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30)) if np.isfinite(a).all() \
+        else float("inf")
 
 
 def divergence(blocks: dict[str, Any], threshold: float) -> dict[str, Any]:

@@ -94,6 +94,7 @@ class KerasEagerRunner(TfBase):
         """Each block's output (:func:`keras_blocks`) as this runner computes the model (eager, or Keras' compiled
         predict step with its jit_compile) against the same model rebuilt in FP64, called eagerly: relative L2."""
         from ..exporters.reference import rebuilt
+        from ..measure.parity import relative_l2
 
         blocks = keras_blocks(self.keras, self.model)
         if len(blocks) < 2:
@@ -110,12 +111,8 @@ class KerasEagerRunner(TfBase):
             mine.compile(jit_compile=jit)
             got = mine.predict_on_batch(inputs)
         exact = probe(rebuilt(self.model, "float64"))(inputs.astype(np.float64), training=False)
-        errors = []
-        for a, b in zip(got, exact):
-            a, b = (np.asarray(self.keras.ops.convert_to_numpy(t), dtype=np.float64) for t in (a, b))
-            errors.append(float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))
-                          if np.isfinite(a).all() else float("inf"))
-        return {"names": list(blocks), "errors": errors}
+        numpy = self.keras.ops.convert_to_numpy
+        return {"names": list(blocks), "errors": [relative_l2(numpy(a), numpy(b)) for a, b in zip(got, exact)]}
 
     def peak_device_memory_mb(self) -> float | None:
         if self.backend == "tensorflow":
@@ -150,20 +147,14 @@ class KerasEagerRunner(TfBase):
         return out
 
 
-#: At most this many blocks are read, evenly spaced (a DenseNet has 58 concatenations).
-MAX_BLOCKS = 16
-
-
 def keras_blocks(keras: Any, model: Any) -> list[str]:
-    """A functional Keras model's blocks in network order, by layer name: its residual additions (``Add`` layers:
-    where a MobileNet's, ResNet's or EfficientNet's block ends) where there are at least 4, else its layers; at most
-    :data:`MAX_BLOCKS`, evenly spaced; its last layer last."""
+    """A functional Keras model's blocks in network order, by layer name: its ``Add`` layers, else its layers
+    (:func:`inferbench.measure.parity.pick_blocks`), then its last layer."""
+    from ..measure.parity import pick_blocks
+
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
     adds = [layer for layer in layers[:-1] if isinstance(layer, keras.layers.Add)]
-    chosen = adds if len(adds) >= 4 else layers[:-1]
-    if len(chosen) > MAX_BLOCKS - 1:
-        chosen = [chosen[round(i * (len(chosen) - 1) / (MAX_BLOCKS - 2))] for i in range(MAX_BLOCKS - 1)]
-    return [layer.name for layer in chosen] + [layers[-1].name] if layers else []
+    return [layer.name for layer in pick_blocks(adds, layers[:-1])] + [layers[-1].name] if layers else []
 
 
 class KerasRunner(KerasEagerRunner):

@@ -122,21 +122,20 @@ class OnnxRuntimeRunner(Runner):
 #: Ops that compute no activation (shapes, casts, constants): never a block.
 _SHAPE_OPS = {"Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Cast", "Concat", "Reshape", "Transpose",
               "Identity", "ConstantOfShape", "Slice", "Range", "Expand"}
-MAX_BLOCKS = 16
 BLOCKS_AGAINST = "the same ONNX program without graph optimisations, on the CPU in FP32"
 
 
 def blocks_of(model: Any) -> list[tuple[str, str]]:
-    """An ONNX graph's blocks in network order, as (short name, tensor): the residual additions (an ``Add`` of two
-    computed tensors: where a block of a MobileNet, ResNet or EfficientNet ends) where there are at least 4, else
-    the outputs of its computing nodes; at most :data:`MAX_BLOCKS`, evenly spaced; the graph's first output last."""
+    """An ONNX graph's blocks in network order, as (short name, tensor): its residual additions (an ``Add`` of two
+    computed tensors), else the outputs of its computing nodes (:func:`inferbench.measure.parity.pick_blocks`); the
+    graph's first output last."""
+    from ..measure.parity import pick_blocks
+
     made = {o for node in model.graph.node if node.op_type == "Constant" for o in node.output}
     fixed = {i.name for i in model.graph.initializer} | made
     computing = [n for n in model.graph.node if n.op_type not in _SHAPE_OPS and n.output and n.output[0]]
     residual = [n for n in computing if n.op_type == "Add" and len(n.input) == 2 and not set(n.input) & fixed]
-    chosen = residual if len(residual) >= 4 else computing[:-1]
-    if len(chosen) > MAX_BLOCKS:
-        chosen = [chosen[round(i * (len(chosen) - 1) / (MAX_BLOCKS - 1))] for i in range(MAX_BLOCKS)]
+    chosen = pick_blocks(residual, computing[:-1])
 
     def short(node: Any) -> str:
         parts = [p for p in (node.name or node.output[0]).split("/") if p]
@@ -152,6 +151,8 @@ def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, input
     optimisation on ``providers``, against ``reference`` (the same program, or what it should be) run with none on
     the CPU: relative L2 (inf where not finite), in network order. None for a graph without blocks."""
     import onnx
+
+    from ..measure.parity import relative_l2
 
     def exposed(model_bytes: bytes, tensors: list[str]) -> bytes:
         model = onnx.load_from_string(model_bytes)
@@ -174,10 +175,8 @@ def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, input
 
     got = run(data, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, providers)
     exact = run(reference, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ["CPUExecutionProvider"])
-    errors = [float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-                    / max(float(np.linalg.norm(np.asarray(b, np.float64))), 1e-30))
-              if np.isfinite(a).all() else float("inf") for a, b in zip(got, exact)]
-    return {"names": [n for n, _ in blocks], "errors": errors, "against": BLOCKS_AGAINST,
+    return {"names": [n for n, _ in blocks], "errors": [relative_l2(a, b) for a, b in zip(got, exact)],
+            "against": BLOCKS_AGAINST,
             "method": f"each block's output vs {BLOCKS_AGAINST}, relative L2, on the 16 reference inputs"}
 
 
