@@ -106,7 +106,8 @@ def failures(ctx: Context) -> list[str]:
         from . import plots
 
         md += ctx.figure("parity_blocks.png", plots.divergence(bad_parity), "where parity failed: each block's "
-                         "error against the same program in FP64, the gate dashed, the first block past it ringed")
+                         "error against the same program computed exactly (FP64; ONNX Runtime: the same file "
+                         "unoptimised), the gate dashed, the first block past it ringed")
     return md
 
 

@@ -172,7 +172,6 @@ def build(values: dict[str, Any]) -> Built:
               file=sys.stderr)
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
-    check_target(values, serving)
     processes = 1 if serving else values["processes"]
     if values.get("quick"):  # a first answer: the defaults shortened (what the user set stays, default or not)
         rounds = rounds if was_given(values, "rounds") else QUICK["rounds"]
@@ -180,6 +179,7 @@ def build(values: dict[str, Any]) -> Built:
         warmup_s = warmup_s if was_given(values, "warmup_seconds") else QUICK["warmup_seconds"]
         processes = processes if was_given(values, "processes") or serving else QUICK["processes"]
         # --tune on under --quick keeps the tuning budget it was given or the default: blocks long enough to decide
+    check_target(values.get("target_ci"), processes)
     if values.get("objective") in TAILS:  # a tail is ranked only where every round holds it: enough samples in each
         from ..measure.stats import needed_samples
 
@@ -247,19 +247,18 @@ def build(values: dict[str, Any]) -> Built:
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
 
 
-def check_target(values: dict[str, Any], serving: bool) -> None:
-    """--target-ci no number of rounds can reach: below the part of a paired interval for what differs between
-    worker processes (at its assumed size until measured), refused with what would reach it."""
+def check_target(target_pct: float | None, processes: int) -> None:
+    """--target-ci no number of rounds can reach with ``processes`` worker processes a cell: below the part of a
+    paired interval for what differs between them (at its assumed size until measured), refused with what would
+    reach it."""
     from ..measure.stats import process_floor
 
-    if not values.get("target_ci"):
+    if not target_pct:
         return
-    processes = values["processes"] if was_given(values, "processes") or not values.get("quick") else QUICK[
-        "processes"]
-    floor = process_floor(1 if serving else processes)
-    if values["target_ci"] / 100 <= floor:
-        more = next((p for p in range(processes + 1, 17) if process_floor(p) < values["target_ci"] / 100), None)
-        raise UsageError(f"--target-ci {values['target_ci']:g}: with {processes} worker process(es) a cell, a "
+    floor = process_floor(processes)
+    if target_pct / 100 <= floor:
+        more = next((p for p in range(processes + 1, 17) if process_floor(p) < target_pct / 100), None)
+        raise UsageError(f"--target-ci {target_pct:g}: with {processes} worker process(es) a cell, a "
                          f"paired interval's part for what differs between processes is +-{floor:.1%} (1.5% a "
                          "process, assumed until measured), and more rounds do not narrow it: "
                          + (f"--processes {more}, or " if more else "") + f"a target above {floor:.1%}")

@@ -111,7 +111,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
 
         done, round_started, found = 0, time.monotonic(), None
         for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
-            live = [w[r % len(w)] for w in replicas if all(x.result is None for x in w)]
+            live = [(i, w[r % len(w)]) for i, w in enumerate(replicas) if all(x.result is None for x in w)]
             if not live:
                 break
             if target and r >= rounds:
@@ -127,12 +127,12 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             if probe is not None:
                 probe.read(r)
             order.shuffle(live)
-            for worker in live:
+            for i, worker in live:
                 time.sleep(SETTLE_S)
                 worker.child.send({"block": r})
                 reply = _await(worker, "block", timeout_s)
                 if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
-                    medians[next(i for i, ws in enumerate(replicas) if worker in ws)][r] = reply["block"]["p50_ms"]
+                    medians[i][r] = reply["block"]["p50_ms"]
             progress(_group_label(jobs), f"round {r + 1}/{rounds} done" if r < rounds else
                      f"round {r + 1} done (--target-ci: at most {rounds * TARGET_CI_ROUNDS})")
             done = r + 1
@@ -145,7 +145,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                        "widest": None if found is None else {
                            "cell": _name(jobs[found["cell"]]), "ratio": found["ratio"], "ci95": found["ci95"],
                            "against": None if found["against"] is None else _name(jobs[found["against"]])}}
-            (note or progress)(_group_label(jobs), _target_said(reached, rounds))
+            (note or progress)(_group_label(jobs), _target_said(reached))
         if probe is not None and done:
             probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
@@ -181,7 +181,7 @@ def _name(job: CellJob) -> str:
     return c.framework + ("" if c.precision == "fp32" else f":{c.precision}")
 
 
-def _target_said(reached: dict[str, Any], rounds: int) -> str:
+def _target_said(reached: dict[str, Any]) -> str:
     """--target-ci's outcome in words: how many rounds, and the widest interval with both its bounds."""
     w = reached["widest"]
     what = "no interval yet" if w is None else (
