@@ -64,7 +64,7 @@ def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
     """The labelled set at ``text``, of at most ``count`` images (a seeded sample where there are more), every one's
     header read (format and size, nothing decoded); one clear UsageError for anything that is not such a set."""
     root, layout = _root(Path(text).expanduser().resolve())
-    listed = _listed(root)
+    listed = _listed(root, layout)
     found = _sample(listed, count, seed)
     for path, _ in found:
         with _opened(path):
@@ -77,7 +77,7 @@ def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
 
 def items(es: EvalSet) -> list[tuple[Path, int]]:
     """The set's images and labels, listed again; a UsageError where they changed since the run began."""
-    found = _sample(_listed(Path(es.path)), es.images, es.seed)
+    found = _sample(_listed(Path(es.path), es.layout), es.images, es.seed)
     if _digest(found, Path(es.path)) != es.digest:
         raise UsageError(f"the labelled images in {es.path} changed while inferbench was using them")
     return found
@@ -139,11 +139,11 @@ def _class_folders(root: Path) -> list[str]:
     return sorted(d for d in os.listdir(root) if not d.startswith(".") and (root / d).is_dir())
 
 
-def _listed(path: Path) -> list[tuple[Path, int]]:
-    root, layout = _root(path)
+def _listed(root: Path, layout: str) -> list[tuple[Path, int]]:
+    """The images and labels at ``root`` (:func:`_root`'s: the labels file or the folder) in its ``layout``."""
     found = _from_labels(root) if layout == "labels" else _from_folders(root)
     if not found:
-        raise UsageError(f"--eval-dir {path}: no images ({', '.join(EXTENSIONS)}) found: a folder per class, or a "
+        raise UsageError(f"--eval-dir {root}: no images ({', '.join(EXTENSIONS)}) found: a folder per class, or a "
                          f"labels file ({' or '.join(LABEL_FILES)}: 'path label' per line)")
     return found
 
