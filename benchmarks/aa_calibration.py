@@ -214,17 +214,19 @@ def across(args: argparse.Namespace) -> None:
 
 
 def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
-    """This machine's spread between invocations, from plain runs of one configuration: per framework, the standard
-    deviation between runs of the log median over each run's steady rounds at its most frequent machine speed
-    (:func:`inferbench.measure.trackers.speed.matched`, as ``compare`` sets rounds side by side), pooled over the
-    speeds the runs were at; the largest over the frameworks; written where runs read it."""
-    import statistics
-
+    """This machine's spread between invocations, from plain runs of one configuration: per framework, each run's
+    log centre over its steady rounds at its most frequent machine speed (:func:`inferbench.measure.trackers.speed.
+    matched`, as ``compare`` sets rounds side by side) with the standard error ``compare`` gives that side
+    (:func:`inferbench.measure.stats.log_centre`), and the variance between runs at one speed beyond those errors
+    (:func:`inferbench.measure.stats.invocation_excess`: what compare adds to each side's own error); the largest
+    over the frameworks; written where runs read it."""
+    from inferbench.analysis.ranking import sample_of
+    from inferbench.compare import _rounds
     from inferbench.execution.environment import calibration_path
-    from inferbench.measure.stats import MIN_ROUNDS
+    from inferbench.measure.stats import MIN_ROUNDS, invocation_excess, log_centre
     from inferbench.measure.trackers.speed import matched, same_state
 
-    per: dict[str, list[tuple[float, float]]] = {}
+    per: dict[str, list[tuple[float, float, float]]] = {}
     threads, skipped = None, 0
     for run_dir in run_dirs:
         for path in run_dir.glob("*_bs1_*.json"):
@@ -235,30 +237,33 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
             if found is None:  # no speed steady for 3 rounds: compare would not use this run either
                 skipped += 1
                 continue
-            rounds, _, centre = found
-            x = [v for v, r in zip(rec["raw_latencies_ms"], rec["raw_rounds"]) if r in set(rounds)]
-            per.setdefault(rec["framework"], []).append((math.log(statistics.median(x)), centre))
-    per_framework, dfs = {}, {}
+            rounds, _, speed = found
+            side = log_centre(sample_of(_rounds(rec, rounds)))
+            if side is None:
+                skipped += 1
+                continue
+            per.setdefault(rec["framework"], []).append((side[0], side[1], speed))
+    per_framework, dfs, totals, withins = {}, {}, {}, {}
     for fw, values in per.items():
-        groups: list[list[tuple[float, float]]] = []
-        for v in sorted(values, key=lambda x: x[1]):  # runs at one speed together
-            if groups and same_state(groups[-1][0][1], v[1]):
-                groups[-1].append(v)
-            else:
-                groups.append([v])
-        ss = sum((x - statistics.fmean(y for y, _ in g)) ** 2 for g in groups for x, _ in g)
-        df = sum(len(g) - 1 for g in groups)
-        per_framework[fw] = math.sqrt(ss / df) if df else None  # null: not measured (JSON has no NaN)
-        dfs[fw] = df
+        keys: list[float] = []  # runs at one speed together
+        for speed in sorted(v[2] for v in values):
+            if not keys or not same_state(keys[-1], speed):
+                keys.append(speed)
+        fit = invocation_excess([(v, se, next(k for k in keys if same_state(k, speed))) for v, se, speed in values])
+        per_framework[fw] = None if fit is None else fit["sd"]  # null: not measured (JSON has no NaN)
+        dfs[fw] = 0 if fit is None else fit["df"]
+        totals[fw], withins[fw] = (None, None) if fit is None else (fit["total_sd"], fit["within_se"])
     sd = max(v for v in per_framework.values() if v is not None)
     path = calibration_path(cache_dir, int(threads or 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"sd": sd, "per_framework": per_framework, "df": min(dfs.values()), "df_per_framework": dfs,
+              "total_sd_per_framework": totals, "within_se_per_framework": withins,
               "invocations": len(run_dirs), "frameworks": frameworks,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "benchmarks/aa_calibration.py --across",
-              "method": "sd between invocations of the log median over each run's steady rounds at its most "
-                        "frequent machine speed, pooled over speeds", "cells_without_a_steady_speed": skipped,
-              "speeds": sorted({round(c) for vs in per.values() for _, c in vs})}
+              "method": "excess over each run's own standard error (random effects, moments) of the sd between "
+                        "invocations of the log centre over each run's steady rounds at its most frequent machine "
+                        "speed, pooled over speeds", "cells_without_a_steady_speed": skipped,
+              "speeds": sorted({round(c) for vs in per.values() for _, _, c in vs})}
     path.write_text(json.dumps(result, indent=1))
     return {**result, "file": str(path)}
 

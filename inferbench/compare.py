@@ -7,8 +7,8 @@ file's name carries its content's hash; not the host: a CI runner is rebuilt); w
 of one cell, the latest is used and the line says so. OLD and NEW come from different runs, so the interval is the
 unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
 worker processes, as measured in its run (records from before schema 6 have no measured process spread: an assumed
-one is used and the line says so), plus the machine's spread between invocations where
-``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
+one is used and the line says so), plus the machine's spread between invocations beyond each run's own error
+where ``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
 machine ran through at one common speed are set side by side (a fixed matrix product read before and after every
 round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 4 rounds on each side, or a cell
 measured while the machine was busy (not valid) on either side, the cell is ``not comparable``: never a regression,
@@ -180,10 +180,15 @@ def _geometric_mean(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The geometric mean of the judged cells' NEW/OLD ratios with its interval, and a line when some side's spread
-    between processes was assumed, not measured."""
+    """How many cells were judged and how many abstained on (and why), the geometric mean of the judged cells'
+    NEW/OLD ratios with its interval, and a line when some side's spread between processes was assumed, not
+    measured."""
     judged = [r for r in rows if r["ratio_ci_low"] is not None]
-    out = []
+    apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
+    out = [f"judged {len(rows) - len(apart)} of {len(rows)} cells in common" + (
+        f"; abstained on {len(apart)} ({len(apart) / len(rows):.0%}): "
+        f"{sum(v.startswith('not comparable') for v in apart)} not comparable, "
+        f"{sum(v.startswith('no interval') for v in apart)} without an interval" if apart else "")]
     gm = _geometric_mean(rows)
     if gm is not None and len(judged) > 1:
         out.append(f"geometric mean NEW/OLD over {gm['cells']} cells: {gm['ratio']:.3f} "

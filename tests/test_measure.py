@@ -422,3 +422,47 @@ def test_paired_blocks_estimates_a_known_ratio_and_covers_it():
     assert 0.93 <= covered / 2000 <= 0.97
     assert np.median(estimates) == pytest.approx(1.2, rel=2e-3)
     assert stats.paired_blocks([2.0], [1.0]) == {"ratio": 2.0, "ci95": None, "pairs": 1}
+
+
+def _invocation(rng, tau, slower=1.0):
+    """One simulated plain run of a cell: a level of its own for the invocation (uniform in log, sd ``tau``: not the
+    normal the estimate assumes), 8 rounds over 2 worker processes (each process offset by its own 0.5%), each
+    round's level uniform +-5% and its iterations a shifted gamma (tests/sims.py)."""
+    level = slower * math.exp(rng.uniform(-1, 1) * tau * math.sqrt(3))
+    xs, rounds = tail_cell(rng, 0.05, rounds=8, round_s=0.25, scale=level)
+    offsets = np.exp(rng.normal(0, 0.005, 2))
+    xs = xs * offsets[np.asarray(rounds) % 2]
+    return Sample(xs, rounds, 2)
+
+
+def test_the_spread_between_invocations_is_the_excess_over_each_runs_own_error_so_compare_holds_its_rates():
+    """compare adds the calibration's spread between invocations to each side's own error; the calibration must
+    therefore measure what lies beyond that error (the raw spread between runs counts it twice: identical runs were
+    called different in 0.1-2.9% of pairs against 5% nominal, and a 1.3x slowdown was missed). Known truth: a
+    level per invocation with sd 0 or 4% (uniform, not normal), runs with their own round and process noise."""
+    rng = np.random.default_rng(5)
+    estimates: dict[float, list[dict]] = {0.0: [], 0.04: []}
+    for tau, found in estimates.items():
+        for _ in range(30):
+            runs = [stats.log_centre(_invocation(rng, tau)) for _ in range(10)]
+            found.append(stats.invocation_excess([(v, se, "one speed") for v, se, _ in runs]))
+    quiet = np.median([e["sd"] for e in estimates[0.0]])
+    moving = np.median([e["sd"] for e in estimates[0.04]])
+    assert quiet < 0.008 and 0.03 <= moving <= 0.05, (quiet, moving)
+    assert np.median([e["total_sd"] for e in estimates[0.0]]) > 1.5 * quiet  # each run's own error, subtracted
+    assert estimates[0.04][0]["df"] == 9 and estimates[0.04][0]["runs"] == 10
+    by_key = stats.invocation_excess([(0.0, 0.01, "fast"), (0.1, 0.01, "slow"), (0.02, 0.01, "fast"),
+                                      (0.12, 0.01, "slow")])
+    assert by_key["df"] == 2 and by_key["total_sd"] == pytest.approx(math.sqrt(0.02 ** 2 / 2 * 2 / 2))  # within keys
+    assert stats.invocation_excess([(0.0, 0.01, "fast"), (0.1, 0.01, "slow")]) is None
+    # compare with the excess: identical runs called different at about the nominal 5%, a 1.3x slowdown caught
+    tau = 0.04
+    var = np.median([e["sd"] for e in estimates[tau]]) ** 2
+    aa = slow = 0
+    pairs = 150
+    for _ in range(pairs):
+        a, b, c = _invocation(rng, tau), _invocation(rng, tau), _invocation(rng, tau, slower=1.3)
+        a, b, c = (Sample(s.latencies, s.rounds, 2, None, var, 9.0) for s in (a, b, c))
+        aa += bool(compare(b, a, paired=False)["significant"])
+        slow += compare(c, a, paired=False)["ci95"][0] > 1.0
+    assert 0.01 <= aa / pairs <= 0.10 and slow / pairs >= 0.9, (aa, slow)

@@ -593,3 +593,5 @@ def test_the_test_slowdown_hook_is_said_loudly_when_the_shell_sets_it(fakes, tmp
     assert "WARNING: INFERBENCH_TEST_SLOWDOWN=fake:3 is set: that framework's timed calls are slowed on purpose" in err
     (rec,) = records.iter_records(tmp_path / "out")[0]
     assert rec["timing"]["test_slowdown"] == 3.0
+    # a fixed sleep of twice the 2 ms call's median after each call: a sleep is never shorter than asked
+    assert rec["latency_ms"]["p50"] >= 3 * 2.0 * 0.98

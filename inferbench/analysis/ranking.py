@@ -70,9 +70,10 @@ def sample_of(record: Mapping[str, Any]) -> Any:
     df = field(record, "latency_ms.spread.pooled_between_df")
     framework = field(record, "framework_key") or field(record, "framework")
     own = field(record, f"environment.invocation_spread.per_framework.{framework}")  # its own, measured
-    invocation = own or field(record, "environment.invocation_spread.sd")  # else the machine's largest
+    # else the machine's largest (a framework's own 0 is a measurement: nothing beyond each run's own error)
+    invocation = own if own is not None else field(record, "environment.invocation_spread.sd")
     runs = field(record, "environment.invocation_spread.invocations")
-    inv_df = (field(record, f"environment.invocation_spread.df_per_framework.{framework}") if own else
+    inv_df = (field(record, f"environment.invocation_spread.df_per_framework.{framework}") if own is not None else
               field(record, "environment.invocation_spread.df")) or (runs - 1 if runs and runs > 1 else None)
     return Sample(record["raw_latencies_ms"], field(record, "raw_rounds"), processes,
                   (float(var), int(df)) if var is not None and df else None,

@@ -76,12 +76,14 @@ def capture(device: Device) -> dict[str, Any]:
 
 
 def calibration_path(cache_dir: str | Path, threads: int) -> Path:
-    """Where this machine's measured spread between invocations is kept (per host, CPU model and thread count),
-    beside the artifact cache: ``benchmarks/aa_calibration.py --across`` writes it."""
+    """Where this machine's measured spread between invocations is kept, beside the artifact cache, keyed by what
+    makes two machines alike — CPU model, thread count, logical cores, memory (GiB) —, not the host's name (a CI
+    runner is rebuilt under a new one): ``benchmarks/aa_calibration.py --across`` writes it."""
     import hashlib
     import json
 
-    key = json.dumps({"host": socket.gethostname(), "cpu": cpu_model(), "threads": threads}, sort_keys=True)
+    key = json.dumps({"cpu": cpu_model(), "threads": threads, "cores": os.cpu_count(),
+                      "memory_gib": round(memory_total_gb() or 0)}, sort_keys=True)
     return Path(cache_dir) / "calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

@@ -506,11 +506,11 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
     else:
         # what each side ranks, and what its interval describes: the rounds' centre of the statistic
         mean = math.log(centre(a.latencies, a.rounds, stat) / centre(b.latencies, b.rounds, stat))
-        fits = [spread(m, process_of(list(m), s.processes)) for m, s in ((ma, a), (mb, b))]
-        if any(fit is None for fit in fits):
+        sides = [log_centre(s, stat) for s in (a, b)]
+        if sides[0] is None or sides[1] is None:
             return {"ratio": math.exp(mean), "ci95": None, "significant": None, "method": "none-too-few-rounds",
                     "rounds": min(len(ma), len(mb))}
-        parts = [fit.se(*(s.between or (None, None))) for fit, s in zip(fits, (a, b))]  # type: ignore[union-attr]
+        parts = [(se, df) for _, se, df in (sides[0], sides[1])]
         method = UNPAIRED_METHOD
         invocation = max(((s.invocation_var, s.invocation_df or 1.0) for s in (a, b) if s.invocation_var is not None),
                          default=None)
@@ -525,6 +525,40 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     return {"ratio": math.exp(mean), "ci95": [lo, hi], "significant": not lo <= 1.0 <= hi,
             "method": method + (ASSUMED if assumed else ""), "rounds": len(common), "df": df}
+
+
+def log_centre(s: Sample, stat: str = "p50") -> tuple[float, float, float] | None:
+    """A cell's log centre of ``stat`` (what it ranks) with the standard error a comparison between runs gives it
+    (its rounds and worker processes, its group's measured between-process part, else the assumed one) and that
+    error's degrees of freedom; None with fewer than :data:`MIN_ROUNDS` rounds."""
+    per_round = round_stats(s.latencies, s.rounds, stat)
+    fit = spread(per_round, process_of(list(per_round), s.processes))
+    if fit is None:
+        return None
+    se, df = fit.se(*(s.between or (None, None)))
+    return math.log(centre(s.latencies, s.rounds, stat)), se, df
+
+
+def invocation_excess(runs: Sequence[tuple[float, float, Any]]) -> dict[str, Any] | None:
+    """What differs between invocations of one cell beyond what each run's own interval already holds, from plain
+    runs of it: each run's log centre, its standard error (:func:`log_centre`) and a key of the runs comparable
+    with it (one machine speed). The between-run variance within keys (pooled, ``df`` = runs - keys) less the mean
+    squared standard error (the method-of-moments random-effects estimate, as DerSimonian and Laird's with equal
+    weights), never below 0: ``compare`` adds it to each side's own error, which the raw spread between runs would
+    count twice. None with no key holding two runs."""
+    groups: dict[Any, list[tuple[float, float]]] = {}
+    for value, se, key in runs:
+        groups.setdefault(key, []).append((value, se))
+    ss = sum((v - sum(x for x, _ in g) / len(g)) ** 2 for g in groups.values() for v, _ in g)
+    df = sum(len(g) - 1 for g in groups.values())
+    if df < 1:
+        return None
+    total = ss / df
+    within = sum(se * se for g in groups.values() if len(g) > 1 for _, se in g) / sum(
+        len(g) for g in groups.values() if len(g) > 1)
+    excess = max(0.0, total - within)
+    return {"sd": math.sqrt(excess), "df": df, "total_sd": math.sqrt(total), "within_se": math.sqrt(within),
+            "runs": sum(len(g) for g in groups.values())}
 
 
 def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | None:

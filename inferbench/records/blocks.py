@@ -252,13 +252,18 @@ Spread = Annotated[float, Min(0), Max(MAX_INVOCATION_SD)]
 @dataclass(frozen=True)
 class InvocationSpread:
     """This machine's measured spread between invocations (``benchmarks/aa_calibration.py --across``: the sd of a
-    cell's log median from one invocation to the next), per framework and the largest, with its degrees of freedom,
-    the file it was read from and when and how it was measured; ``compare`` adds it to each side."""
+    cell's log centre from one invocation to the next beyond each run's own standard error — 0 where the runs'
+    errors explain it all —, with the raw sd and the runs' typical error beside it), per framework and the largest,
+    with its degrees of freedom, the file it was read from and when and how it was measured; ``compare`` adds it to
+    each side's own error."""
 
-    sd: Annotated[float, Min(0, exclusive=True), Max(MAX_INVOCATION_SD)] | None  # null: ignored, and why
+    sd: Annotated[float, Min(0), Max(MAX_INVOCATION_SD)] | None  # null: ignored, and why
     df: Annotated[int, Min(0)] | None = None
     per_framework: dict[str, Spread | None] | None = None
     df_per_framework: dict[str, Annotated[int, Min(0)]] | None = None
+    total_sd_per_framework: dict[str, Annotated[float, Min(0)] | None] | None = None
+    within_se_per_framework: dict[str, Annotated[float, Min(0)] | None] | None = None
+    method: str | None = None
     invocations: Annotated[int, Min(2)] | None = None
     measured_at: str | None = None
     by: str | None = None
