@@ -242,6 +242,12 @@ def test_the_published_json_schema_holds_every_record():
     assert all(r["environment"]["invocation_spread"]["per_framework"]["onnxrt"] > 0 for r in calibration
                if "/calibrate/" not in r["_source"])  # the runs after the calibration carry it
     assert all(len(r["machine_state"]["speed"]["rounds"]) == 9 for r in calibration)  # before every round, after
+    excess = [r for r in found if "/aa-calibration-cpu-20261127/" in r["_source"]]  # the excess, the calibrated hook
+    assert len(excess) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in excess)
+    assert all(r["timing"]["test_slowdown"] == 1.3 for r in excess if "/slowed/" in r["_source"]
+               and r["framework"] == "onnxrt")
+    assert all(r["environment"]["invocation_spread"]["within_se_per_framework"]["onnxrt"] > 0 for r in excess
+               if "/calibrate/" not in r["_source"])  # the runs after it carry the excess and its parts
     served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)
