@@ -23,6 +23,7 @@ from .spec import (
     AGREEMENT_INPUTS,
     AGREEMENT_MIN,
     BN_MODES,
+    CALIB_IMAGES,
     EVAL_IMAGES,
     EXECUTORS,
     KERAS_BACKENDS,
@@ -259,9 +260,10 @@ OPTIONS: tuple[Option, ...] = (
            maximum=MAX_RESOLUTION, commands=MEASURING),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
            metavar="N[,N...]", maximum=MAX_BATCH, commands=MEASURING),
-    Option("precisions", ("--precision", "--precisions"), "fp32, fp16, bf16 or tf32 (comma list in a sweep): "
-           "frameworks that take it run at it (torch, torch-native, torch-inductor, openvino), the others at their "
-           "own; on a CPU only where it has that precision's instructions (BF16: AVX512_BF16 or AMX)", [], precisions,
+    Option("precisions", ("--precision", "--precisions"), "fp32, fp16, bf16, tf32 or int8 (comma list in a sweep): "
+           "frameworks that take it run at it (torch, torch-native, torch-inductor, openvino; int8: onnxrt, "
+           "openvino, calibrated with --calib-dir), the others at their own; on a CPU only where it has that "
+           "precision's instructions (BF16: AVX512_BF16 or AMX; INT8: VNNI or AMX)", [], precisions,
            metavar="P[,P...]"),
     Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
            "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
@@ -274,6 +276,12 @@ OPTIONS: tuple[Option, ...] = (
            "folder, or the file itself)", None, path_value, metavar="DIR|FILE", commands=("run", "sweep")),
     Option("eval_images", ("--eval-images",), "at most this many of --eval-dir's images (a seeded sample of a larger "
            "set)", EVAL_IMAGES, positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
+    Option("calib_dir", ("--calib-dir",), "images to calibrate --precision int8 on (any folder of images, read as "
+           "--eval-dir's; labels not read); without it, seeded image-like inputs: a timing configuration, not an "
+           "accuracy claim", None, path_value, metavar="DIR", commands=("run", "sweep")),
+    Option("calib_images", ("--calib-images",), "at most this many of --calib-dir's images (a seeded sample of a "
+           "larger folder), or this many seeded inputs (300: ONNX Runtime's and NNCF's own default)", CALIB_IMAGES,
+           positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,
@@ -419,7 +427,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                          "seed", "scenario", "objective", "list")),
     ("how long", ("quick", "time_budget", "duration", "min_iterations", "warmup", "warmup_seconds", "rounds",
                   "processes", "target_ci", "sequential", "timeout")),
-    ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images")),
+    ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images",
+                                                             "calib_dir", "calib_images")),
     ("is it valid: the machine during the rounds", ("max_other_load", "allow_busy", "require_valid")),
     ("device and environment", ("device", "gpu_id", "threads", "pass_env")),
     ("runtime settings", ("tune", "tune_budget", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",

@@ -16,12 +16,13 @@ from typing import Any
 from .base.codec import decode, encode
 from .base.device import Device
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
-from .registry.images import EvalSet
+from .registry.images import Calibration, EvalSet
 from .registry.models import ModelFile
 from .registry.scenarios import SCENARIOS
 from .registry.scenarios import scenario as scenario_entry
 
-PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: FP32 storage, tensor cores' 10-bit mantissa (GPU)
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32", "int8")  # tf32: FP32 storage, tensor cores' 10-bit mantissa (GPU)
+#: int8: weights and activations quantised after training, calibrated on --calib-dir's images (else seeded inputs)
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 #: The training scenario's optimizers and batch-norm modes (--optimizer, --bn-mode).
 OPTIMIZERS = ("sgd", "adam")
@@ -189,6 +190,7 @@ QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes":
 #: Reduced-precision cells' top-1 / top-5 agreement with FP32 is counted over this many seeded inputs (the gate's
 #: statistic: :func:`inferbench.measure.parity.agreement`) unless --agreement-inputs says otherwise.
 AGREEMENT_INPUTS = 1000
+CALIB_IMAGES = 300  # INT8's calibration inputs (--calib-images): ONNX Runtime's and NNCF's own default
 EVAL_IMAGES = 1000  # --eval-images: the labelled images each cell's accuracy is measured on, at most
 AGREEMENT_MIN = 1000  # the least --agreement-inputs takes besides 0 (the tests count fewer, through RunConfig)
 
@@ -221,6 +223,7 @@ class RunConfig:
     machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
     agreement_inputs: int = AGREEMENT_INPUTS  # reduced precisions' agreement with FP32 over this many (0: not counted)
     eval_set: EvalSet | None = None  # labelled images each cell's accuracy is measured on (--eval-dir)
+    calibration: Calibration | None = None  # what INT8 cells are calibrated on (--calib-dir, --calib-images)
     target_ci: float | None = None  # rounds added until every paired ratio's 95% half-width is below it (--target-ci)
 
     def __post_init__(self) -> None:
@@ -281,6 +284,7 @@ class ExportJob:
     model_file: ModelFile | None = None  # the model, if it is the user's file
     variants: tuple[str, ...] = ()  # what a per-batch-size export makes besides the batch size (training set-ups)
     eval_set: EvalSet | None = None  # the user's labelled images (--eval-dir), for the evaluation export
+    calibration: Calibration | None = None  # what an INT8 export is calibrated on
     then: tuple[ExportJob, ...] = ()  # exports of the same model that follow in the same process
 
 

@@ -34,7 +34,8 @@ def test_each_framework_entry_agrees_with_pyproject_and_its_module(key):
     assert set(fw.distributions) & _names(EXTRAS[fw.extra]), f"{key}: [{fw.extra}] installs none of {fw.distributions}"
     module, _, cls = fw.runner.partition(":")
     assert importlib.util.find_spec(module) is not None and cls, key
-    assert fw.precision in ("fp32", "fp16", "bf16") and set(fw.precisions) <= {"fp16", "bf16", "tf32"}
+    assert fw.precision in ("fp32", "fp16", "bf16", "int8") and set(fw.precisions) <= {"fp16", "bf16", "tf32", "int8"}
+    assert not fw.takes("int8") or fw.int8_artifact in artifacts.INT8_FILES  # INT8 loads its own quantised model
     assert set(fw.options) <= {f for f in RunnerOptions.__dataclass_fields__}
     assert {name for _, name in fw.env} <= set(fw.options)
     assert fw.artifact == "none" or fw.artifact in artifacts.EXPORTERS

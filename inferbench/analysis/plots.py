@@ -134,6 +134,8 @@ def _readable_log(ax: Any) -> None:
 def _why_not_ranked(g: pd.DataFrame) -> str:
     if (g["parity.status"] == "failed").any():
         return " (parity FAILED)"
+    if (g["parity.status"] == "unjudged").any():
+        return " (speed only: accuracy not judged)"
     return "" if g["parity_ok"].all() else " (unverified: own weights)"
 
 

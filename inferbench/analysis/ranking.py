@@ -147,6 +147,20 @@ def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
     return [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in key]
 
 
+#: Why a cell measured whose accuracy was not judged (INT8 without --eval-dir) is not ranked.
+SPEED_ONLY = "speed only: accuracy not judged (INT8 without labelled images, --eval-dir)"
+
+
+def speed_only_line(rec: dict[str, Any]) -> list[str]:
+    """The cells measured whose accuracy was not judged, with their figures, apart from the ranking."""
+    cells = rec.get("speed_only") or []
+    if not cells:
+        return []
+    f = _FORMAT[rec["unit"]]
+    return ["    speed only, accuracy not judged (no --eval-dir; not ranked): "
+            + ", ".join(f"{c['cell']} {c['value']:{f}} {rec['unit']}" for c in cells)]
+
+
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
     """Per device, thread count, scenario, model, resolution and batch size: the best verified cell for
     ``objective`` (every precision that passed parity competing, each named), its interval, the margin over the
@@ -164,8 +178,14 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
                                                                      "validity": validity_of(cells)}
         rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
+                             SPEED_ONLY if field(r, "parity.status") == "unjudged" else
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
+        # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
+        rec["speed_only"] = sorted(({"cell": record_name(r), "value": field(r, path)} for r in cells
+                                    if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
+                                    and field(r, path) is not None),
+                                   key=lambda c: c["value"] * (1 if lower else -1))
         rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
                                   "3 tests in a row" for r in cells
                                   if field(r, "serving.answer.found") is False})
@@ -431,6 +451,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:
             lines.append(f"  {at}: none: {rec['reason']}")
+            lines += speed_only_line(rec)
             continue
         if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
             lines.append(f"  {at}: best guess {rec['recommended']}, {rec['value']:{_FORMAT[rec['unit']]}} "
@@ -438,10 +459,10 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
                          "judges it anyway)")
             if rec.get("runner_up"):
                 lines.append(f"    next: {rec['runner_up']}, not compared")
-            lines += shortened(rec) + cost_line(rec)
+            lines += shortened(rec) + cost_line(rec) + speed_only_line(rec)
             continue
         if rec.get("serving"):
-            lines += serving_lines(rec, at) + cost_line(rec)
+            lines += serving_lines(rec, at) + cost_line(rec) + speed_only_line(rec)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
         only = f", {rec['assumed']}" if rec.get("assumed") and objective in ("p50", "throughput") else ""
@@ -454,7 +475,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             lines.append(f"    {margin_text(rec)}")
         if rec["stability_advice"]:
             lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
-        lines += cost_line(rec)
+        lines += cost_line(rec) + speed_only_line(rec)
     missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})
     if missing:  # said once: on a machine without a sensor it is the same for every line
         lines.append(f"  energy not measured: {'; '.join(missing)}")

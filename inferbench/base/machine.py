@@ -33,9 +33,18 @@ def _cpu_flags() -> list[str]:
 
 
 #: The CPU instructions that compute a reduced precision natively (x86: AVX-512 and AMX; Arm: BF16, half-precision
-#: SIMD). Without them a runtime emulates it (torch widens to FP32 around each operation; OpenVINO quietly runs f32):
-#: the timing would be the emulation's.
-NATIVE_PRECISION = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx512_fp16", "amx_fp16", "asimdhp")}
+#: SIMD, dot products). Without them a runtime emulates it (torch widens to FP32 around each operation; OpenVINO
+#: quietly runs f32; INT8 without VNNI goes through 16-bit multiplies, where ONNX Runtime's u8 x s8 products can
+#: saturate): the timing would be the emulation's.
+NATIVE_PRECISION = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx512_fp16", "amx_fp16", "asimdhp"),
+                    "int8": ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")}
+
+
+def native_instructions(precision: str, flags: set[str] | None = None) -> list[str]:
+    """The instructions of this CPU that compute ``precision`` natively (:data:`NATIVE_PRECISION`), as records say
+    what a reduced-precision cell used."""
+    flags = cpu_flag_set() if flags is None else flags
+    return sorted(set(NATIVE_PRECISION.get(precision, ())) & flags)
 
 
 def cpu_precision_refusal(precision: str, flags: set[str] | None = None) -> str | None:

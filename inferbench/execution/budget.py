@@ -77,7 +77,7 @@ def kinds(cells: list[CellKey]) -> set[str]:
     from ..registry.frameworks import get_framework
     from ..registry.models import get_model
 
-    return ({get_framework(c.framework).artifact_for(get_model(c.model), c.scenario) for c in cells}
+    return ({get_framework(c.framework).artifact_for(get_model(c.model), c.scenario, c.precision) for c in cells}
             | {"keras", "reference"}) - {"none"}
 
 

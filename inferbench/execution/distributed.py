@@ -308,7 +308,7 @@ class RayGroups:
         c, config = group[0], self.config
         spec = get_model(c.model)
         kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
-            get_framework(cell.framework), spec, cell.scenario)], spec) if k in _exported(folder)]
+            get_framework(cell.framework), spec, cell.scenario, cell.precision)], spec) if k in _exported(folder)]
         why = unfit(demand(config, machine), self.cluster)
         if why:  # never submitted: Ray would leave it pending for ever
             self.finished.append((machine, group, [_failed(config, cell, why, self.run_id, folder, machine)

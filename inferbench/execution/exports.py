@@ -23,10 +23,12 @@ from .progress import Progress
 
 def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
                    batch_sizes: tuple[int, ...], progress: Progress,
-                   strict: bool = True, agreement_inputs: int = 0) -> tuple[Path, dict[str, str]]:
+                   strict: bool = True, agreement_inputs: int = 0,
+                   quantized: tuple[str, ...] = ()) -> tuple[Path, dict[str, str]]:
     """Export (or reuse from the cache) every artifact the frameworks need (and, with ``agreement_inputs``, the
     outputs on that many inputs that reduced-precision cells are counted against; with the run's labelled images,
-    the outputs on them every cell's accuracy is paired with); returns the folder and
+    the outputs on them every cell's accuracy is paired with; for the frameworks ``quantized`` names, their INT8
+    models calibrated on the run's calibration set); returns the folder and
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
@@ -54,9 +56,12 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
                 if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
     needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)] \
         + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else [])
+    int8 = [fw.artifact_for(spec, scenario, "int8") for fw in runnable if fw.key in quantized and config.calibration]
+    needed += int8
     variants = {"train-reference": train_variants(config) if scenario_entry(scenario).trains else (),
                 "agreement": (str(agreement_inputs),) if agreement_inputs else (),
-                "evaluation": (config.eval_set.digest,) if config.eval_set else ()}
+                "evaluation": (config.eval_set.digest,) if config.eval_set else (),
+                **{kind: (config.calibration.digest,) for kind in int8 if config.calibration}}
     label = f"{model}@{resolution} export"
 
     def covers(kind: str) -> Any:
@@ -107,7 +112,8 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
             return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
                              folder=str(folder), model=spec.name, resolution=resolution, weights=key_weights,
                              seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source,
-                             variants=kinds, eval_set=config.eval_set if kind == "evaluation" else None)
+                             variants=kinds, eval_set=config.eval_set if kind == "evaluation" else None,
+                             calibration=config.calibration if kind in int8 else None)
 
         alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
         while todo:
@@ -169,7 +175,8 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     from ..registry.models import get_model
 
     spec = get_model(cell.model)
-    own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario) if k in EXPORTERS]
+    own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario, cell.precision)
+           if k in EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
     keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check")

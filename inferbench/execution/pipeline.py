@@ -34,12 +34,14 @@ from .progress import Progress
 
 def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],
              interleaving: dict[str, Any], run_dir: Path | None = None) -> CellJob:
-    from ..registry.artifacts import EXPORTERS
+    from ..registry.artifacts import EXPORTERS, INT8_FILES, int8_artifact
     from ..registry.models import get_model
 
     fw = get_framework(cell.framework)
-    kind = fw.artifact_for(get_model(cell.model), cell.scenario)
-    artifact = None if kind == "none" else str(folder / EXPORTERS[kind].path)
+    kind = fw.artifact_for(get_model(cell.model), cell.scenario, cell.precision)
+    artifact = None if kind == "none" else str(folder / (
+        int8_artifact(kind, config.calibration.digest) if kind in INT8_FILES and config.calibration
+        else EXPORTERS[kind].path))
     log_dir = None if run_dir is None else str(run_dir / (Path(cell.filename).stem + ".loadgen"))
     return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
                    group_batch_sizes=batch_sizes, interleaving=interleaving,
@@ -51,7 +53,7 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
     fw = get_framework(cell.framework)
     spec = get_model(cell.model)
-    kind = fw.artifact_for(spec, cell.scenario)
+    kind = fw.artifact_for(spec, cell.scenario, cell.precision)
     reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]),
                                 cell.scenario)
     # every cell's parity needs the reference outputs (a training cell: the reference steps)
@@ -226,9 +228,10 @@ class Exports:
         if pair not in self.done:
             frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in same)]
             reduced = any(c.precision != "fp32" for c in same)
+            quantized = tuple(dict.fromkeys(c.framework for c in same if c.precision == "int8"))
             self.done[pair] = ensure_exports(self.config, cell.model, cell.resolution, frameworks, batch_sizes,
                                              self.progress, self.strict,
-                                             self.config.agreement_inputs if reduced else 0)
+                                             self.config.agreement_inputs if reduced else 0, quantized)
         return (*self.done[pair], batch_sizes)
 
 

@@ -142,6 +142,14 @@ def build(values: dict[str, Any]) -> Built:
         from ..registry.images import open_eval_set
 
         eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"])
+    calibration = None
+    if "int8" in values["precisions"]:  # (training refuses every precision but FP32: check_training)
+        from ..registry.images import calibration as calibration_of
+
+        calibration = calibration_of(values.get("calib_dir"), values["calib_images"], values["seed"])
+    elif values.get("calib_dir") or was_given(values, "calib_images"):
+        raise UsageError("--calib-dir and --calib-images apply to --precision int8 (what its quantisation is "
+                         "calibrated on)")
     if values.get("target_ci") and not entry.closed_loop:
         raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
                          "ratio of rounds (--quick shortens its steps)")
@@ -198,7 +206,8 @@ def build(values: dict[str, Any]) -> Built:
                            DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
                        machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
-                       eval_set=eval_set, target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
+                       eval_set=eval_set, calibration=calibration,
+                       target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
@@ -237,7 +246,9 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
-    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) + eval_notes(eval_set, config.weights, models)
+    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) \
+        + eval_notes(eval_set, config.weights, models) \
+        + int8_notes(calibration, eval_set, any(c.precision == "int8" for c in cells))
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         from ..execution.budget import fit, to_export
 
@@ -273,6 +284,16 @@ def eval_notes(eval_set: Any, weights: str, models: list[Any]) -> tuple[str, ...
     return (f"accuracy: every cell on {eval_set.describe()}",) + ((
         f"accuracy: {', '.join(seeded)} with seeded random weights classifies real images by chance: give --weights "
         "imagenet or your trained model for an accuracy that means something",) if seeded else ())
+
+
+def int8_notes(calibration: Any, eval_set: Any, any_int8: bool) -> tuple[str, ...]:
+    """What the plan says of INT8 cells up front: what they are calibrated on, and without labelled images that their
+    accuracy is not judged (they are ranked apart, as speed only)."""
+    if calibration is None or not any_int8:
+        return ()
+    return (f"int8: calibrated on {calibration.describe()}",) + (() if eval_set is not None else (
+        "int8: without --eval-dir its accuracy is not judged: INT8 cells are measured and ranked apart, as speed "
+        "only (their agreement with FP32 over seeded inputs is reported, never a gate)",))
 
 
 def check_executor(values: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:
         register(job.model_file)
     ctx = ExportContext(folder=Path(job.folder), model=job.model, resolution=job.resolution,
                         weights=job.weights, seed=job.seed, batch_sizes=job.batch_sizes,
-                        variants=job.variants, eval_set=job.eval_set)
+                        variants=job.variants, eval_set=job.eval_set, calibration=job.calibration)
     ctx.folder.mkdir(parents=True, exist_ok=True)
     emit(f"exporting {job.kind}")
     start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""TensorRT engines (FP32 / FP16) built from the ONNX artifact with TensorRT's own Python API.
+"""TensorRT engines (FP32 / FP16 / INT8) built from the ONNX artifact with TensorRT's own Python API (INT8: from
+the symmetric QDQ model, :mod:`inferbench.exporters.quantize_onnx_sym`).
 
 Called by the TensorRT runner on the target GPU (engines are specific to it).
 
@@ -13,6 +14,7 @@ NVIDIA's own server at install time, which those machines cannot reach.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..base.errors import MissingDependency
@@ -33,19 +35,31 @@ def profile_range(batch_sizes: tuple[int, ...]) -> tuple[int, int]:
     return min(batch_sizes), max(*batch_sizes, PARITY_INPUTS)
 
 
+def engine_tag(precision: str, onnx_file: Any = None) -> str:
+    """What names an engine's precision: INT8 with its calibration set's digest (the QDQ file's name)."""
+    return f"int8-{Path(onnx_file).stem}" if precision == "int8" and onnx_file else precision
+
+
 def engine_path(ctx: ExportContext, precision: str, gpu_name: str, trt_version: str) -> Any:
+    """The engine's file, per GPU model, TensorRT version, ``precision`` (for INT8 with the calibration set's digest:
+    ``int8-<digest>``) and batch range."""
     slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower()
     lo, hi = profile_range(ctx.batch_sizes)
     return ctx.folder / "tensorrt" / f"{slug}_trt{trt_version}_{precision}_b{lo}-{hi}.plan"
 
 
-def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str, Any]:
+def build_engine(ctx: ExportContext, precision: str, gpu_name: str, onnx_file: Any = None) -> dict[str, Any]:
+    """An engine of the ONNX export (``onnx_file``: another ONNX model, the symmetric QDQ one of an INT8 cell) at
+    ``precision``: FP32, FP16 (the builder's FP16 flag) or INT8 — explicit quantisation from the QDQ pairs in a
+    strongly typed network, with no precision flag, as TensorRT's documentation asks."""
     trt = _trt()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+    # explicit batch is the only mode in TensorRT 10; INT8 from Q/DQ pairs: strongly typed, the pairs say the types
+    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if precision == "int8" else 0
+    network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(ctx.path("onnx"))):
+    if not parser.parse_from_file(str(onnx_file or ctx.path("onnx"))):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise RuntimeError(f"TensorRT could not parse the ONNX model: {errors}")
     config = builder.create_builder_config()
@@ -70,7 +84,7 @@ def build_engine(ctx: ExportContext, precision: str, gpu_name: str) -> dict[str,
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise RuntimeError("TensorRT failed to build the engine (see the log above)")
-    out = engine_path(ctx, precision, gpu_name, trt.__version__)
+    out = engine_path(ctx, engine_tag(precision, onnx_file), gpu_name, trt.__version__)
     out.write_bytes(bytes(serialized))
     cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
     return {"engine": str(out.relative_to(ctx.folder)), "profile": [lo, max(ctx.batch_sizes), hi],

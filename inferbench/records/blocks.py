@@ -127,9 +127,9 @@ class Latency:
 class Agreement:
     """A reduced-precision cell's agreement with FP32 over many seeded inputs (``parity.agreement``): ``top1`` and
     ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own agreement in that precision
-    and the disagreement allowed."""
+    and the disagreement allowed (INT8: ``measured``, reported, never a gate)."""
 
-    status: Annotated[str, Enum(("passed", "failed", "not_measured"))]
+    status: Annotated[str, Enum(("passed", "failed", "measured", "not_measured"))]
     inputs: int
     reason: str | None = None
     top1: dict[str, Any] | None = None
@@ -158,9 +158,13 @@ class Accuracy:
     note: str | None = None  # seeded random weights: the accuracy is chance
 
 
+#: unjudged: an INT8 cell whose accuracy could not be judged (no labelled images): measured, ranked apart as speed only
+PARITY_STATUSES = ("passed", "failed", "unjudged", "not_applicable", "not_run")
+
+
 @dataclass(frozen=True)
 class Parity:
-    status: Annotated[str, Enum(("passed", "failed", "not_applicable", "not_run"))]
+    status: Annotated[str, Enum(PARITY_STATUSES)]
     reason: str | None = None
     max_abs_err: Number = None
     max_rel_err: Number = None

@@ -65,6 +65,7 @@ from ..base.files import atomic_write_text
 from ..registry.scenarios import SCENARIOS
 from ..spec import PRECISIONS
 from .blocks import (
+    PARITY_STATUSES,
     ColdStart,
     Config,
     Energy,
@@ -95,7 +96,6 @@ SUPPORTED_SCHEMAS = frozenset(range(1, SCHEMA_VERSION + 1))
 UNWATCHED = {"valid": None, "reason": "machine state unknown: measured before inferbench watched the machine "
                                       "(schema 4 and older)"}
 STATUSES = ("ok", "failed")
-PARITY_STATUSES = ("passed", "failed", "not_applicable", "not_run")
 
 
 MAX_LATENCY_MS = 8.64e7  # a day: a longer call is no measurement inferbench made

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .images import EvalSet
+from .images import Calibration, EvalSet
 from .models import FILE_FORMATS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,6 +49,15 @@ EXPORTERS: dict[str, Exporter] = {
                  "onnx/model.onnx"),
         Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx", "safetensors"),
                  "torch", "torch/model.safetensors"),
+        # INT8: the ONNX export quantised by ONNX Runtime (static, QDQ), the SavedModel by NNCF for OpenVINO; once
+        # per calibration set (its digest: the variants)
+        Exporter("onnx-int8", "inferbench.exporters.quantize_onnx", ("onnx",), ("onnxruntime", "onnx"),
+                 "onnxruntime", "onnx-int8"),
+        Exporter("openvino-int8", "inferbench.exporters.quantize_openvino", ("savedmodel",), ("openvino", "nncf"),
+                 "openvino", "openvino-int8"),
+        # TensorRT's explicit quantisation takes symmetric pairs only (signed activations, zero points 0)
+        Exporter("onnx-int8-sym", "inferbench.exporters.quantize_onnx_sym", ("onnx",), ("onnxruntime", "onnx"),
+                 "onnxruntime", "onnx-int8-sym"),
         # Engines depend on the GPU model, TensorRT version and batch range, so the TensorRT runner
         # builds them on the target GPU (cold start includes the build) and caches them by all three.
         Exporter("tensorrt", "inferbench.exporters.tensorrt", ("onnx",), ("tensorrt",), "tensorrt",
@@ -179,6 +188,7 @@ class ExportContext:
     batch_sizes: tuple[int, ...] = (1,)
     variants: tuple[str, ...] = ()  # the training set-ups of a train-reference export (train_variant), counts, digests
     eval_set: EvalSet | None = None  # the user's labelled images (--eval-dir): the evaluation export's
+    calibration: Calibration | None = None  # what an INT8 export is calibrated on
 
     def path(self, kind: str) -> Path:
         return self.folder / EXPORTERS[kind].path
@@ -217,6 +227,16 @@ def agreement_reference(count: int) -> str:
 def evaluation_reference(digest: str) -> str:
     """The source's FP32 outputs on the labelled images of ``digest`` (exporter ``evaluation``)."""
     return f"evaluation/{digest}.npy"
+
+
+#: The file an INT8 export writes for a calibration set, per kind (the ``{digest}`` filled in): what the runner loads.
+INT8_FILES = {"onnx-int8": "onnx-int8/{digest}.onnx", "openvino-int8": "openvino-int8/{digest}.xml",
+              "onnx-int8-sym": "onnx-int8-sym/{digest}.onnx"}
+
+
+def int8_artifact(kind: str, digest: str) -> str:
+    """The INT8 model of ``kind`` calibrated on the set ``digest`` (exporters ``onnx-int8``, ``openvino-int8``)."""
+    return INT8_FILES[kind].format(digest=digest)
 
 
 def agreement_own(count: int) -> str:

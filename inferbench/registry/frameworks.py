@@ -46,6 +46,10 @@ class Framework:
     gpu_build: str | None = None  # the pip distribution of its GPU build, where the CPU build has the same import name
     trainer: str | None = None  # "module:Class" of its training runner (--scenario train); None: it does not train
     train_artifact: str = ""  # the artifact kind its trainer loads ("": the runner's own)
+    int8_artifact: str = ""  # the artifact kind its INT8 cells load (--precision int8), quantised from its own
+
+    def __post_init__(self) -> None:
+        assert bool(self.int8_artifact) == self.takes("int8"), f"{self.key}: INT8 needs its artifact"
 
     def takes(self, precision: str) -> bool:
         return precision == self.precision or precision in self.precisions
@@ -57,14 +61,16 @@ class Framework:
         raise UsageError(f"{self.key} runs in {self.precision} only; --precision {requested} applies to: "
                          + ", ".join(k for k, fw in FRAMEWORKS.items() if requested in fw.precisions))
 
-    def artifact_for(self, model: Any = None, scenario: str = "inference") -> str:
+    def artifact_for(self, model: Any = None, scenario: str = "inference", precision: str = "fp32") -> str:
         """The artifact kind it loads for ``model`` (a ModelSpec) in ``scenario``: its own, or one it also loads
         that a model file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras
         weights of a model without a port (a torchvision twin then runs its own weights); its trainer's for
-        training."""
+        training; its INT8 model for ``precision`` int8."""
         from .artifacts import unreachable
         from .ports import ported_models
 
+        if precision == "int8" and self.int8_artifact:
+            return self.int8_artifact
         own = (self.train_artifact or self.artifact) if scenario_entry(scenario).trains else self.artifact
         if own == "ported" and model is not None and model.name not in ported_models():
             return "none"
@@ -162,17 +168,19 @@ FRAMEWORKS: dict[str, Framework] = {
                   trainer="inferbench.runners.tf:TapeXlaTrainer", train_artifact="keras"),
         Framework("onnxrt", "inferbench.runners.onnxrt:OnnxRuntimeRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime", "onnxruntime-gpu"), "onnxruntime",
-                  "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device",
-                  best_on=("cpu", "gpu"), gpu_build="onnxruntime-gpu", options=_TUNE),
+                  "ONNX Runtime (tf2onnx export), all graph optimisations, provider chosen by device (int8: "
+                  "quantised by its own quantize_static, QDQ)",
+                  best_on=("cpu", "gpu"), gpu_build="onnxruntime-gpu", options=_TUNE, precisions=("int8",),
+                  int8_artifact="onnx-int8"),
         Framework("onnxrt-trt", "inferbench.runners.onnxrt:OnnxRuntimeTrtRunner", "onnx", ("onnxruntime",),
                   ("onnxruntime-gpu",), "gpu",
                   "ONNX Runtime with its TensorRT execution provider (--precision fp16 for FP16)",
                   devices=("gpu",), precisions=("fp16",), gpu_build="onnxruntime-gpu"),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
-                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32 (bf16/f16 with --precision)",
-                  devices=("cpu",), best_on=("cpu",), also_loads=("onnx",), options=_TUNE,
-                  precisions=("bf16", "fp16")),
+                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32 (bf16/f16 with --precision; "
+                  "int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",), also_loads=("onnx",), options=_TUNE,
+                  precisions=("bf16", "fp16", "int8"), int8_artifact="openvino-int8"),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
                   "PyTorch module converted from the ONNX export (identical weights), inference_mode",
                   precisions=("fp16", "bf16", "tf32"), options=_TORCH_OPTIONS),
@@ -196,6 +204,10 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP16",
                   devices=("gpu",), precision="fp16"),
+        Framework("tensorrt-int8", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
+                  ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export quantised with "
+                  "symmetric QDQ pairs (explicit quantisation, strongly typed)", devices=("gpu",), precision="int8",
+                  int8_artifact="onnx-int8-sym"),
     ]
 }
 
@@ -310,10 +322,11 @@ def needed_packages(fw: Framework, model: Any = None, options: Any = None,
     return needed
 
 
-def artifacts_of(fw: Framework, model: Any, scenario: str) -> list[str]:
-    """The artifact kinds a cell of ``fw`` needs in ``scenario``: its own (and for training the reference steps)."""
+def artifacts_of(fw: Framework, model: Any, scenario: str, precision: str = "fp32") -> list[str]:
+    """The artifact kinds a cell of ``fw`` needs in ``scenario`` at ``precision``: its own (and for training the
+    reference steps)."""
     entry = scenario_entry(scenario)
-    return [fw.artifact_for(model, scenario)] + ([entry.reference] if entry.trains else [])
+    return [fw.artifact_for(model, scenario, precision)] + ([entry.reference] if entry.trains else [])
 
 
 def missing_packages(fw: Framework, model: Any = None, options: Any = None,

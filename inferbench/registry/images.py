@@ -7,6 +7,9 @@ Two layouts, the two users already have: a folder per class (torchvision's Image
 sorted order of the folders' names, or by the names themselves where every one is a number), or a labels file
 (``labels.txt`` / ``labels.csv`` in the folder, or the file itself named): one image per line, its path relative to the
 file and its class number, separated by a space, a tab or a comma. Nothing here imports Pillow until an image is read.
+
+The images INT8 cells are calibrated on (``--calib-dir``: any folder of images, labels not read) are found, bounded
+and read the same way (:class:`Calibration`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ MAX_FILE_BYTES = 64 * 2**20  # one image file; larger ones are refused unread
 MAX_PIXELS = 89_478_485
 CROP = 0.875  # the centre crop's share of the shorter side (224 of 256)
 CHUNK = 32  # images read and prepared at a time
+CALIBRATION_SEED = 7_000_000  # added to the run's seed: seeded calibration inputs, apart from the agreement's
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class EvalSet:
     (:func:`items`), and must still be what the digest says."""
 
     path: str  # the folder, or the labels file, absolute
-    layout: str  # "folders" (a folder per class) or "labels" (a labels file)
+    layout: str  # "folders" (a folder per class), "labels" (a labels file) or "images" (unlabelled: a calibration)
     images: int  # how many are used
     found: int  # how many the folder or file names (more than used: a seeded sample)
     classes: int  # the largest label + 1
@@ -58,6 +62,60 @@ class EvalSet:
                f"{self.first_class}=0 ... {self.last_class}={self.classes - 1}") if self.layout == "folders" \
             else f"a labels file, {self.classes} classes"
         return f"{self.images:,} labelled images{sample} in {self.path} ({how})"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What INT8 cells are calibrated on: the user's images (``--calib-dir``, any folder of images, labels not read:
+    ``set``) or, without them, seeded image-like inputs made as the reference inputs are — a timing configuration,
+    not an accuracy claim; ``digest`` names the INT8 artifacts made from it (16 hex digits)."""
+
+    images: int
+    digest: str
+    set: EvalSet | None = None
+
+    @property
+    def seeded(self) -> bool:
+        return self.set is None
+
+    def describe(self) -> str:
+        if self.set is None:
+            return (f"{self.images:,} seeded image-like inputs (no --calib-dir): a timing configuration, not an "
+                    "accuracy claim — calibrate on your own images with --calib-dir")
+        sample = f" (a seeded sample of the {self.set.found:,})" if self.set.found > self.images else ""
+        return f"{self.images:,} images{sample} in {self.set.path}"
+
+
+def calibration(text: str | None, count: int, seed: int) -> Calibration:
+    """The calibration of a run's INT8 cells: ``count`` of the images in the folder ``text`` (every image in it and
+    its subfolders, in sorted order; a seeded sample where there are more), each one's header read, or ``count``
+    seeded inputs where ``text`` is None; one clear UsageError for a folder that holds no image."""
+    if text is None:
+        digest = hashlib.sha256(f"seeded image-like inputs: seed {seed}, {count}".encode()).hexdigest()[:16]
+        return Calibration(images=count, digest=digest)
+    root = Path(text).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"--calib-dir {root}: no such folder")
+    listed = _listed(root, "images")
+    found = _sample(listed, count, seed)
+    for path, _ in found:
+        with _opened(path):
+            pass
+    es = EvalSet(path=str(root), layout="images", images=len(found), found=len(listed), classes=0,
+                 digest=_digest(found, root), seed=seed)
+    return Calibration(images=es.images, digest=es.digest, set=es)
+
+
+def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) -> Iterator[np.ndarray]:
+    """The calibration's inputs, prepared as the model takes them, :data:`CHUNK` at a time: the user's images
+    (:func:`inputs`), else seeded image-like inputs from a stream of their own (calibrating on the very inputs the
+    agreement is counted on would flatter it)."""
+    from .models import agreement_inputs
+
+    if cal.set is None:
+        yield from agreement_inputs(spec, resolution, seed + CALIBRATION_SEED, cal.images)
+    else:
+        yield from inputs(spec, items(cal.set), resolution)
 
 
 def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
@@ -140,7 +198,13 @@ def _class_folders(root: Path) -> list[str]:
 
 
 def _listed(root: Path, layout: str) -> list[tuple[Path, int]]:
-    """The images and labels at ``root`` (:func:`_root`'s: the labels file or the folder) in its ``layout``."""
+    """The images and labels at ``root`` (:func:`_root`'s: the labels file or the folder) in its ``layout`` (``images``:
+    every image in the folder and below, labelled -1: a calibration set)."""
+    if layout == "images":
+        found = [(p, -1) for p in _walk(root, set())]
+        if not found:
+            raise UsageError(f"--calib-dir {root}: no images ({', '.join(EXTENSIONS)}) in it or its subfolders")
+        return found
     found = _from_labels(root) if layout == "labels" else _from_folders(root)
     if not found:
         raise UsageError(f"--eval-dir {root}: no images ({', '.join(EXTENSIONS)}) found: a folder per class, or a "
@@ -162,14 +226,22 @@ def _from_folders(root: Path) -> list[tuple[Path, int]]:
     found: list[tuple[Path, int]] = []
     seen: set[str] = set()  # folders by their real path: a link back up is walked once
     for label, d in enumerate(folders):
-        for top, dirs, files in os.walk(root / d, followlinks=True):
-            real = os.path.realpath(top)
-            if real in seen:
-                dirs[:] = []
-                continue
-            seen.add(real)
-            dirs.sort()
-            found += [(Path(top) / f, label) for f in sorted(files) if _is_image(f)]
+        found += [(p, label) for p in _walk(root / d, seen)]
+    return found
+
+
+def _walk(top: Path, seen: set[str]) -> list[Path]:
+    """The images in ``top`` and its subfolders, in sorted order, following links; a folder whose real path is in
+    ``seen`` is walked once (a link back up)."""
+    found: list[Path] = []
+    for here, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        found += [Path(here) / f for f in sorted(files) if _is_image(f)]
     return found
 
 

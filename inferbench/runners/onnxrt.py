@@ -2,6 +2,8 @@
 
 On a GPU, inputs and outputs live on the device through IOBinding and ``synchronize_outputs``
 waits for the device; a provider that silently fell back to the CPU is an error, not a result.
+``--precision int8`` loads the file ONNX Runtime's own tool quantised (:mod:`inferbench.exporters.quantize_onnx`);
+the record counts its quantisation pairs and names the CPU's INT8 instructions.
 """
 
 from __future__ import annotations
@@ -100,6 +102,18 @@ class OnnxRuntimeRunner(Runner):
         return {"resident": False, "placement": "host array; each batch gathered on the host and copied to the GPU "
                 "(an OrtValue bound per batch: ONNX Runtime has no device-side gather here)"}
 
+    def int8(self) -> dict[str, Any]:
+        """What an INT8 cell ran: the quantised file's QuantizeLinear / DequantizeLinear pairs (ONNX Runtime fuses
+        them into its INT8 kernels at load), how it was made, the CPU's INT8 instructions."""
+        import onnx
+
+        from ..base.machine import native_instructions
+        from ..exporters.quantize_onnx import METHOD
+
+        ops = [n.op_type for n in onnx.load(str(self.ctx.artifact), load_external_data=False).graph.node]
+        return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
+                "method": METHOD, "instructions": native_instructions("int8")}
+
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """Where the program ONNX Runtime runs departs from the ONNX file's (:func:`block_errors`): its blocks with the
         runtime's graph optimisations and providers, against the same file with none, on the CPU."""
@@ -110,6 +124,7 @@ class OnnxRuntimeRunner(Runner):
 
     def details(self) -> dict[str, Any]:
         return {
+            **({"int8": self.int8()} if self.ctx.precision == "int8" else {}),
             "sync": "ort.iobinding.synchronize_outputs" if self.gpu else "ort.run-host",
             "providers": self.session.get_providers(),
             "graph_optimization_level": "ORT_ENABLE_ALL",

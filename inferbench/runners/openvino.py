@@ -19,6 +19,8 @@ to a fused graph that ran faster than ONNX Runtime: the model source, not the CP
   it to ``bf16`` / ``f16`` (refused in one line on a CPU without those instructions); the precision the compiled
   model's convolutions and matrix products really run at is read back from its runtime model and recorded
   (``runner.executed_precisions``): a hint the plugin quietly ignored fails the cell.
+- ``--precision int8``: the model NNCF quantised (:mod:`inferbench.exporters.quantize_openvino`), read as IR; its
+  quantised layers must run at i8/u8 (read back likewise), the CPU's INT8 instructions are recorded.
 
 One infer request is created at load; ``infer`` is synchronous (it returns when the work is done)
 and shares the input and output buffers (about 5% faster than copying them).
@@ -31,10 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from ..base.machine import native_instructions
 from .base import LoadContext, Runner
 
-#: --precision -> OpenVINO's INFERENCE_PRECISION_HINT
-HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+#: --precision -> OpenVINO's INFERENCE_PRECISION_HINT (int8: the quantised layers run in INT8 whatever the hint; the
+#: rest in f32)
+HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 #: The layers whose precision says what the model computes at (activations and pooling may stay f32)
 COMPUTE_LAYERS = ("Convolution", "GroupConvolution", "FullyConnected", "MatMul")
 
@@ -71,11 +75,14 @@ class OpenVinoRunner(Runner):
             from ..registry.filecheck import check_savedmodel
 
             check_savedmodel(Path(ctx.artifact))
-        model = ov.convert_model(str(ctx.artifact))
-        self.batch = ctx.batch_size
+        # an INT8 model (NNCF's, OpenVINO IR) is read as it was saved; the SavedModel or ONNX file is converted
+        model = ov.Core().read_model(str(ctx.artifact)) if str(ctx.artifact).endswith(".xml") \
+            else ov.convert_model(str(ctx.artifact))
+        self.batch, self.precision = ctx.batch_size, ctx.precision
         self.hint = HINTS[ctx.precision]
         model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
-        self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "savedmodel"
+        self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
+            if str(ctx.artifact).endswith(".xml") else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
         self.core = ov.Core()
         self.compiled_for: dict[tuple[str, bool], Any] = {}
@@ -95,9 +102,10 @@ class OpenVinoRunner(Runner):
             self.compiled_for[key] = (compiled, compiled.create_infer_request())
         self.compiled, self.request = self.compiled_for[key]
         self.executed = executed_precisions(self.compiled)
-        if self.executed and self.hint not in self.executed:  # the plugin may keep a few sensitive layers in f32
-            raise RuntimeError(f"OpenVINO was asked for {self.hint} and runs no compute layer at it: "
-                               f"{dict(self.executed)}")
+        wanted = ("i8", "u8") if self.precision == "int8" else (self.hint,)
+        if self.executed and not set(wanted) & set(self.executed):  # a few sensitive layers may stay in f32
+            raise RuntimeError(f"OpenVINO was asked for {self.precision if self.precision == 'int8' else self.hint} "
+                               f"and runs no compute layer at it: {dict(self.executed)}")
 
     def serving_calls(self, n: int, batch: int) -> list[Any]:
         """An infer request of the compiled model per serving thread (one request is not to be shared)."""
@@ -130,7 +138,9 @@ class OpenVinoRunner(Runner):
             "executed_precisions": self.executed,
             "streams": int(prop("NUM_STREAMS")),
             "cpu_pinning": bool(prop("ENABLE_CPU_PINNING")),
-            "model_source": f"{self.source} (openvino.convert_model)",
+            "model_source": f"{self.source} (" + ("NNCF post-training quantisation, read as IR" if self.source ==
+                                                  "nncf-int8-ir" else "openvino.convert_model") + ")",
+            **({"int8_instructions": native_instructions("int8")} if self.precision == "int8" else {}),
             "static_batch": self.batch,
             "openvino": self.version,
         }

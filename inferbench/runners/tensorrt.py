@@ -1,5 +1,6 @@
-"""TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``): an engine from the ONNX export, executed
-on a CUDA stream with device buffers (torch tensors), synchronised with the stream.
+"""TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``, ``tensorrt-int8``): an engine from the ONNX export (INT8:
+from its symmetric QDQ model, explicit quantisation), executed on a CUDA stream with device buffers (torch tensors),
+synchronised with the stream.
 
 NOT RUN in this project's CI or on its development machines (TensorRT cannot be installed there).
 """
@@ -21,7 +22,7 @@ class TensorRTRunner(Runner):
         try:
             import tensorrt as trt
         except ImportError:
-            raise MissingDependency("tensorrt", "tensorrt", "tensorrt-fp32/fp16") from None
+            raise MissingDependency("tensorrt", "tensorrt", "tensorrt-fp32/fp16/int8") from None
         import torch
 
         from ..exporters.tensorrt import build_engine
@@ -33,12 +34,13 @@ class TensorRTRunner(Runner):
         batch_sizes = ctx.batch_sizes
         ectx = ExportContext(ctx.folder, ctx.model.name, ctx.resolution, "n/a", ctx.seed, batch_sizes)
         gpu_name = torch.cuda.get_device_name(0)
-        from ..exporters.tensorrt import engine_path
+        from ..exporters.tensorrt import engine_path, engine_tag
 
-        path = engine_path(ectx, precision, gpu_name, trt.__version__)
+        source = ctx.artifact if precision == "int8" else None  # INT8: the symmetric QDQ model, per calibration set
+        path = engine_path(ectx, engine_tag(precision, source), gpu_name, trt.__version__)
         self.build_info = {"engine": str(path), "cached": path.exists()}
         if not path.exists():
-            self.build_info.update(build_engine(ectx, precision, gpu_name))
+            self.build_info.update(build_engine(ectx, precision, gpu_name, source))
         self.torch, self.trt = torch, trt
         self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))  # must outlive the engine
         self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())

@@ -117,6 +117,8 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
             out = judged(out, "agreement", {**check_agreement(job, runner, emit), "decides": not decided})
         if accuracy is not None:
             out = judged(out, "accuracy", {**accuracy, "decides": decided})
+        if precision == "int8":  # judged by its accuracy, never by its logits: without labels, speed only
+            out = parity.int8_verdict(out, accuracy)
     return where_it_diverged(out, runner, inputs, emit)
 
 

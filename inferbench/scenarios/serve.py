@@ -393,7 +393,7 @@ class Session:
         check = parity.compare(self.reference, served, self.job.cell.precision,
                                *own_rounding(Path(self.job.artifact_dir)))
         out = dict(loaded_parity)
-        if check["status"] == "failed" and out.get("status") == "passed":
+        if check["status"] == "failed" and out.get("status") in ("passed", "unjudged"):
             out.update(status="failed", reason=f"served outputs: {check.get('reason')}")
         out["served"] = {k: check.get(k) for k in ("status", "max_rel_err", "cosine", "top1_agreement")} | {
             "samples": len(served), "method": "loadgen-accuracy-mode"}

@@ -1,0 +1,72 @@
+"""INT8 for ONNX Runtime: the ONNX export quantised after training by ONNX Runtime's own tool
+(``onnxruntime.quantization.quantize_static``), as its CPU guide recommends: the model prepared first
+(``quant_pre_process``: shape inference and graph optimisation), then QuantizeLinear / DequantizeLinear pairs (QDQ
+format) around every operator that has an INT8 kernel — activations unsigned 8-bit, weights signed 8-bit per output
+channel (U8S8: the VNNI path) —, each activation's range from its minimum and maximum over the calibration inputs
+(``CalibrationMethod.MinMax``, ONNX Runtime's default). ONNX Runtime fuses each pair into its INT8 kernels when it
+loads the file. One file per calibration set (``onnx-int8/<digest>.onnx``): the variants are the sets' digests.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.images import calibration_inputs
+from ..registry.models import get_model
+
+#: How the INT8 model is made, as records and the manifest name it.
+METHOD = {"tool": "onnxruntime.quantization.quantize_static", "format": "QDQ", "activations": "uint8",
+          "weights": "int8 per channel", "calibration": "MinMax", "prepared_by": "quant_pre_process"}
+#: The same for TensorRT's explicit quantisation, which takes symmetric pairs only (``onnx-int8-sym``).
+SYMMETRIC = {**METHOD, "activations": "int8 symmetric", "weights": "int8 per channel, symmetric"}
+
+
+def export(ctx: ExportContext, kind: str = "onnx-int8") -> dict[str, Any]:
+    cal = ctx.calibration
+    if cal is None:
+        raise RuntimeError("an INT8 export needs its calibration set")
+    out = ctx.folder / int8_artifact(kind, cal.digest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    kept = [d for d in ctx.variants if d != cal.digest and (ctx.folder / int8_artifact(kind, d)).exists()]
+    symmetric = kind == "onnx-int8-sym"
+    if not out.exists():
+        quantize(ctx.path("onnx"), out, list(calibration_inputs(get_model(ctx.model), cal, ctx.resolution, ctx.seed)),
+                 symmetric)
+    return {"paths": [int8_artifact(kind, d) for d in [*kept, cal.digest]], "variants": sorted([*kept, cal.digest]),
+            "method": SYMMETRIC if symmetric else METHOD, "calibration_images": cal.images}
+
+
+def quantize(source: Path, out: Path, chunks: list[Any], symmetric: bool = False) -> None:
+    """``source`` (an FP32 ONNX file) quantised into ``out`` (:data:`METHOD`, or :data:`SYMMETRIC`), calibrated on
+    ``chunks`` (batches of model inputs)."""
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = iter(chunks)
+
+        def get_next(self) -> dict[str, Any] | None:
+            batch = next(self.left, None)
+            return None if batch is None else {name: batch}
+
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(str(source), str(prepared))
+        quantize_static(str(prepared), str(out) + ".part", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True} if symmetric else None)
+    Path(str(out) + ".part").replace(out)  # whole or not at all

@@ -1,0 +1,50 @@
+"""INT8 for OpenVINO: the SavedModel converted by OpenVINO (as its FP32 runner converts it) and quantised after
+training by NNCF, OpenVINO's own compression framework (``nncf.quantize``: its default post-training quantisation,
+the ``PERFORMANCE`` preset — symmetric weights and activations —, fast bias correction, each activation's range from
+the calibration inputs), saved as OpenVINO IR (``openvino-int8/<digest>.xml`` and ``.bin``), one per calibration set
+(the variants are the sets' digests). The CPU plugin runs the quantised layers in INT8 whatever the inference
+precision hint (the runner reads back what ran).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.images import calibration_inputs
+from ..registry.models import get_model
+
+#: How the INT8 model is made, as records and the manifest name it.
+METHOD = {"tool": "nncf.quantize", "preset": "PERFORMANCE", "activations": "int8/uint8 per tensor",
+          "weights": "int8 per channel", "calibration": "NNCF's default statistics (min-max of activations)",
+          "bias_correction": "fast"}
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    cal = ctx.calibration
+    if cal is None:
+        raise RuntimeError("an INT8 export needs its calibration set")
+    out = ctx.folder / int8_artifact("openvino-int8", cal.digest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    kept = [d for d in ctx.variants if d != cal.digest and (ctx.folder / int8_artifact("openvino-int8", d)).exists()]
+    if not out.exists():
+        quantize(ctx, out, cal)
+    files = [p for d in [*kept, cal.digest] for p in (int8_artifact("openvino-int8", d),
+                                                      int8_artifact("openvino-int8", d)[:-4] + ".bin")]
+    return {"paths": files, "variants": sorted([*kept, cal.digest]), "method": METHOD,
+            "calibration_images": cal.images}
+
+
+def quantize(ctx: ExportContext, out: Any, cal: Any) -> None:
+    import nncf
+    import openvino as ov
+
+    model = ov.convert_model(str(ctx.path("savedmodel")))
+    items = [x[i:i + 1] for x in calibration_inputs(get_model(ctx.model), cal, ctx.resolution, ctx.seed)
+             for i in range(len(x))]  # one image an item: NNCF counts its subset in items
+    quantized = nncf.quantize(model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
+                              subset_size=len(items))
+    part = out.with_name(out.stem + ".part.xml")
+    ov.save_model(quantized, str(part), compress_to_fp16=False)
+    part.with_suffix(".bin").replace(out.with_suffix(".bin"))
+    part.replace(out)  # the .xml last: the model is whole when its .xml is there

@@ -1,0 +1,142 @@
+"""INT8 (``--precision int8``): calibrated on the user's images or seeded inputs, refused on a CPU without INT8
+instructions, judged by accuracy and never by its logits — without labelled images measured and ranked apart, as
+speed only. The real quantisations (ONNX Runtime's quantize_static, OpenVINO's NNCF) are in the slow tests."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from labelled import colour_classes
+from test_results import make_record
+
+from inferbench.base.codec import encode
+
+
+@pytest.fixture(scope="module")
+def colours(tmp_path_factory):
+    return colour_classes(tmp_path_factory.mktemp("colours"), per_class=6)
+
+
+def test_int8_is_refused_on_a_cpu_without_int8_instructions_and_says_which_it_used():
+    from inferbench.base.machine import cpu_precision_refusal, native_instructions
+
+    avx2 = {"avx", "avx2", "fma", "sse4_2"}
+    said = cpu_precision_refusal("int8", avx2)
+    assert said.startswith("--precision int8: this CPU has no INT8 instructions (avx512_vnni or avx_vnni or amx_int8")
+    assert cpu_precision_refusal("int8", avx2 | {"avx512f", "avx512_vnni"}) is None
+    assert cpu_precision_refusal("int8", avx2 | {"avx_vnni"}) is None  # VNNI on AVX2 (Alder Lake, Zen 5)
+    assert native_instructions("int8", avx2 | {"avx512_vnni", "amx_int8", "amx_bf16"}) == ["amx_int8", "avx512_vnni"]
+
+
+def test_the_calibration_is_the_users_images_or_seeded_inputs_said_as_such_and_named_by_digest(colours, tmp_path):
+    from inferbench.registry import images
+    from inferbench.registry.models import agreement_inputs, get_model
+
+    seeded = images.calibration(None, 300, 0)
+    assert seeded.seeded and seeded.images == 300 and "not an accuracy claim" in seeded.describe()
+    assert seeded.digest == images.calibration(None, 300, 0).digest  # the same set, the same artifacts
+    assert len({seeded.digest, images.calibration(None, 100, 0).digest, images.calibration(None, 300, 1).digest}) == 3
+    mine = images.calibration(str(colours), 10, 0)  # labels are not read: every image in the folder and below
+    assert (mine.images, mine.set.found, mine.set.layout) == (10, 18, "images") and not mine.seeded
+    assert "10 images (a seeded sample of the 18)" in mine.describe()
+    again, whole = images.calibration(str(colours), 10, 0), images.calibration(str(colours), 18, 0)
+    assert mine.digest == again.digest != whole.digest
+    spec = get_model("mobilenet_v3_small")
+    got = np.concatenate(list(images.calibration_inputs(spec, mine, 32, 0)))
+    assert got.shape == (10, 32, 32, 3) and np.isfinite(got).all()
+    made = np.concatenate(list(images.calibration_inputs(spec, images.calibration(None, 40, 0), 32, 0)))
+    agreement = np.concatenate(list(agreement_inputs(spec, 32, 0, 40)))
+    assert made.shape == (40, 32, 32, 3) and not np.allclose(made, agreement)  # a stream apart from the agreement's
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("no images")
+    for folder, said in ((tmp_path / "empty", "no images (.jpg"), (tmp_path / "nowhere", "no such folder")):
+        with pytest.raises(images.UsageError, match="--calib-dir") as exc:
+            images.calibration(str(folder), 10, 0)
+        assert said in str(exc.value)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--calib-dir", "."], "--calib-dir and --calib-images apply to --precision int8"),
+    (["--calib-images", "50"], "--calib-dir and --calib-images apply to --precision int8"),
+    (["--precision", "int8", "--scenario", "train"], "--scenario train runs in fp32 here"),
+    pytest.param(["--precision", "int8", "--framework", "tf"], "tf runs in fp32 only; --precision int8 applies to: "
+                 "onnxrt, openvino", marks=pytest.mark.slow),  # TensorFlow installed: else "not installed"
+    (["--precision", "int8", "--calib-images", "0"], "argument --calib-images"),
+])
+def test_int8_options_that_cannot_hold_are_one_line_and_exit_2(argv, said, tmp_path, capsys, monkeypatch):
+    from inferbench.base import machine
+    from inferbench.run import main
+
+    monkeypatch.setattr(machine, "cpu_flag_set", lambda: {"avx512f", "avx512_vnni"})
+    assert main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_int8_without_labels_is_speed_only_with_labels_its_accuracy_decides():
+    from inferbench.measure import parity
+
+    sane = {"status": "passed", "reason": None}
+    assert parity.int8_verdict(sane, None) == {
+        "status": "unjudged", "reason": "speed only: INT8's accuracy not judged (no labelled images (--eval-dir))"}
+    unmeasured = {"status": "not_measured", "reason": "FP32 classifies none of the 18 labelled images right"}
+    assert parity.int8_verdict(sane, unmeasured)["status"] == "unjudged"
+    assert "FP32 classifies none" in parity.int8_verdict(sane, unmeasured)["reason"]
+    assert parity.int8_verdict(sane, {"status": "passed"}) == sane
+    broken = {"status": "failed", "reason": "non-finite outputs"}
+    assert parity.int8_verdict(broken, None) == broken  # outputs that are no numbers fail: never "speed only"
+    # its logits are reported, not gated: only outputs that are no numbers, or of another shape, fail
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(16, 1000))
+    far = parity.compare(ref, rng.normal(size=ref.shape), "int8")
+    assert far["status"] == "passed" and far["cosine"] < 0.5 and far["thresholds"] == {"gate": parity.UNGATED_SAID}
+    nan = ref.copy()
+    nan[3, 7] = np.nan
+    assert parity.compare(ref, nan, "int8")["reason"] == "non-finite outputs"
+    assert parity.compare(ref, ref[:, :10], "int8")["status"] == "failed"
+    assert parity.compare(ref, rng.normal(size=ref.shape), "fp16")["status"] == "failed"  # gated precisions stay so
+    # the agreement over many inputs is reported, never a gate
+    counted = parity.agreement(ref, ref[::-1].copy(), "int8")
+    assert counted["status"] == "measured" and counted["top1"]["agreement"] < 0.2 and counted["reason"] is None
+
+
+def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_apart():
+    from inferbench.analysis.ranking import SPEED_ONLY, recommendation_lines, recommendations
+
+    int8 = {"status": "unjudged", "reason": "speed only", "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99,
+            "top1_agreement": 1.0}
+    cells = [json.loads(json.dumps(encode(r))) for r in (
+        make_record("onnxrt", p50=5.0),
+        make_record("onnxrt", p50=2.0, precision="int8", parity=int8),
+        make_record("openvino", p50=1.5, precision="int8", parity=int8))]
+    (rec,) = recommendations(cells)
+    assert rec["recommended"] == "onnxrt" and rec["not_ranked"]["openvino:int8"] == SPEED_ONLY
+    assert [c["cell"] for c in rec["speed_only"]] == ["openvino:int8", "onnxrt:int8"]
+    said = "\n".join(recommendation_lines([rec]))
+    assert "speed only, accuracy not judged (no --eval-dir; not ranked): openvino:int8 1.530 ms, onnxrt:int8 2.040 " \
+        "ms" in said  # the fastest first, the centre of each one's rounds
+    (alone,) = recommendations(cells[1:])  # only INT8 cells: no answer, their figures still shown apart
+    assert alone["recommended"] is None and len(alone["speed_only"]) == 2
+    assert "speed only, accuracy not judged" in "\n".join(recommendation_lines([alone]))
+
+
+@pytest.mark.slow  # ONNX Runtime installed (nothing is imported: a lean install has no onnxrt to plan)
+def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_speed_only(tmp_path, monkeypatch):
+    from inferbench.base import machine
+    from inferbench.execution.plan import build
+    from inferbench.options import with_defaults
+
+    monkeypatch.setattr(machine, "cpu_flag_set", lambda: {"avx512f", "avx512_vnni"})
+    built = build(with_defaults({"frameworks": ["onnxrt"], "precisions": ["int8"], "cache_dir": str(tmp_path),
+                                 "models": ["mobilenet_v3_small"]}, "run"))
+    assert [c.precision for c in built.cells] == ["int8"] and built.config.calibration.images == 300
+    notes = "\n".join(built.notes)
+    assert "int8: calibrated on 300 seeded image-like inputs (no --calib-dir): a timing configuration" in notes
+    assert "without --eval-dir its accuracy is not judged" in notes
+    from inferbench.execution.pipeline import cell_job
+
+    job = cell_job(built.config, built.cells[0], tmp_path / "folder", (1,), {})
+    assert job.artifact == str(tmp_path / "folder" / "onnx-int8" / f"{built.config.calibration.digest}.onnx")

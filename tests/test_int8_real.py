@@ -1,0 +1,119 @@
+"""INT8 for real: ONNX Runtime's quantize_static and OpenVINO's NNCF quantise a .keras model that classifies the
+colour set the tests make (tests/labelled.py), calibrated on its images: MLPerf's accuracy gate passes it; calibrated
+on all but black images it crushes the activations' ranges and the gate fails it. Without labelled images an INT8
+cell of the seeded MobileNetV3-Small is measured, reported and shown apart as speed only."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from labelled import colour_classes, colour_model
+from test_pipeline import QUICK as SMALL
+
+from inferbench import records
+from inferbench.run import main
+
+pytestmark = pytest.mark.slow
+#: the colour model's cells (its own model and resolution), timed briefly
+QUICK = ["--duration", "0.3", "--rounds", "3", "--processes", "1", "--warmup", "2", "--warmup-seconds", "0",
+         "--threads", "1", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def colours(tmp_path_factory):
+    return colour_classes(tmp_path_factory.mktemp("colours"), per_class=6)
+
+
+def _records(folder):
+    return {r["framework"]: r for r in records.iter_records(folder)[0]}
+
+
+def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crushed_calibration_fails_it(
+        colours, tmp_path, shared_cache, capsys):
+    from PIL import Image
+
+    model = colour_model(tmp_path / "colours.keras")
+    base = ["--model", str(model), "--framework", "onnxrt,openvino", "--precision", "int8", "--eval-dir",
+            str(colours), *QUICK, "--cache-dir", str(shared_cache)]
+    assert main([*base, "--calib-dir", str(colours), "--output-dir", str(tmp_path / "good")]) == 0
+    captured = capsys.readouterr()
+    assert "int8: calibrated on 18 images in " in captured.err and "speed only" not in captured.out
+    good = _records(tmp_path / "good")
+    assert set(good) == {"onnxrt", "openvino"}
+    for fw, rec in good.items():
+        assert rec["precision"] == "int8" and rec["parity"]["status"] == "passed", (fw, rec["parity"])
+        assert rec["parity"]["accuracy"]["status"] == "passed" and rec["parity"]["accuracy"]["decides"]
+        calibration = rec["config"]["calibration"]
+        assert calibration["images"] == 18 and calibration["set"]["layout"] == "images"
+    ort, ov = good["onnxrt"]["runner"], good["openvino"]["runner"]
+    assert ort["int8"]["quantize_linear"] > 0 and ort["int8"]["method"]["format"] == "QDQ"
+    assert ort["int8"]["instructions"]  # the VNNI / AMX flags this CPU used
+    assert {"i8", "u8"} & set(ov["executed_precisions"]) and ov["model_source"].startswith("nncf-int8-ir")
+    digest = good["onnxrt"]["config"]["calibration"]["digest"]
+    assert list(shared_cache.rglob(f"onnx-int8/{digest}.onnx"))  # an export, cached per calibration set
+    assert list(shared_cache.rglob(f"openvino-int8/{digest}.xml"))
+    # all but black images (pixels 0-2): every activation's range collapses, the classes with it. (All-zero ones
+    # leave ONNX Runtime a degenerate range, which it takes as a scale of 1: for this model's 0-255 inputs, wide
+    # enough to keep the classes; OpenVINO fails them too.)
+    zeros = tmp_path / "zeros"
+    zeros.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 3, (40, 40, 3), dtype=np.uint8)).save(zeros / f"{i}.png")
+    assert main([*base, "--calib-dir", str(zeros), "--output-dir", str(tmp_path / "crushed")]) == 1
+    capsys.readouterr()
+    crushed = _records(tmp_path / "crushed")
+    assert {fw: r["parity"]["status"] for fw, r in crushed.items()} == {"onnxrt": "failed", "openvino": "failed"}
+    for rec in crushed.values():
+        assert rec["parity"]["accuracy"]["status"] == "failed" and "below MLPerf's 99%" in rec["parity"]["reason"]
+        assert rec["config"]["calibration"]["digest"] != digest
+
+
+def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys):
+    code = main([*SMALL, "--framework", "onnxrt,openvino", "--precision", "int8,fp32",
+                 "--calib-images", "16", "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "int8: calibrated on 16 seeded image-like inputs (no --calib-dir): a timing configuration" in captured.err
+    assert "speed only, accuracy not judged (no --eval-dir; not ranked): " in captured.out
+    recs = {(r["framework"], r["precision"]): r for r in records.iter_records(tmp_path / "out")[0]}
+    for fw in ("onnxrt", "openvino"):
+        assert recs[(fw, "fp32")]["parity"]["status"] == "passed"
+        int8 = recs[(fw, "int8")]["parity"]
+        assert int8["status"] == "unjudged" and int8["reason"].startswith("speed only: INT8's accuracy not judged")
+        assert int8["agreement"]["status"] == "measured" and int8["agreement"]["inputs"] == 1000
+    answer = json.loads(next((tmp_path / "out").rglob("recommendation.json")).read_text())["recommendations"][0]
+    assert ":int8" not in answer["recommended"] and {c["cell"] for c in answer["speed_only"]} == {
+        "onnxrt:int8", "openvino:int8"}
+
+
+def test_tensorrts_int8_model_is_symmetric_and_computes_what_the_fp32_export_does(colours, tmp_path, shared_cache):
+    """TensorRT's explicit quantisation takes symmetric QDQ pairs only; TensorRT cannot be installed here, but the
+    model it would build from (``onnx-int8-sym``) runs in ONNX Runtime on the CPU: every pair signed with zero
+    points 0, its classes those of the FP32 export on the colour set."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from inferbench.exporters.quantize_onnx import quantize
+    from inferbench.registry import images
+    from inferbench.registry.models import get_model
+
+    model = colour_model(tmp_path / "colours.keras")
+    assert main(["--model", str(model), "--framework", "onnxrt", *QUICK, "--output-dir", str(tmp_path / "fp32"),
+                 "--cache-dir", str(shared_cache)]) == 0
+    (rec,) = _records(tmp_path / "fp32").values()
+    source = next(p for p in shared_cache.rglob("onnx/model.onnx") if rec["config"]["artifact_dir"] in str(p))
+    spec = get_model(rec["model"])  # the run registered the file
+    cal = images.calibration(str(colours), 18, 0)
+    chunks = list(images.calibration_inputs(spec, cal, 32, 0))
+    quantize(source, tmp_path / "sym.onnx", chunks, symmetric=True)
+    graph = onnx.load(str(tmp_path / "sym.onnx")).graph
+    zero_points = {i.name: numpy_helper.to_array(i) for i in graph.initializer if "zero_point" in i.name}
+    assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points.values())
+    x = np.concatenate(chunks)
+    run = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (source, tmp_path / "sym.onnx")}
+    fp32, int8 = (s.run(None, {s.get_inputs()[0].name: x})[0] for s in run.values())
+    assert (fp32.argmax(1) == int8.argmax(1)).mean() >= 0.9
