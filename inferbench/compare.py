@@ -109,6 +109,8 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
             row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
         elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
             row["verdict"] = ("REGRESSION: " if gate else "") + "parity failed in NEW"
+        elif n["parity.status"] == "unjudged" and o["parity.status"] == "passed":
+            row["verdict"] = "not comparable: NEW's accuracy was not judged (no labelled images), OLD's passed"
         else:
             cmp = comparison(n, o)
             ci = cmp["ci95"] or [None, None]

@@ -27,6 +27,7 @@ from .spec import (
     EVAL_IMAGES,
     EXECUTORS,
     KERAS_BACKENDS,
+    MAX_CALIB_IMAGES,
     OPTIMIZERS,
     PRECISIONS,
     QUICK,
@@ -281,7 +282,7 @@ OPTIONS: tuple[Option, ...] = (
            "accuracy claim", None, path_value, metavar="DIR", commands=("run", "sweep")),
     Option("calib_images", ("--calib-images",), "at most this many of --calib-dir's images (a seeded sample of a "
            "larger folder), or this many seeded inputs (300: ONNX Runtime's and NNCF's own default)", CALIB_IMAGES,
-           positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
+           positive_int, metavar="N", maximum=MAX_CALIB_IMAGES, commands=("run", "sweep")),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,

@@ -191,6 +191,7 @@ QUICK = {"rounds": 6, "min_duration_s": 3.0, "warmup_seconds": 0.3, "processes":
 #: statistic: :func:`inferbench.measure.parity.agreement`) unless --agreement-inputs says otherwise.
 AGREEMENT_INPUTS = 1000
 CALIB_IMAGES = 300  # INT8's calibration inputs (--calib-images): ONNX Runtime's and NNCF's own default
+MAX_CALIB_IMAGES = 2000  # at most (NNCF holds them all: 1.2 GB at 224 px)
 EVAL_IMAGES = 1000  # --eval-images: the labelled images each cell's accuracy is measured on, at most
 AGREEMENT_MIN = 1000  # the least --agreement-inputs takes besides 0 (the tests count fewer, through RunConfig)
 

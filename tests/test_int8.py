@@ -58,14 +58,17 @@ def test_the_calibration_is_the_users_images_or_seeded_inputs_said_as_such_and_n
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--calib-dir", "."], "--calib-dir and --calib-images apply to --precision int8"),
-    (["--calib-images", "50"], "--calib-dir and --calib-images apply to --precision int8"),
+    (["--framework", "fake", "--calib-dir", "."], "--calib-dir and --calib-images apply to INT8 cells"),
+    (["--framework", "fake", "--calib-images", "50"], "--calib-dir and --calib-images apply to INT8 cells"),
+    (["--precision", "int8", "--calib-images", "2001"], "argument --calib-images"),
+    pytest.param(["--precision", "int8", "--framework", "onnxrt", "--agreement-inputs", "0"],
+                 "--agreement-inputs 0 would leave it judged by nothing", marks=pytest.mark.slow),
     (["--precision", "int8", "--scenario", "train"], "--scenario train runs in fp32 here"),
     pytest.param(["--precision", "int8", "--framework", "tf"], "tf runs in fp32 only; --precision int8 applies to: "
                  "onnxrt, openvino", marks=pytest.mark.slow),  # TensorFlow installed: else "not installed"
     (["--precision", "int8", "--calib-images", "0"], "argument --calib-images"),
 ])
-def test_int8_options_that_cannot_hold_are_one_line_and_exit_2(argv, said, tmp_path, capsys, monkeypatch):
+def test_int8_options_that_cannot_hold_are_one_line_and_exit_2(argv, said, fakes, tmp_path, capsys, monkeypatch):
     from inferbench.base import machine
     from inferbench.run import main
 
@@ -140,3 +143,28 @@ def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_
 
     job = cell_job(built.config, built.cells[0], tmp_path / "folder", (1,), {})
     assert job.artifact == str(tmp_path / "folder" / "onnx-int8" / f"{built.config.calibration.digest}.onnx")
+
+
+def test_int8_where_its_runtime_runs_no_int8_kernels_is_refused_and_a_cell_never_loads_without_its_set(tmp_path):
+    from inferbench.base.errors import UsageError
+    from inferbench.execution.pipeline import cell_job
+    from inferbench.execution.plan import check_int8
+    from inferbench.options import with_defaults
+    from inferbench.spec import CellKey
+
+    values = with_defaults({"precisions": ["int8"]}, "run")
+    ort = CellKey("mobilenet_v3_small", 224, 1, "onnxrt", "int8")
+    trt = CellKey("mobilenet_v3_small", 224, 1, "tensorrt-int8", "int8")  # INT8 is its own precision
+    with pytest.raises(UsageError, match=r"onnxrt runs INT8 on the CPU only .*; on a GPU: tensorrt-int8"):
+        check_int8(values, [ort], "gpu")
+    with pytest.raises(UsageError, match="tensorrt-int8 runs INT8 on the GPU only"):
+        check_int8(values, [trt], "cpu")
+    assert check_int8(values, [trt], "gpu").images == 300  # calibrated though --precision never named int8
+    assert check_int8(values, [CellKey("mobilenet_v3_small", 224, 1, "onnxrt")], "cpu") is None
+    from inferbench.base.device import Device
+    from inferbench.spec import RunConfig, RunnerOptions, TimingConfig
+
+    config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=1, timing=TimingConfig(),
+                       options=RunnerOptions(), cache_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="an INT8 cell without its calibration set"):
+        cell_job(config, ort, tmp_path, (1,), {})

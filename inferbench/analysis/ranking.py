@@ -184,7 +184,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
         # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
         rec["speed_only"] = sorted(({"cell": record_name(r), "value": field(r, path)} for r in cells
                                     if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
-                                    and field(r, path) is not None),
+                                    and field(r, path) is not None and field(r, "serving.answer.found") is not False),
                                    key=lambda c: c["value"] * (1 if lower else -1))
         rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
                                   "3 tests in a row" for r in cells

@@ -179,7 +179,7 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
            if k in EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
-    keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check")
+    keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check", "method")
     return {k: {key: entries[k][key] for key in keep if key in entries[k]}
             for k in kinds if isinstance(entries.get(k), dict)}
 

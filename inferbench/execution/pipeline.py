@@ -39,6 +39,8 @@ def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[
 
     fw = get_framework(cell.framework)
     kind = fw.artifact_for(get_model(cell.model), cell.scenario, cell.precision)
+    if kind in INT8_FILES and config.calibration is None:
+        raise RuntimeError(f"{cell.label}: an INT8 cell without its calibration set")
     artifact = None if kind == "none" else str(folder / (
         int8_artifact(kind, config.calibration.digest) if kind in INT8_FILES and config.calibration
         else EXPORTERS[kind].path))

@@ -142,14 +142,6 @@ def build(values: dict[str, Any]) -> Built:
         from ..registry.images import open_eval_set
 
         eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"])
-    calibration = None
-    if "int8" in values["precisions"]:  # (training refuses every precision but FP32: check_training)
-        from ..registry.images import calibration as calibration_of
-
-        calibration = calibration_of(values.get("calib_dir"), values["calib_images"], values["seed"])
-    elif values.get("calib_dir") or was_given(values, "calib_images"):
-        raise UsageError("--calib-dir and --calib-images apply to --precision int8 (what its quantisation is "
-                         "calibrated on)")
     if values.get("target_ci") and not entry.closed_loop:
         raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
                          "ratio of rounds (--quick shortens its steps)")
@@ -206,7 +198,7 @@ def build(values: dict[str, Any]) -> Built:
                            DEFAULT_SLO_P99_MS if entry.bound else None),
                        executor=values["executor"], ray_address=values.get("ray_address"),
                        machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
-                       eval_set=eval_set, calibration=calibration,
+                       eval_set=eval_set,
                        target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
@@ -246,9 +238,10 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
+    calibration = check_int8(values, cells, device.kind)
+    config = dataclasses.replace(config, calibration=calibration)
     notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) \
-        + eval_notes(eval_set, config.weights, models) \
-        + int8_notes(calibration, eval_set, any(c.precision == "int8" for c in cells))
+        + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         from ..execution.budget import fit, to_export
 
@@ -286,10 +279,40 @@ def eval_notes(eval_set: Any, weights: str, models: list[Any]) -> tuple[str, ...
         "imagenet or your trained model for an accuracy that means something",) if seeded else ())
 
 
-def int8_notes(calibration: Any, eval_set: Any, any_int8: bool) -> tuple[str, ...]:
+def check_int8(values: dict[str, Any], cells: list[CellKey], device: str) -> Any:
+    """The calibration of the run's INT8 cells (--calib-dir's images, else seeded inputs), None without any; one line
+    for what cannot hold: --calib-dir without INT8 cells, INT8 on a device its runtime quantises for no other, INT8
+    judged by nothing (no labelled images and --agreement-inputs 0), a model its INT8 cannot be made from."""
+    from ..registry.artifacts import unreachable
+    from ..registry.models import get_model
+
+    int8 = [c for c in cells if c.precision == "int8"]
+    if not int8:
+        if values.get("calib_dir") or was_given(values, "calib_images"):
+            raise UsageError("--calib-dir and --calib-images apply to INT8 cells (--precision int8, tensorrt-int8): "
+                             "what their quantisation is calibrated on")
+        return None
+    for c in int8:
+        fw = get_framework(c.framework)
+        if device not in fw.int8_devices:
+            raise UsageError(f"{c.framework} runs INT8 on the {' or '.join(fw.int8_devices).upper()} only (its "
+                             f"{device.upper()} path would time simulated quantisation)"
+                             + ("; on a GPU: tensorrt-int8" if device == "gpu" else ""))
+        why = unreachable(fw.artifact_for(get_model(c.model), c.scenario, "int8"), get_model(c.model))
+        if why:
+            raise UsageError(f"{c.framework} --precision int8 on {c.model}: its INT8 model {why}")
+    if not values.get("eval_dir") and not values["agreement_inputs"]:
+        raise UsageError("--precision int8 without --eval-dir is judged by its agreement with FP32 over seeded "
+                         "inputs: --agreement-inputs 0 would leave it judged by nothing")
+    from ..registry.images import calibration
+
+    return calibration(values.get("calib_dir"), values["calib_images"], values["seed"])
+
+
+def int8_notes(calibration: Any, eval_set: Any) -> tuple[str, ...]:
     """What the plan says of INT8 cells up front: what they are calibrated on, and without labelled images that their
     accuracy is not judged (they are ranked apart, as speed only)."""
-    if calibration is None or not any_int8:
+    if calibration is None:
         return ()
     return (f"int8: calibrated on {calibration.describe()}",) + (() if eval_set is not None else (
         "int8: without --eval-dir its accuracy is not judged: INT8 cells are measured and ranked apart, as speed "

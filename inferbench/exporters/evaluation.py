@@ -22,7 +22,6 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         raise RuntimeError("the evaluation export needs the labelled images (--eval-dir)")
     spec = get_model(ctx.model)
     (ctx.folder / "evaluation").mkdir(exist_ok=True)
-    kept = [d for d in ctx.variants if d != es.digest and (ctx.folder / evaluation_reference(d)).exists()]
     path = ctx.folder / evaluation_reference(es.digest)
     if not path.exists():
         model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
@@ -35,5 +34,5 @@ def export(ctx: ExportContext) -> dict[str, Any]:
             raise UsageError(f"--eval-dir: the labels of {es.path} go up to {es.classes - 1}, but {spec.name} has "
                              f"{out.shape[1]} classes (0-{out.shape[1] - 1})")
         np.save(path, out)
-    return {"paths": [evaluation_reference(d) for d in [*kept, es.digest]], "variants": sorted([*kept, es.digest]),
-            "images": es.images}
+    sets = ctx.sets(es.digest, evaluation_reference)  # made before, still there: kept
+    return {"paths": [evaluation_reference(d) for d in sets], "variants": sets, "images": es.images}

@@ -8,6 +8,7 @@ precision hint (the runner reads back what ran).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..registry.artifacts import ExportContext, int8_artifact
@@ -26,13 +27,12 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         raise RuntimeError("an INT8 export needs its calibration set")
     out = ctx.folder / int8_artifact("openvino-int8", cal.digest)
     out.parent.mkdir(parents=True, exist_ok=True)
-    kept = [d for d in ctx.variants if d != cal.digest and (ctx.folder / int8_artifact("openvino-int8", d)).exists()]
     if not out.exists():
         quantize(ctx, out, cal)
-    files = [p for d in [*kept, cal.digest] for p in (int8_artifact("openvino-int8", d),
-                                                      int8_artifact("openvino-int8", d)[:-4] + ".bin")]
-    return {"paths": files, "variants": sorted([*kept, cal.digest]), "method": METHOD,
-            "calibration_images": cal.images}
+    sets = ctx.sets(cal.digest, lambda d: int8_artifact("openvino-int8", d))
+    files = [str(Path(int8_artifact("openvino-int8", d)).with_suffix(suffix))
+             for d in sets for suffix in (".xml", ".bin")]  # the IR: its graph and its weights
+    return {"paths": files, "variants": sets, "method": METHOD, "calibration_images": cal.images}
 
 
 def quantize(ctx: ExportContext, out: Any, cal: Any) -> None:

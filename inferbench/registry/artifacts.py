@@ -193,6 +193,11 @@ class ExportContext:
     def path(self, kind: str) -> Path:
         return self.folder / EXPORTERS[kind].path
 
+    def sets(self, current: str, path_of: Any) -> list[str]:
+        """The sets (variants) an export made once per set holds after this one: ``current`` and those made before
+        whose file (``path_of(digest)``, relative) is still there, in sorted order."""
+        return sorted({d for d in self.variants if (self.folder / path_of(d)).exists()} | {current})
+
 
 PARITY_INPUTS = 16  # seeded image-like inputs the parity gate compares on
 

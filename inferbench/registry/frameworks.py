@@ -47,6 +47,7 @@ class Framework:
     trainer: str | None = None  # "module:Class" of its training runner (--scenario train); None: it does not train
     train_artifact: str = ""  # the artifact kind its trainer loads ("": the runner's own)
     int8_artifact: str = ""  # the artifact kind its INT8 cells load (--precision int8), quantised from its own
+    int8_devices: tuple[str, ...] = ("cpu",)  # where its INT8 runs INT8 kernels (elsewhere: simulated, refused)
 
     def __post_init__(self) -> None:
         assert bool(self.int8_artifact) == self.takes("int8"), f"{self.key}: INT8 needs its artifact"
@@ -207,7 +208,7 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("tensorrt-int8", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export quantised with "
                   "symmetric QDQ pairs (explicit quantisation, strongly typed)", devices=("gpu",), precision="int8",
-                  int8_artifact="onnx-int8-sym"),
+                  int8_artifact="onnx-int8-sym", int8_devices=("gpu",)),
     ]
 }
 

@@ -96,13 +96,7 @@ def calibration(text: str | None, count: int, seed: int) -> Calibration:
     root = Path(text).expanduser().resolve()
     if not root.is_dir():
         raise UsageError(f"--calib-dir {root}: no such folder")
-    listed = _listed(root, "images")
-    found = _sample(listed, count, seed)
-    for path, _ in found:
-        with _opened(path):
-            pass
-    es = EvalSet(path=str(root), layout="images", images=len(found), found=len(listed), classes=0,
-                 digest=_digest(found, root), seed=seed)
+    es = _opened_set(root, "images", count, seed)
     return Calibration(images=es.images, digest=es.digest, set=es)
 
 
@@ -122,14 +116,19 @@ def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
     """The labelled set at ``text``, of at most ``count`` images (a seeded sample where there are more), every one's
     header read (format and size, nothing decoded); one clear UsageError for anything that is not such a set."""
     root, layout = _root(Path(text).expanduser().resolve())
+    return _opened_set(root, layout, count, seed)
+
+
+def _opened_set(root: Path, layout: str, count: int, seed: int) -> EvalSet:
+    """The set at ``root`` in ``layout``, ``count`` of its images (a seeded sample), every one's header read."""
     listed = _listed(root, layout)
     found = _sample(listed, count, seed)
     for path, _ in found:
         with _opened(path):
             pass
     folders = _class_folders(root) if layout == "folders" else [None]
-    return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed),
-                   classes=len(folders) if layout == "folders" else max(label for _, label in found) + 1,
+    classes = len(folders) if layout == "folders" else 0 if layout == "images" else max(lab for _, lab in found) + 1
+    return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed), classes=classes,
                    digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1])
 
 
@@ -137,7 +136,8 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
     """The set's images and labels, listed again; a UsageError where they changed since the run began."""
     found = _sample(_listed(Path(es.path), es.layout), es.images, es.seed)
     if _digest(found, Path(es.path)) != es.digest:
-        raise UsageError(f"the labelled images in {es.path} changed while inferbench was using them")
+        which = "calibration images" if es.layout == "images" else "labelled images"
+        raise UsageError(f"the {which} in {es.path} changed while inferbench was using them")
     return found
 
 
