@@ -95,8 +95,7 @@ def relative_gate(precision: str, sensitivity: dict[str, Any] | None) -> Thresho
 #: gate widens to SPREAD_FACTOR x the model's spread (its square for the cosine's gap) where that is wider.
 SPREAD_FACTOR = 3.0
 #: The precisions judged by accuracy, never by their logits (:func:`int8_verdict`): their errors on the reference
-#: inputs are reported, and only outputs that are not finite, not of the reference's shape, or the same for every
-#: class (a collapsed model) fail them. On seeded
+#: inputs are reported, and only outputs that are not finite, or not of the reference's shape, fail them. On seeded
 #: weights a correct INT8 export's logits say nothing of a trained model's accuracy: MobileNetV3-Small at 32 px,
 #: calibrated on 16 seeded inputs, read cosines of 0.45 (OpenVINO) and 0.80 (ONNX Runtime) against FP32.
 UNGATED = ("int8",)
@@ -382,11 +381,10 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
         reasons.append(f"cosine {cosine:.6f} < {th.min_cosine:.6g}")
     if real_flips:
         reasons.append(f"{real_flips} top-1 disagreement(s) away from near-ties")
-    if ungated:  # reported, not gated: only outputs that are no numbers, or collapsed to one answer, fail
+    if ungated:  # reported, not gated: only outputs that are no numbers fail (a collapsed INT8 model's accuracy,
+        # or without labels its agreement, says so; its logits on 16 near-grey inputs could not: they flatten a
+        # correct one's too)
         reasons = [r for r in reasons if r == "non-finite outputs"]
-        least = float(np.std(cand, axis=1).min()) if finite else 0.0
-        if finite and least < 1e-6 * max(scale, 1e-30):
-            reasons.append(f"outputs hardly vary across classes (std {least:.3g}): a collapsed model")
     return {
         "status": "failed" if reasons else "passed",
         "reason": "; ".join(reasons) or None,
