@@ -16,7 +16,7 @@ then as many again, and ``compare`` between every pair of those (45 pairs for 10
 "not comparable"), how often does it call identical runs "significant", and "REGRESSION" with ``--fail-above
 10`` (goal: at most 5%), and on how many pairs does it abstain (goal: at most 20% on a quiet machine)? Then, with
 ``--slowdown FRAMEWORK:FACTOR``, as many runs again with that framework slowed down on purpose (inferbench's
-test-only ``INFERBENCH_TEST_SLOWDOWN``: a fixed sleep after each call, (FACTOR - 1) x the runtime's median call)
+test-only ``INFERBENCH_TEST_SLOWDOWN``: a fixed sleep after each call, calibrated in the worker)
 paired with the plain ones: a real slowdown must still be caught (goal for 1.3x: "REGRESSION" in at least 50% of
 the judged pairs), and the slowdown the hook made is verified by a paired A/B within each run (the slowed
 framework over the other, slowed runs over plain). ``--busy N`` runs every invocation with
@@ -228,20 +228,20 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
     (:func:`inferbench.measure.stats.invocation_excess`: what compare adds to each side's own error); the largest
     over the frameworks; written where runs read it."""
     from inferbench.analysis.ranking import sample_of
-    from inferbench.compare import _rounds
+    from inferbench.compare import MATCHED_ROUNDS, _rounds
     from inferbench.execution.environment import calibration_path
-    from inferbench.measure.stats import MIN_ROUNDS, invocation_excess, log_centre
+    from inferbench.measure.stats import invocation_excess, log_centre
     from inferbench.measure.trackers.speed import matched, same_state
 
-    per: dict[str, list[tuple[float, float, float]]] = {}
+    per: dict[str, list[tuple[float, float, float, float]]] = {}
     threads, skipped = None, 0
     for run_dir in run_dirs:
         for path in run_dir.glob("*_bs1_*.json"):
             rec = json.loads(path.read_text())
             readings = ((rec.get("machine_state") or {}).get("speed") or {}).get("rounds") or []
-            found = matched(readings, readings, MIN_ROUNDS)
+            found = matched(readings, readings, MATCHED_ROUNDS)
             threads = rec["config"]["threads"]
-            if found is None:  # no speed steady for 3 rounds: compare would not use this run either
+            if found is None:  # no speed steady for as many rounds as compare needs: it would not use this run
                 skipped += 1
                 continue
             rounds, _, speed = found
@@ -249,28 +249,30 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
             if side is None:
                 skipped += 1
                 continue
-            per.setdefault(rec["framework"], []).append((side[0], side[1], speed))
+            per.setdefault(rec["framework"], []).append((*side, speed))
     per_framework, dfs, totals, withins = {}, {}, {}, {}
     for fw, values in per.items():
         keys: list[float] = []  # runs at one speed together
-        for speed in sorted(v[2] for v in values):
+        for speed in sorted(v[3] for v in values):
             if not keys or not same_state(keys[-1], speed):
                 keys.append(speed)
-        fit = invocation_excess([(v, se, next(k for k in keys if same_state(k, speed))) for v, se, speed in values])
+        fit = invocation_excess([(v, se, df, next(k for k in keys if same_state(k, speed)))
+                                 for v, se, df, speed in values])
         per_framework[fw] = None if fit is None else fit["sd"]  # null: not measured (JSON has no NaN)
         dfs[fw] = 0 if fit is None else fit["df"]
         totals[fw], withins[fw] = (None, None) if fit is None else (fit["total_sd"], fit["within_se"])
-    sd = max(v for v in per_framework.values() if v is not None)
+    largest = max((fw for fw, v in per_framework.items() if v is not None), key=lambda fw: per_framework[fw])
+    sd = per_framework[largest]
     path = calibration_path(cache_dir, int(threads or 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    result = {"sd": sd, "per_framework": per_framework, "df": min(dfs.values()), "df_per_framework": dfs,
+    result = {"sd": sd, "per_framework": per_framework, "df": dfs[largest], "df_per_framework": dfs,
               "total_sd_per_framework": totals, "within_se_per_framework": withins,
               "invocations": len(run_dirs), "frameworks": frameworks,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "benchmarks/aa_calibration.py --across",
               "method": "excess over each run's own standard error (random effects, moments) of the sd between "
                         "invocations of the log centre over each run's steady rounds at its most frequent machine "
                         "speed, pooled over speeds", "cells_without_a_steady_speed": skipped,
-              "speeds": sorted({round(c) for vs in per.values() for _, _, c in vs})}
+              "speeds": sorted({round(c) for vs in per.values() for *_, c in vs})}
     path.write_text(json.dumps(result, indent=1))
     return {**result, "file": str(path)}
 

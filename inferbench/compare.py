@@ -187,7 +187,8 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     measured."""
     judged = [r for r in rows if r["ratio_ci_low"] is not None]
     apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
-    out = [f"judged {len(rows) - len(apart)} of {len(rows)} cells in common" + (
+    failed = len(rows) - len(judged) - len(apart)  # failed, or parity failed: said, with no ratio to judge
+    out = [f"judged {len(judged)} of {len(rows)} cells in common" + (f", {failed} failed" if failed else "") + (
         f"; abstained on {len(apart)} ({len(apart) / len(rows):.0%}): "
         f"{sum(v.startswith('not comparable') for v in apart)} not comparable, "
         f"{sum(v.startswith('no interval') for v in apart)} without an interval" if apart else "")]

@@ -445,24 +445,32 @@ def test_the_spread_between_invocations_is_the_excess_over_each_runs_own_error_s
     for tau, found in estimates.items():
         for _ in range(30):
             runs = [stats.log_centre(_invocation(rng, tau)) for _ in range(10)]
-            found.append(stats.invocation_excess([(v, se, "one speed") for v, se, _ in runs]))
+            found.append(stats.invocation_excess([(v, se, df, "one speed") for v, se, df in runs]))
     quiet = np.median([e["sd"] for e in estimates[0.0]])
     moving = np.median([e["sd"] for e in estimates[0.04]])
     assert quiet < 0.008 and 0.03 <= moving <= 0.05, (quiet, moving)
     assert np.median([e["total_sd"] for e in estimates[0.0]]) > 1.5 * quiet  # each run's own error, subtracted
-    assert estimates[0.04][0]["df"] == 9 and estimates[0.04][0]["runs"] == 10
-    by_key = stats.invocation_excess([(0.0, 0.01, "fast"), (0.1, 0.01, "slow"), (0.02, 0.01, "fast"),
-                                      (0.12, 0.01, "slow")])
-    assert by_key["df"] == 2 and by_key["total_sd"] == pytest.approx(math.sqrt(0.02 ** 2 / 2 * 2 / 2))  # within keys
-    assert stats.invocation_excess([(0.0, 0.01, "fast"), (0.1, 0.01, "slow")]) is None
-    # compare with the excess: identical runs called different at about the nominal 5%, a 1.3x slowdown caught
+    moved = estimates[0.04][0]
+    assert moved["between_df"] == 9 and moved["runs"] == 10 and 1 <= moved["df"] < 9  # a difference: fewer df
+    by_key = stats.invocation_excess([(0.0, 0.01, 6, "fast"), (0.1, 0.01, 6, "slow"), (0.02, 0.01, 6, "fast"),
+                                      (0.12, 0.01, 6, "slow")])
+    assert by_key["between_df"] == 2 and by_key["total_sd"] == pytest.approx(0.01 * math.sqrt(2))  # within keys
+    assert stats.invocation_excess([(0.0, 0.01, 6, "fast"), (0.1, 0.01, 6, "slow")]) is None
+    # compare with the excess, with its own (few) degrees of freedom: identical runs called different in at most 10%
+    # of pairs, a 1.3x slowdown caught in 90%, and a 1.12x one more often than with the raw spread counted twice
     tau = 0.04
-    var = np.median([e["sd"] for e in estimates[tau]]) ** 2
-    aa = slow = 0
+    fits = estimates[tau]
+    ways = {"excess": (np.median([e["sd"] for e in fits]) ** 2, float(np.median([e["df"] for e in fits]))),
+            "raw": (np.median([e["total_sd"] for e in fits]) ** 2, float(np.median([e["between_df"] for e in fits])))}
+    aa, slow, caught = 0, 0, {"excess": 0, "raw": 0}
     pairs = 150
     for _ in range(pairs):
-        a, b, c = _invocation(rng, tau), _invocation(rng, tau), _invocation(rng, tau, slower=1.3)
-        a, b, c = (Sample(s.latencies, s.rounds, 2, None, var, 9.0) for s in (a, b, c))
-        aa += bool(compare(b, a, paired=False)["significant"])
-        slow += compare(c, a, paired=False)["ci95"][0] > 1.0
-    assert 0.01 <= aa / pairs <= 0.10 and slow / pairs >= 0.9, (aa, slow)
+        a, b, c, d = (_invocation(rng, tau, slower) for slower in (1.0, 1.0, 1.3, 1.12))
+        var, df = ways["excess"]
+        a2, b2, c2 = (Sample(s.latencies, s.rounds, 2, None, var, df) for s in (a, b, c))
+        aa += bool(compare(b2, a2, paired=False)["significant"])
+        slow += compare(c2, a2, paired=False)["ci95"][0] > 1.0
+        for way, (var, df) in ways.items():
+            a3, d3 = (Sample(s.latencies, s.rounds, 2, None, var, df) for s in (a, d))
+            caught[way] += compare(d3, a3, paired=False)["ci95"][0] > 1.0
+    assert aa / pairs <= 0.10 and slow / pairs >= 0.9 and caught["excess"] > caught["raw"], (aa, slow, caught)

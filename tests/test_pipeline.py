@@ -593,5 +593,10 @@ def test_the_test_slowdown_hook_is_said_loudly_when_the_shell_sets_it(fakes, tmp
     assert "WARNING: INFERBENCH_TEST_SLOWDOWN=fake:3 is set: that framework's timed calls are slowed on purpose" in err
     (rec,) = records.iter_records(tmp_path / "out")[0]
     assert rec["timing"]["test_slowdown"] == 3.0
-    # a fixed sleep of twice the 2 ms call's median after each call: a sleep is never shorter than asked
-    assert rec["latency_ms"]["p50"] >= 3 * 2.0 * 0.98
+    # a sleep after each 2 ms call, calibrated to make the whole 3x: never shorter than asked
+    assert rec["latency_ms"]["p50"] >= 3 * 2.0 * 0.9
+    monkeypatch.setenv("INFERBENCH_TEST_SLOWDOWN", "fake:0.5")  # no slowdown: one line, nothing measured
+    assert _run(tmp_path / "bad", "--framework", "fake") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("INFERBENCH_TEST_SLOWDOWN=fake:0.5: the factor must be a number above 1 (at most 100)")
+    assert not list((tmp_path / "bad").rglob("*.json"))

@@ -82,15 +82,16 @@ def calibration_path(cache_dir: str | Path, threads: int) -> Path:
     import hashlib
     import json
 
-    key = json.dumps({"cpu": cpu_model(), "threads": threads, "cores": os.cpu_count(),
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # as it sees them
+    key = json.dumps({"cpu": cpu_model(), "threads": threads, "cores": cores,
                       "memory_gib": round(memory_total_gb() or 0)}, sort_keys=True)
     return Path(cache_dir) / "calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any] | None:
-    """This machine's measured spread between invocations (``sd`` of a cell's log median, with how and when it was
-    measured), or None where it was never measured; every record carries it (``environment.invocation_spread``)
-    and ``compare`` adds it to each side."""
+    """This machine's measured spread between invocations (``sd``: of a cell's log centre beyond each run's own
+    error, with how and when it was measured), or None where it was never measured; every record carries it
+    (``environment.invocation_spread``) and ``compare`` adds it to each side's own error."""
     import json
 
     from ..base.codec import check_shape

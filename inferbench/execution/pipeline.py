@@ -23,7 +23,7 @@ from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import scenario
-from ..scenarios.base import TEST_SLOWDOWN
+from ..scenarios.base import TEST_SLOWDOWN, test_slowdown
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
 from .budget import Deadline, export_s, group_estimate, say, to_export
 from .childenv import child_env, ignored_shell_variables, recorded_env
@@ -183,6 +183,7 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
               file=sys.stderr)
     hook = os.environ.get(TEST_SLOWDOWN)
     if hook:  # a test hook that changes every timing of that framework: never silent outside the tests
+        test_slowdown(hook.partition(":")[0])  # a factor that is no number above 1: one line, before anything runs
         print(f"inferbench: WARNING: {TEST_SLOWDOWN}={hook} is set: that framework's timed calls are slowed on "
               "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)

@@ -539,26 +539,32 @@ def log_centre(s: Sample, stat: str = "p50") -> tuple[float, float, float] | Non
     return math.log(centre(s.latencies, s.rounds, stat)), se, df
 
 
-def invocation_excess(runs: Sequence[tuple[float, float, Any]]) -> dict[str, Any] | None:
+def invocation_excess(runs: Sequence[tuple[float, float, float, Any]]) -> dict[str, Any] | None:
     """What differs between invocations of one cell beyond what each run's own interval already holds, from plain
-    runs of it: each run's log centre, its standard error (:func:`log_centre`) and a key of the runs comparable
-    with it (one machine speed). The between-run variance within keys (pooled, ``df`` = runs - keys) less the mean
-    squared standard error (the method-of-moments random-effects estimate, as DerSimonian and Laird's with equal
-    weights), never below 0: ``compare`` adds it to each side's own error, which the raw spread between runs would
-    count twice. None with no key holding two runs."""
-    groups: dict[Any, list[tuple[float, float]]] = {}
-    for value, se, key in runs:
-        groups.setdefault(key, []).append((value, se))
-    ss = sum((v - sum(x for x, _ in g) / len(g)) ** 2 for g in groups.values() for v, _ in g)
-    df = sum(len(g) - 1 for g in groups.values())
-    if df < 1:
+    runs of it: each run's log centre, its standard error and that error's degrees of freedom (:func:`log_centre`),
+    and a key of the runs comparable with it (one machine speed). The between-run variance within keys (pooled,
+    ``between_df`` = runs - keys) less the mean squared standard error (the method-of-moments random-effects estimate,
+    as DerSimonian and Laird's with equal weights), never below 0: ``compare`` adds it to each side's own error, which
+    the raw spread between runs would count twice. ``df``: the excess's own, by Satterthwaite's rule for a difference
+    of two variance estimates (far fewer than the runs': it is what an interval may lean on), at least 1. None with no
+    key holding two runs."""
+    groups: dict[Any, list[tuple[float, float, float]]] = {}
+    for value, se, se_df, key in runs:
+        groups.setdefault(key, []).append((value, se, se_df))
+    ss = sum((v - sum(x for x, _, _ in g) / len(g)) ** 2 for g in groups.values() for v, _, _ in g)
+    between_df = sum(len(g) - 1 for g in groups.values())
+    if between_df < 1:
         return None
-    total = ss / df
-    within = sum(se * se for g in groups.values() if len(g) > 1 for _, se in g) / sum(
-        len(g) for g in groups.values() if len(g) > 1)
+    total = ss / between_df
+    used = [(se, se_df) for g in groups.values() if len(g) > 1 for _, se, se_df in g]
+    within = sum(se * se for se, _ in used) / len(used)
+    spread_of_within = sum(se ** 4 / max(se_df, 1.0) for se, se_df in used)  # each error's own uncertainty
+    within_df = within ** 2 * len(used) ** 2 / spread_of_within if spread_of_within > 0 else math.inf
     excess = max(0.0, total - within)
-    return {"sd": math.sqrt(excess), "df": df, "total_sd": math.sqrt(total), "within_se": math.sqrt(within),
-            "runs": sum(len(g) for g in groups.values())}
+    parts = total ** 2 / between_df + within ** 2 / within_df
+    df = min(between_df, max(1, int(excess ** 2 / parts))) if excess > 0 and parts > 0 else between_df
+    return {"sd": math.sqrt(excess), "df": df, "between_df": between_df, "total_sd": math.sqrt(total),
+            "within_se": math.sqrt(within), "runs": sum(len(g) for g in groups.values())}
 
 
 def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
