@@ -76,7 +76,8 @@ class OpenVinoRunner(Runner):
 
             check_savedmodel(Path(ctx.artifact))
         # an INT8 model (NNCF's, OpenVINO IR) is read as it was saved; the SavedModel or ONNX file is converted
-        model = ov.Core().read_model(str(ctx.artifact)) if str(ctx.artifact).endswith(".xml") \
+        self.core = ov.Core()  # one for the run: it reads an IR and compiles every setting's model
+        model = self.core.read_model(str(ctx.artifact)) if str(ctx.artifact).endswith(".xml") \
             else ov.convert_model(str(ctx.artifact))
         self.batch, self.precision = ctx.batch_size, ctx.precision
         self.hint = HINTS[ctx.precision]
@@ -84,7 +85,6 @@ class OpenVinoRunner(Runner):
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
             if str(ctx.artifact).endswith(".xml") else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
-        self.core = ov.Core()
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
         self.version = ov.get_version()

@@ -192,7 +192,6 @@ def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     same images (:func:`inferbench.measure.parity.accuracy`), computed at the timed batch size; ``not_measured`` with
     the reason where the FP32 outputs on them were not exported, are no class scores, or the cell's cannot be computed;
     failed where they have another size."""
-    from ..base.errors import UsageError
     from ..exporters.cache import cached
     from ..measure import parity
     from ..registry import images
