@@ -73,21 +73,64 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
 
 
 def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys):
-    code = main([*SMALL, "--framework", "onnxrt,openvino", "--precision", "int8,fp32",
+    code = main([*SMALL, "--framework", "onnxrt,openvino,torch-inductor", "--precision", "int8,fp32",
                  "--calib-images", "16", "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "int8: calibrated on 16 seeded image-like inputs (no --calib-dir): a timing configuration" in captured.err
     assert "speed only, accuracy not judged (no --eval-dir; not ranked): " in captured.out
     recs = {(r["framework"], r["precision"]): r for r in records.iter_records(tmp_path / "out")[0]}
-    for fw in ("onnxrt", "openvino"):
+    for fw in ("onnxrt", "openvino", "torch-inductor"):
         assert recs[(fw, "fp32")]["parity"]["status"] == "passed"
         int8 = recs[(fw, "int8")]["parity"]
         assert int8["status"] == "unjudged" and int8["reason"].startswith("speed only: INT8's accuracy not judged")
         assert int8["agreement"]["status"] == "measured" and int8["agreement"]["inputs"] == 1000
+        # not the FP32 model under another name: quantisation moved some of its outputs
+        assert int8["max_abs_error"] > recs[(fw, "fp32")]["parity"]["max_abs_error"]
+    torch_int8 = recs[("torch-inductor", "int8")]["runner"]
+    assert torch_int8["int8"]["quantize"] > 0 and torch_int8["int8"]["method"]["tool"].startswith("torchao")
+    assert torch_int8["torch_compile"] and torch_int8["freezing"] and torch_int8["int8"]["instructions"]
+    digest = recs[("torch-inductor", "int8")]["config"]["calibration"]["digest"]
+    assert list(shared_cache.rglob(f"torch-int8/{digest}.pt2"))  # an export, cached per calibration set
     answer = json.loads(next((tmp_path / "out").rglob("recommendation.json")).read_text())["recommendations"][0]
     assert ":int8" not in answer["recommended"] and {c["cell"] for c in answer["speed_only"]} == {
-        "onnxrt:int8", "openvino:int8"}
+        "onnxrt:int8", "openvino:int8", "torch-inductor:int8"}
+
+
+def test_torchs_int8_quantises_a_resnet_whose_blocks_call_one_relu_module_several_times(tmp_path, monkeypatch):
+    """torchvision's ResNet blocks call one ReLU module two or three times; the x86 inductor quantizer refuses such a
+    pattern ("more than one output node") unless each call is a function of its own. The saved program computes the
+    ResNet it was made from: its outputs lie nearer that model's than another seeded ResNet's."""
+    import torch
+    import torchvision
+
+    from inferbench.exporters import quantize_torch
+    from inferbench.registry import ports
+
+    def resnet(seed):
+        torch.manual_seed(seed)
+        net = torchvision.models.resnet18(weights=None)
+        with torch.no_grad():  # batch statistics from image-like inputs: outputs that differ across inputs
+            for bn in (m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+                bn.weight.uniform_(0.5, 1.5)
+                bn.reset_running_stats()
+                bn.momentum = None
+            net.train()(torch.rand(16, 3, 48, 48))
+        return net.eval()
+
+    nets = {"same": resnet(0), "other": resnet(1)}
+    monkeypatch.setattr(ports, "build_torchvision", lambda name, weights: resnet(0))
+    rng = np.random.default_rng(0)
+    chunks = [rng.uniform(0, 1, (8, 48, 48, 3)).astype("float32") for _ in range(3)]
+    quantize_torch.quantize("resnet18", {}, tmp_path / "q.pt2", iter(chunks))
+    program = quantize_torch.load(tmp_path / "q.pt2")
+    program.eval()
+    x = torch.from_numpy(rng.uniform(0, 1, (4, 3, 48, 48)).astype("float32"))
+    with torch.no_grad():
+        out = program(x)
+        assert program(x[:1]).shape == (1, 1000)  # the batch dimension is free
+        error = {k: float((out - net(x)).norm() / net(x).norm()) for k, net in nets.items()}
+    assert error["same"] < 0.5 * error["other"], error
 
 
 def test_tensorrts_int8_model_is_symmetric_and_computes_what_the_fp32_export_does(colours, tmp_path, shared_cache):

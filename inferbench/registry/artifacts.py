@@ -55,6 +55,9 @@ EXPORTERS: dict[str, Exporter] = {
                  "onnxruntime", "onnx-int8"),
         Exporter("openvino-int8", "inferbench.exporters.quantize_openvino", ("savedmodel",), ("openvino", "nncf"),
                  "openvino", "openvino-int8"),
+        # torch-inductor's: the torchvision twin with the Keras weights, quantised by PT2E for x86 / inductor
+        Exporter("torch-int8", "inferbench.exporters.quantize_torch", ("ported",), ("torch", "torchvision", "torchao"),
+                 "torch", "torch-int8"),
         # TensorRT's explicit quantisation takes symmetric pairs only (signed activations, zero points 0)
         Exporter("onnx-int8-sym", "inferbench.exporters.quantize_onnx_sym", ("onnx",), ("onnxruntime", "onnx"),
                  "onnxruntime", "onnx-int8-sym"),
@@ -236,11 +239,12 @@ def evaluation_reference(digest: str) -> str:
 
 #: The file an INT8 export writes for a calibration set, per kind (the ``{digest}`` filled in): what the runner loads.
 INT8_FILES = {"onnx-int8": "onnx-int8/{digest}.onnx", "openvino-int8": "openvino-int8/{digest}.xml",
-              "onnx-int8-sym": "onnx-int8-sym/{digest}.onnx"}
+              "onnx-int8-sym": "onnx-int8-sym/{digest}.onnx", "torch-int8": "torch-int8/{digest}.pt2"}
 
 
 def int8_artifact(kind: str, digest: str) -> str:
-    """The INT8 model of ``kind`` calibrated on the set ``digest`` (exporters ``onnx-int8``, ``openvino-int8``)."""
+    """The INT8 model of ``kind`` calibrated on the set ``digest`` (exporters ``onnx-int8``, ``openvino-int8``,
+    ``torch-int8``, ``onnx-int8-sym``)."""
     return INT8_FILES[kind].format(digest=digest)
 
 

@@ -195,8 +195,10 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("torch-inductor", "inferbench.runners.torch:TorchInductorRunner", "ported", ("torch", "torchvision"),
                   ("torch", "torchvision"), "torch",
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
-                  "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call",
-                  same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16", "tf32"),
+                  "torch.compile (inductor, weights frozen on the CPU); compile time is in the first call (int8: "
+                  "quantised by PT2E's x86 inductor quantizer)",
+                  same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16", "tf32", "int8"),
+                  int8_artifact="torch-int8",
                   needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=(*_TUNE, *_TRAIN),
                   trainer="inferbench.runners.torch:TorchInductorTrainer"),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),

@@ -65,11 +65,12 @@ class TorchRunner(Runner):
         except RuntimeError:  # already set in this process
             pass
         self.dev = torch.device("cuda:0" if ctx.device == "gpu" else "cpu")
+        self.int8_cell = ctx.precision == "int8"
         if ctx.device == "gpu" and not torch.cuda.is_available():
             raise RuntimeError("torch sees no CUDA device (is a CUDA build of torch installed?)")
         opts = ctx.options
         self.dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
-                      "bf16": torch.bfloat16}[ctx.precision]
+                      "bf16": torch.bfloat16, "int8": torch.float32}[ctx.precision]  # int8: FP32 in and out
         self.tf32 = strict_fp32(torch, ctx)
         setting = ctx.setting  # a load-time setting being tuned (tuning_grid) overrides the option
         self.channels_last = bool(setting.get("channels_last", opts.channels_last)) and self.channels_first
@@ -83,7 +84,8 @@ class TorchRunner(Runner):
 
     def load(self, ctx: LoadContext) -> None:
         torch = self.setup(ctx)
-        module = self.build(ctx).to(self.dev, self.dtype).eval()
+        module = self.build(ctx).to(self.dev, self.dtype)
+        module.eval()  # an exported program's (INT8's) eval() returns nothing
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
         self.plain = module  # before compilation: its blocks can be read (block_errors)
@@ -211,6 +213,11 @@ class TorchNativeRunner(TorchRunner):
 
         from ..registry.ports import build_torchvision, ported_models
 
+        if ctx.precision == "int8":  # the twin quantised by PT2E (exporter torch-int8)
+            from ..exporters.quantize_torch import load
+
+            self.weights_source = "keras-ported, pt2e-int8"
+            return load(ctx.artifact)
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
         if ctx.model.name in ported_models() and ctx.artifact is not None:
@@ -225,7 +232,18 @@ class TorchNativeRunner(TorchRunner):
         return module
 
     def details(self) -> dict[str, Any]:
-        return {**super().details(), "weights": self.weights_source}
+        return {**super().details(), "weights": self.weights_source, **({"int8": self.int8()} if self.int8_cell else {})}
+
+    def int8(self) -> dict[str, Any]:
+        """What an INT8 cell ran: the program's quantise / dequantise pairs (inductor lowers them into oneDNN's INT8
+        kernels), how it was made, the CPU's INT8 instructions."""
+        from ..base.machine import native_instructions
+        from ..exporters.quantize_torch import METHOD
+
+        ops = [str(n.target) for n in self.plain.graph.nodes if n.op == "call_function"]
+        return {"quantize": sum("quantize_per" in o and "dequantize" not in o for o in ops),
+                "dequantize": sum("dequantize_per" in o for o in ops), "method": METHOD,
+                "instructions": native_instructions("int8")}
 
     def block_errors(self, inputs: np.ndarray) -> dict[str, list[Any]] | None:
         """The torchvision twin's stages (:func:`stage_errors`) in its precision against a copy in FP64."""

@@ -1,0 +1,98 @@
+"""INT8 for torch: the torchvision twin with the Keras weights (the ``ported`` export, as ``torch-inductor`` builds it)
+quantised after training by PyTorch 2's export quantisation for x86 and inductor (``prepare_pt2e`` /
+``convert_pt2e`` from torchao, PyTorch's quantisation library, with its ``X86InductorQuantizer`` at its default
+configuration: static, activations unsigned 8-bit per tensor from a histogram observer, weights signed 8-bit per
+output channel). The converted program is exported again (``torch.export``, the batch dimension dynamic) and saved
+(``torch-int8/<digest>.pt2``, one per calibration set: the variants are the sets' digests); ``torch-inductor`` loads
+it and compiles it with weights frozen, where inductor lowers the quantise / dequantise pairs into oneDNN's INT8
+kernels (the PT2E x86 inductor tutorial's flow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.images import calibration_inputs
+from ..registry.models import get_model
+
+#: How the INT8 model is made, as records and the manifest name it.
+METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
+          "quantizer": "X86InductorQuantizer, default configuration (static)",
+          "activations": "uint8 per tensor", "weights": "int8 per channel, symmetric",
+          "calibration": "HistogramObserver (activations), PerChannelMinMaxObserver (weights)",
+          "runs_as": "torch.compile (inductor, weights frozen): oneDNN INT8 kernels"}
+#: The largest batch the saved program takes (its batch dimension is dynamic up to this).
+MAX_BATCH = 4096
+
+
+def export(ctx: ExportContext) -> dict[str, Any]:
+    cal = ctx.calibration
+    if cal is None:
+        raise RuntimeError("an INT8 export needs its calibration set")
+    out = ctx.folder / int8_artifact("torch-int8", cal.digest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        spec = get_model(ctx.model)
+        with np.load(ctx.path("ported")) as weights:
+            quantize(spec.name, dict(weights), out, calibration_inputs(spec, cal, ctx.resolution, ctx.seed))
+    sets = ctx.sets(cal.digest, lambda d: int8_artifact("torch-int8", d))
+    return {"paths": [int8_artifact("torch-int8", d) for d in sets], "variants": sets, "method": METHOD,
+            "calibration_images": cal.images}
+
+
+def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any) -> None:
+    """The twin of ``model`` with ``weights`` quantised (:data:`METHOD`) on ``chunks`` (NHWC batches of model
+    inputs, read as they are needed), saved whole or not at all into ``out``."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    from ..registry.ports import build_torchvision
+
+    twin = _unshared_relus(torch, build_torchvision(model, weights).eval())
+    batches = (torch.from_numpy(np.ascontiguousarray(c.transpose(0, 3, 1, 2))) for c in chunks)
+    first = next(batches)
+    example = (first.repeat(2, 1, 1, 1)[:2],)  # two images: torch.export takes a batch of 1 for a constant 1
+    dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
+    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    with torch.no_grad():
+        prepared = prepare_pt2e(torch.export.export(twin, example, dynamic_shapes=dynamic).module(), quantizer)
+        prepared(first)  # calibration: the observers see every batch
+        for batch in batches:
+            prepared(batch)
+        converted = convert_pt2e(prepared)
+        program = torch.export.export(converted, example, dynamic_shapes=dynamic)
+    part = out.with_name(out.name + ".part")
+    torch.export.save(program, str(part))
+    part.replace(out)  # whole or not at all
+
+
+def _unshared_relus(torch: Any, module: Any) -> Any:
+    """``module`` with each ``nn.ReLU`` computed by ``F.relu``: a ResNet block calls one ReLU module two or three
+    times, which the quantizer sees as one pattern with several outputs and refuses ("Input partition has more than
+    one output node"); a function's calls are patterns of their own. The same numbers."""
+
+    class Relu(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.nn.functional.relu(x)
+
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.ReLU:
+                setattr(parent, name, Relu())
+    return module
+
+
+def load(path: Path) -> Any:
+    """The saved INT8 program as a module that takes ``eval()`` (torchao imported first: it registers the
+    quantise / dequantise ops the program calls)."""
+    import torch
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
+
+    module = torch.export.load(str(path)).module()
+    allow_exported_model_train_eval(module)
+    return module
