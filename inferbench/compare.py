@@ -127,8 +127,27 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
                 row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
             else:
                 row["verdict"] = "slower"
+        settings = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
+        if None not in settings.values() and settings["old"] != settings["new"]:  # the same cell, tuned otherwise
+            row["tuned"] = settings
+            notes.append(f"{_label(dict(zip(KEY, key)))}: tuning chose another setting (OLD "
+                         f"{_setting(settings['old'])}, NEW {_setting(settings['new'])}): its ratio is the code's "
+                         "and the setting's together")
         rows.append(row)
     return rows, notes
+
+
+def _chosen(r: Any) -> dict[str, Any] | None:
+    """The setting a tuned cell's tuning chose (its flattened ``tuning.chosen.*`` columns; {} for inferbench's own
+    default), None for a cell that was not tuned."""
+    if not isinstance(r.get("tuning.reason"), str):
+        return None
+    prefix = "tuning.chosen."
+    return {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix) and v is not None and v == v}
+
+
+def _setting(setting: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(setting.items())) or "the default"
 
 
 def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:

@@ -261,11 +261,11 @@ OPTIONS: tuple[Option, ...] = (
            maximum=MAX_RESOLUTION, commands=MEASURING),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
            metavar="N[,N...]", maximum=MAX_BATCH, commands=MEASURING),
-    Option("precisions", ("--precision", "--precisions"), "fp32, fp16, bf16, tf32 or int8 (comma list in a sweep): "
-           "frameworks that take it run at it (torch, torch-native, torch-inductor, openvino; int8: onnxrt, "
-           "openvino, calibrated with --calib-dir), the others at their own; on a CPU only where it has that "
-           "precision's instructions (BF16: AVX512_BF16 or AMX; INT8: VNNI or AMX)", [], precisions,
-           metavar="P[,P...]"),
+    Option("precisions", ("--precision", "--precisions"), "fp32, fp16, bf16, tf32 or int8 (comma list in a sweep "
+           "or zoo): frameworks that take it run at it (torch, torch-native, torch-inductor, openvino; int8: onnxrt, "
+           "openvino, torch-inductor, calibrated with --calib-dir), the others at their own; on a CPU only where it "
+           "has that precision's instructions (BF16: AVX512_BF16 or AMX; INT8: VNNI or AMX)", [], precisions,
+           metavar="P[,P...]", commands=MEASURING),
     Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
            "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
            "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
@@ -279,10 +279,10 @@ OPTIONS: tuple[Option, ...] = (
            "set)", EVAL_IMAGES, positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
     Option("calib_dir", ("--calib-dir",), "images to calibrate --precision int8 on (any folder of images, read as "
            "--eval-dir's; labels not read); without it, seeded image-like inputs: a timing configuration, not an "
-           "accuracy claim", None, path_value, metavar="DIR", commands=("run", "sweep")),
+           "accuracy claim", None, path_value, metavar="DIR", commands=MEASURING),
     Option("calib_images", ("--calib-images",), "at most this many of --calib-dir's images (a seeded sample of a "
            "larger folder), or this many seeded inputs (300: ONNX Runtime's and NNCF's own default)", CALIB_IMAGES,
-           positive_int, metavar="N", maximum=MAX_CALIB_IMAGES, commands=("run", "sweep")),
+           positive_int, metavar="N", maximum=MAX_CALIB_IMAGES, commands=MEASURING),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,

@@ -9,7 +9,8 @@ A zoo is a sweep (its plan in ``sweep.json``, a record per cell, resumable after
 cells run one at a time (``--sequential``: one framework loaded at a time, so that the biggest models fit),
 with a short timing by default. Each (model, framework) pair of the matrix is one of: passed (with its
 max error relative to max |reference|), failed parity (the numbers), failed (the error), unverified (a
-torchvision twin on its own weights: outputs only checked to be finite and non-degenerate), unsupported
+torchvision twin on its own weights: outputs only checked to be finite and non-degenerate), speed only (INT8
+without labelled images, ``--precision fp32,int8``: a column of its own per runtime), unsupported
 (the reason: no torchvision twin, no weight port, a model file's format), too big here (refused before it
 started: it would not fit this machine's memory) or not run here (not installed, needs a GPU).
 """
@@ -33,7 +34,8 @@ from .records.table import compute_rate, write_csv
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
 #: One mark per status in the Markdown matrix.
-MARKS = {"passed": "✓", "failed parity": "✗", "failed": "!", "unverified": "~", "unsupported": "—",
+MARKS = {"passed": "✓", "failed parity": "✗", "failed": "!", "unverified": "~", "speed only": "s",
+         "unsupported": "—",
          "too big here": "M", "not run here": "·", "not run yet": "?"}
 #: How a memory refusal's error begins (the group's workers or the ONNX export would not fit this machine).
 REFUSED = "not run:"
@@ -105,16 +107,20 @@ def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -
 
 
 def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = None) -> list[dict[str, Any]]:
-    """One row per (model of the plan, framework): its outcome. The frameworks are those the plan names, or with
-    a set ('all', 'best'), every framework of the registry on the plan's device."""
+    """One row per (model of the plan, framework and precision): its outcome. The frameworks are those the plan
+    names, or with a set ('all', 'best'), every framework of the registry on the plan's device; each in every
+    precision the plan gave its cells (``--precision fp32,int8``: a column ``onnxrt:int8`` beside ``onnxrt``)."""
+    from .records.table import display_name
     from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
     from .registry.models import get_model
 
     device = plan.config.device.kind
     asked = plan.grid.get("frameworks") or ["all"]
-    columns = [k for k, fw in FRAMEWORKS.items() if device in fw.devices
-               and (k in asked or any(s in SETS and in_set(fw, s, device) for s in asked))]
-    by_cell = {(r["model"], r["framework"]): r for r in records}
+    keys = [k for k, fw in FRAMEWORKS.items() if device in fw.devices
+            and (k in asked or any(s in SETS and in_set(fw, s, device) for s in asked))]
+    precisions = {k: list(dict.fromkeys(c.precision for c in plan.cells if c.framework == k)) for k in keys}
+    columns = [(k, p) for k in keys for p in precisions[k] or [FRAMEWORKS[k].precision]]
+    by_cell = {(r["model"], display_name(r["framework"], r.get("precision", "fp32"))): r for r in records}
     exports = _export_seconds(records, folder)
     models = list(dict.fromkeys(c.model for c in plan.cells))
     resolution = {c.model: c.resolution for c in plan.cells}
@@ -122,14 +128,14 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = 
     for model in models:
         spec = get_model(model)
         stats = next((r.get("model_stats") for r in records if r["model"] == model and r.get("model_stats")), None)
-        for key in columns:
-            fw = FRAMEWORKS[key]
+        for key, precision in columns:
+            fw, name = FRAMEWORKS[key], display_name(key, precision)
             row: dict[str, Any] = {
                 "model": model, "family": spec.family, "resolution": resolution[model],
                 "params": stats["params"] if stats else None,
                 "gflop_per_image": round(stats["flops_per_image"] / 1e9, 4) if stats else None,
-                "export_s": exports.get(model), "framework": key}
-            r = by_cell.get((model, key))
+                "export_s": exports.get(model), "framework": name}
+            r = by_cell.get((model, name))
             if r is not None:
                 row.update(_outcome(r))
             elif (why := fw.unsupported(spec)) is not None:
@@ -160,6 +166,11 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
         numbers = f"max_rel_err {parity.get('max_rel_err'):.3g}, cosine {parity.get('cosine'):.6f}, top-1 " \
             f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
         return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
+    if parity["status"] == "unjudged":  # INT8 without labelled images: measured, its agreement with FP32 said
+        top1 = ((parity.get("agreement") or {}).get("top1") or {})
+        agreement = f"; top-1 agreement with FP32 {top1['agreement']:.3f} over " \
+            f"{parity['agreement'].get('inputs')} seeded inputs" if top1.get("agreement") is not None else ""
+        return {**out, "status": "speed only", "reason": _short(f"accuracy not judged (no --eval-dir){agreement}")}
     return {**out, "status": "unverified", "reason": "own weights (no Keras weight port): outputs not compared"}
 
 
@@ -167,17 +178,17 @@ def _cell_text(row: dict[str, Any]) -> str:
     mark = MARKS[row["status"]]
     if row["status"] in ("passed", "failed parity") and row["max_rel_err"] is not None:
         return f"{mark} {row['max_rel_err']:.0e}"
+    if row["status"] == "speed only" and row["p50_ms"] is not None:  # no error to show: its speed, apart
+        return f"{mark} {row['p50_ms']:.3g} ms"
     return mark
 
 
 def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str, Any] | None) -> str:
-    from .registry.frameworks import FRAMEWORKS
-
-    frameworks = [k for k in FRAMEWORKS if any(r["framework"] == k for r in rows)]
+    frameworks = list(dict.fromkeys(r["framework"] for r in rows))  # the columns, in matrix_rows' order
     models = list(dict.fromkeys(r["model"] for r in rows))
     cell = {(r["model"], r["framework"]): r for r in rows}
     counts = {s: sum(r["status"] == s for r in rows) for s in MARKS}
-    tried = sum(counts[s] for s in ("passed", "failed parity", "failed", "unverified"))
+    tried = sum(counts[s] for s in ("passed", "failed parity", "failed", "unverified"))  # speed only: said apart
     env = environment or {}
     t = plan.config.timing
     device = (env.get("gpu") or {}).get("name") or (env.get("cpu") or {}).get("model") or plan.config.device.kind
@@ -194,7 +205,10 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
         "",
         f"**{counts['passed']} of {tried} (model, framework) pairs that ran pass parity**; "
         f"{counts['failed parity']} fail parity, {counts['failed']} fail to run, {counts['unverified']} run "
-        f"unverified (own weights); {counts['unsupported']} pairs are unsupported"
+        f"unverified (own weights)"
+        + (f", {counts['speed only']} run as speed only (INT8 without labelled images: accuracy not judged, "
+           "its p50 shown)" if counts["speed only"] else "")
+        + f"; {counts['unsupported']} pairs are unsupported"
         + (f", {counts['too big here']} refused as too big for this machine's memory" if counts["too big here"]
            else "")
         + (f", {counts['not run here']} not run here" if counts["not run here"] else "")
@@ -220,6 +234,10 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
     lines += ["", "## What fails, and why", ""]
     lines += ["- " + markdown.text(f"{r['model']} × {r['framework']}: {r['status']}: {r['reason']}")
               for r in problems] or ["- nothing"]
+    apart = [r for r in rows if r["status"] == "speed only"]
+    if apart:
+        lines += ["", "## Speed only: INT8 whose accuracy was not judged", ""]
+        lines += ["- " + markdown.text(f"{r['model']} × {r['framework']}: {r['reason']}") for r in apart]
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r["status"] in ("unsupported", "too big here", "not run here"):

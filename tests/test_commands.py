@@ -296,6 +296,24 @@ def test_compare_flags_lost_parity_and_unmatched_cells(tmp_path, capsys):
     assert "only in NEW: mobilenet_v3_large@224 openvino" in out
 
 
+def test_compare_says_when_tuning_chose_another_setting_for_the_same_cell(tmp_path, capsys):
+    def tuned(chosen, p50=5.0):
+        return make_record("onnxrt", p50=p50, raw_rounds=ROUNDS, variant="tuned", tuning={
+            "chosen": chosen, "default": {}, "reason": "fastest", "table": [{"setting": chosen, "p50_ms": p50}]})
+
+    old = _folder(tmp_path / "old", tuned({}))
+    same = _folder(tmp_path / "same", tuned({}))
+    other = _folder(tmp_path / "other", tuned({"intra_op_threads": 1}, p50=4.0))
+    assert inferbench(["compare", str(old), str(same)]) == 0
+    assert "tuning chose another setting" not in capsys.readouterr().out
+    assert inferbench(["compare", str(old), str(other), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (cell,) = out["cells"]
+    assert cell["tuned"] == {"old": {}, "new": {"intra_op_threads": 1}} and cell["verdict"] == "faster"
+    assert any("tuning chose another setting (OLD the default, NEW intra_op_threads=1): its ratio is the code's and "
+               "the setting's together" in note for note in out["notes"]), out["notes"]
+
+
 def test_compare_gates_on_the_whole_interval_and_matches_across_hosts(tmp_path, capsys):
     """A 12% slowdown whose interval reaches below 1.10 does not fail a 10% gate (no flaky CI); the host
     may differ (a rebuilt CI runner), and records without raw samples give no interval and no verdict."""

@@ -87,6 +87,53 @@ def test_unstable_and_invalid_cells_are_marked(tmp_path):
     assert len(ringed) == 1 and len(ringed[0].get_offsets()) == 1  # the unstable point only
 
 
+def test_every_figure_of_cells_marks_them_alike_and_the_frontier_apart(tmp_path):
+    """Crossed: NOT VALID, ringed: unstable, in every figure that draws cells (pareto, latency distributions,
+    throughput vs FLOPs and across devices drew neither, and in pareto a ring meant 'on the frontier'); the
+    frontier has a mark of its own."""
+    from matplotlib.collections import PathCollection
+
+    stats = {m: {"params": 5_000_000, "flops_per_image": flops, "flops_method": "test"}
+             for m, flops in (("mobilenet_v3_large", 440_000_000), ("resnet50", 8_000_000_000))}
+    folders = []
+    for cpu in ("Test CPU", "Other CPU"):  # a folder each: one cell's records share a file name
+        recs = []
+        for model in ("mobilenet_v3_large", "resnet50"):
+            recs += [_record("onnxrt", model=model, bs=bs, p50=4.0 * bs, cpu=cpu, wobble=0.3,
+                             model_stats=stats[model])
+                     for bs in (1, 4)]
+            recs += [_record("openvino", model=model, bs=bs, p50=3.0 * bs, cpu=cpu, valid=False,
+                             model_stats=stats[model])
+                     for bs in (1, 4)]
+        folders.append(_write(tmp_path / cpu, recs))
+    df = analysis.load(folders)
+    figures = {"pareto": plots.pareto(df), "latency_distributions": plots.latency_distributions(df),
+               "throughput_vs_flops": plots.throughput_vs_flops(df), "cross_device": plots.cross_device(df)}
+    for name, fig in figures.items():
+        assert fig is not None, name
+        legend = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else []
+        assert plots.UNSTABLE in legend and plots.NOT_VALID in legend, (name, legend)
+        ax = next(a for a in fig.axes if a.get_visible())
+        ringed = [c for c in ax.collections if isinstance(c, PathCollection) and c.get_sizes()[0] == 110]
+        assert ringed, name  # the rings are the unstable mark's, and only its
+    front = [t.get_text() for t in figures["pareto"].legends[0].get_texts()]
+    assert plots.FRONTIER in front and "on the frontier" not in " ".join(t for t in front if t != plots.FRONTIER)
+
+
+def test_a_framework_and_its_variants_differ_in_colour_and_a_rate_axis_starts_at_zero(tmp_path):
+    recs = [_record("tf", bs=bs, p50=20.0 * (1 + bs / 100)) for bs in (1, 4)]
+    recs += [_record("tf", bs=bs, p50=17.0 * (1 + bs / 100), variant="tuned") for bs in (1, 4)]
+    df = analysis.load(_write(tmp_path / "run", recs))
+    fig = plots.throughput_vs_batch(df)
+    legend = dict(zip([t.get_text() for t in fig.legends[0].get_texts()], fig.legends[0].legend_handles))
+    assert {"tf", "tf+tuned"} <= set(legend), legend
+    from matplotlib.colors import to_hex
+
+    colours = {name: to_hex(h.get_color()) for name, h in legend.items() if name in ("tf", "tf+tuned")}
+    assert colours["tf"] != colours["tf+tuned"], colours
+    assert fig.axes[0].get_ylim()[0] == 0  # 47-61 samples/s is no fourfold gap
+
+
 def test_quick_looks_are_never_pooled_with_measurements(tmp_path):
     measured = _write(tmp_path / "run", [_record("onnxrt", p50=4.0), _record("openvino", p50=3.0)])
     zoo = _write(tmp_path / "zoo", [_record("tf", p50=1.0, rounds=1), _record("torch", p50=2.0, quick=True,
@@ -151,16 +198,21 @@ def test_reduced_precision_cells_that_pass_join_the_frontiers_and_power_fits_nam
              for bs in (1, 2, 4, 8)]
     recs += [_record("torch-native", bs=bs, p50=1.0 * bs, precision="fp16", energy=energy(bs, 10.0),
                      parity={**passed, "precision": "fp16", "status": "failed"}) for bs in (1, 2, 4, 8)]
+    # INT8 passed by its accuracy on labelled images joins them (a plus); INT8 unjudged (speed only) does not
+    recs += [_record(fw, bs=bs, p50=3.0 * bs, precision="int8", energy=energy(bs, 25.0),
+                     parity={**passed, "precision": "int8", "status": status})
+             for fw, status in (("onnxrt", "passed"), ("openvino", "unjudged")) for bs in (1, 2, 4, 8)]
     df = analysis.load(_write(tmp_path / "mixed", recs))
     fig = plots.pareto(df)
     assert len(fig.axes) == 1 or sum(ax.has_data() for ax in fig.axes) == 1  # one panel: every precision in it
     legend = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else \
         [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "openvino:bf16" in legend and "onnxrt" in legend and "torch-native:fp16" not in legend
+    assert "onnxrt:int8" in legend and "openvino:int8" not in legend
     shapes = {len(c.get_paths()[0].vertices) for c in fig.axes[0].collections if len(c.get_offsets())}
-    assert len(shapes) == 2  # dots (FP32, and the frontier's rings) and BF16's triangles: one colour a runtime
+    assert len(shapes) == 4  # FP32's dots, BF16's triangles, INT8's pluses, the frontier's hexagons
     _, fits = plots.power_vs_throughput(df)
-    assert set(fits["framework"]) == {"onnxrt", "openvino:bf16"}
+    assert set(fits["framework"]) == {"onnxrt", "openvino:bf16", "onnxrt:int8"}
     out = tmp_path / "report"
     assert main([str(tmp_path / "mixed"), "--out", str(out)]) == 0
     frontier = (out / "report.md").read_text().split("**Energy frontier**")[1].split("**Podium")[0]

@@ -106,11 +106,12 @@ def test_int8_without_labels_is_speed_only_with_labels_its_accuracy_decides():
     assert counted["status"] == "measured" and counted["top1"]["agreement"] < 0.2 and counted["reason"] is None
 
 
-def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_apart():
+def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_apart(tmp_path):
     from inferbench.analysis.ranking import SPEED_ONLY, recommendation_lines, recommendations
 
     int8 = {"status": "unjudged", "reason": "speed only", "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99,
-            "top1_agreement": 1.0}
+            "top1_agreement": 1.0, "agreement": {"status": "measured", "inputs": 1000, "top1": {
+                "agreement": 0.61, "ci95": [0.58, 0.64]}}}
     cells = [json.loads(json.dumps(encode(r))) for r in (
         make_record("onnxrt", p50=5.0),
         make_record("onnxrt", p50=2.0, precision="int8", parity=int8),
@@ -119,8 +120,22 @@ def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_ap
     assert rec["recommended"] == "onnxrt" and rec["not_ranked"]["openvino:int8"] == SPEED_ONLY
     assert [c["cell"] for c in rec["speed_only"]] == ["openvino:int8", "onnxrt:int8"]
     said = "\n".join(recommendation_lines([rec]))
-    assert "speed only, accuracy not judged (no --eval-dir; not ranked): openvino:int8 1.530 ms, onnxrt:int8 2.040 " \
-        "ms" in said  # the fastest first, the centre of each one's rounds
+    # the fastest first, the centre of each one's rounds; beside each, its gain over its runtime's FP32 where the run
+    # has that cell (openvino has none here), and its agreement with FP32
+    assert "speed only, accuracy not judged (no --eval-dir; not ranked): openvino:int8 1.530 ms, top-1 agreement " \
+        "with FP32 0.610 [0.580-0.640] over 1000 seeded inputs; onnxrt:int8 2.040 ms, " in said, said
+    gain = rec["speed_only"][1]
+    assert gain["fp32"] == "onnxrt" and gain["gain"] == pytest.approx(5.1 / 2.04, rel=0.05)
+    assert f", {gain['gain']:.2f}x onnxrt's FP32" in said
+    # report reads the flat rows of records.load: the same figures
+    from inferbench import records
+
+    for r in cells:
+        records.write_record(tmp_path / "run", records.parse(r, "test"))
+    last = records.load(tmp_path / "run")
+    (flat,) = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()])
+    assert [(c["cell"], c.get("top1_agreement"), c.get("fp32")) for c in flat["speed_only"]] == [
+        ("openvino:int8", 0.61, None), ("onnxrt:int8", 0.61, "onnxrt")]
     (alone,) = recommendations(cells[1:])  # only INT8 cells: no answer, their figures still shown apart
     assert alone["recommended"] is None and len(alone["speed_only"]) == 2
     assert "speed only, accuracy not judged" in "\n".join(recommendation_lines([alone]))

@@ -46,14 +46,26 @@ def _order(fw: str) -> int:
 
 
 def _color(fw: str) -> Any:
-    """The one colour of a framework, in every figure (published rows use the key they map to)."""
-    i = _order(fw)  # tab20's even entries are tab10's colours; the 11th framework on takes the light ones
-    return plt.get_cmap("tab20")((2 * i) % 20 + (i // 10) % 2)
+    """The one colour of a framework, in every figure (published rows use the key they map to): its family's own hue
+    (tab10's ten, then the dark shades of tab20b's and tab20c's five hue groups: 20 families apart), a variant
+    (``tf+tuned``, ``torch-native+channels-last``) that hue half-way to white, never another family's colour."""
+    i = _order(fw) % 20
+    base = plt.get_cmap("tab10")(i) if i < 10 else plt.get_cmap("tab20b" if i < 15 else "tab20c")(4 * (i % 5))
+    return tuple(c + (1 - c) * 0.5 for c in base[:3]) + (1.0,) if _variant(fw) else base
+
+
+def _variant(fw: str) -> bool:
+    return "+" in fw
+
+
+def _style(fw: str, hollow: bool = False) -> str:
+    """A line's style: dashed for an unverified framework, dash-dotted for a variant, else solid."""
+    return "--" if hollow else "-." if _variant(fw) else "-"
 
 
 #: A reduced precision keeps its runtime's colour and takes its own marker (``openvino`` a dot, ``openvino:bf16`` a
 #: triangle), said in the legend by the name.
-MARKERS = {"fp16": "s", "bf16": "^", "tf32": "D"}
+MARKERS = {"fp16": "s", "bf16": "^", "tf32": "D", "int8": "P"}
 
 
 def _marker(fw: str) -> str:
@@ -171,9 +183,11 @@ def _interval(g: pd.DataFrame, metric: str) -> np.ndarray | None:
     return np.nan_to_num(np.vstack([value - lo, hi - value]), nan=0.0)
 
 
-#: How a point whose estimate is unstable, or whose cell was not valid, is marked (and named in the legend).
+#: How a point whose estimate is unstable, or whose cell was not valid, is marked (and named in the legend), in every
+#: figure that draws cells; the Pareto frontier's points have a mark of their own.
 UNSTABLE = "ringed: unstable estimate (rounds disagree)"
 NOT_VALID = "crossed: NOT VALID (other work during a block)"
+FRONTIER = "grey hexagon: on the Pareto frontier"
 
 
 def _mark(ax: Any, x: Any, y: Any, g: pd.DataFrame, handles: dict[str, Any]) -> None:
@@ -224,13 +238,15 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = Fal
             ax.set_xlabel(label + f" (batch {sizes[0]})")
             if log_y:
                 _log(ax, "x")
+            else:  # a rate on a linear axis starts at zero: 47-61 samples/s must not read as a fourfold gap
+                ax.set_xlim(left=0)
             ax.grid(alpha=0.3, axis="x")
         else:
             for fw, gf in series:
                 gf = gf.sort_values("batch_size")
                 hollow = not gf["parity_ok"].all()
                 line = ax.errorbar(gf["batch_size"], gf[metric], yerr=_interval(gf, metric), marker=_marker(fw),
-                                   color=_color(fw), linestyle="--" if hollow else "-",
+                                   color=_color(fw), linestyle=_style(fw, hollow),
                                    mfc="white" if hollow else _color(fw), capsize=2)
                 handles.setdefault(fw + _why_not_ranked(gf), line)
                 _mark(ax, gf["batch_size"], gf[metric], gf, handles)
@@ -238,6 +254,8 @@ def metric_vs_batch(df: pd.DataFrame, metric: str, label: str, log_y: bool = Fal
             ax.set_ylabel(label)
             if log_y:
                 _log(ax, "y")
+            else:
+                ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
         ax.set_title(f"{label.split(',')[0]}: {_where(cell, scenario)}\n{device}")
     return _finish(fig, handles)
@@ -268,6 +286,7 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
         return None
     panels = _few(every)
     fig, axes = _grid(len(panels), width=6.0, of=len(every))
+    handles: dict[str, Any] = {}
     for ax, ((device, cell, scenario), g) in zip(axes.flat, panels):
         g = g.assign(order=g["framework"].map(_order)).sort_values("order")
         box = ax.boxplot(list(g["raw_latencies_ms"]), showfliers=True, flierprops={"markersize": 2},
@@ -280,9 +299,10 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
                            rotation=45, ha="right")
         _log(ax, "y")
         ax.set_ylabel("latency per iteration, ms")
+        _mark(ax, range(1, len(g) + 1), [float(np.median(r)) for r in g["raw_latencies_ms"]], g, handles)
         ax.set_title(f"latency distribution: {_where(cell, scenario)}, batch {batch_size}\n{device}")
         ax.grid(alpha=0.3, axis="y")
-    return _finish(fig)
+    return _finish(fig, handles)
 
 
 _STEPS = {"graph_vs_eager": ("graph vs eager", "o"), "xla_vs_graph": ("XLA vs graph", "s")}
@@ -374,14 +394,15 @@ def pareto(df: pd.DataFrame) -> Figure | None:
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["p50_ms"], gf["throughput"], color=_color(fw), s=24, zorder=3,
                                               marker=_marker(fw)))
+            _mark(ax, gf["p50_ms"], gf["throughput"], gf, handles)
             for _, r in gf.iterrows():
                 ax.annotate(f"bs{r['batch_size']}", (r["p50_ms"], r["throughput"]), fontsize=SMALL,
                             xytext=(3, 3), textcoords="offset points")
         front = pareto_front(g)
         if len(front) > 1:
             handles["Pareto frontier"] = ax.plot(front["p50_ms"], front["throughput"], color="k", lw=1)[0]
-        handles["on the frontier"] = ax.scatter(front["p50_ms"], front["throughput"], s=90, facecolors="none",
-                                                edgecolors="k", zorder=4)
+        handles[FRONTIER] = ax.scatter(front["p50_ms"], front["throughput"], s=150, marker="h", facecolors="none",
+                                       edgecolors="grey", linewidths=0.8, zorder=2)
         _log(ax, "x")
         _log(ax, "y")
         ax.set_xlabel("p50 latency per batch, ms (lower is better)")
@@ -457,14 +478,14 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     rows_per = []
     for (model, res, bs, scenario), g in ours.groupby(["model", "resolution", "batch_size", "scenario"]):
         best = g.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
-        rows = [(f"{r['framework']}, {r['device_name']}", float(r["throughput"]), r["framework"], False)
+        rows = [(f"{r['framework']}, {r['device_name']}", float(r["throughput"]), r["framework"], r)
                 for _, r in best.sort_values(["device_name", "throughput"]).iterrows()]
         if reference is not None and not reference.empty and scenario_entry(scenario).closed_loop:
             ref = reference[(reference["model"] == model) & (reference["resolution"] == res)
                             & (reference["batch_size"] == bs)]
             ref = ref.sort_values("throughput").groupby(["device_name", "framework"]).tail(1)
             rows += [(f"{r['framework']}, {r['device_name']} (external)", float(r["throughput"]), r["framework"],
-                      True) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
+                      None) for _, r in ref.sort_values(["device_name", "throughput"]).iterrows()]
         if len({label.split(", ", 1)[1] for label, *_ in rows}) > 1:  # across devices: two or more
             rows_per.append(((_where(f"{model}@{res}", scenario), bs), rows))
     if not rows_per:
@@ -476,20 +497,25 @@ def cross_device(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     if sum(len(r) for _, r in rows_per) < total:
         left_out(fig, sum(len(r) for _, r in rows_per), total, "rows",
                  f"the {MAX_PANELS} cells with the most rows, at most {MAX_ROWS} each")
+    handles: dict[str, Any] = {}
     for ax, ((where, bs), rows) in zip(axes.flat, rows_per):
         y = np.arange(len(rows))[::-1]
-        for yi, (_, value, fw, external) in zip(y, rows):
-            ax.plot([value], [yi], "o", color=_color(fw), mfc="white" if external else _color(fw))
+        for yi, (_, value, fw, ours) in zip(y, rows):  # ours: the record's row (None: a published figure)
+            mine = None if ours is None else ours.to_frame().T
+            ax.errorbar([value], [yi], xerr=None if mine is None else _interval(mine, "throughput"),
+                        fmt=_marker(fw), color=_color(fw), mfc="white" if mine is None else _color(fw), capsize=3)
+            if mine is not None:  # each row its run's interval, and the marks every figure gives its cells
+                _mark(ax, [value], [yi], mine, handles)
         ax.set_yticks(y)
         ax.set_yticklabels([label for label, *_ in rows])
         ax.set_ylim(-0.5, len(rows) - 0.5)
         _log(ax, "x")
         ax.set_xlabel("samples / s (log)")
         ax.set_title(f"throughput across devices: {where}, batch {bs}"
-                     + ("\nfilled: these records; hollow: published external figures" if any(r[3] for r in rows)
-                        else ""))
+                     + ("\nfilled: these records; hollow: published external figures" if any(
+                         r[3] is None for r in rows) else ""))
         ax.grid(alpha=0.3, axis="x")
-    return _finish(fig)
+    return _finish(fig, handles)
 
 
 def _name_points(ax: Any, points: list[tuple[str, float, float]]) -> list[str]:
@@ -532,6 +558,7 @@ def throughput_vs_flops(df: pd.DataFrame) -> Figure | None:
         for fw, gf in sorted(g.groupby("framework"), key=lambda kv: _order(kv[0])):
             handles.setdefault(fw, ax.scatter(gf["gflop_per_image"], gf["throughput"], color=_color(fw), s=18,
                                               alpha=0.8, zorder=3, marker=_marker(fw)))
+            _mark(ax, gf["gflop_per_image"], gf["throughput"], gf, handles)
         peaks = pd.to_numeric(g.get("peak_gflops"), errors="coerce")  # a busy one already left out (records.load)
         achieved = pd.to_numeric(g.get("gflop_per_s"), errors="coerce").max() if "gflop_per_s" in g else np.nan
         peak = peaks.max() if not peaks.max() < achieved else np.nan  # one below a rate achieved is no peak

@@ -152,13 +152,52 @@ SPEED_ONLY = "speed only: accuracy not judged (INT8 without labelled images, --e
 
 
 def speed_only_line(rec: dict[str, Any]) -> list[str]:
-    """The cells measured whose accuracy was not judged, with their figures, apart from the ranking."""
+    """The cells measured whose accuracy was not judged, with their figures, apart from the ranking: each with its
+    gain over the same runtime in FP32 and its top-1 agreement with FP32, where the run has them."""
     cells = rec.get("speed_only") or []
     if not cells:
         return []
     f = _FORMAT[rec["unit"]]
-    return ["    speed only, accuracy not judged (no --eval-dir; not ranked): "
-            + ", ".join(f"{c['cell']} {c['value']:{f}} {rec['unit']}" for c in cells)]
+
+    def said(c: dict[str, Any]) -> str:
+        text = f"{c['cell']} {c['value']:{f}} {rec['unit']}"
+        if c.get("gain") is not None:
+            ci = c.get("gain_ci95")
+            text += f", {c['gain']:.2f}x {c['fp32']}'s FP32" + (
+                f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci is not None else " (not judged: the machine was busy)"
+                if rec.get("not_judged") else "")
+        if c.get("top1_agreement") is not None:
+            ci = c.get("top1_agreement_ci95")
+            text += f", top-1 agreement with FP32 {c['top1_agreement']:.3f}" + (
+                f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci is not None else "") + \
+                f" over {c['agreement_inputs']} seeded inputs"
+        return text
+
+    return ["    speed only, accuracy not judged (no --eval-dir; not ranked): " + "; ".join(map(said, cells))]
+
+
+def speed_only_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str, lower: bool,
+                    stat: str | None) -> dict[str, Any]:
+    """A cell measured whose accuracy was not judged: its figure, its gain over the same runtime's verified FP32 cell
+    of the group (> 1: better; paired within rounds as :func:`comparison` pairs them, a point ratio where it cannot,
+    and no interval where the machine was busy), and its top-1 agreement with FP32 over seeded inputs."""
+    out: dict[str, Any] = {"cell": record_name(r), "value": field(r, path)}
+    fp32 = next((c for c in cells if c["framework"] == r["framework"] and c.get("precision", "fp32") == "fp32"
+                 and c.get("variant", "") == r.get("variant", "") and c["status"] == "ok"
+                 and field(c, "parity.status") == "passed" and field(c, path) is not None), None)
+    if fp32 is not None:
+        out["fp32"] = record_name(fp32)
+        if stat in ("p50", "p99", "mean") and lower:  # latency: FP32's over INT8's, paired where they can be
+            cmp = comparison(fp32, r, stat)
+            out.update(gain=cmp["ratio"], gain_ci95=None if not_judged([r, fp32]) else cmp["ci95"])
+        else:
+            a, b = field(r, path), field(fp32, path)
+            out.update(gain=(b / a if lower else a / b) if a and b else None, gain_ci95=None)
+    agreement = field(r, "parity.agreement.top1.agreement")  # a record's nested block or a table's flat column
+    if agreement is not None:
+        out.update(top1_agreement=agreement, top1_agreement_ci95=field(r, "parity.agreement.top1.ci95"),
+                   agreement_inputs=field(r, "parity.agreement.inputs"))
+    return out
 
 
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
@@ -182,7 +221,7 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                              f"parity {field(r, 'parity.status')}" for r in cells
                              if not ranked(r["status"], field(r, "parity.status"))}
         # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
-        rec["speed_only"] = sorted(({"cell": record_name(r), "value": field(r, path)} for r in cells
+        rec["speed_only"] = sorted((speed_only_cell(r, cells, path, lower, stat) for r in cells
                                     if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
                                     and field(r, path) is not None and field(r, "serving.answer.found") is not False),
                                    key=lambda c: c["value"] * (1 if lower else -1))

@@ -232,7 +232,8 @@ class TorchNativeRunner(TorchRunner):
         return module
 
     def details(self) -> dict[str, Any]:
-        return {**super().details(), "weights": self.weights_source, **({"int8": self.int8()} if self.int8_cell else {})}
+        return {**super().details(), "weights": self.weights_source,
+                **({"int8": self.int8()} if self.int8_cell else {})}
 
     def int8(self) -> dict[str, Any]:
         """What an INT8 cell ran: the program's quantise / dequantise pairs (inductor lowers them into oneDNN's INT8
