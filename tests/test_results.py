@@ -133,10 +133,10 @@ def test_schema_1_records_are_upgraded_on_load():
     # schema 3 -> 4: nothing was counted then; no FLOPs are made up
     assert row["model_stats"] is None and row["environment.peak_fp32"] is None and pd.isna(row["gflop_per_s"])
     # the 2 x 14 runs of 2026-11-23 and -24 (schema 3) upgrade beside the sweeps of 2026-11-26 (36 records) and
-    # 2026-11-27 (24, BF16 beside FP32; 24, INT8 beside FP32)
+    # 2026-11-27 (24, BF16 beside FP32; 24, INT8 beside FP32; 12, torch-inductor's INT8 beside its FP32)
     every = records.load([p for p in COMMITTED.iterdir() if p.is_dir()
                           and (p.name == "sweeps" or p.name.startswith("202611"))])
-    assert len(every) == 88 + 24 and (every["schema_version"] == SCHEMA_VERSION).all()
+    assert len(every) == 88 + 24 + 12 and (every["schema_version"] == SCHEMA_VERSION).all()
     assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync"}
     assert set(every["timing.timed_region"]) == {"call+sync"}
 
@@ -235,7 +235,7 @@ def test_the_published_json_schema_holds_every_record():
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
                and "/train-" not in r["_source"] and "/serving-" not in r["_source"]
-               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24  # + the INT8 sweep
+               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24 + 12  # + the INT8 sweeps
     calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # compare's A/A
     assert len(calibration) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in calibration)
     assert all(r["validity"]["valid"] is False for r in calibration if "/busy-2/" in r["_source"])
