@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
 
@@ -30,18 +30,13 @@ CALIB_CHUNKS_HELD = 4
 
 
 def export(ctx: ExportContext, kind: str = "onnx-int8") -> dict[str, Any]:
-    cal = ctx.calibration
-    if cal is None:
-        raise RuntimeError("an INT8 export needs its calibration set")
-    out = ctx.folder / int8_artifact(kind, cal.digest)
-    out.parent.mkdir(parents=True, exist_ok=True)
     symmetric = kind == "onnx-int8-sym"
-    if not out.exists():
+
+    def make(out: Path, cal: Any) -> None:
         quantize(ctx.path("onnx"), out, calibration_inputs(get_model(ctx.model), cal, ctx.resolution, ctx.seed),
                  symmetric)
-    sets = ctx.sets(cal.digest, lambda d: int8_artifact(kind, d))
-    return {"paths": [int8_artifact(kind, d) for d in sets], "variants": sets,
-            "method": SYMMETRIC if symmetric else METHOD, "calibration_images": cal.images}
+
+    return int8_export(ctx, kind, make, SYMMETRIC if symmetric else METHOD)
 
 
 def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = False) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
 
@@ -22,17 +22,8 @@ METHOD = {"tool": "nncf.quantize", "preset": "PERFORMANCE", "activations": "int8
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    cal = ctx.calibration
-    if cal is None:
-        raise RuntimeError("an INT8 export needs its calibration set")
-    out = ctx.folder / int8_artifact("openvino-int8", cal.digest)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        quantize(ctx, out, cal)
-    sets = ctx.sets(cal.digest, lambda d: int8_artifact("openvino-int8", d))
-    files = [str(Path(int8_artifact("openvino-int8", d)).with_suffix(suffix))
-             for d in sets for suffix in (".xml", ".bin")]  # the IR: its graph and its weights
-    return {"paths": files, "variants": sets, "method": METHOD, "calibration_images": cal.images}
+    return int8_export(ctx, "openvino-int8", lambda out, cal: quantize(ctx, out, cal), METHOD,
+                       lambda xml: [str(Path(xml).with_suffix(s)) for s in (".xml", ".bin")])  # its graph, weights
 
 
 def quantize(ctx: ExportContext, out: Any, cal: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry.artifacts import ExportContext, int8_artifact
+from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
 
@@ -31,18 +31,12 @@ MAX_BATCH = 65_536
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    cal = ctx.calibration
-    if cal is None:
-        raise RuntimeError("an INT8 export needs its calibration set")
-    out = ctx.folder / int8_artifact("torch-int8", cal.digest)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
+    def make(out: Path, cal: Any) -> None:
         spec = get_model(ctx.model)
         with np.load(ctx.path("ported")) as weights:
             quantize(spec.name, dict(weights), out, calibration_inputs(spec, cal, ctx.resolution, ctx.seed))
-    sets = ctx.sets(cal.digest, lambda d: int8_artifact("torch-int8", d))
-    return {"paths": [int8_artifact("torch-int8", d) for d in sets], "variants": sets, "method": METHOD,
-            "calibration_images": cal.images}
+
+    return int8_export(ctx, "torch-int8", make, METHOD)
 
 
 def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any) -> None:

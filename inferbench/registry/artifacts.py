@@ -248,6 +248,23 @@ def int8_artifact(kind: str, digest: str) -> str:
     return INT8_FILES[kind].format(digest=digest)
 
 
+def int8_export(ctx: ExportContext, kind: str, make: Any, method: dict[str, Any],
+                files: Any = lambda path: [path]) -> dict[str, Any]:
+    """What every INT8 exporter does around its quantiser: the file of ``kind`` for the context's calibration set,
+    made by ``make(out, calibration)`` unless it is there, and the manifest entry for every set still held
+    (``files(path)``: the files one model is, e.g. an IR's graph and weights)."""
+    cal = ctx.calibration
+    if cal is None:
+        raise RuntimeError("an INT8 export needs its calibration set")
+    out = ctx.folder / int8_artifact(kind, cal.digest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        make(out, cal)
+    sets = ctx.sets(cal.digest, lambda d: int8_artifact(kind, d))
+    return {"paths": [f for d in sets for f in files(int8_artifact(kind, d))], "variants": sets, "method": method,
+            "calibration_images": cal.images}
+
+
 def agreement_own(count: int) -> str:
     """The Keras model's own top-1 / top-5 agreement with FP32 on them, in each reduced precision."""
     return f"agreement/n{count}-own.json"
