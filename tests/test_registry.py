@@ -109,7 +109,11 @@ def test_display_order_and_colours_come_from_the_registry():
 
     colours = [plots._color(k) for k in FRAMEWORKS]
     assert len(set(colours)) == len(colours)  # one fixed colour per framework
-    assert plots._color("torch:bf16") == plots._color("torch") == plots._color("torch+compile")
+    assert plots._color("torch:bf16") == plots._color("torch")  # a precision: the runtime's colour, its own marker
+    # a variant: its family's hue lightened, never the plain form's colour nor another family's
+    assert plots._color("torch+compile") != plots._color("torch") and plots._color("torch+compile") not in colours
+    plain, light = plots._color("torch")[:3], plots._color("torch+compile")[:3]
+    assert all(abs(v - (p + (1 - p) / 2)) < 1e-9 for p, v in zip(plain, light))
 
 
 def test_every_option_is_declared_once_and_shared_by_run_and_sweep():

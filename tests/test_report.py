@@ -267,12 +267,12 @@ def test_figures_follow_the_rules():
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "4", "16"] and ax.get_xscale() == "log"
     assert "throughput" in ax.get_title() and "@" in ax.get_title()
-    onnx_line = next(line for line in ax.get_lines() if line.get_color() == plots._color("onnxrt"))
-    assert onnx_line is not None
+    onnx_line = next(line for line in ax.get_lines() if line.get_color() == plots._color("onnxrt+tuned"))
+    assert onnx_line is not None  # (the sweep's cells are tuned: the variant's light shade of onnxrt's hue)
     pareto = plots.pareto(sweep)
     colours = {tuple(c.get_facecolor()[0]) for a in pareto.axes for c in a.collections
                if isinstance(c, PathCollection) and len(c.get_facecolor())}
-    assert tuple(plots._color("onnxrt")) in colours  # the same colour in both figures
+    assert tuple(plots._color("onnxrt+tuned")) in colours  # the same colour in both figures
     assert len(fig.legends) == 1 and fig.legends[0].get_bbox_to_anchor().x0 >= fig.bbox.x1 - 1  # outside
     single = analysis.load(next(COMMITTED.glob("20261124-164635_*")))
     ax = plots.throughput_vs_batch(single).axes[0]
