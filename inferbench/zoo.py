@@ -167,9 +167,11 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
             f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
         return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
     if parity["status"] == "unjudged":  # INT8 without labelled images: measured, its agreement with FP32 said
+        from .analysis.ranking import agreement_phrase
+
         top1 = ((parity.get("agreement") or {}).get("top1") or {})
-        agreement = f"; top-1 agreement with FP32 {top1['agreement']:.3f} over " \
-            f"{parity['agreement'].get('inputs')} seeded inputs" if top1.get("agreement") is not None else ""
+        agreement = "; " + agreement_phrase(top1["agreement"], parity["agreement"].get("inputs")) \
+            if top1.get("agreement") is not None else ""
         return {**out, "status": "speed only", "reason": _short(f"accuracy not judged (no --eval-dir){agreement}")}
     return {**out, "status": "unverified", "reason": "own weights (no Keras weight port): outputs not compared"}
 

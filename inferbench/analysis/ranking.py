@@ -167,13 +167,16 @@ def speed_only_line(rec: dict[str, Any]) -> list[str]:
                 f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci is not None else " (not judged: the machine was busy)"
                 if rec.get("not_judged") else "")
         if c.get("top1_agreement") is not None:
-            ci = c.get("top1_agreement_ci95")
-            text += f", top-1 agreement with FP32 {c['top1_agreement']:.3f}" + (
-                f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci is not None else "") + \
-                f" over {c['agreement_inputs']} seeded inputs"
+            text += ", " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
         return text
 
     return ["    speed only, accuracy not judged (no --eval-dir; not ranked): " + "; ".join(map(said, cells))]
+
+
+def agreement_phrase(top1: float, inputs: Any, ci: Any = None) -> str:
+    """An unjudged cell's top-1 agreement with FP32 as the answer and the zoo's matrix say it."""
+    return f"top-1 agreement with FP32 {top1:.3f}" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci is not None else "") \
+        + f" over {inputs} seeded inputs"
 
 
 def speed_only_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str, lower: bool,
