@@ -15,6 +15,7 @@ from test_pipeline import QUICK as SMALL
 
 from inferbench import records
 from inferbench.run import main
+from inferbench.runners.onnxrt import INT8_AGAINST
 
 pytestmark = pytest.mark.slow
 #: the colour model's cells (its own model and resolution), timed briefly
@@ -71,6 +72,13 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
             assert rec["parity"]["accuracy"]["status"] == "failed", rec["parity"]
             assert "below MLPerf's 99%" in rec["parity"]["reason"], rec["parity"]["reason"]
             assert rec["config"]["calibration"]["digest"] != digest
+        # where it lost its signal: ONNX Runtime's quantised graph read block by block against the FP32 model it was
+        # quantised from, by tensor name (OpenVINO's blocks are not read)
+        blocks = crushed["onnxrt"]["parity"]["blocks"]
+        assert blocks["against"] == INT8_AGAINST and blocks["threshold"] == 0.1, blocks
+        assert blocks["first"] is not None and max(blocks["errors"]) > 0.1, blocks
+        assert f"diverges first at {blocks['first']}" in crushed["onnxrt"]["parity"]["reason"]
+        assert "blocks" not in crushed["openvino"]["parity"]
 
 
 def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys):

@@ -50,7 +50,6 @@ def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = F
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     name = onnx.load(str(source), load_external_data=False).graph.input[0].name
 
@@ -63,8 +62,7 @@ def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = F
             return None if batch is None else {name: batch}
 
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(source), str(prepared))
+        prepared = prepare(source, Path(tmp))
         quantize_static(str(prepared), str(out) + ".part", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                         weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
@@ -72,3 +70,14 @@ def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = F
                             {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
                             if symmetric else {})})
     Path(str(out) + ".part").replace(out)  # whole or not at all
+
+
+def prepare(source: Path, folder: Path) -> Path:
+    """``source`` (an FP32 ONNX file) as :func:`quantize` hands it to the quantiser (``quant_pre_process``: shapes
+    inferred, the graph optimised, its tensors renamed), written in ``folder``: the FP32 model an INT8 one's tensors
+    are named after, hence what its blocks are read against."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = folder / "prepared.onnx"
+    quant_pre_process(str(source), str(prepared))
+    return prepared

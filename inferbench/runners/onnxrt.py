@@ -116,11 +116,23 @@ class OnnxRuntimeRunner(Runner):
 
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """Where the program ONNX Runtime runs departs from the ONNX file's (:func:`block_errors`): its blocks with the
-        runtime's graph optimisations and providers, against the same file with none, on the CPU."""
+        runtime's graph optimisations and providers, against the same file with none, on the CPU; an INT8 cell's
+        against the FP32 model it was quantised from (:data:`INT8_AGAINST`)."""
         import onnx
 
         data = onnx.load(str(self.ctx.artifact)).SerializeToString()
-        return block_errors(self.ort, data, data, self.input_name, inputs, self.providers(self.ctx), self.threads)
+        if self.ctx.precision != "int8":
+            return block_errors(self.ort, data, data, self.input_name, inputs, self.providers(self.ctx), self.threads)
+        import tempfile
+        from pathlib import Path
+
+        from ..exporters.quantize_onnx import prepare
+        from ..registry.artifacts import EXPORTERS
+
+        with tempfile.TemporaryDirectory() as tmp:
+            fp32 = prepare(self.ctx.folder / EXPORTERS["onnx"].path, Path(tmp)).read_bytes()
+        return block_errors(self.ort, data, fp32, self.input_name, inputs, self.providers(self.ctx), self.threads,
+                            INT8_AGAINST)
 
     def details(self) -> dict[str, Any]:
         return {
@@ -138,17 +150,22 @@ class OnnxRuntimeRunner(Runner):
 _SHAPE_OPS = {"Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Cast", "Concat", "Reshape", "Transpose",
               "Identity", "ConstantOfShape", "Slice", "Range", "Expand"}
 BLOCKS_AGAINST = "the same ONNX program without graph optimisations, on the CPU in FP32"
+#: An INT8 cell's blocks are read against the FP32 model it was quantised from, as the quantiser was handed it
+#: (:func:`inferbench.exporters.quantize_onnx.prepare`): QDQ keeps each operator's output tensor and its name,
+#: quantising it after.
+INT8_AGAINST = "the FP32 ONNX model it was quantised from, on the CPU, tensor by tensor of the same name"
 
 
-def blocks_of(model: Any) -> list[tuple[str, str]]:
+def blocks_of(model: Any, within: set[str] | None = None) -> list[tuple[str, str]]:
     """An ONNX graph's blocks in network order, as (short name, tensor): its residual additions (an ``Add`` of two
     computed tensors), else the outputs of its computing nodes (:func:`inferbench.measure.parity.pick_blocks`); the
-    graph's first output last."""
+    graph's first output last. ``within``: only tensors of these names (those another graph computes too)."""
     from ..measure.parity import pick_blocks
 
     made = {o for node in model.graph.node if node.op_type == "Constant" for o in node.output}
     fixed = {i.name for i in model.graph.initializer} | made
-    computing = [n for n in model.graph.node if n.op_type not in _SHAPE_OPS and n.output and n.output[0]]
+    computing = [n for n in model.graph.node if n.op_type not in _SHAPE_OPS and n.output and n.output[0]
+                 and (within is None or n.output[0] in within)]
     residual = [n for n in computing if n.op_type == "Add" and len(n.input) == 2 and not set(n.input) & fixed]
     chosen = pick_blocks(residual, computing[:-1])
 
@@ -161,10 +178,11 @@ def blocks_of(model: Any) -> list[tuple[str, str]]:
 
 
 def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, inputs: np.ndarray,
-                 providers: list[Any], threads: int) -> dict[str, Any] | None:
-    """Each block's output (:func:`blocks_of` of ``reference``) of the ONNX program ``data`` run with full graph
-    optimisation on ``providers``, against ``reference`` (the same program, or what it should be) run with none on
-    the CPU: relative L2 (inf where not finite), in network order. None for a graph without blocks."""
+                 providers: list[Any], threads: int, against: str = BLOCKS_AGAINST) -> dict[str, Any] | None:
+    """Each block's output (:func:`blocks_of` of ``reference``, of the tensors ``data`` computes too) of the ONNX
+    program ``data`` run with full graph optimisation on ``providers``, against ``reference`` (the same program, or
+    what it should compute: ``against`` says which) run with none on the CPU: relative L2 (inf where not finite), in
+    network order. None for a graph without blocks."""
     import onnx
 
     from ..measure.parity import relative_l2
@@ -175,7 +193,8 @@ def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, input
                                   if t not in {o.name for o in model.graph.output})
         return model.SerializeToString()
 
-    blocks = blocks_of(onnx.load_from_string(reference))
+    computed = None if data == reference else {o for n in onnx.load_from_string(data).graph.node for o in n.output}
+    blocks = blocks_of(onnx.load_from_string(reference), computed)
     if len(blocks) < 2:
         return None
     tensors = [t for _, t in blocks]
@@ -191,8 +210,7 @@ def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, input
     got = run(data, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, providers)
     exact = run(reference, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ["CPUExecutionProvider"])
     return {"names": [n for n, _ in blocks], "errors": [relative_l2(a, b) for a, b in zip(got, exact)],
-            "against": BLOCKS_AGAINST,
-            "method": f"each block's output vs {BLOCKS_AGAINST}, relative L2, on the 16 reference inputs"}
+            "against": against, "method": f"each block's output vs {against}, relative L2, on the 16 reference inputs"}
 
 
 class OnnxRuntimeTrtRunner(OnnxRuntimeRunner):

@@ -153,8 +153,7 @@ def where_it_diverged(check: dict[str, Any], runner: Any, inputs: np.ndarray, em
         return {**check, "blocks": {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}}
     if blocks is None:
         return check
-    th = check.get("thresholds") or {}
-    found = parity.divergence(blocks, float(th.get("per_image_max_rel_err") or th.get("max_rel_err") or 1e-3))
+    found = parity.divergence(blocks, parity.blocks_threshold(check))
     return {**check, "blocks": found, "reason": f"{check.get('reason')}; {found['said']}"}
 
 
