@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
 import pytest
@@ -622,7 +623,7 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
         assert p.eta_s() is None and p.eta() == "ETA ?"  # the exports' pace is no guide (it said 1/20 of the truth)
         errors = []
         for g in range(2):
-            p.measuring(8, 2)
+            p.measuring(8, 2, 4)
             now[0] += setups[g]  # loading the group's workers
             p.partial(0.0)  # its rounds begin
             for r in range(8):
@@ -641,6 +642,59 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
         assert p.eta_s() == 0.0
         assert max(errors) <= (1e-9 if jitter == 0 else 0.25), (jitter, [round(e, 3) for e in errors])
         assert max(errors[8:]) <= (1e-9 if jitter == 0 else 0.10), (jitter, [round(e, 3) for e in errors])
+
+
+def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group():
+    """Readings between two phases' ends count down with the clock (re-estimated at every reading, the ETA grew by
+    the cells left over the cells done each second a round ran: 15 s a second after the first round here); at a
+    phase's end it moves by at most twice the time since the last reading; and when the second group runs twice as
+    slow as the first, it has caught up with the truth (within 10%) before that group is half done."""
+    from inferbench.execution.progress import Progress
+
+    now = [0.0]
+    p = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
+    pace = [(20.0, 30.0), (40.0, 60.0)]  # (set-up, round) of each group: the second on a machine twice as slow
+    end = sum(setup + 8 * r for setup, r in pace)
+    readings: list[tuple[float, float]] = []
+
+    def read(steps: int, span: float) -> None:  # the status line and the heartbeat, reading while the phase runs
+        for _ in range(steps):
+            now[0] += span / steps
+            left = p.eta_s()
+            if left is not None:
+                if readings:
+                    t, before = readings[-1]
+                    assert left == pytest.approx(max(0.0, before - (now[0] - t))), "it moved with no work done"
+                assert p.eta_s() == left  # read twice in the same second: the same
+                readings.append((now[0], left))
+
+    events: list[tuple[float, float]] = []
+
+    def ended(phase: Callable[[], None]) -> float | None:
+        """A phase ends: the ETA moves from the last phase's, counted down since, by at most twice the time since."""
+        phase()
+        after = p.eta_s()
+        if after is not None:
+            if events:
+                t, before = events[-1]
+                assert abs(after - max(0.0, before - (now[0] - t))) <= 2 * (now[0] - t) + 1e-9, (t, before, now[0])
+            readings.append((now[0], after))
+            events.append((now[0], after))
+        return after
+
+    errors = []
+    for g, (setup, round_s) in enumerate(pace):
+        ended(lambda: p.measuring(8, 2, 4))
+        read(4, setup)
+        ended(lambda: p.partial(0.0))
+        for r in range(8):
+            read(6, round_s)
+            after = ended(lambda r=r: p.partial(4 * (r + 1) / 8))
+            if g == 1 and r >= 3:
+                errors.append(abs(after - (end - now[0])) / (end - now[0] or 1.0))
+        ended(lambda: p.group_done(4))
+    assert p.eta_s() == 0.0 and len(readings) > 100
+    assert max(errors[:-1]) <= 0.10, [round(e, 3) for e in errors]
 
 
 def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):

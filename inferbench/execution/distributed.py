@@ -266,7 +266,7 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         "hostname": socket.gethostname()}}
     with open(os.devnull, "w") as quiet:
         progress = Progress(len(cells), stream=quiet, verbosity=-1)
-        progress.measuring(len(cells), 1)
+        progress.measuring(len(cells), 1, len(cells))
         records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
                             deadline=None if budget_left_s is None else Deadline(budget_left_s))
         progress.group_done(len(cells))

@@ -298,7 +298,7 @@ class Local:
             progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
                             f"group of {len(group)} cell{'s' if len(group) > 1 else ''}, {self.config.timing.rounds} "
                             "interleaved rounds")
-        progress.measuring(self.cells_left, self.groups_left)
+        progress.measuring(self.cells_left, self.groups_left, len(group))
         records = run_group(self.config, group, folder, failed, self.run_id, self.environment, batch_sizes, progress,
                             self.run_dir, self.strict, deadline)
         progress.group_done(len(group))

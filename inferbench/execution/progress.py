@@ -37,8 +37,12 @@ class Progress:
         self._groups = 0  # groups this invocation measures
         self._group_started: float | None = None
         self._rounds_started: float | None = None  # when the group in progress began its rounds
+        self._group_cells: int | None = None  # the group in progress's cells, where said
         self._setups: list[float] = []  # each group's time before its first round (loading, parity, tuning)
         self._round_s = 0.0  # time in the rounds of the groups done
+        # the ETA as last estimated, at a phase's end (when work was done), and when: between two it counts down with
+        # the clock (re-estimated at every reading, it grew by the cells left over the cells done each second)
+        self._estimate: tuple[float, float] | None = None
         self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and verbosity == 0
         self._status = False  # a status line is showing (terminal only)
         self.phase = ("", "starting")
@@ -75,13 +79,16 @@ class Progress:
         print(line, file=self.stream, flush=True)
         self.last_printed = self.clock()
 
-    def measuring(self, cells_left: int, groups_left: int) -> None:
-        """A group begins; the first call says how many cells and groups this invocation measures."""
+    def measuring(self, cells_left: int, groups_left: int, group_cells: int | None = None) -> None:
+        """A group (of ``group_cells`` cells, where known) begins; the first call says how many cells and groups this
+        invocation measures."""
         self._start_heartbeat()
         now = self.clock()
         if self.measure_started is None:
             self.measure_started, self.cells_left, self._groups = now, float(cells_left), groups_left
         self._group_started, self._rounds_started, self._group = now, None, 0.0
+        self._group_cells = group_cells
+        self._reestimate()
 
     def partial(self, cells: float) -> None:
         """The group in progress has measured ``cells`` cells' worth of rounds (its cells x the share of rounds
@@ -90,6 +97,7 @@ class Progress:
             self._rounds_started = self.clock()
             self._setups.append(self._rounds_started - self._group_started)
         self._group = cells
+        self._reestimate()
 
     def group_done(self, cells: int) -> None:
         """The group in progress ended: its ``cells`` are measured."""
@@ -100,14 +108,34 @@ class Progress:
             self._setups.append(now - self._group_started)
         self.measured += cells
         self._group, self._rounds_started = 0.0, None
+        self._reestimate()
+
+    def _reestimate(self) -> None:
+        """A phase ended: the ETA from the phases measured so far (:meth:`_estimated`), moved from the last one as the
+        clock counted it down by at most the time since (down) or twice it (up): it never changes by more than twice
+        the time the work since took (it said 10m58s, then 1m05s in the same second), and still catches up with a
+        run that turns out slower or faster. Nothing left is said at once."""
+        now = self.clock()
+        left, last = self._estimated(now), self._estimate
+        if left is not None and last is not None and left > 0:
+            since = now - last[0]
+            counted = max(0.0, last[1] - since)
+            left = min(max(left, counted - since), counted + 2 * since)
+        self._estimate = None if left is None else (now, left)  # one attribute: the heartbeat's thread reads it
 
     def eta_s(self) -> float | None:
-        """Seconds left, from the phases measured so far: the cells left at the time per cell of the rounds, plus
-        the groups not yet set up at the mean set-up time; None before the first round ends (the exports before it
-        are no guide: one export's pace extrapolated to a sweep said 10m48s, the next second 5m11s)."""
+        """Seconds left: the estimate made when a phase last ended (:meth:`_estimated`), counted down with the clock
+        since (never below 0); None before the first round ends. It changes only as work is done: read twice in one
+        second it says the same, where re-estimating at every reading made it grow while a round ran."""
+        estimate = self._estimate
+        return None if estimate is None else max(0.0, estimate[1] - (self.clock() - estimate[0]))
+
+    def _estimated(self, now: float) -> float | None:
+        """Seconds left at ``now``, from the phases measured so far: the cells left at the time per cell of the
+        rounds, plus the groups not yet set up at the mean set-up time; None before the first round ends (the exports
+        before it are no guide: one export's pace extrapolated to a sweep said 10m48s, the next second 5m11s)."""
         if self.measure_started is not None and self.cells_left is not None:
-            # the heartbeat's thread reads what the run's thread sets: each attribute once
-            now, done, setups = self.clock(), self.measured + self._group, list(self._setups)
+            done, setups = self.measured + self._group, list(self._setups)
             rounds_started, group_started = self._rounds_started, self._group_started
             if done <= 0 or not setups:
                 return None
@@ -116,7 +144,15 @@ class Progress:
             in_setup = rounds_started is None and group_started is not None and done < self.cells_left
             pending = self._groups - len(setups) - (1 if in_setup else 0)
             current = max(0.0, setup - (now - group_started)) if in_setup and group_started is not None else 0.0
-            return max(0.0, self.cells_left - done) * round_s / done + max(0, pending) * setup + current
+            later = max(0.0, self.cells_left - done)
+            size = self._group_cells
+            if rounds_started is not None and self._group > 0 and size:  # the group in progress at its own pace,
+                # blended with the run's until half its rounds are done (one round's pace alone is noisy)
+                left_here = max(0.0, min(later, size - self._group))
+                own = min(1.0, 2 * self._group / size)
+                current += left_here * (own * (now - rounds_started) / self._group + (1 - own) * round_s / done)
+                later -= left_here
+            return later * round_s / done + max(0, pending) * setup + current
         return None  # only exports so far: their pace says nothing of the cells' (it said 10m48s, then 5m11s)
 
     def phases(self) -> dict[str, Any]:
@@ -128,6 +164,7 @@ class Progress:
         self._setups += [float(s) for s in phases.get("setups", ())]
         self._round_s += float(phases.get("round_s", 0.0))
         self.measured += float(phases.get("measured", 0.0))
+        self._reestimate()
 
     def group_s(self, cells: int) -> float | None:
         """A group of ``cells`` cells' time from the phases measured so far (mean set-up plus the rounds' time per
