@@ -221,3 +221,35 @@ def test_the_docs_count_the_models_the_registry_has():
         found += [(doc.name, int(m.group(1) or m.group(2)))
                   for m in re.finditer(r"(?:all |of the )(\d+) models\b|\b(\d+) (?:registered )?models\b", text)]
     assert len(found) >= 4 and {n for _, n in found} == {len(MODELS)}, found
+
+
+def test_the_docs_count_the_tests_and_name_the_frameworks_the_code_has():
+    """README's "N of the M tests" (the fast layer of the full suite, README's test command) is what pytest collects
+    now (docs/install.md said 308 where 464 were collected); docs/frameworks.md's table of keys names every framework
+    the registry has and no other."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from inferbench.registry.frameworks import FRAMEWORKS
+
+    root = Path(__file__).resolve().parents[1]
+
+    def collected(marks: str) -> int:
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "-p",
+                              "no:cacheprovider", "-o", "addopts=", "-m", marks], cwd=root, capture_output=True,
+                             text=True, timeout=600)
+        found = re.search(r"^(\d+)(?:/\d+)? tests? collected", out.stdout, re.M)
+        assert found, out.stdout[-2000:] + out.stderr[-2000:]
+        return int(found.group(1))
+
+    said = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        if doc.name != "measured.md":  # its counts are dated measurements
+            said += [(doc.name, int(a), int(b)) for a, b in re.findall(r"\b(\d+) of the (\d+) tests\b",
+                                                                      " ".join(doc.read_text().split()))]
+    assert said and {(a, b) for _, a, b in said} == {(collected("not zoo and not slow"), collected("not zoo"))}, said
+    table = (root / "docs" / "frameworks.md").read_text().split("## Framework keys", 1)[1].split("\n\n", 2)[1]
+    keys = {k for row in table.splitlines()[2:] for k in re.findall(r"`([a-z0-9-]+)`", row.split("|")[1])}
+    assert keys - {"best", "all"} == set(FRAMEWORKS), keys ^ set(FRAMEWORKS)
