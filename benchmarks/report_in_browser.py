@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ def main() -> int:
         print("report_in_browser: no Chromium here (apt-get install chromium, or set INFERBENCH_CHROMIUM)",
               file=sys.stderr)
         return 2
+    os.chdir(browser.ROOT)  # the folder named as the test names it
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report"
         if report([str(browser.FOLDER), "--out", str(out)]) != 0:

@@ -44,10 +44,12 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-#: The committed run the check reads: a busy machine's, so that the long NOT VALID verdict is the one laid out.
-FOLDER = Path(__file__).resolve().parents[1] / "benchmark_results" / "contention-cpu-20261126"
+ROOT = Path(__file__).resolve().parents[1]
+#: The committed run the check reads: a busy machine's, so that the long NOT VALID verdict is the one laid out. Given
+#: relative to the checkout's root (run from there), as the report names the folders it read in its sources.
+FOLDER = Path("benchmark_results") / "contention-cpu-20261126"
 #: What Chromium measured of that run's report.html, and its first screen, committed.
-SEEN = Path(__file__).resolve().parents[1] / "docs" / "report-in-chromium"
+SEEN = ROOT / "docs" / "report-in-chromium"
 
 
 def page_digest(text: str) -> str:
