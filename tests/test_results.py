@@ -92,7 +92,8 @@ def test_summary_and_comparisons_csv(tmp_path):
     write_summary(tmp_path, [encode(r) for r in recs])
     lines = (tmp_path / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("run_id,framework,model,resolution,batch_size,precision,variant,device,device_name,host")
-    assert {"p90_ms", "p95_ms", "energy_j_per_inference", "energy_missing"} <= set(lines[0].split(","))
+    assert {"p90_ms", "p95_ms", "energy_j_per_inference", "energy_missing", "net_energy_j_per_inference",
+            "net_energy_ci95_low", "net_energy_ci95_high"} <= set(lines[0].split(","))
     assert len(lines) == 5 and ",failed," in lines[2]
     rows = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
     # the baseline is the fastest *verified* cell: torch-native (own weights) is faster but unverified

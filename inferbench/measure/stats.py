@@ -643,6 +643,27 @@ def process_floor(processes: int) -> float:
     return math.exp(1.959964 * math.sqrt(2 * ASSUMED_PROCESS_SD ** 2 / processes)) - 1
 
 
+def net_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,
+                 shifts: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """A 95% interval around a net figure (energy per inference less an idle baseline's): the rounds' part as
+    :func:`per_round_interval`'s (on the log scale, carried to the figure's own by its value) and ``shifts``, each
+    the standard error and degrees of freedom of an error every round of a process shares (its baseline's), added
+    in quadrature, Satterthwaite's degrees of freedom; symmetric, so a net figure near 0 keeps its interval. None
+    with fewer than 3 rounds or a round whose net figure is not above 0."""
+    fit = spread(per_round, process_of(list(per_round), processes))
+    if fit is None or value <= 0:
+        return None
+    se_log, df = fit.se()
+    parts = [((value * se_log) ** 2, df), *((sd * sd, float(d)) for sd, d in shifts)]
+    var = sum(v for v, _ in parts)
+    finite = [(v, d) for v, d in parts if v > 0 and math.isfinite(d)]
+    if any(d < 1 for v, d in finite):
+        return None
+    dof = var * var / sum(v * v / d for v, d in finite) if finite else math.inf
+    half = t975(dof) * math.sqrt(var)
+    return value - half, value + half
+
+
 def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,
                        ) -> tuple[float, float] | None:
     """A 95% interval around ``value`` from a statistic measured once per round (energy per inference, say),

@@ -22,9 +22,10 @@ SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
     "host", "status", "parity", "top1_accuracy", "top1_accuracy_fp32", "p50_ms", "p50_ci95_low_ms",
     "p50_ci95_high_ms", "p90_ms", "p95_ms", "p99_ms", "mean_ms", "cv", "n", "throughput_per_s", "load_s",
-    "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference", "mean_power_w",
-    "energy_missing", "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params",
-    "gflop_per_image", "gflop_per_s", "fraction_of_peak", "error",
+    "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference",
+    "net_energy_j_per_inference", "net_energy_ci95_low", "net_energy_ci95_high", "mean_power_w", "energy_missing",
+    "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image",
+    "gflop_per_s", "fraction_of_peak", "error",
 )
 
 
@@ -64,6 +65,9 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "peak_host_memory_mb": (record.get("memory") or {}).get("peak_host_mb"),
         "timed_peak_host_memory_mb": (record.get("memory") or {}).get("timed_peak_host_mb"),
         "energy_j_per_inference": energy.get("joules_per_inference"),
+        "net_energy_j_per_inference": energy.get("net_joules_per_inference"),
+        "net_energy_ci95_low": (energy.get("net_joules_per_inference_ci95") or [None, None])[0],
+        "net_energy_ci95_high": (energy.get("net_joules_per_inference_ci95") or [None, None])[1],
         "mean_power_w": energy.get("mean_power_w"),
         "energy_missing": None if energy.get("available") else energy.get("reason"),
         "rounds": (lat.get("stability") or {}).get("rounds"),

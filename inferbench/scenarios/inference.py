@@ -137,14 +137,18 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
         out[key] = None if any(v is None for v in values) else float(sum(values))
     peaks = [b["peak_power_w"] for b in blocks if b.get("peak_power_w") is not None]
     per_round = {int(r): v for b in blocks for r, v in (b.get("per_round_j_per_inference") or {}).items()}
+    per_round_net = {int(r): v for b in blocks for r, v in (b.get("per_round_net_j_per_inference") or {}).items()}
     out.update(window_s=window, peak_power_w=max(peaks) if peaks else None, per_round_j_per_inference=per_round,
+               per_round_net_j_per_inference=per_round_net,
                mean_power_w=out["gross_j"] / window if out["gross_j"] is not None and window > 0 else None,
                joules_per_inference=out["gross_j"] / inferences if out["gross_j"] is not None else None,
                net_joules_per_inference=out["net_j"] / inferences if out["net_j"] is not None else None)
     if out["joules_per_inference"]:
         ci = stats.per_round_interval(out["joules_per_inference"], per_round, processes)
         out["joules_per_inference_ci95"] = None if ci is None else list(ci)
-    return out
+    from ..measure.trackers.energy import net_interval
+
+    return net_interval(out, blocks, inferences, processes)  # each process's own baseline
 
 
 def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | None]:

@@ -142,25 +142,50 @@ def settle(sensor: Sensor, clock: Clock = time.monotonic, sleep: Callable[[float
             "reading": reading}
 
 
+#: The idle baseline is read in this many equal windows: their spread is its standard error (``idle_w_se``), which
+#: the net energy's interval carries (every round's net energy leans on the same baseline).
+IDLE_WINDOWS = 4
+
+
 def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.monotonic,
                   sleep: Callable[[float], Any] = time.sleep, settle_first: bool = True) -> dict[str, Any]:
-    """Mean power of the idle device over ``seconds``, from the counter if there is one, else from samples;
-    first (``settle_first``) waits for the power to stop falling after the work before it (:func:`settle`)."""
+    """Mean power of the idle device over ``seconds``, from the counter if there is one, else from samples, with its
+    standard error from :data:`IDLE_WINDOWS` windows of it (``idle_w_se``, ``idle_df``); first (``settle_first``)
+    waits for the power to stop falling after the work before it (:func:`settle`)."""
     settled = settle(sensor, clock, sleep) if settle_first else None
     e0, t0 = _read(sensor.energy_j), clock()
-    watts: list[float] = []
+    marks = [(t0, e0)]  # the counter at each window's end
+    watts: list[tuple[float, float]] = []
     while clock() - t0 < seconds:
         w = _read(sensor.power_w)
         if w is not None:
-            watts.append(w)
-        sleep(min(0.05, seconds))
+            watts.append((clock() - t0, w))
+        sleep(min(0.05, seconds / IDLE_WINDOWS))
+        if clock() - t0 >= len(marks) * seconds / IDLE_WINDOWS and len(marks) < IDLE_WINDOWS:
+            marks.append((clock(), _read(sensor.energy_j)))
     e1, t1 = _read(sensor.energy_j), clock()
+    marks.append((t1, e1))
     out: dict[str, Any] = {"seconds": t1 - t0, "settle": settled}
     if e0 is not None and e1 is not None and t1 > t0 and e1 >= e0:
-        return {"idle_w": (e1 - e0) / (t1 - t0), **out, "method": "counter"}
+        means = [(b - a) / (u - t) for (t, a), (u, b) in zip(marks, marks[1:])
+                 if a is not None and b is not None and u > t and b >= a]
+        return {"idle_w": (e1 - e0) / (t1 - t0), **out, **_standard_error(means), "method": "counter"}
     if watts:
-        return {"idle_w": sum(watts) / len(watts), **out, "method": "samples"}
+        chunks = [[w for at, w in watts if k * seconds / IDLE_WINDOWS <= at < (k + 1) * seconds / IDLE_WINDOWS]
+                  for k in range(IDLE_WINDOWS)]
+        means = [sum(c) / len(c) for c in chunks if c]
+        return {"idle_w": sum(w for _, w in watts) / len(watts), **out, **_standard_error(means), "method": "samples"}
     return {"idle_w": None, **out, "method": "none"}
+
+
+def _standard_error(means: list[float]) -> dict[str, Any]:
+    """The standard error of a mean of windows whose means are ``means`` and its degrees of freedom (None, 0 with
+    fewer than two windows)."""
+    import statistics
+
+    if len(means) < 2:
+        return {"idle_w_se": None, "idle_df": 0}
+    return {"idle_w_se": statistics.stdev(means) / len(means) ** 0.5, "idle_df": len(means) - 1}
 
 
 @dataclass
@@ -282,7 +307,26 @@ class EnergyTracker:
         energy["idle_baseline"] = self.idle
         samples = sum(len(b.latencies_s) for b in done.blocks)
         batch = done.inferences / samples if samples else 0
-        energy["per_round_j_per_inference"] = {  # for the interval between rounds (and processes)
-            str(b.round): b.monitors[self.name]["gross_j"] / (len(b.latencies_s) * batch)
-            for b in done.blocks if b.monitors[self.name].get("gross_j") is not None and b.latencies_s and batch}
-        return Contribution({"energy": energy})
+        for key in ("gross_j", "net_j"):  # for the intervals between rounds (and processes)
+            energy[f"per_round_{'' if key == 'gross_j' else 'net_'}j_per_inference"] = {
+                str(b.round): b.monitors[self.name][key] / (len(b.latencies_s) * batch)
+                for b in done.blocks if b.monitors[self.name].get(key) is not None and b.latencies_s and batch}
+        return Contribution({"energy": net_interval(energy, [energy], done.inferences, None)})
+
+
+def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], inferences: int,
+                 of_round: Any) -> dict[str, Any]:
+    """``energy`` with ``net_joules_per_inference_ci95``: the rounds' spread of their net energy per inference (as
+    latency's, with the processes' part; ``of_round``: each round's process, None for one) and each process's idle
+    baseline's standard error (``processes``: their energy blocks), which shifts every round of that process alike
+    (:func:`inferbench.measure.stats.net_interval`). The gross figure leans on no baseline: its interval has no such
+    part."""
+    from .. import stats
+
+    value = energy.get("net_joules_per_inference")
+    per_round = {int(r): float(v) for r, v in (energy.get("per_round_net_j_per_inference") or {}).items()}
+    idles = [(b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0)) for b in processes]
+    known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)
+    shifts = [(idle["idle_w_se"] * window / inferences, idle["idle_df"]) for idle, window in idles] if known else []
+    ci = stats.net_interval(value, per_round, of_round, shifts) if value is not None and known else None
+    return {**energy, "net_joules_per_inference_ci95": None if ci is None else list(ci)}
