@@ -393,8 +393,9 @@ OPTIONS: tuple[Option, ...] = (
            positive_float, metavar="MS", maximum=MAX_SLO_MS),
     Option("time_budget", ("--time-budget",), "bound the whole run or sweep (90s, 20m, 1h30m): the plan says up "
            "front what fits (rounds and blocks shortened down to --quick's, then the costliest frameworks left out, "
-           "each said), and the run keeps to it (a group's rounds cut, never below 3 nor two a worker process; groups "
-           "that would overrun left unmeasured, a sweep's for --resume)", None, parse_duration, metavar="DURATION",
+           "each said), and the run keeps to it in every scenario (a group's rounds or LoadGen tests cut, never below "
+           "3 nor two a worker process; groups that would overrun left unmeasured, a sweep's for --resume)", None,
+           parse_duration, metavar="DURATION",
            commands=("run", "sweep", "selftest"), in_file=False, command_defaults=(("selftest", 600.0),)),
     Option("quick", ("--quick",), f"a first answer: fewer, shorter rounds ({QUICK['rounds']} of "
            f"{QUICK['min_duration_s'] / QUICK['rounds']:g} s) in {QUICK['processes']} worker process a cell, "

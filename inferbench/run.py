@@ -142,8 +142,12 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
-    if deadline is not None and deadline.overrun():
-        print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
+    if deadline is not None:  # what the budget was and what was spent, in the run's answer
+        from .analysis.ranking import note_time_budget
+
+        note_time_budget(run_dir, deadline.spent())
+        if deadline.overrun():
+            print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
           file=sys.stdout)

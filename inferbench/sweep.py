@@ -32,7 +32,6 @@ from .cli.summary import format_summary, terminal_width
 from .execution.plan import Plan, build, objective_for
 from .exporters.cache import check_cache_dir
 from .options import BY_NAME, with_defaults
-from .registry.scenarios import scenario
 from .spec import record_filename
 
 PLAN = "sweep.json"
@@ -90,9 +89,6 @@ def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
     """--resume --time-budget: the saved plan is not shrunk; its next group must fit the budget (else one line, exit
     2), the rest is kept to while it runs."""
     from .execution.budget import first_group_s, say, to_export
-
-    if not scenario(plan.config.scenario).closed_loop:
-        raise UsageError(f"--time-budget applies to an inference sweep (not {plan.config.scenario})")
     from .execution.pipeline import machine_folders
 
     folders = machine_folders(plan.config, sweep_dir).values()
@@ -191,8 +187,12 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
-    if deadline is not None and deadline.overrun():
-        print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
+    if deadline is not None:  # what the budget was and what was spent, in the run's answer
+        from .analysis.ranking import note_time_budget
+
+        note_time_budget(sweep_dir, deadline.spent())
+        if deadline.overrun():
+            print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
         from .execution.tracking import where

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 
 import pytest
@@ -114,8 +115,6 @@ def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--time-budget 3 s is too short" in err and "Traceback" not in err
     assert len(list((tmp_path / "out").iterdir())) == 1
-    assert run_main([*args, "--time-budget", "1h", "--scenario", "offline"]) == 2
-    assert "--time-budget applies to the inference scenario" in capsys.readouterr().err
 
 
 class _Steps:
@@ -143,7 +142,7 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
             "--rounds", "8", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
     assert sweep_main([*args, "--time-budget", "1h"]) == 0
     err = capsys.readouterr().err
-    assert "rounds stopped at 6 of 8: another would pass --time-budget" in err
+    assert "--time-budget: rounds stopped at 6 of 8, another would pass it" in err
     assert "1 cell(s) in 1 group(s) left unmeasured" in err and "finish with inferbench sweep --resume" in err
     sweep_dir = tmp_path / "s"
     first = json.loads((sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").read_text())
@@ -223,3 +222,60 @@ def test_resume_with_a_budget_checks_the_next_group(fakes, tmp_path, capsys, mon
     monkeypatch.setattr(budget, "SETUP_S", {})
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 0
     assert (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
+
+
+def test_serving_keeps_to_a_budget_and_a_search_cut_short_says_what_it_had(fakes, tmp_path, capsys, monkeypatch):
+    """--time-budget bounds a serving run too (it was refused): with a clock that says the budget is spent a few tests
+    in, the server search stops (never before its fewest tests, 3), and its answer stands on the tests that ran: a
+    load held 3 in a row, or none, said with the largest load one test passed (not confirmed); the run's
+    recommendation.json keeps the budget and what was spent."""
+    pytest.importorskip("mlperf_loadgen", reason='mlcommons-loadgen is in the test extra: pip install -e ".[test]"')
+    _spent(monkeypatch)
+    out = tmp_path / "out"
+    code = run_main([*QUICK, "--quick", "--framework", "fake-5ms", "--scenario", "server", "--slo-p99", "50",
+                     "--time-budget", "1h", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache")])
+    captured = capsys.readouterr()
+    assert code in (0, 1) and "Traceback" not in captured.err
+    said = re.search(r"--time-budget: rounds stopped at (\d+) of (\d+), another would pass it", captured.err)
+    assert said and 3 <= int(said.group(1)) < int(said.group(2)), captured.err  # never below its fewest
+    (folder,) = out.iterdir()
+    (record,) = [json.loads(p.read_text()) for p in folder.glob("*_fake-5ms_*.json")]
+    answer = record["serving"]["answer"]
+    assert len(record["serving"]["steps"]) == int(said.group(1)) and answer["stopped"] == said.group(0)
+    largest = max((s["target"] for s in record["serving"]["steps"] if s["valid"]), default=None)
+    assert answer["largest_valid_qps"] == largest
+    if answer["found"]:  # three VALID tests in a row held a load: the answer, said to stand on the tests that ran
+        assert f"{said.group(0)}: the answer stands on the tests that ran" in captured.out
+    else:  # why nothing is recommended, on the answer's lines
+        assert f"fake-5ms: no load held p99 <= 50 ms for 3 tests in a row before {said.group(0)}" in captured.out
+    spent = json.loads((folder / "recommendation.json").read_text())["time_budget"]
+    assert spent["budget_s"] == 250.0 and spent["took_s"] > 250.0 and spent["overrun_s"] > 0
+
+
+def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
+    """A line when --time-budget passes, not only at the end (a timer on the wall clock: here a budget of 0.2 s),
+    on a terminal's status line too; nothing after the run closed its progress."""
+    import io
+
+    from inferbench.execution.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream in (io.StringIO(), Terminal()):
+        deadline = budget.Deadline(0.2)
+        p = Progress(4, stream, deadline=deadline)
+        p.say("mobilenet_v3_small@32 bs1", "loading onnxrt")
+        waited = time.monotonic()
+        while "passed" not in stream.getvalue() and time.monotonic() - waited < 30:
+            time.sleep(0.05)
+        p.close()
+        lines = [line for line in stream.getvalue().replace("\r\x1b[K", "\n").splitlines() if "passed" in line]
+        assert len(lines) == 1 and "--time-budget 0 s passed: the group running ends at its fewest rounds" in lines[0]
+        assert "loading onnxrt" in lines[0]  # where the run was
+    quiet = io.StringIO()
+    p = Progress(4, quiet, deadline=budget.Deadline(0.2))
+    p.close()
+    time.sleep(0.4)
+    assert quiet.getvalue() == ""  # closed before it passed: nothing

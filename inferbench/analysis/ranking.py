@@ -228,8 +228,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                                     if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
                                     and field(r, path) is not None and field(r, "serving.answer.found") is not False),
                                    key=lambda c: c["value"] * (1 if lower else -1))
-        rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms')} ms for "
-                                  "3 tests in a row" for r in cells
+        rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms') or 0:g} "
+                                  "ms for 3 tests in a row" + cut_short(r) for r in cells
                                   if field(r, "serving.answer.found") is False})
         rec["not_ranked"].update({record_name(r): f"timed in {field(r, 'config.timing.rounds')} round(s), one "
                                   "framework loaded at a time: the zoo's timing, for orientation, never ranked"
@@ -285,7 +285,8 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                                 "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
                                 "confirmed": answer.get("held_in_a_row") or 0,
                                 "mlperf_valid": field(best, "serving.mlperf_valid"),
-                                "min_duration_ms": field(best, "serving.settings.min_duration_ms")},
+                                "min_duration_ms": field(best, "serving.settings.min_duration_ms"),
+                                "stopped": answer.get("stopped")},
                        stability="n/a", stability_advice="")
             if len(scored) > 1:
                 rec.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
@@ -466,7 +467,18 @@ def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
     elif rec.get("runner_up"):  # a server's search gives a bracket, not an interval: the figure, not compared
         lines.append(f"    next: {rec['runner_up']} at {rec['runner_up_value']:.1f} {unit} (a search's bracket: "
                      "not compared)")
+    if s.get("stopped"):
+        lines.append(f"    {s['stopped']}: the answer stands on the tests that ran")
     return lines + shortened(rec)
+
+
+def cut_short(record: Mapping[str, Any]) -> str:
+    """Where --time-budget cut a server search short: what it said, and the largest load one of its tests passed."""
+    stopped, largest = field(record, "serving.answer.stopped"), field(record, "serving.answer.largest_valid_qps")
+    if not stopped:
+        return ""
+    return f" before {stopped}" + (f" (the largest load VALID in one test: {largest:.1f} QPS, not confirmed)"
+                                   if largest else "")
 
 
 def shortened(rec: dict[str, Any]) -> list[str]:
@@ -491,8 +503,9 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
     for rec in recs:
         at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']} on {rec['device']}" + (
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
-        if rec["recommended"] is None:
+        if rec["recommended"] is None:  # and why each cell was not ranked
             lines.append(f"  {at}: none: {rec['reason']}")
+            lines += [f"    {name}: {why}" for name, why in (rec.get("not_ranked") or {}).items()]
             lines += speed_only_line(rec)
             continue
         if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
@@ -573,6 +586,16 @@ def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = 
     if not records:
         write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, [])
         files.flush()
+
+
+def note_time_budget(folder: Path, spent: dict[str, Any]) -> None:
+    """The run's --time-budget and what it spent (``time_budget``: ``budget_s``, ``took_s``, ``overrun_s``) added to
+    the ``recommendation.json`` files under ``folder`` (a run's, or a sweep's per machine), once the run has ended."""
+    for path in folder.rglob("recommendation.json"):
+        if path.parent.name == "report":  # a report's own copy, not the run's
+            continue
+        answer = json.loads(path.read_text())
+        atomic_write_text(path, json.dumps({**answer, "time_budget": spent}, indent=1, default=str) + "\n")
 
 
 def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:

@@ -1,4 +1,5 @@
-"""``--time-budget``: a run or sweep bounded in time. The plan says up front what fits, and the run keeps to it.
+"""``--time-budget``: a run or sweep bounded in time, in every scenario. The plan says up front what fits, and the run
+keeps to it.
 
 Up front (:func:`fit`), the plan's time is estimated from what a cell costs on a 2-core CPU (:data:`SETUP_S`, the
 rounds' own length, the exports not in the cache yet). When it does not fit, the rounds and blocks shrink, down to
@@ -7,7 +8,8 @@ one, each said in a line;
 a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
 ``--resume``). While it runs (:class:`Deadline`), the time measured so far replaces the estimate: a group that would
 end past the budget is not started, and a group's rounds stop early (never below :data:`MIN_ROUNDS`, nor two per
-worker process) when another round would pass it.
+worker process) when another round would pass it — a serving scenario's LoadGen tests too: its answer then stands on
+the tests that ran, and a server search cut short says the largest load VALID so far.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ PROBE_S = 0.3
 MIN_ROUNDS = 3
 #: The steps tried between the plan's own timing (1) and the floor (0).
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
+#: A LoadGen test's seconds (its minimum duration, --quick's or the default, plus LoadGen's start and the detail log
+#: parsed), and the tests a cell of a serving scenario runs: a server search over two serving configurations (at most
+#: 7 steps each) and 3 confirmations; the others one a round. The single query loop and the served parity are in its
+#: set-up (:data:`SERVE_SETUP_S`).
+SERVE_TEST_S = {True: 0.8, False: 2.3}
+SERVER_TESTS = 2 * 7 + 3
+SERVE_SETUP_S = 2.5
 
 
 def say(seconds: float) -> str:
@@ -62,8 +71,16 @@ def setup_s(framework: str, processes: int, timing: TimingConfig) -> float:
 
 
 def group_s(cells: list[CellKey], config: RunConfig) -> float:
-    """One group (cells of one model, resolution and batch size), set-up and rounds."""
+    """One group (cells of one model, resolution and batch size), set-up and rounds; a serving scenario's cells by
+    their LoadGen tests (:data:`SERVE_TEST_S`), the server's search by its steps."""
+    from ..registry.scenarios import scenario
+
     timing = config.timing
+    entry = scenario(config.scenario)
+    if entry.serves:
+        tests = max(timing.rounds, SERVER_TESTS if entry.bound else 0)
+        return sum(setup_s(c.framework, 1, timing) + SERVE_SETUP_S for c in cells) + len(cells) * tests * (
+            SERVE_TEST_S[config.quick] + BLOCK_OVERHEAD_S) + tests * (PROBE_S if config.device.kind == "cpu" else 0.0)
     processes = min(config.processes, timing.rounds)
     set_up = sum(setup_s(c.framework, processes, timing) for c in cells)
     tuning = sum(TUNE_FACTOR * config.tune_budget_s + setup_s(c.framework, 1, timing) / 2
@@ -192,6 +209,11 @@ class Deadline:
     def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget_s, self.clock = budget_s, clock
         self.started = clock()
+        self.wall_started = time.monotonic()  # for the moment it passes (a timer), whatever ``clock`` is
+
+    def wall_left(self) -> float:
+        """Seconds left on the wall clock (what a timer waits for the moment the budget passes)."""
+        return self.budget_s - (time.monotonic() - self.wall_started)
 
     def left(self) -> float:
         return self.budget_s - (self.clock() - self.started)
@@ -208,6 +230,18 @@ class Deadline:
         return (f"--time-budget {say(self.budget_s)} passed: this took {say(took)}, {say(took - self.budget_s)} more "
                 "(loading, first calls, compilation and tuning are what its estimate foresees worst; each cell's "
                 "record has its load and first-call times)")
+
+    def passed_line(self) -> str:
+        """The line said the moment the budget passes (:class:`~inferbench.execution.progress.Progress`)."""
+        return (f"--time-budget {say(self.budget_s)} passed: the group running ends at its fewest rounds, the groups "
+                "not started are left unmeasured (loading, first calls and tuning took longer than foreseen)")
+
+    def spent(self) -> dict[str, Any]:
+        """The budget and what was spent, as ``recommendation.json`` keeps it: ``budget_s``, ``took_s``,
+        ``overrun_s`` (0 within it)."""
+        took = self.clock() - self.started
+        return {"budget_s": self.budget_s, "took_s": round(took, 1), "overrun_s": round(max(0.0, took - self.budget_s),
+                                                                                         1)}
 
     def another_round(self, done: int, round_s: float, processes: int = 1) -> bool:
         """After ``done`` rounds of a group (the last took ``round_s``) with ``processes`` worker processes a cell:

@@ -148,9 +148,6 @@ def build(values: dict[str, Any]) -> Built:
     if values.get("target_ci") and values.get("time_budget"):
         raise UsageError("--target-ci adds rounds and --time-budget takes them away: give one (a group that added "
                          "rounds would leave the later groups unmeasured)")
-    if values.get("time_budget") and not entry.closed_loop:
-        raise UsageError(f"--time-budget applies to the inference scenario: {values['scenario']}'s cells take as long "
-                         "as their own steps need (--quick shortens them)")
     auto = values["tune"] == "auto" and "best" in values["frameworks"]
     # --quick's tuning blocks (1 s over every setting and 3 rounds: 83 ms each) gave intervals of 0.02-7.0 that could
     # never tell a setting from the default: a quick answer measures each runtime at its own setting, and says so

@@ -25,7 +25,7 @@ class Progress:
     extrapolating the exports' pace to the cells."""
 
     def __init__(self, total: int, stream: Any = None, verbosity: int = 0,
-                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True, deadline: Any = None) -> None:
         self.total, self.done, self.stream, self.verbosity = total, 0, stream or sys.stderr, verbosity
         self.clock = clock
         self.started = self.last_printed = clock()
@@ -53,6 +53,13 @@ class Progress:
         # stops at close(): a Progress left open must never print its growing elapsed time into later output
         self._heartbeat = heartbeat and self._beating
         self._thread: threading.Thread | None = None
+        # --time-budget (a Deadline): the moment it passes is said in a line of its own, on a terminal too, by a
+        # timer on the wall clock (never a reading of the deadline's own clock, which a test may drive)
+        self._budget_timer: threading.Timer | None = None
+        if deadline is not None:
+            self._budget_timer = threading.Timer(max(0.0, deadline.wall_left()), self._budget_passed, (deadline,))
+            self._budget_timer.daemon = True
+            self._budget_timer.start()
 
     def __enter__(self) -> Progress:
         return self
@@ -74,6 +81,16 @@ class Progress:
         with self._lock:
             if self._beating and not self._stop.is_set() and self.clock() - self.last_printed >= HEARTBEAT_S:
                 self._print(self._line(*self.phase) + "  (still running)")
+
+    def _budget_passed(self, deadline: Any) -> None:
+        """--time-budget passed, while the run goes on: said once, at that moment, as a lasting line."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._status:  # a terminal's status line gives way to the lasting line
+                print("\r\x1b[K", end="", file=self.stream)
+                self._status = False
+            self._print(self._line(*self.phase) + f"  {deadline.passed_line()}")
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
@@ -215,6 +232,8 @@ class Progress:
 
     def close(self) -> None:
         self._stop.set()
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         if self._status:

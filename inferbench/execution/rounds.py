@@ -71,8 +71,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
     scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
     ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each;
-    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget) stops an inference group's rounds
-    early when another would pass it (never below its minimum)."""
+    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget) stops a group's rounds early when
+    another would pass it (never below its minimum), in every scenario; the workers are told why (``stopped``)."""
     from ..registry.scenarios import scenario_module
 
     replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
@@ -101,7 +101,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         if rounds_done is not None:
             rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
         closed = bool(jobs) and scenario(jobs[0].cell.scenario).closed_loop
-        cut = deadline is not None and closed
+        cut = deadline is not None
+        stopped: str | None = None  # why the rounds ended before the scenario's own count, told to the workers
         target = jobs[0].config.target_ci if closed else None
         medians: list[dict[int, float]] = [{} for _ in replicas]  # each cell's block medians (--target-ci)
 
@@ -120,8 +121,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     break
             if cut and r and deadline is not None and not deadline.another_round(
                     r, time.monotonic() - round_started, max(len(w) for w in replicas)):
-                (note or progress)(_group_label(jobs), f"rounds stopped at {r} of {rounds}: another would pass "
-                                   "--time-budget")
+                stopped = f"--time-budget: rounds stopped at {r} of {rounds}, another would pass it"
+                (note or progress)(_group_label(jobs), stopped)
                 break
             round_started = time.monotonic()
             if probe is not None:
@@ -150,7 +151,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
         for worker in finishing:  # all at once: the workers collect and exit side by side
-            worker.child.send({"finish": True})
+            worker.child.send({"finish": True, **({"stopped": stopped} if stopped else {})})
         for worker in finishing:
             worker.result = worker.child.result(_left(worker, timeout_s))
     finally:

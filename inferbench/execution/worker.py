@@ -80,6 +80,7 @@ def serve(job: CellJob, commands: Any) -> ChildResult:
         elif "apply" in command:
             send({"apply": session.apply(command["apply"]["setting"], command["apply"]["tuning"])})
         elif command.get("finish"):
+            session.stopped = command.get("stopped")  # the rounds ended early (--time-budget): its answer says so
             return ChildResult(ok=True, cell=session.finish())
     raise RuntimeError("the parent stopped sending commands")
 

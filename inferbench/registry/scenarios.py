@@ -47,8 +47,8 @@ class Scenario:
     session: str  # "module:Class": the Session a worker runs; the module is a ScenarioModule
     objective: str  # what "best" means for it unless --objective says otherwise
     label: str = ""  # what a cell's names and titles add for it (none for the default, inference)
-    closed_loop: bool = False  # calls back to back in interleaved rounds: --time-budget cuts its rounds, and
-    #                            published closed-loop figures compare with it
+    closed_loop: bool = False  # calls back to back in interleaved rounds: --target-ci adds rounds to it, and
+    #                            published closed-loop figures compare with it (--time-budget cuts every scenario's)
     serves: bool = False  # under MLPerf LoadGen: one worker process a cell, LoadGen's logs kept beside the record
     bound: bool = False  # a latency bound (--slo-p99): the answer is the largest load that holds it
     trains: bool = False  # a training step: the trainer, the training artifact and reference steps, its memory

@@ -329,6 +329,7 @@ class Session:
         self.gather, self.placement = place(self.runner, self.samples, job.cell.options.include_transfer)
         self.calls = self.runner.serving_calls(self.runner.serving_concurrency(), self.batch)
         self.quick = job.config.quick
+        self.stopped: str | None = None  # why the rounds ended before the scenario's own count (--time-budget)
         self.logs = Path(tempfile.mkdtemp(prefix="inferbench-loadgen-"))
         emit("single queries")
         self.single = self._single_queries()
@@ -615,7 +616,7 @@ class Session:
         ci = stats.per_round_interval(qps, per_round, None) if len(per_round) >= stats.MIN_ROUNDS else None
         answer: dict[str, Any] = {"qps": qps, "qps_ci95": None if ci is None else list(ci),
                                   "knobs": used[0]["knobs"], "valid": all(s["valid"] for s in used),
-                                  "steps": [s["round"] for s in used]}
+                                  "steps": [s["round"] for s in used], "stopped": self.stopped}
         if self.scenario == "server":
             best, found = self._best_search(), self._held()
             target, knobs = (found[0], found[1]) if found is not None else (None, used[0]["knobs"])
@@ -630,7 +631,9 @@ class Session:
                           confirmations=[{"target": s["target"], "valid": s["valid"], "p99_ms": s["p99_ms"]}
                                          for s in self.steps if s["phase"] == "measure"],
                           others=[{"knobs": k.__dict__, "held_qps": (held(self._tests(k)) or [None])[0]}
-                                  for k in self.knob_grid if k.__dict__ != knobs])
+                                  for k in self.knob_grid if k.__dict__ != knobs],
+                          # a search cut short (--time-budget): the largest load one test passed, not an answer
+                          largest_valid_qps=max((s["target"] for s in self.steps if s["valid"]), default=None))
             answer["qps"] = target if target is not None else 0.0  # an INVALID load is never the answer
             answer["qps_ci95"] = None  # a search gives a bracket, not an interval
         return answer
