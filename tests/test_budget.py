@@ -214,12 +214,16 @@ def test_resume_with_a_budget_checks_the_next_group(fakes, tmp_path, capsys, mon
     assert sweep_main(args) == 0
     (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").unlink()
     capsys.readouterr()
-    monkeypatch.setattr(budget, "SETUP_S", {"fake": 600.0})  # the next group: two 10-minute workers
+    from inferbench.execution.environment import setup_path
+
+    kept = setup_path(tmp_path / "cache", 1)  # what the sweep measured of its workers: the next plan takes it
+    assert json.loads(kept.read_text())["fake"]["seconds"] > 0
+    kept.write_text(json.dumps({"fake": {"seconds": 600.0}}))  # the next group: two 10-minute workers
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 2
     err = capsys.readouterr().err
     assert "--time-budget 5m00s is too short for the sweep's next group (mobilenet_v3_small@32 bs2" in err
     assert not (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
-    monkeypatch.setattr(budget, "SETUP_S", {})
+    kept.write_text(json.dumps({"fake": {"seconds": 1.0}}))
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 0
     assert (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
 
@@ -279,3 +283,37 @@ def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
     p.close()
     time.sleep(0.4)
     assert quiet.getvalue() == ""  # closed before it passed: nothing
+
+
+def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes, tmp_path, capsys, monkeypatch):
+    """A run keeps its workers' set-up times (start to ready) per framework and machine shape beside the cache; the
+    next plan takes them instead of the table measured elsewhere (the plan said 1 s for torch-inductor's tuning where
+    it took 164 s), says which are measured, and a serving worker's are kept apart (its single queries and served
+    parity are part of them)."""
+    from inferbench.execution.environment import setup_path
+
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 0.5, "fake-slow": 0.5})
+    cache = tmp_path / "cache"
+    config, cells = _plan(fakes, cache, "--framework", "fake,fake-slow")
+    before = budget.estimate(config, cells, {})
+    assert budget.measured_setups(config) == {}
+    args = [*QUICK, "--framework", "fake", "--duration", "0.08", "--output-dir", str(tmp_path / "out"),
+            "--cache-dir", str(cache)]
+    assert run_main([*args, "--time-budget", "1h"]) == 0
+    assert "(set-up estimated: no run on this machine measured it yet)" in capsys.readouterr().err
+    kept = json.loads(setup_path(cache, 1).read_text())
+    assert set(kept) == {"fake"} and kept["fake"]["seconds"] > 0 and kept["fake"]["workers"] == 2
+    measured = budget.measured_setups(config)
+    assert measured == {"fake": kept["fake"]["seconds"]}
+    # the plan takes it: two workers a cell, each as long as this machine took, in place of the table's
+    setup_path(cache, 1).write_text(json.dumps({"fake": {"seconds": 100.0}, "fake-slow offline": {"seconds": 7.0}}))
+    table = 0.5 + config.timing.warmup_seconds
+    assert budget.estimate(config, cells, {}) == pytest.approx(before + 2 * (100.0 - table))
+    assert run_main([*args, "--time-budget", "1h"]) == 0
+    assert "(set-up as this machine measured it for fake)" in capsys.readouterr().err
+    # a serving worker's set-up is kept under its scenario's name, never taken for inference's
+    assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}) == 0.5 + \
+        config.timing.warmup_seconds
+    assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}, "offline") == 7.0
+    setup_path(cache, 1).write_text("{not json")  # a broken file: the table, never a crash
+    assert budget.measured_setups(config) == {}

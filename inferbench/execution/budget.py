@@ -1,8 +1,9 @@
 """``--time-budget``: a run or sweep bounded in time, in every scenario. The plan says up front what fits, and the run
 keeps to it.
 
-Up front (:func:`fit`), the plan's time is estimated from what a cell costs on a 2-core CPU (:data:`SETUP_S`, the
-rounds' own length, the exports not in the cache yet). When it does not fit, the rounds and blocks shrink, down to
+Up front (:func:`fit`), the plan's time is estimated from what a cell costs: each framework's set-up as runs on this
+machine shape measured it (:func:`measured_setups`; else :data:`SETUP_S`, measured on a 2-core CPU), the rounds' own
+length, the exports not in the cache yet. When it does not fit, the rounds and blocks shrink, down to
 ``--quick``'s (6 rounds of 0.5 s a cell, one worker process), then the costliest frameworks are left out one by
 one, each said in a line;
 a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
@@ -65,9 +66,58 @@ def say(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def setup_s(framework: str, processes: int, timing: TimingConfig) -> float:
-    """A cell's workers started one after another, each warmed up."""
+def setup_s(framework: str, processes: int, timing: TimingConfig, measured: dict[str, float] | None = None,
+            scenario: str = "inference") -> float:
+    """A cell's workers started one after another, each warmed up: as measured on this machine for its scenario
+    (``measured``: :func:`measured_setups`, the warm-up included), else from :data:`SETUP_S`."""
+    if measured and setup_key(framework, scenario) in measured:
+        return processes * measured[setup_key(framework, scenario)]
     return processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
+
+
+def setup_key(framework: str, scenario: str) -> str:
+    """A measured set-up's name: the framework's, with its scenario where that is not inference (a serving worker's
+    set-up includes its single queries and served parity)."""
+    return framework if scenario == "inference" else f"{framework} {scenario}"
+
+
+def measured_setups(config: RunConfig) -> dict[str, float]:
+    """This machine's set-up time per framework (a worker's start to ready: load, parity, warm-up), as runs on it
+    measured them (:func:`remember_setups`); empty where none did, or the file cannot be read."""
+    import json
+
+    from .environment import setup_path
+
+    try:
+        data = json.loads(setup_path(config.cache_dir, config.threads).read_text())
+        return {str(k): float(v["seconds"]) for k, v in data.items() if float(v["seconds"]) >= 0}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
+    """Keep the set-up times a group's workers took (per :func:`setup_key`, its workers' mean) for the next plan on
+    this machine shape; a warm-up of another length is counted as measured (it is part of what the plan foresees). A
+    file that cannot be written is left as it is: the plan falls back to :data:`SETUP_S`."""
+    import datetime
+    import json
+
+    from ..base.files import atomic_write_text
+    from .environment import setup_path
+
+    if not seconds:
+        return
+    path = setup_path(config.cache_dir, config.threads)
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data = data if isinstance(data, dict) else {}
+        when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        for framework, taken in seconds.items():
+            data[framework] = {"seconds": round(sum(taken) / len(taken), 2), "workers": len(taken), "measured_at": when}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except (OSError, ValueError):
+        return
 
 
 def group_s(cells: list[CellKey], config: RunConfig) -> float:
@@ -77,13 +127,16 @@ def group_s(cells: list[CellKey], config: RunConfig) -> float:
 
     timing = config.timing
     entry = scenario(config.scenario)
-    if entry.serves:
+    measured = measured_setups(config)
+    if entry.serves:  # its set-up measured includes the single queries and the served parity
         tests = max(timing.rounds, SERVER_TESTS if entry.bound else 0)
-        return sum(setup_s(c.framework, 1, timing) + SERVE_SETUP_S for c in cells) + len(cells) * tests * (
-            SERVE_TEST_S[config.quick] + BLOCK_OVERHEAD_S) + tests * (PROBE_S if config.device.kind == "cpu" else 0.0)
+        set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario)
+                     + (0 if setup_key(c.framework, c.scenario) in measured else SERVE_SETUP_S) for c in cells)
+        probe = PROBE_S if config.device.kind == "cpu" else 0.0
+        return set_up + len(cells) * tests * (SERVE_TEST_S[config.quick] + BLOCK_OVERHEAD_S) + tests * probe
     processes = min(config.processes, timing.rounds)
-    set_up = sum(setup_s(c.framework, processes, timing) for c in cells)
-    tuning = sum(TUNE_FACTOR * config.tune_budget_s + setup_s(c.framework, 1, timing) / 2
+    set_up = sum(setup_s(c.framework, processes, timing, measured, c.scenario) for c in cells)
+    tuning = sum(TUNE_FACTOR * config.tune_budget_s + setup_s(c.framework, 1, timing, measured, c.scenario) / 2
                  for c in cells if c.options.tune)
     rounds = timing.rounds * (len(cells) * BLOCK_OVERHEAD_S + (PROBE_S if config.device.kind == "cpu" else 0.0))
     return set_up + tuning + len(cells) * timing.min_duration_s + rounds
@@ -153,9 +206,14 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step, then without the costliest
     frameworks (at least one kept). UsageError when even that does not fit a single group's time."""
     own = estimate(config, cells, to_export)
+    measured = measured_setups(config)
+    known = [fw for fw in dict.fromkeys(c.framework for c in cells) if setup_key(fw, config.scenario) in measured]
+    source = (f" (set-up as this machine measured it for {', '.join(known)}" + (
+        "; estimated for the others" if len(known) < len({c.framework for c in cells}) else "") + ")") if known else \
+        " (set-up estimated: no run on this machine measured it yet)"
     if own <= budget_s:
-        return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}",),
-                      own)
+        return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}"
+                                                 f"{source}",), own)
     for step in STEPS:
         fitted = shrunk(config, step)
         took = estimate(fitted, cells, to_export)
@@ -192,7 +250,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         lines.append(f"time budget {say(budget_s)}: even so the plan takes about {say(took)}: the groups that fit "
                      "are measured, the others are left unmeasured (a sweep: for --resume)")
     else:
-        lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}")
+        lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}{source}")
     return Fitted(config, tuple(kept), left_out, tuple(lines), took)
 
 

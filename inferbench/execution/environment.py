@@ -75,17 +75,28 @@ def capture(device: Device) -> dict[str, Any]:
     }
 
 
-def calibration_path(cache_dir: str | Path, threads: int) -> Path:
-    """Where this machine's measured spread between invocations is kept, beside the artifact cache, keyed by what
-    makes two machines alike — CPU model, thread count, logical cores, memory (GiB) —, not the host's name (a CI
-    runner is rebuilt under a new one): ``benchmarks/aa_calibration.py --across`` writes it."""
+def machine_shape(threads: int) -> str:
+    """What makes two machines alike for a measurement kept between runs — CPU model, thread count, logical cores,
+    memory (GiB) —, not the host's name (a CI runner is rebuilt under a new one): a short digest."""
     import hashlib
     import json
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # as it sees them
     key = json.dumps({"cpu": cpu_model(), "threads": threads, "cores": cores,
                       "memory_gib": round(memory_total_gb() or 0)}, sort_keys=True)
-    return Path(cache_dir) / "calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def calibration_path(cache_dir: str | Path, threads: int) -> Path:
+    """Where this machine's measured spread between invocations is kept, beside the artifact cache, per machine
+    shape (:func:`machine_shape`): ``benchmarks/aa_calibration.py --across`` writes it."""
+    return Path(cache_dir) / "calibration" / f"{machine_shape(threads)}.json"
+
+
+def setup_path(cache_dir: str | Path, threads: int) -> Path:
+    """Where this machine's measured set-up times are kept (a worker's start, load, parity and warm-up, per
+    framework), beside the artifact cache, per machine shape: what ``--time-budget``'s plan estimates from."""
+    return Path(cache_dir) / "setup" / f"{machine_shape(threads)}.json"
 
 
 def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any] | None:

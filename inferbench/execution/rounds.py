@@ -37,7 +37,7 @@ from ..base.codec import plain
 from ..measure.stats import widest_interval
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
-from .budget import Deadline
+from .budget import Deadline, remember_setups, setup_key
 from .isolate import Child
 
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
@@ -61,6 +61,7 @@ class _Cell:
     result: ChildResult | None = None  # set when it has ended
     tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
     rounds: int | None = None  # the rounds its scenario asked for when ready (a search's steps)
+    setup_s: float | None = None  # its start to ready (the wall clock): what --time-budget's next plan foresees
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
@@ -93,6 +94,12 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 if worker.result is None and first.tuning is not None:
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
+        setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
+        for worker in (w for ws in replicas for w in ws if w.setup_s is not None):
+            setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
+                worker.setup_s)
+        if jobs:
+            remember_setups(jobs[0].config, setups)
         rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
         if jobs and rounds != jobs[0].config.timing.rounds:  # the group's announcement said the configured count
             (note or progress)(_group_label(jobs), f"{rounds} interleaved rounds, the scenario's own (its search and "
@@ -244,6 +251,7 @@ class SpeedProbe:
 def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
            suffix: str = "") -> _Cell:
     """A worker for ``job``, loaded and ready (or ended with its failure)."""
+    started = time.monotonic()
     worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
     try:
         ready = _await(worker, "ready", timeout_s)
@@ -251,6 +259,7 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
         worker.child.close()
         raise
     worker.rounds = (ready or {}).get("rounds")
+    worker.setup_s = time.monotonic() - started if ready is not None else None
     return worker
 
 
