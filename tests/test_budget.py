@@ -257,7 +257,7 @@ def test_serving_keeps_to_a_budget_and_a_search_cut_short_says_what_it_had(fakes
 
 
 def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
-    """A line when --time-budget passes, not only at the end (a timer on the wall clock: here a budget of 0.2 s),
+    """A line when --time-budget passes, not only at the end (a timer on the wall clock: here a budget of 1 s),
     on a terminal's status line too; nothing after the run closed its progress."""
     import io
 
@@ -268,7 +268,7 @@ def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
             return True
 
     for stream in (io.StringIO(), Terminal()):
-        deadline = budget.Deadline(0.2)
+        deadline = budget.Deadline(1.0)
         p = Progress(4, stream, deadline=deadline)
         p.say("mobilenet_v3_small@32 bs1", "loading onnxrt")
         waited = time.monotonic()
@@ -276,13 +276,13 @@ def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
             time.sleep(0.05)
         p.close()
         lines = [line for line in stream.getvalue().replace("\r\x1b[K", "\n").splitlines() if "passed" in line]
-        assert len(lines) == 1 and "--time-budget 0 s passed: the group running ends at its fewest rounds" in lines[0]
+        assert len(lines) == 1 and "--time-budget 1 s passed: the group running ends at its fewest rounds" in lines[0]
         assert "loading onnxrt" in lines[0]  # where the run was
     quiet = io.StringIO()
-    p = Progress(4, quiet, deadline=budget.Deadline(0.2))
-    p.close()
-    time.sleep(0.4)
-    assert quiet.getvalue() == ""  # closed before it passed: nothing
+    p = Progress(4, quiet, deadline=budget.Deadline(2.0))
+    p.close()  # long before it passes, however busy the machine
+    time.sleep(2.5)
+    assert quiet.getvalue() == ""  # closed before it passed: nothing, ever
 
 
 def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes, tmp_path, capsys, monkeypatch):

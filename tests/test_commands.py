@@ -695,6 +695,16 @@ def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group()
         ended(lambda: p.group_done(4))
     assert p.eta_s() == 0.0 and len(readings) > 100
     assert max(errors[:-1]) <= 0.10, [round(e, 3) for e in errors]
+    # counted down to 0 with work left (a set-up far longer than foreseen): said, never a 0 that stays
+    late = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
+    late.measuring(8, 2, 4)
+    now[0] += 20.0
+    late.partial(0.0)
+    now[0] += 30.0
+    late.partial(0.5)
+    assert late.eta().startswith("ETA ") and late.eta() != "ETA overdue"
+    now[0] += 10_000.0
+    assert late.eta_s() == 0.0 and late.eta() == "ETA overdue"
 
 
 def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):

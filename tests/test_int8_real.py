@@ -75,8 +75,8 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
         # where it lost its signal: ONNX Runtime's quantised graph read block by block against the FP32 model it was
         # quantised from, by tensor name (OpenVINO's blocks are not read)
         blocks = crushed["onnxrt"]["parity"]["blocks"]
-        assert blocks["against"] == INT8_AGAINST and blocks["threshold"] == 0.1, blocks
-        assert blocks["first"] is not None and max(blocks["errors"]) > 0.1, blocks
+        assert blocks["against"] == INT8_AGAINST and blocks["threshold"] == 0.3, blocks
+        assert blocks["first"] is not None and max(blocks["errors"]) > 0.3, blocks
         assert f"diverges first at {blocks['first']}" in crushed["onnxrt"]["parity"]["reason"]
         assert "blocks" not in crushed["openvino"]["parity"]
 

@@ -505,7 +505,8 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:  # and why each cell was not ranked
             lines.append(f"  {at}: none: {rec['reason']}")
-            lines += [f"    {name}: {why}" for name, why in (rec.get("not_ranked") or {}).items()]
+            lines += [f"    {name}: {why}" for name, why in (rec.get("not_ranked") or {}).items()
+                      if why != SPEED_ONLY]  # those are the speed-only line's
             lines += speed_only_line(rec)
             continue
         if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed

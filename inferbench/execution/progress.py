@@ -192,7 +192,11 @@ class Progress:
 
     def eta(self) -> str:
         left = self.eta_s()
-        return "ETA ?" if left is None else f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+        if left is None:
+            return "ETA ?"
+        if left <= 0 and self.cells_left is not None and self.measured < self.cells_left:
+            return "ETA overdue"  # counted down to 0 with work left (a long set-up): never a 0 that stays
+        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def add(self, units: int) -> None:
         """More work than first counted (exports are counted as they are met)."""
@@ -216,24 +220,28 @@ class Progress:
                 self._print(self._line(label, text))
         elif self.live:
             width = shutil.get_terminal_size((100, 20)).columns - 1
-            print("\r\x1b[K" + self._line(label, text)[:width], end="", file=self.stream, flush=True)
-            self._status = True
+            with self._lock:  # the budget's timer may print a lasting line from its thread
+                print("\r\x1b[K" + self._line(label, text)[:width], end="", file=self.stream, flush=True)
+                self._status = True
 
     def result(self, label: str, text: str, failure: bool = False) -> None:
         """A lasting line: a result, an export done, a failure (-q keeps failures only)."""
         self._start_heartbeat()
         if self.verbosity < 0 and not failure:
             return
-        if self._status:
-            print("\r\x1b[K", end="", file=self.stream)
-            self._status = False
         with self._lock:
+            if self._status:
+                print("\r\x1b[K", end="", file=self.stream)
+                self._status = False
             self._print(self._line(label, text))
 
     def close(self) -> None:
-        self._stop.set()
+        with self._lock:  # a budget line being printed ends first; none starts after
+            self._stop.set()
         if self._budget_timer is not None:
             self._budget_timer.cancel()
+            if self._budget_timer is not threading.current_thread():
+                self._budget_timer.join()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         if self._status:

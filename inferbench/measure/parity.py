@@ -409,11 +409,12 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
 BLOCKS_METHOD = "each block's output vs the same program in FP64, relative L2, on the 16 reference inputs"
 #: At most this many blocks are read, the outputs included (a DenseNet has 58 concatenations).
 MAX_BLOCKS = 16
-#: Where an INT8 cell's blocks are judged to have lost their signal: a relative L2 error of 0.1 against the FP32
-#: model (a signal-to-quantisation-noise ratio of 20 dB). INT8 has no gate on its logits; this points at a failed
-#: cell's first block to look at. The seeded MobileNetV3-Small, calibrated on seeded inputs, reads 0.04 at its first
-#: residual block and 0.20 at its logits; calibrated on dim inputs, 0.63 at the first (docs/method.md).
-INT8_BLOCKS = 0.1
+#: Where an INT8 cell's blocks are judged to have lost their signal: a relative L2 error of 0.3 against the FP32
+#: model (a signal-to-quantisation-noise ratio of about 10 dB). INT8 has no gate on its logits; this points at a
+#: failed cell's first block to look at. Between what a correct graph reaches and what a crushed one starts at: the
+#: seeded MobileNetV3-Small calibrated on seeded inputs reads 0.04 at its first residual block and 0.20 at its logits
+#: (past 0.1 from its fifth block on: 0.1 would name a correct graph's), calibrated on dim inputs 0.63 at the first.
+INT8_BLOCKS = 0.3
 
 
 def blocks_threshold(check: dict[str, Any]) -> float:

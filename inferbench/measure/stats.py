@@ -648,8 +648,8 @@ def net_interval(value: float, per_round: Mapping[int, float], processes: int | 
     """A 95% interval around a net figure (energy per inference less an idle baseline's): the rounds' part as
     :func:`per_round_interval`'s (on the log scale, carried to the figure's own by its value) and ``shifts``, each
     the standard error and degrees of freedom of an error every round of a process shares (its baseline's), added
-    in quadrature, Satterthwaite's degrees of freedom; symmetric, so a net figure near 0 keeps its interval. None
-    with fewer than 3 rounds or a round whose net figure is not above 0."""
+    in quadrature, Satterthwaite's degrees of freedom; symmetric, its lower end at least 0 (a net figure is the
+    load's own). None with fewer than 3 rounds or a round whose net figure is not above 0."""
     fit = spread(per_round, process_of(list(per_round), processes))
     if fit is None or value <= 0:
         return None
@@ -661,7 +661,7 @@ def net_interval(value: float, per_round: Mapping[int, float], processes: int | 
         return None
     dof = var * var / sum(v * v / d for v, d in finite) if finite else math.inf
     half = t975(dof) * math.sqrt(var)
-    return value - half, value + half
+    return max(0.0, value - half), value + half
 
 
 def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,

@@ -556,6 +556,8 @@ class Session:
 
         if not self.steps:
             raise RuntimeError("no LoadGen test ran")
+        if self.scenario == "server" and self._settled():  # its answer was whole before the others' rounds stopped
+            self.stopped = None
         used = self._answer_steps()
         latencies = [x * 1e3 for b in self.blocks if b.round in {s["round"] for s in used} for x in b.latencies_s]
         rounds = [b.round for b in self.blocks if b.round in {s["round"] for s in used} for _ in b.latencies_s]

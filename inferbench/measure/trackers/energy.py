@@ -154,38 +154,48 @@ def idle_baseline(sensor: Sensor, seconds: float = 2.0, clock: Clock = time.mono
     waits for the power to stop falling after the work before it (:func:`settle`)."""
     settled = settle(sensor, clock, sleep) if settle_first else None
     e0, t0 = _read(sensor.energy_j), clock()
-    marks = [(t0, e0)]  # the counter at each window's end
+    counter = [(t0, e0)]  # every reading of the counter: the windows' ends are picked from them afterwards
     watts: list[tuple[float, float]] = []
     while clock() - t0 < seconds:
         w = _read(sensor.power_w)
         if w is not None:
             watts.append((clock() - t0, w))
         sleep(min(0.05, seconds / IDLE_WINDOWS))
-        if clock() - t0 >= len(marks) * seconds / IDLE_WINDOWS and len(marks) < IDLE_WINDOWS:
-            marks.append((clock(), _read(sensor.energy_j)))
-    e1, t1 = _read(sensor.energy_j), clock()
-    marks.append((t1, e1))
+        counter.append((clock(), _read(sensor.energy_j)))
+    t1, e1 = counter[-1]
     out: dict[str, Any] = {"seconds": t1 - t0, "settle": settled}
     if e0 is not None and e1 is not None and t1 > t0 and e1 >= e0:
-        means = [(b - a) / (u - t) for (t, a), (u, b) in zip(marks, marks[1:])
-                 if a is not None and b is not None and u > t and b >= a]
-        return {"idle_w": (e1 - e0) / (t1 - t0), **out, **_standard_error(means), "method": "counter"}
+        return {"idle_w": (e1 - e0) / (t1 - t0), **out, **_windows_error(counter, t0, t1), "method": "counter"}
     if watts:
         chunks = [[w for at, w in watts if k * seconds / IDLE_WINDOWS <= at < (k + 1) * seconds / IDLE_WINDOWS]
                   for k in range(IDLE_WINDOWS)]
-        means = [sum(c) / len(c) for c in chunks if c]
-        return {"idle_w": sum(w for _, w in watts) / len(watts), **out, **_standard_error(means), "method": "samples"}
+        means = [(sum(c) / len(c), 1.0) for c in chunks if c]
+        return {"idle_w": sum(w for _, w in watts) / len(watts), **out, **_standard_error(means),
+                "method": "samples"}
     return {"idle_w": None, **out, "method": "none"}
 
 
-def _standard_error(means: list[float]) -> dict[str, Any]:
-    """The standard error of a mean of windows whose means are ``means`` and its degrees of freedom (None, 0 with
-    fewer than two windows)."""
-    import statistics
+def _windows_error(counter: list[tuple[float, float | None]], t0: float, t1: float) -> dict[str, Any]:
+    """The baseline's standard error from :data:`IDLE_WINDOWS` windows of the counter readings, each window ending at
+    the reading nearest its boundary (a stalled loop leaves windows of unequal length: each is weighted by its
+    length, and one shorter than a quarter of its share is not used)."""
+    share = (t1 - t0) / IDLE_WINDOWS
+    ends = [min((r for r in counter if r[1] is not None), key=lambda r: abs(r[0] - (t0 + k * share)))
+            for k in range(IDLE_WINDOWS + 1)]
+    means = [((b - a) / (u - t), u - t) for (t, a), (u, b) in zip(ends, ends[1:])
+             if a is not None and b is not None and u - t >= share / 4 and b >= a]
+    return _standard_error(means)
 
+
+def _standard_error(means: list[tuple[float, float]]) -> dict[str, Any]:
+    """The standard error of the mean of windows (their means and lengths, the mean weighted by length) and its
+    degrees of freedom (None, 0 with fewer than two windows)."""
     if len(means) < 2:
         return {"idle_w_se": None, "idle_df": 0}
-    return {"idle_w_se": statistics.stdev(means) / len(means) ** 0.5, "idle_df": len(means) - 1}
+    total = sum(w for _, w in means)
+    mean = sum(m * w for m, w in means) / total
+    var = sum(w * (m - mean) ** 2 for m, w in means) / total * len(means) / (len(means) - 1)  # per window of the mean
+    return {"idle_w_se": (var / len(means)) ** 0.5, "idle_df": len(means) - 1}
 
 
 @dataclass
@@ -317,16 +327,20 @@ class EnergyTracker:
 def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], inferences: int,
                  of_round: Any) -> dict[str, Any]:
     """``energy`` with ``net_joules_per_inference_ci95``: the rounds' spread of their net energy per inference (as
-    latency's, with the processes' part; ``of_round``: each round's process, None for one) and each process's idle
-    baseline's standard error (``processes``: their energy blocks), which shifts every round of that process alike
-    (:func:`inferbench.measure.stats.net_interval`). The gross figure leans on no baseline: its interval has no such
-    part."""
+    latency's, with the processes' part; ``of_round``: each round's process, None for one) and, for a cell of one
+    worker process, its idle baseline's standard error (``processes``: the energy blocks of its processes), which
+    shifts every round alike (:func:`inferbench.measure.stats.net_interval`); with several processes each one's
+    baseline offset is part of the spread between them, which the rounds measure. The baseline's own noise only: a
+    drift of the idle power between the baseline and the rounds is not in it (docs/method.md). The gross figure
+    leans on no baseline: its interval has no such part."""
     from .. import stats
 
     value = energy.get("net_joules_per_inference")
     per_round = {int(r): float(v) for r, v in (energy.get("per_round_net_j_per_inference") or {}).items()}
+    if len(processes) > 1:  # each process's baseline offset is in the rounds' between-process part already
+        processes = []
     idles = [(b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0)) for b in processes]
-    known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)
+    known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)  # (none: the rounds')
     shifts = [(idle["idle_w_se"] * window / inferences, idle["idle_df"]) for idle, window in idles] if known else []
     ci = stats.net_interval(value, per_round, of_round, shifts) if value is not None and known else None
     return {**energy, "net_joules_per_inference_ci95": None if ci is None else list(ci)}
