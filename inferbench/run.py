@@ -161,19 +161,19 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
 
 
 def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[str] | None = None) -> dict[str, Any]:
-    """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, its files, and the cells
-    --time-budget left unmeasured."""
+    """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, its files, the cells
+    --time-budget left unmeasured and what it spent (null without one)."""
     import json
 
     answer = run_dir / "recommendation.json"
     try:
-        recommendations = json.loads(answer.read_text()).get("recommendations", [])
+        written = json.loads(answer.read_text())
     except (OSError, ValueError):
-        recommendations = []
-    return {"run_dir": str(run_dir), "recommendations": recommendations,
+        written = {}
+    return {"run_dir": str(run_dir), "recommendations": written.get("recommendations", []),
             "cells": [cell_summary(r) for r in records],
             "files": sorted(str(p) for p in run_dir.iterdir() if p.is_file() and not p.name.startswith(".")),
-            "unmeasured": list(unmeasured or [])}
+            "unmeasured": list(unmeasured or []), "time_budget": written.get("time_budget")}
 
 
 #: What a run writes beside its records (named in the final line only when it is there).

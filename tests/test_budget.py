@@ -186,6 +186,7 @@ def test_a_run_names_what_the_budget_left_unmeasured(fakes, tmp_path, capsys, mo
     document = json.loads(captured.out)
     validate(document, json.loads(SCHEMA.read_text()))
     assert document["unmeasured"] == ["mobilenet_v3_small@32 fake bs2"] and len(document["cells"]) == 1
+    assert document["time_budget"]["budget_s"] == 250.0 and document["time_budget"]["overrun_s"] > 0
     assert "1 cell(s) left unmeasured by --time-budget: mobilenet_v3_small@32 fake bs2" in captured.err
     assert "inferbench: --time-budget 4m10s passed: this took" in captured.err  # never left for the user to notice
 
