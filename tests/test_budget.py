@@ -218,13 +218,13 @@ def test_resume_with_a_budget_checks_the_next_group(fakes, tmp_path, capsys, mon
     from inferbench.execution.environment import setup_path
 
     kept = setup_path(tmp_path / "cache", 1)  # what the sweep measured of its workers: the next plan takes it
-    assert json.loads(kept.read_text())["fake"]["seconds"] > 0
-    kept.write_text(json.dumps({"fake": {"seconds": 600.0}}))  # the next group: two 10-minute workers
+    assert json.loads(kept.read_text())["fake inference"]["seconds"] > 0
+    kept.write_text(json.dumps({"fake inference": {"seconds": 600.0}}))  # the next group: two 10-minute workers
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 2
     err = capsys.readouterr().err
     assert "--time-budget 5m00s is too short for the sweep's next group (mobilenet_v3_small@32 bs2" in err
     assert not (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
-    kept.write_text(json.dumps({"fake": {"seconds": 1.0}}))
+    kept.write_text(json.dumps({"fake inference": {"seconds": 1.0}}))
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 0
     assert (tmp_path / "s" / "mobilenet_v3_small_32_bs2_fake.json").exists()
 
@@ -303,11 +303,12 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert run_main([*args, "--time-budget", "1h"]) == 0
     assert "(set-up estimated: no run on this machine measured it yet)" in capsys.readouterr().err
     kept = json.loads(setup_path(cache, 1).read_text())
-    assert set(kept) == {"fake"} and kept["fake"]["seconds"] > 0 and kept["fake"]["workers"] == 2
-    measured = budget.measured_setups(config)
-    assert measured == {"fake": kept["fake"]["seconds"]}
+    assert set(kept) == {"fake inference"} and kept["fake inference"]["seconds"] > 0
+    assert kept["fake inference"]["workers"] == 2
+    assert budget.measured_setups(config) == {"fake inference": kept["fake inference"]["seconds"]}
     # the plan takes it: two workers a cell, each as long as this machine took, in place of the table's
-    setup_path(cache, 1).write_text(json.dumps({"fake": {"seconds": 100.0}, "fake-slow offline": {"seconds": 7.0}}))
+    setup_path(cache, 1).write_text(json.dumps({"fake inference": {"seconds": 100.0},
+                                                "fake-slow offline": {"seconds": 7.0}}))
     table = 0.5 + config.timing.warmup_seconds
     assert budget.estimate(config, cells, {}) == pytest.approx(before + 2 * (100.0 - table))
     assert run_main([*args, "--time-budget", "1h"]) == 0

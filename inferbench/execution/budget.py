@@ -49,13 +49,9 @@ MIN_ROUNDS = 3
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
 #: A LoadGen test's seconds at the least (its minimum duration, --quick's or the default, plus LoadGen's start and
 #: the detail log parsed; a test also waits for its minimum queries, 662 for a server's or a multi-stream's p99:
-#: longer on a slow model, which the plan cannot know), and the rounds a cell of a serving scenario runs: a server
-#: search over two serving configurations (at most 7 steps each) and at most 9 confirmations; offline at least a
-#: round per configuration thrice; the others one test a round. The single query loop and the served parity are in
-#: its set-up (:data:`SERVE_SETUP_S`).
+#: longer on a slow model, which the plan cannot know); a cell runs its scenario's ``tests`` at least, else one a
+#: round. The single query loop and the served parity are in its set-up (:data:`SERVE_SETUP_S`).
 SERVE_TEST_S = {True: 0.8, False: 2.3}
-SERVER_TESTS = 2 * 7 + 9
-OFFLINE_TESTS = 2 * 3
 SERVE_SETUP_S = 2.5
 
 
@@ -79,9 +75,9 @@ def setup_s(framework: str, processes: int, timing: TimingConfig, measured: dict
 
 
 def setup_key(framework: str, scenario: str) -> str:
-    """A measured set-up's name: the framework's, with its scenario where that is not inference (a serving worker's
-    set-up includes its single queries and served parity)."""
-    return framework if scenario == "inference" else f"{framework} {scenario}"
+    """A measured set-up's name: the framework's and its scenario's (a serving worker's set-up includes its single
+    queries and served parity)."""
+    return f"{framework} {scenario}"
 
 
 def measured_setups(config: RunConfig) -> dict[str, float]:
@@ -132,8 +128,7 @@ def group_s(cells: list[CellKey], config: RunConfig) -> float:
     entry = scenario(config.scenario)
     measured = measured_setups(config)
     if entry.serves:  # its set-up measured includes the single queries and the served parity
-        tests = max(timing.rounds, SERVER_TESTS if entry.bound else OFFLINE_TESTS if config.scenario == "offline"
-                    else 0)
+        tests = max(timing.rounds, entry.tests)
         set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario)
                      + (0 if setup_key(c.framework, c.scenario) in measured else SERVE_SETUP_S) for c in cells)
         probe = PROBE_S if config.device.kind == "cpu" else 0.0
