@@ -143,6 +143,10 @@ with torch.no_grad():
     got = program(x)
     out["one_image"] = list(program(x[:1]).shape)
     out["error"] = {k: float((got - net(x)).norm() / net(x).norm()) for k, net in nets.items()}
+# where it departs from FP32: its stages read from the program against the twin it was quantised from, and another
+from inferbench.runners.torch import INT8_AGAINST, program_stage_errors
+out["stages"] = {k: program_stage_errors(torch, program, net, x) for k, net in nets.items()}
+out["int8_against"] = INT8_AGAINST
 marker = folder / "pwned"
 
 class Payload:
@@ -176,8 +180,9 @@ def test_torchs_int8_quantises_a_resnet_whose_blocks_call_one_relu_module_severa
     pattern ("more than one output node") unless each call is a function of its own. The saved program computes the
     ResNet it was made from (its outputs nearer that model's than another seeded ResNet's), takes any batch, and
     loading it registers inductor's INT8 fusion passes (without them the compiled program computed each quantised
-    convolution in FP32 between its pairs, 4-5x slower). A weight its archive says is pickled, planted with a payload
-    (as someone with write access to a shared cache could), is refused and runs nothing."""
+    convolution in FP32 between its pairs, 4-5x slower); its stages can be read from it, by their module names,
+    against the FP32 twin (where a failed INT8 cell lost its signal). A weight its archive says is pickled, planted
+    with a payload (as someone with write access to a shared cache could), is refused and runs nothing."""
     import subprocess
     import sys
 
@@ -185,6 +190,12 @@ def test_torchs_int8_quantises_a_resnet_whose_blocks_call_one_relu_module_severa
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["error"]["same"] < 0.5 * out["error"]["other"], out
+    # its stages, read from the quantised program by their module names, against the FP32 twin it was made from:
+    # every stage found, the error small and growing where the other ResNet's is off from the first stage on
+    same, other = out["stages"]["same"], out["stages"]["other"]
+    assert same["names"] == ["layer1", "layer2", "layer3", "layer4", "fc"] and same["against"] == out["int8_against"]
+    assert all(e < 0.3 for e in same["errors"]), same
+    assert all(o > 3 * s for s, o in zip(same["errors"], other["errors"])), (same, other)
     assert out["one_image"] == [1, 1000] and out["passes"] == "QuantLiftUp", out
     assert re.search("(?i)weights.only|unpickl", out["planted"]), out
     assert not out["ran"] and not out["switch_left"], out

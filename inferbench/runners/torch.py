@@ -82,7 +82,12 @@ class TorchRunner(Runner):
             raise RuntimeError("CUDA graphs need a GPU")
         return torch
 
+    def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
+        """An INT8 cell's stages against the FP32 model it was quantised from: None where there is none here."""
+        return None
+
     def load(self, ctx: LoadContext) -> None:
+        self.ctx = ctx
         torch = self.setup(ctx)
         module = self.build(ctx).to(self.dev, self.dtype)
         module.eval()  # an exported program's (INT8's) eval() returns nothing
@@ -231,6 +236,17 @@ class TorchNativeRunner(TorchRunner):
         _calibrate(self.torch, module, ctx)
         return module
 
+    def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
+        """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
+        quantised from (:func:`program_stage_errors`)."""
+        from ..registry.artifacts import EXPORTERS
+        from ..registry.ports import build_torchvision
+
+        with np.load(self.ctx.folder / EXPORTERS["ported"].path) as weights:
+            twin = build_torchvision(self.ctx.model.name, weights).eval()
+        x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
+        return program_stage_errors(self.torch, self.plain, twin, x)
+
     def details(self) -> dict[str, Any]:
         return {**super().details(), "weights": self.weights_source,
                 **({"int8": self.int8()} if self.int8_cell else {})}
@@ -246,16 +262,62 @@ class TorchNativeRunner(TorchRunner):
                 "dequantize": sum("dequantize_per" in o for o in ops), "method": METHOD,
                 "instructions": native_instructions("int8")}
 
-    def block_errors(self, inputs: np.ndarray) -> dict[str, list[Any]] | None:
-        """The torchvision twin's stages (:func:`stage_errors`) in its precision against a copy in FP64; None for INT8
-        (the exported quantised program has no stages to hook)."""
+    def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
+        """The torchvision twin's stages (:func:`stage_errors`) in its precision against a copy in FP64; an INT8
+        cell's quantised program against the FP32 twin it was quantised from (:meth:`int8_block_errors`)."""
         if self.int8_cell:
-            return None
+            return self.int8_block_errors(inputs)
         import copy
 
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         exact = copy.deepcopy(self.plain).to("cpu", self.torch.float64)
         return stage_errors(self.torch, self.plain, exact, x.to(self.dev, self.dtype), x.double())
+
+
+#: What an INT8 cell's stages are read against (torch-inductor's PT2E program).
+INT8_AGAINST = "the FP32 torchvision twin it was quantised from (the Keras weights), stage by stage"
+
+
+def program_stage_errors(torch: Any, program: Any, twin: Any, x: Any) -> dict[str, Any] | None:
+    """Each stage of ``twin`` (:func:`stages`) against the same stage of ``program`` (a graph module exported from it,
+    quantised by PT2E): a stage's output in the program is that of its last node whose module stack names the stage
+    (``nn_module_stack``, which torch.export keeps), read by running the program in an interpreter; relative L2 in
+    network order (inf where not finite, and where the program has no node of that stage). None without stages."""
+    from ..measure.parity import relative_l2
+
+    names = [name for name, _ in stages(twin)]
+    if not names:
+        return None
+    last: dict[str, Any] = {}
+    for node in program.graph.nodes:
+        paths = {path for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
+        for name in names:
+            if name in paths:
+                last[name] = node
+    wanted, outputs = set(last.values()), {}
+
+    class Reader(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n in wanted:
+                outputs[n] = out
+            return out
+
+    seen: list[Any] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.append(out.detach().double().cpu()))
+             for _, m in stages(twin)]
+    try:
+        with torch.no_grad():
+            Reader(program).run(x)
+            twin(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    errors = [relative_l2(outputs[last[name]].detach().double().cpu().numpy(), exact.numpy())
+              if name in last and tuple(outputs[last[name]].shape) == tuple(exact.shape) else float("inf")
+              for name, exact in zip(names, seen)]
+    return {"names": names, "errors": errors, "against": INT8_AGAINST,
+            "method": f"each stage's output vs {INT8_AGAINST}, relative L2, on the 16 reference inputs"}
 
 
 def stages(module: Any) -> list[tuple[str, Any]]:
