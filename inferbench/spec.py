@@ -309,6 +309,7 @@ class ChildResult:
     traceback: str | None = None
     usage_error: bool = False
     died: bool = False  # the process ended without a result (killed, crashed, out of time), not by an exception
+    left_out: bool = False  # never loaded: --time-budget had passed when its turn came (no record: --resume runs it)
 
 
 JOB_TYPES: dict[str, type] = {"cell": CellJob, "export": ExportJob}

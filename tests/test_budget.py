@@ -319,3 +319,40 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}, "offline") == 7.0
     setup_path(cache, 1).write_text("{not json")  # a broken file: the table, never a crash
     assert budget.measured_setups(config) == {}
+
+
+def test_a_framework_not_yet_loaded_when_the_budget_passes_is_left_out_unmeasured(fakes, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """A group loads its frameworks one after another: once --time-budget has passed (here: as soon as the first
+    worker is ready), the frameworks not yet loaded are left out — no record, said, counted unmeasured (a sweep's
+    --resume measures them) — and the loaded one keeps its fewest rounds."""
+    from inferbench.execution import rounds
+
+    started = []
+    real = rounds._start
+
+    def counting(*args, **kwargs):
+        worker = real(*args, **kwargs)
+        started.append(worker)
+        return worker
+
+    class Passes(budget.Deadline):  # an hour, passed the moment a worker is ready
+        def __init__(self, budget_s, clock=None):
+            super().__init__(3600.0)
+
+        def left(self) -> float:
+            return -1.0 if started else super().left()
+
+    monkeypatch.setattr(rounds, "_start", counting)
+    monkeypatch.setattr(budget, "Deadline", Passes)
+    out = tmp_path / "out"
+    assert run_main([*QUICK, "--framework", "fake,fake-slow", "--rounds", "6", "--processes", "1", "--duration",
+                     "0.06", "--time-budget", "1h", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert "fake-slow bs1  left out: --time-budget had passed before it was loaded" in err
+    assert "1 cell(s) left unmeasured by --time-budget: mobilenet_v3_small@32 fake-slow bs1" in err
+    (folder,) = out.iterdir()
+    assert [p.name for p in folder.glob("*.json") if "fake" in p.name] == ["mobilenet_v3_small_32_bs1_fake.json"]
+    record = json.loads((folder / "mobilenet_v3_small_32_bs1_fake.json").read_text())
+    assert record["status"] == "ok" and len({b["round"] for b in record["timing"]["blocks"]}) == 3  # its fewest
+    assert len(started) == 1  # fake-slow's worker never started

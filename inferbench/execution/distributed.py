@@ -270,7 +270,7 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
                             deadline=None if budget_left_s is None else Deadline(budget_left_s))
         progress.group_done(len(cells))
-    return {"records": [encode(r) for r in records], "phases": progress.phases()}
+    return {"records": [None if r is None else encode(r) for r in records], "phases": progress.phases()}
 
 
 # --------------------------------------------------------------------------- the driver
@@ -363,7 +363,8 @@ class RayGroups:
             machine, group, folder = self.running.pop(done[0])
             try:
                 result = ray.get(done[0])
-                records = [parse(data, "a record from the cluster") for data in result["records"]]
+                records = [None if data is None else parse(data, "a record from the cluster")
+                           for data in result["records"]]
                 self._say_niceness(machine, records)
                 self.progress.add_phases(result["phases"])  # the next group's time: as measured, not estimated
             except Exception as exc:  # noqa: BLE001 - a lost node or task: its cells fail, the others go on

@@ -67,8 +67,10 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
 
 def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
               environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress,
-              run_dir: Path | None = None, strict: bool = False, deadline: Deadline | None = None) -> list[Record]:
-    """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`)."""
+              run_dir: Path | None = None, strict: bool = False,
+              deadline: Deadline | None = None) -> list[Record | None]:
+    """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`); None for a cell
+    --time-budget left out before it was loaded."""
     from .rounds import measure_group
 
     c = cells[0]
@@ -107,8 +109,9 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load
         raise UsageError(str(refused[0].error))  # can meet): one line, exit 2; a cell or two: their failed records
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return [Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell],
-                              stats, provenance(folder, cell)) for cell in cells]
+    return [None if outcomes[cell].left_out else  # never loaded (--time-budget): no record, --resume measures it
+            Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell], stats,
+                      provenance(folder, cell)) for cell in cells]
 
 
 def peak_fp32(config: RunConfig) -> dict[str, Any]:
@@ -125,7 +128,7 @@ def peak_fp32(config: RunConfig) -> dict[str, Any]:
 
 #: A group's records as an executor hands them back: the machine that measured them (None: this one), its cells,
 #: their records.
-Finished = tuple[str | None, list[CellKey], list[Record]]
+Finished = tuple[str | None, list[CellKey], list[Record | None]]  # None: a cell left out before it was loaded
 
 
 class Executor(Protocol):
@@ -248,13 +251,16 @@ class Writer:
                  progress: Progress) -> None:
         self.config, self.run_dir, self.cells, self.progress = config, run_dir, cells, progress
         self.unwritten: dict[str, str] = {}
+        self.left_out: list[str] = []  # cells --time-budget left out of a group before they were loaded
         self.kept = {record_key(r): r for r in records_of(run_dir, cells)}
         self.files = _run_files(run_dir, objective, ordered(self.kept, cells), self.unwritten, progress)
 
-    def write(self, cells: list[CellKey], records: list[Record], where: str = "") -> None:
-        """Write a group's ``records`` (``where``: the machine that measured them, for the progress line)."""
+    def write(self, cells: list[CellKey], records: list[Record | None], where: str = "") -> None:
+        """Write a group's ``records`` (``where``: the machine that measured them, for the progress line); a cell
+        without one (left out by --time-budget before it was loaded) is counted unmeasured."""
         run_dir, unwritten, progress = self.run_dir, self.unwritten, self.progress
-        for cell, record in zip(cells, records):
+        self.left_out += [cell.label + where for cell, record in zip(cells, records) if record is None]
+        for cell, record in ((c, r) for c, r in zip(cells, records) if r is not None):
             try:
                 path = write_record(run_dir, record)
             except OSError as exc:  # disk full, permissions: this cell fails, the others still run
@@ -342,6 +348,7 @@ def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str
              for g in per_machine[m][i:i + 1]]  # the machines in turn: each node gets work from the start
     executor.cells_left, executor.groups_left = sum(len(g) for _, g in queue), len(queue)
     unmeasured = _run_groups(config, queue, writers, exports, executor, progress, deadline)
+    unmeasured = [label for w in writers.values() for label in w.left_out] + unmeasured
     results = [w.executed() for w in writers.values()]
     return Executed([r for e in results for r in e.records], {k: v for e in results for k, v in e.unwritten.items()},
                     unmeasured)

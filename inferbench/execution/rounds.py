@@ -81,11 +81,18 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     probe: SpeedProbe | None = None
     try:
         for job, env in zip(jobs, envs):
+            if replicas and deadline is not None and deadline.left() <= 0:  # the budget passed while the others
+                (note or progress)(job.cell.label, LEFT_OUT)  # loaded: not loaded, left for --resume
+                replicas.append([])
+                continue
             replicas.append([_start(job, env, progress, timeout_s)])
         order = random.Random(seed)
-        _tune([(r[0], env) for r, env in zip(replicas, envs) if r[0].job.cell.options.tune and r[0].result is None],
+        _tune([(r[0], env) for r, env in zip(replicas, envs)
+               if r and r[0].job.cell.options.tune and r[0].result is None],
               order, progress, note or progress, timeout_s, spawned)
         for workers, env in zip(replicas, envs):  # the cell's other processes, at the first one's setting
+            if not workers:
+                continue
             first = workers[0]
             count = min(first.job.config.processes, first.job.config.timing.rounds) if first.result is None else 1
             for i in range(1, count):
@@ -114,12 +121,12 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         medians: list[dict[int, float]] = [{} for _ in replicas]  # each cell's block medians (--target-ci)
 
         def widest() -> dict[str, Any] | None:  # the cells still measuring, each with its own workers
-            return widest_interval([(m if all(x.result is None for x in ws) else {}, len(ws))
+            return widest_interval([(m if ws and all(x.result is None for x in ws) else {}, max(1, len(ws)))
                                     for m, ws in zip(medians, replicas)])
 
         done, round_started, found = 0, time.monotonic(), None
         for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
-            live = [(i, w[r % len(w)]) for i, w in enumerate(replicas) if all(x.result is None for x in w)]
+            live = [(i, w[r % len(w)]) for i, w in enumerate(replicas) if w and all(x.result is None for x in w)]
             if not live:
                 break
             if target and r >= rounds:
@@ -168,6 +175,9 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             probe.close()
     out = []
     for job, workers in zip(jobs, replicas):
+        if not workers:
+            out.append(ChildResult(ok=False, error=LEFT_OUT, left_out=True))
+            continue
         failed = next((w.result or ChildResult(ok=False, error="not measured") for w in workers
                        if w.result is None or not w.result.ok), None)
         out.append(failed or ChildResult(ok=True, cell=scenario_module(job.cell.scenario).merge(
@@ -182,6 +192,10 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         out = [dataclasses.replace(r, cell=dataclasses.replace(r.cell, blocks={**r.cell.blocks, "timing": {
             **r.cell.blocks["timing"], "target_ci": reached}})) if r.ok and r.cell else r for r in out]
     return out
+
+
+#: A cell whose worker was never started: --time-budget had passed when its turn to load came.
+LEFT_OUT = "left out: --time-budget had passed before it was loaded (no record; --resume or a new run measures it)"
 
 
 def _name(job: CellJob) -> str:
