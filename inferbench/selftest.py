@@ -77,6 +77,13 @@ def _main(argv: list[str] | None, prog: str) -> int:
                      *(["--trust-cache"] if values.get("trust_cache") else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],
                     prog=prog)
+    found = checked(out) if code == 0 else None
+    unchecked = sorted(set(runnable) - found) if found is not None else []
+    if unchecked:  # --time-budget left them out before they loaded: nothing said they work
+        print(f"selftest FAIL: {', '.join(unchecked)} not checked on the {kind}: --time-budget "
+              f"{values['time_budget']:g}s passed before {'it' if len(unchecked) == 1 else 'they'} loaded "
+              "(give a longer --time-budget)", file=sys.stderr)
+        return 1
     if code == 0:
         print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and none failed parity",
               file=sys.stderr)
@@ -86,6 +93,14 @@ def _main(argv: list[str] | None, prog: str) -> int:
     else:
         print("selftest interrupted: no verdict", file=sys.stderr)
     return code
+
+
+def checked(out: str) -> set[str] | None:
+    """The frameworks with a record under ``out`` (the selftest's run folder; None where it wrote none)."""
+    from .records import iter_records
+
+    folder = Path(out)
+    return {r["framework"] for r in iter_records(folder)[0]} if folder.exists() else None
 
 
 if __name__ == "__main__":

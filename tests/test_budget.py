@@ -217,7 +217,7 @@ def test_resume_with_a_budget_checks_the_next_group(fakes, tmp_path, capsys, mon
     capsys.readouterr()
     from inferbench.execution.environment import setup_path
 
-    kept = setup_path(tmp_path / "cache", 1)  # what the sweep measured of its workers: the next plan takes it
+    kept = setup_path(tmp_path / "cache", 1, "cpu")  # what the sweep measured of its workers: the next plan takes it
     assert json.loads(kept.read_text())["fake inference"]["seconds"] > 0
     kept.write_text(json.dumps({"fake inference": {"seconds": 600.0}}))  # the next group: two 10-minute workers
     assert sweep_main(["--resume", str(tmp_path / "s"), "--time-budget", "5m"]) == 2
@@ -302,12 +302,12 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
             "--cache-dir", str(cache)]
     assert run_main([*args, "--time-budget", "1h"]) == 0
     assert "(set-up estimated: no run on this machine measured it yet)" in capsys.readouterr().err
-    kept = json.loads(setup_path(cache, 1).read_text())
+    kept = json.loads(setup_path(cache, 1, "cpu").read_text())
     assert set(kept) == {"fake inference"} and kept["fake inference"]["seconds"] > 0
     assert kept["fake inference"]["workers"] == 2
     assert budget.measured_setups(config) == {"fake inference": kept["fake inference"]["seconds"]}
     # the plan takes it: two workers a cell, each as long as this machine took, in place of the table's
-    setup_path(cache, 1).write_text(json.dumps({"fake inference": {"seconds": 100.0},
+    setup_path(cache, 1, "cpu").write_text(json.dumps({"fake inference": {"seconds": 100.0},
                                                 "fake-slow offline": {"seconds": 7.0}}))
     table = 0.5 + config.timing.warmup_seconds
     assert budget.estimate(config, cells, {}) == pytest.approx(before + 2 * (100.0 - table))
@@ -317,7 +317,7 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}) == 0.5 + \
         config.timing.warmup_seconds
     assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}, "offline") == 7.0
-    setup_path(cache, 1).write_text("{not json")  # a broken file: the table, never a crash
+    setup_path(cache, 1, "cpu").write_text("{not json")  # a broken file: the table, never a crash
     assert budget.measured_setups(config) == {}
 
 

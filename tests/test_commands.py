@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 from test_results import make_record
@@ -100,6 +101,21 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     assert asked[0][asked[0].index("--time-budget") + 1] == "600s"  # bounded unless told otherwise: it ends
     assert selftest.main(["--output-dir", str(tmp_path), "--time-budget", "2m"], prog="inferbench selftest") == 0
     assert asked[1][asked[1].index("--time-budget") + 1] == "120s"
+    # a framework the budget left out before it loaded was not checked: no PASS for it
+    monkeypatch.setattr(selftest, "FRAMEWORKS", {k: fakes.frameworks()[k] for k in ("fake", "fake-slow")})
+
+    def partly(argv, prog):
+        folder = Path(argv[argv.index("--output-dir") + 1]) / "run"
+        folder.mkdir(parents=True)
+        records.write_record(folder, make_record("fake"))
+        return 0
+
+    monkeypatch.setattr(selftest, "run_main", partly)
+    capsys.readouterr()
+    assert selftest.main(["--output-dir", str(tmp_path / "p")], prog="inferbench selftest") == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "selftest FAIL: fake-slow not checked on the cpu: --time-budget 600s passed before it loaded (give a longer "
+        "--time-budget)")
 
 
 # --------------------------------------------------------------------------- compare

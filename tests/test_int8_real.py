@@ -130,7 +130,8 @@ def resnet(seed):
     return net.eval()
 
 nets = {"same": resnet(0), "other": resnet(1)}
-ports.build_torchvision = lambda name, weights: resnet(0)
+# as the real one does: the torchvision network in the Keras twin's wrapper (its module paths start "net.")
+ports.build_torchvision = lambda name, weights: ports._modules().KerasTwin(resnet(0), None).eval()
 rng = np.random.default_rng(0)
 chunks = [rng.uniform(0, 1, (8, 48, 48, 3)).astype("float32") for _ in range(3)]
 quantize_torch.quantize("resnet18", {}, folder / "q.pt2", iter(chunks))
@@ -145,7 +146,8 @@ with torch.no_grad():
     out["error"] = {k: float((got - net(x)).norm() / net(x).norm()) for k, net in nets.items()}
 # where it departs from FP32: its stages read from the program against the twin it was quantised from, and another
 from inferbench.runners.torch import INT8_AGAINST, program_stage_errors
-out["stages"] = {k: program_stage_errors(torch, program, net, x) for k, net in nets.items()}
+out["stages"] = {k: program_stage_errors(torch, program, ports._modules().KerasTwin(net, None).eval(), x)
+                 for k, net in nets.items()}
 out["int8_against"] = INT8_AGAINST
 marker = folder / "pwned"
 

@@ -74,6 +74,11 @@ def setup_s(framework: str, processes: int, timing: TimingConfig, measured: dict
     return processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
 
 
+def device_of(config: RunConfig) -> str:
+    """The device a run's set-up times are kept for: ``cpu``, or the GPU's name."""
+    return config.device.gpu.name if config.device.gpu else "cpu"
+
+
 def setup_key(framework: str, scenario: str) -> str:
     """A measured set-up's name: the framework's and its scenario's (a serving worker's set-up includes its single
     queries and served parity)."""
@@ -88,7 +93,7 @@ def measured_setups(config: RunConfig) -> dict[str, float]:
     from .environment import setup_path
 
     try:
-        data = json.loads(setup_path(config.cache_dir, config.threads).read_text())
+        data = json.loads(setup_path(config.cache_dir, config.threads, device_of(config)).read_text())
         return {str(k): float(v["seconds"]) for k, v in data.items() if float(v["seconds"]) >= 0}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
@@ -106,7 +111,7 @@ def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
 
     if not seconds:
         return
-    path = setup_path(config.cache_dir, config.threads)
+    path = setup_path(config.cache_dir, config.threads, device_of(config))
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
         data = data if isinstance(data, dict) else {}
@@ -290,8 +295,9 @@ class Deadline:
 
     def passed_line(self) -> str:
         """The line said the moment the budget passes (:class:`~inferbench.execution.progress.Progress`)."""
-        return (f"--time-budget {say(self.budget_s)} passed: the group running ends at its fewest rounds, the groups "
-                "not started are left unmeasured (loading, first calls and tuning took longer than foreseen)")
+        return (f"--time-budget {say(self.budget_s)} passed: the group running ends at its fewest rounds, its "
+                "frameworks not yet loaded and the groups not started are left unmeasured (loading, first calls and "
+                "tuning took longer than foreseen)")
 
     def spent(self) -> dict[str, Any]:
         """The budget and what was spent, as ``recommendation.json`` keeps it: ``budget_s``, ``took_s``,

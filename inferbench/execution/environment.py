@@ -93,10 +93,13 @@ def calibration_path(cache_dir: str | Path, threads: int) -> Path:
     return Path(cache_dir) / "calibration" / f"{machine_shape(threads)}.json"
 
 
-def setup_path(cache_dir: str | Path, threads: int) -> Path:
+def setup_path(cache_dir: str | Path, threads: int, device: str = "cpu") -> Path:
     """Where this machine's measured set-up times are kept (a worker's start, load, parity and warm-up, per
-    framework), beside the artifact cache, per machine shape: what ``--time-budget``'s plan estimates from."""
-    return Path(cache_dir) / "setup" / f"{machine_shape(threads)}.json"
+    framework), beside the artifact cache, per machine shape and device (``cpu`` or the GPU's name: a GPU's compile
+    times are not a CPU's): what ``--time-budget``'s plan estimates from."""
+    import re
+
+    return Path(cache_dir) / "setup" / f"{machine_shape(threads)}-{re.sub(r'[^A-Za-z0-9]+', '-', device)}.json"
 
 
 def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any] | None:

@@ -195,7 +195,8 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
 
 
 #: A cell whose worker was never started: --time-budget had passed when its turn to load came.
-LEFT_OUT = "left out: --time-budget had passed before it was loaded (no record; --resume or a new run measures it)"
+LEFT_OUT = ("left out: --time-budget had passed before it was loaded (no record; a sweep's --resume, or a new run, "
+            "measures it)")
 
 
 def _name(job: CellJob) -> str:

@@ -280,20 +280,25 @@ INT8_AGAINST = "the FP32 torchvision twin it was quantised from (the Keras weigh
 
 def program_stage_errors(torch: Any, program: Any, twin: Any, x: Any) -> dict[str, Any] | None:
     """Each stage of ``twin`` (:func:`stages`) against the same stage of ``program`` (a graph module exported from it,
-    quantised by PT2E): a stage's output in the program is that of its last node whose module stack names the stage
-    (``nn_module_stack``, which torch.export keeps), read by running the program in an interpreter; relative L2 in
-    network order (inf where not finite, and where the program has no node of that stage). None without stages."""
+    quantised by PT2E): a stage's output in the program is that of its last computing node (a floating-point tensor)
+    whose module stack names the stage by its path in the twin (``net.layer1`` in the Keras twin's wrapper;
+    ``nn_module_stack``, which torch.export keeps), read by running the program in an interpreter; relative L2 in
+    network order (inf where not finite). A stage the program has no node of is left out; None when none is found."""
     from ..measure.parity import relative_l2
 
-    names = [name for name, _ in stages(twin)]
-    if not names:
-        return None
+    found = stages(twin)
+    prefix = "net." if hasattr(twin, "net") else ""  # stages() reads the wrapped network; the program keeps its path
     last: dict[str, Any] = {}
     for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op != "call_function" or not (hasattr(value, "dtype") and value.dtype.is_floating_point):
+            continue  # a quantised (integer) tensor, a shape, a constant: never a stage's output
         paths = {path for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
-        for name in names:
-            if name in paths:
+        for name, _ in found:
+            if prefix + name in paths:
                 last[name] = node
+    if not last:
+        return None
     wanted, outputs = set(last.values()), {}
 
     class Reader(torch.fx.Interpreter):
@@ -303,9 +308,12 @@ def program_stage_errors(torch: Any, program: Any, twin: Any, x: Any) -> dict[st
                 outputs[n] = out
             return out
 
-    seen: list[Any] = []
-    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.append(out.detach().double().cpu()))
-             for _, m in stages(twin)]
+    seen: dict[str, Any] = {}
+
+    def keep(name: str, out: Any) -> None:  # a forward hook that returns something replaces the module's output
+        seen.setdefault(name, out.detach().double().cpu())
+
+    hooks = [m.register_forward_hook(lambda _m, _i, out, n=name: keep(n, out)) for name, m in found if name in last]
     try:
         with torch.no_grad():
             Reader(program).run(x)
@@ -313,9 +321,9 @@ def program_stage_errors(torch: Any, program: Any, twin: Any, x: Any) -> dict[st
     finally:
         for hook in hooks:
             hook.remove()
-    errors = [relative_l2(outputs[last[name]].detach().double().cpu().numpy(), exact.numpy())
-              if name in last and tuple(outputs[last[name]].shape) == tuple(exact.shape) else float("inf")
-              for name, exact in zip(names, seen)]
+    names = [name for name, _ in found if name in last]
+    errors = [relative_l2(outputs[last[name]].detach().double().cpu().numpy(), seen[name].numpy())
+              if tuple(outputs[last[name]].shape) == tuple(seen[name].shape) else float("inf") for name in names]
     return {"names": names, "errors": errors, "against": INT8_AGAINST,
             "method": f"each stage's output vs {INT8_AGAINST}, relative L2, on the 16 reference inputs"}
 
