@@ -102,9 +102,10 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
         setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
-        for worker in (w for ws in replicas for w in ws if w.setup_s is not None):
-            setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
-                worker.setup_s)
+        for worker in (w for ws in replicas for w in ws):
+            if worker.setup_s is not None:
+                setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
+                    worker.setup_s)
         if jobs:
             remember_setups(jobs[0].config, setups)
         rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
