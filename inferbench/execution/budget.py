@@ -124,14 +124,14 @@ def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
         return
 
 
-def group_s(cells: list[CellKey], config: RunConfig) -> float:
+def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None) -> float:
     """One group (cells of one model, resolution and batch size), set-up and rounds; a serving scenario's cells by
     their LoadGen tests (:data:`SERVE_TEST_S`), the server's search by its steps."""
     from ..registry.scenarios import scenario
 
     timing = config.timing
     entry = scenario(config.scenario)
-    measured = measured_setups(config)
+    measured = measured_setups(config) if measured is None else measured
     if entry.serves:  # its set-up measured includes the single queries and the served parity
         tests = max(timing.rounds, entry.tests)
         set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario)
@@ -168,9 +168,12 @@ def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -
     return EXPORT_S * sum(len(to_export.get(pair, set()) & kinds(same)) for pair, same in by_pair(cells).items())
 
 
-def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
+def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]],
+             measured: dict[str, float] | None = None) -> float:
     """Seconds the plan takes: every group, plus the exports its cells need that are not in the cache."""
-    return export_s(cells, to_export) + sum(group_s(g, config) for g in groups_of(cells, config.sequential))
+    measured = measured_setups(config) if measured is None else measured  # read once, not per group
+    return export_s(cells, to_export) + sum(group_s(g, config, measured)
+                                            for g in groups_of(cells, config.sequential))
 
 
 def shrunk(config: RunConfig, step: float) -> RunConfig:
@@ -209,8 +212,8 @@ class Fitted:
 def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]]) -> Fitted:
     """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step, then without the costliest
     frameworks (at least one kept). UsageError when even that does not fit a single group's time."""
-    own = estimate(config, cells, to_export)
-    measured = measured_setups(config)
+    measured = measured_setups(config)  # read once: every estimate below takes it
+    own = estimate(config, cells, to_export, measured)
     known = [fw for fw in dict.fromkeys(c.framework for c in cells) if setup_key(fw, config.scenario) in measured]
     source = (f" (set-up as this machine measured it for {', '.join(known)}" + (
         "; estimated for the others" if len(known) < len({c.framework for c in cells}) else "") + ")") if known else \
@@ -220,7 +223,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
                                                  f"{source}",), own)
     for step in STEPS:
         fitted = shrunk(config, step)
-        took = estimate(fitted, cells, to_export)
+        took = estimate(fitted, cells, to_export, measured)
         if took <= budget_s:
             break
     lines = []
@@ -236,12 +239,12 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
 
     while took > budget_s and len({c.framework for c in kept}) > 1:
         # what leaving each out saves (exports it shares with the others stay)
-        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export)
+        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured)
                  for fw in dict.fromkeys(c.framework for c in kept)}
         costliest = max(saves, key=lambda fw: saves[fw])
         left_out[costliest] = f"about {say(saves[costliest])} of the plan"
         kept = [c for c in kept if c.framework != costliest]
-        took = estimate(config, kept, to_export)
+        took = estimate(config, kept, to_export, measured)
     if left_out:
         lines.append(f"left out to fit --time-budget {say(budget_s)}: "
                      + ", ".join(f"{k} ({why})" for k, why in left_out.items()))

@@ -87,10 +87,14 @@ class Progress:
         with self._lock:
             if self._stop.is_set():
                 return
-            if self._status:  # a terminal's status line gives way to the lasting line
-                print("\r\x1b[K", end="", file=self.stream)
-                self._status = False
+            self._clear_status()  # a terminal's status line gives way to the lasting line
             self._print(self._line(*self.phase) + f"  {deadline.passed_line()}")
+
+    def _clear_status(self) -> None:
+        """Take a terminal's status line away (a lasting line follows, or the run ends)."""
+        if self._status:
+            print("\r\x1b[K", end="", file=self.stream, flush=True)
+            self._status = False
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
@@ -230,9 +234,7 @@ class Progress:
         if self.verbosity < 0 and not failure:
             return
         with self._lock:
-            if self._status:
-                print("\r\x1b[K", end="", file=self.stream)
-                self._status = False
+            self._clear_status()
             self._print(self._line(label, text))
 
     def close(self) -> None:
@@ -244,6 +246,4 @@ class Progress:
                 self._budget_timer.join()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self._status:
-            print("\r\x1b[K", end="", file=self.stream, flush=True)
-            self._status = False
+        self._clear_status()
