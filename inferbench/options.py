@@ -313,7 +313,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="N", maximum=10_000, commands=MEASURING, command_defaults=(("zoo", 1),)),
     Option("processes", ("--processes",), "worker processes per cell, its rounds spread over them: what differs "
            "between processes (memory layout, thread placement) and no round can see is measured from them, and every "
-           "interval includes it (1: not measured, an assumed 1.5%% instead)", 2, positive_int, metavar="N",
+           "interval includes it (default: 3 where --rounds gives each at least two, else 2; 1: not measured, this "
+           "machine's spread from earlier runs or an assumed 1.5%% instead)", None, positive_int, metavar="N",
            maximum=16, commands=MEASURING, command_defaults=(("zoo", 1),)),
     Option("sequential", ("--sequential",), "measure each cell on its own, one framework loaded at a time, instead of "
            "a group's cells side by side in interleaved rounds: for models too big to load every framework at once "

@@ -51,15 +51,15 @@ def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatc
     assert budget.estimate(config, cells, {}) > budget.estimate(config, cells[:2], {}) > one
     # a framework's set-up, its rounds, the exports not in the cache
     slow = [c for c in cells if c.framework == "fake-slow"][:1]
-    assert budget.estimate(config, slow, {}) - one == pytest.approx(2 * 19.0)  # two worker processes
+    assert budget.estimate(config, slow, {}) - one == pytest.approx(3 * 19.0)  # three worker processes (the default at 6 rounds)
     missing = {("mobilenet_v3_small", 32): {"keras", "reference"}}
     assert budget.estimate(config, cells[:1], missing) == pytest.approx(one + 2 * budget.EXPORT_S)
     assert budget.to_export(config, cells) == missing  # an empty cache
     assert budget.shrunk(config, 1.0) == config
     floor = budget.shrunk(config, 0.0)
     assert (floor.timing.rounds, floor.timing.min_duration_s, floor.processes, floor.quick) == (6, 3.0, 1, True)
-    # one worker process instead of two: about half the set-up
-    assert budget.estimate(floor, slow, {}) < budget.estimate(config, slow, {}) / 1.8
+    # one worker process instead of three: about a third of the set-up
+    assert budget.estimate(floor, slow, {}) < budget.estimate(config, slow, {}) / 2.5
 
 
 def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fakes, tmp_path, monkeypatch):
@@ -72,8 +72,8 @@ def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fak
     fitted = budget.fit(config, cells, own * 0.85, {})
     assert {c.framework for c in fitted.cells} == {"fake", "fake-slow", "fake-quiet"} and not fitted.left_out
     assert 6 < fitted.config.timing.rounds < 12 and fitted.estimate_s <= own * 0.85
-    assert fitted.config.processes == 2 and not fitted.config.quick
-    assert "instead of 12 rounds, 12 s a cell, 2 processes" in fitted.lines[0]
+    assert fitted.config.processes == 3 and not fitted.config.quick
+    assert "instead of 12 rounds, 12 s a cell, 3 processes" in fitted.lines[0]
     assert fitted.lines[-1].startswith("time budget")
     # far too short for all three: the rounds at the floor, the costliest framework (fake-slow's set-up) left out
     floor = budget.estimate(budget.shrunk(config, 0.0), [c for c in cells if c.framework != "fake-slow"], {})
@@ -103,7 +103,7 @@ def test_a_run_says_what_fits_and_measures_that(fakes, tmp_path, capsys, monkeyp
             str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
     assert run_main([*args, "--time-budget", "90s"]) == 0
     err = capsys.readouterr().err
-    assert "measuring 6 rounds, 3 s a cell, 1 process instead of 6 rounds, 30 s a cell, 2 processes" in err
+    assert "measuring 6 rounds, 3 s a cell, 1 process instead of 6 rounds, 30 s a cell, 3 processes" in err
     assert "left out to fit --time-budget 1m30s: fake-slow (about " in err
     (run_dir,) = (tmp_path / "out").iterdir()
     (record,) = [json.loads(p.read_text()) for p in run_dir.glob("*_fake*.json")]
@@ -139,7 +139,7 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
     monkeypatch.setattr(budget, "Deadline", Spent)
     args = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--batch-sizes", "1,2",
             "--min-iterations", "3", "--warmup", "1", "--threads", "1", "--device", "cpu", "--duration", "0.08",
-            "--rounds", "8", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
+            "--rounds", "8", "--processes", "2", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
     assert sweep_main([*args, "--time-budget", "1h"]) == 0
     err = capsys.readouterr().err
     assert "--time-budget: rounds stopped at 6 of 8, another would pass it" in err
@@ -304,13 +304,13 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert "(set-up estimated: no run on this machine measured it yet)" in capsys.readouterr().err
     kept = json.loads(setup_path(cache, 1, "cpu").read_text())
     assert set(kept) == {"fake inference"} and kept["fake inference"]["seconds"] > 0
-    assert kept["fake inference"]["workers"] == 2
+    assert kept["fake inference"]["workers"] == 3  # the default 8 rounds: three workers
     assert budget.measured_setups(config) == {"fake inference": kept["fake inference"]["seconds"]}
-    # the plan takes it: two workers a cell, each as long as this machine took, in place of the table's
+    # the plan takes it: its workers a cell, each as long as this machine took, in place of the table's
     setup_path(cache, 1, "cpu").write_text(json.dumps({"fake inference": {"seconds": 100.0},
                                                 "fake-slow offline": {"seconds": 7.0}}))
     table = 0.5 + config.timing.warmup_seconds
-    assert budget.estimate(config, cells, {}) == pytest.approx(before + 2 * (100.0 - table))
+    assert budget.estimate(config, cells, {}) == pytest.approx(before + config.processes * (100.0 - table))
     assert run_main([*args, "--time-budget", "1h"]) == 0
     assert "(set-up as this machine measured it for fake)" in capsys.readouterr().err
     # a serving worker's set-up is kept under its scenario's name, never taken for inference's

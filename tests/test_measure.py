@@ -403,6 +403,35 @@ def test_the_between_process_term_is_each_runtimes_own_where_the_group_differs()
     assert (cover["shrunk"] >= 0.90).all() and flagged < 0.15, (cover, flagged)
 
 
+def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_interval():
+    """At the default 8 rounds a cell gets three worker processes (two degrees of freedom for what differs between
+    them), two below 6 rounds: simulated groups of three runtimes whose processes differ 1% (and 0.5/1/3%), the
+    moderated interval covers the levels 90% of the time and more with three (the 3% runtime's 89%), 85-89% with two,
+    and is narrower;
+    a cell's own between-process estimate is 0 less often."""
+    from inferbench.execution.plan import default_processes
+
+    assert [default_processes(r) for r in (1, 2, 3, 5, 6, 8, 16)] == [1, 2, 2, 2, 3, 3, 3]
+
+    def run(sds, processes, trials=500):
+        rng = np.random.default_rng(5)
+        cover, halves, zero = np.zeros(len(sds)), [], 0
+        for _ in range(trials):
+            cells = _group_of_cells(rng, sds, processes=processes, rounds=8)
+            for (scale, per_round, fit), own in zip(cells, stats.shrink_between([f for _, _, f in cells])):
+                se, df = fit.se(own.var, own.df)
+                half = stats.t975(df) * se
+                cover[len(halves) % len(sds)] += abs(np.mean(np.log(list(per_round.values()))) - math.log(scale)) <= half
+                halves.append(half)
+                zero += fit.between_var == 0
+        return cover / trials, float(np.median(halves)), zero / len(halves)
+
+    for sds in ([0.01] * 3, [0.005, 0.01, 0.03]):
+        (two, half_two, zero_two), (three, half_three, zero_three) = run(sds, 2), run(sds, 3)
+        assert three.min() >= 0.88 and three.mean() >= 0.90 and two.min() < three.min() - 0.03, (sds, two, three)
+        assert half_three < 0.8 * half_two and zero_three < zero_two, (half_two, half_three, zero_two, zero_three)
+
+
 def test_paired_blocks_estimates_a_known_ratio_and_covers_it():
     """The benchmarks' paired-block ratio (serving_vs_closed, harness_overhead): blocks of A and B measured in adjacent
     pairs on a machine whose speed drifts between pairs (shared by both of a pair) plus independent noise within each;

@@ -149,7 +149,7 @@ def test_cells_are_loaded_once_and_interleaved_in_random_order(fakes, tmp_path, 
     log = tmp_path / "loads.log"
     monkeypatch.setenv("FAKE_LOAD_LOG", str(log))
     assert _run(tmp_path, "--framework", "fake,fake-slow,fake-wrong", "--rounds", "8") == 1  # fake-wrong: parity
-    assert len(log.read_text().split()) == 6  # two workers per cell, each loaded once for all 8 rounds
+    assert len(log.read_text().split()) == 9  # three workers per cell (8 rounds: the default), each loaded once
     recs = records.iter_records(tmp_path / "out")[0]
     blocks = sorted((b["started_at"], b["round"], r["framework"]) for r in recs for b in r["timing"]["blocks"])
     assert [rnd for _, rnd, _ in blocks] == sorted(r for r in range(8) for _ in range(3))  # round by round

@@ -1,7 +1,7 @@
 """Parent side of the rounds: the cells of a group measured in interleaved blocks.
 
 Every cell of a group (a run's cells of one model, resolution and batch size) gets ``config.processes`` worker
-processes of its own (2 by default), started one after another so that load and first-call times are not
+processes of its own (3 by default where the rounds give each two, else 2), started one after another so that load and first-call times are not
 contended. Once all are ready, each round sends each cell's block to one of its workers (round r to worker
 r mod P: every worker measures some of the rounds), the cells in a fresh random order per round, and waits for
 each block before the next: one worker measures at a time, the others wait idle, so isolation is as strict as one
