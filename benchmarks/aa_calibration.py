@@ -23,7 +23,14 @@ framework over the other, slowed runs over plain). ``--busy N`` runs every invoc
 N busy loops beside it: the runs must say they are not valid, and ``compare`` must call such pairs "not
 comparable", never a regression.
 
+An A/B in one run (``--ab``), what a CI job that can install both sides uses: ``--invocations`` runs of ``inferbench
+run --ab-python B`` whose B is this interpreter (an A/A) and, with ``--slowdown``, as many whose B's workers alone
+are slowed, alternating; ``compare RUN --fail-above 10`` on each: B against A paired within the run's rounds, with
+no spread between invocations to estimate.
+
     python benchmarks/aa_calibration.py [--repeats 40] [--framework onnxrt] [--rounds 8] [--duration 2]
+    python benchmarks/aa_calibration.py --ab --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
+                                        [--slowdown onnxrt:1.3] [--busy N] [--reuse]
     python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
                                         [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR] [--reuse]
 """
@@ -97,15 +104,17 @@ def within(args: argparse.Namespace) -> None:
           f"{np.__version__})")
 
 
-def invoke(folder: Path, frameworks: str, cache_dir: str, busy: int, slowdown: str | None) -> float:
-    """One plain ``inferbench run`` into ``folder``, with ``busy`` busy loops beside it; returns its wall time."""
+def invoke(folder: Path, frameworks: str, cache_dir: str, busy: int, slowdown: str | None,
+           extra: tuple[str, ...] = ()) -> float:
+    """One plain ``inferbench run`` into ``folder`` (with ``extra`` options), with ``busy`` busy loops beside it;
+    returns its wall time."""
     env = {**os.environ, **({"INFERBENCH_TEST_SLOWDOWN": slowdown} if slowdown else {})}
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
         time.sleep(1.0 if busy else 0.0)
         start = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "inferbench", "run", "--framework", frameworks, "--tune", "off",
-                               "--output-dir", str(folder), "--cache-dir", cache_dir, "-q"],
+                               "--output-dir", str(folder), "--cache-dir", cache_dir, "-q", *extra],
                               capture_output=True, text=True, env=env)
         wall = time.monotonic() - start
     finally:
@@ -132,11 +141,15 @@ def verdicts(old: Path, new: Path, fail_above: float = 10.0, sd: dict | None = N
     return rows
 
 
-def tally(pairs: list[tuple[Path, Path]], sd: dict | None = None) -> dict[str, dict[str, int]]:
-    """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable."""
+def tally(pairs: list[tuple[Path, Path]], sd: dict | None = None, ab: bool = False) -> dict[str, dict[str, int]]:
+    """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable (``ab``:
+    each pair's first folder is one A/B run, B judged against A within it, as ``compare RUN`` does)."""
+    from inferbench.compare import ab_frame
+    from inferbench.records.load import load
+
     out: dict[str, dict[str, int]] = {}
     for old, new in pairs:
-        for row in verdicts(old, new, sd=sd):
+        for row in ab_frame(load(old), 10.0)[0] if ab else verdicts(old, new, sd=sd):
             t = out.setdefault(row["framework"], {"pairs": 0, "significant": 0, "slower": 0, "regression": 0,
                                                   "not_comparable": 0, "no_interval": 0})
             t["pairs"] += 1
@@ -218,6 +231,47 @@ def across(args: argparse.Namespace) -> None:
                                                      indent=1))
     (out / "calibration.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def ab_runs(args: argparse.Namespace) -> None:
+    """An A/B in one run (``run --ab-python``), as CI would use it: ``--invocations`` runs whose B is this very
+    interpreter (an A/A) and as many, alternating with them, whose B has ``--slowdown`` set in its workers only;
+    each run judged by ``compare RUN --fail-above 10``."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pythons = {"aa": out / "python-a", "slowed": out / "python-slowed"}
+    for mode, path in pythons.items():
+        hook = f"INFERBENCH_TEST_SLOWDOWN={args.slowdown} " if mode == "slowed" and args.slowdown else ""
+        path.write_text(f'#!/bin/sh\n{hook}exec "{sys.executable}" "$@"\n')
+        path.chmod(0o755)
+    modes = ["aa", "slowed"] if args.slowdown else ["aa"]
+    runs: dict[str, list[Path]] = {m: [] for m in modes}
+    for i in range(args.invocations):
+        for mode in modes:
+            folder = out / mode / f"{i:02d}"
+            if not (args.reuse and folder.exists()):
+                wall = invoke(folder, args.frameworks, args.cache_dir, args.busy, None,
+                              ("--ab-python", str(pythons[mode])))
+                print(f"  {mode} {i + 1}/{args.invocations}: {wall:.0f} s", flush=True)
+            runs[mode] += sorted(p for p in folder.iterdir() if p.is_dir())
+    results = {m: tally([(r, r) for r in runs[m]], ab=True) for m in modes}
+    lines = [f"A/B in one run: {args.invocations} runs a mode of inferbench run --framework {args.frameworks} --tune "
+             f"off --ab-python B{f', {args.busy} busy loops beside each' if args.busy else ''}; compare RUN "
+             "--fail-above 10 on each"]
+    for mode, per in results.items():
+        for fw, t in sorted(per.items()):
+            judged = t["pairs"] - t["not_comparable"] - t["no_interval"]
+            what = "B slowed " + args.slowdown if mode == "slowed" and fw == args.slowdown.partition(":")[0] \
+                else "A/A" if mode == "aa" else "A/A (in the slowed runs, not slowed)"
+            lines.append(f"  {fw:10s} {what:40s} judged {judged} of {t['pairs']}; called different "
+                         f"{wilson(t['significant'], judged)}; REGRESSION {wilson(t['regression'], judged)}; "
+                         f"abstained {wilson(t['pairs'] - judged, t['pairs'])}")
+    text = "\n".join(lines)
+    print(text)
+    (out / "ab.txt").write_text(text + "\n")
+    (out / "ab.json").write_text(json.dumps({"frameworks": args.frameworks, "slowdown": args.slowdown,
+                                             "busy": args.busy, "invocations": args.invocations,
+                                             "results": results}, indent=1))
 
 
 def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
@@ -328,6 +382,8 @@ def process_spread(run_dirs: list[Path]) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--across", action="store_true", help="across invocations (what compare is used for)")
+    p.add_argument("--ab", action="store_true", help="A/B in one run (run --ab-python, then compare RUN): "
+                   "--invocations A/A runs and, with --slowdown, as many with B slowed")
     p.add_argument("--repeats", type=int, default=40, help="within a run: A/A comparisons (default: %(default)s)")
     p.add_argument("--framework", default="onnxrt", help="within a run: framework key (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=8, help="within a run: rounds (default: %(default)s)")
@@ -341,7 +397,7 @@ def main() -> None:
                    "calibration recomputed and used in place of the one the records carry)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     args = p.parse_args()
-    across(args) if args.across else within(args)
+    ab_runs(args) if args.ab else across(args) if args.across else within(args)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ from .measure.trackers.speed import matched, same_state
 from .options import non_negative_float, path_value
 from .records.table import write_csv
 from .spec import IDENTITY
+
+#: A variant's part that names an A/B twin (``--ab-python``).
+AB_TAG = re.compile(r"ab-[0-9a-f]{8}")
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
 #: Steady rounds at one common speed each side needs to be judged: two per worker process at the default two, so
@@ -61,7 +65,9 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
                examples=[f"{prog} benchmark_results/main benchmark_results/branch",
                          f"{prog} OLD NEW --fail-above 10 --csv compare.csv   # in CI"])
     p.add_argument("old", metavar="OLD", help="result folder (searched recursively) or record file: the baseline")
-    p.add_argument("new", metavar="NEW", help="result folder or record file to check against it")
+    p.add_argument("new", metavar="NEW", nargs="?", default=None,
+                   help="result folder or record file to check against it; left out, OLD is one run made with "
+                   "--ab-python: each +ab twin (B) is judged against its cell (A), paired within the run's rounds")
     p.add_argument("--fail-above", metavar="PCT", type=non_negative_float, default=None,
                    help="exit 1 when a cell is slower by more than PCT percent with 95%% confidence (its whole "
                    "interval above 1 + PCT/100), failed, or lost parity (default: report only: exit 0, or 3 when no "
@@ -75,7 +81,6 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
 def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per cell found in both frames (of :func:`inferbench.records.load`), and the lines about
     cells found on one side only or several times."""
-    from .analysis.ranking import comparison
     from .records.table import device_model
 
     notes = []
@@ -90,43 +95,10 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
     for name, other in (("OLD", "NEW"), ("NEW", "OLD")):
         for key in sorted(set(sides[name]) - set(sides[other]), key=str):
             notes.append(f"only in {name}: {_label(dict(zip(KEY, key)))}")
-    gate = fail_above is not None
     rows = []
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
         o, n = sides["OLD"][key], sides["NEW"][key]
-        row: dict[str, Any] = dict(zip(KEY, key)) | {
-            "old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
-            "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
-            "old_source": o["_source"], "new_source": n["_source"]}
-        busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
-        o, n, speed = _at_one_speed(o, n)
-        if busy:
-            row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
-        elif speed is not None and speed["not_comparable"]:
-            row["verdict"] = speed["not_comparable"]
-        elif o["status"] != "ok" or n["status"] != "ok":
-            row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
-            row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
-        elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
-            row["verdict"] = ("REGRESSION: " if gate else "") + "parity failed in NEW"
-        elif n["parity.status"] == "unjudged" and o["parity.status"] == "passed":
-            row["verdict"] = "not comparable: NEW's accuracy was not judged (no labelled images), OLD's passed"
-        else:
-            cmp = comparison(n, o)
-            ci = cmp["ci95"] or [None, None]
-            row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1], method=cmp["method"])
-            if speed is not None and speed.get("method"):
-                row.update(method=f"{cmp['method']}+{speed['method']}", old_p50_ms=o["p50_ms"], new_p50_ms=n["p50_ms"])
-            if cmp["ci95"] is None:
-                row["verdict"] = f"no interval ({cmp['method']})"
-            elif not cmp["significant"]:
-                row["verdict"] = "no significant difference"
-            elif cmp["ratio"] < 1:
-                row["verdict"] = "faster"
-            elif gate and ci[0] > 1 + fail_above / 100:
-                row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
-            else:
-                row["verdict"] = "slower"
+        row = judged(dict(zip(KEY, key)), o, n, fail_above, across=True)
         settings = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
         if None not in settings.values() and settings["old"] != settings["new"]:  # the same cell, tuned otherwise
             row["tuned"] = settings
@@ -135,6 +107,80 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
                          "and the setting's together")
         rows.append(row)
     return rows, notes
+
+
+def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """An A/B in one run (``--ab-python``): one row per cell and its ``+ab-<digest>`` twin, B (the twin) over A
+    paired within the rounds they shared (no term between invocations: one invocation measured both); the lines
+    about twins without their cell, and B's install."""
+    from .records.table import device_model
+
+    df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
+    sides: dict[tuple[Any, ...], dict[str, Any]] = {}  # the cell without its twin's tag -> {"A": row, "B...": row}
+    for _, r in df.sort_values("created_at").iterrows():
+        parts = [p for p in (r["variant"] if isinstance(r["variant"], str) else "").split("+") if p]
+        twin = next((p for p in parts if AB_TAG.fullmatch(p)), "A")
+        base = "+".join(p for p in parts if p != twin)
+        key = (*(r[k] for k in KEY if k not in ("framework", "variant")), r["framework_key"], base)
+        sides.setdefault(key, {})[twin] = r
+    rows, notes = [], []
+    for found in sides.values():
+        a = found.get("A")
+        for twin, b in found.items():
+            if twin == "A":
+                continue
+            cell = {k: b[k] for k in KEY}
+            if a is None or a.get("run_id") != b.get("run_id"):
+                notes.append(f"{_label(cell)} +{twin}: its own cell (A) is not in this run: not judged")
+                continue
+            row = judged({k: a[k] for k in KEY}, a, b, fail_above, across=False)
+            rows.append(row | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
+    for install in sorted({str(r["b_interpreter"]) for r in rows}):
+        notes.append(f"B: {install}")
+    return rows, notes
+
+
+def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across: bool) -> dict[str, Any]:
+    """``row`` with NEW's (B's) latency over OLD's (A's), its interval and the verdict; ``across``: from two
+    invocations (only rounds at one machine speed common to both), else two cells of one run, paired."""
+    from .analysis.ranking import comparison
+
+    gate = fail_above is not None
+    row = row | {"old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
+                 "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
+                 "old_source": o["_source"], "new_source": n["_source"]}
+    busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
+    speed = None
+    if across:
+        o, n, speed = _at_one_speed(o, n)
+    if busy:
+        row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
+    elif speed is not None and speed["not_comparable"]:
+        row["verdict"] = speed["not_comparable"]
+    elif o["status"] != "ok" or n["status"] != "ok":
+        row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
+        row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
+    elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
+        row["verdict"] = ("REGRESSION: " if gate else "") + "parity failed in NEW"
+    elif n["parity.status"] == "unjudged" and o["parity.status"] == "passed":
+        row["verdict"] = "not comparable: NEW's accuracy was not judged (no labelled images), OLD's passed"
+    else:
+        cmp = comparison(n, o)
+        ci = cmp["ci95"] or [None, None]
+        row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1], method=cmp["method"])
+        if speed is not None and speed.get("method"):
+            row.update(method=f"{cmp['method']}+{speed['method']}", old_p50_ms=o["p50_ms"], new_p50_ms=n["p50_ms"])
+        if cmp["ci95"] is None:
+            row["verdict"] = f"no interval ({cmp['method']})"
+        elif not cmp["significant"]:
+            row["verdict"] = "no significant difference"
+        elif cmp["ratio"] < 1:
+            row["verdict"] = "faster"
+        elif gate and ci[0] > 1 + fail_above / 100:
+            row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
+        else:
+            row["verdict"] = "slower"
+    return row
 
 
 def _chosen(r: Any) -> dict[str, Any] | None:
@@ -200,11 +246,12 @@ def _geometric_mean(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
                            for r in rows if r["ratio_ci_low"] is not None])
 
 
-def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
     """How many cells were judged and how many abstained on (and why), the geometric mean of the judged cells'
     NEW/OLD ratios with its interval, and a line when some side's spread between processes was assumed, not
-    measured."""
+    measured (``ab``: an A/B in one run, B over A paired within its rounds)."""
     judged = [r for r in rows if r["ratio_ci_low"] is not None]
+    of = "B/A" if ab else "NEW/OLD"
     apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
     failed = len(rows) - len(judged) - len(apart)  # failed, or parity failed: said, with no ratio to judge
     out = [f"judged {len(judged)} of {len(rows)} cells in common" + (f", {failed} failed" if failed else "") + (
@@ -213,10 +260,14 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
         f"{sum(v.startswith('no interval') for v in apart)} without an interval" if apart else "")]
     gm = _geometric_mean(rows)
     if gm is not None and len(judged) > 1:
-        out.append(f"geometric mean NEW/OLD over {gm['cells']} cells: {gm['ratio']:.3f} "
+        out.append(f"geometric mean {of} over {gm['cells']} cells: {gm['ratio']:.3f} "
                    f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
     calibrated = [r for r in judged if "invocation-calibrated" in (r.get("method") or "")]
-    if judged and len(calibrated) < len(judged):
+    paired = [r for r in judged if (r.get("method") or "").startswith("paired")]
+    if ab and judged:
+        out.append(f"{len(paired)} of {len(judged)} judged cells paired with their twin within the run's rounds: one "
+                   "invocation measured both, so no spread between invocations enters their intervals")
+    elif judged and len(calibrated) < len(judged):
         out.append(f"{len(judged) - len(calibrated)} of {len(judged)} judged cells come from a machine whose spread "
                    "between invocations was never measured (python benchmarks/aa_calibration.py --across measures "
                    "it): their intervals hold within a run, and may call identical runs different")
@@ -276,24 +327,37 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
         if csv_path.is_dir():
             raise UsageError(f"--csv {args.csv} is a folder: name the file to write")
         check_writable(csv_path.parent if str(csv_path.parent) else Path("."), "--csv folder")
-    old, new = load(args.old), load(args.new)
-    rows, notes = compare_frames(old, new, args.fail_above)
+    if args.new is None:  # an A/B in one run
+        old = new = load(args.old)
+        rows, notes = ab_frame(old, args.fail_above)
+        if not rows and not notes:
+            raise UsageError(f"{args.old} holds no A/B twins (cells of run --ab-python, variant +ab-<digest>): "
+                             "give OLD and NEW to compare two runs")
+        sides = ("A", "B")
+    else:
+        old, new = load(args.old), load(args.new)
+        rows, notes = compare_frames(old, new, args.fail_above)
+        sides = ("OLD", "NEW")
+    if not rows and args.new is None:
+        raise UsageError(f"no A/B twin in {args.old} has its own cell beside it: {notes[0]}")
     if not rows:
         devices = {side: ", ".join(sorted(set(df["device_name"]))) for side, df in (("OLD", old), ("NEW", new))}
         raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "
                          f"({devices['NEW']})")
     where = [k for k in ("device_model", "threads") if len({r[k] for r in rows}) > 1]  # shown when they vary
-    lines = table(("cell", "bs", "framework", *where, "OLD p50 ms", "NEW p50 ms", "NEW/OLD [95% CI]",
-                   "valid OLD/NEW", "verdict"), [
+    a_, b_ = sides
+    lines = table(("cell", "bs", "framework", *where, f"{a_} p50 ms", f"{b_} p50 ms", f"{b_}/{a_} [95% CI]",
+                   f"valid {a_}/{b_}", "verdict"), [
         (f"{r['model']}@{r['resolution']}", str(r["batch_size"]), r["framework"], *(str(r[k]) for k in where),
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
-    summary = summary_lines(rows) + calibration_lines(old, new)
+    summary = summary_lines(rows, ab=args.new is None) + (calibration_lines(old, new) if args.new is not None else [])
     print("\n".join(lines + notes + summary))
     if args.csv:
         write_csv(Path(args.csv), COLUMNS, rows)
-    emit({"old": args.old, "new": args.new, "fail_above": args.fail_above, "cells": rows, "notes": notes,
+    emit({"old": args.old, "new": args.new, "ab": args.new is None, "fail_above": args.fail_above, "cells": rows,
+          "notes": notes,
           "summary": summary, "geometric_mean": _geometric_mean(rows)})
     unclear = [r for r in rows if r["verdict"].startswith(("no interval", "not comparable"))]
     if len(unclear) == len(rows):  # a gate that judged nothing must not pass

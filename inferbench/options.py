@@ -327,6 +327,11 @@ OPTIONS: tuple[Option, ...] = (
            "each cell against its group's fastest, paired within rounds, is known within +-PCT percent (95%%; a "
            "group of one cell: its own median); said when the cap stops them first", None, positive_float,
            metavar="PCT", maximum=50.0, commands=("run", "sweep")),
+    Option("ab_python", ("--ab-python",), "an A/B in one run: every cell measured a second time by this "
+           "interpreter's installed packages (another virtual environment: a runtime's next release, a patched build), "
+           "as a '+ab-<digest>' twin in the same interleaved rounds; inferbench compare RUN then judges each twin "
+           "against its cell, paired within rounds (nothing between invocations to estimate)", None, path_value,
+           metavar="PYTHON", commands=("run", "sweep")),
     Option("allow_busy", ("--allow-busy",), "judge a busy machine's cells anyway: without it, a group measured while "
            "other work took more than --max-other-load gets a best guess only, no margin, significance or stability "
            "(the records say it was allowed)", False, switch=True, commands=MEASURING),

@@ -46,6 +46,7 @@ class RunnerOptions:
     include_transfer: bool = False
     tune: bool = False  # each runtime at its best setting measured here (a short tuning phase before the rounds)
     env: str = ""  # digest of the shell variables passed on to the measured children (--pass-env): "" for none
+    ab: str = ""  # digest of --ab-python's install: the cell measured by that interpreter's packages ("" this one's)
     # the training scenario's (scenario "train"; refused elsewhere)
     optimizer: str = "sgd"
     bn_mode: str = "train"  # batch norm with the batch's statistics while training, or frozen (its moving ones)
@@ -226,6 +227,7 @@ class RunConfig:
     eval_set: EvalSet | None = None  # labelled images each cell's accuracy is measured on (--eval-dir)
     calibration: Calibration | None = None  # what INT8 cells are calibrated on (--calib-dir, --calib-images)
     target_ci: float | None = None  # rounds added until every paired ratio's 95% half-width is below it (--target-ci)
+    ab: dict[str, Any] | None = None  # --ab-python's install (executable, python, packages, digest): B's cells' workers
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:

@@ -51,7 +51,7 @@ def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatc
     assert budget.estimate(config, cells, {}) > budget.estimate(config, cells[:2], {}) > one
     # a framework's set-up, its rounds, the exports not in the cache
     slow = [c for c in cells if c.framework == "fake-slow"][:1]
-    assert budget.estimate(config, slow, {}) - one == pytest.approx(3 * 19.0)  # three worker processes (the default at 6 rounds)
+    assert budget.estimate(config, slow, {}) - one == pytest.approx(3 * 19.0)  # three workers (8 rounds)
     missing = {("mobilenet_v3_small", 32): {"keras", "reference"}}
     assert budget.estimate(config, cells[:1], missing) == pytest.approx(one + 2 * budget.EXPORT_S)
     assert budget.to_export(config, cells) == missing  # an empty cache
@@ -139,7 +139,8 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
     monkeypatch.setattr(budget, "Deadline", Spent)
     args = ["--models", "mobilenet_v3_small", "--resolutions", "32", "--frameworks", "fake", "--batch-sizes", "1,2",
             "--min-iterations", "3", "--warmup", "1", "--threads", "1", "--device", "cpu", "--duration", "0.08",
-            "--rounds", "8", "--processes", "2", "--output-dir", str(tmp_path), "--name", "s", "--cache-dir", str(tmp_path / "cache")]
+            "--rounds", "8", "--processes", "2", "--output-dir", str(tmp_path), "--name", "s",
+            "--cache-dir", str(tmp_path / "cache")]
     assert sweep_main([*args, "--time-budget", "1h"]) == 0
     err = capsys.readouterr().err
     assert "--time-budget: rounds stopped at 6 of 8, another would pass it" in err

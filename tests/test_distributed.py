@@ -115,7 +115,8 @@ def test_a_ray_sweep_keeps_to_the_time_budget_as_a_local_one_does(fakes, cluster
     folder = tmp_path / "out" / "budget" / "a"
     recs = _records(folder)
     assert list(recs) == ["mobilenet_v3_small_32_bs1_fake.json"]
-    assert sorted({b["round"] for b in recs["mobilenet_v3_small_32_bs1_fake.json"]["timing"]["blocks"]}) == [0, 1, 2, 3, 4, 5]
+    blocks = recs["mobilenet_v3_small_32_bs1_fake.json"]["timing"]["blocks"]
+    assert sorted({b["round"] for b in blocks}) == [0, 1, 2, 3, 4, 5]
     monkeypatch.setattr(budget, "Deadline", real)
     assert sweep_main(["--resume", str(tmp_path / "out" / "budget")]) == 0
     second = _records(folder)["mobilenet_v3_small_32_bs2_fake.json"]

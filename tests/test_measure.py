@@ -421,7 +421,8 @@ def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_
             for (scale, per_round, fit), own in zip(cells, stats.shrink_between([f for _, _, f in cells])):
                 se, df = fit.se(own.var, own.df)
                 half = stats.t975(df) * se
-                cover[len(halves) % len(sds)] += abs(np.mean(np.log(list(per_round.values()))) - math.log(scale)) <= half
+                error = abs(np.mean(np.log(list(per_round.values()))) - math.log(scale))
+                cover[len(halves) % len(sds)] += error <= half
                 halves.append(half)
                 zero += fit.between_var == 0
         return cover / trials, float(np.median(halves)), zero / len(halves)

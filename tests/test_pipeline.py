@@ -600,3 +600,58 @@ def test_the_test_slowdown_hook_is_said_loudly_when_the_shell_sets_it(fakes, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("INFERBENCH_TEST_SLOWDOWN=fake:0.5: the factor must be a number above 1 (at most 100)")
     assert not list((tmp_path / "bad").rglob("*.json"))
+
+
+def _python_b(path: Path, slowdown: str | None = None) -> Path:
+    """Another "install" for --ab-python: a script that runs this interpreter (with the test hook's slowdown set
+    for its workers only)."""
+    hook = f"INFERBENCH_TEST_SLOWDOWN={slowdown} " if slowdown else ""
+    path.write_text(f'#!/bin/sh\n{hook}exec "{sys.executable}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(fakes, tmp_path, capsys):
+    """--ab-python measures every cell a second time by another interpreter's workers, as a '+ab-<digest>' twin in
+    the same group's interleaved rounds; `compare RUN` judges B against A paired within the rounds, with no term
+    between invocations: an A/A passes a 10% gate, a 1.5x slowdown of B's workers alone (the hook set in B's
+    interpreter only) is a REGRESSION."""
+    from inferbench.commands import main as inferbench
+
+    same = _python_b(tmp_path / "same-python")
+    assert _run(tmp_path / "aa", "--framework", "fake", "--rounds", "6", "--ab-python", str(same)) == 0
+    err = capsys.readouterr().err
+    assert f"A/B in one run: B is {same} (Python" in err
+    assert "the same package versions as this install: an A/A unless" in err
+    recs = {r["variant"]: r for r in records.iter_records(tmp_path / "aa" / "out")[0]}
+    (twin,) = [v for v in recs if v]
+    assert re.fullmatch(r"ab-[0-9a-f]{8}", twin) and set(recs) == {"", twin}
+    assert recs[twin]["timing"]["group"] == recs[""]["timing"]["group"]  # one group, interleaved
+    assert recs[twin]["environment"]["interpreter"] == str(same) and "interpreter" not in recs[""]["environment"]
+    assert len({b["round"] for b in recs[twin]["timing"]["blocks"]}) == 6
+    (run_dir,) = (tmp_path / "aa" / "out").iterdir()
+    assert inferbench(["compare", str(run_dir), "--fail-above", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "A p50 ms" in out and "B/A [95% CI]" in out and "REGRESSION" not in out
+    assert "1 of 1 judged cells paired with their twin within the run's rounds" in out
+
+    slow = _python_b(tmp_path / "slow-python", "fake:1.5")
+    assert _run(tmp_path / "ab", "--framework", "fake", "--rounds", "6", "--ab-python", str(slow)) == 0
+    capsys.readouterr()
+    (run_dir,) = (tmp_path / "ab" / "out").iterdir()
+    assert inferbench(["compare", str(run_dir), "--fail-above", "10", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["cells"]
+    assert doc["ab"] is True and row["verdict"].startswith("REGRESSION") and row["method"].startswith("paired")
+    assert 1.3 < row["ratio_ci_low"] <= 1.5 <= row["ratio_ci_high"] < 1.8, row
+    # bad input: one line, exit 2, nothing written
+    assert _run(tmp_path / "bad", "--framework", "fake", "--ab-python", str(tmp_path / "no-python")) == 2
+    assert "--ab-python" in capsys.readouterr().err and not (tmp_path / "bad" / "out").exists()
+    assert _run(tmp_path / "bad", "--framework", "fake", "--ab-python", str(same), "--sequential") == 2
+    assert "not here (--sequential measures each cell on its own, unpaired)" in capsys.readouterr().err
+    assert inferbench(["compare", str(next((tmp_path / "aa" / "out").iterdir()) / "nothing")]) == 2
+    plain = tmp_path / "plain"
+    assert _run(plain, "--framework", "fake") == 0
+    capsys.readouterr()
+    assert inferbench(["compare", str(next((plain / "out").iterdir()))]) == 2
+    assert "holds no A/B twins" in capsys.readouterr().err

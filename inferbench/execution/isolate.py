@@ -22,6 +22,7 @@ from typing import Any
 
 from ..base.codec import decode
 from ..spec import CellJob, ChildResult, ExportJob, job_to_json
+from . import ab
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder that holds the inferbench package
 
@@ -53,11 +54,15 @@ class Child:
         job_path.write_text(job_to_json(job))
         read_fd, write_fd = os.pipe()
         child_env = {**env, "INFERBENCH_CHANNEL_FD": str(write_fd)}
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        python = sys.executable
+        if isinstance(job, CellJob) and job.cell.options.ab and job.config.ab:  # B's twin: B's interpreter
+            python, child_env = job.config.ab["executable"], ab.worker_env(child_env)
+        else:
+            child_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         child_env["INFERBENCH_PARENT_PID"] = str(os.getpid())  # the worker dies with its parent
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "inferbench.execution.worker", str(job_path), str(self.result_path)],
+                [python, "-m", "inferbench.execution.worker", str(job_path), str(self.result_path)],
                 stdin=subprocess.PIPE, stdout=log, stderr=log, text=True, env=child_env, pass_fds=(write_fd,))
         os.close(write_fd)
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()

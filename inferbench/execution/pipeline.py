@@ -110,8 +110,17 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
         raise UsageError(str(refused[0].error))  # can meet): one line, exit 2; a cell or two: their failed records
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return [None if outcomes[cell].left_out else  # never loaded (--time-budget): no record, --resume measures it
-            Record.of(jobs[cell], run_id, created, environment, recorded_env(envs[cell]), outcomes[cell], stats,
-                      provenance(folder, cell)) for cell in cells]
+            Record.of(jobs[cell], run_id, created, installed(environment, config, cell), recorded_env(envs[cell]),
+                      outcomes[cell], stats, provenance(folder, cell)) for cell in cells]
+
+
+def installed(environment: dict[str, Any], config: RunConfig, cell: CellKey) -> dict[str, Any]:
+    """The environment a cell's record says: the run's, with B's interpreter, Python and packages for an A/B twin
+    (``--ab-python``: ``interpreter`` names it)."""
+    if cell.options.ab and config.ab:
+        return {**environment, "interpreter": config.ab["executable"], "python": config.ab["python"],
+                "packages": config.ab["packages"]}
+    return environment
 
 
 def peak_fp32(config: RunConfig) -> dict[str, Any]:

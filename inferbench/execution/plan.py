@@ -159,7 +159,7 @@ def build(values: dict[str, Any]) -> Built:
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
-                               if f.name not in ("tune", "env")}, tune=tune, env=env_digest(values["pass_env"]))
+                               if f.name not in ("tune", "env", "ab")}, tune=tune, env=env_digest(values["pass_env"]))
     from ..execution.childenv import thread_env
 
     reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
@@ -239,6 +239,10 @@ def build(values: dict[str, Any]) -> Built:
     cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
+    if values.get("ab_python"):  # B's twin of every cell, in the same groups (its variant: +ab-<digest>)
+        config = dataclasses.replace(config, ab=check_ab(values, entry))
+        cells += [dataclasses.replace(c, options=dataclasses.replace(c.options, ab=config.ab["digest"]))
+                  for c in cells]
     calibration = check_int8(values, cells, device.kind)
     config = dataclasses.replace(config, calibration=calibration)
     notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) \
@@ -324,6 +328,27 @@ def int8_notes(calibration: Any, eval_set: Any) -> tuple[str, ...]:
     return (f"int8: calibrated on {calibration.describe()}",) + (() if eval_set is not None else (
         "int8: without --eval-dir its accuracy is not judged: INT8 cells are measured and ranked apart, as speed "
         "only (their agreement with FP32 over seeded inputs is reported, never a gate)",))
+
+
+def check_ab(values: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """--ab-python where its twins can be paired with their cells (side by side in one group's rounds, on this
+    machine), and B's install as its records will say it: one line each where not."""
+    from .ab import differs, install_of
+
+    why = ("--executor ray runs each group on another machine, where this interpreter's path means nothing"
+           if values["executor"] == "ray" else "--sequential measures each cell on its own, unpaired"
+           if values["sequential"] else f"{values['scenario']} is not measured in rounds a twin could be paired in"
+           if not entry.closed_loop else None)
+    if why:
+        raise UsageError(f"--ab-python pairs each cell with its twin within rounds: not here ({why})")
+    install = install_of(str(values["ab_python"]))
+    from .environment import package_versions
+
+    changed = differs(package_versions(), install["packages"])
+    print(f"inferbench: A/B in one run: B is {install['executable']} (Python {install['python']}; " + (
+        f"differs in {changed})" if changed else "the same package versions as this install: an A/A unless the "
+        "interpreter or its environment differs)"), file=sys.stderr)
+    return install
 
 
 def check_executor(values: dict[str, Any]) -> None:

@@ -1,13 +1,13 @@
 """Parent side of the rounds: the cells of a group measured in interleaved blocks.
 
 Every cell of a group (a run's cells of one model, resolution and batch size) gets ``config.processes`` worker
-processes of its own (3 by default where the rounds give each two, else 2), started one after another so that load and first-call times are not
-contended. Once all are ready, each round sends each cell's block to one of its workers (round r to worker
-r mod P: every worker measures some of the rounds), the cells in a fresh random order per round, and waits for
-each block before the next: one worker measures at a time, the others wait idle, so isolation is as strict as one
-process per run, and a slow change of the machine lands on every cell of a round alike. Each framework is loaded
-once per worker, not once per round. What differs between a cell's workers and stays for their whole life (memory
-layout, thread placement) is what a second invocation meets anew: its size is measured from them
+processes of its own (3 by default where the rounds give each two, else 2), started one after another so that load
+and first-call times are not contended. Once all are ready, each round sends each cell's block to one of its workers
+(round r to worker r mod P: every worker measures some of the rounds), the cells in a fresh random order per round,
+and waits for each block before the next: one worker measures at a time, the others wait idle, so isolation is as
+strict as one process per run, and a slow change of the machine lands on every cell of a round alike. Each framework
+is loaded once per worker, not once per round. What differs between a cell's workers and stays for their whole life
+(memory layout, thread placement) is what a second invocation meets anew: its size is measured from them
 (:mod:`inferbench.measure.stats`), and the scenario merges the workers' outcomes into the cell's.
 
 A cell asked to be tuned (``+tuned``) first goes through a tuning phase (:func:`_tune`): a worker for each of its

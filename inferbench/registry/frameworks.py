@@ -20,7 +20,7 @@ from ..base.errors import UsageError, did_you_mean
 from .scenarios import scenario as scenario_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
-COMMON_OPTIONS = ("include_transfer", "env")
+COMMON_OPTIONS = ("include_transfer", "env", "ab")
 
 
 @dataclass(frozen=True)

@@ -296,17 +296,17 @@ def timing_for(timing: TimingConfig, trackers: list[Any]) -> Timing:
 
 
 #: Test-only (benchmarks/aa_calibration.py): ``FRAMEWORK:FACTOR`` makes every timed call of that framework's cells
-#: FACTOR times as long as the runtime's own median call, by a fixed sleep after it, calibrated once in the worker:
-#: the median of :data:`SLOWDOWN_CALLS` plain calls (after :data:`SLOWDOWN_WARMUP`), then :data:`SLOWDOWN_STEPS`
-#: corrections of the sleep until a call with its sleep takes FACTOR x that median (a pause slows the next call too:
-#: ONNX Runtime's threads stop spinning; a sleep of 0.3x the call alone made 1.48x). The record says so
-#: (``timing.test_slowdown``), the cell's identity does not change, so that ``compare`` can be shown a known slowdown
-#: of one configuration, which ``benchmarks/aa_calibration.py`` verifies by a paired A/B (1.27x for 1.3x). A fixed
-#: sleep is calibrated at the speed the machine had then: on a VM that switches speed the factor is larger in its
-#: fast state and smaller in its slow one (a sleep in proportion to each call, tried, made 1.41x). (Busy work in
-#: proportion to each call, as it was, measured 1.58-2.56x for a nominal 1.3x on a loaded machine.)
+#: FACTOR times as long as the runtime's own median call, by a sleep after each call in proportion to that call's
+#: own time, the proportion calibrated once in the worker: the median of :data:`SLOWDOWN_CALLS` plain calls (after
+#: :data:`SLOWDOWN_WARMUP`), then :data:`SLOWDOWN_STEPS` corrections of the proportion until a call with its sleep
+#: takes FACTOR x that median (a pause slows the next call too: ONNX Runtime's threads stop spinning; a sleep of 0.3x
+#: the call alone made 1.41-1.48x). The record says so (``timing.test_slowdown``), the cell's identity does not change,
+#: so that ``compare`` can be shown a known slowdown of one configuration, which ``benchmarks/aa_calibration.py``
+#: verifies by a paired A/B. A sleep in proportion follows the VM's switches of speed; the fixed sleep it replaces
+#: (2026-11-27) was calibrated at the speed the machine had then, and three workers of one slowed cell read 1.27,
+#: 1.33 and 1.63x. (Busy work in proportion to each call measured 1.58-2.56x for a nominal 1.3x on a loaded machine.)
 TEST_SLOWDOWN = "INFERBENCH_TEST_SLOWDOWN"
-SLOWDOWN_WARMUP, SLOWDOWN_CALLS, SLOWDOWN_STEPS = 5, 15, 3
+SLOWDOWN_WARMUP, SLOWDOWN_CALLS, SLOWDOWN_STEPS = 5, 31, 3
 
 
 def test_slowdown(framework: str) -> float | None:
@@ -331,28 +331,29 @@ def timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tupl
         return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
     factor = test_slowdown(cell.framework)
     if factor is not None:
-        def slowed(delay: float) -> Any:
+        def slowed(share: float) -> Any:
+            start = time.perf_counter()
             out = runner.call(prepared)
             runner.synchronize(out)
-            if delay > 0:
-                time.sleep(delay)
+            if share > 0:
+                time.sleep(share * (time.perf_counter() - start))
             return out
 
-        def median(delay: float) -> float:
+        def median(share: float) -> float:
             took = []
             for _ in range(SLOWDOWN_CALLS):
                 start = time.perf_counter()
-                slowed(delay)
+                slowed(share)
                 took.append(time.perf_counter() - start)
             return float(np.median(took))
 
         for _ in range(SLOWDOWN_WARMUP):
             slowed(0.0)
         plain = median(0.0)
-        delay = (factor - 1.0) * plain
+        share = factor - 1.0
         for _ in range(SLOWDOWN_STEPS):  # a pause slows the next call too (a thread pool gone idle): aim at the whole
-            delay = max(0.0, delay + factor * plain - median(delay))
-        return (lambda: slowed(delay)), lambda _: None, "call+sync+test-slowdown"
+            share = max(0.0, share + (factor * plain - median(share)) / plain)
+        return (lambda: slowed(share)), lambda _: None, "call+sync+test-slowdown"
 
     return lambda: runner.call(prepared), runner.synchronize, "call+sync"
 

@@ -1,0 +1,76 @@
+"""An A/B in one run (``--ab-python PYTHON``): every cell measured twice in one interleaved group, once by this
+Python's installed packages (A) and once by another install's (B: a runtime's next release, a patched build, the
+main branch's virtual environment), so that ``inferbench compare RUN`` can judge B against A paired within rounds,
+with nothing between invocations to estimate.
+
+B's cells are A's with the runner option ``ab`` set to the digest of B's install (its interpreter's path, Python
+version and every recorded package's version): their variant says ``+ab-<digest>``, their records carry B's Python
+and packages. B's workers run this inferbench (the package linked into a private folder put first on their
+``PYTHONPATH``, never this install's site-packages) on B's interpreter with B's packages; exports are made once, by
+this install, and loaded by both.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import UsageError
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # the inferbench package itself
+#: What B's interpreter is asked, with this inferbench on its path: it must import the worker, and say its packages.
+_PROBE = ("import json, sys; import inferbench.execution.worker; from inferbench.execution.environment import "
+          "package_versions; print(json.dumps({'python': sys.version.split()[0], 'packages': package_versions()}))")
+PROBE_TIMEOUT_S = 120.0
+
+
+@functools.cache
+def package_path() -> str:
+    """A private folder holding only a link to this inferbench package: B's workers import it from there, and
+    everything else from their own install."""
+    folder = Path(tempfile.mkdtemp(prefix="inferbench-ab-"))
+    (folder / "inferbench").symlink_to(_PACKAGE, target_is_directory=True)
+    return str(folder)
+
+
+def worker_env(env: dict[str, str]) -> dict[str, str]:
+    """A worker's environment for B's interpreter: this inferbench first on its path, nothing of this install."""
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (package_path(), env.get("PYTHONPATH")) if p)}
+
+
+def install_of(python: str) -> dict[str, Any]:
+    """B's install as its records say it (interpreter, Python version, packages) and its digest; UsageError in one
+    line when ``python`` is no interpreter that can run inferbench's worker."""
+    path = os.path.abspath(os.path.expanduser(python))
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"--ab-python {python}: no executable file there (give B's interpreter, e.g. "
+                         "other-venv/bin/python)")
+    env = worker_env({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    try:
+        done = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise UsageError(f"--ab-python {python}: could not be run ({e})") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise UsageError(f"--ab-python {python}: cannot run inferbench's worker there ({why}); B's install needs "
+                         "numpy and the frameworks it is to measure")
+    try:
+        found = json.loads(lines[-1])
+    except ValueError:
+        raise UsageError(f"--ab-python {python}: did not answer as a Python interpreter does") from None
+    text = json.dumps({"executable": path, **found}, sort_keys=True)
+    return {"executable": path, "python": found["python"], "packages": found["packages"],
+            "digest": hashlib.sha256(text.encode()).hexdigest()[:8]}
+
+
+def differs(a: dict[str, str], b: dict[str, str]) -> str:
+    """The packages whose versions differ between two installs, said in one phrase ("" when none)."""
+    names = sorted(set(a) | set(b))
+    return ", ".join(f"{n} {a.get(n, '-')} -> {b.get(n, '-')}" for n in names if a.get(n) != b.get(n))
