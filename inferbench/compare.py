@@ -1,5 +1,7 @@
 """``inferbench compare OLD NEW``: has anything become slower? Per cell, NEW's median latency over OLD's,
-with a 95% interval, for a CI job.
+with a 95% interval, for a CI job. ``inferbench compare RUN`` (one folder, made by ``run --ab-python``): each
+``+ab-<digest>`` twin (B) over its cell (A), paired within the rounds of that one run (:func:`ab_frame`), with the
+same verdicts and exit statuses; nothing between invocations enters, since one invocation measured both.
 
 Cells are matched on their identity (device model, threads, model, resolution, batch size, framework
 with precision and variant — the variant names the environment passed on with ``--pass-env`` — scenario; a model
@@ -11,7 +13,8 @@ one is used and the line says so), plus the machine's spread between invocations
 where ``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
 machine ran through at one common speed are set side by side (a fixed matrix product read before and after every
 round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 4 rounds on each side, or a cell
-measured while the machine was busy (not valid) on either side, the cell is ``not comparable``: never a regression,
+measured while the machine was busy (not valid) on either side, or a tuned cell whose tuning chose another setting
+(the record's ``tuning.digest``: the setting is part of the cell), the cell is ``not comparable``: never a regression,
 never "faster". The geometric mean of the judged cells' ratios follows the table.
 
 Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
@@ -48,7 +51,7 @@ from .spec import IDENTITY
 AB_TAG = re.compile(r"ab-[0-9a-f]{8}")
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
-#: Steady rounds at one common speed each side needs to be judged: two per worker process at the default two, so
+#: Steady rounds at one common speed each side needs to be judged: two per worker process at two processes, so
 #: that the spread within a process is measured (with 3, its interval ran to 0.97-2.63 for a true 1.3x).
 MATCHED_ROUNDS = 4
 
@@ -56,6 +59,8 @@ MATCHED_ROUNDS = 4
 KEY = ["device_model", "threads", *IDENTITY]
 COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "method",
            "old_valid", "new_valid", "old_source", "new_source")
+#: An A/B in one run's own columns (``compare RUN``): the twin's tag and B's interpreter.
+AB_COLUMNS = ("b", "b_interpreter")
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
@@ -98,58 +103,84 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
     rows = []
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
         o, n = sides["OLD"][key], sides["NEW"][key]
-        row = judged(dict(zip(KEY, key)), o, n, fail_above, across=True)
-        settings = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
-        if None not in settings.values() and settings["old"] != settings["new"]:  # the same cell, tuned otherwise
-            row["tuned"] = settings
-            notes.append(f"{_label(dict(zip(KEY, key)))}: tuning chose another setting (OLD "
-                         f"{_setting(settings['old'])}, NEW {_setting(settings['new'])}): its ratio is the code's "
-                         "and the setting's together")
-        rows.append(row)
+        rows.append(judged(dict(zip(KEY, key)), o, n, fail_above, across=True))
     return rows, notes
 
 
 def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """An A/B in one run (``--ab-python``): one row per cell and its ``+ab-<digest>`` twin, B (the twin) over A
-    paired within the rounds they shared (no term between invocations: one invocation measured both); the lines
-    about twins without their cell, and B's install."""
+    """An A/B in one run (``--ab-python``): one row per cell with a ``+ab-<digest>`` twin, B (the twin) over A paired
+    within the rounds of the group that measured both (no term between invocations: one invocation measured both);
+    a cell whose twin (or a twin whose cell) is missing, or was measured in another group (a sweep resumed), is
+    ``not comparable``. The lines: several records of one cell (the latest is used), and B's install."""
     from .records.table import device_model
 
     df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
-    sides: dict[tuple[Any, ...], dict[str, Any]] = {}  # the cell without its twin's tag -> {"A": row, "B...": row}
+    sides: dict[tuple[Any, ...], dict[str, Any]] = {}  # the cell without its twin's tag -> {"A": row, "ab-...": row}
+    notes: list[str] = []
     for _, r in df.sort_values("created_at").iterrows():
         parts = [p for p in (r["variant"] if isinstance(r["variant"], str) else "").split("+") if p]
         twin = next((p for p in parts if AB_TAG.fullmatch(p)), "A")
-        base = "+".join(p for p in parts if p != twin)
-        key = (*(r[k] for k in KEY if k not in ("framework", "variant")), r["framework_key"], base)
+        key = (*(r[k] for k in KEY if k not in ("framework", "variant")), r["framework_key"],
+               "+".join(p for p in parts if p != twin))
+        if twin in sides.get(key, {}):
+            notes.append(f"several records of {_label(dict(r[KEY]))}{'' if twin == 'A' else ' +' + twin}: the latest "
+                         "is used")
         sides.setdefault(key, {})[twin] = r
-    rows, notes = [], []
+    rows = []
     for found in sides.values():
-        a = found.get("A")
-        for twin, b in found.items():
-            if twin == "A":
+        twins = [t for t in found if t != "A"]
+        if not twins:  # a cell of an A/B run (its config names B) whose own twin is missing: not judged, and said
+            a = found["A"]
+            if isinstance(a.get("config.ab.digest"), str):
+                rows.append(_apart({k: a[k] for k in KEY}, a, None, "not comparable: its twin (B) was not measured "
+                                   "(left out by --time-budget, or failed to start)"))
+            continue
+        for twin in twins:
+            a, b = found.get("A"), found[twin]
+            if a is None:
+                rows.append(_apart({k: b[k] for k in KEY}, None, b, "not comparable: the twin's own cell (A) is not "
+                                   "in this folder") | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
                 continue
-            cell = {k: b[k] for k in KEY}
-            if a is None or a.get("run_id") != b.get("run_id"):
-                notes.append(f"{_label(cell)} +{twin}: its own cell (A) is not in this run: not judged")
-                continue
-            row = judged({k: a[k] for k in KEY}, a, b, fail_above, across=False)
+            if _group(a) is None or _group(a) != _group(b):
+                row = _apart({k: a[k] for k in KEY}, a, b, "not comparable: A and B were measured in different "
+                             "groups (a sweep resumed): not paired within rounds")
+            else:
+                row = judged({k: a[k] for k in KEY}, a, b, fail_above, across=False, sides=("A", "B"))
             rows.append(row | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
-    for install in sorted({str(r["b_interpreter"]) for r in rows}):
+    for install in sorted({str(r["b_interpreter"]) for r in rows if r.get("b_interpreter")}):
         notes.append(f"B: {install}")
     return rows, notes
 
 
-def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across: bool) -> dict[str, Any]:
+def _group(r: Any) -> Any:
+    group = r.get("timing.group")
+    return group if isinstance(group, str) else None
+
+
+def _apart(row: dict[str, Any], o: Any, n: Any, verdict: str) -> dict[str, Any]:
+    """A row that is not judged, with what each side has."""
+    return row | {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
+                  "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
+                  "old_valid": "-" if o is None else _valid(o), "new_valid": "-" if n is None else _valid(n),
+                  "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"],
+                  "verdict": verdict}
+
+
+def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across: bool,
+           sides: tuple[str, str] = ("OLD", "NEW")) -> dict[str, Any]:
     """``row`` with NEW's (B's) latency over OLD's (A's), its interval and the verdict; ``across``: from two
-    invocations (only rounds at one machine speed common to both), else two cells of one run, paired."""
+    invocations (only rounds at one machine speed common to both), else two cells of one run, paired. A tuned cell
+    whose tuning chose another setting on the other side is not comparable (its setting is part of the cell)."""
     from .analysis.ranking import comparison
 
     gate = fail_above is not None
+    old, new = sides
     row = row | {"old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
                  "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
                  "old_source": o["_source"], "new_source": n["_source"]}
-    busy = [side for side, r in (("OLD", o), ("NEW", n)) if r.get("validity.valid") is False]
+    busy = [side for side, r in ((old, o), (new, n)) if r.get("validity.valid") is False]
+    settings = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
+    tuned_otherwise = None not in settings.values() and settings["old"] != settings["new"]
     speed = None
     if across:
         o, n, speed = _at_one_speed(o, n)
@@ -158,12 +189,16 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
     elif speed is not None and speed["not_comparable"]:
         row["verdict"] = speed["not_comparable"]
     elif o["status"] != "ok" or n["status"] != "ok":
-        row["verdict"] = "failed in " + " and ".join(s for s, r in (("OLD", o), ("NEW", n)) if r["status"] != "ok")
+        row["verdict"] = "failed in " + " and ".join(s for s, r in ((old, o), (new, n)) if r["status"] != "ok")
         row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
     elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
-        row["verdict"] = ("REGRESSION: " if gate else "") + "parity failed in NEW"
+        row["verdict"] = ("REGRESSION: " if gate else "") + f"parity failed in {new}"
     elif n["parity.status"] == "unjudged" and o["parity.status"] == "passed":
-        row["verdict"] = "not comparable: NEW's accuracy was not judged (no labelled images), OLD's passed"
+        row["verdict"] = f"not comparable: {new}'s accuracy was not judged (no labelled images), {old}'s passed"
+    elif tuned_otherwise:  # the setting is part of what is measured (the record's tuning.digest): not the same cell
+        row.update(tuned=settings, verdict=(
+            f"not comparable: tuning chose another setting ({old} {_setting(settings['old'])}, {new} "
+            f"{_setting(settings['new'])}): the setting is part of the cell (--tune off gates the code alone)"))
     else:
         cmp = comparison(n, o)
         ci = cmp["ci95"] or [None, None]
@@ -172,6 +207,9 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
             row.update(method=f"{cmp['method']}+{speed['method']}", old_p50_ms=o["p50_ms"], new_p50_ms=n["p50_ms"])
         if cmp["ci95"] is None:
             row["verdict"] = f"no interval ({cmp['method']})"
+        elif not across and not str(cmp["method"]).startswith("paired"):  # one run's twins, yet not in one group
+            row.update(ratio_ci_low=None, ratio_ci_high=None,
+                       verdict="not comparable: A and B were not measured in the same rounds (not paired)")
         elif not cmp["significant"]:
             row["verdict"] = "no significant difference"
         elif cmp["ratio"] < 1:
@@ -254,7 +292,8 @@ def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
     of = "B/A" if ab else "NEW/OLD"
     apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
     failed = len(rows) - len(judged) - len(apart)  # failed, or parity failed: said, with no ratio to judge
-    out = [f"judged {len(judged)} of {len(rows)} cells in common" + (f", {failed} failed" if failed else "") + (
+    out = [f"judged {len(judged)} of {len(rows)} " + ("cells with a twin" if ab else "cells in common")
+           + (f", {failed} failed" if failed else "") + (
         f"; abstained on {len(apart)} ({len(apart) / len(rows):.0%}): "
         f"{sum(v.startswith('not comparable') for v in apart)} not comparable, "
         f"{sum(v.startswith('no interval') for v in apart)} without an interval" if apart else "")]
@@ -355,7 +394,8 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
     summary = summary_lines(rows, ab=args.new is None) + (calibration_lines(old, new) if args.new is not None else [])
     print("\n".join(lines + notes + summary))
     if args.csv:
-        write_csv(Path(args.csv), COLUMNS, rows)
+        columns = (*COLUMNS, *(AB_COLUMNS if args.new is None else ()))
+        write_csv(Path(args.csv), columns, [{k: r.get(k) for k in columns} for r in rows])
     emit({"old": args.old, "new": args.new, "ab": args.new is None, "fail_above": args.fail_above, "cells": rows,
           "notes": notes,
           "summary": summary, "geometric_mean": _geometric_mean(rows)})

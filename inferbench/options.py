@@ -438,7 +438,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images",
                                                              "calib_dir", "calib_images")),
     ("is it valid: the machine during the rounds", ("max_other_load", "allow_busy", "require_valid")),
-    ("device and environment", ("device", "gpu_id", "threads", "pass_env")),
+    ("device and environment", ("device", "gpu_id", "threads", "pass_env", "ab_python")),
     ("runtime settings", ("tune", "tune_budget", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",
                           "keras_backend")),
     ("serving and training scenarios", ("slo_p99", "optimizer", "bn_mode", "fused_bn", "channels_first")),

@@ -149,8 +149,9 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
         if deadline.overrun():
             print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
-          f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)",
-          file=sys.stdout)
+          f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)"
+          + (f"\n      inferbench compare {run_dir} --fail-above 10   (each +ab-{config.ab['digest']} twin, B, against "
+             "its cell, A, paired within the rounds)" if config.ab else ""), file=sys.stdout)
     if config.log_to:
         from .execution.tracking import where
 

@@ -80,6 +80,14 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     gpu = plan.config.device.gpu
     if gpu is not None and gpu.uuid not in {g.uuid for g in list_gpus()}:
         raise UsageError(f"the sweep ran on GPU {gpu.uuid} ({gpu.name}), which this machine does not have")
+    if plan.config.ab:  # --ab-python's B must still be the install the sweep's twins were measured by
+        from .execution.ab import differs, install_of
+
+        now = install_of(plan.config.ab["executable"])
+        if now["digest"] != plan.config.ab["digest"]:
+            changed = differs(plan.config.ab["packages"], now["packages"]) or "its interpreter or Python"
+            raise UsageError(f"--resume: B ({plan.config.ab['executable']}) is no longer the install this sweep's "
+                             f"twins were measured by ({changed}): start a new sweep")
     if values.get("time_budget"):
         first_group_fits(plan, sweep_dir, float(values["time_budget"]))  # type: ignore[arg-type]
     return plan

@@ -42,6 +42,15 @@ def shared_cache(tmp_path_factory):
     return path
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine_for_the_budget(monkeypatch):
+    """--time-budget's plan reads how busy the machine is now (other work's share of the cores): every test plans as
+    on a quiet machine, so that no plan depends on what else the test machine runs (the rule is tested apart)."""
+    from inferbench.execution import budget
+
+    monkeypatch.setattr(budget, "busy_slowdown", lambda threads, *args, **kwargs: (1.0, 0.0))
+
+
 @pytest.fixture
 def fakes(monkeypatch):
     """The fake frameworks and exporter (tests/fakes.py), registered for this test and its child processes."""

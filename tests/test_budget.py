@@ -62,6 +62,24 @@ def test_the_estimate_follows_what_the_plan_measures(fakes, tmp_path, monkeypatc
     assert budget.estimate(floor, slow, {}) < budget.estimate(config, slow, {}) / 2.5
 
 
+def test_a_busy_machine_makes_the_plan_count_its_set_ups_longer(fakes, tmp_path, monkeypatch):
+    """Loading and first calls take longer while other work takes the cores: the plan counts its set-ups (and
+    exports) threads / free cores longer — 1 where they fit, at most 4x — and says so; a plan that fitted on a quiet
+    machine is shrunk on a busy one."""
+    assert budget.slowdown_for(2, 0.0, 2) == 1.0 and budget.slowdown_for(1, 1.0, 2) == 1.0
+    assert budget.slowdown_for(2, 1.0, 2) == 2.0 and budget.slowdown_for(2, 1.9, 2) == budget.MAX_BUSY_SLOWDOWN
+    monkeypatch.setattr(budget, "SETUP_S", {"fake": 1.0, "fake-slow": 20.0})
+    config, cells = _plan(fakes, tmp_path, "--framework", "fake,fake-slow")
+    quiet = budget.estimate(config, cells, {})
+    busy = budget.estimate(config, cells, {}, slowdown=2.0)
+    set_up = sum(budget.setup_s(c.framework, config.processes, config.timing) for c in cells)
+    assert busy - quiet == pytest.approx(set_up, rel=0.1)  # the set-ups twice as long, the timed seconds alike
+    assert budget.fit(config, cells, quiet + 1, {}).config == config
+    fitted = budget.fit(config, cells, quiet + 1, {}, busy=(2.0, 1.0))
+    assert fitted.config != config and fitted.estimate_s <= quiet + 1
+    assert "the machine is busy now (other work took 1.0 of" in " ".join(fitted.lines)
+
+
 def test_the_plan_shrinks_its_rounds_then_leaves_out_the_costliest_framework(fakes, tmp_path, monkeypatch):
     monkeypatch.setattr(budget, "SETUP_S", {"fake": 1.0, "fake-slow": 20.0, "fake-quiet": 2.0})
     config, cells = _plan(fakes, tmp_path, "--framework", "fake,fake-slow,fake-quiet", "--rounds", "12",
@@ -132,8 +150,9 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
     """The estimate said it fits (1 h), the clock says otherwise: the first group's rounds stop at the first one
     past the budget (never below 4: two for each of its worker processes), the next group is not started, and
     --resume measures it later."""
-    class Spent(budget.Deadline):  # 250 s, read once when the run starts, before each round from the 5th on, and
-        def __init__(self, budget_s, clock=None):  # before the second group: 100 s further each time
+    class Spent(budget.Deadline):  # 250 s, read once when the run starts, before the cell's second process starts,
+        # before each round from the 5th on, and before the second group: 100 s further each time
+        def __init__(self, budget_s, clock=None):
             super().__init__(250.0, _Steps(100.0))
 
     monkeypatch.setattr(budget, "Deadline", Spent)
@@ -143,12 +162,12 @@ def test_the_run_keeps_to_the_budget_and_a_sweep_resumes_what_it_left(fakes, tmp
             "--cache-dir", str(tmp_path / "cache")]
     assert sweep_main([*args, "--time-budget", "1h"]) == 0
     err = capsys.readouterr().err
-    assert "--time-budget: rounds stopped at 6 of 8, another would pass it" in err
+    assert "--time-budget: rounds stopped at 5 of 8, another would pass it" in err
     assert "1 cell(s) in 1 group(s) left unmeasured" in err and "finish with inferbench sweep --resume" in err
     sweep_dir = tmp_path / "s"
     first = json.loads((sweep_dir / "mobilenet_v3_small_32_bs1_fake.json").read_text())
-    assert sorted({b["round"] for b in first["timing"]["blocks"]}) == [0, 1, 2, 3, 4, 5]
-    assert set(first["raw_rounds"]) == {0, 1, 2, 3, 4, 5} and first["latency_ms"]["stability"]["rounds"] == 6
+    assert sorted({b["round"] for b in first["timing"]["blocks"]}) == [0, 1, 2, 3, 4]
+    assert set(first["raw_rounds"]) == {0, 1, 2, 3, 4} and first["latency_ms"]["stability"]["rounds"] == 5
     assert not (sweep_dir / "mobilenet_v3_small_32_bs2_fake.json").exists()
     # without a budget, --resume measures the rest at the plan's 8 rounds
     assert sweep_main(["--resume", str(sweep_dir)]) == 0
@@ -287,6 +306,31 @@ def test_the_moment_the_budget_passes_is_said_once_while_the_run_goes_on():
     assert quiet.getvalue() == ""  # closed before it passed: nothing, ever
 
 
+def test_two_runs_keeping_their_set_up_times_at_once_lose_neither_ones(fakes, tmp_path, monkeypatch):
+    """Set-up times are read, updated and written back: two runs (here four threads) doing it at once take turns
+    through a lock beside the file, so every one's entry is kept (each write held back 0.2 s: without the lock all
+    four read an empty file and the last write alone survives)."""
+    import threading
+
+    from inferbench.base import files
+
+    config, _ = _plan(fakes, tmp_path / "cache", "--framework", "fake")
+    real = files.atomic_write_text
+
+    def slow(path, text):
+        time.sleep(0.2)
+        real(path, text)
+
+    monkeypatch.setattr(files, "atomic_write_text", slow)
+    threads = [threading.Thread(target=budget.remember_setups, args=(config, {f"fake{i} inference": [1.0 + i]}))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(budget.measured_setups(config)) == {f"fake{i} inference" for i in range(4)}
+
+
 def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes, tmp_path, capsys, monkeypatch):
     """A run keeps its workers' set-up times (start to ready) per framework and machine shape beside the cache; the
     next plan takes them instead of the table measured elsewhere (the plan said 1 s for torch-inductor's tuning where
@@ -320,6 +364,44 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}, "offline") == 7.0
     setup_path(cache, 1, "cpu").write_text("{not json")  # a broken file: the table, never a crash
     assert budget.measured_setups(config) == {}
+
+
+def test_once_the_budget_passes_a_loaded_cell_starts_no_tuning_workers_and_no_other_processes(fakes, tmp_path, capsys,
+                                                                                            monkeypatch):
+    """After --time-budget has passed (here: the moment the cell's first worker is ready), the cell starts nothing
+    more: no worker for its tuning's load-time settings (measured at inferbench's own setting, its record's tuning
+    block saying why) and none of its other processes (one process, said); its fewest rounds are measured."""
+    from inferbench.execution import rounds
+
+    children = []
+    real = rounds.Child
+
+    def counting(*args, **kwargs):
+        children.append(args[0].cell.label)
+        return real(*args, **kwargs)
+
+    class Passes(budget.Deadline):  # an hour, passed once a worker has started
+        def __init__(self, budget_s, clock=None):
+            super().__init__(3600.0)
+
+        def left(self) -> float:
+            return -1.0 if children else super().left()
+
+    monkeypatch.setattr(rounds, "Child", counting)
+    monkeypatch.setattr(budget, "Deadline", Passes)
+    out = tmp_path / "out"
+    assert run_main([*QUICK, "--framework", "fake-knob", "--tune", "on", "--rounds", "6", "--processes", "3",
+                     "--duration", "0.06", "--time-budget", "1h", "--output-dir", str(out),
+                     "--cache-dir", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert len(children) == 1, children  # the cell's first worker only: no tuning worker, no second process
+    assert rounds.NOT_TUNED in err and rounds.ONE_PROCESS_LEFT in err
+    (folder,) = out.iterdir()
+    record = json.loads(next(folder.glob("*_fake-knob_tuned.json")).read_text())
+    assert record["status"] == "ok" and record["tuning"]["reason"] == rounds.NOT_TUNED
+    assert record["tuning"]["chosen"] == record["tuning"]["default"]
+    assert record["latency_ms"]["spread"]["processes"] == 1
+    assert len({b["round"] for b in record["timing"]["blocks"]}) == 3  # its fewest
 
 
 def test_a_framework_not_yet_loaded_when_the_budget_passes_is_left_out_unmeasured(fakes, tmp_path, capsys,

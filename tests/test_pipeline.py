@@ -620,7 +620,8 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
 
     same = _python_b(tmp_path / "same-python")
     assert _run(tmp_path / "aa", "--framework", "fake", "--rounds", "6", "--ab-python", str(same)) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "--fail-above 10   (each +ab-" in out
     assert f"A/B in one run: B is {same} (Python" in err
     assert "the same package versions as this install: an A/A unless" in err
     recs = {r["variant"]: r for r in records.iter_records(tmp_path / "aa" / "out")[0]}
@@ -641,9 +642,23 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     (run_dir,) = (tmp_path / "ab" / "out").iterdir()
     assert inferbench(["compare", str(run_dir), "--fail-above", "10", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
+    import jsonschema
+
+    from inferbench.cli.jsonout import SCHEMA
+
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(doc, {"$ref": "#/$defs/compare", "$defs": schema["$defs"]})
     (row,) = doc["cells"]
     assert doc["ab"] is True and row["verdict"].startswith("REGRESSION") and row["method"].startswith("paired")
-    assert 1.3 < row["ratio_ci_low"] <= 1.5 <= row["ratio_ci_high"] < 1.8, row
+    assert row["ratio"] > 1.3 and row["ratio_ci_low"] > 1.2 and row["ratio_ci_high"] < 1.8, row  # 1.5x asked
+    assert inferbench(["compare", str(run_dir), "--csv", str(tmp_path / "ab.csv")]) == 0
+    table = (tmp_path / "ab.csv").read_text().splitlines()
+    assert table[0].endswith(",b,b_interpreter") and table[1].endswith(f",{slow}") and len(table) == 2
+    twin_file = next(p for p in run_dir.glob("*_ab-*.json"))
+    twin_file.unlink()  # a cell whose twin was never measured (left out, failed to start): not judged, said
+    capsys.readouterr()
+    assert inferbench(["compare", str(run_dir), "--fail-above", "10"]) == 3
+    assert "not comparable: its twin (B) was not measured" in capsys.readouterr().out
     # bad input: one line, exit 2, nothing written
     assert _run(tmp_path / "bad", "--framework", "fake", "--ab-python", str(tmp_path / "no-python")) == 2
     assert "--ab-python" in capsys.readouterr().err and not (tmp_path / "bad" / "out").exists()
@@ -655,3 +670,20 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     capsys.readouterr()
     assert inferbench(["compare", str(next((plain / "out").iterdir()))]) == 2
     assert "holds no A/B twins" in capsys.readouterr().err
+
+
+def test_a_sweep_with_twins_resumes_only_with_the_install_its_twins_were_measured_by(fakes, tmp_path, capsys):
+    """--ab-python's B is kept in the sweep's plan (its interpreter, packages and their digest); --resume checks that
+    B is still that install: an upgraded (here: a plan whose digest no longer matches) is one line, exit 2."""
+    same = _python_b(tmp_path / "same-python")
+    assert sweep_main([*QUICK, "--framework", "fake", "--ab-python", str(same), "--output-dir", str(tmp_path),
+                       "--name", "ab", "--cache-dir", str(tmp_path / "c")]) == 0
+    sweep_dir = tmp_path / "ab"
+    assert sorted(p.name for p in sweep_dir.glob("*_fake*.json"))[1].startswith("mobilenet_v3_small_32_bs1_fake_ab-")
+    assert sweep_main(["--resume", str(sweep_dir)]) == 0  # the same B: nothing left to run
+    plan = json.loads((sweep_dir / "sweep.json").read_text())
+    plan["config"]["ab"]["digest"] = "00000000"
+    (sweep_dir / "sweep.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert sweep_main(["--resume", str(sweep_dir)]) == 2
+    assert "is no longer the install this sweep's twins were measured by" in capsys.readouterr().err

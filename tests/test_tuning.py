@@ -74,6 +74,9 @@ def test_a_tuned_run_measures_each_runtime_at_the_setting_its_rounds_chose(fakes
     tuning = json.loads(next(folder.glob("*_fake-knob_tuned.json")).read_text())["tuning"]
     assert tuning["chosen"] == {"warm": True, "delay_ms": 2.0} and len(tuning["table"]) == 4
     assert tuning["default"] == {"delay_ms": 6.0} and tuning["seconds"] > 0
+    from inferbench.measure.tuning import setting_digest  # the setting's digest: compare keys on it
+
+    assert tuning["digest"] == setting_digest({"warm": True, "delay_ms": 2.0}) != setting_digest({"delay_ms": 6.0})
     assert _run(tmp_path / "plain", "--framework", "fake-knob") == 0  # named explicitly: --tune auto is off
     plain = records.load(tmp_path / "plain" / "out").iloc[0]
     assert plain["variant"] == "" and plain.get("tuning") is None and plain["latency_ms.p50"] > 6.0

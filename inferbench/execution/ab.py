@@ -6,16 +6,19 @@ with nothing between invocations to estimate.
 B's cells are A's with the runner option ``ab`` set to the digest of B's install (its interpreter's path, Python
 version and every recorded package's version): their variant says ``+ab-<digest>``, their records carry B's Python
 and packages. B's workers run this inferbench (the package linked into a private folder put first on their
-``PYTHONPATH``, never this install's site-packages) on B's interpreter with B's packages; exports are made once, by
-this install, and loaded by both.
+``PYTHONPATH``, never this install's site-packages; what the shell's ``PYTHONPATH`` adds follows it, for the probe of
+B's packages as for the workers) on B's interpreter with B's packages; exports are made once, by this install, and
+loaded by both.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -36,6 +39,7 @@ def package_path() -> str:
     everything else from their own install."""
     folder = Path(tempfile.mkdtemp(prefix="inferbench-ab-"))
     (folder / "inferbench").symlink_to(_PACKAGE, target_is_directory=True)
+    atexit.register(shutil.rmtree, folder, True)  # the link only: the package it points to stays
     return str(folder)
 
 
@@ -51,7 +55,7 @@ def install_of(python: str) -> dict[str, Any]:
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         raise UsageError(f"--ab-python {python}: no executable file there (give B's interpreter, e.g. "
                          "other-venv/bin/python)")
-    env = worker_env({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    env = worker_env(dict(os.environ))  # what B's workers are given: the link first, the shell's path after it
     try:
         done = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as e:

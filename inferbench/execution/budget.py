@@ -16,6 +16,7 @@ the tests that ran, and a server search cut short says the largest load VALID so
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ SETUP_S = {"onnxrt": 0.5, "openvino": 2.0, "tf": 4.0, "tfxla": 7.0, "keras": 6.0
 OTHER_SETUP_S = 3.0
 #: An artifact kind's export when it is not in the cache (the default set's five took 36 s on that VM).
 EXPORT_S = 8.0
+#: The most a busy machine's set-ups are counted longer than a quiet one's (:func:`busy_slowdown`).
+MAX_BUSY_SLOWDOWN = 4.0
 #: Tuning takes about this many times its timed budget (its rounds' minimum calls, the settings' switches), plus half
 #: a worker's set-up (a load-time setting starts a worker of its own).
 TUNE_FACTOR = 2.0
@@ -66,12 +69,36 @@ def say(seconds: float) -> str:
 
 
 def setup_s(framework: str, processes: int, timing: TimingConfig, measured: dict[str, float] | None = None,
-            scenario: str = "inference") -> float:
+            scenario: str = "inference", slowdown: float = 1.0) -> float:
     """A cell's workers started one after another, each warmed up: as measured on this machine for its scenario
-    (``measured``: :func:`measured_setups`, the warm-up included), else from :data:`SETUP_S`."""
+    (``measured``: :func:`measured_setups`, the warm-up included), else from :data:`SETUP_S`; ``slowdown`` times
+    that where other work takes the cores now (:func:`busy_slowdown`)."""
     if measured and setup_key(framework, scenario) in measured:
-        return processes * measured[setup_key(framework, scenario)]
-    return processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
+        return slowdown * processes * measured[setup_key(framework, scenario)]
+    return slowdown * processes * (SETUP_S.get(framework, OTHER_SETUP_S) + timing.warmup_seconds)
+
+
+def busy_slowdown(threads: int, window_s: float = 0.5, readers: Any = None) -> tuple[float, float | None]:
+    """How much longer loading and first calls take now than on a quiet machine: ``threads`` over the cores other
+    work leaves free, read over ``window_s`` (1 when they fit; at most :data:`MAX_BUSY_SLOWDOWN`), with the cores
+    other work took (None where /proc cannot be read: 1 then)."""
+    from ..measure.trackers.machine import MachineMonitor, Readers
+
+    monitor = MachineMonitor(readers or Readers())
+    monitor.start()
+    time.sleep(window_s)
+    seen = monitor.stop(window_s)
+    if not seen.get("known"):
+        return 1.0, None
+    others = float(seen["other_cores"])
+    return slowdown_for(threads, others, os.cpu_count() or 1), others
+
+
+def slowdown_for(threads: int, other_cores: float, cores: int) -> float:
+    """``threads`` over the cores ``other_cores`` of other work leave free (a quarter of one at least): 1 when they
+    fit, at most :data:`MAX_BUSY_SLOWDOWN`."""
+    free = max(cores - other_cores, 0.25)
+    return min(max(1.0, threads / free), MAX_BUSY_SLOWDOWN)
 
 
 def device_of(config: RunConfig) -> str:
@@ -102,29 +129,33 @@ def measured_setups(config: RunConfig) -> dict[str, float]:
 def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
     """Keep the set-up times a group's workers took (per :func:`setup_key`, its workers' mean) for the next plan on
     this machine shape; a warm-up of another length is counted as measured (it is part of what the plan foresees). A
-    file that cannot be written is left as it is: the plan falls back to :data:`SETUP_S`."""
+    file that cannot be written is left as it is: the plan falls back to :data:`SETUP_S`. Two runs at once take turns
+    (a lock beside the file): neither loses the other's entries."""
     import datetime
     import json
 
     from ..base.files import atomic_write_text
+    from ..exporters.cache import export_lock
     from .environment import setup_path
 
     if not seconds:
         return
     path = setup_path(config.cache_dir, config.threads, device_of(config))
     try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data = data if isinstance(data, dict) else {}
-        when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        for framework, taken in seconds.items():
-            data[framework] = {"seconds": round(sum(taken) / len(taken), 2), "workers": len(taken), "measured_at": when}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        with export_lock(path.parent, name=".setup.lock"):
+            data = json.loads(path.read_text()) if path.exists() else {}
+            data = data if isinstance(data, dict) else {}
+            when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            for framework, taken in seconds.items():
+                data[framework] = {"seconds": round(sum(taken) / len(taken), 2), "workers": len(taken),
+                                   "measured_at": when}
+            atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     except (OSError, ValueError):
         return
 
 
-def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None) -> float:
+def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None,
+            slowdown: float = 1.0) -> float:
     """One group (cells of one model, resolution and batch size), set-up and rounds; a serving scenario's cells by
     their LoadGen tests (:data:`SERVE_TEST_S`), the server's search by its steps."""
     from ..registry.scenarios import scenario
@@ -134,14 +165,15 @@ def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] 
     measured = measured_setups(config) if measured is None else measured
     if entry.serves:  # its set-up measured includes the single queries and the served parity
         tests = max(timing.rounds, entry.tests)
-        set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario)
-                     + (0 if setup_key(c.framework, c.scenario) in measured else SERVE_SETUP_S) for c in cells)
+        set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario, slowdown)
+                     + (0 if setup_key(c.framework, c.scenario) in measured else slowdown * SERVE_SETUP_S)
+                     for c in cells)
         probe = PROBE_S if config.device.kind == "cpu" else 0.0
         return set_up + len(cells) * tests * (SERVE_TEST_S[config.quick] + BLOCK_OVERHEAD_S) + tests * probe
     processes = min(config.processes, timing.rounds)
-    set_up = sum(setup_s(c.framework, processes, timing, measured, c.scenario) for c in cells)
-    tuning = sum(TUNE_FACTOR * config.tune_budget_s + setup_s(c.framework, 1, timing, measured, c.scenario) / 2
-                 for c in cells if c.options.tune)
+    set_up = sum(setup_s(c.framework, processes, timing, measured, c.scenario, slowdown) for c in cells)
+    tuning = sum(TUNE_FACTOR * config.tune_budget_s
+                 + setup_s(c.framework, 1, timing, measured, c.scenario, slowdown) / 2 for c in cells if c.options.tune)
     rounds = timing.rounds * (len(cells) * BLOCK_OVERHEAD_S + (PROBE_S if config.device.kind == "cpu" else 0.0))
     return set_up + tuning + len(cells) * timing.min_duration_s + rounds
 
@@ -169,11 +201,12 @@ def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -
 
 
 def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]],
-             measured: dict[str, float] | None = None) -> float:
-    """Seconds the plan takes: every group, plus the exports its cells need that are not in the cache."""
+             measured: dict[str, float] | None = None, slowdown: float = 1.0) -> float:
+    """Seconds the plan takes: every group, plus the exports its cells need that are not in the cache (their
+    set-ups ``slowdown`` times longer while other work takes the cores)."""
     measured = measured_setups(config) if measured is None else measured  # read once, not per group
-    return export_s(cells, to_export) + sum(group_s(g, config, measured)
-                                            for g in groups_of(cells, config.sequential))
+    return slowdown * export_s(cells, to_export) + sum(group_s(g, config, measured, slowdown)
+                                                       for g in groups_of(cells, config.sequential))
 
 
 def shrunk(config: RunConfig, step: float) -> RunConfig:
@@ -209,21 +242,27 @@ class Fitted:
     estimate_s: float
 
 
-def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]]) -> Fitted:
+def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]],
+        busy: tuple[float, float | None] = (1.0, None)) -> Fitted:
     """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step, then without the costliest
-    frameworks (at least one kept). UsageError when even that does not fit a single group's time."""
+    frameworks (at least one kept). UsageError when even that does not fit a single group's time. ``busy``: how much
+    longer set-ups take now, and the cores other work took (:func:`busy_slowdown`)."""
     measured = measured_setups(config)  # read once: every estimate below takes it
-    own = estimate(config, cells, to_export, measured)
+    slowdown = busy[0]
+    own = estimate(config, cells, to_export, measured, slowdown)
     known = [fw for fw in dict.fromkeys(c.framework for c in cells) if setup_key(fw, config.scenario) in measured]
     source = (f" (set-up as this machine measured it for {', '.join(known)}" + (
         "; estimated for the others" if len(known) < len({c.framework for c in cells}) else "") + ")") if known else \
         " (set-up estimated: no run on this machine measured it yet)"
+    if slowdown > 1.0:
+        source += (f"; the machine is busy now (other work took {busy[1]:.1f} of {os.cpu_count()} cores): set-ups "
+                   f"counted {slowdown:.1f}x longer")
     if own <= budget_s:
         return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}"
                                                  f"{source}",), own)
     for step in STEPS:
         fitted = shrunk(config, step)
-        took = estimate(fitted, cells, to_export, measured)
+        took = estimate(fitted, cells, to_export, measured, slowdown)
         if took <= budget_s:
             break
     lines = []
@@ -239,12 +278,12 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
 
     while took > budget_s and len({c.framework for c in kept}) > 1:
         # what leaving each out saves (exports it shares with the others stay)
-        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured)
+        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured, slowdown)
                  for fw in dict.fromkeys(c.framework for c in kept)}
         costliest = max(saves, key=lambda fw: saves[fw])
         left_out[costliest] = f"about {say(saves[costliest])} of the plan"
         kept = [c for c in kept if c.framework != costliest]
-        took = estimate(config, kept, to_export, measured)
+        took = estimate(config, kept, to_export, measured, slowdown)
     if left_out:
         lines.append(f"left out to fit --time-budget {say(budget_s)}: "
                      + ", ".join(f"{k} ({why})" for k, why in left_out.items()))

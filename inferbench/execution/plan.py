@@ -241,16 +241,19 @@ def build(values: dict[str, Any]) -> Built:
              for fw, precs in fws for prec in precs]
     if values.get("ab_python"):  # B's twin of every cell, in the same groups (its variant: +ab-<digest>)
         config = dataclasses.replace(config, ab=check_ab(values, entry))
-        cells += [dataclasses.replace(c, options=dataclasses.replace(c.options, ab=config.ab["digest"]))
-                  for c in cells]
+        # each twin beside its cell: a budget that leaves out a group's last cells leaves out pairs
+        cells = [x for c in cells
+                 for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=config.ab["digest"])))]
     calibration = check_int8(values, cells, device.kind)
     config = dataclasses.replace(config, calibration=calibration)
     notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) \
         + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
-        from ..execution.budget import fit, to_export
+        from ..execution.budget import busy_slowdown, fit, to_export
 
-        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells))
+        here = device.kind == "cpu" and values["executor"] != "ray"  # a GPU's, or Ray's nodes', load is not read here
+        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells),
+                     busy_slowdown(config.threads) if here else (1.0, None))
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
@@ -338,7 +341,7 @@ def check_ab(values: dict[str, Any], entry: Any) -> dict[str, Any]:
     why = ("--executor ray runs each group on another machine, where this interpreter's path means nothing"
            if values["executor"] == "ray" else "--sequential measures each cell on its own, unpaired"
            if values["sequential"] else f"{values['scenario']} is not measured in rounds a twin could be paired in"
-           if not entry.closed_loop else None)
+           if not entry.closed_loop and not entry.trains else None)
     if why:
         raise UsageError(f"--ab-python pairs each cell with its twin within rounds: not here ({why})")
     install = install_of(str(values["ab_python"]))

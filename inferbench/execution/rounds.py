@@ -35,6 +35,7 @@ from typing import Any
 
 from ..base.codec import plain
 from ..measure.stats import widest_interval
+from ..measure.tuning import setting_digest
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
 from .budget import Deadline, remember_setups, setup_key
@@ -89,12 +90,15 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         order = random.Random(seed)
         _tune([(r[0], env) for r, env in zip(replicas, envs)
                if r and r[0].job.cell.options.tune and r[0].result is None],
-              order, progress, note or progress, timeout_s, spawned)
+              order, progress, note or progress, timeout_s, spawned, deadline)
         for workers, env in zip(replicas, envs):  # the cell's other processes, at the first one's setting
             if not workers:
                 continue
             first = workers[0]
             count = min(first.job.config.processes, first.job.config.timing.rounds) if first.result is None else 1
+            if count > 1 and deadline is not None and deadline.left() <= 0:  # passed: no more workers started
+                (note or progress)(first.job.cell.label, ONE_PROCESS_LEFT)
+                count = 1
             for i in range(1, count):
                 worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})")
                 workers.append(worker)
@@ -103,7 +107,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     _await(worker, "apply", timeout_s)
         setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
         for worker in (w for ws in replicas for w in ws):
-            if worker.setup_s is not None:
+            if worker.setup_s is not None and not worker.job.cell.options.ab:  # B's are another install's
                 setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
                     worker.setup_s)
         if jobs:
@@ -195,6 +199,11 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     return out
 
 
+#: Said of a loaded cell whose other worker processes were not started because the budget had passed.
+ONE_PROCESS_LEFT = ("one worker process: --time-budget had passed before its others were started (its interval covers "
+                    "this process only)")
+#: A tuned cell's tuning reason when the budget had passed before its tuning phase.
+NOT_TUNED = "not tuned: --time-budget had passed before its tuning phase; inferbench's own setting is measured"
 #: A cell whose worker was never started: --time-budget had passed when its turn to load came.
 LEFT_OUT = ("left out: --time-budget had passed before it was loaded (no record; a sweep's --resume, or a new run, "
             "measures it)")
@@ -280,13 +289,28 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
 
 
 def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
-          note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell]) -> None:
+          note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell],
+          deadline: Deadline | None = None) -> None:
     """The tuning phase of ``cells`` (with their workers' environments): candidates measured in interleaved rounds,
-    each cell then measured by the worker of its chosen setting, with its chosen live setting."""
+    each cell then measured by the worker of its chosen setting, with its chosen live setting. With the budget
+    passed (``deadline``), no tuning worker is started: each cell is measured at inferbench's own setting, and its
+    record's tuning block says why."""
     from ..measure.tuning import Candidate, choose
     from ..registry.frameworks import load_runner
 
     if not cells:
+        return
+    if deadline is not None and deadline.left() <= 0:
+        for cell, _ in cells:
+            config = cell.job.config
+            load_grid, live_grid = load_runner(cell.job.framework).tuning_grid(config.threads, config.device.kind)
+            decision = {**choose([Candidate(load_grid[0], live_grid[0])]), "reason": NOT_TUNED, "seconds": 0.0,
+                        "rounds": 0, "block_s": 0.0}
+            decision["digest"] = setting_digest(decision["chosen"])
+            cell.tuning = plain(decision)
+            cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
+            if _await(cell, "apply", timeout_s) is not None:
+                note(cell.job.cell.label, NOT_TUNED)
         return
     plans: list[tuple[_Cell, list[_Cell], list[tuple[_Cell, Candidate]], float]] = []
     before = {id(cell): cell.used_s for cell, _ in cells}  # the tuning's own time: its workers' from here on
@@ -333,7 +357,7 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
                 worker.child.close()
         if cell.result is not None:
             continue
-        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
+        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s, digest=setting_digest(decision["chosen"]))
         cell.tuning = plain(decision)
         cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
         if _await(cell, "apply", timeout_s) is not None:

@@ -185,12 +185,13 @@ def available(cache_dir: Path, inputs: dict[str, Any], kinds: Any) -> set[str]:
 
 
 @contextlib.contextmanager
-def export_lock(folder: Path, on_wait: Any = lambda: None) -> Iterator[None]:
+def export_lock(folder: Path, on_wait: Any = lambda: None, name: str = ".export.lock") -> Iterator[None]:
     """Hold ``folder``'s export lock: two processes exporting one model to one cache (two runs, a run and a
     sweep) take turns, and the second finds what the first made instead of writing the same files at once.
-    ``on_wait()`` is called once when another process holds it."""
+    ``on_wait()`` is called once when another process holds it. ``name``: another lock file in it (the set-up
+    times' read, update and write)."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".export.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -89,6 +89,15 @@ def choose(candidates: list[Candidate]) -> dict[str, Any]:
             "rule": f"fastest unless within the noise: 95% paired interval below 1 and >= {MIN_GAIN:.0%} faster"}
 
 
+def setting_digest(setting: dict[str, Any]) -> str:
+    """A short digest of a chosen setting (its names and values): the record's ``tuning.digest``, part of the cell's
+    identity as ``+env-<digest>`` is, so that ``compare`` never sets a cell tuned otherwise beside it."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 def _words(setting: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items()) or "the default"
 

@@ -340,6 +340,7 @@ class Tuning:
     seconds: Annotated[float, Min(0)] | None = None
     selection: str | None = None  # a switch: what the selection rounds said (their gain overstates the winner's)
     confirmation: VsDefault | None = None  # a switch: the chosen over the default in fresh rounds of the two alone
+    digest: str | None = None  # the chosen setting's (part of the cell's identity: compare sets no other beside it)
 
 
 @dataclass(frozen=True)
