@@ -249,6 +249,14 @@ def test_the_published_json_schema_holds_every_record():
                and r["framework"] == "onnxrt")
     assert all(r["environment"]["invocation_spread"]["within_se_per_framework"]["onnxrt"] > 0 for r in excess
                if "/calibrate/" not in r["_source"])  # the runs after it carry the excess and its parts
+    ab = [r for r in found if "/aa-calibration-cpu-20261128-ab/" in r["_source"]]  # an A/B in one run
+    assert len(ab) == 20 * 4 and all(r["parity"]["status"] == "passed" and r["validity"]["valid"] for r in ab)
+    twins = [r for r in ab if r["variant"].startswith("ab-")]
+    assert len(twins) == 40 and all(r["environment"]["interpreter"].endswith(("/python-a", "/python-slowed"))
+                                    for r in twins)
+    assert all(r["timing"]["test_slowdown"] == 1.3 for r in twins if "/slowed/" in r["_source"]
+               and r["framework"] == "onnxrt")
+    assert not any(r["timing"].get("test_slowdown") for r in ab if r not in twins)  # A is never slowed
     served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)
