@@ -667,6 +667,26 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
         assert max(errors[8:]) <= (1e-9 if jitter == 0 else 0.10), (jitter, [round(e, 3) for e in errors])
 
 
+def test_cells_the_budget_left_out_count_neither_as_done_nor_as_left():
+    """A group whose last cells --time-budget left out before they were loaded measured fewer cells in its time: the
+    estimate the ETA moves toward takes the time per cell measured (twice as long here: 4 cells left at 15 s, not
+    at 7.5 s), not the left-out cells as done."""
+    from inferbench.execution.progress import Progress
+
+    def eta_after(left_out: int) -> float | None:
+        now = [0.0]
+        p = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
+        p.measuring(8, 2, 4)
+        now[0] += 10.0
+        p.partial(0.0)
+        now[0] += 30.0
+        p.partial(4.0)
+        p.group_done(4, left_out)
+        return p._estimated(now[0])  # what the ETA moves toward (it moves by at most twice the time since)
+
+    assert (eta_after(0), eta_after(2)) == (pytest.approx(4 * 30 / 4), pytest.approx(4 * 30 / 2))
+
+
 def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group():
     """Readings between two phases' ends count down with the clock (re-estimated at every reading, the ETA grew by
     the cells left over the cells done each second a round ran: 15 s a second after the first round here); at a

@@ -316,7 +316,7 @@ class Local:
         progress.measuring(self.cells_left, self.groups_left, len(group))
         records = run_group(self.config, group, folder, failed, self.run_id, self.environment, batch_sizes, progress,
                             self.run_dir, self.strict, deadline)
-        progress.group_done(len(group))
+        progress.group_done(len(group), sum(r is None for r in records))
         self.finished.append((machine, group, records))
 
     def busy(self) -> int:

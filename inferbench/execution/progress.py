@@ -120,14 +120,17 @@ class Progress:
         self._group = cells
         self._reestimate()
 
-    def group_done(self, cells: int) -> None:
-        """The group in progress ended: its ``cells`` are measured."""
+    def group_done(self, cells: int, left_out: int = 0) -> None:
+        """The group in progress ended: its ``cells`` are measured, but ``left_out`` of them (--time-budget passed
+        before they were loaded), which no later phase measures either: neither counted as done nor as left."""
         now = self.clock()
         if self._rounds_started is not None:
             self._round_s += now - self._rounds_started
         else:  # no round ran (every cell refused or failed): all of it was set-up
             self._setups.append(now - self._group_started)
-        self.measured += cells
+        self.measured += cells - left_out
+        if self.cells_left is not None:
+            self.cells_left -= left_out
         self._group, self._rounds_started = 0.0, None
         self._reestimate()
 
