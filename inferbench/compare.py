@@ -123,8 +123,7 @@ def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, A
         key = (*(r[k] for k in KEY if k not in ("framework", "variant")), r["framework_key"],
                "+".join(p for p in parts if p != twin))
         if twin in sides.get(key, {}):
-            notes.append(f"several records of {_label(dict(r[KEY]))}{'' if twin == 'A' else ' +' + twin}: the latest "
-                         "is used")
+            notes.append(f"several records of {_label(dict(r[KEY]))}: the latest is used")
         sides.setdefault(key, {})[twin] = r
     rows = []
     for found in sides.values():
@@ -133,7 +132,7 @@ def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, A
             a = found["A"]
             if isinstance(a.get("config.ab.digest"), str):
                 rows.append(_apart({k: a[k] for k in KEY}, a, None, "not comparable: its twin (B) was not measured "
-                                   "(left out by --time-budget, or failed to start)"))
+                                   "(left out by --time-budget)"))
             continue
         for twin in twins:
             a, b = found.get("A"), found[twin]
@@ -141,7 +140,7 @@ def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, A
                 rows.append(_apart({k: b[k] for k in KEY}, None, b, "not comparable: the twin's own cell (A) is not "
                                    "in this folder") | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
                 continue
-            if _group(a) is None or _group(a) != _group(b):
+            if a["status"] == b["status"] == "ok" and (_group(a) is None or _group(a) != _group(b)):
                 row = _apart({k: a[k] for k in KEY}, a, b, "not comparable: A and B were measured in different "
                              "groups (a sweep resumed): not paired within rounds")
             else:
@@ -161,7 +160,8 @@ def _apart(row: dict[str, Any], o: Any, n: Any, verdict: str) -> dict[str, Any]:
     """A row that is not judged, with what each side has."""
     return row | {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
                   "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
-                  "old_valid": "-" if o is None else _valid(o), "new_valid": "-" if n is None else _valid(n),
+                  "old_valid": "unknown" if o is None else _valid(o),
+                  "new_valid": "unknown" if n is None else _valid(n),
                   "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"],
                   "verdict": verdict}
 
@@ -179,8 +179,11 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
                  "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
                  "old_source": o["_source"], "new_source": n["_source"]}
     busy = [side for side, r in ((old, o), (new, n)) if r.get("validity.valid") is False]
-    settings = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
-    tuned_otherwise = None not in settings.values() and settings["old"] != settings["new"]
+    chosen = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
+    settings = {side: {k: v for k, v in c.items() if k != "_digest"} for side, c in chosen.items() if c is not None}
+    digests = {c.get("_digest") for c in chosen.values() if c is not None}
+    tuned_otherwise = len(settings) == 2 and (settings["old"] != settings["new"] or None not in digests
+                                              and len(digests) > 1)  # by the records' digests where both have one
     speed = None
     if across:
         o, n, speed = _at_one_speed(o, n)
@@ -223,11 +226,12 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
 
 def _chosen(r: Any) -> dict[str, Any] | None:
     """The setting a tuned cell's tuning chose (its flattened ``tuning.chosen.*`` columns; {} for inferbench's own
-    default), None for a cell that was not tuned."""
+    default) with its digest where the record has one (``_digest``), None for a cell that was not tuned."""
     if not isinstance(r.get("tuning.reason"), str):
         return None
     prefix = "tuning.chosen."
-    return {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix) and v is not None and v == v}
+    chosen = {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix) and v is not None and v == v}
+    return chosen | ({"_digest": r["tuning.digest"]} if isinstance(r.get("tuning.digest"), str) else {})
 
 
 def _setting(setting: dict[str, Any]) -> str:
@@ -292,7 +296,7 @@ def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
     of = "B/A" if ab else "NEW/OLD"
     apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
     failed = len(rows) - len(judged) - len(apart)  # failed, or parity failed: said, with no ratio to judge
-    out = [f"judged {len(judged)} of {len(rows)} " + ("cells with a twin" if ab else "cells in common")
+    out = [f"judged {len(judged)} of {len(rows)} " + ("cells of the A/B run" if ab else "cells in common")
            + (f", {failed} failed" if failed else "") + (
         f"; abstained on {len(apart)} ({len(apart) / len(rows):.0%}): "
         f"{sum(v.startswith('not comparable') for v in apart)} not comparable, "
@@ -369,7 +373,7 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
     if args.new is None:  # an A/B in one run
         old = new = load(args.old)
         rows, notes = ab_frame(old, args.fail_above)
-        if not rows and not notes:
+        if not rows:
             raise UsageError(f"{args.old} holds no A/B twins (cells of run --ab-python, variant +ab-<digest>): "
                              "give OLD and NEW to compare two runs")
         sides = ("A", "B")
@@ -377,8 +381,6 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
         old, new = load(args.old), load(args.new)
         rows, notes = compare_frames(old, new, args.fail_above)
         sides = ("OLD", "NEW")
-    if not rows and args.new is None:
-        raise UsageError(f"no A/B twin in {args.old} has its own cell beside it: {notes[0]}")
     if not rows:
         devices = {side: ", ".join(sorted(set(df["device_name"]))) for side, df in (("OLD", old), ("NEW", new))}
         raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "

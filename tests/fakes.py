@@ -76,6 +76,8 @@ class FakeRunner(Runner):
 
     def load(self, ctx: LoadContext) -> None:
         assert ctx.artifact is not None
+        if os.environ.get("FAKE_FAIL_LOAD"):  # an install whose runtime cannot load (an A/B's B, for the tests)
+            raise RuntimeError("fake: this install cannot load the model")
         if os.environ.get("FAKE_LOAD_LOG"):  # one line per load, for the tests to count
             with open(os.environ["FAKE_LOAD_LOG"], "a") as log:
                 log.write(f"{os.getpid()}\n")

@@ -253,6 +253,11 @@ def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for(fakes,
     asked = built("--quick", "--tune", "on")
     assert all(c.options.tune for c in asked.cells) and asked.config.tune_budget_s == 4.0 and not asked.notes
     assert all(c.options.tune for c in built().cells)  # a full run of the best set tunes, as before
+    from inferbench.execution.plan import AB_UNTUNED
+
+    ab = built("--ab-python", sys.executable)  # an A/B: a cell and its twin tuned apart could choose differently
+    assert not any(c.options.tune for c in ab.cells) and AB_UNTUNED in ab.notes
+    assert [bool(c.options.ab) for c in ab.cells] == [False, True] * (len(ab.cells) // 2)  # each twin beside its cell
 
 
 def test_help_groups_every_option_once_in_the_order_a_newcomer_needs_them(capsys):

@@ -237,6 +237,9 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
                                   if ranked(r["status"], field(r, "parity.status"))
                                   and 0 < (field(r, "config.timing.rounds") or MIN_ROUNDS) < MIN_ROUNDS
                                   and str(field(r, "config.sequential")) == "True"})
+        rec["not_ranked"].update({record_name(r): "an A/B twin (--ab-python): B's install, judged against its cell by "
+                                  "inferbench compare RUN, never ranked beside it" for r in cells
+                                  if field(r, "options.ab")})
         if objective in ("p90", "p99"):  # a tail is ranked only where each round holds it, over rounds to judge
             rec["not_ranked"].update({record_name(r): f"too few samples for a {objective} interval ("
                                       f"{needed_samples(TAILS[objective])} a round needed, over {MIN_ROUNDS} rounds "

@@ -90,8 +90,9 @@ def busy_slowdown(threads: int, window_s: float = 0.5, readers: Any = None) -> t
     seen = monitor.stop(window_s)
     if not seen.get("known"):
         return 1.0, None
-    others = float(seen["other_cores"])
-    return slowdown_for(threads, others, os.cpu_count() or 1), others
+    others, cores = float(seen["other_cores"]), os.cpu_count() or 1
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    return slowdown_for(threads, others + max(0, cores - mine), cores), others  # cores outside our affinity: taken
 
 
 def slowdown_for(threads: int, other_cores: float, cores: int) -> float:
@@ -256,7 +257,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         " (set-up estimated: no run on this machine measured it yet)"
     if slowdown > 1.0:
         source += (f"; the machine is busy now (other work took {busy[1]:.1f} of {os.cpu_count()} cores): set-ups "
-                   f"counted {slowdown:.1f}x longer")
+                   f"and exports counted {slowdown:.1f}x longer")
     if own <= budget_s:
         return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}"
                                                  f"{source}",), own)

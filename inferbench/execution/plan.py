@@ -30,6 +30,10 @@ PLAN_VERSION = 2
 #: What a --quick run of the best set says up front.
 QUICK_UNTUNED = ("--quick: not tuned (tuning's blocks would be too short to tell a setting from the default): each "
                  "runtime at its own default setting; --tune on tunes anyway")
+#: What an A/B run of the best set says up front.
+AB_UNTUNED = ("--ab-python: not tuned (a cell and its twin tuned apart may choose different settings, and their ratio "
+              "would be the setting's and the install's together): each runtime at its own default setting; --tune on "
+              "tunes both anyway, and compare RUN calls a pair tuned otherwise not comparable")
 #: Worker processes a cell by default, where the rounds allow (:func:`default_processes`): two degrees of freedom
 #: for what differs between processes in every cell, where two processes gave one (estimated 0 in 38-60% of runs).
 DEFAULT_PROCESSES = 3
@@ -155,7 +159,9 @@ def build(values: dict[str, Any]) -> Built:
     # --quick's tuning blocks (1 s over every setting and 3 rounds: 83 ms each) gave intervals of 0.02-7.0 that could
     # never tell a setting from the default: a quick answer measures each runtime at its own setting, and says so
     quick_untuned = bool(entry.tunes and auto and values.get("quick"))
-    tune = entry.tunes and (values["tune"] == "on" or (auto and not quick_untuned))
+    # an A/B's cell and twin tuned apart may choose different settings: their ratio the setting's and the install's
+    ab_untuned = bool(entry.tunes and auto and values.get("ab_python") and not quick_untuned)
+    tune = entry.tunes and (values["tune"] == "on" or (auto and not quick_untuned and not ab_untuned))
     from ..execution.childenv import env_digest
 
     options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
@@ -246,7 +252,7 @@ def build(values: dict[str, Any]) -> Built:
                  for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=config.ab["digest"])))]
     calibration = check_int8(values, cells, device.kind)
     config = dataclasses.replace(config, calibration=calibration)
-    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) \
+    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) + ((AB_UNTUNED,) if ab_untuned else ()) \
         + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         from ..execution.budget import busy_slowdown, fit, to_export
