@@ -246,10 +246,11 @@ def build(values: dict[str, Any]) -> Built:
              for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
              for fw, precs in fws for prec in precs]
     if values.get("ab_python"):  # B's twin of every cell, in the same groups (its variant: +ab-<digest>)
-        config = dataclasses.replace(config, ab=check_ab(values, entry))
+        install = check_ab(values, entry)
+        config = dataclasses.replace(config, ab=install)
         # each twin beside its cell: a budget that leaves out a group's last cells leaves out pairs
         cells = [x for c in cells
-                 for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=config.ab["digest"])))]
+                 for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=install["digest"])))]
     calibration = check_int8(values, cells, device.kind)
     config = dataclasses.replace(config, calibration=calibration)
     notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) + ((AB_UNTUNED,) if ab_untuned else ()) \

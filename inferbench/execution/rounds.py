@@ -288,6 +288,14 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
     return worker
 
 
+def _grid(cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A cell's runner's tuning grid on this machine: its load-time settings and its live ones, the default first."""
+    from ..registry.frameworks import load_runner
+
+    runner: Any = load_runner(cell.job.framework)
+    return runner.tuning_grid(cell.job.config.threads, cell.job.config.device.kind)
+
+
 def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
           note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell],
           deadline: Deadline | None = None) -> None:
@@ -296,14 +304,13 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
     passed (``deadline``), no tuning worker is started: each cell is measured at inferbench's own setting, and its
     record's tuning block says why."""
     from ..measure.tuning import Candidate, choose
-    from ..registry.frameworks import load_runner
 
     if not cells:
         return
     if deadline is not None and deadline.left() <= 0:
         for cell, _ in cells:
             config = cell.job.config
-            load_grid, live_grid = load_runner(cell.job.framework).tuning_grid(config.threads, config.device.kind)
+            load_grid, live_grid = _grid(cell)
             decision = {**choose([Candidate(load_grid[0], live_grid[0])]), "reason": NOT_TUNED, "seconds": 0.0,
                         "rounds": 0, "block_s": 0.0}
             decision["digest"] = setting_digest(decision["chosen"])
@@ -316,7 +323,7 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
     before = {id(cell): cell.used_s for cell, _ in cells}  # the tuning's own time: its workers' from here on
     for cell, env in cells:
         config = cell.job.config
-        load_grid, live_grid = load_runner(cell.job.framework).tuning_grid(config.threads, config.device.kind)
+        load_grid, live_grid = _grid(cell)
         workers = [cell]
         for setting in load_grid[1:]:  # a worker of its own for each load-time setting
             job = dataclasses.replace(cell.job, setting=setting)
