@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -366,6 +367,19 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     assert budget.measured_setups(config) == {}
 
 
+def _passed_once(seen: list[Any]) -> type[budget.Deadline]:
+    """A budget of an hour that has passed as soon as ``seen`` holds anything (a worker started or ready)."""
+
+    class Passes(budget.Deadline):
+        def __init__(self, budget_s, clock=None):
+            super().__init__(3600.0)
+
+        def left(self) -> float:
+            return -1.0 if seen else super().left()
+
+    return Passes
+
+
 def test_once_the_budget_passes_a_loaded_cell_starts_no_tuning_workers_and_no_other_processes(fakes, tmp_path, capsys,
                                                                                             monkeypatch):
     """After --time-budget has passed (here: the moment the cell's first worker is ready), the cell starts nothing
@@ -380,15 +394,8 @@ def test_once_the_budget_passes_a_loaded_cell_starts_no_tuning_workers_and_no_ot
         children.append(args[0].cell.label)
         return real(*args, **kwargs)
 
-    class Passes(budget.Deadline):  # an hour, passed once a worker has started
-        def __init__(self, budget_s, clock=None):
-            super().__init__(3600.0)
-
-        def left(self) -> float:
-            return -1.0 if children else super().left()
-
     monkeypatch.setattr(rounds, "Child", counting)
-    monkeypatch.setattr(budget, "Deadline", Passes)
+    monkeypatch.setattr(budget, "Deadline", _passed_once(children))  # once a worker has started
     out = tmp_path / "out"
     assert run_main([*QUICK, "--framework", "fake-knob", "--tune", "on", "--rounds", "6", "--processes", "3",
                      "--duration", "0.06", "--time-budget", "1h", "--output-dir", str(out),
@@ -419,15 +426,8 @@ def test_a_framework_not_yet_loaded_when_the_budget_passes_is_left_out_unmeasure
         started.append(worker)
         return worker
 
-    class Passes(budget.Deadline):  # an hour, passed the moment a worker is ready
-        def __init__(self, budget_s, clock=None):
-            super().__init__(3600.0)
-
-        def left(self) -> float:
-            return -1.0 if started else super().left()
-
     monkeypatch.setattr(rounds, "_start", counting)
-    monkeypatch.setattr(budget, "Deadline", Passes)
+    monkeypatch.setattr(budget, "Deadline", _passed_once(started))  # the moment a worker is ready
     out = tmp_path / "out"
     assert run_main([*QUICK, "--framework", "fake,fake-slow", "--rounds", "6", "--processes", "1", "--duration",
                      "0.06", "--time-budget", "1h", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c")]) == 0

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_results import make_record
@@ -667,20 +668,28 @@ def test_the_eta_converges_from_the_first_round_instead_of_extrapolating_the_exp
         assert max(errors[8:]) <= (1e-9 if jitter == 0 else 0.10), (jitter, [round(e, 3) for e in errors])
 
 
+def _first_group(now: list[float], setup_s: float, rounds_s: float, done: float) -> Any:
+    """A Progress of 8 cells in 2 groups of 4 on the fake clock ``now``: its first group set up in ``setup_s``, then
+    ``done`` cells' worth of its rounds measured in ``rounds_s``."""
+    from inferbench.execution.progress import Progress
+
+    p = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
+    p.measuring(8, 2, 4)
+    now[0] += setup_s
+    p.partial(0.0)
+    now[0] += rounds_s
+    p.partial(done)
+    return p
+
+
 def test_cells_the_budget_left_out_count_neither_as_done_nor_as_left():
     """A group whose last cells --time-budget left out before they were loaded measured fewer cells in its time: the
     estimate the ETA moves toward takes the time per cell measured (twice as long here: 4 cells left at 15 s, not
     at 7.5 s), not the left-out cells as done."""
-    from inferbench.execution.progress import Progress
 
     def eta_after(left_out: int) -> float | None:
         now = [0.0]
-        p = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
-        p.measuring(8, 2, 4)
-        now[0] += 10.0
-        p.partial(0.0)
-        now[0] += 30.0
-        p.partial(4.0)
+        p = _first_group(now, 10.0, 30.0, 4.0)
         p.group_done(4, left_out)
         return p._estimated(now[0])  # what the ETA moves toward (it moves by at most twice the time since)
 
@@ -739,12 +748,7 @@ def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group()
     assert p.eta_s() == 0.0 and len(readings) > 100
     assert max(errors[:-1]) <= 0.10, [round(e, 3) for e in errors]
     # counted down to 0 with work left (a set-up far longer than foreseen): said, never a 0 that stays
-    late = Progress(8, io.StringIO(), -1, clock=lambda t=now: t[0], heartbeat=False)
-    late.measuring(8, 2, 4)
-    now[0] += 20.0
-    late.partial(0.0)
-    now[0] += 30.0
-    late.partial(0.5)
+    late = _first_group(now, 20.0, 30.0, 0.5)
     assert late.eta().startswith("ETA ") and late.eta() != "ETA overdue"
     now[0] += 10_000.0
     assert late.eta_s() == 0.0 and late.eta() == "ETA overdue"
