@@ -156,14 +156,17 @@ def _group(r: Any) -> Any:
     return group if isinstance(group, str) else None
 
 
+def _sides(o: Any, n: Any) -> dict[str, Any]:
+    """A row's columns for what each side has (None: a side missing), before any ratio is judged."""
+    return {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
+            "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
+            "old_valid": "unknown" if o is None else _valid(o), "new_valid": "unknown" if n is None else _valid(n),
+            "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"]}
+
+
 def _apart(row: dict[str, Any], o: Any, n: Any, verdict: str) -> dict[str, Any]:
     """A row that is not judged, with what each side has."""
-    return row | {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
-                  "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
-                  "old_valid": "unknown" if o is None else _valid(o),
-                  "new_valid": "unknown" if n is None else _valid(n),
-                  "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"],
-                  "verdict": verdict}
+    return row | _sides(o, n) | {"verdict": verdict}
 
 
 def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across: bool,
@@ -175,9 +178,7 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
 
     gate = fail_above is not None
     old, new = sides
-    row = row | {"old_p50_ms": o["p50_ms"], "new_p50_ms": n["p50_ms"], "ratio": None, "ratio_ci_low": None,
-                 "ratio_ci_high": None, "method": None, "old_valid": _valid(o), "new_valid": _valid(n),
-                 "old_source": o["_source"], "new_source": n["_source"]}
+    row = row | _sides(o, n)
     busy = [side for side, r in ((old, o), (new, n)) if r.get("validity.valid") is False]
     chosen = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
     settings = {side: {k: v for k, v in c.items() if k != "_digest"} for side, c in chosen.items() if c is not None}

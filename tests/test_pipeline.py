@@ -602,11 +602,10 @@ def test_the_test_slowdown_hook_is_said_loudly_when_the_shell_sets_it(fakes, tmp
     assert not list((tmp_path / "bad").rglob("*.json"))
 
 
-def _python_b(path: Path, slowdown: str | None = None) -> Path:
-    """Another "install" for --ab-python: a script that runs this interpreter (with the test hook's slowdown set
-    for its workers only)."""
-    hook = f"INFERBENCH_TEST_SLOWDOWN={slowdown} " if slowdown else ""
-    path.write_text(f'#!/bin/sh\n{hook}exec "{sys.executable}" "$@"\n')
+def _python_b(path: Path, env: str = "") -> Path:
+    """Another "install" for --ab-python: a script that runs this interpreter, with ``env`` (``NAME=value``: the test
+    hook's slowdown, a load that fails) set for its workers only."""
+    path.write_text(f'#!/bin/sh\n{env + " " if env else ""}exec "{sys.executable}" "$@"\n')
     path.chmod(0o755)
     return path
 
@@ -640,7 +639,7 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     assert recommendation["recommended"] == "fake" and any("an A/B twin" in why for why in
                                                            recommendation["not_ranked"].values())
 
-    slow = _python_b(tmp_path / "slow-python", "fake:1.5")
+    slow = _python_b(tmp_path / "slow-python", "INFERBENCH_TEST_SLOWDOWN=fake:1.5")
     assert _run(tmp_path / "ab", "--framework", "fake", "--rounds", "8", "--ab-python", str(slow)) == 0
     capsys.readouterr()
     (run_dir,) = (tmp_path / "ab" / "out").iterdir()
@@ -666,9 +665,7 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     jsonschema.validate(doc, {"$ref": "#/$defs/compare", "$defs": schema["$defs"]})
     assert doc["cells"][0]["verdict"].startswith("not comparable: its twin (B) was not measured")
     # B cannot load the model: its twin failed where its cell ran, a regression (never "not comparable")
-    broken = tmp_path / "broken-python"
-    broken.write_text(f'#!/bin/sh\nFAKE_FAIL_LOAD=1 exec "{sys.executable}" "$@"\n')
-    broken.chmod(0o755)
+    broken = _python_b(tmp_path / "broken-python", "FAKE_FAIL_LOAD=1")
     assert _run(tmp_path / "broken", "--framework", "fake", "--ab-python", str(broken)) == 1
     capsys.readouterr()
     assert inferbench(["compare", str(next((tmp_path / "broken" / "out").iterdir())), "--fail-above", "10"]) == 1

@@ -269,7 +269,7 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         progress.measuring(len(cells), 1, len(cells))
         records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
                             deadline=None if budget_left_s is None else Deadline(budget_left_s))
-        progress.group_done(len(cells))
+        progress.group_done(len(cells), sum(r is None for r in records))  # as the local executor counts them
     return {"records": [None if r is None else encode(r) for r in records], "phases": progress.phases()}
 
 
