@@ -311,7 +311,7 @@ class ChildResult:
     traceback: str | None = None
     usage_error: bool = False
     died: bool = False  # the process ended without a result (killed, crashed, out of time), not by an exception
-    left_out: bool = False  # never loaded: --time-budget had passed when its turn came (no record: --resume runs it)
+    left_out: bool = False  # never loaded: --time-budget left no room for it when its turn came (no record: --resume)
 
 
 JOB_TYPES: dict[str, type] = {"cell": CellJob, "export": ExportJob}

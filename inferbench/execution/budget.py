@@ -8,7 +8,8 @@ length, the exports not in the cache yet. When it does not fit, the rounds and b
 one, each said in a line;
 a plan that still does not fit is refused (one group) or runs its first groups (a sweep: the others stay for
 ``--resume``). While it runs (:class:`Deadline`), the time measured so far replaces the estimate: a group that would
-end past the budget is not started, and a group's rounds stop early (never below :data:`MIN_ROUNDS`, nor two per
+end past the budget is not started, a worker or tuning phase whose foreseen time would pass it is not started either
+(``execution/rounds.py``), and a group's rounds stop early (never below :data:`MIN_ROUNDS`, nor two per
 worker process) when another round would pass it — a serving scenario's LoadGen tests too: its answer then stands on
 the tests that ran, and a server search cut short says the largest load VALID so far.
 """
@@ -164,19 +165,47 @@ def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] 
     timing = config.timing
     entry = scenario(config.scenario)
     measured = measured_setups(config) if measured is None else measured
-    if entry.serves:  # its set-up measured includes the single queries and the served parity
+    if entry.serves:  # one worker a cell; its set-up measured includes the single queries and the served parity
         tests = max(timing.rounds, entry.tests)
-        set_up = sum(setup_s(c.framework, 1, timing, measured, c.scenario, slowdown)
-                     + (0 if setup_key(c.framework, c.scenario) in measured else slowdown * SERVE_SETUP_S)
-                     for c in cells)
-        probe = PROBE_S if config.device.kind == "cpu" else 0.0
-        return set_up + len(cells) * tests * (SERVE_TEST_S[config.quick] + BLOCK_OVERHEAD_S) + tests * probe
+        return sum(worker_setup_s(c, config, measured, slowdown) for c in cells) + tests * round_s(len(cells), config)
     processes = min(config.processes, timing.rounds)
-    set_up = sum(setup_s(c.framework, processes, timing, measured, c.scenario, slowdown) for c in cells)
-    tuning = sum(TUNE_FACTOR * config.tune_budget_s
-                 + setup_s(c.framework, 1, timing, measured, c.scenario, slowdown) / 2 for c in cells if c.options.tune)
-    rounds = timing.rounds * (len(cells) * BLOCK_OVERHEAD_S + (PROBE_S if config.device.kind == "cpu" else 0.0))
-    return set_up + tuning + len(cells) * timing.min_duration_s + rounds
+    set_up = sum(processes * worker_setup_s(c, config, measured, slowdown) for c in cells)
+    return set_up + tuning_s(cells, config, measured, slowdown) + timing.rounds * round_s(len(cells), config)
+
+
+def worker_setup_s(cell: CellKey, config: RunConfig, measured: dict[str, float] | None = None,
+                   slowdown: float = 1.0) -> float:
+    """One worker of ``cell`` started, loaded and warmed up (:func:`setup_s`); a serving worker's also runs its single
+    queries and served parity (:data:`SERVE_SETUP_S` where no run measured it)."""
+    from ..registry.scenarios import scenario
+
+    measured = measured_setups(config) if measured is None else measured
+    served = scenario(cell.scenario).serves and setup_key(cell.framework, cell.scenario) not in measured
+    return setup_s(cell.framework, 1, config.timing, measured, cell.scenario, slowdown) + (
+        slowdown * SERVE_SETUP_S if served else 0.0)
+
+
+def tuning_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None,
+             slowdown: float = 1.0) -> float:
+    """The tuning phase of ``cells`` (those tuned): :data:`TUNE_FACTOR` times its timed budget, plus half a worker's
+    set-up (a load-time setting starts a worker of its own)."""
+    measured = measured_setups(config) if measured is None else measured
+    return sum(TUNE_FACTOR * config.tune_budget_s + worker_setup_s(c, config, measured, slowdown) / 2
+               for c in cells if c.options.tune)
+
+
+def round_s(cells: int, config: RunConfig) -> float:
+    """One interleaved round of ``cells`` cells: each one's block (a serving scenario's: a LoadGen test,
+    :data:`SERVE_TEST_S`) with its overhead, and the machine's speed read before it (CPU runs)."""
+    from ..registry.scenarios import scenario
+
+    block = SERVE_TEST_S[config.quick] if scenario(config.scenario).serves else config.timing.block_s
+    return cells * (block + BLOCK_OVERHEAD_S) + (PROBE_S if config.device.kind == "cpu" else 0.0)
+
+
+def fewest_rounds(processes: int) -> int:
+    """The rounds a group keeps however its budget goes: :data:`MIN_ROUNDS`, and two per worker process."""
+    return max(MIN_ROUNDS, 2 * processes)
 
 
 def kinds(cells: list[CellKey]) -> set[str]:
@@ -267,12 +296,13 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         if took <= budget_s:
             break
     lines = []
-    if fitted != config:
-        lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; measuring {said(fitted)} "
-                     f"instead of {said(config)}"
-                     + (f", tuning {fitted.tune_budget_s:.2g} s instead of {config.tune_budget_s:.2g}"
-                        if fitted.tune_budget_s != config.tune_budget_s and any(c.options.tune for c in cells)
-                        else ""))
+    changed = [f"measuring {said(fitted)} instead of {said(config)}"] if said(fitted) != said(config) else []
+    if fitted.tune_budget_s != config.tune_budget_s and any(c.options.tune for c in cells):
+        changed.append(f"tuning {fitted.tune_budget_s:.2g} s instead of {config.tune_budget_s:.2g}")
+    if fitted.timing.warmup_seconds != config.timing.warmup_seconds:
+        changed.append(f"warming up {fitted.timing.warmup_seconds:.2g} s instead of {config.timing.warmup_seconds:.2g}")
+    if changed:  # only what differs (a --quick plan is at the floor already but for its warm-up, say)
+        lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; {', '.join(changed)}")
     config = fitted
     left_out: dict[str, str] = {}
     kept = list(cells)
@@ -349,10 +379,10 @@ class Deadline:
         return {"budget_s": self.budget_s, "took_s": round(took, 1), "overrun_s": round(max(0.0, took - self.budget_s),
                                                                                          1)}
 
-    def another_round(self, done: int, round_s: float, processes: int = 1) -> bool:
-        """After ``done`` rounds of a group (the last took ``round_s``) with ``processes`` worker processes a cell:
-        may another one start? Always below :data:`MIN_ROUNDS` and two rounds per process."""
-        return done < max(MIN_ROUNDS, 2 * processes) or self.fits(round_s)
+    def another_round(self, done: int, last_s: float, processes: int = 1) -> bool:
+        """After ``done`` rounds of a group (the last took ``last_s``) with ``processes`` worker processes a cell:
+        may another one start? Always below :func:`fewest_rounds`."""
+        return done < fewest_rounds(processes) or self.fits(last_s)
 
 
 def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> float:

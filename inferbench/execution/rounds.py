@@ -38,7 +38,16 @@ from ..measure.stats import widest_interval
 from ..measure.tuning import setting_digest
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
-from .budget import Deadline, remember_setups, setup_key
+from .budget import (
+    Deadline,
+    fewest_rounds,
+    measured_setups,
+    remember_setups,
+    round_s,
+    setup_key,
+    tuning_s,
+    worker_setup_s,
+)
 from .isolate import Child
 
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
@@ -80,31 +89,41 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
     spawned: list[_Cell] = []  # the tuning phase's extra workers
     probe: SpeedProbe | None = None
+    clock = time.monotonic if deadline is None else deadline.clock  # set-ups and rounds timed as the budget is
+    budgeted = _Budgeted(deadline, jobs[0].config if jobs else None)
     try:
         for job, env in zip(jobs, envs):
-            if replicas and deadline is not None and deadline.left() <= 0:  # the budget passed while the others
-                (note or progress)(job.cell.label, LEFT_OUT)  # loaded: not loaded, left for --resume
+            if replicas and not budgeted.room_to_load(job, sum(1 for r in replicas if r)):
+                (note or progress)(job.cell.label, LEFT_OUT)  # not loaded, left for --resume
                 replicas.append([])
                 continue
-            replicas.append([_start(job, env, progress, timeout_s)])
+            worker = _start(job, env, progress, timeout_s, clock=clock)
+            budgeted.started(job, worker)
+            replicas.append([worker])
         order = random.Random(seed)
-        _tune([(r[0], env) for r, env in zip(replicas, envs)
-               if r and r[0].job.cell.options.tune and r[0].result is None],
-              order, progress, note or progress, timeout_s, spawned, deadline)
-        for workers, env in zip(replicas, envs):  # the cell's other processes, at the first one's setting
-            if not workers:
-                continue
-            first = workers[0]
-            count = min(first.job.config.processes, first.job.config.timing.rounds) if first.result is None else 1
-            if count > 1 and deadline is not None and deadline.left() <= 0:  # passed: no more workers started
-                (note or progress)(first.job.cell.label, ONE_PROCESS_LEFT)
-                count = 1
-            for i in range(1, count):
-                worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})")
+        tuned = [(r[0], env) for r, env in zip(replicas, envs)
+                 if r and r[0].job.cell.options.tune and r[0].result is None]
+        _tune(tuned, order, progress, note or progress, timeout_s, spawned,
+              budgeted.room_to_tune([c.job.cell for c, _ in tuned], sum(1 for r in replicas if r)))
+        # the cells' other processes, at the first one's setting: a second for every cell before any third (the
+        # budget may leave room for some only)
+        wanted = [min(w[0].job.config.processes, w[0].job.config.timing.rounds) if w and w[0].result is None else 1
+                  for w in replicas]
+        for i in range(1, max(wanted, default=1)):
+            for workers, env, count in zip(replicas, envs, wanted):
+                if i >= count or workers[0].result is not None or len(workers) < i:
+                    continue
+                first = workers[0]
+                if not budgeted.room_for_process(first, i + 1, sum(1 for r in replicas if r)):
+                    continue
+                worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})", clock)
                 workers.append(worker)
                 if worker.result is None and first.tuning is not None:
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
+        for workers, count in zip(replicas, wanted):
+            if workers and len(workers) < count:
+                (note or progress)(workers[0].job.cell.label, fewer_processes(len(workers), count))
         setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
         for worker in (w for ws in replicas for w in ws):
             if worker.setup_s is not None and not worker.job.cell.options.ab:  # B's are another install's
@@ -129,7 +148,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
             return widest_interval([(m if ws and all(x.result is None for x in ws) else {}, max(1, len(ws)))
                                     for m, ws in zip(medians, replicas)])
 
-        done, round_started, found = 0, time.monotonic(), None
+        done, round_started, found = 0, clock(), None
         for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
             live = [(i, w[r % len(w)]) for i, w in enumerate(replicas) if w and all(x.result is None for x in w)]
             if not live:
@@ -139,11 +158,11 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                 if found is not None and found["half"] <= target:
                     break
             if cut and r and deadline is not None and not deadline.another_round(
-                    r, time.monotonic() - round_started, max(len(w) for w in replicas)):
+                    r, clock() - round_started, max(len(w) for w in replicas)):
                 stopped = f"--time-budget: rounds stopped at {r} of {rounds}, another would pass it"
                 (note or progress)(_group_label(jobs), stopped)
                 break
-            round_started = time.monotonic()
+            round_started = clock()
             if probe is not None:
                 probe.read(r)
             order.shuffle(live)
@@ -199,14 +218,55 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     return out
 
 
-#: Said of a loaded cell whose other worker processes were not started because the budget had passed.
-ONE_PROCESS_LEFT = ("one worker process: --time-budget had passed before its others were started (its interval covers "
-                    "this process only)")
-#: A tuned cell's tuning reason when the budget had passed before its tuning phase.
-NOT_TUNED = "not tuned: --time-budget had passed before its tuning phase; inferbench's own setting is measured"
-#: A cell whose worker was never started: --time-budget had passed when its turn to load came.
-LEFT_OUT = ("left out: --time-budget had passed before it was loaded (no record; a sweep's --resume, or a new run, "
+def fewer_processes(started: int, wanted: int) -> str:
+    """Said of a loaded cell whose other worker processes were not all started: the budget left no room for them."""
+    return (f"{started} of {wanted} worker processes: too little of --time-budget was left to start the others (its "
+            f"interval covers {'this process' if started == 1 else 'these'} only)")
+
+
+#: Said of a loaded cell whose other worker processes were not started because the budget left no room for them.
+FEWER_PROCESSES = "worker processes: too little of --time-budget was left to start the others"
+#: A tuned cell's tuning reason when the budget left no room for its tuning phase.
+NOT_TUNED = ("not tuned: too little of --time-budget was left for its tuning phase; inferbench's own setting is "
+             "measured")
+#: A cell whose worker was never started: the budget left no room to load it when its turn came.
+LEFT_OUT = ("left out: too little of --time-budget was left to load it (no record; a sweep's --resume, or a new run, "
             "measures it)")
+
+
+class _Budgeted:
+    """What --time-budget leaves room for while a group sets up (``deadline`` None: everything): a worker is started,
+    or a tuning phase begun, only where its foreseen time and the group's fewest rounds with it still fit. A worker's
+    set-up is foreseen as this machine measured it (:func:`~inferbench.execution.budget.worker_setup_s`), as many
+    times longer as this group's set-ups have taken so far over their foresight; a cell's other process as its
+    first one took."""
+
+    def __init__(self, deadline: Deadline | None, config: Any) -> None:
+        self.deadline, self.config = deadline, config
+        self.measured = measured_setups(config) if deadline is not None and config is not None else {}
+        self.took, self.foreseen = 0.0, 0.0  # this group's set-ups so far, and what was foreseen for them
+
+    def _setup(self, job: CellJob) -> float:
+        return worker_setup_s(job.cell, self.config, self.measured)
+
+    def _fits(self, seconds: float, cells: int, processes: int = 1) -> bool:
+        return self.deadline is None or self.deadline.fits(
+            seconds + fewest_rounds(processes) * round_s(cells, self.config))
+
+    def room_to_load(self, job: CellJob, loaded: int) -> bool:
+        slower = max(1.0, self.took / self.foreseen) if self.foreseen > 0 else 1.0
+        return self._fits(slower * self._setup(job), loaded + 1)
+
+    def started(self, job: CellJob, worker: _Cell) -> None:
+        if worker.setup_s is not None:
+            self.took, self.foreseen = self.took + worker.setup_s, self.foreseen + self._setup(job)
+
+    def room_to_tune(self, cells: list[Any], loaded: int) -> bool:
+        return not cells or self._fits(tuning_s(cells, self.config, self.measured), loaded)
+
+    def room_for_process(self, first: _Cell, processes: int, loaded: int) -> bool:
+        setup = first.setup_s if first.setup_s is not None else self._setup(first.job)
+        return self._fits(setup, loaded, processes)
 
 
 def _name(job: CellJob) -> str:
@@ -274,9 +334,9 @@ class SpeedProbe:
 
 
 def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
-           suffix: str = "") -> _Cell:
-    """A worker for ``job``, loaded and ready (or ended with its failure)."""
-    started = time.monotonic()
+           suffix: str = "", clock: Callable[[], float] = time.monotonic) -> _Cell:
+    """A worker for ``job``, loaded and ready (or ended with its failure), its set-up timed on ``clock``."""
+    started = clock()
     worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
     try:
         ready = _await(worker, "ready", timeout_s)
@@ -284,7 +344,7 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
         worker.child.close()
         raise
     worker.rounds = (ready or {}).get("rounds")
-    worker.setup_s = time.monotonic() - started if ready is not None else None
+    worker.setup_s = clock() - started if ready is not None else None
     return worker
 
 
@@ -298,16 +358,16 @@ def _grid(cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
           note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell],
-          deadline: Deadline | None = None) -> None:
+          room: bool = True) -> None:
     """The tuning phase of ``cells`` (with their workers' environments): candidates measured in interleaved rounds,
-    each cell then measured by the worker of its chosen setting, with its chosen live setting. With the budget
-    passed (``deadline``), no tuning worker is started: each cell is measured at inferbench's own setting, and its
+    each cell then measured by the worker of its chosen setting, with its chosen live setting. Without ``room`` for it
+    (--time-budget), no tuning worker is started: each cell is measured at inferbench's own setting, and its
     record's tuning block says why."""
     from ..measure.tuning import Candidate, choose
 
     if not cells:
         return
-    if deadline is not None and deadline.left() <= 0:
+    if not room:
         for cell, _ in cells:
             config = cell.job.config
             load_grid, live_grid = _grid(cell)
