@@ -199,7 +199,8 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
         print(f"inferbench: WARNING: {TEST_SLOWDOWN}={hook} is set: that framework's timed calls are slowed on "
               "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)
-    progress = progress or Progress(len(cells), verbosity=verbosity, deadline=deadline)
+    progress = progress or Progress(len(cells), verbosity=verbosity, deadline=deadline,  # phases on the budget's clock
+                                    clock=time.monotonic if deadline is None else deadline.clock)
     try:
         return _execute(config, cells, run_dir, run_id, progress, strict, objective, deadline, executor)
     finally:

@@ -39,13 +39,13 @@ from ..measure.tuning import setting_digest
 from ..registry.scenarios import scenario
 from ..spec import CellJob, ChildResult
 from .budget import (
+    TUNE_FACTOR,
     Deadline,
     fewest_rounds,
     measured_setups,
     remember_setups,
     round_s,
     setup_key,
-    tuning_s,
     worker_setup_s,
 )
 from .isolate import Child
@@ -71,7 +71,7 @@ class _Cell:
     result: ChildResult | None = None  # set when it has ended
     tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
     rounds: int | None = None  # the rounds its scenario asked for when ready (a search's steps)
-    setup_s: float | None = None  # its start to ready (the wall clock): what --time-budget's next plan foresees
+    setup_s: float | None = None  # its start to ready (on --time-budget's clock): what the next plans foresee
 
 
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
@@ -93,7 +93,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     budgeted = _Budgeted(deadline, jobs[0].config if jobs else None)
     try:
         for job, env in zip(jobs, envs):
-            if replicas and not budgeted.room_to_load(job, sum(1 for r in replicas if r)):
+            if replicas and not budgeted.room_to_load(job, _alive(replicas)):
                 (note or progress)(job.cell.label, LEFT_OUT)  # not loaded, left for --resume
                 replicas.append([])
                 continue
@@ -104,17 +104,17 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         tuned = [(r[0], env) for r, env in zip(replicas, envs)
                  if r and r[0].job.cell.options.tune and r[0].result is None]
         _tune(tuned, order, progress, note or progress, timeout_s, spawned,
-              budgeted.room_to_tune([c.job.cell for c, _ in tuned], sum(1 for r in replicas if r)))
+              budgeted.room_to_tune([c for c, _ in tuned], _alive(replicas)), clock)
         # the cells' other processes, at the first one's setting: a second for every cell before any third (the
         # budget may leave room for some only)
         wanted = [min(w[0].job.config.processes, w[0].job.config.timing.rounds) if w and w[0].result is None else 1
                   for w in replicas]
         for i in range(1, max(wanted, default=1)):
             for workers, env, count in zip(replicas, envs, wanted):
-                if i >= count or workers[0].result is not None or len(workers) < i:
-                    continue
+                if i >= count or len(workers) < i or any(w.result is not None for w in workers):
+                    continue  # all it wants, one not started, or a worker of it failed (the cell with it)
                 first = workers[0]
-                if not budgeted.room_for_process(first, i + 1, sum(1 for r in replicas if r)):
+                if not budgeted.room_for_process(first, i + 1, _alive(replicas)):
                     continue
                 worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})", clock)
                 workers.append(worker)
@@ -122,7 +122,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
                     _await(worker, "apply", timeout_s)
         for workers, count in zip(replicas, wanted):
-            if workers and len(workers) < count:
+            if workers and len(workers) < count and all(w.result is None for w in workers):
                 (note or progress)(workers[0].job.cell.label, fewer_processes(len(workers), count))
         setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
         for worker in (w for ws in replicas for w in ws):
@@ -220,12 +220,20 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
 
 def fewer_processes(started: int, wanted: int) -> str:
     """Said of a loaded cell whose other worker processes were not all started: the budget left no room for them."""
-    return (f"{started} of {wanted} worker processes: too little of --time-budget was left to start the others (its "
-            f"interval covers {'this process' if started == 1 else 'these'} only)")
+    missing = "the " + ("second" if started == 1 and wanted == 2 else "third" if started == 2 and wanted == 3 else
+                        "others")
+    covered = "this process" if started == 1 else f"these {started} processes"
+    return (f"{started} of {wanted} worker processes: too little of --time-budget was left to start {missing} (its "
+            f"interval covers {covered} only)")
+
+
+def _alive(replicas: list[list[_Cell]]) -> int:
+    """The cells loaded whose workers are all measuring (what a round holds)."""
+    return sum(1 for workers in replicas if workers and all(w.result is None for w in workers))
 
 
 #: Said of a loaded cell whose other worker processes were not started because the budget left no room for them.
-FEWER_PROCESSES = "worker processes: too little of --time-budget was left to start the others"
+FEWER_PROCESSES = "worker processes: too little of --time-budget was left to start"
 #: A tuned cell's tuning reason when the budget left no room for its tuning phase.
 NOT_TUNED = ("not tuned: too little of --time-budget was left for its tuning phase; inferbench's own setting is "
              "measured")
@@ -254,15 +262,24 @@ class _Budgeted:
             seconds + fewest_rounds(processes) * round_s(cells, self.config))
 
     def room_to_load(self, job: CellJob, loaded: int) -> bool:
-        slower = max(1.0, self.took / self.foreseen) if self.foreseen > 0 else 1.0
-        return self._fits(slower * self._setup(job), loaded + 1)
+        return self._fits(self._slower() * self._setup(job), loaded + 1)
 
     def started(self, job: CellJob, worker: _Cell) -> None:
         if worker.setup_s is not None:
             self.took, self.foreseen = self.took + worker.setup_s, self.foreseen + self._setup(job)
 
-    def room_to_tune(self, cells: list[Any], loaded: int) -> bool:
-        return not cells or self._fits(tuning_s(cells, self.config, self.measured), loaded)
+    def room_to_tune(self, cells: list[_Cell], loaded: int) -> bool:
+        """Room for the tuning phase of ``cells``: its timed blocks (:func:`~inferbench.execution.budget.tuning_s`'s
+        share) and a worker of its own for each load-time setting other than the default, each as long to set up as
+        this group's have been so far over their foresight."""
+        if not cells:
+            return True
+        seconds = sum(TUNE_FACTOR * cell.job.config.tune_budget_s
+                      + (len(_grid(cell)[0]) - 1) * self._slower() * self._setup(cell.job) for cell in cells)
+        return self._fits(seconds, loaded)
+
+    def _slower(self) -> float:
+        return max(1.0, self.took / self.foreseen) if self.foreseen > 0 else 1.0
 
     def room_for_process(self, first: _Cell, processes: int, loaded: int) -> bool:
         setup = first.setup_s if first.setup_s is not None else self._setup(first.job)
@@ -358,7 +375,7 @@ def _grid(cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
           note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell],
-          room: bool = True) -> None:
+          room: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
     """The tuning phase of ``cells`` (with their workers' environments): candidates measured in interleaved rounds,
     each cell then measured by the worker of its chosen setting, with its chosen live setting. Without ``room`` for it
     (--time-budget), no tuning worker is started: each cell is measured at inferbench's own setting, and its
@@ -388,9 +405,11 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
         for setting in load_grid[1:]:  # a worker of its own for each load-time setting
             job = dataclasses.replace(cell.job, setting=setting)
             label = f"{cell.job.cell.label} ({', '.join(f'{k}={v}' for k, v in setting.items())})"
+            started = clock()
             extra = _Cell(job, Child(job, env, lambda phase, lb=label: progress(lb, phase)))
             spawned.append(extra)
-            _await(extra, "ready", timeout_s)
+            if _await(extra, "ready", timeout_s) is not None:
+                extra.setup_s = clock() - started
             if extra.result is None:
                 workers.append(extra)
             else:
@@ -418,6 +437,7 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
         if chosen is not cell:  # the cell goes on in the worker of its chosen load-time setting
             cell.child.close()
             cell.child, cell.job = chosen.child, chosen.job
+            cell.setup_s = chosen.setup_s if chosen.setup_s is not None else cell.setup_s  # its next process's
             cell.used_s, cell.result = cell.used_s + chosen.used_s, None
         for worker in workers[1:]:
             if worker is not chosen:

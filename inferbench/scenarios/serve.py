@@ -535,7 +535,10 @@ class Session:
                "offline": detail.get("result_samples_per_second")}.get(
             self.scenario, detail.get("result_qps_with_loadgen_overhead") or detail.get("result_samples_per_second"))
         if qps is None and window > 0 and detail.get("result_query_count"):  # multi-stream's: LoadGen reports none
-            qps = detail["result_query_count"] * (detail.get("effective_samples_per_query") or 1) / window
+            # its samples over the test's whole window (LoadGen's start and logs included: a little under the rate)
+            samples = detail.get("effective_samples_per_query") or (
+                MULTI_STREAM_SAMPLES if self.scenario == "multi-stream" else 1)
+            qps = detail["result_query_count"] * samples / window
         completed = detail.get("result_completed_samples_per_sec") or qps
         percentile = {"single-stream": "90.00", "multi-stream": "99.00"}.get(self.scenario, "99.00")
         key = ("result_" + percentile + "_percentile_per_query_latency_ns" if self.scenario == "multi-stream"
