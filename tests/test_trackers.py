@@ -3,6 +3,7 @@ opened, started or read costs its own figures, never the cell; the cell's validi
 
 from __future__ import annotations
 
+import math
 import types
 
 import pytest
@@ -90,6 +91,29 @@ def test_a_tracker_is_one_class_and_one_entry(monkeypatch):
     assert out["energy"]["gross_j"] == pytest.approx(100.0) and out["energy"]["joules_per_inference"] == 10.0
     assert out["energy"]["per_round_j_per_inference"] == {"0": pytest.approx(10.0)}  # for its interval
     assert out["validity"] == {"valid": True, "reason": "quiet"}
+
+
+def test_the_energy_tracker_reads_the_idle_power_again_after_the_rounds_and_nets_each_round_on_the_line(monkeypatch):
+    """The idle baseline is read in the set-up and again at the finish; a round whose middle lies halfway between the
+    two readings is netted against their mean (40 W before, 48 W after: 44 W over its 2 s of 100 J)."""
+    from inferbench.measure.trackers import energy
+
+    readings = iter([{"idle_w": 40.0, "idle_w_se": 0.5, "idle_df": 3, "at": 100.0, "method": "counter"},
+                     {"idle_w": 48.0, "idle_w_se": 0.5, "idle_df": 3, "at": 110.0, "method": "counter"}])
+    monkeypatch.setattr(energy, "_read_idle", lambda sensor, seconds: next(readings))
+    _with(monkeypatch, energy="Opens", judge="Judges")
+    opened, missing = open_tracked(JOB, lambda phase: None)
+    tracker = opened[0]  # set up: the baseline before
+    monitor = tracker.monitor()
+    monitor.start()
+    tracker.sensor.t += 2.0
+    block = types.SimpleNamespace(monitors={"energy": monitor.stop(2.0)}, latencies_s=[0.2] * 10, round=0,
+                                  started_at=104.0)
+    out = finish_tracked(opened, missing, _done([block]))["energy"]
+    assert out["idle_baseline"]["idle_w"] == 40.0 and out["idle_after"]["idle_w"] == 48.0
+    assert out["idle_used"]["drift_w"] == 8.0 and out["idle_used"]["weight_after"] == pytest.approx(0.5)
+    assert out["net_j"] == pytest.approx(100.0 - 44.0 * 2.0) and out["idle_w"] == pytest.approx(44.0)
+    assert out["idle_used"]["idle_w_se"] == pytest.approx(math.sqrt(2 * 0.25 ** 2 + 64 / 12))
 
 
 def test_a_sensor_that_cannot_be_read_costs_its_figures_never_the_cell(monkeypatch):

@@ -5,7 +5,8 @@ Two sources, combined when both exist:
   Volta and newer GPUs, in mJ; RAPL's package counter on CPUs, in µJ, which wraps at a known range);
 - a *power sampler* on a background thread (tens of ms) for the time series, mean and peak; it also
   gives the energy (trapezoid) where there is no counter.
-An idle baseline measured just before the run gives net (above idle) figures next to gross ones.
+An idle baseline measured just before the rounds, and again just after them, gives net (above idle) figures next to
+gross ones: each round's against the idle power on the line between the two readings (:func:`interpolated`).
 Counters update about every 100 ms, so a window shorter than ``MIN_WINDOW_S`` is flagged.
 
 Sensors are injected, so every piece of this logic is tested on machines without the hardware.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 Clock = Callable[[], float]
+Reading = dict[str, Any]  # a baseline's or a block's energy figures
 
 #: Energy counters update about every 100 ms; a window must be much longer for the delta to mean much.
 MIN_WINDOW_S = 1.0
@@ -304,7 +306,7 @@ class EnergyTracker:
 
     def setup(self, emit: Callable[[str], None]) -> None:
         emit("idle power baseline")
-        self.idle = idle_baseline(self.sensor, seconds=self.idle_seconds)
+        self.idle = _read_idle(self.sensor, self.idle_seconds)
 
     def monitor(self) -> EnergyMonitor:
         return EnergyMonitor(self.sensor, self.idle["idle_w"])
@@ -312,16 +314,66 @@ class EnergyTracker:
     def finish(self, done: Any) -> Any:
         from . import Contribution
 
-        energy = per_inference(combine([b.monitors[self.name] for b in done.blocks]), done.inferences,
-                               done.throughput)
-        energy["idle_baseline"] = self.idle
+        # the idle power again, now the rounds are over (every worker of the group reads it at once, all idle): a
+        # baseline that drifted while they ran (a device warming up) is no longer taken for the load's
+        after = _read_idle(self.sensor, self.idle_seconds) if self.idle.get("idle_w") is not None else None
+        monitors, used = interpolated(self.idle, after, [(getattr(b, "started_at", None), b.monitors[self.name])
+                                                         for b in done.blocks])
+        energy = per_inference(combine(monitors), done.inferences, done.throughput)
+        energy.update(idle_baseline=self.idle, idle_after=after, idle_used=used)
+        if used is not None:
+            energy["idle_w"] = used["idle_w"]
         samples = sum(len(b.latencies_s) for b in done.blocks)
         batch = done.inferences / samples if samples else 0
         for key in ("gross_j", "net_j"):  # for the intervals between rounds (and processes)
             energy[f"per_round_{'' if key == 'gross_j' else 'net_'}j_per_inference"] = {
-                str(b.round): b.monitors[self.name][key] / (len(b.latencies_s) * batch)
-                for b in done.blocks if b.monitors[self.name].get(key) is not None and b.latencies_s and batch}
+                str(b.round): m[key] / (len(b.latencies_s) * batch)
+                for b, m in zip(done.blocks, monitors) if m.get(key) is not None and b.latencies_s and batch}
         return Contribution({"energy": net_interval(energy, [energy], done.inferences, None)})
+
+
+def _read_idle(sensor: Sensor, seconds: float) -> dict[str, Any]:
+    """:func:`idle_baseline`, with the wall-clock time of its middle (``at``: the blocks' ``started_at`` clock)."""
+    found = idle_baseline(sensor, seconds=seconds)
+    return {**found, "at": time.time() - float(found.get("seconds") or 0.0) / 2}
+
+
+def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[float | None, Reading]],
+                 ) -> tuple[list[Reading], Reading | None]:
+    """The blocks' energy monitors (each with the wall-clock time it started) with their net energy against the idle
+    power on the line between the baseline read ``before`` the rounds and the one read ``after`` them, at each
+    block's middle; and the baseline so used (None, and the blocks as they were, without both readings): its mean
+    over the blocks weighted by their windows (``idle_w``), ``drift_w`` (after less before), and its standard error
+    (``idle_w_se``, with ``idle_df`` by Satterthwaite's rule): each reading's by its weight, and the drift's shape —
+    the idle power between the readings is not known to lie on the line: a uniform spread over their difference."""
+    b0, b1 = before.get("idle_w"), (after or {}).get("idle_w")
+    t0, t1 = before.get("at"), (after or {}).get("at")
+    if after is None or b0 is None or b1 is None or t0 is None or t1 is None or t1 <= t0 or any(
+            started is None for started, _ in blocks):
+        return [m for _, m in blocks], None
+    out, weights = [], []
+    for started, monitor in blocks:
+        assert started is not None
+        window = float(monitor.get("window_s") or 0.0)
+        w = min(1.0, max(0.0, (started + window / 2 - t0) / (t1 - t0)))
+        idle = b0 + w * (b1 - b0)
+        gross = monitor.get("gross_j")
+        out.append({**monitor, "idle_w": idle, "net_j": None if gross is None else gross - idle * window})
+        weights.append((w, window))
+    total = sum(x for _, x in weights)
+    mean_w = sum(w * x for w, x in weights) / total if total > 0 else 0.5
+    used: dict[str, Any] = {"idle_w": b0 + mean_w * (b1 - b0), "drift_w": b1 - b0, "weight_after": mean_w,
+                            "method": "interpolated", "idle_w_se": None, "idle_df": 0}
+    se0, se1 = before.get("idle_w_se"), after.get("idle_w_se")
+    if se0 is not None and se1 is not None:
+        parts = [(((1 - mean_w) * se0) ** 2, float(before.get("idle_df") or 0)),
+                 ((mean_w * se1) ** 2, float(after.get("idle_df") or 0)), ((b1 - b0) ** 2 / 12, float("inf"))]
+        var = sum(v for v, _ in parts)
+        finite = [(v, d) for v, d in parts if v > 0 and d != float("inf")]
+        if all(d >= 1 for v, d in finite):
+            dof = var * var / sum(v * v / d for v, d in finite) if finite else float("inf")
+            used.update(idle_w_se=var ** 0.5, idle_df=None if dof == float("inf") else dof)  # None: unbounded
+    return out, used
 
 
 def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], inferences: int,
@@ -329,18 +381,19 @@ def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], infere
     """``energy`` with ``net_joules_per_inference_ci95``: the rounds' spread of their net energy per inference (as
     latency's, with the processes' part; ``of_round``: each round's process, None for one) and, for a cell of one
     worker process, its idle baseline's standard error (``processes``: the energy blocks of its processes), which
-    shifts every round alike (:func:`inferbench.measure.stats.net_interval`); with several processes each one's
-    baseline offset is part of the spread between them, which the rounds measure. The baseline's own noise only: a
-    drift of the idle power between the baseline and the rounds is not in it (docs/method.md). The gross figure
-    leans on no baseline: its interval has no such part."""
+    shifts every round alike (:func:`inferbench.measure.stats.net_interval`) — the baseline read before and after the
+    rounds where both were (``idle_used``: :func:`interpolated`, the drift's shape in it), else the one before —; with
+    several processes each one's baseline offset is part of the spread between them, which the rounds measure. The
+    gross figure leans on no baseline: its interval has no such part."""
     from .. import stats
 
     value = energy.get("net_joules_per_inference")
     per_round = {int(r): float(v) for r, v in (energy.get("per_round_net_j_per_inference") or {}).items()}
     if len(processes) > 1:  # each process's baseline offset is in the rounds' between-process part already
         processes = []
-    idles = [(b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0)) for b in processes]
+    idles = [(b.get("idle_used") or b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0)) for b in processes]
     known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)  # (none: the rounds')
-    shifts = [(idle["idle_w_se"] * window / inferences, idle["idle_df"]) for idle, window in idles] if known else []
+    shifts = [(idle["idle_w_se"] * window / inferences, float("inf") if idle["idle_df"] is None else idle["idle_df"])
+              for idle, window in idles] if known else []
     ci = stats.net_interval(value, per_round, of_round, shifts) if value is not None and known else None
     return {**energy, "net_joules_per_inference_ci95": None if ci is None else list(ci)}
