@@ -85,26 +85,118 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
 
 def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per cell found in both frames (of :func:`inferbench.records.load`), and the lines about
-    cells found on one side only or several times."""
+    cells found on one side only or several times: several invocations on both sides are pooled
+    (:func:`pooled`), else the latest record of each side is used."""
     from .records.table import device_model
 
     notes = []
-    sides = {}
+    sides: dict[str, dict[tuple[Any, ...], list[Any]]] = {}
     for name, df in (("OLD", old), ("NEW", new)):
         df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
-        counts = df.groupby(KEY, dropna=False).size()
-        for key, n in counts[counts > 1].items():
-            notes.append(f"{name} holds {n} records of {_label(dict(zip(KEY, key)))}: the latest is used")
-        latest = df.sort_values("created_at").groupby(KEY, dropna=False).tail(1)
-        sides[name] = {tuple(r[k] for k in KEY): r for _, r in latest.iterrows()}
+        sides[name] = {}
+        for _, r in df.sort_values("created_at").iterrows():  # each cell's records, the latest last
+            sides[name].setdefault(tuple(r[k] for k in KEY), []).append(r)
     for name, other in (("OLD", "NEW"), ("NEW", "OLD")):
         for key in sorted(set(sides[name]) - set(sides[other]), key=str):
             notes.append(f"only in {name}: {_label(dict(zip(KEY, key)))}")
     rows = []
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
-        o, n = sides["OLD"][key], sides["NEW"][key]
-        rows.append(judged(dict(zip(KEY, key)), o, n, fail_above, across=True))
+        olds, news = sides["OLD"][key], sides["NEW"][key]
+        if len(olds) >= POOLED_RUNS and len(news) >= POOLED_RUNS:
+            notes.append(f"OLD holds {len(olds)} and NEW {len(news)} invocations of {_label(dict(zip(KEY, key)))}: "
+                         "pooled, their spread between invocations measured from them")
+            rows.append(pooled(dict(zip(KEY, key)), olds, news, fail_above))
+            continue
+        for name, found in (("OLD", olds), ("NEW", news)):
+            if len(found) > 1:
+                notes.append(f"{name} holds {len(found)} records of {_label(dict(zip(KEY, key)))}: the latest is "
+                             f"used (pooled only with {POOLED_RUNS} or more invocations on both sides)")
+        rows.append(judged(dict(zip(KEY, key)), olds[-1], news[-1], fail_above, across=True))
     return rows, notes
+
+
+#: Invocations of a cell each side needs for ``compare OLD NEW`` to pool them (:func:`pooled`): two give the spread
+#: between invocations one degree of freedom a side. One against one cannot gate a 1.3x slowdown on a machine whose
+#: invocations differ by 6% (docs/method.md); three a side do (simulated in tests/test_commands.py).
+POOLED_RUNS = 2
+
+
+def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None) -> dict[str, Any]:
+    """``row`` judged from several invocations a side: each run's log centre over its steady rounds at the machine
+    speed the most runs of both sides share (:func:`_steady`), NEW's mean over OLD's, with a two-sample t interval
+    from the runs' own spread between invocations (pooled over both sides: runs - 2 degrees of freedom) — each run's
+    own error is within that spread, and nothing from a calibration is added. Where the latest pair is not judged
+    on its numbers (a failure, lost parity, a busy machine, another tuned setting), that verdict stands; with fewer
+    than two runs a side at a common speed, the latest pair is judged as one."""
+    import statistics
+
+    from .measure.stats import t975
+
+    latest = judged(row, olds[-1], news[-1], fail_above, across=True)
+    if latest["ratio"] is None and not latest["verdict"].startswith("not comparable: no machine speed"):
+        return latest
+    if any(r.get("validity.valid") is False or r["status"] != "ok" or r["parity.status"] == "failed"
+           for r in (*olds, *news)) or len({str(_chosen(r)) for r in (*olds, *news)}) > 1:
+        return latest  # an earlier run failed, was busy or tuned otherwise: only the latest pair is alike
+    found = [(side, *steady) for side, runs in (("old", olds), ("new", news)) for r in runs
+             for steady in [_steady(r)] if steady is not None]
+    states: list[float | None] = []
+    for _, speed, _ in found:
+        if not any(_same(s, speed) for s in states):
+            states.append(speed)
+    best = None
+    for state in states:
+        o = [v for side, speed, v in found if side == "old" and _same(state, speed)]
+        n = [v for side, speed, v in found if side == "new" and _same(state, speed)]
+        if best is None or (min(len(o), len(n)), len(o) + len(n)) > (min(len(best[1]), len(best[2])),
+                                                                      len(best[1]) + len(best[2])):
+            best = (state, o, n)
+    if best is None or len(best[1]) < POOLED_RUNS or len(best[2]) < POOLED_RUNS:
+        return latest
+    state, o, n = best
+    mo, mn = statistics.fmean(o), statistics.fmean(n)
+    df = len(o) + len(n) - 2
+    spread = (sum((v - mo) ** 2 for v in o) + sum((v - mn) ** 2 for v in n)) / df
+    half = t975(df) * math.sqrt(spread * (1 / len(o) + 1 / len(n)))
+    ci = [math.exp(mn - mo - half), math.exp(mn - mo + half)]
+    at = "" if state is None else f"-at-{state:.0f}-gflops"
+    out = row | _sides(olds[-1], news[-1]) | {
+        "old_p50_ms": math.exp(mo), "new_p50_ms": math.exp(mn), "ratio": math.exp(mn - mo), "ratio_ci_low": ci[0],
+        "ratio_ci_high": ci[1], "method": f"invocations-pooled-t-95:{len(o)}/{len(olds)},{len(n)}/{len(news)}{at}"}
+    return out | {"verdict": _verdict(out["ratio"], ci, fail_above)}
+
+
+def _steady(r: Any) -> tuple[float | None, float] | None:
+    """A run's machine speed and log centre over its steady rounds at its most frequent speed (a run without speed
+    readings, as a GPU's: None and all its rounds); None where it has too few such rounds."""
+    from .analysis.ranking import sample_of
+    from .measure.stats import log_centre
+
+    readings = r.get("machine_state.speed.rounds")
+    speed = None
+    if isinstance(readings, list) and readings and _has_raw(r):
+        found = matched(readings, readings, MATCHED_ROUNDS, set(r["raw_rounds"]), set(r["raw_rounds"]))
+        if found is None:
+            return None
+        r, speed = _rounds(r, found[0]), found[2]
+    side = log_centre(sample_of(r)) if _has_raw(r) else None
+    return None if side is None else (speed, side[0])
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    return a is None and b is None or a is not None and b is not None and bool(same_state(a, b))
+
+
+def _verdict(ratio: float, ci: list[float], fail_above: float | None) -> str:
+    """NEW over OLD's verdict from its 95% interval: faster or slower where it excludes 1, a REGRESSION with
+    ``fail_above`` where it lies wholly above 1 + fail_above/100."""
+    if ci[0] <= 1.0 <= ci[1]:
+        return "no significant difference"
+    if ratio < 1:
+        return "faster"
+    if fail_above is not None and ci[0] > 1 + fail_above / 100:
+        return f"REGRESSION (slower by more than {fail_above:g}%)"
+    return "slower"
 
 
 def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -214,14 +306,8 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
         elif not across and not str(cmp["method"]).startswith("paired"):  # one run's twins, yet not in one group
             row.update(ratio_ci_low=None, ratio_ci_high=None,
                        verdict="not comparable: A and B were not measured in the same rounds (not paired)")
-        elif not cmp["significant"]:
-            row["verdict"] = "no significant difference"
-        elif cmp["ratio"] < 1:
-            row["verdict"] = "faster"
-        elif gate and ci[0] > 1 + fail_above / 100:
-            row["verdict"] = f"REGRESSION (slower by more than {fail_above:g}%)"
         else:
-            row["verdict"] = "slower"
+            row["verdict"] = _verdict(cmp["ratio"], ci, fail_above)
     return row
 
 

@@ -276,6 +276,7 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
     real_baseline = power.idle_baseline
 
     def baseline_then_mark(*args, **kwargs):
+        sensor.log.append(("baseline", "-"))
         out = real_baseline(*args, **kwargs)
         sensor.log.append(("baseline done", "-"))
         return out
@@ -296,11 +297,16 @@ def test_a_cell_measures_energy_with_an_injected_sensor(default_run, monkeypatch
     assert e["mean_power_w"] == pytest.approx(100.0, rel=0.05) and e["peak_power_w"] == 100.0
     assert e["sampler"]["n"] >= 10 and e["sampler"]["reading"] == "fake-100w"
     assert out["gpu_state"] == {"start": {"name": "fake GPU"}, "end": {"name": "fake GPU"}}
-    # after the baseline, the timed thread touched the sensor only around the window
-    after = sensor.log[sensor.log.index(("baseline done", "-")) + 1:]
-    main = [what for what, thread in after if thread == "MainThread"]
-    assert main == ["power", "energy", "energy"] * 2 + ["state"], main  # around each block only
-    assert any(thread == "inferbench-power" for _, thread in after)
+    # between the baseline before the rounds and the one after them, the timed thread touched the sensor only around
+    # the window; after the second, only for the device's state
+    marks = [i for i, (what, _) in enumerate(sensor.log) if what in ("baseline", "baseline done")]
+    assert len(marks) == 4, marks  # read before the rounds and again after them
+    between = sensor.log[marks[1] + 1:marks[2]]
+    main = [what for what, thread in between if thread == "MainThread"]
+    assert main == ["power", "energy", "energy"] * 2, main  # around each block only
+    assert [what for what, thread in sensor.log[marks[3] + 1:] if thread == "MainThread"] == ["state"]
+    assert any(thread == "inferbench-power" for _, thread in between)
+    assert e["idle_used"]["method"] == "interpolated" and abs(e["idle_used"]["drift_w"]) < 5.0
 
 
 def test_a_crashing_framework_is_a_failed_row_and_the_rest_still_run(default_run, tmp_path, capsys):

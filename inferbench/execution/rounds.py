@@ -188,6 +188,11 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
         if probe is not None and done:
             probe.read(done)  # after the last round: every round read before and after (speed.steady)
         finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
+        for worker in finishing:  # every worker idle at once while its trackers read what follows the rounds (the
+            worker.child.send({"idle": True})  # idle power again): none collects its record until all have
+        for worker in finishing:
+            _await(worker, "idle", timeout_s)
+        finishing = [x for x in finishing if x.result is None]
         for worker in finishing:  # all at once: the workers collect and exit side by side
             worker.child.send({"finish": True, **({"stopped": stopped} if stopped else {})})
         for worker in finishing:

@@ -7,7 +7,8 @@ pools, allocators and CUDA contexts fight).
 
 Messages to the parent are JSON lines on the pipe ``INFERBENCH_CHANNEL_FD`` (``{"progress": phase}``,
 ``{"ready": true}``, ``{"block": {...}}``). A cell's worker sets up its session, says ready, then
-measures one block per ``{"block": R}`` line on stdin until ``{"finish": true}`` (see
+measures one block per ``{"block": R}`` line on stdin, reads the idle device once the rounds are over
+(``{"idle": true}``, every worker of the group at once) and ends at ``{"finish": true}`` (see
 :mod:`inferbench.execution.rounds`). Any failure ends the worker with a failed result.
 """
 
@@ -79,6 +80,8 @@ def serve(job: CellJob, commands: Any) -> ChildResult:
             send({"tune": session.tune(t["setting"], int(t["round"]), float(t["block_s"]))})
         elif "apply" in command:
             send({"apply": session.apply(command["apply"]["setting"], command["apply"]["tuning"])})
+        elif command.get("idle"):  # the rounds are over: the trackers' readings of the idle device, the group's at once
+            send({"idle": session.idle()})
         elif command.get("finish"):
             session.stopped = command.get("stopped")  # the rounds ended early (--time-budget): its answer says so
             return ChildResult(ok=True, cell=session.finish())

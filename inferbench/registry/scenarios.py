@@ -14,9 +14,12 @@ from typing import Any, Protocol, runtime_checkable
 @runtime_checkable
 class Session(Protocol):
     """What a worker calls on a cell's session (``execution/worker.py``), built as ``Session(job, emit)``: one block
-    a round, then ``finish`` (the cell's outcome: its record's blocks)."""
+    a round, ``idle`` once the rounds are over (its trackers read the idle device, the group's workers at once), then
+    ``finish`` (the cell's outcome: its record's blocks)."""
 
     def block(self, round_index: int) -> dict[str, Any]: ...
+
+    def idle(self) -> dict[str, Any]: ...
 
     def finish(self) -> Any: ...
 

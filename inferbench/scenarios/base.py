@@ -38,6 +38,19 @@ def open_tracked(job: CellJob, emit: Emit) -> tuple[list[Any], dict[str, str]]:
     return ready, missing
 
 
+def idle_tracked(trackers: list[Any]) -> dict[str, Any]:
+    """What the trackers read once the rounds are over, every worker of the group idle until all have (the energy
+    tracker: the idle power again); a tracker that fails here is said by its finish (its figures, never the cell)."""
+    for tracker in trackers:
+        after = getattr(tracker, "after_rounds", None)
+        if after is not None:
+            try:
+                after()
+            except Exception:  # noqa: BLE001, S110 - a sensor's failure costs its figures, never the cell
+                pass
+    return {}
+
+
 def finish_tracked(trackers: list[Any], missing: dict[str, str], done: Any) -> dict[str, Any]:
     """The record's blocks from the trackers (energy, GPU state, machine state, device memory where only NVML can
     tell) and the cell's ``validity`` from their verdicts (:func:`inferbench.measure.trackers.judge`); a block no
@@ -463,6 +476,10 @@ class Measured:
         monitors = [(t.name, m) for t in self.trackers if (m := t.monitor()) is not None]  # around the block, not in
         self.blocks.append(run_block(self.call, self.sync, self.timing.config, round_index, monitors=monitors))
         return {"round": round_index, "p50_ms": float(np.median(self.blocks[-1].latencies_s)) * 1e3}
+
+    def idle(self) -> dict[str, Any]:
+        """The rounds are over: the trackers read the idle device (:func:`idle_tracked`)."""
+        return idle_tracked(self.trackers)
 
     def finish(self) -> CellOutcome:
         from ..measure.memory import peak_rss_mb

@@ -555,6 +555,12 @@ class Session:
                 "window_s": window, "latencies_ms": latencies}
 
     # ------------------------------------------------------------------ the answer
+    def idle(self) -> dict[str, Any]:
+        """The tests are over: the trackers read the idle device (:func:`~inferbench.scenarios.base.idle_tracked`)."""
+        from .base import idle_tracked
+
+        return idle_tracked(self.loaded.trackers)
+
     def finish(self) -> CellOutcome:
         from ..measure import stats
         from ..measure.trackers import Finished

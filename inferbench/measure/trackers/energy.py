@@ -14,6 +14,7 @@ Sensors are injected, so every piece of this logic is tested on machines without
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -303,6 +304,8 @@ class EnergyTracker:
     def __init__(self, sensor: Sensor, idle_seconds: float = 2.0) -> None:
         self.sensor, self.idle_seconds = sensor, idle_seconds
         self.idle: dict[str, Any] = {"idle_w": None}
+        self.after: dict[str, Any] | None = None  # the idle power read again after the rounds
+        self.after_read = False
 
     def setup(self, emit: Callable[[str], None]) -> None:
         emit("idle power baseline")
@@ -311,16 +314,22 @@ class EnergyTracker:
     def monitor(self) -> EnergyMonitor:
         return EnergyMonitor(self.sensor, self.idle["idle_w"])
 
+    def after_rounds(self) -> None:
+        """The idle power again, now the rounds are over: a baseline that drifted while they ran (a device warming
+        up) is no longer taken for the load's. The parent asks every worker of the group at once, each idle until all
+        have read it (``execution/rounds.py``), before any of them collects its record."""
+        self.after = _read_idle(self.sensor, self.idle_seconds) if self.idle.get("idle_w") is not None else None
+        self.after_read = True
+
     def finish(self, done: Any) -> Any:
         from . import Contribution
 
-        # the idle power again, now the rounds are over (every worker of the group reads it at once, all idle): a
-        # baseline that drifted while they ran (a device warming up) is no longer taken for the load's
-        after = _read_idle(self.sensor, self.idle_seconds) if self.idle.get("idle_w") is not None else None
-        monitors, used = interpolated(self.idle, after, [(getattr(b, "started_at", None), b.monitors[self.name])
-                                                         for b in done.blocks])
+        if not self.after_read:  # finished without the group's idle phase (a session run on its own)
+            self.after_rounds()
+        monitors, used = interpolated(self.idle, self.after, [(getattr(b, "started_at", None) or None,
+                                                               b.monitors[self.name]) for b in done.blocks])
         energy = per_inference(combine(monitors), done.inferences, done.throughput)
-        energy.update(idle_baseline=self.idle, idle_after=after, idle_used=used)
+        energy.update(idle_baseline=self.idle, idle_after=self.after, idle_used=used)
         if used is not None:
             energy["idle_w"] = used["idle_w"]
         samples = sum(len(b.latencies_s) for b in done.blocks)
@@ -348,9 +357,10 @@ def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[floa
     the idle power between the readings is not known to lie on the line: a uniform spread over their difference."""
     b0, b1 = before.get("idle_w"), (after or {}).get("idle_w")
     t0, t1 = before.get("at"), (after or {}).get("at")
+    se0, se1 = before.get("idle_w_se"), (after or {}).get("idle_w_se")
     if after is None or b0 is None or b1 is None or t0 is None or t1 is None or t1 <= t0 or any(
-            started is None for started, _ in blocks):
-        return [m for _, m in blocks], None
+            started is None for started, _ in blocks) or (se0 is not None and se1 is None):
+        return [m for _, m in blocks], None  # (a reading after without its error would cost the interval)
     out, weights = [], []
     for started, monitor in blocks:
         assert started is not None
@@ -363,17 +373,29 @@ def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[floa
     total = sum(x for _, x in weights)
     mean_w = sum(w * x for w, x in weights) / total if total > 0 else 0.5
     used: dict[str, Any] = {"idle_w": b0 + mean_w * (b1 - b0), "drift_w": b1 - b0, "weight_after": mean_w,
-                            "method": "interpolated", "idle_w_se": None, "idle_df": 0}
-    se0, se1 = before.get("idle_w_se"), after.get("idle_w_se")
+                            "method": "interpolated", "idle_w_se": None, "idle_df": 0, "shared_w_se": None,
+                            "shared_df": 0}
     if se0 is not None and se1 is not None:
-        parts = [(((1 - mean_w) * se0) ** 2, float(before.get("idle_df") or 0)),
-                 ((mean_w * se1) ** 2, float(after.get("idle_df") or 0)), ((b1 - b0) ** 2 / 12, float("inf"))]
-        var = sum(v for v, _ in parts)
-        finite = [(v, d) for v, d in parts if v > 0 and d != float("inf")]
-        if all(d >= 1 for v, d in finite):
-            dof = var * var / sum(v * v / d for v, d in finite) if finite else float("inf")
-            used.update(idle_w_se=var ** 0.5, idle_df=None if dof == float("inf") else dof)  # None: unbounded
+        # the shape: the idle power anywhere between the readings, uniform over them, about the line's point
+        shape = (b1 - b0) ** 2 * ((mean_w - 0.5) ** 2 + 1 / 12)
+        own = (((1 - mean_w) * se0) ** 2, float(before.get("idle_df") or 0))  # this worker's reading before
+        shared = [((mean_w * se1) ** 2, float(after.get("idle_df") or 0)), (shape, math.inf)]  # the group's at once
+        for names, parts in ((("idle_w_se", "idle_df"), [own, *shared]), (("shared_w_se", "shared_df"), shared)):
+            found = _satterthwaite(parts)
+            if found is not None:
+                used.update(dict(zip(names, found)))
     return out, used
+
+
+def _satterthwaite(parts: list[tuple[float, float]]) -> tuple[float, float | None] | None:
+    """The standard error of a sum of independent variances, each with its degrees of freedom, and Satterthwaite's
+    degrees of freedom for it (None: unbounded); None where a part has fewer than one."""
+    var = sum(v for v, _ in parts)
+    finite = [(v, d) for v, d in parts if v > 0 and math.isfinite(d)]
+    if any(d < 1 for _, d in finite):
+        return None
+    dof = var * var / sum(v * v / d for v, d in finite) if finite else math.inf
+    return var ** 0.5, None if math.isinf(dof) else dof
 
 
 def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], inferences: int,
@@ -383,17 +405,26 @@ def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], infere
     worker process, its idle baseline's standard error (``processes``: the energy blocks of its processes), which
     shifts every round alike (:func:`inferbench.measure.stats.net_interval`) — the baseline read before and after the
     rounds where both were (``idle_used``: :func:`interpolated`, the drift's shape in it), else the one before —; with
-    several processes each one's baseline offset is part of the spread between them, which the rounds measure. The
-    gross figure leans on no baseline: its interval has no such part."""
+    several processes each one's own reading before the rounds is part of the spread between them, which the rounds
+    measure, but the group's reading after them (all at once, one counter) and the drift's shape are shared: their
+    part (``shared_w_se``) shifts every process alike. The gross figure leans on no baseline: its interval has no
+    such part."""
     from .. import stats
 
     value = energy.get("net_joules_per_inference")
     per_round = {int(r): float(v) for r, v in (energy.get("per_round_net_j_per_inference") or {}).items()}
-    if len(processes) > 1:  # each process's baseline offset is in the rounds' between-process part already
-        processes = []
-    idles = [(b.get("idle_used") or b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0)) for b in processes]
-    known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)  # (none: the rounds')
-    shifts = [(idle["idle_w_se"] * window / inferences, float("inf") if idle["idle_df"] is None else idle["idle_df"])
-              for idle, window in idles] if known else []
+    if len(processes) > 1:  # each process's own reading's error is in the rounds' between-process part already; the
+        # group's reading after the rounds (at once, one counter) and the drift's shape are shared by all: one shift
+        used = [(b.get("idle_used") or {}, float(b.get("window_s") or 0.0)) for b in processes]
+        known = inferences > 0  # without the shared part's error (no reading after): the rounds' parts alone
+        shifts = [(sum(u["shared_w_se"] * window for u, window in used) / inferences,
+                   min(math.inf if u["shared_df"] is None else u["shared_df"] for u, _ in used))] if known and all(
+            u.get("shared_w_se") is not None for u, _ in used) else []
+    else:
+        idles = [(b.get("idle_used") or b.get("idle_baseline") or {}, float(b.get("window_s") or 0.0))
+                 for b in processes]
+        known = inferences > 0 and all(idle.get("idle_w_se") is not None for idle, _ in idles)  # (none: the rounds')
+        shifts = [(idle["idle_w_se"] * window / inferences, math.inf if idle["idle_df"] is None else idle["idle_df"])
+                  for idle, window in idles] if known else []
     ci = stats.net_interval(value, per_round, of_round, shifts) if value is not None and known else None
     return {**energy, "net_joules_per_inference_ci95": None if ci is None else list(ci)}
