@@ -33,6 +33,7 @@ no spread between invocations to estimate.
                                         [--slowdown onnxrt:1.3] [--busy N] [--reuse]
     python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
                                         [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR] [--reuse]
+    python benchmarks/aa_calibration.py --pooled 3 --out DIR   # an --across calibration's runs, K a side pooled
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def wilson(k: int, n: int) -> str:
@@ -125,9 +127,10 @@ def invoke(folder: Path, frameworks: str, cache_dir: str, busy: int, slowdown: s
     return wall
 
 
-def verdicts(old: Path, new: Path, fail_above: float = 10.0, sd: dict | None = None) -> list[dict]:
-    """``compare``'s rows for one pair of runs, as the command computes them (``sd``: a calibration in place of the
-    one the records carry, for runs re-analysed with ``--reuse``)."""
+def verdicts(old: Path | list[Path], new: Path | list[Path], fail_above: float = 10.0,
+             sd: dict | None = None) -> list[dict]:
+    """``compare``'s rows for one pair of runs (or of sets of runs: pooled), as the command computes them (``sd``: a
+    calibration in place of the one the records carry, for runs re-analysed with ``--reuse``)."""
     from inferbench.compare import compare_frames
     from inferbench.records.load import load
 
@@ -141,7 +144,7 @@ def verdicts(old: Path, new: Path, fail_above: float = 10.0, sd: dict | None = N
     return rows
 
 
-def tally(pairs: list[tuple[Path, Path]], sd: dict | None = None, ab: bool = False) -> dict[str, dict[str, int]]:
+def tally(pairs: list[tuple[Any, Any]], sd: dict | None = None, ab: bool = False) -> dict[str, dict[str, int]]:
     """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable (``ab``:
     each pair's first folder is one A/B run, B judged against A within it, as ``compare RUN`` does)."""
     from inferbench.compare import ab_frame
@@ -231,6 +234,39 @@ def across(args: argparse.Namespace) -> None:
                                                      indent=1))
     (out / "calibration.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def pooled_runs(args: argparse.Namespace) -> None:
+    """``compare OLD NEW`` with ``--pooled K`` invocations a side, from the runs an ``--across`` calibration made in
+    ``--out`` (nothing is run, and its own files are left as they are): 40 random splits of its plain runs (``aa/``)
+    into two sides of K (identical sides), and 40 of K slowed runs (``slowed/``) against K plain ones; the splits
+    share runs, so their rates are not of independent trials. Written to ``pooled.txt`` and ``pooled.json``."""
+    import contextlib
+    import io
+    import random
+
+    out, k = Path(args.out), args.pooled
+    runs = {m: sorted(p for f in sorted((out / m).iterdir()) for p in f.iterdir() if p.is_dir())
+            for m in ("aa", "slowed") if (out / m).is_dir()}
+    rng = random.Random(0)
+    splits = {"aa": [(s[:k], s[k:]) for s in (rng.sample(runs["aa"], 2 * k) for _ in range(40))]}
+    if "slowed" in runs and len(runs["slowed"]) >= k:
+        splits["slowed"] = [(rng.sample(runs["aa"], k), rng.sample(runs["slowed"], k)) for _ in range(40)]
+    with contextlib.redirect_stderr(io.StringIO()):  # the loader's notes on every pair
+        results = {mode: tally(pairs) for mode, pairs in splits.items()}
+    lines = [f"compare OLD NEW with {k} invocations a side, pooled: 40 random splits of {len(runs['aa'])} plain runs "
+             f"into two sides" + (f", and 40 of {k} of the {len(runs['slowed'])} slowed runs against {k} plain ones"
+                                  if "slowed" in splits else "") + " (splits share runs); --fail-above 10"]
+    for mode, table in results.items():
+        for fw, t in sorted(table.items()):
+            judged = t["pairs"] - t["not_comparable"] - t["no_interval"]
+            apart = wilson(t["pairs"] - judged, t["pairs"])
+            lines.append(f"  {mode:8s} {fw:10s} of {t['pairs']} splits, abstained {apart}; of the {judged} judged: "
+                         f"significant {wilson(t['significant'], judged)}; slower {wilson(t['slower'], judged)}; "
+                         f"REGRESSION {wilson(t['regression'], judged)}")
+    print("\n".join(lines))
+    (out / "pooled.txt").write_text("\n".join(lines) + "\n")
+    (out / "pooled.json").write_text(json.dumps({"pooled": k, "results": results}, indent=1))
 
 
 def ab_runs(args: argparse.Namespace) -> None:
@@ -396,8 +432,13 @@ def main() -> None:
     p.add_argument("--reuse", action="store_true", help="across: re-analyse the runs already in --out (the "
                    "calibration recomputed and used in place of the one the records carry)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
+    p.add_argument("--pooled", type=int, default=0, metavar="K", help="across: compare K invocations a side, pooled, "
+                   "from the runs already in --out (nothing is run)")
     args = p.parse_args()
-    ab_runs(args) if args.ab else across(args) if args.across else within(args)
+    if args.pooled:
+        pooled_runs(args)
+    else:
+        ab_runs(args) if args.ab else across(args) if args.across else within(args)
 
 
 if __name__ == "__main__":

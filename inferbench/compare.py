@@ -5,8 +5,11 @@ same verdicts and exit statuses; nothing between invocations enters, since one i
 
 Cells are matched on their identity (device model, threads, model, resolution, batch size, framework
 with precision and variant — the variant names the environment passed on with ``--pass-env`` — scenario; a model
-file's name carries its content's hash; not the host: a CI runner is rebuilt); where a folder holds several records
-of one cell, the latest is used and the line says so. OLD and NEW come from different runs, so the interval is the
+file's name carries its content's hash; not the host: a CI runner is rebuilt). Where both sides hold two or more
+invocations of a cell (runs in sub-folders), they are pooled (:func:`pooled`): each run's log centre over its steady
+rounds at the machine speed most of them share, NEW's mean over OLD's with a two-sample t interval from the runs' own
+spread between invocations — what no single run can see, measured, with no calibration. Otherwise, where a folder
+holds several records of one cell, the latest is used and the line says so. One run a side: the interval is the
 unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
 worker processes, as measured in its run (records from before schema 6 have no measured process spread: an assumed
 one is used and the line says so), plus the machine's spread between invocations beyond each run's own error

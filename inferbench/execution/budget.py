@@ -284,7 +284,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     source = (f" (set-up as this machine measured it for {', '.join(known)}" + (
         "; estimated for the others" if len(known) < len({c.framework for c in cells}) else "") + ")") if known else \
         " (set-up estimated: no run on this machine measured it yet)"
-    if slowdown > 1.0:
+    if slowdown >= 1.05:  # (a few hundredths of a core: counted, not worth a line that reads "0.0 of 2 cores")
         source += (f"; the machine is busy now (other work took {busy[1]:.1f} of {os.cpu_count()} cores): set-ups "
                    f"and exports counted {slowdown:.1f}x longer")
     if own <= budget_s:

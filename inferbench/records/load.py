@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The JSON files inferbench itself writes beside records: a sweep's plan, a run's answer, the zoo's exports, the
 #: contention and calibration benchmarks' results (benchmarks/contention.py, benchmarks/aa_calibration.py).
 OWN_FILES = ("sweep.json", "recommendation.json", "exports.json", "contention.json", "calibration.json",
-             "invocation_spread.json")
+             "invocation_spread.json", "ab.json", "pooled.json")
 
 
 def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
