@@ -238,16 +238,21 @@ def across(args: argparse.Namespace) -> None:
 
 def pooled_runs(args: argparse.Namespace) -> None:
     """``compare OLD NEW`` with ``--pooled K`` invocations a side, from the runs an ``--across`` calibration made in
-    ``--out`` (nothing is run, and its own files are left as they are): 40 random splits of its plain runs (``aa/``)
-    into two sides of K (identical sides), and 40 of K slowed runs (``slowed/``) against K plain ones; the splits
-    share runs, so their rates are not of independent trials. Written to ``pooled.txt`` and ``pooled.json``."""
+    ``--out`` (nothing is run, and its own files are left as they are): 40 random splits of its plain runs (``aa/``
+    and ``calibrate/``: alike, and no calibration enters a pooled comparison) into two sides of K (identical sides),
+    and 40 of K slowed runs (``slowed/``) against K plain ones; the splits share runs, so their rates are not of
+    independent trials. Written to ``pooled.txt`` and ``pooled.json``."""
     import contextlib
     import io
     import random
 
     out, k = Path(args.out), args.pooled
     runs = {m: sorted(p for f in sorted((out / m).iterdir()) for p in f.iterdir() if p.is_dir())
-            for m in ("aa", "slowed") if (out / m).is_dir()}
+            for m in ("calibrate", "aa", "slowed") if (out / m).is_dir()}
+    runs["aa"] = runs.pop("calibrate", []) + runs.get("aa", [])  # every plain run
+    if len(runs["aa"]) < 2 * k:
+        sys.exit(f"aa_calibration.py: --pooled {k} needs {2 * k} plain runs (calibrate/, aa/) in {out}; it has "
+                 f"{len(runs['aa'])}: run --across first")
     rng = random.Random(0)
     splits = {"aa": [(s[:k], s[k:]) for s in (rng.sample(runs["aa"], 2 * k) for _ in range(40))]}
     if "slowed" in runs and len(runs["slowed"]) >= k:

@@ -7,7 +7,7 @@ Cells are matched on their identity (device model, threads, model, resolution, b
 with precision and variant — the variant names the environment passed on with ``--pass-env`` — scenario; a model
 file's name carries its content's hash; not the host: a CI runner is rebuilt). Where both sides hold two or more
 invocations of a cell (runs in sub-folders), they are pooled (:func:`pooled`): each run's log centre over its steady
-rounds at the machine speed most of them share, NEW's mean over OLD's with a two-sample t interval from the runs' own
+rounds at its machine speed, NEW's mean over OLD's within each speed both ran at, with a t interval from the runs' own
 spread between invocations — what no single run can see, measured, with no calibration. Otherwise, where a folder
 holds several records of one cell, the latest is used and the line says so. One run a side: the interval is the
 unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
@@ -106,9 +106,10 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
         olds, news = sides["OLD"][key], sides["NEW"][key]
         if len(olds) >= POOLED_RUNS and len(news) >= POOLED_RUNS:
+            row, why = pooled(dict(zip(KEY, key)), olds, news, fail_above)
             notes.append(f"OLD holds {len(olds)} and NEW {len(news)} invocations of {_label(dict(zip(KEY, key)))}: "
-                         "pooled, their spread between invocations measured from them")
-            rows.append(pooled(dict(zip(KEY, key)), olds, news, fail_above))
+                         + (why or "pooled, their spread between invocations measured from them"))
+            rows.append(row)
             continue
         for name, found in (("OLD", olds), ("NEW", news)):
             if len(found) > 1:
@@ -119,70 +120,99 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
 
 
 #: Invocations of a cell each side needs for ``compare OLD NEW`` to pool them (:func:`pooled`): two give the spread
-#: between invocations one degree of freedom a side. One against one cannot gate a 1.3x slowdown on a machine whose
-#: invocations differ by 6% (docs/method.md); three a side do (simulated in tests/test_commands.py).
+#: between invocations one degree of freedom a side (at least two: a side's spread is measured from them). One
+#: against one cannot gate a 1.3x slowdown on a machine whose invocations differ by 6% (docs/method.md); three a side
+#: do (simulated in tests/test_commands.py).
 POOLED_RUNS = 2
+assert POOLED_RUNS >= 2
 
 
-def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None) -> dict[str, Any]:
-    """``row`` judged from several invocations a side: each run's log centre over its steady rounds at the machine
-    speed the most runs of both sides share (:func:`_steady`), NEW's mean over OLD's, with a two-sample t interval
-    from the runs' own spread between invocations (pooled over both sides: runs - 2 degrees of freedom) — each run's
-    own error is within that spread, and nothing from a calibration is added. Where the latest pair is not judged
-    on its numbers (a failure, lost parity, a busy machine, another tuned setting), that verdict stands; with fewer
-    than two runs a side at a common speed, the latest pair is judged as one."""
+def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None,
+           ) -> tuple[dict[str, Any], str | None]:
+    """``row`` judged from several invocations a side, and why it was not pooled (None: it was). Each run's log centre
+    over its steady rounds at its most frequent machine speed (:func:`_steady`) is one sample; the runs are grouped by
+    speed (this VM runs at two), NEW's mean over OLD's taken within each speed both sides ran at and combined (each
+    speed weighted as its runs allow), with a t interval from the runs' own spread between invocations within
+    speeds, pooled over the speeds and the sides — each run's own error lies within that spread, and nothing from a
+    calibration is added. The runs used are those alike the latest of their side (ran, verified, on a quiet machine,
+    tuned to the same setting; a record found twice counts once); where the latest pair is not judged on its numbers
+    (a failure, lost parity, a busy machine, another tuned setting), that verdict stands, and with fewer than two
+    usable runs a side at speeds both ran at, the latest pair is judged as one."""
     import statistics
 
     from .measure.stats import t975
 
     latest = judged(row, olds[-1], news[-1], fail_above, across=True)
     if latest["ratio"] is None and not latest["verdict"].startswith("not comparable: no machine speed"):
-        return latest
-    if any(r.get("validity.valid") is False or r["status"] != "ok" or r["parity.status"] == "failed"
-           for r in (*olds, *news)) or len({str(_chosen(r)) for r in (*olds, *news)}) > 1:
-        return latest  # an earlier run failed, was busy or tuned otherwise: only the latest pair is alike
-    found = [(side, *steady) for side, runs in (("old", olds), ("new", news)) for r in runs
+        return latest, "the latest pair's verdict stands (its runs are not judged on their numbers)"
+    found = [(side, *steady) for side, runs in (("old", olds), ("new", news)) for r in _alike(runs)
              for steady in [_steady(r)] if steady is not None]
     states: list[float | None] = []
     for _, speed, _ in found:
         if not any(_same(s, speed) for s in states):
             states.append(speed)
-    best = None
-    for state in states:
-        o = [v for side, speed, v in found if side == "old" and _same(state, speed)]
-        n = [v for side, speed, v in found if side == "new" and _same(state, speed)]
-        if best is None or (min(len(o), len(n)), len(o) + len(n)) > (min(len(best[1]), len(best[2])),
-                                                                      len(best[1]) + len(best[2])):
-            best = (state, o, n)
-    if best is None or len(best[1]) < POOLED_RUNS or len(best[2]) < POOLED_RUNS:
-        return latest
-    state, o, n = best
-    mo, mn = statistics.fmean(o), statistics.fmean(n)
-    df = len(o) + len(n) - 2
-    spread = (sum((v - mo) ** 2 for v in o) + sum((v - mn) ** 2 for v in n)) / df
-    half = t975(df) * math.sqrt(spread * (1 / len(o) + 1 / len(n)))
-    ci = [math.exp(mn - mo - half), math.exp(mn - mo + half)]
-    at = "" if state is None else f"-at-{state:.0f}-gflops"
+    strata = [([v for side, speed, v in found if side == "old" and _same(state, speed)],
+               [v for side, speed, v in found if side == "new" and _same(state, speed)], state) for state in states]
+    both = [(o, n, state) for o, n, state in strata if o and n]
+    used = [sum(len(x[k]) for x in both) for k in (0, 1)]
+    df = sum(len(g) - 1 for o, n, _ in strata for g in (o, n) if g)
+    if used[0] < POOLED_RUNS or used[1] < POOLED_RUNS or df < 1:
+        return latest, (f"not pooled: {used[0]} OLD and {used[1]} NEW runs ran alike at machine speeds both sides ran "
+                        f"at (steady for {MATCHED_ROUNDS} rounds), {POOLED_RUNS} a side needed; the latest pair is "
+                        "judged as one")
+    weights = [1 / (1 / len(o) + 1 / len(n)) for o, n, _ in both]
+    estimate = sum(w * (statistics.fmean(n) - statistics.fmean(o)) for w, (o, n, _) in zip(weights, both)) / sum(
+        weights)
+    spread = sum((v - statistics.fmean(g)) ** 2 for o, n, _ in strata for g in (o, n) if g for v in g) / df
+    main = max(zip(weights, both), key=lambda x: x[0])[1]  # the speed most of the runs ran at: what the table shows
+    speeds = ",".join(f"{s:.0f}" for _, _, s in both if s is not None)
     out = row | _sides(olds[-1], news[-1]) | {
-        "old_p50_ms": math.exp(mo), "new_p50_ms": math.exp(mn), "ratio": math.exp(mn - mo), "ratio_ci_low": ci[0],
-        "ratio_ci_high": ci[1], "method": f"invocations-pooled-t-95:{len(o)}/{len(olds)},{len(n)}/{len(news)}{at}"}
-    return out | {"verdict": _verdict(out["ratio"], ci, fail_above)}
+        "old_p50_ms": math.exp(statistics.fmean(main[0])), "new_p50_ms": math.exp(statistics.fmean(main[1])),
+        "ratio": math.exp(estimate),
+        "method": f"invocations-pooled-t-95:{used[0]}/{len(olds)},{used[1]}/{len(news)}"
+                  + (f"-at-{speeds}-gflops" if speeds else "")}
+    if spread <= 0:  # runs that agree to the last digit: the same record found twice, not invocations
+        return out | {"verdict": "no interval (the runs do not differ at all: the same records twice?)"}, None
+    half = t975(df) * math.sqrt(spread / sum(weights))
+    ci = [math.exp(estimate - half), math.exp(estimate + half)]
+    return out | {"ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "verdict": _verdict(out["ratio"], ci, fail_above)}, \
+        None
+
+
+def _alike(runs: list[Any]) -> list[Any]:
+    """A side's runs alike its latest: ran, verified, measured on a quiet machine, tuned to the same setting (by the
+    records' digests where both have one), each record once (by its run and creation)."""
+    latest, seen, out = runs[-1], set(), []
+    for r in runs:
+        key = (r.get("run_id"), r.get("created_at"))
+        if key in seen or r["status"] != "ok" or r.get("validity.valid") is False or r["parity.status"] == "failed":
+            continue
+        a, b = _chosen(r), _chosen(latest)
+        if (a is None) != (b is None) or a is not None and b is not None and (
+                {k: v for k, v in a.items() if k != "_digest"} != {k: v for k, v in b.items() if k != "_digest"}
+                or "_digest" in a and "_digest" in b and a["_digest"] != b["_digest"]):
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
 
 
 def _steady(r: Any) -> tuple[float | None, float] | None:
-    """A run's machine speed and log centre over its steady rounds at its most frequent speed (a run without speed
-    readings, as a GPU's: None and all its rounds); None where it has too few such rounds."""
+    """A run's machine speed and log centre over its steady rounds at its most frequent speed (a run without
+    per-round readings: its median speed, else None, and all its rounds); None where it has too few such rounds."""
     from .analysis.ranking import sample_of
     from .measure.stats import log_centre
 
     readings = r.get("machine_state.speed.rounds")
-    speed = None
+    median = r.get("machine_state.speed.gflops_median")
+    speed = float(median) if isinstance(median, numbers.Real) and median == median and median > 0 else None
+    kept = r
     if isinstance(readings, list) and readings and _has_raw(r):
         found = matched(readings, readings, MATCHED_ROUNDS, set(r["raw_rounds"]), set(r["raw_rounds"]))
         if found is None:
             return None
-        r, speed = _rounds(r, found[0]), found[2]
-    side = log_centre(sample_of(r)) if _has_raw(r) else None
+        kept, speed = _rounds(r, found[0]), found[2]
+    side = log_centre(sample_of(kept)) if _has_raw(kept) else None
     return None if side is None else (speed, side[0])
 
 
@@ -395,7 +425,8 @@ def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
     if gm is not None and len(judged) > 1:
         out.append(f"geometric mean {of} over {gm['cells']} cells: {gm['ratio']:.3f} "
                    f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
-    calibrated = [r for r in judged if "invocation-calibrated" in (r.get("method") or "")]
+    calibrated = [r for r in judged if "invocation-calibrated" in (r.get("method") or "")
+                  or (r.get("method") or "").startswith("invocations-pooled")]  # the runs' own spread, measured
     paired = [r for r in judged if (r.get("method") or "").startswith("paired")]
     if ab and judged:
         out.append(f"{len(paired)} of {len(judged)} judged cells paired with their twin within the run's rounds: one "

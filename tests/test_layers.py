@@ -171,7 +171,7 @@ def test_every_scenario_keeps_the_contract_its_entry_declares():
     for name, entry in SCENARIOS.items():
         assert isinstance(scenario_module(name), ScenarioModule), name
         session = get_scenario(name)
-        assert callable(getattr(session, "block", None)) and callable(getattr(session, "finish", None)), name
+        assert all(callable(getattr(session, m, None)) for m in ("block", "idle", "finish")), name
         tunes = all(callable(getattr(session, m, None)) for m in ("tune", "apply"))
         assert tunes == entry.tunes, name
     assert [n for n, e in SCENARIOS.items() if e.tunes] == ["inference"]

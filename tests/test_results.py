@@ -257,6 +257,11 @@ def test_the_published_json_schema_holds_every_record():
     assert all(r["timing"]["test_slowdown"] == 1.3 for r in twins if "/slowed/" in r["_source"]
                and r["framework"] == "onnxrt")
     assert not any(r["timing"].get("test_slowdown") for r in ab if r not in twins)  # A is never slowed
+    pooled = [r for r in found if "/aa-calibration-cpu-20261128-pooled/" in r["_source"]]  # compare, 3 a side pooled
+    assert len(pooled) == 2 * (10 + 10 + 5) and all(r["parity"]["status"] == "passed" for r in pooled)
+    assert {r["framework"] for r in pooled if r["timing"].get("test_slowdown") == 1.3} == {"onnxrt"}
+    assert all(("/slowed/" in r["_source"] and r["framework"] == "onnxrt") == bool(r["timing"].get("test_slowdown"))
+               for r in pooled)
     served = [r for r in found if "/serving-cpu-20261126/" in r["_source"]]  # under LoadGen
     assert {r["scenario"] for r in served} == {"server", "offline", "inference"} and all(
         r["parity"]["status"] == "passed" for r in served)

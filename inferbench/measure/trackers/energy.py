@@ -318,8 +318,8 @@ class EnergyTracker:
         """The idle power again, now the rounds are over: a baseline that drifted while they ran (a device warming
         up) is no longer taken for the load's. The parent asks every worker of the group at once, each idle until all
         have read it (``execution/rounds.py``), before any of them collects its record."""
+        self.after_read = True  # once, even where the reading fails: never again while the others collect
         self.after = _read_idle(self.sensor, self.idle_seconds) if self.idle.get("idle_w") is not None else None
-        self.after_read = True
 
     def finish(self, done: Any) -> Any:
         from . import Contribution
