@@ -90,7 +90,7 @@ def test_target_ci_adds_rounds_until_every_paired_ratio_is_known_that_well_or_th
     assert lo < target["widest"]["ratio"] < hi and (hi / lo) ** 0.5 - 1 <= 0.30
     assert _run(tmp_path / "b", "--framework", "fake,fake-jumpy", "--target-ci", "5", "--duration", "0.2") == 0
     err = capsys.readouterr().err
-    assert "--target-ci +-5.0% not reached: stopped at 16 rounds (4x --rounds); the widest: " in err
+    assert "--target-ci +-5.0% not reached: stopped at 16 rounds (4x --rounds); the widest: " in err, err
     assert "round 16 done (--target-ci: at most 16)" not in err  # a passing phase, not a lasting line
     (b,) = (tmp_path / "b" / "out").iterdir()
     rec = json.loads(next(b.glob("*_fake-jumpy.json")).read_text())
