@@ -163,7 +163,7 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
     weights = [1 / (1 / len(o) + 1 / len(n)) for o, n, _ in both]
     estimate = sum(w * (statistics.fmean(n) - statistics.fmean(o)) for w, (o, n, _) in zip(weights, both)) / sum(
         weights)
-    spread = sum((v - statistics.fmean(g)) ** 2 for o, n, _ in strata for g in (o, n) if g for v in g) / df
+    spread = sum(len(g) * statistics.pvariance(g) for o, n, _ in strata for g in (o, n) if g) / df
     main = max(zip(weights, both), key=lambda x: x[0])[1]  # the speed most of the runs ran at: what the table shows
     speeds = ",".join(f"{s:.0f}" for _, _, s in both if s is not None)
     out = row | _sides(olds[-1], news[-1]) | {
@@ -188,9 +188,7 @@ def _alike(runs: list[Any]) -> list[Any]:
         if key in seen or r["status"] != "ok" or r.get("validity.valid") is False or r["parity.status"] == "failed":
             continue
         a, b = _chosen(r), _chosen(latest)
-        if (a is None) != (b is None) or a is not None and b is not None and (
-                {k: v for k, v in a.items() if k != "_digest"} != {k: v for k, v in b.items() if k != "_digest"}
-                or "_digest" in a and "_digest" in b and a["_digest"] != b["_digest"]):
+        if (a is None) != (b is None) or _tuned_otherwise(a, b):
             continue
         seen.add(key)
         out.append(r)
@@ -307,9 +305,7 @@ def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across
     busy = [side for side, r in ((old, o), (new, n)) if r.get("validity.valid") is False]
     chosen = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
     settings = {side: {k: v for k, v in c.items() if k != "_digest"} for side, c in chosen.items() if c is not None}
-    digests = {c.get("_digest") for c in chosen.values() if c is not None}
-    tuned_otherwise = len(settings) == 2 and (settings["old"] != settings["new"] or None not in digests
-                                              and len(digests) > 1)  # by the records' digests where both have one
+    tuned_otherwise = _tuned_otherwise(chosen["old"], chosen["new"])
     speed = None
     if across:
         o, n, speed = _at_one_speed(o, n)
@@ -352,6 +348,16 @@ def _chosen(r: Any) -> dict[str, Any] | None:
     prefix = "tuning.chosen."
     chosen = {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix) and v is not None and v == v}
     return chosen | ({"_digest": r["tuning.digest"]} if isinstance(r.get("tuning.digest"), str) else {})
+
+
+def _tuned_otherwise(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Two tuned cells' chosen settings (:func:`_chosen`) differ: by the settings, or by the records' digests where
+    both have one (False where either was not tuned)."""
+    if a is None or b is None:
+        return False
+    digests = {a.get("_digest"), b.get("_digest")}
+    return ({k: v for k, v in a.items() if k != "_digest"} != {k: v for k, v in b.items() if k != "_digest"}
+            or None not in digests and len(digests) > 1)
 
 
 def _setting(setting: dict[str, Any]) -> str:

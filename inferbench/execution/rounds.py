@@ -409,12 +409,9 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
         workers = [cell]
         for setting in load_grid[1:]:  # a worker of its own for each load-time setting
             job = dataclasses.replace(cell.job, setting=setting)
-            label = f"{cell.job.cell.label} ({', '.join(f'{k}={v}' for k, v in setting.items())})"
-            started = clock()
-            extra = _Cell(job, Child(job, env, lambda phase, lb=label: progress(lb, phase)))
+            extra = _start(job, env, progress, timeout_s, f" ({', '.join(f'{k}={v}' for k, v in setting.items())})",
+                           clock)
             spawned.append(extra)
-            if _await(extra, "ready", timeout_s) is not None:
-                extra.setup_s = clock() - started
             if extra.result is None:
                 workers.append(extra)
             else:

@@ -654,14 +654,23 @@ def net_interval(value: float, per_round: Mapping[int, float], processes: int | 
     if fit is None or value <= 0:
         return None
     se_log, df = fit.se()
-    parts = [((value * se_log) ** 2, df), *((sd * sd, float(d)) for sd, d in shifts)]
+    found = satterthwaite([((value * se_log) ** 2, df), *((sd * sd, float(d)) for sd, d in shifts)])
+    if found is None:
+        return None
+    half = t975(math.inf if found[1] is None else found[1]) * found[0]
+    return max(0.0, value - half), value + half
+
+
+def satterthwaite(parts: Sequence[tuple[float, float]]) -> tuple[float, float | None] | None:
+    """The standard error of a sum of independent variances, each with its degrees of freedom, and Satterthwaite's
+    degrees of freedom for it (None: unbounded, every part with a finite count being 0); None where a part has fewer
+    than one."""
     var = sum(v for v, _ in parts)
     finite = [(v, d) for v, d in parts if v > 0 and math.isfinite(d)]
-    if any(d < 1 for v, d in finite):
+    if any(d < 1 for _, d in finite):
         return None
     dof = var * var / sum(v * v / d for v, d in finite) if finite else math.inf
-    half = t975(dof) * math.sqrt(var)
-    return max(0.0, value - half), value + half
+    return math.sqrt(var), None if math.isinf(dof) else dof
 
 
 def per_round_interval(value: float, per_round: Mapping[int, float], processes: int | Mapping[int, int] | None,

@@ -355,6 +355,8 @@ def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[floa
     over the blocks weighted by their windows (``idle_w``), ``drift_w`` (after less before), and its standard error
     (``idle_w_se``, with ``idle_df`` by Satterthwaite's rule): each reading's by its weight, and the drift's shape —
     the idle power between the readings is not known to lie on the line: a uniform spread over their difference."""
+    from ..stats import satterthwaite
+
     b0, b1 = before.get("idle_w"), (after or {}).get("idle_w")
     t0, t1 = before.get("at"), (after or {}).get("at")
     se0, se1 = before.get("idle_w_se"), (after or {}).get("idle_w_se")
@@ -381,21 +383,10 @@ def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[floa
         own = (((1 - mean_w) * se0) ** 2, float(before.get("idle_df") or 0))  # this worker's reading before
         shared = [((mean_w * se1) ** 2, float(after.get("idle_df") or 0)), (shape, math.inf)]  # the group's at once
         for names, parts in ((("idle_w_se", "idle_df"), [own, *shared]), (("shared_w_se", "shared_df"), shared)):
-            found = _satterthwaite(parts)
+            found = satterthwaite(parts)
             if found is not None:
                 used.update(dict(zip(names, found)))
     return out, used
-
-
-def _satterthwaite(parts: list[tuple[float, float]]) -> tuple[float, float | None] | None:
-    """The standard error of a sum of independent variances, each with its degrees of freedom, and Satterthwaite's
-    degrees of freedom for it (None: unbounded); None where a part has fewer than one."""
-    var = sum(v for v, _ in parts)
-    finite = [(v, d) for v, d in parts if v > 0 and math.isfinite(d)]
-    if any(d < 1 for _, d in finite):
-        return None
-    dof = var * var / sum(v * v / d for v, d in finite) if finite else math.inf
-    return var ** 0.5, None if math.isinf(dof) else dof
 
 
 def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], inferences: int,
