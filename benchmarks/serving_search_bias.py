@@ -6,7 +6,7 @@ that formula). Two ways to answer from the same tests are scored:
 
 - **shipped** (``inferbench.scenarios.serve``): the bracketing search, then confirmations at its largest VALID load,
   stepping down after each failure; the answer is the largest load VALID 3 tests in a row with no INVALID test at or
-  below it (:func:`~inferbench.scenarios.serve.held`);
+  below it (:func:`~inferbench.scenarios.serve.search.held`);
 - **logistic** (considered, not shipped): the same search, then confirmations at the load a Firth-penalized logistic
   fit of VALID on log load puts at probability 0.9, refitted after each test (at least 3, at most 9, stopping once
   its 95% interval is within 1.3x); the answer is the fit's 0.9 load, with its delta-method interval.
@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from inferbench.scenarios.serve import CONFIRM_MAX, SEARCH_PRECISION, SEARCH_STEPS, Knobs, Search, Session
+from inferbench.scenarios.serve.loadgen import Knobs
+from inferbench.scenarios.serve.search import CONFIRM_MAX, SEARCH_PRECISION, SEARCH_STEPS, Search
+from inferbench.scenarios.serve.session import Session
 
 MODELS = [(0.05, 0.0), (0.2, 0.0), (0.5, 0.0), (0.2, 0.05), (0.5, 0.05)]  # (sigma, hiccup)
 

@@ -4,7 +4,7 @@ same batch size, side by side in one process.
 For each runtime and batch size, one child process loads the runner once and alternates short blocks of
 (a) inferbench's closed loop (``call`` + ``synchronize`` on a batch placed before the window: samples per second =
 batch x calls / window) and (b) one LoadGen Offline test through serving's own system under test (the query samples
-resident where the runtime computes, each batch gathered there: ``inferbench.scenarios.serve.Sut``), concurrency 1
+resident where the runtime computes, each batch gathered there: ``scenarios.serve.loadgen.Sut``), concurrency 1
 and no batching delay as the closed loop has one caller. Each adjacent pair gives a ratio; their geometric mean
 with a paired t 95% interval (as a run's comparisons) is the answer. Target: at least 0.9 for every CPU runtime
 (docs/serving.md). ``--include-transfer`` measures the host path instead (each batch gathered on the host and
@@ -34,7 +34,7 @@ DEFAULT_FRAMEWORKS = "onnxrt,openvino,torch,torch-native,jax,tf,tfxla,keras-eage
 
 
 def offline_test(lg, sut, samples: int, expected_qps: float, block_s: float, seed: int, logs: Path) -> float:
-    from inferbench.scenarios.serve import MIN_QUERIES, parse_detail, whole_batches
+    from inferbench.scenarios.serve.loadgen import MIN_QUERIES, parse_detail, whole_batches
 
     settings = lg.TestSettings()
     settings.scenario, settings.mode = lg.TestScenario.Offline, lg.TestMode.PerformanceOnly
@@ -64,7 +64,8 @@ def child(framework: str, folder: str, model: str, resolution: int, batch: int, 
     from inferbench.registry.frameworks import get_framework, load_runner
     from inferbench.registry.models import get_model, make_inputs
     from inferbench.runners.base import LoadContext
-    from inferbench.scenarios.serve import Knobs, Sut, place
+    from inferbench.scenarios.serve.loadgen import Knobs, Sut
+    from inferbench.scenarios.serve.session import place
     from inferbench.spec import RunnerOptions, TimingConfig
 
     fw, spec, base = get_framework(framework), get_model(model), Path(folder)

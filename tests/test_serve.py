@@ -13,16 +13,16 @@ import pytest
 from test_pipeline import QUICK
 
 from inferbench.run import main as run_main
-from inferbench.scenarios.serve import (
+from inferbench.scenarios.serve.loadgen import Knobs
+from inferbench.scenarios.serve.search import (
     CONFIRM_MAX,
     CONFIRM_ROUNDS,
     SEARCH_FLOOR,
     SEARCH_PRECISION,
     SEARCH_STEPS,
-    Knobs,
     Search,
-    Session,
 )
+from inferbench.scenarios.serve.session import Session
 
 pytest.importorskip("mlperf_loadgen", reason='mlcommons-loadgen is in the test extra: pip install -e ".[test]"')
 
@@ -214,7 +214,7 @@ def test_a_load_held_is_three_valid_tests_in_a_row_at_it_or_above_and_none_faile
     """held(): one lucky VALID test is not an answer; three in a row at loads of L or more are, unless a test at L or
     below failed (measured 2026-11-26: onnxrt's concurrency-2 search passed 116 QPS once and failed every
     confirmation from 116 down to 66, while concurrency 1 had passed 29, 41, 49 and 53 QPS in a row)."""
-    from inferbench.scenarios.serve import held
+    from inferbench.scenarios.serve.search import held
 
     def tests(*pairs):
         return [{"target": q, "valid": v} for q, v in pairs]
@@ -264,7 +264,7 @@ def test_a_server_test_the_runtime_did_not_keep_up_with_is_never_valid():
     48,401 scheduled (every query met a day's bound while the queue grew): such a test is INVALID, said why, and no
     answer can stand on it; a runtime that kept up (Poisson's scatter, the last queries' tail) stays VALID, and
     offline, which schedules nothing, is untouched."""
-    from inferbench.scenarios.serve import KEEP_UP, verdict
+    from inferbench.scenarios.serve.loadgen import KEEP_UP, verdict
 
     ok = {"result_validity": "VALID", "result_perf_constraints_met": True, "early_stopping_met": True}
     far = {**ok, "result_scheduled_samples_per_sec": 48_401.6, "result_completed_samples_per_sec": 297.0}
@@ -276,7 +276,7 @@ def test_a_server_test_the_runtime_did_not_keep_up_with_is_never_valid():
     slow = {**far, "result_validity": "INVALID", "result_perf_constraints_met": False,
             "result_invalid_reason": "Reduce target QPS to improve latency."}
     assert verdict("server", slow)[1] == ["result_perf_constraints_met", "kept_up"]
-    from inferbench.scenarios.serve import held
+    from inferbench.scenarios.serve.search import held
 
     tests = [{"target": 100.0, "valid": verdict("server", far)[0]} for _ in range(3)]
     assert held(tests) is None  # nothing held: no answer above what the runtime completed
@@ -308,7 +308,7 @@ def test_an_offline_query_is_whole_batches_so_no_padded_tail_batch_is_timed(tmp_
     read 41 under LoadGen). The expected QPS serving sets gives whole batches, at least as many samples as asked."""
     import mlperf_loadgen as lg
 
-    from inferbench.scenarios.serve import parse_detail, whole_batches
+    from inferbench.scenarios.serve.loadgen import parse_detail, whole_batches
 
     def complete(samples):
         lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])

@@ -60,13 +60,13 @@ class Scenario:
     tests: int = 0  # LoadGen tests a cell runs at least, whatever --rounds says (--time-budget's plan counts them)
 
 
-_SERVE = "inferbench.scenarios.serve:Session"  # MLPerf LoadGen's four: one module, the scenario is the cell's
+_SERVE = "inferbench.scenarios.serve.session:Session"  # MLPerf LoadGen's four: one module, the scenario is the cell's
 SCENARIOS: dict[str, Scenario] = {
     "inference": Scenario("inferbench.scenarios.inference:Session", "p50", closed_loop=True, tunes=True),
     "single-stream": Scenario(_SERVE, "p90", "single-stream", serves=True),
     "multi-stream": Scenario(_SERVE, "p99", "multi-stream", serves=True),
     # a server search over two serving configurations (7 steps each at most) and 9 confirmations at most; offline
-    # each configuration thrice (scenarios/serve.py: SEARCH_STEPS, CONFIRM_MAX)
+    # each configuration thrice (scenarios/serve/search.py: SEARCH_STEPS, CONFIRM_MAX)
     "server": Scenario(_SERVE, "throughput", "server", serves=True, bound=True, tests=2 * 7 + 9),
     "offline": Scenario(_SERVE, "throughput", "offline", serves=True, tests=2 * 3),
     "train": Scenario("inferbench.scenarios.train:Session", "throughput", "train", trains=True,

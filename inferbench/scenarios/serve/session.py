@@ -1,45 +1,11 @@
-"""Serving scenarios, with MLPerf LoadGen as the traffic generator and the judge: ``single-stream``, ``multi-stream``,
-``server`` and ``offline`` (LoadGen's four), for every runtime.
-
-In the cell's worker (after the phases every scenario shares, :class:`~inferbench.scenarios.base.Loaded`):
-
-0. **samples placed**: the query samples are made resident where the runtime computes, once, in the layout and
-   dtype it reads (a device tensor for torch on a GPU, a device array for JAX, a TensorFlow tensor on its device, the
-   host array ONNX Runtime and OpenVINO read; the runner's ``resident``), and each batch is an index select there
-   (``gather``): the tests measure the runtime, not host copies. ``--include-transfer`` keeps them on the host, each
-   batch gathered and prepared (copied to the device) inside the test. The record says which (``serving.samples``).
-1. **single query**: a short loop of one-sample calls gives the runtime's own latency, the start of every search;
-   for ``server`` a bound (``--slo-p99``) below its p99 is one line: no load can meet it.
-2. **served parity**: LoadGen's accuracy mode sends every query sample once; what the system under test (SUT)
-   returned is compared with the Keras reference (as LoadGen's accuracy mode and TEST01 do), before anything is
-   ranked.
-3. **one LoadGen test per round** (the parent interleaves the cells' rounds, in a fresh random order each): the SUT
-   wraps the runner — ``concurrency`` threads calling it (OpenVINO: an infer request each), and with a cell batch
-   size above 1, dynamic batching (queries gathered up to the batch size, waiting at most ``max_delay_ms``, the
-   batch padded to its static shape). LoadGen's latencies — from the scheduled send to the completion, queueing
-   included — are the ones reported; its summary and detail logs are kept beside the record.
-
-   - ``server``: a bracketing search per serving configuration (concurrency x batching delay) for the largest
-     target QPS whose run is VALID (p99 within ``--slo-p99``, early stopping satisfied): double until INVALID,
-     then bisect (geometric) until the bracket is within 10%; the best configuration's answer is then run again
-     (confirmation rounds). The answer: at p99 <= X ms the runtime serves Q QPS [the bracket].
-   - ``offline``: each round one Offline test, rounds cycling over the serving configurations; the answer is the
-     best configuration's median samples per second with its interval between rounds.
-   - ``single-stream`` (p90 of single queries) and ``multi-stream`` (p99 of 8-sample queries): each round one test.
-
-``--quick`` shortens LoadGen's minimum duration (never the queries its early stopping needs for a VALID verdict);
-the record says the result is not MLPerf-valid either way (MLPerf asks 10 minutes a test).
-"""
+"""One serving cell's session: the sample set placed, single queries, served parity, one LoadGen test per round, and
+the answer (the scenario's protocol is in this package's docstring)."""
 
 from __future__ import annotations
 
 import json
-import math
-import queue
-import re
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,253 +13,28 @@ from typing import Any
 
 import numpy as np
 
-from ..base.files import with_umask
-from ..spec import CellJob, CellOutcome
-from .base import Emit, Loaded, at_batch_size, device_memory, finish_tracked, own_rounding
-
-#: Serving test settings (LoadGen's own defaults are MLPerf's: 10 minutes and more per test).
-MIN_DURATION_MS = 2000
-QUICK_DURATION_MS = 500
-#: The queries LoadGen's early stopping needs before it can say VALID at 99% confidence: for a p99, 459 with no query
-#: over the bound, 662 with one (a server test takes 662: one hiccup of a shared machine is not the runtime's limit;
-#: multi-stream's p99 the same), 64 for single-stream's p90 (--quick shortens the duration, never these).
-MIN_QUERIES = {"server": 662, "multi-stream": 662, "single-stream": 64, "offline": 64}
-MULTI_STREAM_SAMPLES = 8
-SEARCH_PRECISION = 1.10  # the server search stops when its bracket is this narrow
-SEARCH_STEPS = 7  # per serving configuration
-#: The server search halves at most down to this share of its start (itself 60% of the runtime's capacity at that
-#: concurrency): at a few percent of capacity a query hardly ever waits, so a p99 over the bound there is the runtime's
-#: own tail, not its load, and lower loads only make every test longer (662 queries at 1 QPS: 11 minutes).
-SEARCH_FLOOR = 1 / 8
-CONFIRM_ROUNDS = 3  # the answer: this many VALID tests in a row at one load
-CONFIRM_MAX = 9  # confirmation tests at most; each failure steps the load down by SEARCH_PRECISION and starts again
-LOADGEN_EXTRA = "serve"
-#: A server test is VALID only if the runtime completed at least this share of the samples per second LoadGen
-#: scheduled: with a bound longer than the test (--slo-p99 86400000), every query met it while the queue grew, and a
-#: runtime completing 59-297 samples/s "served" 48,401 QPS. The realised arrivals are compared, not the target, so
-#: Poisson's chance alone never falls this short; the tail of the last queries costs a few percent of a short test.
-KEEP_UP = 0.9
-
-
-#: LoadGen's Offline query holds expected QPS x minimum duration x this many samples, truncated, and at least the
-#: minimum query count (measured: 60 QPS over 1 s gave 66 samples with a minimum of 64, 100 with LoadGen's default
-#: minimum; 87.5 over 2 s, 192).
-OFFLINE_SLACK = 1.1
-
-
-def whole_batches(qps: float, batch: int, duration_s: float, min_samples: int) -> float:
-    """The Offline expected QPS nearest above ``qps`` whose query LoadGen fills with whole batches: a last batch of a
-    few samples padded to the static shape costs a batch's time for them (batch 32 at 60 samples/s over 1 s: 66
-    samples in 3 batches, 69% of the runtime's rate)."""
-    batches = max(1, math.ceil(max(qps * duration_s * OFFLINE_SLACK, min_samples) / batch))
-    return (batches * batch + 0.25) / (duration_s * OFFLINE_SLACK)  # LoadGen truncates the sample count
-
-
-def _loadgen() -> Any:
-    try:
-        import mlperf_loadgen as lg
-    except ImportError:
-        from ..base.errors import MissingDependency
-
-        raise MissingDependency(f'mlcommons-loadgen not installed: pip install -e ".[{LOADGEN_EXTRA}]"') from None
-    return lg
-
-
-# --------------------------------------------------------------------------- the system under test
-@dataclass
-class Knobs:
-    """A serving configuration: threads calling the runner, and how long a batch may wait to fill."""
-
-    concurrency: int = 1
-    max_delay_ms: float = 0.0
-
-    def label(self) -> str:
-        return f"concurrency {self.concurrency}" + (f", batching delay {self.max_delay_ms:g} ms"
-                                                    if self.max_delay_ms else "")
-
-
-class Sut:
-    """The runner under LoadGen: ``issue`` only enqueues (it runs on LoadGen's thread), worker threads gather up
-    to ``batch`` samples (waiting at most ``max_delay_ms`` for more), pad the batch to its static shape, take those
-    samples where they lie (``gather``: the sample indices -> what the runner's ``call`` takes), call the runner, and
-    complete each sample with its row of the outputs.
-
-    The first worker is the thread that runs the test (:meth:`serve`), the one that loaded the runtime and timed its
-    single queries, as the closed loop's calls run on it; LoadGen's test runs on a helper thread meanwhile. A torch
-    runtime called from a second thread starts a second OpenMP team beside the first: on a 2-core VM its batch-8
-    calls took 20-26 ms from a new thread against 13-15 ms from the loading thread, measured alternately in one
-    process, and the same from a thread alone (benchmarks/serving_vs_closed.py measures the whole effect)."""
-
-    def __init__(self, lg: Any, calls: list[Any], gather: Any, batch: int, knobs: Knobs,
-                 keep_outputs: bool = False) -> None:
-        self.lg, self.gather, self.batch, self.knobs = lg, gather, batch, knobs
-        self.queue: queue.Queue[Any] = queue.Queue()
-        self.outputs: dict[int, np.ndarray] = {}
-        self.keep_outputs = keep_outputs
-        self.errors: list[str] = []
-        self.first = calls[0]
-        self.threads = [threading.Thread(target=self._work, args=(call,), daemon=True)
-                        for call in calls[1:knobs.concurrency]]
-        for thread in self.threads:
-            thread.start()
-        self.handle = lg.ConstructSUT(self._issue, self._flush)
-
-    def _issue(self, query_samples: Any) -> None:
-        for s in query_samples:
-            self.queue.put((s.id, s.index))
-
-    def _flush(self) -> None:
-        pass
-
-    def serve(self, test: Any) -> Any:
-        """Run LoadGen's ``test`` (a call that returns when every sample is completed) on a helper thread while this
-        thread serves as the first worker; returns what ``test`` returned."""
-        done: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                done["out"] = test()
-            except BaseException as exc:  # noqa: BLE001 - raised again on the serving thread
-                done["error"] = exc
-            finally:
-                self.queue.put(None)  # every worker stops (each passes it on)
-
-        helper = threading.Thread(target=run, daemon=True)
-        helper.start()
-        try:
-            self._work(self.first)
-        finally:
-            helper.join()  # never destroyed while LoadGen's test runs (it ends once every sample is completed)
-        if "error" in done:
-            raise done["error"]
-        return done.get("out")
-
-    def _work(self, call: Any) -> None:
-        lg, delay = self.lg, self.knobs.max_delay_ms / 1e3
-        while True:
-            first = self.queue.get()
-            if first is None:
-                self.queue.put(None)  # for the other workers
-                return
-            taken = [first]
-            until = time.perf_counter() + delay
-            while len(taken) < self.batch:
-                left = until - time.perf_counter()
-                try:
-                    item = self.queue.get(timeout=left) if left > 0 else self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self.queue.put(None)
-                    break
-                taken.append(item)
-            indices = [index for _, index in taken]
-            indices += [indices[-1]] * (self.batch - len(indices))  # padded to the static shape the runtime compiled
-            try:
-                out = call(self.gather(np.asarray(indices, dtype=np.int64)))
-                rows = [np.ascontiguousarray(out[i], dtype=np.float32) for i in range(len(taken))]
-            except Exception as exc:  # noqa: BLE001 - every sample must be completed, or LoadGen waits forever
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                rows = [np.zeros(1, dtype=np.float32) for _ in taken]
-            responses = []
-            for row, (sample_id, index) in zip(rows, taken):  # rows stay alive until QuerySamplesComplete returns
-                if self.keep_outputs:
-                    self.outputs[index] = row
-                responses.append(lg.QuerySampleResponse(sample_id, row.ctypes.data, row.nbytes))
-            lg.QuerySamplesComplete(responses)
-
-    def close(self) -> None:
-        self.queue.put(None)
-        for thread in self.threads:
-            thread.join(timeout=30)
-        self.lg.DestroySUT(self.handle)
-
-
-def parse_detail(path: Path) -> dict[str, Any]:
-    """LoadGen's ``mlperf_log_detail.txt``: every ``:::MLLOG {json}`` line's key and value (the last wins), and its
-    errors and warnings."""
-    values: dict[str, Any] = {"errors": []}
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.startswith(":::MLLOG"):
-            continue
-        try:
-            entry = json.loads(line[len(":::MLLOG"):])
-        except json.JSONDecodeError:
-            continue
-        values[entry["key"]] = entry["value"]
-        if (entry.get("metadata") or {}).get("is_error"):
-            values["errors"].append(f"{entry['key']}: {entry['value']}")
-    return values
-
-
-def verdict(scenario: str, detail: dict[str, Any]) -> tuple[bool, list[str], str | None]:
-    """A LoadGen test's verdict from its detail log: VALID or not, the checks not met, LoadGen's reason; a server
-    test whose runtime did not keep up with the load (completed under KEEP_UP of what was scheduled) is INVALID
-    whatever its latencies."""
-    valid = detail.get("result_validity") == "VALID"
-    why = [k for k in ("result_perf_constraints_met", "result_min_duration_met", "result_min_queries_met",
-                       "early_stopping_met") if detail.get(k) is False]
-    reason = detail.get("result_invalid_reason") or None
-    scheduled, completed = (detail.get("result_scheduled_samples_per_sec"),
-                            detail.get("result_completed_samples_per_sec"))
-    if scenario == "server" and scheduled and completed is not None and completed < KEEP_UP * scheduled:
-        valid = False
-        why.append("kept_up")
-        reason = (f"the runtime completed {completed:.1f} samples/s of the {scheduled:.1f} scheduled: it did not keep "
-                  "up (its queue grew), whatever the latencies")
-    return valid, why, reason
-
-
-def trace_latencies_ms(path: Path) -> list[float]:
-    """Every sample's latency (scheduled send to completion) from LoadGen's trace, in milliseconds."""
-    out = []
-    if not path.exists():
-        return out
-    with path.open(errors="replace") as fh:
-        for line in fh:
-            if line.startswith('{"name":"Sample"') and '"ph":"b"' in line:
-                match = re.search(r'"complete_ns"\s*:\s*(\d+)', line)
-                if match:
-                    out.append(int(match.group(1)) / 1e6)
-    return out
-
-
-# --------------------------------------------------------------------------- the server search
-@dataclass
-class Search:
-    """A bracketing search for the largest VALID target QPS: double until a run is INVALID, halve until one is
-    VALID (not below :data:`SEARCH_FLOOR` of the start), then bisect geometrically until the bracket is within
-    :data:`SEARCH_PRECISION`."""
-
-    knobs: Knobs
-    next_qps: float
-    valid: float | None = None  # the largest VALID target so far
-    invalid: float | None = None  # the smallest INVALID one
-    steps: int = 0
-    floor: float = 0.0  # the lowest target the search tries
-    at_floor: bool = False  # INVALID at the floor: no load held
-
-    def __post_init__(self) -> None:
-        self.floor = self.floor or self.next_qps * SEARCH_FLOOR
-
-    @property
-    def done(self) -> bool:
-        return self.steps >= SEARCH_STEPS or self.at_floor or (
-            self.valid is not None and self.invalid is not None and self.invalid / self.valid <= SEARCH_PRECISION)
-
-    def record(self, qps: float, is_valid: bool) -> None:
-        self.steps += 1
-        if is_valid:
-            self.valid = max(self.valid or 0.0, qps)
-        else:
-            self.invalid = qps if self.invalid is None else min(self.invalid, qps)
-        if self.invalid is None:
-            self.next_qps = qps * 2
-        elif self.valid is None:
-            self.at_floor = qps <= self.floor * 1.0001
-            self.next_qps = max(qps / 2, self.floor)
-        else:
-            self.next_qps = math.sqrt(self.valid * self.invalid)
+from ...base.errors import UsageError
+from ...base.files import with_umask
+from ...measure import parity, stats
+from ...measure.memory import peak_rss_mb
+from ...measure.trackers import Finished
+from ...registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
+from ...spec import CellJob, CellOutcome
+from ..base import Emit, Loaded, at_batch_size, device_memory, finish_tracked, idle_tracked, own_rounding
+from .loadgen import (
+    MIN_DURATION_MS,
+    MIN_QUERIES,
+    MULTI_STREAM_SAMPLES,
+    QUICK_DURATION_MS,
+    Knobs,
+    Sut,
+    load_loadgen,
+    parse_detail,
+    trace_latencies_ms,
+    verdict,
+    whole_batches,
+)
+from .search import CONFIRM_MAX, CONFIRM_ROUNDS, SEARCH_PRECISION, SEARCH_STEPS, Search, held
 
 
 # --------------------------------------------------------------------------- the session
@@ -314,10 +55,7 @@ class Session:
     """One cell under LoadGen: loaded, its served outputs checked, one LoadGen test per round."""
 
     def __init__(self, job: CellJob, emit: Emit) -> None:
-        from ..measure.memory import peak_rss_mb
-        from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
-
-        self.lg = _loadgen()
+        self.lg = load_loadgen()
         self.job, self.emit = job, emit
         self.scenario = job.cell.scenario
         loaded = Loaded(job, emit)
@@ -335,8 +73,6 @@ class Session:
         self.single = self._single_queries()
         bound = job.config.slo_p99_ms
         if self.scenario == "server" and bound is not None and bound <= self.single["p50_ms"]:
-            from ..base.errors import UsageError  # the median: certain (a p99 of a short loop is one hiccup)
-
             raise UsageError(f"--slo-p99 {bound:g} ms: no load can meet it on {job.cell.framework}, whose own "
                              f"single-query median is {self.single['p50_ms']:.2f} ms (p99 "
                              f"{self.single['p99_ms']:.2f} ms)")
@@ -373,8 +109,6 @@ class Session:
 
     def _served_parity(self, loaded_parity: dict[str, Any]) -> dict[str, Any]:
         """Every query sample once through LoadGen (accuracy mode): what the SUT served against the reference."""
-        from ..measure import parity
-
         lg = self.lg
         settings = lg.TestSettings()
         settings.scenario = lg.TestScenario.Offline
@@ -557,14 +291,9 @@ class Session:
     # ------------------------------------------------------------------ the answer
     def idle(self) -> dict[str, Any]:
         """The tests are over: the trackers read the idle device (:func:`~inferbench.scenarios.base.idle_tracked`)."""
-        from .base import idle_tracked
-
         return idle_tracked(self.loaded.trackers)
 
     def finish(self) -> CellOutcome:
-        from ..measure import stats
-        from ..measure.trackers import Finished
-
         if not self.steps:
             raise RuntimeError("no LoadGen test ran")
         if self.scenario == "server" and self._settled():  # its answer was whole before the others' rounds stopped
@@ -624,8 +353,6 @@ class Session:
         return self.steps
 
     def _answer(self, used: list[dict[str, Any]], qps: float, per_round: dict[int, float]) -> dict[str, Any]:
-        from ..measure import stats
-
         ci = stats.per_round_interval(qps, per_round, None) if len(per_round) >= stats.MIN_ROUNDS else None
         answer: dict[str, Any] = {"qps": qps, "qps_ci95": None if ci is None else list(ci),
                                   "knobs": used[0]["knobs"], "valid": all(s["valid"] for s in used),
@@ -667,22 +394,6 @@ class Session:
         finally:
             shutil.rmtree(self.logs, ignore_errors=True)
 
-def held(tests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]] | None:
-    """The largest load one configuration held, from its tests in the order they ran (search and confirmation
-    alike): the largest L such that :data:`CONFIRM_ROUNDS` tests in a row were VALID at loads of L or more (a load
-    that holds a higher rate holds a lower one) and none of its tests at L or below was INVALID; with the tests it
-    stands on. None when no load held: one VALID test, or two, is luck on a shared machine, not an answer."""
-    best = None
-    for i in range(len(tests) - CONFIRM_ROUNDS + 1):
-        window = tests[i:i + CONFIRM_ROUNDS]
-        if not all(t["valid"] for t in window):
-            continue
-        load = min(t["target"] for t in window)
-        if any(not t["valid"] and t["target"] <= load for t in tests):
-            continue
-        if best is None or load > best[0]:
-            best = (load, window)
-    return best
 
 
 @dataclass
