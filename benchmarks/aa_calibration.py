@@ -65,13 +65,14 @@ def within(args: argparse.Namespace) -> None:
     import numpy as np
 
     from inferbench.analysis.ranking import sample_of
-    from inferbench.cli.options import build, with_defaults
     from inferbench.execution.childenv import child_env
     from inferbench.execution.exports import ensure_exports
     from inferbench.execution.pipeline import cell_job
+    from inferbench.execution.plan import build
     from inferbench.execution.progress import Progress
     from inferbench.execution.rounds import measure_group
     from inferbench.measure.stats import compare, iid_compare
+    from inferbench.options import with_defaults
     from inferbench.registry.frameworks import get_framework
 
     values = with_defaults({"frameworks": [args.framework], "rounds": args.rounds, "duration": args.duration,
@@ -131,7 +132,7 @@ def verdicts(old: Path | list[Path], new: Path | list[Path], fail_above: float =
              sd: dict | None = None) -> list[dict]:
     """``compare``'s rows for one pair of runs (or of sets of runs: pooled), as the command computes them (``sd``: a
     calibration in place of the one the records carry, for runs re-analysed with ``--reuse``)."""
-    from inferbench.compare import compare_frames
+    from inferbench.analysis.comparison import compare_frames
     from inferbench.records.load import load
 
     frames = [load(old), load(new)]
@@ -147,7 +148,7 @@ def verdicts(old: Path | list[Path], new: Path | list[Path], fail_above: float =
 def tally(pairs: list[tuple[Any, Any]], sd: dict | None = None, ab: bool = False) -> dict[str, dict[str, int]]:
     """Per framework: pairs compared, called significant (faster or slower), REGRESSION, not comparable (``ab``:
     each pair's first folder is one A/B run, B judged against A within it, as ``compare RUN`` does)."""
-    from inferbench.compare import ab_frame
+    from inferbench.analysis.comparison import ab_frame
     from inferbench.records.load import load
 
     out: dict[str, dict[str, int]] = {}
@@ -322,8 +323,8 @@ def calibrate(run_dirs: list[Path], cache_dir: str, frameworks: str) -> dict:
     (:func:`inferbench.measure.stats.log_centre`), and the variance between runs at one speed beyond those errors
     (:func:`inferbench.measure.stats.invocation_excess`: what compare adds to each side's own error); the largest
     over the frameworks; written where runs read it."""
+    from inferbench.analysis.comparison import MATCHED_ROUNDS, _rounds
     from inferbench.analysis.ranking import sample_of
-    from inferbench.compare import MATCHED_ROUNDS, _rounds
     from inferbench.execution.environment import calibration_path
     from inferbench.measure.stats import invocation_excess, log_centre
     from inferbench.measure.trackers.speed import matched, same_state

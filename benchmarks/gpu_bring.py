@@ -34,9 +34,10 @@ REMADE = "reference/inputs.npy"  # made again from the seed on unpacking
 
 def pack(out: Path, model: str, resolution: int, batch_sizes: tuple[int, ...], cache_dir: str) -> None:
     from inferbench.base.errors import UsageError
-    from inferbench.cli.options import build, with_defaults
     from inferbench.execution.exports import ensure_exports
+    from inferbench.execution.plan import build
     from inferbench.execution.progress import Progress
+    from inferbench.options import with_defaults
     from inferbench.registry.frameworks import get_framework
 
     keys = ["onnxrt", "torch-native"]  # their artifacts: the ONNX export, and the Keras model with its reference

@@ -54,7 +54,8 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
     from inferbench.measure.timing import run_block
     from inferbench.registry.artifacts import EXPORTERS
     from inferbench.registry.frameworks import get_framework, load_runner
-    from inferbench.registry.models import get_model, make_inputs
+    from inferbench.registry.inputs import make_inputs
+    from inferbench.registry.models import get_model
     from inferbench.runners.base import LoadContext
     from inferbench.spec import TimingConfig
 

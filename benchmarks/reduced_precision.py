@@ -1,5 +1,5 @@
 """Can the parity gate tell a correct FP16 / BF16 export from a broken one? The seeded weights before and after
-their conditioning (``inferbench.registry.models.CONDITIONING``), and the gate relative to the model's own error in
+their conditioning (``registry.keras_models.CONDITIONING``), and the gate relative to the model's own error in
 each precision (``inferbench.measure.parity.relative_gate``), measured on the torchvision twins.
 
 For each model, at one resolution: (1) in a TensorFlow child, the Keras model is built with the seeded weights as
@@ -40,12 +40,14 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
     conditioned weights the FP32 outputs on ``count`` agreement inputs and the model's own agreement with them."""
     from inferbench.exporters.agreement import own_agreement
     from inferbench.exporters.reference import keras_call, parity_inputs, precision_sensitivity
-    from inferbench.registry import models as registry
+    from inferbench.registry import keras_models as registry
+    from inferbench.registry.inputs import agreement_inputs
+    from inferbench.registry.models import get_model
     from inferbench.registry.ports import keras_weights
 
     conditioned = registry.smooth_kernels, registry.BN_OFFSET
     for name in models:
-        spec = registry.get_model(name)
+        spec = get_model(name)
         inputs = parity_inputs(spec, resolution, 0)
         for variant in VARIANTS:
             if variant == "before":  # as the seeded weights were made before the conditioning
@@ -61,7 +63,7 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
             (work / f"{name}-{variant}-own.json").write_text(json.dumps(own))
             if variant == "conditioned" and count:  # as the agreement export makes them
                 call = keras_call(model)
-                many = lambda spec=spec: registry.agreement_inputs(spec, resolution, 0, count)  # noqa: E731
+                many = lambda spec=spec: agreement_inputs(spec, resolution, 0, count)  # noqa: E731
                 fp32 = np.concatenate([np.asarray(call(x), dtype=np.float32) for x in many()])
                 np.save(work / f"{name}-agreement-reference.npy", fp32)
                 (work / f"{name}-agreement-own.json").write_text(json.dumps(own_agreement(model, many, fp32)))
@@ -74,7 +76,7 @@ def run_twin(twin, x, dtype):
 
     import torch
 
-    from inferbench.runners.torch import stages  # a MobileNet's / EfficientNet's blocks, a ResNet's layers, the head
+    from inferbench.runners.torch_stages import stages  # a MobileNet's blocks, a ResNet's layers, the head
 
     twin = copy.deepcopy(twin).to(dtype)
     outputs = {}
@@ -112,7 +114,8 @@ def torch_stage(models: list[str], work: Path, resolution: int, count: int) -> d
     import torch
 
     from inferbench.measure import parity
-    from inferbench.registry.models import agreement_inputs, get_model
+    from inferbench.registry.inputs import agreement_inputs
+    from inferbench.registry.models import get_model
     from inferbench.registry.ports import build_torchvision
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))

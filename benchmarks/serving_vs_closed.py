@@ -62,7 +62,8 @@ def child(framework: str, folder: str, model: str, resolution: int, batch: int, 
     from inferbench.measure.timing import run_block
     from inferbench.registry.artifacts import EXPORTERS, REFERENCE_INPUTS
     from inferbench.registry.frameworks import get_framework, load_runner
-    from inferbench.registry.models import get_model, make_inputs
+    from inferbench.registry.inputs import make_inputs
+    from inferbench.registry.models import get_model
     from inferbench.runners.base import LoadContext
     from inferbench.scenarios.serve.loadgen import Knobs, Sut
     from inferbench.scenarios.serve.session import place

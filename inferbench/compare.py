@@ -1,69 +1,34 @@
-"""``inferbench compare OLD NEW``: has anything become slower? Per cell, NEW's median latency over OLD's,
-with a 95% interval, for a CI job. ``inferbench compare RUN`` (one folder, made by ``run --ab-python``): each
-``+ab-<digest>`` twin (B) over its cell (A), paired within the rounds of that one run (:func:`ab_frame`), with the
-same verdicts and exit statuses; nothing between invocations enters, since one invocation measured both.
-
-Cells are matched on their identity (device model, threads, model, resolution, batch size, framework
-with precision and variant — the variant names the environment passed on with ``--pass-env`` — scenario; a model
-file's name carries its content's hash; not the host: a CI runner is rebuilt). Where both sides hold two or more
-invocations of a cell (runs in sub-folders), they are pooled (:func:`pooled`): each run's log centre over its steady
-rounds at its machine speed, NEW's mean over OLD's within each speed both ran at, with a t interval from the runs' own
-spread between invocations — what no single run can see, measured, with no calibration. Otherwise, where a folder
-holds several records of one cell, the latest is used and the line says so. One run a side: the interval is the
-unpaired one (:func:`inferbench.analysis.ranking.comparison`): each side's spread between rounds and between its
-worker processes, as measured in its run (records from before schema 6 have no measured process spread: an assumed
-one is used and the line says so), plus the machine's spread between invocations beyond each run's own error
-where ``benchmarks/aa_calibration.py --across`` measured it (the framework's own, else the largest). Only rounds the
-machine ran through at one common speed are set side by side (a fixed matrix product read before and after every
-round: :func:`inferbench.measure.trackers.speed.matched`); with no such speed for 4 rounds on each side, or a cell
-measured while the machine was busy (not valid) on either side, or a tuned cell whose tuning chose another setting
-(the record's ``tuning.digest``: the setting is part of the cell), the cell is ``not comparable``: never a regression,
-never "faster". The geometric mean of the judged cells' ratios follows the table.
-
-Verdicts: ``faster`` / ``slower`` (the interval excludes 1), ``no significant difference``, ``no
-interval`` (fewer than 3 rounds, or no raw samples, on a side), ``not comparable``, and with ``--fail-above PCT``:
-``REGRESSION`` when the whole interval lies above 1 + PCT/100 (slower by more than PCT percent with 95%
-confidence: a noisy machine does not make CI flaky), or when NEW's outputs no longer pass parity, or
-NEW failed where OLD ran. Exit status: 0, or 1 when ``--fail-above`` is given and a cell regressed; 2
-for bad input; 3 when no cell in common could be judged (none has an interval): a gate that judged nothing
-does not pass.
+"""``inferbench compare OLD NEW``: has anything become slower? Per cell, NEW's median latency over OLD's, with a 95%
+interval, for a CI job; ``inferbench compare RUN`` judges the twins of one ``run --ab-python`` (an A/B in one run).
+The rules, verdicts and exit statuses: :mod:`inferbench.analysis.comparison` and docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import numbers
-import re
 import sys
 from pathlib import Path
-from typing import Any
 
+from .analysis.comparison import (
+    AB_COLUMNS,
+    COLUMNS,
+    ab_frame,
+    calibration_lines,
+    compare_frames,
+    geometric_mean_of,
+    summary_lines,
+)
 from .base.errors import UsageError
 from .base.files import check_writable
 from .cli.common import Parser, guarded, typed
 from .cli.jsonout import Emit, json_mode
 from .cli.options import add_options
 from .cli.summary import fmt, table
-from .measure.trackers.speed import matched, same_state
 from .options import non_negative_float, path_value
+from .records.load import load
 from .records.table import write_csv
-from .spec import IDENTITY
-
-#: A variant's part that names an A/B twin (``--ab-python``).
-AB_TAG = re.compile(r"ab-[0-9a-f]{8}")
 
 NOTHING_JUDGED = 3  # exit status: cells in common, but none with an interval
-#: Steady rounds at one common speed each side needs to be judged: two per worker process at two processes, so
-#: that the spread within a process is measured (with 3, its interval ran to 0.97-2.63 for a true 1.3x).
-MATCHED_ROUNDS = 4
-
-#: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
-KEY = ["device_model", "threads", *IDENTITY]
-COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "method",
-           "old_valid", "new_valid", "old_source", "new_source")
-#: An A/B in one run's own columns (``compare RUN``): the twin's tag and B's interpreter.
-AB_COLUMNS = ("b", "b_interpreter")
 
 
 def build_parser(prog: str = "python -m inferbench.compare") -> argparse.ArgumentParser:
@@ -86,412 +51,12 @@ def build_parser(prog: str = "python -m inferbench.compare") -> argparse.Argumen
     return p
 
 
-def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per cell found in both frames (of :func:`inferbench.records.load`), and the lines about
-    cells found on one side only or several times: several invocations on both sides are pooled
-    (:func:`pooled`), else the latest record of each side is used."""
-    from .records.table import device_model
-
-    notes = []
-    sides: dict[str, dict[tuple[Any, ...], list[Any]]] = {}
-    for name, df in (("OLD", old), ("NEW", new)):
-        df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
-        sides[name] = {}
-        for _, r in df.sort_values("created_at").iterrows():  # each cell's records, the latest last
-            sides[name].setdefault(tuple(r[k] for k in KEY), []).append(r)
-    for name, other in (("OLD", "NEW"), ("NEW", "OLD")):
-        for key in sorted(set(sides[name]) - set(sides[other]), key=str):
-            notes.append(f"only in {name}: {_label(dict(zip(KEY, key)))}")
-    rows = []
-    for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
-        olds, news = sides["OLD"][key], sides["NEW"][key]
-        if len(olds) >= POOLED_RUNS and len(news) >= POOLED_RUNS:
-            row, why = pooled(dict(zip(KEY, key)), olds, news, fail_above)
-            notes.append(f"OLD holds {len(olds)} and NEW {len(news)} invocations of {_label(dict(zip(KEY, key)))}: "
-                         + (why or "pooled, their spread between invocations measured from them"))
-            rows.append(row)
-            continue
-        for name, found in (("OLD", olds), ("NEW", news)):
-            if len(found) > 1:
-                notes.append(f"{name} holds {len(found)} records of {_label(dict(zip(KEY, key)))}: the latest is "
-                             f"used (pooled only with {POOLED_RUNS} or more invocations on both sides)")
-        rows.append(judged(dict(zip(KEY, key)), olds[-1], news[-1], fail_above, across=True))
-    return rows, notes
-
-
-#: Invocations of a cell each side needs for ``compare OLD NEW`` to pool them (:func:`pooled`): two give the spread
-#: between invocations one degree of freedom a side (at least two: a side's spread is measured from them). One
-#: against one cannot gate a 1.3x slowdown on a machine whose invocations differ by 6% (docs/method.md); three a side
-#: do (simulated in tests/test_commands.py).
-POOLED_RUNS = 2
-assert POOLED_RUNS >= 2
-
-
-def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None,
-           ) -> tuple[dict[str, Any], str | None]:
-    """``row`` judged from several invocations a side, and why it was not pooled (None: it was). Each run's log centre
-    over its steady rounds at its most frequent machine speed (:func:`_steady`) is one sample; the runs are grouped by
-    speed (this VM runs at two), NEW's mean over OLD's taken within each speed both sides ran at and combined (each
-    speed weighted as its runs allow), with a t interval from the runs' own spread between invocations within
-    speeds, pooled over the speeds and the sides — each run's own error lies within that spread, and nothing from a
-    calibration is added. The runs used are those alike the latest of their side (ran, verified, on a quiet machine,
-    tuned to the same setting; a record found twice counts once); where the latest pair is not judged on its numbers
-    (a failure, lost parity, a busy machine, another tuned setting), that verdict stands, and with fewer than two
-    usable runs a side at speeds both ran at, the latest pair is judged as one."""
-    import statistics
-
-    from .measure.stats import t975
-
-    latest = judged(row, olds[-1], news[-1], fail_above, across=True)
-    if latest["ratio"] is None and not latest["verdict"].startswith("not comparable: no machine speed"):
-        return latest, "the latest pair's verdict stands (its runs are not judged on their numbers)"
-    found = [(side, *steady) for side, runs in (("old", olds), ("new", news)) for r in _alike(runs)
-             for steady in [_steady(r)] if steady is not None]
-    states: list[float | None] = []
-    for _, speed, _ in found:
-        if not any(_same(s, speed) for s in states):
-            states.append(speed)
-    strata = [([v for side, speed, v in found if side == "old" and _same(state, speed)],
-               [v for side, speed, v in found if side == "new" and _same(state, speed)], state) for state in states]
-    both = [(o, n, state) for o, n, state in strata if o and n]
-    used = [sum(len(x[k]) for x in both) for k in (0, 1)]
-    df = sum(len(g) - 1 for o, n, _ in strata for g in (o, n) if g)
-    if used[0] < POOLED_RUNS or used[1] < POOLED_RUNS or df < 1:
-        return latest, (f"not pooled: {used[0]} OLD and {used[1]} NEW runs ran alike at machine speeds both sides ran "
-                        f"at (steady for {MATCHED_ROUNDS} rounds), {POOLED_RUNS} a side needed; the latest pair is "
-                        "judged as one")
-    weights = [1 / (1 / len(o) + 1 / len(n)) for o, n, _ in both]
-    estimate = sum(w * (statistics.fmean(n) - statistics.fmean(o)) for w, (o, n, _) in zip(weights, both)) / sum(
-        weights)
-    spread = sum(len(g) * statistics.pvariance(g) for o, n, _ in strata for g in (o, n) if g) / df
-    main = max(zip(weights, both), key=lambda x: x[0])[1]  # the speed most of the runs ran at: what the table shows
-    speeds = ",".join(f"{s:.0f}" for _, _, s in both if s is not None)
-    out = row | _sides(olds[-1], news[-1]) | {
-        "old_p50_ms": math.exp(statistics.fmean(main[0])), "new_p50_ms": math.exp(statistics.fmean(main[1])),
-        "ratio": math.exp(estimate),
-        "method": f"invocations-pooled-t-95:{used[0]}/{len(olds)},{used[1]}/{len(news)}"
-                  + (f"-at-{speeds}-gflops" if speeds else "")}
-    if spread <= 0:  # runs that agree to the last digit: the same record found twice, not invocations
-        return out | {"verdict": "no interval (the runs do not differ at all: the same records twice?)"}, None
-    half = t975(df) * math.sqrt(spread / sum(weights))
-    ci = [math.exp(estimate - half), math.exp(estimate + half)]
-    return out | {"ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "verdict": _verdict(out["ratio"], ci, fail_above)}, \
-        None
-
-
-def _alike(runs: list[Any]) -> list[Any]:
-    """A side's runs alike its latest: ran, verified, measured on a quiet machine, tuned to the same setting (by the
-    records' digests where both have one), each record once (by its run and creation)."""
-    latest, seen, out = runs[-1], set(), []
-    for r in runs:
-        key = (r.get("run_id"), r.get("created_at"))
-        if key in seen or r["status"] != "ok" or r.get("validity.valid") is False or r["parity.status"] == "failed":
-            continue
-        a, b = _chosen(r), _chosen(latest)
-        if (a is None) != (b is None) or _tuned_otherwise(a, b):
-            continue
-        seen.add(key)
-        out.append(r)
-    return out
-
-
-def _steady(r: Any) -> tuple[float | None, float] | None:
-    """A run's machine speed and log centre over its steady rounds at its most frequent speed (a run without
-    per-round readings: its median speed, else None, and all its rounds); None where it has too few such rounds."""
-    from .analysis.ranking import sample_of
-    from .measure.stats import log_centre
-
-    readings = r.get("machine_state.speed.rounds")
-    median = r.get("machine_state.speed.gflops_median")
-    speed = float(median) if isinstance(median, numbers.Real) and median == median and median > 0 else None
-    kept = r
-    if isinstance(readings, list) and readings and _has_raw(r):
-        found = matched(readings, readings, MATCHED_ROUNDS, set(r["raw_rounds"]), set(r["raw_rounds"]))
-        if found is None:
-            return None
-        kept, speed = _rounds(r, found[0]), found[2]
-    side = log_centre(sample_of(kept)) if _has_raw(kept) else None
-    return None if side is None else (speed, side[0])
-
-
-def _same(a: float | None, b: float | None) -> bool:
-    return a is None and b is None or a is not None and b is not None and bool(same_state(a, b))
-
-
-def _verdict(ratio: float, ci: list[float], fail_above: float | None) -> str:
-    """NEW over OLD's verdict from its 95% interval: faster or slower where it excludes 1, a REGRESSION with
-    ``fail_above`` where it lies wholly above 1 + fail_above/100."""
-    if ci[0] <= 1.0 <= ci[1]:
-        return "no significant difference"
-    if ratio < 1:
-        return "faster"
-    if fail_above is not None and ci[0] > 1 + fail_above / 100:
-        return f"REGRESSION (slower by more than {fail_above:g}%)"
-    return "slower"
-
-
-def ab_frame(df: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """An A/B in one run (``--ab-python``): one row per cell with a ``+ab-<digest>`` twin, B (the twin) over A paired
-    within the rounds of the group that measured both (no term between invocations: one invocation measured both);
-    a cell whose twin (or a twin whose cell) is missing, or was measured in another group (a sweep resumed), is
-    ``not comparable``. The lines: several records of one cell (the latest is used), and B's install."""
-    from .records.table import device_model
-
-    df = df.assign(device_model=[device_model(r) for _, r in df.iterrows()])
-    sides: dict[tuple[Any, ...], dict[str, Any]] = {}  # the cell without its twin's tag -> {"A": row, "ab-...": row}
-    notes: list[str] = []
-    for _, r in df.sort_values("created_at").iterrows():
-        parts = [p for p in (r["variant"] if isinstance(r["variant"], str) else "").split("+") if p]
-        twin = next((p for p in parts if AB_TAG.fullmatch(p)), "A")
-        key = (*(r[k] for k in KEY if k not in ("framework", "variant")), r["framework_key"],
-               "+".join(p for p in parts if p != twin))
-        if twin in sides.get(key, {}):
-            notes.append(f"several records of {_label(dict(r[KEY]))}: the latest is used")
-        sides.setdefault(key, {})[twin] = r
-    rows = []
-    for found in sides.values():
-        twins = [t for t in found if t != "A"]
-        if not twins:  # a cell of an A/B run (its config names B) whose own twin is missing: not judged, and said
-            a = found["A"]
-            if isinstance(a.get("config.ab.digest"), str):
-                rows.append(_apart({k: a[k] for k in KEY}, a, None, "not comparable: its twin (B) was not measured "
-                                   "(left out by --time-budget)"))
-            continue
-        for twin in twins:
-            a, b = found.get("A"), found[twin]
-            if a is None:
-                rows.append(_apart({k: b[k] for k in KEY}, None, b, "not comparable: the twin's own cell (A) is not "
-                                   "in this folder") | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
-                continue
-            if a["status"] == b["status"] == "ok" and (_group(a) is None or _group(a) != _group(b)):
-                row = _apart({k: a[k] for k in KEY}, a, b, "not comparable: A and B were measured in different "
-                             "groups (a sweep resumed): not paired within rounds")
-            else:
-                row = judged({k: a[k] for k in KEY}, a, b, fail_above, across=False, sides=("A", "B"))
-            rows.append(row | {"b": twin, "b_interpreter": b.get("environment.interpreter")})
-    for install in sorted({str(r["b_interpreter"]) for r in rows if r.get("b_interpreter")}):
-        notes.append(f"B: {install}")
-    return rows, notes
-
-
-def _group(r: Any) -> Any:
-    group = r.get("timing.group")
-    return group if isinstance(group, str) else None
-
-
-def _sides(o: Any, n: Any) -> dict[str, Any]:
-    """A row's columns for what each side has (None: a side missing), before any ratio is judged."""
-    return {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
-            "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
-            "old_valid": "unknown" if o is None else _valid(o), "new_valid": "unknown" if n is None else _valid(n),
-            "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"]}
-
-
-def _apart(row: dict[str, Any], o: Any, n: Any, verdict: str) -> dict[str, Any]:
-    """A row that is not judged, with what each side has."""
-    return row | _sides(o, n) | {"verdict": verdict}
-
-
-def judged(row: dict[str, Any], o: Any, n: Any, fail_above: float | None, across: bool,
-           sides: tuple[str, str] = ("OLD", "NEW")) -> dict[str, Any]:
-    """``row`` with NEW's (B's) latency over OLD's (A's), its interval and the verdict; ``across``: from two
-    invocations (only rounds at one machine speed common to both), else two cells of one run, paired. A tuned cell
-    whose tuning chose another setting on the other side is not comparable (its setting is part of the cell)."""
-    from .analysis.ranking import comparison
-
-    gate = fail_above is not None
-    old, new = sides
-    row = row | _sides(o, n)
-    busy = [side for side, r in ((old, o), (new, n)) if r.get("validity.valid") is False]
-    chosen = {side: _chosen(r) for side, r in (("old", o), ("new", n))}
-    settings = {side: {k: v for k, v in c.items() if k != "_digest"} for side, c in chosen.items() if c is not None}
-    tuned_otherwise = _tuned_otherwise(chosen["old"], chosen["new"])
-    speed = None
-    if across:
-        o, n, speed = _at_one_speed(o, n)
-    if busy:
-        row["verdict"] = f"not comparable: {' and '.join(busy)} measured on a busy machine (not valid)"
-    elif speed is not None and speed["not_comparable"]:
-        row["verdict"] = speed["not_comparable"]
-    elif o["status"] != "ok" or n["status"] != "ok":
-        row["verdict"] = "failed in " + " and ".join(s for s, r in ((old, o), (new, n)) if r["status"] != "ok")
-        row["verdict"] += " (REGRESSION)" if gate and n["status"] != "ok" and o["status"] == "ok" else ""
-    elif n["parity.status"] == "failed" and o["parity.status"] != "failed":
-        row["verdict"] = ("REGRESSION: " if gate else "") + f"parity failed in {new}"
-    elif n["parity.status"] == "unjudged" and o["parity.status"] == "passed":
-        row["verdict"] = f"not comparable: {new}'s accuracy was not judged (no labelled images), {old}'s passed"
-    elif tuned_otherwise:  # the setting is part of what is measured (the record's tuning.digest): not the same cell
-        row.update(tuned=settings, verdict=(
-            f"not comparable: tuning chose another setting ({old} {_setting(settings['old'])}, {new} "
-            f"{_setting(settings['new'])}): the setting is part of the cell (--tune off gates the code alone)"))
-    else:
-        cmp = comparison(n, o)
-        ci = cmp["ci95"] or [None, None]
-        row.update(ratio=cmp["ratio"], ratio_ci_low=ci[0], ratio_ci_high=ci[1], method=cmp["method"])
-        if speed is not None and speed.get("method"):
-            row.update(method=f"{cmp['method']}+{speed['method']}", old_p50_ms=o["p50_ms"], new_p50_ms=n["p50_ms"])
-        if cmp["ci95"] is None:
-            row["verdict"] = f"no interval ({cmp['method']})"
-        elif not across and not str(cmp["method"]).startswith("paired"):  # one run's twins, yet not in one group
-            row.update(ratio_ci_low=None, ratio_ci_high=None,
-                       verdict="not comparable: A and B were not measured in the same rounds (not paired)")
-        else:
-            row["verdict"] = _verdict(cmp["ratio"], ci, fail_above)
-    return row
-
-
-def _chosen(r: Any) -> dict[str, Any] | None:
-    """The setting a tuned cell's tuning chose (its flattened ``tuning.chosen.*`` columns; {} for inferbench's own
-    default) with its digest where the record has one (``_digest``), None for a cell that was not tuned."""
-    if not isinstance(r.get("tuning.reason"), str):
-        return None
-    prefix = "tuning.chosen."
-    chosen = {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix) and v is not None and v == v}
-    return chosen | ({"_digest": r["tuning.digest"]} if isinstance(r.get("tuning.digest"), str) else {})
-
-
-def _tuned_otherwise(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    """Two tuned cells' chosen settings (:func:`_chosen`) differ: by the settings, or by the records' digests where
-    both have one (False where either was not tuned)."""
-    if a is None or b is None:
-        return False
-    digests = {a.get("_digest"), b.get("_digest")}
-    return ({k: v for k, v in a.items() if k != "_digest"} != {k: v for k, v in b.items() if k != "_digest"}
-            or None not in digests and len(digests) > 1)
-
-
-def _setting(setting: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(setting.items())) or "the default"
-
-
-def _at_one_speed(o: Any, n: Any) -> tuple[Any, Any, dict[str, Any] | None]:
-    """Both sides reduced to their rounds at one common machine speed (:func:`inferbench.measure.trackers.speed.
-    matched`: steady rounds, read before and after, at one state), with what was done; ``not_comparable`` says why
-    when no common speed has enough rounds. Sides without per-round readings (older records): their median speeds,
-    compared whole; None when a side has no speed at all."""
-    readings = [r.get("machine_state.speed.rounds") for r in (o, n)]
-    if all(isinstance(x, list) and x for x in readings) and all(_has_raw(r) for r in (o, n)):
-        found = matched(readings[0], readings[1], MATCHED_ROUNDS, set(o["raw_rounds"]), set(n["raw_rounds"]))
-        if found is None:
-            return o, n, {"not_comparable": f"not comparable: no machine speed common to both runs for "
-                          f"{MATCHED_ROUNDS} or more rounds (the machine itself switched speed: a fixed matrix product "
-                          "read before and after every round)"}
-        ra, rb, centre = found
-        total = [len({int(x["round"]) for x in r}) - 1 for r in readings]  # the last reading follows the last round
-        method = f"rounds-at-{centre:.0f}-gflops:{len(ra)}/{total[0]},{len(rb)}/{total[1]}"
-        return _rounds(o, ra), _rounds(n, rb), {"not_comparable": None, "method": method}
-    speeds = [r.get("machine_state.speed.gflops_median") for r in (o, n)]
-    if same_state(*speeds) is False:
-        return o, n, {"not_comparable": f"not comparable: the machine itself ran at another speed ({speeds[0]:.0f} "
-                                        f"and {speeds[1]:.0f} GFLOP/s on a fixed matrix product)"}
-    return o, n, None
-
-
-def _has_raw(r: Any) -> bool:
-    """Raw latencies (:func:`inferbench.analysis.ranking._has_raw`) with the round of each."""
-    from .analysis.ranking import _has_raw as has_latencies
-
-    return has_latencies(r) and isinstance(r.get("raw_rounds"), list)
-
-
-def _rounds(r: Any, keep: list[int]) -> dict[str, Any]:
-    """A side with only the raw latencies of rounds ``keep`` (and their p50: the rounds' centre, as ranked)."""
-    from .measure.stats import centre
-
-    wanted = set(keep)
-    pairs = [(x, k) for x, k in zip(r["raw_latencies_ms"], r["raw_rounds"]) if k in wanted]
-    out = dict(r)
-    out.update(raw_latencies_ms=[x for x, _ in pairs], raw_rounds=[k for _, k in pairs],
-               p50_ms=centre([x for x, _ in pairs], [k for _, k in pairs]))
-    return out
-
-
-def _geometric_mean(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The geometric mean of the judged cells' NEW/OLD ratios with its interval (as pyperf's compare_to gives one)."""
-    from .measure.stats import geometric_mean
-
-    return geometric_mean([(r["ratio"], (math.log(r["ratio_ci_high"]) - math.log(r["ratio_ci_low"])) / (2 * 1.96))
-                           for r in rows if r["ratio_ci_low"] is not None])
-
-
-def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
-    """How many cells were judged and how many abstained on (and why), the geometric mean of the judged cells'
-    NEW/OLD ratios with its interval, and a line when some side's spread between processes was assumed, not
-    measured (``ab``: an A/B in one run, B over A paired within its rounds)."""
-    judged = [r for r in rows if r["ratio_ci_low"] is not None]
-    of = "B/A" if ab else "NEW/OLD"
-    apart = [r["verdict"] for r in rows if r["verdict"].startswith(("not comparable", "no interval"))]
-    failed = len(rows) - len(judged) - len(apart)  # failed, or parity failed: said, with no ratio to judge
-    out = [f"judged {len(judged)} of {len(rows)} " + ("cells of the A/B run" if ab else "cells in common")
-           + (f", {failed} failed" if failed else "") + (
-        f"; abstained on {len(apart)} ({len(apart) / len(rows):.0%}): "
-        f"{sum(v.startswith('not comparable') for v in apart)} not comparable, "
-        f"{sum(v.startswith('no interval') for v in apart)} without an interval" if apart else "")]
-    gm = _geometric_mean(rows)
-    if gm is not None and len(judged) > 1:
-        out.append(f"geometric mean {of} over {gm['cells']} cells: {gm['ratio']:.3f} "
-                   f"[95% CI {gm['ci95'][0]:.3f}-{gm['ci95'][1]:.3f}]")
-    calibrated = [r for r in judged if "invocation-calibrated" in (r.get("method") or "")
-                  or (r.get("method") or "").startswith("invocations-pooled")]  # the runs' own spread, measured
-    paired = [r for r in judged if (r.get("method") or "").startswith("paired")]
-    if ab and judged:
-        out.append(f"{len(paired)} of {len(judged)} judged cells paired with their twin within the run's rounds: one "
-                   "invocation measured both, so no spread between invocations enters their intervals")
-    elif judged and len(calibrated) < len(judged):
-        out.append(f"{len(judged) - len(calibrated)} of {len(judged)} judged cells come from a machine whose spread "
-                   "between invocations was never measured (python benchmarks/aa_calibration.py --across measures "
-                   "it): their intervals hold within a run, and may call identical runs different")
-    assumed = [r for r in judged if "assumed" in (r.get("method") or "")]
-    if assumed:
-        out.append(f"{len(assumed)} of {len(judged)} judged cells have a side from before inferbench measured the "
-                   "spread between processes (schema 5 and older): an assumed 1.5% stands in for it, not a measurement")
-    return out
-
-
-def calibration_lines(old: Any, new: Any) -> list[str]:
-    """Per side, the calibration between invocations its intervals used (when and how it was measured, from which
-    file), or the file that was ignored and why."""
-    out = []
-    for side, df in (("OLD", old), ("NEW", new)):
-        cols = {k: df.get(f"environment.invocation_spread.{k}") for k in ("file", "sd", "measured_at", "by",
-                                                                          "invocations", "ignored")}
-        if cols["file"] is None:
-            continue
-        seen = {}
-        for i in range(len(df)):
-            file = cols["file"].iloc[i]
-            if isinstance(file, str) and file not in seen:
-                seen[file] = {k: (c.iloc[i] if c is not None else None) for k, c in cols.items()}
-        for file, c in seen.items():
-            if isinstance(c["ignored"], str):
-                out.append(f"{side}: the calibration {file} was ignored: {c['ignored']}")
-            elif isinstance(c["sd"], float):
-                runs = f" over {int(c['invocations'])} invocations" if isinstance(c["invocations"], numbers.Real) \
-                    and c["invocations"] == c["invocations"] else ""  # a NumPy number from the frame, NaN when absent
-                out.append(f"{side}: intervals add the spread between invocations (largest sd {c['sd']:.2%}) measured "
-                           f"{c['measured_at']} by {c['by']}{runs} ({file})")
-    return out
-
-
-def _valid(row: Any) -> str:
-    """A side's validity (was the machine quiet enough?) in a word."""
-    value = row.get("validity.valid")
-    return "yes" if value is True else "NO" if value is False else "unknown"
-
-
-def _label(cell: dict[str, Any]) -> str:
-    return (f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on "
-            f"{cell['device_model']}, {cell['threads']} threads")
-
-
 def _main(argv: list[str] | None, prog: str) -> int:
     args = build_parser(typed(prog)).parse_args(argv)
     return json_mode(getattr(args, "json", False), "compare", lambda emit: _compare(args, emit))
 
 
 def _compare(args: argparse.Namespace, emit: Emit) -> int:
-    from .records.load import load
-
     if args.csv:  # bad input, not a regression: exit 2 before anything is read (exit 1 means "regressed")
         csv_path = Path(args.csv)
         if csv_path.is_dir():
@@ -527,7 +92,7 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
         write_csv(Path(args.csv), columns, [{k: r.get(k) for k in columns} for r in rows])
     emit({"old": args.old, "new": args.new, "ab": args.new is None, "fail_above": args.fail_above, "cells": rows,
           "notes": notes,
-          "summary": summary, "geometric_mean": _geometric_mean(rows)})
+          "summary": summary, "geometric_mean": geometric_mean_of(rows)})
     unclear = [r for r in rows if r["verdict"].startswith(("no interval", "not comparable"))]
     if len(unclear) == len(rows):  # a gate that judged nothing must not pass
         whys = sorted({r["verdict"].split(": ", 1)[-1] if r["verdict"].startswith("not comparable")

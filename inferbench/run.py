@@ -24,7 +24,8 @@ from .execution.plan import build, objective_for, open_files
 from .exporters.cache import check_cache_dir
 from .options import with_defaults
 from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
-from .registry.models import FILE_FORMATS, MODELS, PREPROCESSING, ModelFile, get_model
+from .registry.modelfiles import FILE_FORMATS, ModelFile
+from .registry.models import MODELS, PREPROCESSING, get_model
 
 
 def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentParser:
@@ -143,7 +144,7 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer
-        from .analysis.ranking import note_time_budget
+        from .analysis.runfiles import note_time_budget
 
         note_time_budget(run_dir, deadline.spent())
         if deadline.overrun():

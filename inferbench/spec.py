@@ -17,7 +17,7 @@ from .base.codec import decode, encode
 from .base.device import Device
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
 from .registry.images import Calibration, EvalSet
-from .registry.models import ModelFile
+from .registry.modelfiles import ModelFile
 from .registry.scenarios import SCENARIOS
 from .registry.scenarios import scenario as scenario_entry
 

@@ -196,7 +196,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer
-        from .analysis.ranking import note_time_budget
+        from .analysis.runfiles import note_time_budget
 
         note_time_budget(sweep_dir, deadline.spent())
         if deadline.overrun():

@@ -167,7 +167,7 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
             f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
         return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
     if parity["status"] == "unjudged":  # INT8 without labelled images: measured, its agreement with FP32 said
-        from .analysis.ranking import agreement_phrase
+        from .analysis.answer import agreement_phrase
 
         top1 = ((parity.get("agreement") or {}).get("top1") or {})
         agreement = "; " + agreement_phrase(top1["agreement"], parity["agreement"].get("inputs")) \

@@ -18,7 +18,8 @@ import numpy as np
 
 from inferbench.registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, Exporter
 from inferbench.registry.frameworks import Framework
-from inferbench.registry.models import get_model, make_inputs
+from inferbench.registry.inputs import make_inputs
+from inferbench.registry.models import get_model
 from inferbench.runners.base import LoadContext, Runner
 
 HERE = Path(__file__).resolve().parent

@@ -11,7 +11,8 @@ import numpy as np
 from fakes import WEIGHTS, _logits
 
 from inferbench.registry.artifacts import timed_reference
-from inferbench.registry.models import get_model, make_inputs
+from inferbench.registry.inputs import make_inputs
+from inferbench.registry.models import get_model
 
 
 def export(ctx: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from fakes import WEIGHTS
 
 from inferbench.measure import training
 from inferbench.registry.artifacts import train_reference
-from inferbench.registry.models import get_model, make_inputs
+from inferbench.registry.inputs import make_inputs
+from inferbench.registry.models import get_model
 from inferbench.runners.base import LoadContext, Trainer
 
 CLASSES = 10

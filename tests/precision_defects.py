@@ -8,7 +8,7 @@ DEFECT: ``none`` (a correct export); ``perturbed:F`` (one middle layer's weights
 1 + F z); ``wrong-cast`` (the logits layer computed from its FP32-range input scaled by 1e4, the result scaled back:
 exact in FP32, overflowing in FP16); ``other-model`` (OTHER_FOLDER's model on the same inputs). On the 16 reference
 inputs (and then each stage's error against the same module in FP64 beside OUT, ``OUT.blocks.json``), or on the N
-agreement inputs (``inferbench.registry.models.agreement_inputs``).
+agreement inputs (``inferbench.registry.inputs.agreement_inputs``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def main(folder: str, defect: str, precision: str, out: str, which: str, other: 
 
     import torch
 
-    from inferbench.registry.models import agreement_inputs, get_model
+    from inferbench.registry.inputs import agreement_inputs
+    from inferbench.registry.models import get_model
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     if which == "reference":
@@ -68,7 +69,7 @@ def main(folder: str, defect: str, precision: str, out: str, which: str, other: 
     if which == "reference":  # where it goes wrong, as a torch cell's failed parity check reads it
         import copy
 
-        from inferbench.runners.torch import stage_errors
+        from inferbench.runners.torch_stages import stage_errors
 
         blocks = stage_errors(torch, module, copy.deepcopy(module).double(), inputs.to(dtype), inputs.double())
         Path(out + ".blocks.json").write_text(json.dumps(blocks))

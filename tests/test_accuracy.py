@@ -254,7 +254,7 @@ def test_a_cells_accuracy_through_the_harness_is_judged_on_reduced_precision_onl
     from inferbench.registry import images
     from inferbench.registry.artifacts import evaluation_reference
     from inferbench.registry.frameworks import FRAMEWORKS
-    from inferbench.scenarios.base import accuracy_decides, check_accuracy, judged
+    from inferbench.scenarios.gates import accuracy_decides, check_accuracy, judged
     from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
 
     def by_colour(x):  # the classes in sorted folder order: blue, green, red

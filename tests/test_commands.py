@@ -18,7 +18,9 @@ import pytest
 from test_results import make_record
 
 from inferbench import __version__, records
-from inferbench.analysis.ranking import recommendation_lines, recommendations, write_summary
+from inferbench.analysis.answer import recommendation_lines
+from inferbench.analysis.ranking import recommendations
+from inferbench.analysis.runfiles import write_summary
 from inferbench.base.codec import encode
 from inferbench.commands import COMMANDS
 from inferbench.commands import main as inferbench
@@ -253,7 +255,7 @@ def test_compare_sets_side_by_side_only_rounds_at_one_machine_speed(tmp_path, ca
     of the two speeds differ by 40% in their medians; compare sets only their steady rounds at one common speed side by
     side and finds no difference, while a true 1.3x slowdown is still caught, and runs with no common steady speed
     are not comparable."""
-    from inferbench.compare import compare_frames
+    from inferbench.analysis.comparison import compare_frames
 
     def run(name, states, true_ms, seed):
         return records.load(_folder(tmp_path / name, make_record("onnxrt", **_two_speed_run(states, true_ms, seed))))
@@ -284,7 +286,7 @@ def test_several_invocations_a_side_are_pooled_and_gate_a_slowdown_one_against_o
     REGRESSION in at least 50% — and a side of one invocation is judged as the latest pair, as before."""
     import random
 
-    from inferbench.compare import compare_frames
+    from inferbench.analysis.comparison import compare_frames
 
     rng = random.Random(8)
     width = 0.06 * 3 ** 0.5  # a uniform's half-width for an sd of 6%
@@ -579,7 +581,7 @@ def test_results_are_written_with_the_users_umask(tmp_path, umask, mode):
 
 
 def test_one_loader_feeds_the_analysis(tmp_path):
-    from inferbench import analysis
+    from inferbench.analysis import frames as analysis
 
     folder = _folder(tmp_path / "run", make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
                      make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}))

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from test_results import make_record
 
-from inferbench import analysis, records
+from inferbench import records
+from inferbench.analysis import frames as analysis
 from inferbench.analysis import plots
 from inferbench.cli.summary import NOT_A_BENCHMARK, format_summary
 from inferbench.measure.stats import summarize

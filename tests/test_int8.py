@@ -32,7 +32,8 @@ def test_int8_is_refused_on_a_cpu_without_int8_instructions_and_says_which_it_us
 
 def test_the_calibration_is_the_users_images_or_seeded_inputs_said_as_such_and_named_by_digest(colours, tmp_path):
     from inferbench.registry import images
-    from inferbench.registry.models import agreement_inputs, get_model
+    from inferbench.registry.inputs import agreement_inputs
+    from inferbench.registry.models import get_model
 
     seeded = images.calibration(None, 300, 0)
     assert seeded.seeded and seeded.images == 300 and "not an accuracy claim" in seeded.describe()
@@ -107,7 +108,8 @@ def test_int8_without_labels_is_speed_only_with_labels_its_accuracy_decides():
 
 
 def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_apart(tmp_path):
-    from inferbench.analysis.ranking import SPEED_ONLY, recommendation_lines, recommendations
+    from inferbench.analysis.answer import recommendation_lines
+    from inferbench.analysis.ranking import SPEED_ONLY, recommendations
 
     int8 = {"status": "unjudged", "reason": "speed only", "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99,
             "top1_agreement": 1.0, "agreement": {"status": "measured", "inputs": 1000, "top1": {

@@ -145,7 +145,7 @@ with torch.no_grad():
     out["one_image"] = list(program(x[:1]).shape)
     out["error"] = {k: float((got - net(x)).norm() / net(x).norm()) for k, net in nets.items()}
 # where it departs from FP32: its stages read from the program against the twin it was quantised from, and another
-from inferbench.runners.torch import INT8_AGAINST, program_stage_errors
+from inferbench.runners.torch_stages import INT8_AGAINST, program_stage_errors
 out["stages"] = {k: program_stage_errors(torch, program, ports._modules().KerasTwin(net, None).eval(), x)
                  for k, net in nets.items()}
 out["int8_against"] = INT8_AGAINST

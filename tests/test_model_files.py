@@ -16,9 +16,11 @@ import pytest
 
 from inferbench import records
 from inferbench.base.errors import UsageError
-from inferbench.registry import models
+from inferbench.registry import modelfiles, models
 from inferbench.registry.frameworks import choose
-from inferbench.registry.models import get_model, make_inputs, open_model_file, register
+from inferbench.registry.inputs import make_inputs
+from inferbench.registry.modelfiles import open_model_file
+from inferbench.registry.models import get_model, register
 from inferbench.run import main
 
 QUICK = ["--duration", "0.3", "--rounds", "3", "--processes", "1", "--warmup", "2", "--warmup-seconds", "0",
@@ -312,7 +314,7 @@ def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):
     assert not (tmp_path / "out").exists()
     # the same archive as --weights, and a config.json just over the cap without compression
     with pytest.raises(UsageError, match="refused as a zip bomb"):
-        models.describe_weights(str(bomb))
+        modelfiles.describe_weights(str(bomb))
     from inferbench.registry import filecheck
 
     big = keras_archive(tmp_path / "big.keras", {"config": {}, "pad": " " * 2**20})

@@ -3,7 +3,9 @@ import pytest
 
 from inferbench.base.errors import UsageError
 from inferbench.registry.frameworks import FRAMEWORKS, choose, unavailable_reason
-from inferbench.registry.models import MODELS, describe_weights, get_model, list_models, make_images, make_inputs
+from inferbench.registry.inputs import make_images, make_inputs
+from inferbench.registry.modelfiles import describe_weights
+from inferbench.registry.models import MODELS, get_model, list_models
 
 
 def test_registry_has_the_promised_models():
@@ -192,7 +194,7 @@ def test_grouped_convolutions_are_counted_in_the_model_stats():
     XLA report reads this count), are counted in the model's stats; a model without any counts none. (RegNetY's
     conversions of them run in the opt-in `zoo` layer, test_zoo.py.)"""
     from inferbench.exporters.keras import model_stats
-    from inferbench.registry.models import build_keras_model
+    from inferbench.registry.keras_models import build_keras_model
 
     grouped = model_stats(build_keras_model(get_model("regnety_002"), 32, "random", 0), 32)
     plain = model_stats(build_keras_model(get_model("mobilenet_v3_small"), 32, "random", 0), 32)

@@ -275,7 +275,7 @@ def test_divergence_names_the_first_block_past_the_gate_or_says_no_block_is():
 
 
 def test_a_failed_check_says_where_it_diverged_where_the_runtime_can_tell():
-    from inferbench.scenarios.base import where_it_diverged
+    from inferbench.scenarios.gates import where_it_diverged
 
     class Blocks:  # the harness's side only: what a runner that can read its blocks returns
         def __init__(self, result):
@@ -310,7 +310,7 @@ def test_a_failed_check_says_where_it_diverged_where_the_runtime_can_tell():
 
 
 def test_the_agreement_inputs_are_regrouped_into_whole_timed_batches_in_order():
-    from inferbench.scenarios.base import rebatched
+    from inferbench.scenarios.gates import rebatched
 
     for size in (1, 7, 32, 50, 64):  # smaller and larger than a chunk of 32, and the last chunk partial
         chunks, n = [], 0
@@ -333,8 +333,9 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     from inferbench.exporters import cache
     from inferbench.registry.artifacts import agreement_reference
     from inferbench.registry.frameworks import FRAMEWORKS
-    from inferbench.registry.models import agreement_inputs, get_model
-    from inferbench.scenarios.base import check_agreement
+    from inferbench.registry.inputs import agreement_inputs
+    from inferbench.registry.models import get_model
+    from inferbench.scenarios.gates import check_agreement
     from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
 
     weights = np.random.default_rng(0).normal(size=(32 * 32 * 3, 10))

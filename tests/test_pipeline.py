@@ -240,7 +240,7 @@ def test_a_hung_child_is_killed_at_the_timeout(fakes, tmp_path, capsys):
 
 def test_runner_options_are_part_of_the_identity(fakes, tmp_path):
     """A plain and a --torch-compile record of the same cell are two cells: two files, never merged."""
-    from inferbench import analysis
+    from inferbench.analysis import frames as analysis
 
     assert _run(tmp_path, "--framework", "fake") == 0
     assert _run(tmp_path, "--framework", "fake", "--torch-compile", "--keras-backend", "torch") == 0
@@ -309,7 +309,7 @@ def test_artifacts_exported_elsewhere_are_verified_and_brought_in(fakes, tmp_pat
 def test_the_summary_grows_a_row_per_cell_and_is_never_rebuilt(fakes, tmp_path, monkeypatch):
     """summary.csv gets each cell's row once, as its record is written (a run used to rebuild it from every record
     after every group: quadratic in the run's size); comparisons and the recommendation cover every group."""
-    from inferbench.analysis import ranking
+    from inferbench.analysis import runfiles as ranking
 
     rows = []
     real = ranking.summary_row
@@ -330,8 +330,8 @@ def test_the_final_line_names_only_what_was_written(fakes, tmp_path, capsys, mon
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "summary.csv")
 
-    monkeypatch.setattr("inferbench.analysis.ranking.write_csv", full)
-    monkeypatch.setattr("inferbench.analysis.ranking.append_csv", full)
+    monkeypatch.setattr("inferbench.analysis.runfiles.write_csv", full)
+    monkeypatch.setattr("inferbench.analysis.runfiles.append_csv", full)
     assert _run(tmp_path, "--framework", "fake") == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("results: ")]
@@ -501,7 +501,7 @@ def test_a_version_1_sweep_with_runner_options_resumes_without_rerunning(fakes, 
 
 
 def test_thread_counts_are_kept_apart(fakes, tmp_path):
-    from inferbench import analysis
+    from inferbench.analysis import frames as analysis
 
     assert _run(tmp_path, "--framework", "fake") == 0
     assert run_main([*QUICK, "--framework", "fake", "--threads", "2", "--output-dir", str(tmp_path / "out"),

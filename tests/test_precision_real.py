@@ -23,7 +23,7 @@ from inferbench.measure import parity
 from inferbench.registry.artifacts import EXPORTERS, agreement_own, agreement_reference
 from inferbench.registry.frameworks import FRAMEWORKS
 from inferbench.run import main
-from inferbench.scenarios.base import own_rounding
+from inferbench.scenarios.gates import own_rounding
 from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
 
 pytestmark = pytest.mark.slow

@@ -425,7 +425,8 @@ def test_a_weights_file_of_another_model_is_refused(tmp_path, capsys):
 
     path = tmp_path / "small.keras"
     script = ("import keras, sys\n"
-              "from inferbench.registry.models import build_keras_model, get_model\n"
+              "from inferbench.registry.keras_models import build_keras_model\n"
+              "from inferbench.registry.models import get_model\n"
               "keras.applications.MobileNetV3Small(weights=None, classifier_activation=None, "
               f"input_shape=(96, 96, 3)).save({str(path)!r})\n"
               f"build_keras_model(get_model('mobilenet_v3_small'), 96, {str(path)!r}, 0)\n"  # fits its own model

@@ -162,7 +162,7 @@ def test_a_failed_write_fails_that_cell_only(fakes, tmp_path, capsys, monkeypatc
 
 
 def test_report_inputs_that_overlap_count_once(fakes, tmp_path):
-    from inferbench import analysis
+    from inferbench.analysis import frames as analysis
 
     sweep_dir = _sweep(tmp_path, batch_sizes="1")
     assert len(analysis.load([tmp_path, sweep_dir, sweep_dir / "mobilenet_v3_small_32_bs1_fake.json"])) == 1

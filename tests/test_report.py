@@ -14,7 +14,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Annotation
 
-from inferbench import analysis
+from inferbench.analysis import frames as analysis
 from inferbench.analysis import plots
 from inferbench.base.codec import encode
 from inferbench.report import main

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from inferbench import SCHEMA_VERSION, records
-from inferbench.analysis.ranking import write_summary
+from inferbench.analysis.runfiles import write_summary
 from inferbench.base.codec import encode
 from inferbench.base.errors import UsageError
 from inferbench.base.files import atomic_write_text

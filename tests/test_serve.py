@@ -106,7 +106,7 @@ def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fak
     assert wrong["parity"]["status"] == "failed" and wrong["parity"]["served"]["status"] == "failed"
     answer = json.loads((folder / "recommendation.json").read_text())["recommendations"][0]
     assert answer["recommended"].startswith("fake") and "fake-wrong" in str(answer["not_ranked"])
-    from inferbench.analysis.ranking import recommendation_lines
+    from inferbench.analysis.answer import recommendation_lines
 
     said = "\n".join(recommendation_lines([answer]))  # the answer line says the tests were shortened
     assert "LoadGen tests shortened to 0.5 s (MLPerf asks 600 s a test)" in said and "not MLPerf-valid" in said

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferbench.runners.tf import TapeTrainer
-from inferbench.runners.torch import TorchTrainer
+from inferbench.runners.torch_train import TorchTrainer
 
 
 class LrTapeTrainer(TapeTrainer):

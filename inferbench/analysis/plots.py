@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 from ..registry.frameworks import display_order
 from ..registry.scenarios import scenario as scenario_entry
-from . import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
+from .frames import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
 
 SMALL = 8  # the smallest text in any figure, in points
 #: The report saves figures at this resolution; none is taller than MAX_HEIGHT_PX there: small multiples show at most

@@ -8,22 +8,17 @@ is shown but never a winner, runner-up, baseline, podium or frontier entry.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
-from ..base.codec import plain
-from ..base.files import atomic_write_text
+from ..measure.parity import SENSITIVITY_OF
+from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, Sample, compare, interval, needed_samples
+from ..measure.trackers.machine import combine
 from ..records.table import (
-    SUMMARY_COLUMNS,
-    append_csv,
     device_of,
     field,
     ranked,
     record_name,
-    summary_row,
-    write_csv,
 )
 from ..registry.scenarios import scenario
 from ..spec import GROUP_FIELDS
@@ -49,9 +44,7 @@ def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") ->
     """A's median latency (or p99, or mean) over B's from two records (or rows of
     :func:`inferbench.records.load`): paired within rounds when they were measured in the same group of
     the same run, else unpaired."""
-    from ..measure.stats import compare
-
-    if not (_has_raw(a) and _has_raw(b)):  # a record without its samples: the point ratio, and no claim
+    if not (has_raw(a) and has_raw(b)):  # a record without its samples: the point ratio, and no claim
         key = {"p50": "latency_ms.p50", "p99": "latency_ms.p99", "mean": "latency_ms.mean"}[stat]
         return {"ratio": field(a, key) / field(b, key), "ci95": None, "significant": None,
                 "method": "none-no-raw-latencies", "rounds": 0}
@@ -62,8 +55,6 @@ def comparison(a: Mapping[str, Any], b: Mapping[str, Any], stat: str = "p50") ->
 def sample_of(record: Mapping[str, Any]) -> Any:
     """A record's raw latencies as the statistics take them: with the process of each round and the group's pooled
     between-process variance (absent in records from before schema 6: then assumed, and the method says so)."""
-    from ..measure.stats import Sample
-
     blocks = field(record, "timing.blocks") or []
     processes = {int(b["round"]): int(b.get("process", 0)) for b in blocks} or None
     var = field(record, "latency_ms.spread.pooled_between_var")
@@ -151,34 +142,6 @@ def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
 SPEED_ONLY = "speed only: accuracy not judged (INT8 without labelled images, --eval-dir)"
 
 
-def speed_only_line(rec: dict[str, Any]) -> list[str]:
-    """The cells measured whose accuracy was not judged, with their figures, apart from the ranking: each with its
-    gain over the same runtime in FP32 and its top-1 agreement with FP32, where the run has them."""
-    cells = rec.get("speed_only") or []
-    if not cells:
-        return []
-    f = _FORMAT[rec["unit"]]
-
-    def said(c: dict[str, Any]) -> str:
-        text = f"{c['cell']} {c['value']:{f}} {rec['unit']}"
-        if c.get("gain") is not None:
-            ci = c.get("gain_ci95")
-            text += f", {c['gain']:.2f}x {c['fp32']}'s FP32" + (
-                f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci is not None else " (not judged: the machine was busy)"
-                if rec.get("not_judged") else "")
-        if c.get("top1_agreement") is not None:
-            text += ", " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
-        return text
-
-    return ["    speed only, accuracy not judged (no --eval-dir; not ranked): " + "; ".join(map(said, cells))]
-
-
-def agreement_phrase(top1: float, inputs: Any, ci: Any = None) -> str:
-    """An unjudged cell's top-1 agreement with FP32 as the answer and the zoo's matrix say it."""
-    return f"top-1 agreement with FP32 {top1:.3f}" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci is not None else "") \
-        + f" over {inputs} seeded inputs"
-
-
 def speed_only_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str, lower: bool,
                     stat: str | None) -> dict[str, Any]:
     """A cell measured whose accuracy was not judged: its figure, its gain over the same runtime's verified FP32 cell
@@ -208,112 +171,119 @@ def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50"
     ``objective`` (every precision that passed parity competing, each named), its interval, the margin over the
     runner-up (paired within rounds where they share a run), its stability verdict, its energy or why there is none,
     and for a reduced precision what it costs in agreement with FP32 (:func:`precision_cost`)."""
-    from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, interval, needed_samples
-
-    path, lower, stat, unit, words = OBJECTIVES[objective]
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in records:
         groups.setdefault(_group_key(r), []).append(r)
-    out = []
-    for key in sorted(groups, key=_sortable):
-        cells = groups[key]
-        rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
-                                                                     "validity": validity_of(cells)}
-        rec["not_ranked"] = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
-                             SPEED_ONLY if field(r, "parity.status") == "unjudged" else
-                             f"parity {field(r, 'parity.status')}" for r in cells
-                             if not ranked(r["status"], field(r, "parity.status"))}
-        # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
-        rec["speed_only"] = sorted((speed_only_cell(r, cells, path, lower, stat) for r in cells
-                                    if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
-                                    and field(r, path) is not None and field(r, "serving.answer.found") is not False),
-                                   key=lambda c: c["value"] * (1 if lower else -1))
-        rec["not_ranked"].update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms') or 0:g} "
-                                  "ms for 3 tests in a row" + cut_short(r) for r in cells
-                                  if field(r, "serving.answer.found") is False})
-        rec["not_ranked"].update({record_name(r): f"timed in {field(r, 'config.timing.rounds')} round(s), one "
-                                  "framework loaded at a time: the zoo's timing, for orientation, never ranked"
-                                  for r in cells
-                                  if ranked(r["status"], field(r, "parity.status"))
-                                  and 0 < (field(r, "config.timing.rounds") or MIN_ROUNDS) < MIN_ROUNDS
-                                  and str(field(r, "config.sequential")) == "True"})
-        rec["not_ranked"].update({record_name(r): "an A/B twin (--ab-python): B's install, judged against its cell by "
-                                  "inferbench compare RUN, never ranked beside it" for r in cells
-                                  if field(r, "options.ab")})
-        if objective in ("p90", "p99"):  # a tail is ranked only where each round holds it, over rounds to judge
-            rec["not_ranked"].update({record_name(r): f"too few samples for a {objective} interval ("
-                                      f"{needed_samples(TAILS[objective])} a round needed, over {MIN_ROUNDS} rounds "
-                                      "at least)" for r in cells if ranked(r["status"], field(r, "parity.status"))
-                                      and field(r, f"latency_ms.{objective}_ci95") is None})
-        scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
-                         and field(r, path) is not None and record_name(r) not in rec["not_ranked"]),
-                        key=lambda r: field(r, path) * (1 if lower else -1))
-        if not scored:
-            reasons = {field(r, "energy.reason") for r in cells} - {None} if objective == "energy" else set()
-            rec.update(recommended=None, reason=f"no verified cell with {words}" + (
-                f" ({'; '.join(sorted(reasons))})" if reasons else ""))
-            out.append(rec)
-            continue
-        best = scored[0]
-        value = field(best, path)
-        ci = None
-        sample = sample_of(best) if _has_raw(best) else None
-        found = None if stat is None or sample is None else interval(
-            sample.latencies, sample.rounds, stat, sample.processes, sample.between)
-        if objective in ("p90", "p99", "energy"):  # the record's own interval (raw samples may be a subsample)
-            own = field(best, "energy.joules_per_inference_ci95" if objective == "energy" else
-                        f"latency_ms.{objective}_ci95")
-            found = None if own is None else (own[0], own[1], value)
+    return [_recommend(key, groups[key], objective) for key in sorted(groups, key=_sortable)]
+
+
+def _recommend(key: tuple[Any, ...], cells: list[Mapping[str, Any]], objective: str) -> dict[str, Any]:
+    """One group's recommendation (:func:`recommendations`)."""
+    path, lower, stat, unit, words = OBJECTIVES[objective]
+    rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
+                                                                 "validity": validity_of(cells)}
+    rec["not_ranked"] = not_ranked(cells, objective)
+    # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
+    rec["speed_only"] = sorted((speed_only_cell(r, cells, path, lower, stat) for r in cells
+                                if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
+                                and field(r, path) is not None and field(r, "serving.answer.found") is not False),
+                               key=lambda c: c["value"] * (1 if lower else -1))
+    scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
+                     and field(r, path) is not None and record_name(r) not in rec["not_ranked"]),
+                    key=lambda r: field(r, path) * (1 if lower else -1))
+    if not scored:
+        reasons = {field(r, "energy.reason") for r in cells} - {None} if objective == "energy" else set()
+        return rec | {"recommended": None, "reason": f"no verified cell with {words}" + (
+            f" ({'; '.join(sorted(reasons))})" if reasons else "")}
+    best, busy = scored[0], not_judged(cells)
+    value = field(best, path)
+    answer = field(best, "serving.answer")
+    direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span
+    rec.update(recommended=record_name(best), value=value, ci95=_interval(best, objective, value, direct),
+               not_judged=busy,
+               assumed=None if not str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED) else
+               "this process only" if field(best, "timing.processes") == 1 else "between-process spread assumed",
+               stability="not judged" if busy else field(best, "latency_ms.stability.verdict") or "unknown",
+               stability_advice="" if busy else field(best, "latency_ms.stability.advice") or "",
+               energy_j_per_inference=field(best, "energy.joules_per_inference"),
+               energy_missing=None if field(best, "energy.available") else
+               (field(best, "energy.reason") or "no energy figures in this record"),
+               run_id=field(best, "run_id"), precision_cost=precision_cost(best), accuracy=accuracy_said(best))
+    if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
+        return rec | _served(best, scored, answer, path, busy)
+    if len(scored) > 1:  # the runner-up's statistic over the best's (> 1: the best is better); energy's per round
+        second = scored[1]
+        cmp = energy_margin(best, second) if stat is None else comparison(second, best, stat)
+        rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
+    return rec
+
+
+def not_ranked(cells: list[Mapping[str, Any]], objective: str) -> dict[str, str]:
+    """Each cell of a group that is not ranked, with why: failed, parity not passed, speed only (INT8 without labelled
+    images), a server that held no load, the zoo's one round, an A/B's twin, a tail without the samples it needs."""
+    out = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
+           SPEED_ONLY if field(r, "parity.status") == "unjudged" else
+           f"parity {field(r, 'parity.status')}" for r in cells if not ranked(r["status"], field(r, "parity.status"))}
+    out.update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms') or 0:g} ms for 3 tests "
+                "in a row" + cut_short(r) for r in cells if field(r, "serving.answer.found") is False})
+    out.update({record_name(r): f"timed in {field(r, 'config.timing.rounds')} round(s), one framework loaded at a "
+                "time: the zoo's timing, for orientation, never ranked" for r in cells
+                if ranked(r["status"], field(r, "parity.status"))
+                and 0 < (field(r, "config.timing.rounds") or MIN_ROUNDS) < MIN_ROUNDS
+                and str(field(r, "config.sequential")) == "True"})
+    out.update({record_name(r): "an A/B twin (--ab-python): B's install, judged against its cell by inferbench "
+                "compare RUN, never ranked beside it" for r in cells if field(r, "options.ab")})
+    if objective in ("p90", "p99"):  # a tail is ranked only where each round holds it, over rounds to judge
+        out.update({record_name(r): f"too few samples for a {objective} interval ({needed_samples(TAILS[objective])} "
+                    f"a round needed, over {MIN_ROUNDS} rounds at least)" for r in cells
+                    if ranked(r["status"], field(r, "parity.status"))
+                    and field(r, f"latency_ms.{objective}_ci95") is None})
+    return out
+
+
+def _interval(best: Mapping[str, Any], objective: str, value: float, direct: bool) -> list[float] | None:
+    """The recommended cell's 95% interval for ``objective``: latency's from its rounds (a tail's and energy's the
+    record's own: raw samples may be a subsample), throughput's as the batch over the mean latency, a serving
+    answer's its own span (offline's interval, a server's bracket)."""
+    _, lower, stat, _, _ = OBJECTIVES[objective]
+    sample = sample_of(best) if has_raw(best) else None
+    found = None if stat is None or sample is None else interval(
+        sample.latencies, sample.rounds, stat, sample.processes, sample.between)
+    if objective in ("p90", "p99", "energy"):
+        own = field(best, "energy.joules_per_inference_ci95" if objective == "energy" else
+                    f"latency_ms.{objective}_ci95")
+        found = None if own is None else (own[0], own[1], value)
+    if direct:
         answer = field(best, "serving.answer")
-        direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span
-        if direct:
-            span = answer.get("qps_ci95") or answer.get("bracket")
-            found = (span[0], span[1], value) if span and None not in span else None
-        if found is not None:  # latency: its interval; throughput: the batch over the mean latency
-            lo, hi, centre = found
-            ci = [lo, hi] if lower or direct else [value * centre / hi, value * centre / lo]
-        busy = not_judged(cells)
-        rec.update(recommended=record_name(best), value=value, ci95=ci, not_judged=busy,
-                   assumed=None if not str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED) else
-                   "this process only" if field(best, "timing.processes") == 1 else "between-process spread assumed",
-                   stability="not judged" if busy else field(best, "latency_ms.stability.verdict") or "unknown",
-                   stability_advice="" if busy else field(best, "latency_ms.stability.advice") or "",
-                   energy_j_per_inference=field(best, "energy.joules_per_inference"),
-                   energy_missing=None if field(best, "energy.available") else
-                   (field(best, "energy.reason") or "no energy figures in this record"),
-                   run_id=field(best, "run_id"), precision_cost=precision_cost(best),
-                   accuracy=accuracy_said(best))
-        if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
-            rec.update(serving={"scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"),
-                                "bracket": answer.get("bracket"), "knobs": answer.get("knobs"),
-                                "confirmed": answer.get("held_in_a_row") or 0,
-                                "mlperf_valid": field(best, "serving.mlperf_valid"),
-                                "min_duration_ms": field(best, "serving.settings.min_duration_ms"),
-                                "stopped": answer.get("stopped")},
-                       stability="n/a", stability_advice="")
-            if len(scored) > 1:
-                rec.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
-                if not scenario(str(field(best, "scenario"))).bound:  # samples/s a round: a margin to judge
-                    margin = served_margin(best, scored[1])
-                    rec["margin"] = {**margin, "significant": None} if busy else margin
-            out.append(rec)
-            continue
-        if len(scored) > 1:
-            second = scored[1]
-            if stat is None:  # energy: each round's joules, paired within rounds as latency is
-                cmp = energy_margin(best, second)
-            else:  # the runner-up's statistic over the best's: > 1 means the best is better
-                cmp = comparison(second, best, stat)
-            rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
-        out.append(rec)
+        span = answer.get("qps_ci95") or answer.get("bracket")
+        found = (span[0], span[1], value) if span and None not in span else None
+    if found is None:
+        return None
+    lo, hi, centre = found
+    return [lo, hi] if lower or direct else [value * centre / hi, value * centre / lo]
+
+
+def _served(best: Mapping[str, Any], scored: list[Mapping[str, Any]], answer: Mapping[str, Any], path: str,
+            busy: str | None) -> dict[str, Any]:
+    """A serving answer's own figures (LoadGen's verdicts, the search's bracket, the configuration), and the
+    runner-up's: offline's margin judged from the rounds, a server's bracket only."""
+    out: dict[str, Any] = {"serving": {
+        "scenario": field(best, "scenario"), "bound_ms": answer.get("bound_ms"), "bracket": answer.get("bracket"),
+        "knobs": answer.get("knobs"), "confirmed": answer.get("held_in_a_row") or 0,
+        "mlperf_valid": field(best, "serving.mlperf_valid"),
+        "min_duration_ms": field(best, "serving.settings.min_duration_ms"), "stopped": answer.get("stopped")},
+        "stability": "n/a", "stability_advice": ""}
+    if len(scored) > 1:
+        out.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
+        if not scenario(str(field(best, "scenario"))).bound:  # samples/s a round: a margin to judge
+            margin = served_margin(best, scored[1])
+            out["margin"] = {**margin, "significant": None} if busy else margin
     return out
 
 
 def precision_cost(record: Mapping[str, Any]) -> str | None:
     """What a reduced-precision cell's answer costs, said beside its speed: how its parity was judged and its top-1
     agreement with FP32 over many inputs (docs/method.md); None for FP32."""
-    from ..measure.parity import SENSITIVITY_OF
-
     precision = field(record, "precision")
     if precision in (None, "fp32"):
         return None
@@ -377,8 +347,6 @@ def paired_margin(best: Mapping[str, Any], second: Mapping[str, Any],
     rounds of one run (``per_round``; ``lower``: lower is better), paired within rounds exactly as latency's margin
     is (:func:`inferbench.measure.stats.compare`: both cells' process parts, ``processes`` workers a cell);
     ``point``, unjudged, where they were not paired."""
-    from ..measure.stats import MIN_ROUNDS, Sample, compare
-
     a, b = per_round(best), per_round(second)
     common = sorted(set(a) & set(b)) if _group(best) is not None and _group(best) == _group(second) else []
     if len(common) < MIN_ROUNDS:
@@ -401,78 +369,13 @@ def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
 def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One verdict for records (a group, a run): not valid if one is not, unknown if one is unknown
     (:func:`inferbench.measure.trackers.machine.combine`); older records, which nothing watched, are unknown."""
-    from ..measure.trackers.machine import combine
-
     return combine([{"valid": field(r, "validity.valid"), "reason": field(r, "validity.reason")
                      or "machine state unknown: not recorded"} for r in records])
 
 
-def validity_line(recs: list[dict[str, Any]]) -> str:
-    """The first line of every answer: is it what the runtimes can do, or what a busy machine gave?"""
-    from ..measure.trackers.machine import combine
-
-    verdict = combine([r["validity"] for r in recs if r.get("validity")])
-    if verdict["valid"] is True:
-        return f"VALID: {verdict['reason']} ({verdict['cells']} cells)"
-    if verdict["valid"] is False:
-        return (f"NOT VALID ({verdict['not_valid']} of {verdict['cells']} cells): {verdict['reason']}. This ranking "
-                "is what the busy machine gave, not what the runtimes can do: re-run when it is quiet")
-    return f"validity not known: {verdict['reason']}"
-
-
-def _has_raw(record: Mapping[str, Any]) -> bool:
+def has_raw(record: Mapping[str, Any]) -> bool:
     raw = field(record, "raw_latencies_ms")
     return raw is not None and not isinstance(raw, float) and len(raw) > 0
-
-
-def margin_text(rec: Mapping[str, Any]) -> str:
-    """How far ahead the recommended cell is: "1.65x better than onnxrt [95% CI 1.58-1.72]", or that the
-    runner-up is within the noise."""
-    m, runner = rec["margin"], rec["runner_up"]
-    if m["ci95"] is None:  # a ratio without an interval is no claim (the zoo's one round, a record without samples)
-        return f"no claim over {runner}: no interval ({m['method']})"
-    ci = f"[95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}]"
-    if not m["significant"]:
-        return f"{runner} is within the noise ({m['ratio']:.2f}x {ci}): either will do"
-    if m["ratio"] < 1:  # the ranked figure puts it first, the paired rounds favour the runner-up
-        return f"too close to call: paired within rounds, {runner} is {1 / m['ratio']:.2f}x better {ci}"
-    # paired within one run, the interval knows nothing of what a second invocation meets anew (each runtime's
-    # own start-up, placement, the machine's other state): said, not assumed away
-    scope = " under this run's conditions" if str(m.get("method", "")).startswith("paired") else ""
-    return f"{m['ratio']:.2f}x better than {runner} {ci}{scope}"
-
-
-def cost_line(rec: Mapping[str, Any]) -> list[str]:
-    """A reduced-precision answer's cost in agreement with FP32 (:func:`precision_cost`) and the answer's accuracy on
-    labelled images (:func:`accuracy_said`), each on a line of its own."""
-    return [f"    {rec['recommended']} {rec[k]}" for k in ("precision_cost", "accuracy") if rec.get(k)]
-
-
-def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
-    """A serving scenario's answer: the server's load at the bound (confirmed, with the search's bracket), offline's
-    samples per second with its interval; the runner-up's figure."""
-    s, ci = rec["serving"], rec["ci95"]
-    knobs = s.get("knobs") or {}
-    how = f"concurrency {knobs.get('concurrency', 1)}" + (f", batching delay {knobs['max_delay_ms']:g} ms"
-                                                         if knobs.get("max_delay_ms") else "")
-    if scenario(s["scenario"]).bound:
-        head = (f"  {at}: at p99 <= {s['bound_ms']:g} ms, {rec['recommended']} serves {rec['value']:.1f} QPS"
-                + (f" (held {s['confirmed']} tests in a row at this load or more; INVALID at "
-                   f"{ci[1]:.1f}; {how})" if ci else f" (held {s['confirmed']} tests in a row; {how})"))
-        unit = "QPS"
-    else:
-        head = f"  {at}: {rec['recommended']}, {rec['value']:.1f} samples/s" + (
-            f" [95% CI {ci[0]:.1f}-{ci[1]:.1f}]" if ci else "") + f" ({how})"
-        unit = "samples/s"
-    lines = [head]
-    if rec.get("margin"):  # offline: judged from the rounds, as a latency margin is
-        lines.append(f"    {margin_text(rec)}")
-    elif rec.get("runner_up"):  # a server's search gives a bracket, not an interval: the figure, not compared
-        lines.append(f"    next: {rec['runner_up']} at {rec['runner_up_value']:.1f} {unit} (a search's bracket: "
-                     "not compared)")
-    if s.get("stopped"):
-        lines.append(f"    {s['stopped']}: the answer stands on the tests that ran")
-    return lines + shortened(rec)
 
 
 def cut_short(record: Mapping[str, Any]) -> str:
@@ -482,131 +385,3 @@ def cut_short(record: Mapping[str, Any]) -> str:
         return ""
     return f" before {stopped}" + (f" (the largest load VALID in one test: {largest:.1f} QPS, not confirmed)"
                                    if largest else "")
-
-
-def shortened(rec: dict[str, Any]) -> list[str]:
-    """A serving answer's LoadGen tests, shorter than MLPerf's: said where the figure is, not only in the record."""
-    s = rec.get("serving") or {}
-    if s.get("mlperf_valid") is not False:
-        return []
-    took = f" to {s['min_duration_ms'] / 1000:g} s" if s.get("min_duration_ms") else ""
-    return [f"    LoadGen tests shortened{took} (MLPerf asks 600 s a test): comparable between the runtimes here, "
-            "not MLPerf-valid"]
-
-
-def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
-    """The answer: per group a line with the recommended cell, one with its margin (and one of advice
-    when unstable), then why energy is missing, once; for the terminal and report.md."""
-    if not recs:
-        return []
-    objective = recs[0]["objective"]
-    _, lower, _, _, words = OBJECTIVES[objective]
-    lines = [validity_line(recs),
-             f"recommendation ({words}, {'lower' if lower else 'higher'} is better; verified cells only):"]
-    for rec in recs:
-        at = f"{rec['model']}@{rec['resolution']} batch {rec['batch_size']} on {rec['device']}" + (
-            f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
-        if rec["recommended"] is None:  # and why each cell was not ranked
-            lines.append(f"  {at}: none: {rec['reason']}")
-            lines += [f"    {name}: {why}" for name, why in (rec.get("not_ranked") or {}).items()
-                      if why != SPEED_ONLY]  # those are the speed-only line's
-            lines += speed_only_line(rec)
-            continue
-        if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
-            lines.append(f"  {at}: best guess {rec['recommended']}, {rec['value']:{_FORMAT[rec['unit']]}} "
-                         f"{rec['unit']}: not judged, {rec['not_judged']}; re-run when it is quiet (--allow-busy "
-                         "judges it anyway)")
-            if rec.get("runner_up"):
-                lines.append(f"    next: {rec['runner_up']}, not compared")
-            lines += shortened(rec) + cost_line(rec) + speed_only_line(rec)
-            continue
-        if rec.get("serving"):
-            lines += serving_lines(rec, at) + cost_line(rec) + speed_only_line(rec)
-            continue
-        ci, f = rec["ci95"], _FORMAT[rec["unit"]]
-        only = f", {rec['assumed']}" if rec.get("assumed") and objective in ("p50", "throughput") else ""
-        text = f"  {at}: {rec['recommended']}, {rec['value']:{f}} {rec['unit']}" + (
-            f" [95% CI {ci[0]:{f}}-{ci[1]:{f}}{only}]" if ci else "") + f", {rec['stability']}"
-        if rec["energy_missing"] is None and objective != "energy":
-            text += f", {rec['energy_j_per_inference']:.4g} J/inference"
-        lines.append(text)
-        if "runner_up" in rec:
-            lines.append(f"    {margin_text(rec)}")
-        if rec["stability_advice"]:
-            lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
-        lines += cost_line(rec) + speed_only_line(rec)
-    missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})
-    if missing:  # said once: on a machine without a sensor it is the same for every line
-        lines.append(f"  energy not measured: {'; '.join(missing)}")
-    return lines
-
-
-class RunFiles:
-    """The files a run writes beside its records, kept current as its cells finish: ``summary.csv`` (a row per
-    cell, appended as each record is written), ``comparisons.csv`` (each cell against its group's fastest verified
-    cell, :func:`comparison_rows`) and ``recommendation.json`` (the best verified cell per group for ``objective``,
-    :func:`recommendations`). Only the groups a finished cell belongs to are recomputed (:meth:`flush`): nothing is
-    ever read back, and a run's cost stays linear in its cells. ``records``: those already in the folder (a resumed
-    run), written first."""
-
-    def __init__(self, folder: Path, objective: str = "p50", records: Iterable[Mapping[str, Any]] = ()) -> None:
-        self.folder, self.objective = Path(folder), objective
-        self.groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-        self.comparisons: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        self.recs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        self.dirty: set[tuple[Any, ...]] = set()
-        records = list(records)
-        if records:  # a resumed folder: its records as they are (a new one gets its files with its first record)
-            write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
-            for record in records:
-                self._keep(record)
-            self.flush()
-
-    def _keep(self, record: Mapping[str, Any]) -> None:
-        key = _group_key(record)
-        self.groups.setdefault(key, []).append(record)
-        self.dirty.add(key)
-
-    def add(self, record: Mapping[str, Any]) -> None:
-        """A cell's record has been written: its summary row now, its group at the next :meth:`flush`."""
-        append_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_row(record))
-        self._keep(record)
-
-    def flush(self) -> None:
-        """Recompute the groups that changed; rewrite ``comparisons.csv`` and ``recommendation.json``."""
-        for key in self.dirty:
-            self.comparisons[key] = comparison_rows(self.groups[key])
-            self.recs[key] = recommendations(self.groups[key], self.objective)
-        self.dirty.clear()
-        order = sorted(self.groups, key=_sortable)
-        write_csv(self.folder / "comparisons.csv", COMPARISON_COLUMNS, [r for k in order for r in self.comparisons[k]])
-        write_recommendation(self.folder / "recommendation.json", [r for k in order for r in self.recs[k]],
-                             self.objective)
-
-
-def write_summary(folder: Path, records: list[dict[str, Any]], objective: str = "p50") -> None:
-    """The files of :class:`RunFiles` from ``records`` at once (written even for none)."""
-    files = RunFiles(folder, objective, records)
-    if not records:
-        write_csv(Path(folder) / "summary.csv", SUMMARY_COLUMNS, [])
-        files.flush()
-
-
-def note_time_budget(folder: Path, spent: dict[str, Any]) -> None:
-    """The run's --time-budget and what it spent (``time_budget``: ``budget_s``, ``took_s``, ``overrun_s``) added to
-    the ``recommendation.json`` files under ``folder`` (a run's, or a sweep's per machine), once the run has ended."""
-    for path in folder.rglob("recommendation.json"):
-        if path.parent.name == "report":  # a report's own copy, not the run's
-            continue
-        answer = json.loads(path.read_text())
-        atomic_write_text(path, json.dumps({**answer, "time_budget": spent}, indent=1, default=str) + "\n")
-
-
-def write_recommendation(path: Path, recs: list[dict[str, Any]], objective: str) -> None:
-    """``recommendation.json``: the run's validity, the objective and, per group (each with its own validity),
-    :func:`inferbench.analysis.ranking.recommendations`."""
-    from ..measure.trackers.machine import combine
-
-    answer = {"validity": combine([r["validity"] for r in recs if r.get("validity")]), "objective": objective,
-              "recommendations": recs}
-    atomic_write_text(path, json.dumps(plain(answer), indent=1, default=str) + "\n")

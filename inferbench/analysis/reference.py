@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..base.errors import UsageError
+
 REFERENCE_DIR = Path(__file__).parent / "reference_data"
 
 _PERFACCT_FRAMEWORKS = {  # their label -> the closest inferbench key, with what differs
@@ -86,8 +88,6 @@ def load_reference(folder: str | Path | None = None) -> pd.DataFrame:
     if (root / "xla_keras_benchmarks.csv").is_file():
         parts.append(_xla_keras(root / "xla_keras_benchmarks.csv"))
     if not parts:
-        from ..base.errors import UsageError
-
         raise UsageError(f"no reference data found in {root}")
     out = pd.concat(parts, ignore_index=True)
     out["external"] = True

@@ -6,19 +6,24 @@ each atomically.
 
 from __future__ import annotations
 
+import base64
 import io
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..base import markdown
 from ..base.errors import UsageError
-from ..base.files import atomic_write_bytes, atomic_write_text
+from ..base.files import atomic_write_bytes, atomic_write_text, check_writable
 from ..registry.scenarios import scenario
 from ..spec import IDENTITY
-from .ranking import contenders, not_judged, recommendation_lines, recommendations, write_recommendation
+from .answer import recommendation_lines
+from .ranking import comparison, contenders, not_judged, recommendations
+from .runfiles import write_recommendation
 
 
 @dataclass
@@ -48,8 +53,7 @@ class Context:
 
 
 def recommendation(ctx: Context) -> list[str]:
-    from ..registry.scenarios import scenario
-    from . import latest
+    from .frames import latest
 
     last = latest(ctx.df)
     rows = [{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()]
@@ -72,9 +76,7 @@ def recommendation(ctx: Context) -> list[str]:
 
 def set_apart(ctx: Context) -> list[str]:
     """The quick looks the report left out, or that it is made of nothing else (first: before any number)."""
-    import os
-
-    from . import MEASURED_ROUNDS
+    from .frames import MEASURED_ROUNDS
 
     what = f"`--quick`, or fewer than {MEASURED_ROUNDS} rounds: the zoo's one short round per cell"
     if ctx.all_quick:
@@ -112,7 +114,7 @@ def failures(ctx: Context) -> list[str]:
 
 
 def results(ctx: Context) -> list[str]:
-    from . import ok
+    from .frames import ok
 
     table = ok(ctx.df).sort_values(["device_name", "cell", "batch_size", "p50_ms"])
     summary = table.assign(
@@ -145,7 +147,8 @@ def batch_sizes(ctx: Context) -> list[str]:
 
 
 def xla_steps(ctx: Context) -> list[str]:
-    from . import plots, xla_decomposition
+    from . import plots
+    from .frames import xla_decomposition
 
     md = ["## Eager → graph → XLA", "",
           "The seeds compared XLA with *eager* execution; here leaving eager mode and adding XLA are separate "
@@ -162,7 +165,8 @@ def across_models(ctx: Context) -> list[str]:
 
 
 def frontier(ctx: Context) -> list[str]:
-    from . import ENERGY_J_PER_INF, FRONTIER_GROUP, latest, pareto_front, plots, podiums
+    from . import plots
+    from .frames import ENERGY_J_PER_INF, FRONTIER_GROUP, latest, pareto_front, podiums
 
     df = ctx.df
     md = ["## Pareto frontier and podiums", "",
@@ -189,7 +193,7 @@ PAIRS = (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"), ("torch-in
 
 
 def significance(ctx: Context) -> list[str]:
-    from . import GROUP, compare, latest
+    from .frames import GROUP, compare, latest
 
     md = ["## Is the difference real?", ""]
     for key, g in latest(ctx.df).groupby(GROUP):
@@ -213,7 +217,8 @@ def significance(ctx: Context) -> list[str]:
 def serving(ctx: Context) -> list[str]:
     """The serving scenarios: the load each runtime serves within the bound (server), or its samples per second
     (offline), from LoadGen's tests, with the p99-against-load figure."""
-    from . import latest, plots
+    from . import plots
+    from .frames import latest
 
     df = ctx.df
     if "serving.scenario" not in df or df["serving.scenario"].isna().all():
@@ -263,7 +268,8 @@ def _number(value: Any, fmt: str = ".1f") -> str:
 
 
 def energy(ctx: Context) -> list[str]:
-    from . import has_energy, plots
+    from . import plots
+    from .frames import has_energy
 
     df, ref = ctx.df, ctx.ref
     if not has_energy(df) and ref is None:  # nothing to show: the answer already says why energy is missing
@@ -305,8 +311,7 @@ def across_machines(df: Any) -> Any:
     machine but the first: its speed relative to the first's with the interval (unpaired), and both energies."""
     import pandas as pd
 
-    from . import ok
-    from .ranking import comparison
+    from .frames import ok
 
     cells = ok(df)
     cells = cells.assign(machine=cells["device_name"])  # "<device> @ <host>" where one device is on several hosts
@@ -379,8 +384,8 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     matplotlib.use("Agg")  # files only, no display (notebooks keep their inline backend)
     import matplotlib.pyplot as plt
 
-    from ..base.files import check_writable
-    from . import load, load_reference, normalise, ok, plots, quick_looks
+    from . import plots
+    from .frames import load, load_reference, normalise, ok, quick_looks
 
     df = load(paths)
     quick = quick_looks(df)  # quick looks are never pooled with measured records (all quick: the report says so)
@@ -435,13 +440,10 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f7f7f7; paddi
 def html_report(markdown: str, folder: Path, title: str = "inferbench report") -> str:
     """``report.md`` as one self-contained HTML page: rendered with markdown-it (raw HTML in the text escaped, never
     passed through), each figure the report links inlined as a data URI, no external reference (a page to send)."""
-    import base64
-
     import jinja2
     from markdown_it import MarkdownIt
     from markupsafe import Markup
 
-    from .. import __version__
 
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = renderer.parse(markdown)
@@ -470,7 +472,7 @@ def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
     """keras-xla-benchmarks' XLA report across models, from these records: XLA's gain per model and resolution over
     graph mode and over eager, its podiums, the fastest models, throughput against FLOPs; and, when published
     figures were asked for, how they compare."""
-    from .. import analysis
+    from . import frames as analysis
     from . import plots
 
     md = ["## Across models: XLA, podiums and the machine's limit", "",
@@ -520,7 +522,7 @@ def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
 
 def _published_models(df: Any, ref: Any) -> list[str]:
     """Where these records agree and differ with keras-xla-benchmarks' published GPU figures (XLA on, batch 4)."""
-    from .. import analysis
+    from . import frames as analysis
 
     published = ref[ref["source"].str.contains("keras-xla", case=False) & ref["model"].notna()][
         ["model", "resolution", "device_name", "throughput", "gflops"]]

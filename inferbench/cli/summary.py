@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.ranking import not_judged, recommendation_lines, recommendations
+from ..analysis.answer import recommendation_lines
+from ..analysis.ranking import not_judged, recommendations
 from ..records.table import record_name
 
 

@@ -226,7 +226,8 @@ def adopt(shipped: dict[str, Any]) -> None:
     """On a node: the driver's registry entries (:func:`registries`) in this process's registries."""
     from ..base.codec import decode
     from ..registry import artifacts, frameworks
-    from ..registry.models import ModelFile, register
+    from ..registry.modelfiles import ModelFile
+    from ..registry.models import register
 
     for data in shipped["frameworks"]:
         fw = decode(frameworks.Framework, data, "framework")

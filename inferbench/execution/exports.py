@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import time
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
+from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, memory_total_gb, training_refusal
+from ..exporters import already_made, key_inputs
+from ..exporters import cache as artifact_cache
+from ..registry.artifacts import (
+    EXPORTERS,
+    export_order,
+    exporter_extra,
+    exporter_module,
+    exporter_packages,
+    requires,
+    shares_process,
+    train_variant,
+)
 from ..registry.frameworks import Framework, artifacts_of, get_framework, unavailable_reason
+from ..registry.models import ModelSpec, get_model
 from ..registry.scenarios import scenario as scenario_entry
 from ..spec import (
     CellKey,
@@ -18,6 +33,7 @@ from ..spec import (
     RunConfig,
 )
 from .childenv import child_env
+from .isolate import run_child
 from .progress import Progress
 
 
@@ -32,137 +48,155 @@ def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: l
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
-    from ..exporters import cache as artifact_cache
-    from ..registry.artifacts import (
-        EXPORTERS,
-        export_order,
-        exporter_extra,
-        exporter_module,
-        exporter_packages,
-        requires,
-        shares_process,
-    )
-    from ..registry.models import get_model
-    from .isolate import run_child
-
-    spec = get_model(model)
-    key_inputs = cache_key(config, spec, resolution)
-    key_weights = spec.source.path if spec.source else config.weights
-    cache_dir = Path(config.cache_dir)
-    folder = artifact_cache.artifact_dir(cache_dir, key_inputs)
-    have = exported(config, spec, [resolution])
-    scenario = config.scenario
-    runnable = [fw for fw in frameworks
-                if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
-    needed = [kind for fw in runnable for kind in artifacts_of(fw, spec, scenario)] \
-        + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else [])
-    int8 = [fw.artifact_for(spec, scenario, "int8") for fw in runnable if fw.key in quantized and config.calibration]
-    needed += int8
-    variants = {"train-reference": train_variants(config) if scenario_entry(scenario).trains else (),
-                "agreement": (str(agreement_inputs),) if agreement_inputs else (),
-                "evaluation": (config.eval_set.digest,) if config.eval_set else (),
-                **{kind: (config.calibration.digest,) for kind in int8 if config.calibration}}
-    label = f"{model}@{resolution} export"
-
-    def covers(kind: str) -> Any:
-        return lambda entry: (not EXPORTERS[kind].per_batch_size or set(batch_sizes) <= set(
-            entry.get("batch_sizes", ()))) and set(variants.get(kind, ())) <= set(entry.get("variants", ()))
-
+    todo = _Exports(config, get_model(model), resolution, frameworks, batch_sizes, progress, agreement_inputs,
+                    quantized)
     waiting = "waiting: another inferbench process is exporting this model to the same cache"
-    with artifact_cache.export_lock(folder, lambda: progress.result(label, waiting)):
+    with artifact_cache.export_lock(todo.folder, lambda: progress.result(todo.label, waiting)):
+        todo.run(strict)
+    return todo.folder, todo.failed
+
+
+class _Exports:
+    """What one (model, resolution) needs exported, phase by phase: the kinds needed and their variants, those in
+    the cache or brought from another machine's, then the rest exported in child processes (the TensorFlow-side
+    ones sharing one where no dependency forbids), a kind whose dependency failed named after it."""
+
+    def __init__(self, config: RunConfig, spec: ModelSpec, resolution: int, frameworks: list[Framework],
+                 batch_sizes: tuple[int, ...], progress: Progress, agreement_inputs: int,
+                 quantized: tuple[str, ...]) -> None:
+        self.config, self.spec, self.resolution, self.batch_sizes = config, spec, resolution, batch_sizes
+        self.progress = progress
+        self.key_inputs = cache_key(config, spec, resolution)
+        self.cache_dir = Path(config.cache_dir)
+        self.folder = artifact_cache.artifact_dir(self.cache_dir, self.key_inputs)
+        have = exported(config, spec, [resolution])
+        scenario = config.scenario
+        self.runnable = [fw for fw in frameworks
+                         if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
+        self.needed = [kind for fw in self.runnable for kind in artifacts_of(fw, spec, scenario)] \
+            + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else [])
+        self.int8 = [fw.artifact_for(spec, scenario, "int8") for fw in self.runnable
+                     if fw.key in quantized and config.calibration]
+        self.needed += self.int8
+        self.variants = {"train-reference": train_variants(config) if scenario_entry(scenario).trains else (),
+                         "agreement": (str(agreement_inputs),) if agreement_inputs else (),
+                         "evaluation": (config.eval_set.digest,) if config.eval_set else (),
+                         **{kind: (config.calibration.digest,) for kind in self.int8 if config.calibration}}
+        self.label = f"{spec.name}@{resolution} export"
+        self.failed: dict[str, str] = {}
+        self.alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
+
+    def covers(self, kind: str) -> Any:
+        """Does a cached entry of ``kind`` hold every batch size and variant this run needs?"""
+        return lambda entry: (not EXPORTERS[kind].per_batch_size or set(self.batch_sizes) <= set(
+            entry.get("batch_sizes", ()))) and set(self.variants.get(kind, ())) <= set(entry.get("variants", ()))
+
+    def to_export(self) -> list[str]:
+        """The kinds to export here, in order (the process-sharing ones first where no dependency forbids); those
+        cached are said, those exported elsewhere brought in, those whose exporter's packages are missing failed."""
         todo: list[str] = []
-        failed: dict[str, str] = {}
-        for kind in export_order(needed, spec) if runnable else []:
-            entry = artifact_cache.cached(folder, kind)
-            if entry and covers(kind)(entry):
-                progress.say(f"{label} {kind}", "cached")
+        for kind in export_order(self.needed, self.spec) if self.runnable else []:
+            entry = artifact_cache.cached(self.folder, kind)
+            if entry and self.covers(kind)(entry):
+                self.progress.say(f"{self.label} {kind}", "cached")
                 continue
-            missing = [p for p in exporter_packages(kind, spec) if importlib.util.find_spec(p) is None]
-            source = artifact_cache.brought(cache_dir, key_inputs, kind, covers(kind)) if missing else None
+            missing = [p for p in exporter_packages(kind, self.spec) if importlib.util.find_spec(p) is None]
+            source = artifact_cache.brought(self.cache_dir, self.key_inputs, kind, self.covers(kind)) \
+                if missing else None
             if source is not None:  # exported elsewhere (a GPU machine without TensorFlow): verified, copied in
-                artifact_cache.bring(source, folder, kind, key_inputs)
-                progress.result(f"{label} {kind}", f"brought from {source.name} (exported with other library "
-                                f"versions; {', '.join(missing)} not installed here)")
+                artifact_cache.bring(source, self.folder, kind, self.key_inputs)
+                self.progress.result(f"{self.label} {kind}", f"brought from {source.name} (exported with other "
+                                     f"library versions; {', '.join(missing)} not installed here)")
             elif missing:
-                extra = exporter_extra(kind, spec)
-                failed[kind] = (f"{', '.join(missing)} not installed: pip install -e \".[{extra}]\" "
-                                "(or bring a cache folder exported elsewhere with --cache-dir)")
-                progress.result(f"{label} {kind}", f"FAILED: {failed[kind]}", failure=True)
+                self.failed[kind] = (f"{', '.join(missing)} not installed: pip install -e "
+                                     f"\".[{exporter_extra(kind, self.spec)}]\" (or bring a cache folder exported "
+                                     "elsewhere with --cache-dir)")
+                self.progress.result(f"{self.label} {kind}", f"FAILED: {self.failed[kind]}", failure=True)
             else:
                 todo.append(kind)
-        shared = [k for k in todo if shares_process(k, spec)]  # first, in one process, where no dependency forbids
-        if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, spec)):
+        shared = [k for k in todo if shares_process(k, self.spec)]
+        if not any(dep in todo and dep not in shared for k in shared for dep in requires(k, self.spec)):
             todo = shared + [k for k in todo if k not in shared]
+        return todo
 
-        def blocked(kind: str) -> bool:
-            """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
-            deps = [dep for dep in requires(kind, spec) if dep in failed]
-            if deps:
-                root = failed[deps[0]]
-                failed[kind] = root if root.startswith("needs the ") else \
-                    f"needs the {deps[0]} export, which failed: {root}"
-            return bool(deps)
+    def blocked(self, kind: str) -> bool:
+        """Marks ``kind`` failed when an export it needs failed (naming the export that really failed)."""
+        deps = [dep for dep in requires(kind, self.spec) if dep in self.failed]
+        if deps:
+            root = self.failed[deps[0]]
+            self.failed[kind] = root if root.startswith("needs the ") else \
+                f"needs the {deps[0]} export, which failed: {root}"
+        return bool(deps)
 
-        def job(kind: str) -> Any:
-            sizes, kinds = batch_sizes, variants.get(kind, ())
-            if EXPORTERS[kind].per_batch_size or kinds:  # one file per batch size and variant: keep those made before
-                made = artifact_cache.read_manifest(folder)["artifacts"].get(kind) or {}
-                sizes = tuple(sorted({*made.get("batch_sizes", ()), *batch_sizes}))
-                kinds = tuple(sorted({*made.get("variants", ()), *kinds})) if kinds else ()
-            return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
-                             folder=str(folder), model=spec.name, resolution=resolution, weights=key_weights,
-                             seed=config.seed, batch_sizes=sizes, key_inputs=key_inputs, model_file=spec.source,
-                             variants=kinds, eval_set=config.eval_set if kind == "evaluation" else None,
-                             calibration=config.calibration if kind in int8 else None)
+    def job(self, kind: str) -> ExportJob:
+        sizes, kinds = self.batch_sizes, self.variants.get(kind, ())
+        if EXPORTERS[kind].per_batch_size or kinds:  # one file per batch size and variant: keep those made before
+            made = artifact_cache.read_manifest(self.folder)["artifacts"].get(kind) or {}
+            sizes = tuple(sorted({*made.get("batch_sizes", ()), *self.batch_sizes}))
+            kinds = tuple(sorted({*made.get("variants", ()), *kinds})) if kinds else ()
+        spec, config = self.spec, self.config
+        return ExportJob(kind=kind, module=exporter_module(kind, spec), packages=exporter_packages(kind, spec),
+                         folder=str(self.folder), model=spec.name, resolution=self.resolution,
+                         weights=spec.source.path if spec.source else config.weights, seed=config.seed,
+                         batch_sizes=sizes, key_inputs=self.key_inputs, model_file=spec.source, variants=kinds,
+                         eval_set=config.eval_set if kind == "evaluation" else None,
+                         calibration=config.calibration if kind in self.int8 else None)
 
-        alone: set[str] = set()  # kinds to retry in a process of their own (after a shared process failed)
+    def run(self, strict: bool) -> None:
+        """Every kind to export, a chain at a time (the TensorFlow-side exports share one process: TensorFlow is
+        imported once); a chain whose process died is retried a kind at a time."""
+        todo = self.to_export()
         while todo:
             kind = todo.pop(0)
-            if blocked(kind):
+            if self.blocked(kind):
                 continue
-            chain = [kind]  # the TensorFlow-side exports share one process: TensorFlow is imported once
-            while kind not in alone and shares_process(kind, spec) and todo and todo[0] not in alone \
-                    and shares_process(todo[0], spec):
+            chain = [kind]
+            while kind not in self.alone and shares_process(kind, self.spec) and todo and todo[0] not in self.alone \
+                    and shares_process(todo[0], self.spec):
                 nxt = todo.pop(0)
-                if not blocked(nxt):
+                if not self.blocked(nxt):
                     chain.append(nxt)
-            progress.add(len(chain))
-            jobs = [job(k) for k in chain]
-            def stamp(entry: dict[str, Any] | None) -> Any:
-                return (entry or {}).get("exported_at"), (entry or {}).get("files")
+            todo[:0] = self.export(chain, strict)
 
-            before = {k: stamp(artifact_cache.read_manifest(folder)["artifacts"].get(k)) for k in chain}
-            timeout = None if config.timeout_s is None else config.timeout_s * len(chain)  # --timeout is per export
-            res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(config),
-                            lambda phase: progress.say(label, phase), timeout)
-            for i, k in enumerate(chain):
-                progress.done += 1
-                entry = artifact_cache.read_manifest(folder)["artifacts"].get(k)
-                if entry and (res.ok or stamp(entry) != before[k]):  # recorded by this process, hashes and all
-                    notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
-                    progress.result(f"{label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
-                                    + "".join(f"\n    note: {n}" for n in notes))
-                    continue
-                if res.usage_error and strict:
-                    raise UsageError(res.error)
-                died = res.died and len(chain) > 1  # killed (for memory, say), not an exception: retried alone
-                rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
-                if not died:
-                    failed[k] = str(res.error or "the export process ended without making it")
-                    progress.result(f"{label} {k}", f"FAILED: {failed[k]}", failure=True)
-                else:
-                    progress.done -= 1
-                todo[:0] = rest
-                alone.update(rest)
-                progress.add(-len(rest))
-                break
-        return folder, failed
+    def export(self, chain: list[str], strict: bool) -> list[str]:
+        """One child process exports ``chain``; each kind it recorded is said, the first it did not fails (or, where
+        the process was killed rather than raised, is retried alone): the kinds to export again, each alone."""
+        progress = self.progress
+        progress.add(len(chain))
+        jobs = [self.job(k) for k in chain]
+
+        def stamp(entry: dict[str, Any] | None) -> Any:
+            return (entry or {}).get("exported_at"), (entry or {}).get("files")
+
+        before = {k: stamp(artifact_cache.read_manifest(self.folder)["artifacts"].get(k)) for k in chain}
+        timeout = None if self.config.timeout_s is None else self.config.timeout_s * len(chain)  # per export
+        res = run_child(dataclasses.replace(jobs[0], then=tuple(jobs[1:])), child_env(self.config),
+                        lambda phase: progress.say(self.label, phase), timeout)
+        for i, k in enumerate(chain):
+            progress.done += 1
+            entry = artifact_cache.read_manifest(self.folder)["artifacts"].get(k)
+            if entry and (res.ok or stamp(entry) != before[k]):  # recorded by this process, hashes and all
+                notes = entry.get("notes") or [] if progress.verbosity > 0 else []  # for developers
+                progress.result(f"{self.label} {k}", f"exported in {float(entry.get('export_s', 0)):.1f}s"
+                                + "".join(f"\n    note: {n}" for n in notes))
+                continue
+            if res.usage_error and strict:
+                raise UsageError(res.error)
+            died = res.died and len(chain) > 1  # killed (for memory, say), not an exception: retried alone
+            rest = chain[i + (0 if died else 1):]  # each again on its own (those needing k are blocked then)
+            if not died:
+                self.failed[k] = str(res.error or "the export process ended without making it")
+                progress.result(f"{self.label} {k}", f"FAILED: {self.failed[k]}", failure=True)
+            else:
+                progress.done -= 1
+            self.alone.update(rest)
+            progress.add(-len(rest))
+            return rest
+        return []
 
 
 def train_variants(config: RunConfig) -> tuple[str, ...]:
     """The training set-ups whose reference steps a run needs (the ``train-reference`` export's variants)."""
-    from ..registry.artifacts import train_variant
-
     return (train_variant(config.options.optimizer, config.options.bn_mode),)
 
 
@@ -170,10 +204,6 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     """Where the artifacts a cell used came from: for its own kind, those it is made from, and the reference
     outputs, when and with which library versions each was exported, and the cache it was brought from (an
     artifact exported on another machine)."""
-    from ..exporters import cache as artifact_cache
-    from ..registry.artifacts import EXPORTERS, export_order
-    from ..registry.models import get_model
-
     spec = get_model(cell.model)
     own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario, cell.precision)
            if k in EXPORTERS]
@@ -188,8 +218,6 @@ def training_plan(stats: dict[str, Any] | None, cells: int, processes: int, batc
                   optimizer: str) -> tuple[bool, str | None]:
     """How a training group's workers fit in the memory available now: (side by side, None), (one cell at a time,
     None) when only that fits, or (False, why not even one cell's workers fit: the batch size to try)."""
-    from ..base.machine import training_refusal
-
     if training_refusal(stats, batch_size, optimizer, cells * processes) is None:
         return True, None
     return False, training_refusal(stats, batch_size, optimizer, processes)
@@ -203,10 +231,6 @@ MEMORY_WAIT_S = 20.0
 def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
     """Why a group's workers, loaded side by side for its interleaved rounds (one, with --sequential), would not
     fit in the memory available now (None: they fit, or the model's size is unknown)."""
-    import time
-
-    from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, memory_total_gb
-
     def shortfall() -> tuple[float, float, float] | None:
         return memory_shortfall((stats or {}).get("params"), WORKER_BASE_GB, WEIGHT_COPIES, workers)
 
@@ -229,16 +253,12 @@ def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
 
 def model_stats(folder: Path) -> dict[str, Any] | None:
     """The model's parameters and FLOPs, as the Keras export counted them (None: no Keras export)."""
-    from ..exporters import cache as artifact_cache
-
     return (artifact_cache.read_manifest(folder)["artifacts"].get("keras") or {}).get("model_stats")
 
 
 def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
     """Everything that changes the artifacts of ``spec`` at ``resolution`` (the cache folder's name hashes it); a
     model file's weights are its own contents."""
-    from ..exporters import key_inputs
-
     weights = spec.source.path if spec.source else config.weights
     return key_inputs(spec.name, resolution, weights, config.seed)
 
@@ -246,6 +266,4 @@ def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
 def exported(config: RunConfig, spec: Any, resolutions: Any) -> set[str]:
     """The artifact kinds of ``spec`` whose exporters are not installed here but which need no export at any of
     ``resolutions``: in the cache already, or brought from another machine."""
-    from ..exporters import already_made
-
     return already_made(Path(config.cache_dir), spec, [cache_key(config, spec, r) for r in resolutions])

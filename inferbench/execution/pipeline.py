@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..analysis.ranking import RunFiles
+from ..analysis.runfiles import RunFiles
 from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.scenarios import scenario
-from ..scenarios.base import TEST_SLOWDOWN, test_slowdown
+from ..scenarios.slowdown import TEST_SLOWDOWN, test_slowdown
 from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
 from .budget import Deadline, export_s, group_estimate, say, to_export
 from .childenv import child_env, ignored_shell_variables, recorded_env

@@ -17,14 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from ..base.codec import decode, encode
+from ..base.device import Device, default_threads, resolve
 from ..base.errors import UsageError
-from ..measure.stats import TAILS
+from ..base.machine import cpu_precision_refusal
+from ..exporters import cache as artifact_cache
+from ..measure.stats import TAILS, needed_samples
 from ..options import BY_NAME, MAX_CELLS, was_given
+from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
-from ..registry.models import ModelFile, register
+from ..registry.images import open_eval_set
+from ..registry.modelfiles import ModelFile, describe_weights
+from ..registry.models import get_model, register
 from ..registry.scenarios import scenario
 from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
+from .budget import busy_slowdown, fit, to_export
+from .childenv import env_digest, thread_env
 from .exports import exported
+from .tracking import check as check_tracking
 
 PLAN_VERSION = 2
 #: What a --quick run of the best set says up front.
@@ -113,61 +122,61 @@ class Built:
 
 def build(values: dict[str, Any]) -> Built:
     """Checked option values (defaults included) -> the run's configuration and its cells."""
-    from ..base.device import default_threads, resolve
-    from ..exporters import cache as artifact_cache
-    from ..registry.models import describe_weights, get_model
-
     for key in ("models", "resolutions", "batch_sizes"):
         if not values[key]:
             raise UsageError(f"{key} is empty: give at least one")
     files = open_files(values)
     models = [get_model(m.name if isinstance(m, ModelFile) else m) for m in files]
     if values["weights"] == "imagenet":
-        from ..registry.builders import refuse_imagenet
-
         refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
-    model_files = tuple(m for m in files if isinstance(m, ModelFile))
-    from ..execution.tracking import check as check_tracking
-
     check_tracking(values["log_to"])
+    entry = scenario(values["scenario"])
     device = resolve(values["device"], values["gpu_id"])
+    check_rules(values, entry, device)
+    eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"]) \
+        if values.get("eval_dir") else None
+    tuning = _tuning(values, entry)
+    config = _config(values, entry, device, tuning.tune, tuple(m for m in files if isinstance(m, ModelFile)),
+                     eval_set)
+    plan, skipped = _frameworks(values, models, config)
+    cells = _cells(values, plan, config, skipped)
+    if values.get("ab_python"):  # B's twin of every cell, in the same groups (its variant: +ab-<digest>)
+        install = check_ab(values, entry)
+        config = dataclasses.replace(config, ab=install)
+        # each twin beside its cell: a budget that leaves out a group's last cells leaves out pairs
+        cells = [x for c in cells
+                 for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=install["digest"])))]
+    calibration = check_int8(values, cells, config.device.kind)
+    config = dataclasses.replace(config, calibration=calibration)
+    notes = tuning.notes + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
+    if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
+        here = config.device.kind == "cpu" and values["executor"] != "ray"  # a GPU's, or Ray's nodes', load: not here
+        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells),
+                     busy_slowdown(config.threads) if here else (1.0, None))
+        config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
+    check_memory(cells)
+    return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+
+
+def check_rules(values: dict[str, Any], entry: Any, device: Device) -> None:
+    """The rules across options (one line each for what cannot hold)."""
     if values["cuda_graphs"] and device.kind != "gpu":
         raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    entry = scenario(values["scenario"])
-    serving = entry.serves
     if values.get("slo_p99") is not None and not entry.bound:
         raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
-    if serving and values["tune"] == "on":
+    if entry.serves and values["tune"] == "on":
         raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
                          "configurations (concurrency, batching delay)")
     check_training(values)
     check_executor(values)
-    eval_set = None
-    if values.get("eval_dir"):
-        if entry.trains:
-            raise UsageError(f"--eval-dir measures a model's accuracy in inference, not in {values['scenario']}")
-        from ..registry.images import open_eval_set
-
-        eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"])
+    if values.get("eval_dir") and entry.trains:
+        raise UsageError(f"--eval-dir measures a model's accuracy in inference, not in {values['scenario']}")
     if values.get("target_ci") and not entry.closed_loop:
         raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
                          "ratio of rounds (--quick shortens its steps)")
     if values.get("target_ci") and values.get("time_budget"):
         raise UsageError("--target-ci adds rounds and --time-budget takes them away: give one (a group that added "
                          "rounds would leave the later groups unmeasured)")
-    auto = values["tune"] == "auto" and "best" in values["frameworks"]
-    # --quick's tuning blocks (1 s over every setting and 3 rounds: 83 ms each) gave intervals of 0.02-7.0 that could
-    # never tell a setting from the default: a quick answer measures each runtime at its own setting, and says so
-    quick_untuned = bool(entry.tunes and auto and values.get("quick"))
-    # an A/B's cell and twin tuned apart may choose different settings: their ratio the setting's and the install's
-    ab_untuned = bool(entry.tunes and auto and values.get("ab_python") and not quick_untuned)
-    tune = entry.tunes and (values["tune"] == "on" or (auto and not quick_untuned and not ab_untuned))
-    from ..execution.childenv import env_digest
-
-    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
-                               if f.name not in ("tune", "env", "ab")}, tune=tune, env=env_digest(values["pass_env"]))
-    from ..execution.childenv import thread_env
-
     reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
     if reserved:
         raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
@@ -176,6 +185,29 @@ def build(values: dict[str, Any]) -> Built:
     if unset:  # named, and nothing to pass: said, as the record's pass_env lists what was asked
         print(f"inferbench: --pass-env: not set in this shell, nothing passed on for {', '.join(unset)}",
               file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class _Tuning:
+    tune: bool
+    notes: tuple[str, ...]  # why the best set is measured untuned
+
+
+def _tuning(values: dict[str, Any], entry: Any) -> _Tuning:
+    """Whether the cells are tuned, and why not where the best set would have been: --quick's tuning blocks (1 s
+    over every setting and 3 rounds: 83 ms each) gave intervals of 0.02-7.0 that could never tell a setting from the
+    default; an A/B's cell and twin tuned apart may choose different settings (their ratio the setting's and the
+    install's together)."""
+    auto = values["tune"] == "auto" and "best" in values["frameworks"]
+    quick_untuned = bool(entry.tunes and auto and values.get("quick"))
+    ab_untuned = bool(entry.tunes and auto and values.get("ab_python") and not quick_untuned)
+    tune = entry.tunes and (values["tune"] == "on" or (auto and not quick_untuned and not ab_untuned))
+    return _Tuning(tune, ((QUICK_UNTUNED,) if quick_untuned else ()) + ((AB_UNTUNED,) if ab_untuned else ()))
+
+
+def _timing(values: dict[str, Any], entry: Any) -> tuple[TimingConfig, int]:
+    """The timing every cell shares and the worker processes a cell: --quick's shortened defaults where the user
+    set nothing else; one process a serving cell; a tail objective's rounds long enough to hold it."""
     iterations, rounds, duration, warmup_s = (values["min_iterations"], values["rounds"], values["duration"],
                                               values["warmup_seconds"])
     processes = values["processes"]
@@ -184,45 +216,57 @@ def build(values: dict[str, Any]) -> Built:
         duration = duration if was_given(values, "duration") else QUICK["min_duration_s"]
         warmup_s = warmup_s if was_given(values, "warmup_seconds") else QUICK["warmup_seconds"]
         processes = processes if was_given(values, "processes") else QUICK["processes"]
-    processes = 1 if serving else processes or default_processes(rounds)
-        # --tune on under --quick keeps the tuning budget it was given or the default: blocks long enough to decide
+    processes = 1 if entry.serves else processes or default_processes(rounds)
     check_target(values.get("target_ci"), processes)
     if values.get("objective") in TAILS:  # a tail is ranked only where every round holds it: enough samples in each
-        from ..measure.stats import needed_samples
-
         iterations = max(iterations, needed_samples(TAILS[values["objective"]]) * rounds)
-    timing = TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
-                          min_iterations=iterations, rounds=rounds)
+    return TimingConfig(warmup_iterations=values["warmup"], warmup_seconds=warmup_s, min_duration_s=duration,
+                        min_iterations=iterations, rounds=rounds), processes
+
+
+def _config(values: dict[str, Any], entry: Any, device: Device, tune: bool, model_files: tuple[ModelFile, ...],
+            eval_set: Any) -> RunConfig:
+    """What every cell of the run shares."""
+    options = RunnerOptions(**{f.name: values[f.name] for f in dataclasses.fields(RunnerOptions)
+                               if f.name not in ("tune", "env", "ab")}, tune=tune, env=env_digest(values["pass_env"]))
+    timing, processes = _timing(values, entry)
     cache_dir = str(Path(values["cache_dir"] or artifact_cache.default_cache_dir()).resolve())
-    config = RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"], device=device,
-                       threads=values["threads"] or default_threads(), timing=timing, options=options,
-                       cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
-                       pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
-                       sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
-                       allow_busy=values["allow_busy"],
-                       tune_budget_s=values["tune_budget"], processes=processes,
-                       quick=bool(values.get("quick")), slo_p99_ms=values.get("slo_p99") or (
-                           DEFAULT_SLO_P99_MS if entry.bound else None),
-                       executor=values["executor"], ray_address=values.get("ray_address"),
-                       machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
-                       eval_set=eval_set,
-                       target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
+    return RunConfig(weights=describe_weights(str(values["weights"])), seed=values["seed"],
+                     device=device, threads=values["threads"] or default_threads(), timing=timing, options=options,
+                     cache_dir=cache_dir, timeout_s=values["timeout"], scenario=values["scenario"],
+                     pass_env=tuple(values["pass_env"]), model_files=model_files, log_to=tuple(values["log_to"]),
+                     sequential=values["sequential"], max_other_load=values["max_other_load"] / 100.0,
+                     allow_busy=values["allow_busy"], tune_budget_s=values["tune_budget"], processes=processes,
+                     quick=bool(values.get("quick")),
+                     slo_p99_ms=values.get("slo_p99") or (DEFAULT_SLO_P99_MS if entry.bound else None),
+                     executor=values["executor"], ray_address=values.get("ray_address"),
+                     machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
+                     eval_set=eval_set,
+                     target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
+
+
+#: Per model: (its spec, its resolutions, each framework that runs it with its precisions).
+_Grid = list[tuple[Any, Any, list[tuple[Framework, list[str]]]]]
+
+
+def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) -> tuple[_Grid, dict[str, str]]:
+    """Per model, its resolutions and the frameworks (with their precisions) that can run it here; and why 'all'
+    left a framework out. A framework named explicitly that runs none of several models, a precision this CPU would
+    emulate: one line each."""
     left: dict[str, dict[str, str]] = {}  # framework -> model -> why 'all' left it out
     explicit = not set(values["frameworks"]) & {"all", "best"}
-    plan: list[tuple[Any, Any, list[tuple[Framework, list[str]]]]] = []  # (model, resolutions, frameworks)
+    plan: _Grid = []
     for spec in models:
         res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
                                  for r in values["resolutions"])
         have = exported(config, spec, res_list)
-        frameworks, left_out = choose(values["frameworks"], device.kind, spec, options, have, config.scenario,
-                                      lenient=len(models) > 1)
+        frameworks, left_out = choose(values["frameworks"], config.device.kind, spec, config.options, have,
+                                      config.scenario, lenient=len(models) > 1)
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
-    if device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate: one line
+    if config.device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate
         # (on Ray's nodes the CPUs are theirs, not this one's: each worker's record says what it executed)
-        from ..base.machine import cpu_precision_refusal
-
         used = {p for _, _, fws in plan for _, ps in fws for p in ps}
         refused = next((why for p in sorted(used) if (why := cpu_precision_refusal(p))), None)
         if refused:
@@ -233,7 +277,13 @@ def build(values: dict[str, Any]) -> Built:
     skipped = {k: next(iter(by.values())) if len(by) == 1 or len(set(by.values())) == 1 and len(by) == len(models)
                else f"not for {len(by)} of {len(models)} models: {', '.join(by)} (e.g. {next(iter(by.values()))})"
                for k, by in left.items()}
-    # the grid's size by arithmetic, before a cell is made: a 1.7-million-cell grid is refused at once
+    return plan, skipped
+
+
+def _cells(values: dict[str, Any], plan: _Grid, config: RunConfig, skipped: dict[str, str]) -> list[CellKey]:
+    """The grid's cells, its size checked by arithmetic before one is made (a 1.7-million-cell grid is refused at
+    once; more than MAX_CELLS needs --yes)."""
+    timing = config.timing
     size = sum(len(res) * len(values["batch_sizes"]) * sum(len(p) for _, p in fws) for _, res, fws in plan)
     if not size:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no framework chosen"
@@ -242,28 +292,9 @@ def build(values: dict[str, Any]) -> Built:
         per_cell = timing.min_duration_s + timing.warmup_seconds + 10.0  # + loading, parity, first call
         raise UsageError(f"this grid has {size:,} cells (more than {MAX_CELLS}), about "
                          f"{size * per_cell / 3600:,.0f} h at {per_cell:.0f} s per cell; pass --yes to run it")
-    cells = [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, options.for_framework(fw))
-             for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
-             for fw, precs in fws for prec in precs]
-    if values.get("ab_python"):  # B's twin of every cell, in the same groups (its variant: +ab-<digest>)
-        install = check_ab(values, entry)
-        config = dataclasses.replace(config, ab=install)
-        # each twin beside its cell: a budget that leaves out a group's last cells leaves out pairs
-        cells = [x for c in cells
-                 for x in (c, dataclasses.replace(c, options=dataclasses.replace(c.options, ab=install["digest"])))]
-    calibration = check_int8(values, cells, device.kind)
-    config = dataclasses.replace(config, calibration=calibration)
-    notes: tuple[str, ...] = ((QUICK_UNTUNED,) if quick_untuned else ()) + ((AB_UNTUNED,) if ab_untuned else ()) \
-        + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
-    if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
-        from ..execution.budget import busy_slowdown, fit, to_export
-
-        here = device.kind == "cpu" and values["executor"] != "ray"  # a GPU's, or Ray's nodes', load is not read here
-        fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells),
-                     busy_slowdown(config.threads) if here else (1.0, None))
-        config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
-    check_memory(cells)
-    return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+    return [CellKey(spec.name, res, bs, fw.key, prec, config.scenario, config.options.for_framework(fw))
+            for spec, res_list, fws in plan for res in res_list for bs in values["batch_sizes"]
+            for fw, precs in fws for prec in precs]
 
 
 def default_processes(rounds: int) -> int:
@@ -410,7 +441,8 @@ def check_training(values: dict[str, Any]) -> None:
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
-    from ..registry.models import is_model_file, open_model_file
+    from ..registry.modelfiles import open_model_file
+    from ..registry.models import is_model_file
 
     names = expand_patterns(values["models"])
     files: list[str | ModelFile] = list(names)

@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +37,10 @@ from typing import Any
 
 from ..base.codec import plain
 from ..measure.stats import widest_interval
-from ..measure.tuning import setting_digest
-from ..registry.scenarios import scenario
+from ..measure.trackers.speed import summarize
+from ..measure.tuning import Candidate, choose, confirm, setting_digest
+from ..registry.frameworks import load_runner
+from ..registry.scenarios import scenario, scenario_module
 from ..spec import CellJob, ChildResult
 from .budget import (
     TUNE_FACTOR,
@@ -48,7 +52,7 @@ from .budget import (
     setup_key,
     worker_setup_s,
 )
-from .isolate import Child
+from .isolate import _PACKAGE_PARENT, Child
 
 #: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
 #: have gone to sleep before the next block is timed.
@@ -74,6 +78,187 @@ class _Cell:
     setup_s: float | None = None  # its start to ready (on --time-budget's clock): what the next plans foresee
 
 
+class _Group:
+    """One group's measurement, phase by phase (:func:`measure_group`): its workers started, tuned, their other
+    processes started, the interleaved rounds, the idle readings and the finish, the results merged."""
+
+    def __init__(self, jobs: list[CellJob], envs: list[dict[str, str]], progress: Callable[[str, str], None],
+                 timeout_s: float | None, note: Callable[[str, str], None] | None, deadline: Deadline | None) -> None:
+        self.jobs, self.envs, self.progress, self.timeout_s, self.deadline = jobs, envs, progress, timeout_s, deadline
+        self.say = note or progress  # what lasts (a tuning's outcome, a cell left out)
+        self.replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked), the others alike
+        self.spawned: list[_Cell] = []  # the tuning phase's extra workers
+        self.probe: SpeedProbe | None = None
+        self.clock = time.monotonic if deadline is None else deadline.clock  # set-ups and rounds timed as the budget is
+        self.budgeted = _Budgeted(deadline, jobs[0].config if jobs else None)
+        self.label = _group_label(jobs)
+
+    def measuring(self, workers: list[_Cell]) -> bool:
+        """A cell loaded whose workers have all gone on measuring (none failed)."""
+        return bool(workers) and all(w.result is None for w in workers)
+
+    def start_workers(self) -> None:
+        """Each cell's first worker, one after another, where the budget leaves room to load it."""
+        for job, env in zip(self.jobs, self.envs):
+            if self.replicas and not self.budgeted.room_to_load(job, _alive(self.replicas)):
+                self.say(job.cell.label, LEFT_OUT)  # not loaded, left for --resume
+                self.replicas.append([])
+                continue
+            worker = _start(job, env, self.progress, self.timeout_s, clock=self.clock)
+            self.budgeted.started(job, worker)
+            self.replicas.append([worker])
+
+    def tune(self, order: random.Random) -> None:
+        tuned = [(r[0], env) for r, env in zip(self.replicas, self.envs)
+                 if r and r[0].job.cell.options.tune and r[0].result is None]
+        _tune(tuned, order, self.progress, self.say, self.timeout_s, self.spawned,
+              self.budgeted.room_to_tune([c for c, _ in tuned], _alive(self.replicas)), self.clock)
+
+    def start_other_processes(self) -> None:
+        """The cells' other processes, at the first one's setting: a second for every cell before any third (the
+        budget may leave room for some only); a cell given fewer than it wanted says so."""
+        wanted = [min(w[0].job.config.processes, w[0].job.config.timing.rounds) if w and w[0].result is None else 1
+                  for w in self.replicas]
+        for i in range(1, max(wanted, default=1)):
+            for workers, env, count in zip(self.replicas, self.envs, wanted):
+                if i >= count or len(workers) < i or any(w.result is not None for w in workers):
+                    continue  # all it wants, one not started, or a worker of it failed (the cell with it)
+                first = workers[0]
+                if not self.budgeted.room_for_process(first, i + 1, _alive(self.replicas)):
+                    continue
+                worker = _start(first.job, env, self.progress, self.timeout_s, f" (process {i + 1})", self.clock)
+                workers.append(worker)
+                if worker.result is None and first.tuning is not None:
+                    worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
+                    _await(worker, "apply", self.timeout_s)
+        for workers, count in zip(self.replicas, wanted):
+            if workers and len(workers) < count and all(w.result is None for w in workers):
+                self.say(workers[0].job.cell.label, fewer_processes(len(workers), count))
+
+    def keep_setups(self) -> None:
+        """Each worker's set-up, kept for the next plan on this machine (B's of an A/B are another install's)."""
+        setups: dict[str, list[float]] = {}
+        for worker in (w for ws in self.replicas for w in ws):
+            if worker.setup_s is not None and not worker.job.cell.options.ab:
+                setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
+                    worker.setup_s)
+        remember_setups(self.jobs[0].config, setups)
+
+    def rounds(self) -> int:
+        """The rounds to measure: the configured count, or a scenario's own (a server's search and confirmations),
+        said where they differ (the group's announcement said the configured count)."""
+        configured = self.jobs[0].config.timing.rounds
+        rounds = max([configured] + [w.rounds or 0 for ws in self.replicas for w in ws])
+        if rounds != configured:
+            self.say(self.label, f"{rounds} interleaved rounds, the scenario's own (its search and confirmations), "
+                     f"not the {configured} configured")
+        return rounds
+
+    def measure_rounds(self, rounds: int, order: random.Random, rounds_done: Callable[[float], None] | None,
+                       ) -> tuple[int, str | None, dict[str, Any] | None]:
+        """The interleaved rounds: each live cell's block in a fresh random order per round, the machine's speed read
+        before each; --target-ci goes on past ``rounds`` until every paired ratio is known well enough (or the cap),
+        --time-budget stops where another round would pass it. (rounds done, why stopped early, --target-ci's
+        outcome)."""
+        target = self.jobs[0].config.target_ci if scenario(self.jobs[0].cell.scenario).closed_loop else None
+        medians: list[dict[int, float]] = [{} for _ in self.replicas]  # each cell's block medians (--target-ci)
+
+        def widest() -> dict[str, Any] | None:  # the cells still measuring, each with its own workers
+            return widest_interval([(m if self.measuring(ws) else {}, max(1, len(ws)))
+                                    for m, ws in zip(medians, self.replicas)])
+
+        if rounds_done is not None:
+            rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
+        done, round_started, stopped = 0, self.clock(), None
+        for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
+            live = [(i, w[r % len(w)]) for i, w in enumerate(self.replicas) if self.measuring(w)]
+            if not live or target and r >= rounds and _narrow_enough(widest(), target):
+                break
+            if self.deadline is not None and r and not self.deadline.another_round(
+                    r, self.clock() - round_started, max(len(w) for w in self.replicas)):
+                stopped = f"--time-budget: rounds stopped at {r} of {rounds}, another would pass it"
+                self.say(self.label, stopped)
+                break
+            round_started = self.clock()
+            self.block_round(r, live, order, medians)
+            self.progress(self.label, f"round {r + 1}/{rounds} done" if r < rounds else
+                          f"round {r + 1} done (--target-ci: at most {rounds * TARGET_CI_ROUNDS})")
+            done = r + 1
+            if rounds_done is not None:
+                rounds_done(min(1.0, done / rounds))
+        reached = self.target_reached(target, done, widest()) if target and done >= rounds else None
+        return done, stopped, reached
+
+    def block_round(self, r: int, live: list[tuple[int, _Cell]], order: random.Random,
+                    medians: list[dict[int, float]]) -> None:
+        """Round ``r``: the machine's speed read, then each live cell's block, in a fresh random order."""
+        if self.probe is not None:
+            self.probe.read(r)
+        order.shuffle(live)
+        for i, worker in live:
+            time.sleep(SETTLE_S)
+            worker.child.send({"block": r})
+            reply = _await(worker, "block", self.timeout_s)
+            if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
+                medians[i][r] = reply["block"]["p50_ms"]
+
+    def target_reached(self, target: float, done: int, found: dict[str, Any] | None) -> dict[str, Any]:
+        """What --target-ci reached (said, and written into every record of the group)."""
+        reached = {"target": target, "rounds": done, "reached": _narrow_enough(found, target),
+                   "widest": None if found is None else {
+                       "cell": _name(self.jobs[found["cell"]]), "ratio": found["ratio"], "ci95": found["ci95"],
+                       "against": None if found["against"] is None else _name(self.jobs[found["against"]])}}
+        self.say(self.label, _target_said(reached))
+        return reached
+
+    def finish(self, stopped: str | None) -> None:
+        """Every measuring worker idle at once while its trackers read what follows the rounds (the idle power
+        again), none collecting its record until all have; then all collect and exit side by side."""
+        finishing = [x for w in self.replicas if self.measuring(w) for x in w]
+        for worker in finishing:
+            worker.child.send({"idle": True})
+        for worker in finishing:
+            _await(worker, "idle", self.timeout_s)
+        finishing = [x for x in finishing if x.result is None]
+        for worker in finishing:
+            worker.child.send({"finish": True, **({"stopped": stopped} if stopped else {})})
+        for worker in finishing:
+            worker.result = worker.child.result(_left(worker, self.timeout_s))
+
+    def close(self) -> None:
+        for worker in [x for w in self.replicas for x in w] + self.spawned:
+            worker.child.close()
+        if self.probe is not None:
+            self.probe.close()
+
+    def results(self, reached: dict[str, Any] | None) -> list[ChildResult]:
+        """One result per job: its workers' outcomes merged by the scenario, what the group's cells share pooled
+        (the between-process spread), the machine's speed every round and --target-ci's outcome added."""
+        module = scenario_module(self.jobs[0].cell.scenario)
+        out = []
+        for job, workers in zip(self.jobs, self.replicas):
+            if not workers:
+                out.append(ChildResult(ok=False, error=LEFT_OUT, left_out=True))
+                continue
+            failed = next((w.result or ChildResult(ok=False, error="not measured") for w in workers
+                           if w.result is None or not w.result.ok), None)
+            out.append(failed or ChildResult(ok=True, cell=module.merge(
+                [w.result.cell for w in workers if w.result is not None], job.cell.batch_size)))
+        cells = module.finalize_group([r.cell if r.ok else None for r in out])
+        out = [dataclasses.replace(r, cell=c) if r.ok else r for r, c in zip(out, cells)]
+        if self.probe is not None and self.probe.readings:  # the machine's speed, every round
+            out = [dataclasses.replace(r, cell=_with_speed(r.cell, self.probe.readings)) if r.ok and r.cell else r
+                   for r in out]
+        if reached is not None:  # what --target-ci reached, in every record of the group
+            out = [dataclasses.replace(r, cell=dataclasses.replace(r.cell, blocks={**r.cell.blocks, "timing": {
+                **r.cell.blocks["timing"], "target_ci": reached}})) if r.ok and r.cell else r for r in out]
+        return out
+
+
+def _narrow_enough(found: dict[str, Any] | None, target: float) -> bool:
+    return found is not None and found["half"] <= target
+
+
 def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
                   progress: Callable[[str, str], None], timeout_s: float | None = None,
                   note: Callable[[str, str], None] | None = None,
@@ -84,143 +269,24 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each;
     ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget) stops a group's rounds early when
     another would pass it (never below its minimum), in every scenario; the workers are told why (``stopped``)."""
-    from ..registry.scenarios import scenario_module
-
-    replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked) and the others alike
-    spawned: list[_Cell] = []  # the tuning phase's extra workers
-    probe: SpeedProbe | None = None
-    clock = time.monotonic if deadline is None else deadline.clock  # set-ups and rounds timed as the budget is
-    budgeted = _Budgeted(deadline, jobs[0].config if jobs else None)
+    if not jobs:
+        return []
+    group = _Group(jobs, envs, progress, timeout_s, note, deadline)
     try:
-        for job, env in zip(jobs, envs):
-            if replicas and not budgeted.room_to_load(job, _alive(replicas)):
-                (note or progress)(job.cell.label, LEFT_OUT)  # not loaded, left for --resume
-                replicas.append([])
-                continue
-            worker = _start(job, env, progress, timeout_s, clock=clock)
-            budgeted.started(job, worker)
-            replicas.append([worker])
+        group.start_workers()
         order = random.Random(seed)
-        tuned = [(r[0], env) for r, env in zip(replicas, envs)
-                 if r and r[0].job.cell.options.tune and r[0].result is None]
-        _tune(tuned, order, progress, note or progress, timeout_s, spawned,
-              budgeted.room_to_tune([c for c, _ in tuned], _alive(replicas)), clock)
-        # the cells' other processes, at the first one's setting: a second for every cell before any third (the
-        # budget may leave room for some only)
-        wanted = [min(w[0].job.config.processes, w[0].job.config.timing.rounds) if w and w[0].result is None else 1
-                  for w in replicas]
-        for i in range(1, max(wanted, default=1)):
-            for workers, env, count in zip(replicas, envs, wanted):
-                if i >= count or len(workers) < i or any(w.result is not None for w in workers):
-                    continue  # all it wants, one not started, or a worker of it failed (the cell with it)
-                first = workers[0]
-                if not budgeted.room_for_process(first, i + 1, _alive(replicas)):
-                    continue
-                worker = _start(first.job, env, progress, timeout_s, f" (process {i + 1})", clock)
-                workers.append(worker)
-                if worker.result is None and first.tuning is not None:
-                    worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
-                    _await(worker, "apply", timeout_s)
-        for workers, count in zip(replicas, wanted):
-            if workers and len(workers) < count and all(w.result is None for w in workers):
-                (note or progress)(workers[0].job.cell.label, fewer_processes(len(workers), count))
-        setups: dict[str, list[float]] = {}  # each worker's set-up, kept for the next plan on this machine
-        for worker in (w for ws in replicas for w in ws):
-            if worker.setup_s is not None and not worker.job.cell.options.ab:  # B's are another install's
-                setups.setdefault(setup_key(worker.job.cell.framework, worker.job.cell.scenario), []).append(
-                    worker.setup_s)
-        if jobs:
-            remember_setups(jobs[0].config, setups)
-        rounds = max([jobs[0].config.timing.rounds if jobs else 0] + [w.rounds or 0 for ws in replicas for w in ws])
-        if jobs and rounds != jobs[0].config.timing.rounds:  # the group's announcement said the configured count
-            (note or progress)(_group_label(jobs), f"{rounds} interleaved rounds, the scenario's own (its search and "
-                               f"confirmations), not the {jobs[0].config.timing.rounds} configured")
-        probe = SpeedProbe(envs[0]) if jobs and jobs[0].config.device.kind == "cpu" else None
-        if rounds_done is not None:
-            rounds_done(0.0)  # the rounds begin: what came before was the group's set-up
-        closed = bool(jobs) and scenario(jobs[0].cell.scenario).closed_loop
-        cut = deadline is not None
-        stopped: str | None = None  # why the rounds ended before the scenario's own count, told to the workers
-        target = jobs[0].config.target_ci if closed else None
-        medians: list[dict[int, float]] = [{} for _ in replicas]  # each cell's block medians (--target-ci)
-
-        def widest() -> dict[str, Any] | None:  # the cells still measuring, each with its own workers
-            return widest_interval([(m if ws and all(x.result is None for x in ws) else {}, max(1, len(ws)))
-                                    for m, ws in zip(medians, replicas)])
-
-        done, round_started, found = 0, clock(), None
-        for r in range(rounds * TARGET_CI_ROUNDS if target else rounds):
-            live = [(i, w[r % len(w)]) for i, w in enumerate(replicas) if w and all(x.result is None for x in w)]
-            if not live:
-                break
-            if target and r >= rounds:
-                found = widest()
-                if found is not None and found["half"] <= target:
-                    break
-            if cut and r and deadline is not None and not deadline.another_round(
-                    r, clock() - round_started, max(len(w) for w in replicas)):
-                stopped = f"--time-budget: rounds stopped at {r} of {rounds}, another would pass it"
-                (note or progress)(_group_label(jobs), stopped)
-                break
-            round_started = clock()
-            if probe is not None:
-                probe.read(r)
-            order.shuffle(live)
-            for i, worker in live:
-                time.sleep(SETTLE_S)
-                worker.child.send({"block": r})
-                reply = _await(worker, "block", timeout_s)
-                if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
-                    medians[i][r] = reply["block"]["p50_ms"]
-            progress(_group_label(jobs), f"round {r + 1}/{rounds} done" if r < rounds else
-                     f"round {r + 1} done (--target-ci: at most {rounds * TARGET_CI_ROUNDS})")
-            done = r + 1
-            if rounds_done is not None:
-                rounds_done(min(1.0, done / rounds))
-        reached = None
-        if target and done >= rounds:
-            found = widest()
-            reached = {"target": target, "rounds": done, "reached": found is not None and found["half"] <= target,
-                       "widest": None if found is None else {
-                           "cell": _name(jobs[found["cell"]]), "ratio": found["ratio"], "ci95": found["ci95"],
-                           "against": None if found["against"] is None else _name(jobs[found["against"]])}}
-            (note or progress)(_group_label(jobs), _target_said(reached))
-        if probe is not None and done:
-            probe.read(done)  # after the last round: every round read before and after (speed.steady)
-        finishing = [x for w in replicas if all(x.result is None for x in w) for x in w]
-        for worker in finishing:  # every worker idle at once while its trackers read what follows the rounds (the
-            worker.child.send({"idle": True})  # idle power again): none collects its record until all have
-        for worker in finishing:
-            _await(worker, "idle", timeout_s)
-        finishing = [x for x in finishing if x.result is None]
-        for worker in finishing:  # all at once: the workers collect and exit side by side
-            worker.child.send({"finish": True, **({"stopped": stopped} if stopped else {})})
-        for worker in finishing:
-            worker.result = worker.child.result(_left(worker, timeout_s))
+        group.tune(order)
+        group.start_other_processes()
+        group.keep_setups()
+        rounds = group.rounds()
+        group.probe = SpeedProbe(envs[0]) if jobs[0].config.device.kind == "cpu" else None
+        done, stopped, reached = group.measure_rounds(rounds, order, rounds_done)
+        if group.probe is not None and done:
+            group.probe.read(done)  # after the last round: every round read before and after (speed.steady)
+        group.finish(stopped)
     finally:
-        for worker in [x for w in replicas for x in w] + spawned:
-            worker.child.close()
-        if probe is not None:
-            probe.close()
-    out = []
-    for job, workers in zip(jobs, replicas):
-        if not workers:
-            out.append(ChildResult(ok=False, error=LEFT_OUT, left_out=True))
-            continue
-        failed = next((w.result or ChildResult(ok=False, error="not measured") for w in workers
-                       if w.result is None or not w.result.ok), None)
-        out.append(failed or ChildResult(ok=True, cell=scenario_module(job.cell.scenario).merge(
-            [w.result.cell for w in workers if w.result is not None], job.cell.batch_size)))
-    if jobs:  # what the group's cells share (the between-process spread), pooled over them
-        cells = scenario_module(jobs[0].cell.scenario).finalize_group([r.cell if r.ok else None for r in out])
-        out = [dataclasses.replace(r, cell=c) if r.ok else r for r, c in zip(out, cells)]
-    if probe is not None and probe.readings:  # the machine's speed, every round
-        out = [dataclasses.replace(r, cell=_with_speed(r.cell, probe.readings)) if r.ok and r.cell else r
-               for r in out]
-    if reached is not None:  # what --target-ci reached, in every record of the group
-        out = [dataclasses.replace(r, cell=dataclasses.replace(r.cell, blocks={**r.cell.blocks, "timing": {
-            **r.cell.blocks["timing"], "target_ci": reached}})) if r.ok and r.cell else r for r in out]
-    return out
+        group.close()
+    return group.results(reached)
 
 
 def fewer_processes(started: int, wanted: int) -> str:
@@ -311,8 +377,6 @@ def _target_said(reached: dict[str, Any]) -> str:
 
 
 def _with_speed(outcome: Any, readings: list[dict[str, Any]]) -> Any:
-    from ..measure.trackers.speed import summarize
-
     blocks = dict(outcome.blocks)
     blocks["machine_state"] = {**(blocks.get("machine_state") or {}), "speed": summarize(readings)}
     return dataclasses.replace(outcome, blocks=blocks)
@@ -323,11 +387,7 @@ class SpeedProbe:
     run's threads (:mod:`inferbench.measure.trackers.speed`), every worker idle."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        import subprocess
-        import sys
-
         self.readings: list[dict[str, Any]] = []
-        from .isolate import _PACKAGE_PARENT
 
         env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)}
         try:
@@ -372,8 +432,6 @@ def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], Non
 
 def _grid(cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A cell's runner's tuning grid on this machine: its load-time settings and its live ones, the default first."""
-    from ..registry.frameworks import load_runner
-
     runner: Any = load_runner(cell.job.framework)
     return runner.tuning_grid(cell.job.config.threads, cell.job.config.device.kind)
 
@@ -385,82 +443,100 @@ def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progr
     each cell then measured by the worker of its chosen setting, with its chosen live setting. Without ``room`` for it
     (--time-budget), no tuning worker is started: each cell is measured at inferbench's own setting, and its
     record's tuning block says why."""
-    from ..measure.tuning import Candidate, choose
-
     if not cells:
         return
     if not room:
         for cell, _ in cells:
-            config = cell.job.config
             load_grid, live_grid = _grid(cell)
             decision = {**choose([Candidate(load_grid[0], live_grid[0])]), "reason": NOT_TUNED, "seconds": 0.0,
                         "rounds": 0, "block_s": 0.0}
-            decision["digest"] = setting_digest(decision["chosen"])
-            cell.tuning = plain(decision)
-            cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
-            if _await(cell, "apply", timeout_s) is not None:
+            if _apply(cell, decision, timeout_s):
                 note(cell.job.cell.label, NOT_TUNED)
         return
-    plans: list[tuple[_Cell, list[_Cell], list[tuple[_Cell, Candidate]], float]] = []
     before = {id(cell): cell.used_s for cell, _ in cells}  # the tuning's own time: its workers' from here on
-    for cell, env in cells:
-        config = cell.job.config
-        load_grid, live_grid = _grid(cell)
-        workers = [cell]
-        for setting in load_grid[1:]:  # a worker of its own for each load-time setting
-            job = dataclasses.replace(cell.job, setting=setting)
-            extra = _start(job, env, progress, timeout_s, f" ({', '.join(f'{k}={v}' for k, v in setting.items())})",
-                           clock)
-            spawned.append(extra)
-            if extra.result is None:
-                workers.append(extra)
-            else:
-                extra.child.close()
-        candidates = [(w, Candidate(w.job.setting, live)) for w in workers for live in live_grid]
-        block_s = max(0.05, config.tune_budget_s / (TUNE_ROUNDS * len(candidates)))
-        plans.append((cell, workers, candidates, block_s))
-    for r in range(TUNE_ROUNDS):
-        pairs = [(w, cand, block_s) for _, _, candidates, block_s in plans for w, cand in candidates]
-        order.shuffle(pairs)
-        for worker, cand, block_s in pairs:
-            if worker.result is not None:
-                continue
-            time.sleep(SETTLE_S)
-            worker.child.send({"tune": {"setting": cand.live, "round": r, "block_s": block_s}})
-            reply = _await(worker, "tune", timeout_s)
-            if reply is not None:
-                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
-        progress(_group_label([c.job for c, _ in cells]), f"tuning round {r + 1}/{TUNE_ROUNDS} done")
+    plans = [_candidates(cell, env, progress, timeout_s, spawned, clock) for cell, env in cells]
+    _tuning_rounds([(candidates, block_s) for _, _, candidates, block_s in plans], order, 0, timeout_s,
+                   lambda r: progress(_group_label([c.job for c, _ in cells]),
+                                      f"tuning round {r + 1}/{TUNE_ROUNDS} done"))
     decisions = [choose([cand for _, cand in candidates]) for _, _, candidates, _ in plans]
     _confirm(plans, decisions, order, progress, timeout_s)
     for (cell, workers, candidates, block_s), decision in zip(plans, decisions):
         chosen = next((w for w, cand in candidates if cand.load == decision["chosen_load"] and w.result is None), cell)
         seconds = sum(w.used_s for w in workers) - before[id(cell)]
-        if chosen is not cell:  # the cell goes on in the worker of its chosen load-time setting
-            cell.child.close()
-            cell.child, cell.job = chosen.child, chosen.job
-            cell.setup_s = chosen.setup_s if chosen.setup_s is not None else cell.setup_s  # its next process's
-            cell.used_s, cell.result = cell.used_s + chosen.used_s, None
-        for worker in workers[1:]:
-            if worker is not chosen:
-                worker.child.close()
+        _adopt(cell, chosen, workers)
         if cell.result is not None:
             continue
-        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s, digest=setting_digest(decision["chosen"]))
-        cell.tuning = plain(decision)
-        cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
-        if _await(cell, "apply", timeout_s) is not None:
+        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
+        if _apply(cell, decision, timeout_s):
             note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
                 "inferbench's own setting kept" if decision["is_default"] else
                 ", ".join(f"{k}={v}" for k, v in decision["chosen"].items())) + f" ({decision['reason']})")
+
+
+def _candidates(cell: _Cell, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
+                spawned: list[_Cell], clock: Callable[[], float],
+                ) -> tuple[_Cell, list[_Cell], list[tuple[_Cell, Candidate]], float]:
+    """A cell's tuning candidates: a worker of its own for each load-time setting beside the cell's (those that
+    failed to start closed), every live setting on each; with the block length its tuning budget gives each."""
+    load_grid, live_grid = _grid(cell)
+    workers = [cell]
+    for setting in load_grid[1:]:
+        job = dataclasses.replace(cell.job, setting=setting)
+        extra = _start(job, env, progress, timeout_s, f" ({', '.join(f'{k}={v}' for k, v in setting.items())})",
+                       clock)
+        spawned.append(extra)
+        if extra.result is None:
+            workers.append(extra)
+        else:
+            extra.child.close()
+    candidates = [(w, Candidate(w.job.setting, live)) for w in workers for live in live_grid]
+    return cell, workers, candidates, max(0.05, cell.job.config.tune_budget_s / (TUNE_ROUNDS * len(candidates)))
+
+
+def _tuning_rounds(plans: list[tuple[list[tuple[_Cell, Candidate]], float]], order: random.Random, first: int,
+                   timeout_s: float | None, done: Callable[[int], None]) -> None:
+    """:data:`TUNE_ROUNDS` rounds of a block for every (worker, candidate) of ``plans`` (each with its block length),
+    in a fresh random order per round; each block's median kept on its candidate. ``first``: the first round's index
+    (the confirmation's follow the tuning's); ``done(r)`` after each round."""
+    for r in range(TUNE_ROUNDS):
+        blocks = [(w, cand, block_s) for candidates, block_s in plans for w, cand in candidates]
+        order.shuffle(blocks)
+        for worker, cand, block_s in blocks:
+            if worker.result is not None:
+                continue
+            time.sleep(SETTLE_S)
+            worker.child.send({"tune": {"setting": cand.live, "round": first + r, "block_s": block_s}})
+            reply = _await(worker, "tune", timeout_s)
+            if reply is not None:
+                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
+        done(r)
+
+
+def _adopt(cell: _Cell, chosen: _Cell, workers: list[_Cell]) -> None:
+    """The cell goes on in the worker of its chosen load-time setting; the tuning's other workers are closed."""
+    if chosen is not cell:
+        cell.child.close()
+        cell.child, cell.job = chosen.child, chosen.job
+        cell.setup_s = chosen.setup_s if chosen.setup_s is not None else cell.setup_s  # its next process's
+        cell.used_s, cell.result = cell.used_s + chosen.used_s, None
+    for worker in workers[1:]:
+        if worker is not chosen:
+            worker.child.close()
+
+
+def _apply(cell: _Cell, decision: dict[str, Any], timeout_s: float | None) -> bool:
+    """The tuning's decision (with its setting's digest) kept on the cell and its live setting applied in its
+    worker; False where the worker ended."""
+    decision["digest"] = setting_digest(decision["chosen"])
+    cell.tuning = plain(decision)
+    cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
+    return _await(cell, "apply", timeout_s) is not None
 
 
 def _confirm(plans: list[Any], decisions: list[dict[str, Any]], order: random.Random,
              progress: Callable[[str, str], None], timeout_s: float | None) -> None:
     """Fresh rounds for each cell whose tuning switched: its chosen setting and its default alone, interleaved as
     the tuning's; each decision confirmed or undone on them (:func:`inferbench.measure.tuning.confirm`), in place."""
-    from ..measure.tuning import Candidate, confirm
-
     pairs: list[tuple[int, list[tuple[_Cell, Candidate]], float]] = []
     for i, ((_, _, candidates, block_s), decision) in enumerate(zip(plans, decisions)):
         if decision["is_default"]:
@@ -471,18 +547,9 @@ def _confirm(plans: list[Any], decisions: list[dict[str, Any]], order: random.Ra
         pairs.append((i, [(w, Candidate(c.load, c.live)) for w, c in (default, chosen)], block_s))
     if not pairs:
         return
-    for r in range(TUNE_ROUNDS):
-        blocks = [(w, cand, block_s) for _, pair, block_s in pairs for w, cand in pair]
-        order.shuffle(blocks)
-        for worker, cand, block_s in blocks:
-            if worker.result is not None:
-                continue
-            time.sleep(SETTLE_S)
-            worker.child.send({"tune": {"setting": cand.live, "round": TUNE_ROUNDS + r, "block_s": block_s}})
-            reply = _await(worker, "tune", timeout_s)
-            if reply is not None:
-                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
-        progress(_group_label([plans[i][0].job for i, _, _ in pairs]), f"confirming round {r + 1}/{TUNE_ROUNDS} done")
+    _tuning_rounds([(pair, block_s) for _, pair, block_s in pairs], order, TUNE_ROUNDS, timeout_s,
+                   lambda r: progress(_group_label([plans[i][0].job for i, _, _ in pairs]),
+                                      f"confirming round {r + 1}/{TUNE_ROUNDS} done"))
     for i, pair, _ in pairs:
         (_, default), (_, chosen) = pair
         decisions[i] = confirm(decisions[i], chosen, default)

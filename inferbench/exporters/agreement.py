@@ -1,5 +1,5 @@
 """Agreement over many images: the source's FP32 outputs on ``N`` seeded image-like inputs (made as the 16 reference
-inputs are, :func:`inferbench.registry.models.agreement_inputs`), against which a reduced-precision cell's top-1 and
+inputs are, :func:`inferbench.registry.inputs.agreement_inputs`), against which a reduced-precision cell's top-1 and
 top-5 agreement is counted (:func:`inferbench.measure.parity.agreement`), and, for a Keras source, the model's own
 agreement in each reduced precision: the Keras model with every layer in it, on the same inputs. Exported only for
 runs with reduced-precision cells, once per count (``--agreement-inputs``)."""
@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..registry.artifacts import ExportContext, agreement_own, agreement_reference, source_kind
-from ..registry.models import agreement_inputs, get_model, load_keras
+from ..registry.inputs import agreement_inputs
+from ..registry.keras_models import load_keras
+from ..registry.models import get_model
 from .reference import in_each_precision, predictor
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from ..base.errors import UsageError
 from ..registry import images
 from ..registry.artifacts import ExportContext, evaluation_reference, source_kind
-from ..registry.models import get_model, load_keras
+from ..registry.keras_models import load_keras
+from ..registry.models import get_model
 from .reference import predictor
 
 

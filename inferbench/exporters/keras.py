@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry.artifacts import ExportContext
-from ..registry.models import build_keras_model, get_model
+from ..registry.keras_models import build_keras_model
+from ..registry.models import get_model
 from .reference import predictor, write_fp32_spread, write_parity_reference, write_precision_sensitivity
 
 
@@ -51,7 +52,7 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from ..registry.models import walk_layers
+    from ..registry.keras_models import walk_layers
     from .onnx import convertible_ops
 
     fn = tf.function(lambda x: model(x, training=False))

@@ -37,7 +37,7 @@ from ..registry.artifacts import REFERENCE_INPUTS, ExportContext
 def export(ctx: ExportContext) -> dict[str, Any]:
     import onnx
 
-    from ..registry.models import load_keras
+    from ..registry.keras_models import load_keras
 
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ def constants_as_arrays(model: Any) -> list[str]:
     keras-hub's position ids. Returns ``layer.attribute`` of each one changed."""
     import tensorflow as tf
 
-    from ..registry.models import walk_layers
+    from ..registry.keras_models import walk_layers
 
     changed = []
     for layer in walk_layers(model):

@@ -12,7 +12,7 @@ from ..registry.artifacts import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..registry.models import load_keras
+    from ..registry.keras_models import load_keras
     from ..registry.ports import keras_weights
 
     model = load_keras(ctx.path("keras"))

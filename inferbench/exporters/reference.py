@@ -26,7 +26,9 @@ from ..registry.artifacts import (
     timed_reference,
     timed_sensitivity,
 )
-from ..registry.models import ModelSpec, get_model, images_per_call, make_inputs
+from ..registry.inputs import make_inputs
+from ..registry.keras_models import images_per_call
+from ..registry.models import ModelSpec, get_model
 
 Predict = Callable[[np.ndarray], np.ndarray]
 
@@ -37,7 +39,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     spec = get_model(ctx.model)
     model = None
     if source_kind(spec) == "keras":
-        from ..registry.models import load_keras
+        from ..registry.keras_models import load_keras
 
         model = load_keras(ctx.path("keras"))
     predict = predictor(spec, ctx, model)
@@ -91,7 +93,7 @@ def keras_call(model: Any) -> Any:
     on that backend (JAX, torch), outputs as host arrays."""
     import keras
 
-    from ..registry.models import graph_call
+    from ..registry.keras_models import graph_call
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -112,7 +114,7 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        from ..registry.models import load_keras
+        from ..registry.keras_models import load_keras
 
         call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":

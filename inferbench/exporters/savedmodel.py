@@ -10,7 +10,7 @@ from ..registry.artifacts import ExportContext
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..registry.models import load_keras
+    from ..registry.keras_models import load_keras
 
     model = load_keras(ctx.path("keras"))
     with contextlib.redirect_stdout(io.StringIO()):  # Keras prints the endpoint listing

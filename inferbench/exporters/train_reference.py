@@ -17,7 +17,9 @@ import numpy as np
 
 from ..measure.training import PARITY_STEPS, Optimizer, batch_seed, labels, learning_rate
 from ..registry.artifacts import ExportContext, train_reference
-from ..registry.models import get_model, load_keras, make_inputs
+from ..registry.inputs import make_inputs
+from ..registry.keras_models import load_keras
+from ..registry.models import get_model
 from ..runners import keras_train
 
 

@@ -85,7 +85,7 @@ def labels(batch_size: int, classes: int, seed: int, step: int | None = None) ->
 
 
 def batch_seed(seed: int, step: int) -> int:
-    """The seed of a parity step's inputs (:func:`inferbench.registry.models.make_inputs`)."""
+    """The seed of a parity step's inputs (:func:`inferbench.registry.inputs.make_inputs`)."""
     return seed + BATCH_SEED + step
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .images import Calibration, EvalSet
-from .models import FILE_FORMATS
+from .modelfiles import FILE_FORMATS
 
 if TYPE_CHECKING:  # pragma: no cover
     pass

@@ -125,7 +125,7 @@ class Framework:
 
 
 def _file_format(model: Any) -> str:
-    from .models import FILE_FORMATS
+    from .modelfiles import FILE_FORMATS
 
     return FILE_FORMATS[model.source.format]
 
@@ -191,7 +191,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   "in (models without a port: own seeded weights, unverified)",
                   same_weights=False, ported=True, precisions=("fp16", "bf16", "tf32"), best_on=("gpu",),
                   options=("channels_last", *_TORCH_OPTIONS, *_TRAIN), needs_torchvision_twin=True,
-                  trainer="inferbench.runners.torch:TorchTrainer"),
+                  trainer="inferbench.runners.torch_train:TorchTrainer"),
         Framework("torch-inductor", "inferbench.runners.torch:TorchInductorRunner", "ported", ("torch", "torchvision"),
                   ("torch", "torchvision"), "torch",
                   "PyTorch at its best-known setting: the torchvision twin with the Keras weights, channels-last, "
@@ -200,7 +200,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16", "tf32", "int8"),
                   int8_artifact="torch-int8",
                   needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=(*_TUNE, *_TRAIN),
-                  trainer="inferbench.runners.torch:TorchInductorTrainer"),
+                  trainer="inferbench.runners.torch_train:TorchInductorTrainer"),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",), best_on=("gpu",)),

@@ -1,6 +1,6 @@
 """The user's labelled images (``--eval-dir``): found, bounded and read with Pillow, resized the way ImageNet models
 are evaluated (the shorter side to the resolution / 0.875, the centre cropped) and prepared the model's own way
-(:func:`inferbench.registry.models.preprocess`), for each cell's top-1 / top-5 accuracy
+(:func:`inferbench.registry.inputs.preprocess`), for each cell's top-1 / top-5 accuracy
 (:func:`inferbench.measure.parity.accuracy`).
 
 Two layouts, the two users already have: a folder per class (torchvision's ImageFolder: classes numbered in the
@@ -104,7 +104,7 @@ def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) 
     """The calibration's inputs, prepared as the model takes them, :data:`CHUNK` at a time: the user's images
     (:func:`inputs`), else seeded image-like inputs from a stream of their own (calibrating on the very inputs the
     agreement is counted on would flatter it)."""
-    from .models import agreement_inputs
+    from .inputs import agreement_inputs
 
     if cal.set is None:
         yield from agreement_inputs(spec, resolution, seed + CALIBRATION_SEED, cal.images)
@@ -144,7 +144,7 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
 def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int) -> Iterator[np.ndarray]:
     """The images of ``listed`` (:func:`items`) as model inputs (float32, the model's preparation and layout),
     :data:`CHUNK` at a time."""
-    from .models import preprocess
+    from .inputs import preprocess
 
     for start in range(0, len(listed), CHUNK):
         batch = preprocess(spec, np.stack([read(p, resolution) for p, _ in listed[start:start + CHUNK]]))

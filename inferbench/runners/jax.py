@@ -38,7 +38,7 @@ class JaxRunner(Runner):
     name = "jax"
 
     def load(self, ctx: LoadContext) -> None:
-        from ..registry.models import load_keras
+        from ..registry.keras_models import load_keras
 
         os.environ["KERAS_BACKEND"] = "jax"  # before Keras is imported in this worker
         self.cpus = None

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import MissingDependency
-from ..registry.models import load_keras
+from ..registry.keras_models import load_keras
 from .base import LoadContext
 from .keras_train import KerasTraining
 from .tf import TfBase, setup_tensorflow

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..measure.training import ADAM, LEARNING_RATES, MOMENTUM
-from ..registry.models import walk_layers
+from ..registry.keras_models import walk_layers
 from .base import Trainer
 
 #: Layers that take their layout as ``data_format`` or do not care: what --channels-first can move to NCHW.

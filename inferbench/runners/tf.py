@@ -142,7 +142,7 @@ class TapeTrainer(TfBase, KerasTraining):
     name = "tf"
 
     def load(self, ctx: LoadContext) -> None:
-        from ..registry.models import load_keras
+        from ..registry.keras_models import load_keras
         from . import keras_train
 
         tf = self.tf = setup_tensorflow(ctx)

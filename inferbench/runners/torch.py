@@ -8,13 +8,21 @@ NCHW input), ``compile`` (``torch.compile``; its compile time lands in the first
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 from typing import Any
 
 import numpy as np
 
-from ..base.errors import UsageError
-from .base import LoadContext, Runner, Trainer
+from ..base.machine import native_instructions
+from ..exporters import quantize_torch
+from ..exporters.torch import convert
+from ..registry.artifacts import EXPORTERS
+from ..registry.inputs import make_inputs
+from ..registry.ports import build_torchvision, ported_models
+from .base import LoadContext, Runner
+from .torch_stages import program_stage_errors, stage_errors
 
 
 def cuda_uuid(torch: Any) -> str:
@@ -105,9 +113,6 @@ class TorchRunner(Runner):
         """The module rebuilt from the ONNX export by onnx2torch, with the exported weights (safetensors, no
         pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs."""
         from safetensors.torch import load_file
-
-        from ..exporters.torch import convert
-        from ..registry.artifacts import EXPORTERS
 
         module, _ = convert(ctx.folder / EXPORTERS["onnx"].path)
         module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
@@ -216,13 +221,11 @@ class TorchNativeRunner(TorchRunner):
     def build(self, ctx: LoadContext) -> Any:
         import torchvision
 
-        from ..registry.ports import build_torchvision, ported_models
 
         if ctx.precision == "int8":  # the twin quantised by PT2E (exporter torch-int8)
-            from ..exporters.quantize_torch import load
 
             self.weights_source = "keras-ported, pt2e-int8"
-            return load(ctx.artifact)
+            return quantize_torch.load(ctx.artifact)
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
         if ctx.model.name in ported_models() and ctx.artifact is not None:
@@ -239,9 +242,6 @@ class TorchNativeRunner(TorchRunner):
     def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
         quantised from (:func:`program_stage_errors`)."""
-        from ..registry.artifacts import EXPORTERS
-        from ..registry.ports import build_torchvision
-
         with np.load(self.ctx.folder / EXPORTERS["ported"].path) as weights:
             twin = build_torchvision(self.ctx.model.name, weights).eval()
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
@@ -254,12 +254,9 @@ class TorchNativeRunner(TorchRunner):
     def int8(self) -> dict[str, Any]:
         """What an INT8 cell ran: the program's quantise / dequantise pairs (inductor lowers them into oneDNN's INT8
         kernels), how it was made, the CPU's INT8 instructions."""
-        from ..base.machine import native_instructions
-        from ..exporters.quantize_torch import METHOD
-
         ops = [str(n.target) for n in self.plain.graph.nodes if n.op == "call_function"]
         return {"quantize": sum("quantize_per" in o and "dequantize" not in o for o in ops),
-                "dequantize": sum("dequantize_per" in o for o in ops), "method": METHOD,
+                "dequantize": sum("dequantize_per" in o for o in ops), "method": quantize_torch.METHOD,
                 "instructions": native_instructions("int8")}
 
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
@@ -267,100 +264,10 @@ class TorchNativeRunner(TorchRunner):
         cell's quantised program against the FP32 twin it was quantised from (:meth:`int8_block_errors`)."""
         if self.int8_cell:
             return self.int8_block_errors(inputs)
-        import copy
 
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         exact = copy.deepcopy(self.plain).to("cpu", self.torch.float64)
         return stage_errors(self.torch, self.plain, exact, x.to(self.dev, self.dtype), x.double())
-
-
-#: What an INT8 cell's stages are read against (torch-inductor's PT2E program).
-INT8_AGAINST = "the FP32 torchvision twin it was quantised from (the Keras weights), stage by stage"
-
-
-def program_stage_errors(torch: Any, program: Any, twin: Any, x: Any) -> dict[str, Any] | None:
-    """Each stage of ``twin`` (:func:`stages`) against the same stage of ``program`` (a graph module exported from it,
-    quantised by PT2E): a stage's output in the program is that of its last computing node (a floating-point tensor)
-    whose module stack names the stage by its path in the twin (``net.layer1`` in the Keras twin's wrapper;
-    ``nn_module_stack``, which torch.export keeps), read by running the program in an interpreter; relative L2 in
-    network order (inf where not finite). A stage the program has no node of is left out; None when none is found."""
-    from ..measure.parity import relative_l2
-
-    found = stages(twin)
-    prefix = "net." if hasattr(twin, "net") else ""  # stages() reads the wrapped network; the program keeps its path
-    last: dict[str, Any] = {}
-    for node in program.graph.nodes:
-        value = node.meta.get("val")
-        if node.op != "call_function" or not (hasattr(value, "dtype") and value.dtype.is_floating_point):
-            continue  # a quantised (integer) tensor, a shape, a constant: never a stage's output
-        paths = {path for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
-        for name, _ in found:
-            if prefix + name in paths:
-                last[name] = node
-    if not last:
-        return None
-    wanted, outputs = set(last.values()), {}
-
-    class Reader(torch.fx.Interpreter):
-        def run_node(self, n: Any) -> Any:
-            out = super().run_node(n)
-            if n in wanted:
-                outputs[n] = out
-            return out
-
-    seen: dict[str, Any] = {}
-
-    def keep(name: str, out: Any) -> None:  # a forward hook that returns something replaces the module's output
-        seen.setdefault(name, out.detach().double().cpu())
-
-    hooks = [m.register_forward_hook(lambda _m, _i, out, n=name: keep(n, out)) for name, m in found if name in last]
-    try:
-        with torch.no_grad():
-            Reader(program).run(x)
-            twin(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    names = [name for name, _ in found if name in last]
-    errors = [relative_l2(outputs[last[name]].detach().double().cpu().numpy(), seen[name].numpy())
-              if tuple(outputs[last[name]].shape) == tuple(seen[name].shape) else float("inf") for name in names]
-    return {"names": names, "errors": errors, "against": INT8_AGAINST,
-            "method": f"each stage's output vs {INT8_AGAINST}, relative L2, on the 16 reference inputs"}
-
-
-def stages(module: Any) -> list[tuple[str, Any]]:
-    """A torchvision twin's stages in network order: a MobileNet's or EfficientNet's ``features`` blocks, a ResNet's
-    layers, then its classifier (empty for a module of another shape)."""
-    net = getattr(module, "net", module)
-    if hasattr(net, "features"):
-        body = [(f"features.{n}", m) for n, m in net.features.named_children()]
-    else:
-        body = [(n, m) for n, m in net.named_children() if n.startswith("layer")]
-    head = [(n, getattr(net, n)) for n in ("classifier", "fc") if hasattr(net, n)]
-    return body + head if body else []
-
-
-def stage_errors(torch: Any, module: Any, exact: Any, x: Any, x_exact: Any) -> dict[str, list[Any]] | None:
-    """Each stage's output of ``module`` on ``x`` against the same stage of ``exact`` (the module in FP64) on
-    ``x_exact``: relative L2 (||out - exact|| / ||exact||, inf where not finite), in network order; None for a
-    module without stages."""
-    pairs = list(zip(stages(module), stages(exact)))
-    if not pairs:
-        return None
-    seen: dict[str, list[Any]] = {"low": [], "exact": []}
-    hooks = [m.register_forward_hook(lambda _m, _i, out, side=side: seen[side].append(out.detach().double().cpu()))
-             for (_, low), (_, ref) in pairs for m, side in ((low, "low"), (ref, "exact"))]
-    try:
-        with torch.inference_mode():
-            module(x)
-            exact(x_exact)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    from ..measure.parity import relative_l2
-
-    errors = [relative_l2(a.numpy(), b.numpy()) for a, b in zip(seen["low"], seen["exact"])]
-    return {"names": [name for (name, _), _ in pairs], "errors": errors}
 
 
 def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
@@ -369,8 +276,6 @@ def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
     give a head initialised to zeros (ViT's) random weights, and set the batch-norm running statistics from
     image-like inputs, so that the outputs vary across classes and inputs (torchvision's stock init gives
     near-constant logits)."""
-    from ..registry.models import make_inputs
-
     rng = np.random.default_rng(ctx.seed)
 
     def uniform(shape: Any, low: float, high: float) -> Any:
@@ -420,8 +325,6 @@ class TorchInductorRunner(TorchNativeRunner):
         return [{}], super().tuning_grid(threads, device)[1]
 
     def load(self, ctx: LoadContext) -> None:
-        import dataclasses
-
         import torch._inductor.config as inductor
 
         if ctx.device == "cpu":
@@ -436,118 +339,3 @@ class TorchInductorRunner(TorchNativeRunner):
 
         return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing),
                 "inductor_cache_warm": self.cache_warm}
-
-
-class TorchTrainer(TorchNativeRunner, Trainer):
-    """torch-native training: the torchvision twin with the Keras weights ported in, ``train()`` mode (dropout and
-    stochastic depth off, batch norm frozen for --bn-mode frozen), cross-entropy, ``backward``, the optimizer's
-    step; channels-last and ``torch.compile`` as the options say (the compiled module's backward is compiled too)."""
-
-    name = "torch-native"
-
-    def load(self, ctx: LoadContext) -> None:
-        from ..measure.training import ADAM, LEARNING_RATES, MOMENTUM
-
-        torch = self.setup(ctx)
-        if self.cuda_graphs:
-            raise UsageError("--cuda-graphs is for inference: a training step is not captured here")
-        from ..registry.ports import FOLDS_CONV_BIASES
-
-        if ctx.options.bn_mode == "frozen" and ctx.model.name in FOLDS_CONV_BIASES and ctx.artifact:
-            raise UsageError(f"--bn-mode frozen: {ctx.model.name}'s Keras convolutions have biases that torchvision's "
-                             "have not (the weight port folds them into the batch norm), and frozen, Keras trains "
-                             "them: torch would train another model; use --bn-mode train")
-        self.model_name, self.bn_mode, self.optimizer_name = ctx.model.name, ctx.options.bn_mode, ctx.options.optimizer
-        self.ported = ctx.artifact  # the Keras weights (None: own weights, nothing to port)
-        module = self.build(ctx).to(self.dev, self.dtype)
-        module.train()
-        for m in module.modules():
-            if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
-                m.p = 0.0  # random masks cannot match across frameworks (as in every trainer)
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and self.bn_mode == "frozen":
-                m.eval()
-                for p in m.parameters():
-                    p.requires_grad_(False)
-        if self.channels_last:
-            module = module.to(memory_format=torch.channels_last)
-        self.module = module
-        self.step_module = torch.compile(module) if self.compiled else module
-        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        if self.optimizer_name == "sgd":
-            self.opt = torch.optim.SGD(self.params.values(), lr=LEARNING_RATES["sgd"], momentum=MOMENTUM)
-        else:
-            self.opt = torch.optim.Adam(self.params.values(), lr=LEARNING_RATES["adam"],
-                                        betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
-        self.steps = 0
-        self.classes = 1000  # torchvision's heads, and the ported Keras models'
-
-    def prepare_batch(self, inputs: np.ndarray, labels: np.ndarray) -> Any:
-        return self.prepare(inputs), self.torch.from_numpy(labels.astype(np.int64)).to(self.dev)
-
-    def _loss(self, prepared: Any, module: Any) -> Any:
-        x, y = prepared
-        return self.torch.nn.functional.cross_entropy(module(x).float(), y)
-
-    def step(self, prepared: Any) -> Any:
-        self.opt.zero_grad(set_to_none=True)
-        loss = self._loss(prepared, self.step_module)
-        loss.backward()
-        self.steps += 1
-        if self.optimizer_name == "adam":  # epsilon where Keras adds it (inferbench.measure.training.ADAM)
-            from ..measure.training import ADAM
-
-            for group in self.opt.param_groups:
-                group["eps"] = ADAM["epsilon"] / np.sqrt(1 - ADAM["beta_2"] ** self.steps)
-        self.opt.step()
-        return loss.detach()
-
-    def loss_value(self, loss: Any) -> float:
-        return float(loss.item())
-
-    def set_learning_rate(self, rate: float) -> None:
-        for group in self.opt.param_groups:
-            group["lr"] = rate
-
-    def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
-        self.opt.zero_grad(set_to_none=True)
-        loss = self._loss(prepared, self.module)
-        loss.backward()
-        grads = {n: p.grad.detach().float().cpu().numpy().copy() for n, p in self.params.items()}
-        self.opt.zero_grad(set_to_none=True)
-        return float(loss.item()), grads
-
-    def weights(self) -> dict[str, np.ndarray]:
-        return {n: p.detach().float().cpu().numpy().copy() for n, p in self.params.items()}
-
-    def own(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The Keras-named arrays ported as the weights were (:func:`inferbench.registry.ports.build_torchvision`,
-        whose layout changes are linear: they carry gradients and changes as they carry weights), the other Keras
-        weights (moving statistics, epsilons) from the ported artifact."""
-        from ..registry.ports import build_torchvision
-
-        with np.load(self.ported) as full:
-            twin = build_torchvision(self.model_name, {**{k: full[k] for k in full.files}, **arrays})
-        return {n: p.detach().numpy().copy() for n, p in twin.named_parameters() if n in self.params}
-
-    def details(self) -> dict[str, Any]:
-        return {**super().details(), "inference_mode": False}
-
-    def training_details(self) -> dict[str, Any]:
-        return {"layout": "NHWC" if self.channels_last else "NCHW", "batch_norm_kernel": "torch",
-                "step": "zero_grad+forward+cross_entropy+backward+optimizer.step", "compiled": self.compiled}
-
-
-class TorchInductorTrainer(TorchTrainer):
-    """torch-inductor's training: the twin channels-last and ``torch.compile``d (inductor; no weight freezing,
-    which is for inference)."""
-
-    name = "torch-inductor"
-
-    def load(self, ctx: LoadContext) -> None:
-        import dataclasses
-
-        super().load(dataclasses.replace(ctx, options=dataclasses.replace(
-            ctx.options, channels_last=True, torch_compile=True)))
-
-    def details(self) -> dict[str, Any]:
-        return {**super().details(), "compile_backend": "inductor"}

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from ..spec import CellJob, CellOutcome, TimingConfig
-from .base import Emit, Loaded, Measured, check_parity, timed_call, timing_for
+from .base import Emit, Loaded, Measured, timed_call, timing_for
+from .gates import check_parity
 
 
 class Session(Measured):

@@ -44,7 +44,8 @@ class Session(Measured):
         from ..measure import training
         from ..measure.memory import current_rss_mb
         from ..registry.frameworks import load_runner
-        from ..registry.models import get_model, make_inputs
+        from ..registry.inputs import make_inputs
+        from ..registry.models import get_model
         from .base import load
 
         self.job, self.emit = job, emit
@@ -82,7 +83,7 @@ class Session(Measured):
         from ..exporters.train_reference import read
         from ..measure import training
         from ..registry.artifacts import train_reference, train_variant
-        from ..registry.models import make_inputs
+        from ..registry.inputs import make_inputs
 
         job, trainer, cell = self.job, self.runner, self.job.cell
         self.emit("training parity")

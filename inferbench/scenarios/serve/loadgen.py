@@ -55,7 +55,6 @@ def load_loadgen() -> Any:
     return lg
 
 
-
 # --------------------------------------------------------------------------- the system under test
 @dataclass
 class Knobs:

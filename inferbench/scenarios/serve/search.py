@@ -56,7 +56,6 @@ class Search:
             self.next_qps = math.sqrt(self.valid * self.invalid)
 
 
-
 def held(tests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]] | None:
     """The largest load one configuration held, from its tests in the order they ran (search and confirmation
     alike): the largest L such that :data:`CONFIRM_ROUNDS` tests in a row were VALID at loads of L or more (a load

@@ -20,7 +20,8 @@ from ...measure.memory import peak_rss_mb
 from ...measure.trackers import Finished
 from ...registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
 from ...spec import CellJob, CellOutcome
-from ..base import Emit, Loaded, at_batch_size, device_memory, finish_tracked, idle_tracked, own_rounding
+from ..base import Emit, Loaded, device_memory, finish_tracked, idle_tracked
+from ..gates import at_batch_size, own_rounding
 from .loadgen import (
     MIN_DURATION_MS,
     MIN_QUERIES,
@@ -393,7 +394,6 @@ class Session:
             return None
         finally:
             shutil.rmtree(self.logs, ignore_errors=True)
-
 
 
 @dataclass

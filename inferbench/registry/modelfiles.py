@@ -1,0 +1,156 @@
+"""The files a user brings: a model file (``--model PATH``: a .keras archive, a TF SavedModel folder, an .onnx
+file) recognised and checked without importing a framework, and a weights file (``--weights``) checked before any
+export reads it."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base.digest import sha256_file, sha256_tree
+from ..base.errors import UsageError
+from .filecheck import check_onnx, keras_config, keras_endpoints, keras_input_shape
+
+#: What a model file can be (``--model PATH``), with how inferbench recognises it.
+FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder", "onnx": "an .onnx file"}
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A model the user brings as a file (``--model PATH``): where it is, its format, the input it takes."""
+
+    name: str  # the file's stem and 8 hex digits of its content's hash: the model's name in records and file names
+    path: str  # absolute
+    format: str  # key of FILE_FORMATS
+    resolution: int  # square images of this many pixels a side
+    layout: str = "NHWC"  # "NCHW" for channels-first models (ONNX files exported from PyTorch)
+    batch_size: int | None = None  # a batch dimension fixed in the file (None: any batch size)
+
+    def __post_init__(self) -> None:
+        if self.format not in FILE_FORMATS or self.layout not in ("NHWC", "NCHW"):
+            raise ValueError(f"model file format {self.format!r} / layout {self.layout!r} is not one inferbench reads")
+
+
+def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None) -> ModelFile:
+    """Recognise and check a model file without importing a framework (an ONNX file needs the ``onnx``
+    package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``)."""
+    path = Path(text).expanduser()
+    try:
+        exists = path.exists()
+    except OSError as exc:  # ENAMETOOLONG
+        raise UsageError(f"--model {text}: {exc.strerror or exc}") from None
+    if not exists:
+        raise UsageError(f"model file {text} does not exist")
+    if path.is_dir():
+        if not (path / "saved_model.pb").is_file():
+            raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
+        fmt, shape = "savedmodel", None  # reading its signature would need TensorFlow in this process
+    elif path.suffix == ".keras":
+        fmt, shape = "keras", _keras_input_shape(path)
+    elif path.suffix == ".onnx":
+        fmt, shape = "onnx", _onnx_input_shape(path)
+    else:
+        raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
+    given = _parse_shape(input_shape) if input_shape else None
+    if given is not None:
+        if shape is not None and any(a is not None and a != b for a, b in zip(shape, given)):
+            raise UsageError(f"--input-shape {input_shape} does not match the input {_show(shape)} of {text}")
+        shape = given
+    if shape is None:
+        if resolution is None:
+            raise UsageError(f"inferbench cannot read the input shape of {FILE_FORMATS[fmt]}: pass --input-shape, "
+                             "e.g. 224x224x3 (NHWC) or 3x224x224 (NCHW)")
+        shape = (None, resolution, resolution, 3)
+    batch, dims = shape[0], list(shape[1:])
+    if len(dims) != 3 or 3 not in (dims[0], dims[2]):
+        raise UsageError(f"{text} takes input {_show(shape)}: inferbench times RGB images, HxWx3 or 3xHxW")
+    layout = "NHWC" if dims[2] == 3 else "NCHW"
+    h, w = (dims[0], dims[1]) if layout == "NHWC" else (dims[1], dims[2])
+    h = h if h is not None else (w if w is not None else resolution)
+    w = w if w is not None else h
+    if h is None:
+        raise UsageError(f"{text} takes images of any size: pass --resolution or --input-shape")
+    if h != w:
+        raise UsageError(f"{text} takes {h}x{w} images; inferbench times square images only")
+    name = path.name.removesuffix(path.suffix) if path.suffix else path.name
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "model"
+    # the content's hash is part of the name, so of every cell's identity: two different networks saved under one
+    # name never pool in a report or pair in compare, and the same file copied elsewhere still does
+    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, int(h), layout, batch)
+
+
+def content_digest(path: Path) -> str:
+    """8 hex digits of the sha256 of a model file (of every file of a SavedModel folder, with their paths)."""
+    return (sha256_file(path) if path.is_file() else sha256_tree(path))[:8]
+
+
+def _show(shape: tuple[int | None, ...]) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def _parse_shape(text: str) -> tuple[int | None, ...]:
+    parts = re.split(r"[x,]", text.strip().lower())
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        dims = []
+    if len(dims) not in (3, 4) or min(dims) < 1:
+        raise UsageError(f"--input-shape {text!r} is not HxWxC, CxHxW or NxHxWxC (positive integers, e.g. 224x224x3)")
+    return tuple(dims) if len(dims) == 4 else (None, *dims)
+
+
+def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
+    """The input shape a .keras archive declares in its config.json (read without Keras)."""
+    config = keras_config(path)
+    keras_endpoints(config, path)
+    return keras_input_shape(config, path)
+
+
+def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
+    try:
+        import onnx
+    except ImportError:
+        raise UsageError("reading an .onnx model needs the onnx package: pip install -e \".[onnxruntime]\"") from None
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError and others for a file that is not a model
+        raise UsageError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") \
+            from None
+
+    check_onnx(model, path)
+    inits = {i.name for i in model.graph.initializer}
+    (first,) = [i for i in model.graph.input if i.name not in inits]
+    return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim)
+
+
+# --------------------------------------------------------------------------- weights
+def describe_weights(weights: str) -> str:
+    """Validate ``--weights`` without importing anything heavy: random, imagenet or a readable file."""
+    if weights in ("random", "imagenet"):
+        return weights
+    path = Path(weights)
+    if not (path.name.endswith(".keras") or path.name.endswith(".weights.h5") or path.suffix == ".h5"):
+        raise UsageError(
+            f"--weights must be 'random', 'imagenet' or a .keras / .weights.h5 file, got {weights!r}"
+        )
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise UsageError(f"cannot read weights file {weights}: {exc.strerror or exc}") from None
+    # a .keras file is a zip archive, a .h5 file HDF5: catch a wrong or empty file before any export
+    kind, magic = ("a .keras (zip) archive", b"PK\x03\x04") if path.name.endswith(".keras") \
+        else ("an HDF5 file", b"\x89HDF\r\n\x1a\n")
+    if not head.startswith(magic):
+        raise UsageError(f"weights file {weights} is not {kind}" + (" (it is empty)" if not head else ""))
+    if path.name.endswith(".keras"):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.namelist()
+        except zipfile.BadZipFile as exc:
+            raise UsageError(f"weights file {weights} is not a complete .keras archive (truncated?): {exc}") from None
+
+        keras_endpoints(keras_config(path, "weights file"), path)
+    return str(path.resolve())
