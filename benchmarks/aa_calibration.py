@@ -67,7 +67,7 @@ def within(args: argparse.Namespace) -> None:
     from inferbench.analysis.ranking import sample_of
     from inferbench.execution.childenv import child_env
     from inferbench.execution.exports import ensure_exports
-    from inferbench.execution.pipeline import cell_job
+    from inferbench.execution.group import cell_job
     from inferbench.execution.plan import build
     from inferbench.execution.progress import Progress
     from inferbench.execution.rounds import measure_group

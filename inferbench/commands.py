@@ -10,6 +10,10 @@ import importlib
 import sys
 
 from . import __version__
+from .cli.common import Parser, guarded
+from .cli.jsonout import json_mode
+from .cli.options import add_options
+from .run import list_everything
 
 #: command -> (module, one line of help)
 COMMANDS = {
@@ -60,11 +64,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def list_main(argv: list[str]) -> int:
     """``inferbench list``: the registered models and frameworks, and whether each runs here."""
-    from .cli.common import Parser, guarded
-    from .cli.jsonout import json_mode
-    from .cli.options import add_options
-    from .run import list_everything
-
     def body(args: list[str] | None) -> int:
         p = Parser(prog="inferbench list", description=COMMANDS["list"][1],
                    examples=["inferbench list", "inferbench list | grep torch", "inferbench list --json"])

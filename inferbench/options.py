@@ -3,6 +3,9 @@ parser, default, range and help (:data:`OPTIONS`), the value parsers themselves,
 (:func:`with_defaults`, :func:`was_given`: a value equal to its default still counts as given). The command lines
 (:mod:`inferbench.cli.options`) and sweep config files read the same declarations; the plan
 (:mod:`inferbench.execution.plan`) turns the checked values into a run's configuration and cells.
+
+Why one file: it is the one table of options (one declaration each) with the parsers they name; splitting it
+would make two places to look for an option.
 """
 
 from __future__ import annotations
@@ -105,8 +108,6 @@ def names(text: str) -> list[str]:
 
 def env_names(text: str) -> list[str]:
     """--pass-env's list: names of shell variables, never NAME=VALUE (a value is set in the shell, then named)."""
-    import re
-
     found = names(text)
     for name in found:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -165,8 +166,6 @@ MAX_BUDGET_S = 30 * 86400.0
 def parse_duration(text: str) -> float:
     """'90', '90s', '20m', '1h30m', '1.5h' -> seconds (a positive number); a number without its unit only alone
     ('1h30' is refused: minutes or seconds?)."""
-    import argparse
-
     s = str(text).strip().lower().replace(" ", "")
     s = s + "s" if re.fullmatch(r"\d+(?:\.\d+)?", s) else s
     parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?", s)

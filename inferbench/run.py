@@ -7,12 +7,14 @@ Exit status: 0 every cell ran and no parity check failed; 1 some cell failed or 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
 from .base.errors import UsageError
 from .base.files import check_writable, new_folder
@@ -20,10 +22,15 @@ from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, json_mode
 from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
+from .execution import budget
+from .execution.folders import folder_lock
+from .execution.pipeline import execute
 from .execution.plan import build, objective_for, open_files
+from .execution.tracking import where
 from .exporters.cache import check_cache_dir
 from .options import with_defaults
-from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
+from .registry import frameworks
+from .registry.frameworks import SETS, in_set, unavailable_reason
 from .registry.modelfiles import FILE_FORMATS, ModelFile
 from .registry.models import MODELS, PREPROCESSING, get_model
 
@@ -56,7 +63,7 @@ def inventory(model: Any = None) -> dict[str, Any]:
                       "builder": spec.builder_path, "torchvision": spec.torchvision_builder,
                       "preprocessing": PREPROCESSING[spec.preprocessing]} for spec in MODELS.values()]
     out["frameworks"] = []
-    for fw in FRAMEWORKS.values():
+    for fw in frameworks.FRAMEWORKS.values():
         why = {}
         for dev in ("cpu", "gpu"):
             reason = (fw.unsupported(model) if model is not None else None) or unavailable_reason(fw, dev, model)
@@ -64,7 +71,7 @@ def inventory(model: Any = None) -> dict[str, Any]:
         out["frameworks"].append({"key": fw.key, "description": fw.description, "runs_here": {
             dev: why[dev] is None for dev in why}, "why_not": why})
     out["sets"] = {name: {"what": what, **({} if name == "all" else {dev: [
-        k for k, fw in FRAMEWORKS.items() if in_set(fw, name, dev)] for dev in ("cpu", "gpu")})}
+        k for k, fw in frameworks.FRAMEWORKS.items() if in_set(fw, name, dev)] for dev in ("cpu", "gpu")})}
                    for name, what in SETS.items()}
     return out
 
@@ -110,10 +117,6 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
 
 def _run(values: dict[str, Any], emit: Emit) -> int:
-    from .execution.budget import Deadline
-    from .execution.folders import folder_lock
-    from .execution.pipeline import execute
-
     verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)
     config = built.config
@@ -126,7 +129,7 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     models = {c.model for c in built.cells}
     what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
     run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
-    deadline = Deadline(values["time_budget"]) if values.get("time_budget") else None
+    deadline = budget.Deadline(values["time_budget"]) if values.get("time_budget") else None
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
@@ -144,7 +147,6 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer
-        from .analysis.runfiles import note_time_budget
 
         note_time_budget(run_dir, deadline.spent())
         if deadline.overrun():
@@ -154,8 +156,6 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
           + (f"\n      inferbench compare {run_dir} --fail-above 10   (each +ab-{config.ab['digest']} twin, B, against "
              "its cell, A, paired within the rounds)" if config.ab else ""), file=sys.stdout)
     if config.log_to:
-        from .execution.tracking import where
-
         print(where(config.log_to))
     status = exit_status(executed, bool(values.get("require_valid")))
     emit(run_document(run_dir, executed.records, executed.unmeasured))
@@ -165,8 +165,6 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
 def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[str] | None = None) -> dict[str, Any]:
     """``--json``: the run's answer (``recommendation.json``'s recommendations), its cells, its files, the cells
     --time-budget left unmeasured and what it spent (null without one)."""
-    import json
-
     answer = run_dir / "recommendation.json"
     try:
         written = json.loads(answer.read_text())

@@ -20,6 +20,7 @@ from .cli.options import add_options, given
 from .exporters import already_made, key_inputs
 from .exporters import cache as artifact_cache
 from .options import with_defaults
+from .records import iter_records
 from .registry.frameworks import FRAMEWORKS, unavailable_reason
 from .registry.models import get_model
 from .run import main as run_main
@@ -97,8 +98,6 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
 def checked(out: str) -> set[str] | None:
     """The frameworks with a record under ``out`` (the selftest's run folder; None where it wrote none)."""
-    from .records import iter_records
-
     folder = Path(out)
     return {r["framework"] for r in iter_records(folder)[0]} if folder.exists() else None
 

@@ -18,6 +18,7 @@ from .base.device import Device
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
 from .registry.images import Calibration, EvalSet
 from .registry.modelfiles import ModelFile
+from .registry.models import get_model
 from .registry.scenarios import SCENARIOS
 from .registry.scenarios import scenario as scenario_entry
 
@@ -103,8 +104,6 @@ class CellKey:
     def check(self) -> None:
         """The cell against the registries: a model and framework that exist, a resolution the model
         takes, a precision and runner options its framework takes (UsageError or ValueError if not)."""
-        from .registry.models import get_model
-
         fw = get_framework(self.framework)
         get_model(self.model).resolution(self.resolution)
         if not fw.takes(self.precision):

@@ -23,13 +23,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
 from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import add_options, given, read_config_file, verbosity
 from .cli.summary import format_summary, terminal_width
+from .execution import budget
+from .execution.ab import differs, install_of
+from .execution.budget import first_group_s, say, to_export
+from .execution.distributed import preflight
+from .execution.folders import folder_lock
+from .execution.pipeline import execute, machine_folders
 from .execution.plan import Plan, build, objective_for
+from .execution.tracking import where
+from .exporters import cache as artifact_cache
 from .exporters.cache import check_cache_dir
 from .options import BY_NAME, with_defaults
 from .spec import record_filename
@@ -73,7 +82,6 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     if plan.config.cache_dir and cache_dir and Path(str(cache_dir)) != Path(plan.config.cache_dir):
         raise UsageError(f"--resume uses the sweep's own cache dir {plan.config.cache_dir}; drop --cache-dir")
     if not plan.config.cache_dir:  # a plan of version 1 did not record it
-        from .exporters import cache as artifact_cache
 
         plan = dataclasses.replace(plan, config=dataclasses.replace(
             plan.config, cache_dir=str(cache_dir or artifact_cache.default_cache_dir())))
@@ -81,7 +89,6 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
     if gpu is not None and gpu.uuid not in {g.uuid for g in list_gpus()}:
         raise UsageError(f"the sweep ran on GPU {gpu.uuid} ({gpu.name}), which this machine does not have")
     if plan.config.ab:  # --ab-python's B must still be the install the sweep's twins were measured by
-        from .execution.ab import differs, install_of
 
         now = install_of(plan.config.ab["executable"])
         if now["digest"] != plan.config.ab["digest"]:
@@ -96,9 +103,6 @@ def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
 def first_group_fits(plan: Plan, sweep_dir: Path, budget_s: float) -> None:
     """--resume --time-budget: the saved plan is not shrunk; its next group must fit the budget (else one line, exit
     2), the rest is kept to while it runs."""
-    from .execution.budget import first_group_s, say, to_export
-    from .execution.pipeline import machine_folders
-
     folders = machine_folders(plan.config, sweep_dir).values()
     todo = [c for c in plan.cells if not all((folder / c.filename).exists() for folder in folders)]
     if todo:
@@ -129,15 +133,11 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
                   finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
     """A new sweep (``values``: the options given, on ``command``'s defaults) or a resumed one (``resume``);
     ``finish(folder, records)`` runs after the cells (the zoo's matrix)."""
-    from .execution.folders import folder_lock
-
     if "resume" in values:
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))
         if plan.config.executor == "ray":
-            from .execution.distributed import preflight
-
             preflight(plan.config)
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
@@ -149,7 +149,6 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
         if plan.config.executor == "ray":  # the cluster answers and can run a cell, before anything is made
-            from .execution.distributed import preflight
 
             preflight(plan.config)
         check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))  # all before the plan is written
@@ -175,18 +174,15 @@ def execute_sweep(values: dict[str, object], command: str = "sweep",
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False,
          budget_s: float | None = None, benchmark: bool = True) -> int:
-    from .execution.pipeline import execute
-
     machines = plan.config.machines
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells" + (f" on each of {', '.join(machines)}" if machines else "")
           + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
-    from .execution.budget import Deadline
 
     executor = None
     if plan.config.executor == "ray":  # the same group loop, each group a task on a node of the cluster
         from .execution.distributed import RayGroups as executor  # noqa: N813
-    deadline = Deadline(budget_s) if budget_s else None
+    deadline = budget.Deadline(budget_s) if budget_s else None
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
                        verbosity=level, deadline=deadline, executor=executor)
     print(format_summary(executed.records, objective, terminal_width(), benchmark))
@@ -196,15 +192,12 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer
-        from .analysis.runfiles import note_time_budget
 
         note_time_budget(sweep_dir, deadline.spent())
         if deadline.overrun():
             print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {sweep_dir}/\nnext: inferbench report {sweep_dir} --out REPORT_DIR")
     if plan.config.log_to:
-        from .execution.tracking import where
-
         print(where(plan.config.log_to))
     return exit_status(executed, require_valid)
 

@@ -18,18 +18,26 @@ started: it would not fit this machine's memory) or not run here (not installed,
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .analysis.answer import agreement_phrase
 from .base import markdown
 from .base.errors import UsageError
 from .base.files import atomic_write_text
 from .cli.common import Parser, guarded, typed
 from .cli.options import add_options, given
-from .records.table import compute_rate, write_csv
+from .execution.plan import Plan
+from .exporters import cache as artifact_cache
+from .records.table import compute_rate, display_name, write_csv
+from .registry import frameworks
+from .registry.frameworks import SETS, in_set, unavailable_reason
+from .registry.models import get_model
+from .sweep import PLAN, execute_sweep
 
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
@@ -57,8 +65,6 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.zoo") -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from .sweep import execute_sweep
-
     values = given(build_parser(typed(prog)).parse_args(argv))
     for key, flag in (("resolutions", "--resolution"), ("batch_sizes", "--batch-size")):
         if len(values.get(key, [])) > 1:  # the matrix has one cell per (model, framework)
@@ -83,10 +89,6 @@ EXPORTS = "exports.json"
 def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -> dict[str, float]:
     """Per model, the seconds its exports took: every kind in its artifact folder's manifest, where that still
     exists, else what ``folder``'s ``exports.json`` kept from an earlier writing (which this updates)."""
-    import json
-
-    from .exporters import cache as artifact_cache
-
     kept = folder / EXPORTS if folder is not None else None
     try:
         out: dict[str, float] = json.loads(kept.read_text()) if kept is not None and kept.exists() else {}
@@ -110,16 +112,12 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = 
     """One row per (model of the plan, framework and precision): its outcome. The frameworks are those the plan
     names, or with a set ('all', 'best'), every framework of the registry on the plan's device; each in every
     precision the plan gave its cells (``--precision fp32,int8``: a column ``onnxrt:int8`` beside ``onnxrt``)."""
-    from .records.table import display_name
-    from .registry.frameworks import FRAMEWORKS, SETS, in_set, unavailable_reason
-    from .registry.models import get_model
-
     device = plan.config.device.kind
     asked = plan.grid.get("frameworks") or ["all"]
-    keys = [k for k, fw in FRAMEWORKS.items() if device in fw.devices
+    keys = [k for k, fw in frameworks.FRAMEWORKS.items() if device in fw.devices
             and (k in asked or any(s in SETS and in_set(fw, s, device) for s in asked))]
     precisions = {k: list(dict.fromkeys(c.precision for c in plan.cells if c.framework == k)) for k in keys}
-    columns = [(k, p) for k in keys for p in precisions[k] or [FRAMEWORKS[k].precision]]
+    columns = [(k, p) for k in keys for p in precisions[k] or [frameworks.FRAMEWORKS[k].precision]]
     by_cell = {(r["model"], display_name(r["framework"], r.get("precision", "fp32"))): r for r in records}
     exports = _export_seconds(records, folder)
     models = list(dict.fromkeys(c.model for c in plan.cells))
@@ -129,7 +127,7 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = 
         spec = get_model(model)
         stats = next((r.get("model_stats") for r in records if r["model"] == model and r.get("model_stats")), None)
         for key, precision in columns:
-            fw, name = FRAMEWORKS[key], display_name(key, precision)
+            fw, name = frameworks.FRAMEWORKS[key], display_name(key, precision)
             row: dict[str, Any] = {
                 "model": model, "family": spec.family, "resolution": resolution[model],
                 "params": stats["params"] if stats else None,
@@ -167,7 +165,6 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
             f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
         return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
     if parity["status"] == "unjudged":  # INT8 without labelled images: measured, its agreement with FP32 said
-        from .analysis.answer import agreement_phrase
 
         top1 = ((parity.get("agreement") or {}).get("top1") or {})
         agreement = "; " + agreement_phrase(top1["agreement"], parity["agreement"].get("inputs")) \
@@ -257,9 +254,6 @@ def _generic(reason: str, model: str) -> str:
 
 def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
     """``matrix.csv`` and ``matrix.md`` in a zoo folder, from its plan and records (the sweep's finish step)."""
-    from .execution.plan import Plan
-    from .sweep import PLAN
-
     plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))
     rows = matrix_rows(plan, records, folder)
     write_csv(folder / "matrix.csv", MATRIX_COLUMNS, rows, lineterminator="\n")

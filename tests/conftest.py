@@ -56,7 +56,7 @@ def fakes(monkeypatch):
     """The fake frameworks and exporter (tests/fakes.py), registered for this test and its child processes."""
     import fakes as module
 
-    from inferbench.execution import pipeline
+    from inferbench.execution import group
     from inferbench.registry import artifacts, frameworks
 
     registry = dict(frameworks.FRAMEWORKS)
@@ -65,7 +65,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(frameworks, "FRAMEWORKS", registry)
     monkeypatch.setattr(artifacts, "EXPORTERS", exporter_registry)
     # the peak FP32 rate is a child process of its own per machine and cache: not measured for the fakes
-    monkeypatch.setattr(pipeline, "peak_fp32", lambda config: {"gflops": None, "method": "best-matmul-fp32",
+    monkeypatch.setattr(group, "peak_fp32", lambda config: {"gflops": None, "method": "best-matmul-fp32",
                                                                "why": "not measured with the fake frameworks"})
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
     return module

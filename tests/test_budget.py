@@ -160,10 +160,10 @@ class _Work:
         return self.now
 
     def install(self, monkeypatch: Any, budget_s: float | None = None) -> None:
-        from inferbench.execution import rounds
+        from inferbench.execution import handle
         from inferbench.registry.scenarios import scenario
 
-        work, real = self, rounds.Child
+        work, real = self, handle.Child
 
         class Charged(real):  # type: ignore[misc,valid-type]
             def __init__(self, job: Any, *args: Any, **kwargs: Any) -> None:
@@ -184,7 +184,7 @@ class _Work:
             def __init__(self, given_s: float, clock: Any = None) -> None:
                 super().__init__(budget_s or given_s, work)
 
-        monkeypatch.setattr(rounds, "Child", Charged)
+        monkeypatch.setattr(handle, "Child", Charged)
         monkeypatch.setattr(budget, "Deadline", OnWork)
 
 
@@ -421,16 +421,16 @@ def test_once_the_budget_passes_a_loaded_cell_starts_no_tuning_workers_and_no_ot
     """After --time-budget has passed (here: the moment the cell's first worker is ready), the cell starts nothing
     more: no worker for its tuning's load-time settings (measured at inferbench's own setting, its record's tuning
     block saying why) and none of its other processes (one process, said); its fewest rounds are measured."""
-    from inferbench.execution import rounds
+    from inferbench.execution import handle, rounds, tune_phase
 
     children = []
-    real = rounds.Child
+    real = handle.Child
 
     def counting(*args, **kwargs):
         children.append(args[0].cell.label)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rounds, "Child", counting)
+    monkeypatch.setattr(handle, "Child", counting)
     monkeypatch.setattr(budget, "Deadline", _passed_once(children))  # once a worker has started
     out = tmp_path / "out"
     assert run_main([*QUICK, "--framework", "fake-knob", "--tune", "on", "--rounds", "6", "--processes", "3",
@@ -438,10 +438,10 @@ def test_once_the_budget_passes_a_loaded_cell_starts_no_tuning_workers_and_no_ot
                      "--cache-dir", str(tmp_path / "c")]) == 0
     err = capsys.readouterr().err
     assert len(children) == 1, children  # the cell's first worker only: no tuning worker, no second process
-    assert rounds.NOT_TUNED in err and rounds.FEWER_PROCESSES in err
+    assert tune_phase.NOT_TUNED in err and rounds.FEWER_PROCESSES in err
     (folder,) = out.iterdir()
     record = json.loads(next(folder.glob("*_fake-knob_tuned.json")).read_text())
-    assert record["status"] == "ok" and record["tuning"]["reason"] == rounds.NOT_TUNED
+    assert record["status"] == "ok" and record["tuning"]["reason"] == tune_phase.NOT_TUNED
     assert record["tuning"]["chosen"] == record["tuning"]["default"]
     assert record["latency_ms"]["spread"]["processes"] == 1
     assert len({b["round"] for b in record["timing"]["blocks"]}) == 3  # its fewest
@@ -452,17 +452,17 @@ def test_a_framework_not_yet_loaded_when_the_budget_passes_is_left_out_unmeasure
     """A group loads its frameworks one after another: once --time-budget has passed (here: as soon as the first
     worker is ready), the frameworks not yet loaded are left out — no record, said, counted unmeasured (a sweep's
     --resume measures them) — and the loaded one keeps its fewest rounds."""
-    from inferbench.execution import rounds
+    from inferbench.execution import handle
 
     started = []
-    real = rounds._start
+    real = handle.start
 
     def counting(*args, **kwargs):
         worker = real(*args, **kwargs)
         started.append(worker)
         return worker
 
-    monkeypatch.setattr(rounds, "_start", counting)
+    monkeypatch.setattr(handle, "start", counting)
     monkeypatch.setattr(budget, "Deadline", _passed_once(started))  # the moment a worker is ready
     out = tmp_path / "out"
     assert run_main([*QUICK, "--framework", "fake,fake-slow", "--rounds", "6", "--processes", "1", "--duration",

@@ -238,19 +238,19 @@ def test_a_node_that_ran_the_cells_below_normal_priority_is_said_once_per_machin
 
 
 def test_both_executors_answer_the_group_loops_protocol():
-    """The one group loop (pipeline._run_groups) asks an executor for what pipeline.Executor declares, and nothing
+    """The one group loop (pipeline._run_groups) asks an executor for what executors.Executor declares, and nothing
     else: the local executor and Ray's answer each of its methods with the same parameters, and set the counts it
     reads."""
     import inspect
 
-    from inferbench.execution import pipeline
+    from inferbench.execution import executors
     from inferbench.execution.distributed import RayGroups
 
-    methods = [n for n, v in vars(pipeline.Executor).items() if inspect.isfunction(v) and not n.startswith("_")]
+    methods = [n for n, v in vars(executors.Executor).items() if inspect.isfunction(v) and not n.startswith("_")]
     assert methods == ["start", "busy", "free", "wait", "cancel"]
-    for cls in (pipeline.Local, RayGroups):
+    for cls in (executors.Local, RayGroups):
         for name in methods:
             assert list(inspect.signature(getattr(cls, name)).parameters) == \
-                list(inspect.signature(getattr(pipeline.Executor, name)).parameters), (cls.__name__, name)
-        assert all(f"self.{a}" in inspect.getsource(cls) for a in pipeline.Executor.__annotations__), cls.__name__
-    assert set(pipeline.Executor.__annotations__) == {"cells_left", "groups_left"}
+                list(inspect.signature(getattr(executors.Executor, name)).parameters), (cls.__name__, name)
+        assert all(f"self.{a}" in inspect.getsource(cls) for a in executors.Executor.__annotations__), cls.__name__
+    assert set(executors.Executor.__annotations__) == {"cells_left", "groups_left"}

@@ -156,7 +156,7 @@ def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_
     notes = "\n".join(built.notes)
     assert "int8: calibrated on 300 seeded image-like inputs (no --calib-dir): a timing configuration" in notes
     assert "without --eval-dir its accuracy is not judged" in notes
-    from inferbench.execution.pipeline import cell_job
+    from inferbench.execution.group import cell_job
 
     job = cell_job(built.config, built.cells[0], tmp_path / "folder", (1,), {})
     assert job.artifact == str(tmp_path / "folder" / "onnx-int8" / f"{built.config.calibration.digest}.onnx")
@@ -164,8 +164,8 @@ def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_
 
 def test_int8_where_its_runtime_runs_no_int8_kernels_is_refused_and_a_cell_never_loads_without_its_set(tmp_path):
     from inferbench.base.errors import UsageError
-    from inferbench.execution.pipeline import cell_job
-    from inferbench.execution.plan import check_int8
+    from inferbench.execution.group import cell_job
+    from inferbench.execution.rules import check_int8
     from inferbench.options import with_defaults
     from inferbench.spec import CellKey
 

@@ -194,3 +194,33 @@ def test_the_typed_core_type_checks():
         finally:
             os.chdir(cwd)
     assert status == 0, (out + err)[-3000:]
+
+
+#: A module longer than this says at its top why it is one file (its docstring's "Why one file:").
+LONG_MODULE = 450
+#: No function longer than this in the rooms where the run's logic lives: a longer one is named phases.
+LONG_FUNCTION = 60
+
+
+def test_a_long_module_says_why_it_is_one_file():
+    """One room, one job: a module past :data:`LONG_MODULE` lines either splits along its jobs or says, at its top,
+    why it is one (the six files that held two to four jobs each had grown to 522-707 lines unnoticed)."""
+    import ast
+
+    long = [f"{p.relative_to(PACKAGE)} ({n} lines)" for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > LONG_MODULE
+            and "Why one file:" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+    assert not long, long
+
+
+def test_no_function_of_the_run_s_logic_is_longer_than_a_screen():
+    """execution/, scenarios/ and analysis/ hold the run's logic: a function there fits on a screen, a longer one is
+    named phases (three had grown to 136-153 lines)."""
+    import ast
+
+    long = [f"{p.relative_to(PACKAGE)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for folder in ("execution", "scenarios", "analysis") for p in sorted((PACKAGE / folder).rglob("*.py"))
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > LONG_FUNCTION]
+    assert not long, long

@@ -7,6 +7,9 @@ metric and the cell in every title, legends outside the data, integer batch-size
 the rounds where the records have them, no bars on a log scale (dot charts instead), a dot chart where
 there is a single batch size, text no smaller than 8 pt. Records that failed parity, or whose outputs
 could not be checked, are drawn hollow and labelled, never hidden and never ranked.
+
+Why one file: every figure shares these rules and their helpers (colours, hollow markers, interval bars, the
+layout of panels); one function a figure, each short.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 small sections (:data:`SECTIONS`), each a function of the report's :class:`Context` that returns its Markdown lines
 and asks for its figures. Figures are saved only once every section is done (a bad input leaves no half-report),
 each atomically.
+
+Why one file: the sections share one :class:`Context` and read in the order the report prints them; each is a
+small function, and a reader finds a section where it appears.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import unicodedata
 from collections.abc import Iterable
 
 
@@ -12,8 +14,6 @@ class UsageError(Exception):
 def check_printable(text: str, what: str) -> str:
     """``text`` unless it holds a control or format character (newline, tab, U+202E's right-to-left override,
     U+200B's zero-width space, ...): a name that reaches folders, records and reports must read as it is."""
-    import unicodedata
-
     bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")), None)
     if bad is not None:
         kind = unicodedata.name(bad, "a control character").lower()
@@ -52,7 +52,5 @@ def shorten(message: str) -> str:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """' (did you mean X?)' for the nearest of ``choices`` to a mistyped ``word`` (difflib's ratio), '' for none."""
-    import difflib
-
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""

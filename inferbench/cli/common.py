@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from .. import __version__
+from ..analysis.ranking import validity_of
 from ..base.errors import UsageError, shorten
+from .jsonout import write_document
 
 
 class Parser(argparse.ArgumentParser):
@@ -51,8 +53,6 @@ def exit_status(executed: Any, require_valid: bool = False) -> int:
     the run is valid), else 1 (after one line per record that could not be written, and one when the run is not
     valid). Cells --time-budget left unmeasured are said by the caller and do not change it: they are to come
     (``--resume``), not failed."""
-    from ..analysis.ranking import validity_of
-
     for label, why in executed.unwritten.items():
         print(f"not written: {label}: {why}", file=sys.stderr)
     bad = [r for r in executed.records if r["status"] != "ok" or r["parity"]["status"] == "failed"]
@@ -126,8 +126,6 @@ def _error(prog: str, argv: list[str] | None, status: int, message: str) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     command = prog.replace(".", " ").split()[-1]
     if command in JSON_COMMANDS and "--json" in (sys.argv[1:] if argv is None else argv):
-        from .jsonout import write_document
-
         write_document(command, status, {"error": message})
     return status
 

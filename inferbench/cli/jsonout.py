@@ -11,7 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..base.codec import plain
+from ..records.table import field
+from ..spec import record_filename
 
 #: Where the documents' JSON Schema is (documented in docs/cli.md).
 SCHEMA = Path(__file__).resolve().parent.parent / "records" / "schema" / "output.schema.json"
@@ -36,8 +39,6 @@ def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
 def write_document(command: str, status: int, body: dict[str, Any], out: Any = None) -> None:
     """The one document on standard output (``out``): ``command``, ``inferbench_version``, ``exit_status``, then
     ``body``."""
-    from .. import __version__
-
     out = out or sys.stdout
     doc = {"command": command, "inferbench_version": __version__, "exit_status": status, **body}
     out.write(json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
@@ -47,9 +48,6 @@ def write_document(command: str, status: int, body: dict[str, Any], out: Any = N
 def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
     """A record as the ``run`` document lists it: its identity, verdicts and headline numbers (the record itself,
     with every field, is the file it names)."""
-    from ..records.table import field
-    from ..spec import record_filename
-
     name = record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
                            record.get("precision") or "fp32", record.get("variant") or "",
                            record.get("scenario") or "inference")

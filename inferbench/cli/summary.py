@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 from typing import Any
 
 from ..analysis.answer import recommendation_lines
 from ..analysis.ranking import not_judged, recommendations
-from ..records.table import record_name
+from ..records.table import compute_rate, peak_note, record_name
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -15,16 +17,11 @@ def fmt(value: Any, spec: str) -> str:
 
 def terminal_width() -> int | None:
     """The terminal's columns when stdout is one; None when piped or a file (the full table)."""
-    import shutil
-    import sys
-
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _rate(record: dict[str, Any]) -> str:
     """Achieved GFLOP/s and its share of the device's measured peak FP32 rate: "133 (28%)"."""
-    from ..records.table import compute_rate, peak_note
-
     rate = compute_rate(record)
     if rate["gflop_per_s"] is None:
         return "-"

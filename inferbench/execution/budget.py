@@ -17,15 +17,25 @@ the tests that ran, and a server search cut short says the largest load VALID so
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
-from ..measure.trackers.machine import MIN_JUDGED_S
+from ..base.files import atomic_write_text
+from ..exporters.cache import artifact_dir, export_lock, read_manifest
+from ..measure.trackers.machine import MIN_JUDGED_S, MachineMonitor, Readers
+from ..registry.frameworks import get_framework
+from ..registry.models import get_model
+from ..registry.scenarios import scenario
 from ..spec import QUICK, CellKey, RunConfig, TimingConfig, groups_of
+from .environment import setup_path
+from .exports import cache_key
 
 # --quick's blocks are never shorter than the machine check can judge (spec.QUICK says why)
 assert QUICK["min_duration_s"] / QUICK["rounds"] >= MIN_JUDGED_S
@@ -83,8 +93,6 @@ def busy_slowdown(threads: int, window_s: float = 0.5, readers: Any = None) -> t
     """How much longer loading and first calls take now than on a quiet machine: ``threads`` over the cores other
     work leaves free, read over ``window_s`` (1 when they fit; at most :data:`MAX_BUSY_SLOWDOWN`), with the cores
     other work took (None where /proc cannot be read: 1 then)."""
-    from ..measure.trackers.machine import MachineMonitor, Readers
-
     monitor = MachineMonitor(readers or Readers())
     monitor.start()
     time.sleep(window_s)
@@ -117,10 +125,6 @@ def setup_key(framework: str, scenario: str) -> str:
 def measured_setups(config: RunConfig) -> dict[str, float]:
     """This machine's set-up time per framework (a worker's start to ready: load, parity, warm-up), as runs on it
     measured them (:func:`remember_setups`); empty where none did, or the file cannot be read."""
-    import json
-
-    from .environment import setup_path
-
     try:
         data = json.loads(setup_path(config.cache_dir, config.threads, device_of(config)).read_text())
         return {str(k): float(v["seconds"]) for k, v in data.items() if float(v["seconds"]) >= 0}
@@ -133,13 +137,6 @@ def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
     this machine shape; a warm-up of another length is counted as measured (it is part of what the plan foresees). A
     file that cannot be written is left as it is: the plan falls back to :data:`SETUP_S`. Two runs at once take turns
     (a lock beside the file): neither loses the other's entries."""
-    import datetime
-    import json
-
-    from ..base.files import atomic_write_text
-    from ..exporters.cache import export_lock
-    from .environment import setup_path
-
     if not seconds:
         return
     path = setup_path(config.cache_dir, config.threads, device_of(config))
@@ -160,8 +157,6 @@ def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] 
             slowdown: float = 1.0) -> float:
     """One group (cells of one model, resolution and batch size), set-up and rounds; a serving scenario's cells by
     their LoadGen tests (:data:`SERVE_TEST_S`), the server's search by its steps."""
-    from ..registry.scenarios import scenario
-
     timing = config.timing
     entry = scenario(config.scenario)
     measured = measured_setups(config) if measured is None else measured
@@ -177,8 +172,6 @@ def worker_setup_s(cell: CellKey, config: RunConfig, measured: dict[str, float] 
                    slowdown: float = 1.0) -> float:
     """One worker of ``cell`` started, loaded and warmed up (:func:`setup_s`); a serving worker's also runs its single
     queries and served parity (:data:`SERVE_SETUP_S` where no run measured it)."""
-    from ..registry.scenarios import scenario
-
     measured = measured_setups(config) if measured is None else measured
     served = scenario(cell.scenario).serves and setup_key(cell.framework, cell.scenario) not in measured
     return setup_s(cell.framework, 1, config.timing, measured, cell.scenario, slowdown) + (
@@ -197,8 +190,6 @@ def tuning_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float]
 def round_s(cells: int, config: RunConfig) -> float:
     """One interleaved round of ``cells`` cells: each one's block (a serving scenario's: a LoadGen test,
     :data:`SERVE_TEST_S`) with its overhead, and the machine's speed read before it (CPU runs)."""
-    from ..registry.scenarios import scenario
-
     block = SERVE_TEST_S[config.quick] if scenario(config.scenario).serves else config.timing.block_s
     return cells * (block + BLOCK_OVERHEAD_S) + (PROBE_S if config.device.kind == "cpu" else 0.0)
 
@@ -210,9 +201,6 @@ def fewest_rounds(processes: int) -> int:
 
 def kinds(cells: list[CellKey]) -> set[str]:
     """The artifact kinds ``cells`` load, with the Keras export and the reference outputs every cell needs."""
-    from ..registry.frameworks import get_framework
-    from ..registry.models import get_model
-
     return ({get_framework(c.framework).artifact_for(get_model(c.model), c.scenario, c.precision) for c in cells}
             | {"keras", "reference"}) - {"none"}
 
@@ -395,12 +383,6 @@ def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> fl
 def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], set[str]]:
     """Per (model, resolution), the artifact kinds ``cells`` need that its cache folder lacks (read from the manifests:
     nothing is hashed)."""
-    from pathlib import Path
-
-    from ..exporters.cache import artifact_dir, read_manifest
-    from ..registry.models import get_model
-    from .exports import cache_key
-
     out = {}
     for (model, resolution), same in by_pair(cells).items():
         folder = artifact_dir(Path(config.cache_dir), cache_key(config, get_model(model), resolution))

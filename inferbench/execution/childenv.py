@@ -4,10 +4,13 @@ that change what a framework computes or how fast), what it drops from the shell
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+from ..registry.artifacts import keras_backend_here
 from ..registry.frameworks import Framework
 from ..spec import CellKey, RunConfig
 
@@ -40,8 +43,6 @@ def child_env(config: RunConfig, fw: Framework | None = None, cell: CellKey | No
     the variables its framework takes from the cell's runner options) and, for a measured cell only, what
     ``--pass-env`` names (never an export: the artifact cache does not key on them; the cell's identity does,
     ``+env-<digest>``)."""
-    from ..registry.artifacts import keras_backend_here
-
     env = {k: v for k, v in os.environ.items() if not controlled(k)}
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1", "KERAS_BACKEND": keras_backend_here(),
                 "TORCHINDUCTOR_CACHE_DIR": str(private_cache("torchinductor")),
@@ -60,8 +61,6 @@ def passed_env(names: tuple[str, ...] | list[str]) -> dict[str, str]:
 def env_digest(names: tuple[str, ...] | list[str]) -> str:
     """A short digest of the variables passed on (names and values): part of a cell's identity, so that cells
     measured under different environments are never pooled or compared ("" when nothing is passed)."""
-    import hashlib
-
     passed = passed_env(names)
     if not passed:
         return ""
@@ -74,8 +73,6 @@ def private_cache(name: str) -> Path:
     torch's inductor keeps there (pickled graphs, generated Python modules) is loaded and run, so a folder others
     can write to would let them run code in a benchmark. A folder that fails the check is not used: a fresh
     private temporary one is (its compiled programs then start cold)."""
-    import stat
-
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferbench" / "private"
     folder = base / name
     try:

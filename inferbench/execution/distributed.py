@@ -17,6 +17,7 @@ Ray is imported only here, and only for ``--executor ray`` (the ``ray`` extra).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -24,13 +25,27 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..base.codec import decode, encode
+from ..base.device import resolve
 from ..base.errors import UsageError
-from ..spec import CellKey, RunConfig
+from ..base.files import atomic_write_bytes
+from ..exporters import cache as artifact_cache
+from ..records.record import Record, parse
+from ..registry import artifacts, frameworks
+from ..registry.artifacts import export_order
+from ..registry.frameworks import artifacts_of, get_framework
+from ..registry.modelfiles import ModelFile
+from ..registry.models import get_model, register
+from ..spec import CellKey, ChildResult, RunConfig
+from . import budget
+from .childenv import passed_env
+from .group import cell_job, environment_of, run_group
+from .pipeline import on_machine
+from .progress import Progress
 
-if TYPE_CHECKING:  # the group loop's types (the modules are imported where they run)
+if TYPE_CHECKING:  # the group loop's types
     from .budget import Deadline
-    from .pipeline import Finished
-    from .progress import Progress
+    from .executors import Finished
 
 #: The per-node resource that reserves a node whole while one group measures on it.
 SLOT = "inferbench"
@@ -162,8 +177,6 @@ def preflight(config: RunConfig) -> None:
 # --------------------------------------------------------------------------- artifacts to the nodes
 def package(folder: Path, kinds: list[str]) -> dict[str, Any]:
     """``kinds``' files and manifest entries of a cache folder, to be put into Ray's object store."""
-    from ..exporters import cache as artifact_cache
-
     manifest = artifact_cache.read_manifest(folder)
     entries = {k: manifest["artifacts"][k] for k in kinds if k in manifest.get("artifacts", {})}
     files = {rel: (folder / rel).read_bytes() for entry in entries.values() for rel in entry.get("files", {})}
@@ -173,9 +186,6 @@ def package(folder: Path, kinds: list[str]) -> dict[str, Any]:
 def unpack(ref: Any, cache_dir: str, kinds: list[str]) -> Path:
     """On a node: the cache folder holding ``kinds``, fetched from the object store (``ref``) only where this node's
     cache lacks them, every file checked against its hash."""
-    from ..base.files import atomic_write_bytes
-    from ..exporters import cache as artifact_cache
-
     ray = import_ray()
     base = Path(cache_dir)
     try:
@@ -202,8 +212,6 @@ def unpack(ref: Any, cache_dir: str, kinds: list[str]) -> Path:
 def _holds(folder: Path, kind: str, files: dict[str, str]) -> bool:
     """Does ``folder``'s manifest list every one of ``files`` (path -> hash) for ``kind``? A node's cache may hold
     a kind from an earlier run with other batch sizes or training set-ups."""
-    from ..exporters import cache as artifact_cache
-
     held = artifact_cache.read_manifest(folder).get("artifacts", {}).get(kind, {}).get("files", {})
     return all(held.get(rel) == digest for rel, digest in files.items())
 
@@ -212,23 +220,13 @@ def _holds(folder: Path, kind: str, files: dict[str, str]) -> bool:
 def registries(cells: list[CellKey]) -> dict[str, Any]:
     """The driver's registry entries a group needs (its frameworks, every exporter, its model files), as data: the
     node measures what the driver planned, whatever its own install registers."""
-    from ..base.codec import encode
-    from ..registry.artifacts import EXPORTERS
-    from ..registry.frameworks import get_framework
-    from ..registry.models import get_model
-
     return {"frameworks": [encode(get_framework(c.framework)) for c in cells],
-            "exporters": [encode(e) for e in EXPORTERS.values()],
+            "exporters": [encode(e) for e in artifacts.EXPORTERS.values()],
             "model_files": [encode(get_model(c.model).source) for c in cells if get_model(c.model).source]}
 
 
 def adopt(shipped: dict[str, Any]) -> None:
     """On a node: the driver's registry entries (:func:`registries`) in this process's registries."""
-    from ..base.codec import decode
-    from ..registry import artifacts, frameworks
-    from ..registry.modelfiles import ModelFile
-    from ..registry.models import register
-
     for data in shipped["frameworks"]:
         fw = decode(frameworks.Framework, data, "framework")
         frameworks.FRAMEWORKS[fw.key] = fw
@@ -245,14 +243,6 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
     """A Ray task: one group measured on this node (its GPU, its environment, its machine state), its rounds kept
     to what is left of --time-budget (``budget_left_s``, when the task was submitted); the records as JSON data, with
     the group's phases as measured here (the driver budgets its next groups on them, as a local run does)."""
-    import dataclasses
-
-    from ..base.codec import decode, encode
-    from ..base.device import resolve
-    from .budget import Deadline
-    from .pipeline import environment_of, run_group
-    from .progress import Progress
-
     ray = import_ray()
     adopt(shipped)
     config = decode(RunConfig, config_data, "config")
@@ -269,7 +259,7 @@ def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]
         progress = Progress(len(cells), stream=quiet, verbosity=-1)
         progress.measuring(len(cells), 1, len(cells))
         records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
-                            deadline=None if budget_left_s is None else Deadline(budget_left_s))
+                            deadline=None if budget_left_s is None else budget.Deadline(budget_left_s))
         progress.group_done(len(cells), sum(r is None for r in records))  # as the local executor counts them
     return {"records": [None if r is None else encode(r) for r in records], "phases": progress.phases()}
 
@@ -282,8 +272,6 @@ class RayGroups:
     comes back failed with why."""
 
     def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Progress, strict: bool = False) -> None:
-        from .childenv import passed_env
-
         self.ray = import_ray()
         connect(config)
         self.config, self.run_id, self.progress = config, run_id, progress
@@ -300,12 +288,6 @@ class RayGroups:
 
     def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
               batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
-        from ..base.codec import encode
-        from ..registry.artifacts import export_order
-        from ..registry.frameworks import artifacts_of, get_framework
-        from ..registry.models import get_model
-        from .pipeline import on_machine
-
         c, config = group[0], self.config
         spec = get_model(c.model)
         kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
@@ -343,8 +325,6 @@ class RayGroups:
 
     def wait(self) -> list[Finished]:
         """The groups that ended (at least one): their records, or their cells failed with why."""
-        from ..records.record import parse
-
         ray, config = self.ray, self.config
         while not self.finished:
             done, _ = ray.wait(list(self.running), num_returns=1, timeout=30.0)
@@ -393,8 +373,6 @@ class RayGroups:
 
 
 def _exported(folder: Path) -> set[str]:
-    from ..exporters import cache as artifact_cache
-
     return set(artifact_cache.read_manifest(folder).get("artifacts", {}))
 
 
@@ -410,10 +388,6 @@ def _task_failure(exc: BaseException) -> str:
 
 def _failed(config: RunConfig, cell: CellKey, why: str, run_id: str, folder: Path, machine: str | None) -> Any:
     """The record of a cell that did not run on the cluster, with why."""
-    from ..records.record import Record
-    from ..spec import ChildResult
-    from .pipeline import cell_job
-
     job = cell_job(config, cell, folder, (cell.batch_size,), {})
     return Record.of(job, run_id, time.strftime("%Y-%m-%dT%H:%M:%S%z"), {"ray": {"machine": machine, "why": "not run"}},
                      {}, ChildResult(ok=False, error=why))

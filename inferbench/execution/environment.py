@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -12,8 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..base import machine
+from ..base.codec import check_shape
 from ..base.device import Device, cpu_quota, default_threads
-from ..base.machine import _cpu_flags, cpu_model, memory_total_gb
+from ..base.machine import _cpu_flags, cpu_model
+from ..records.blocks import InvocationSpread
+from ..registry.artifacts import packages as export_packages
+from ..registry.frameworks import distributions
 
 #: Recorded besides every framework's and exporter's packages (from their registries): the analysis
 #: stack, the GPU energy sensor, and Keras' JAX backend.
@@ -36,9 +44,6 @@ def git_commit() -> dict[str, Any]:
 
 
 def packages() -> tuple[str, ...]:
-    from ..registry.artifacts import packages as export_packages
-    from ..registry.frameworks import distributions
-
     return tuple(dict.fromkeys((*BASE_PACKAGES, *distributions(), *export_packages())))
 
 
@@ -65,7 +70,7 @@ def capture(device: Device) -> dict[str, Any]:
             "cpu_quota": cpu_quota(),
             "flags": _cpu_flags(),
         },
-        "memory_gb": memory_total_gb(),
+        "memory_gb": machine.memory_total_gb(),
         "niceness": os.nice(0) if hasattr(os, "nice") else None,  # a Ray worker's is 15 unless its node says 0
         "gpu": device.as_dict()["gpu"],
         "packages": package_versions(),
@@ -78,12 +83,9 @@ def capture(device: Device) -> dict[str, Any]:
 def machine_shape(threads: int) -> str:
     """What makes two machines alike for a measurement kept between runs — CPU model, thread count, logical cores,
     memory (GiB) —, not the host's name (a CI runner is rebuilt under a new one): a short digest."""
-    import hashlib
-    import json
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # as it sees them
     key = json.dumps({"cpu": cpu_model(), "threads": threads, "cores": cores,
-                      "memory_gib": round(memory_total_gb() or 0)}, sort_keys=True)
+                      "memory_gib": round(machine.memory_total_gb() or 0)}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -97,8 +99,6 @@ def setup_path(cache_dir: str | Path, threads: int, device: str = "cpu") -> Path
     """Where this machine's measured set-up times are kept (a worker's start, load, parity and warm-up, per
     framework), beside the artifact cache, per machine shape and device (``cpu`` or the GPU's name: a GPU's compile
     times are not a CPU's): what ``--time-budget``'s plan estimates from."""
-    import re
-
     return Path(cache_dir) / "setup" / f"{machine_shape(threads)}-{re.sub(r'[^A-Za-z0-9]+', '-', device)}.json"
 
 
@@ -106,11 +106,6 @@ def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any
     """This machine's measured spread between invocations (``sd``: of a cell's log centre beyond each run's own
     error, with how and when it was measured), or None where it was never measured; every record carries it
     (``environment.invocation_spread``) and ``compare`` adds it to each side's own error."""
-    import json
-
-    from ..base.codec import check_shape
-    from ..records.blocks import InvocationSpread
-
     path = calibration_path(cache_dir, threads)
     try:
         text = path.read_text()

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..base import machine
 from ..base.errors import UsageError
-from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, memory_total_gb, training_refusal
+from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, training_refusal
 from ..exporters import already_made, key_inputs
 from ..exporters import cache as artifact_cache
+from ..registry import artifacts
 from ..registry.artifacts import (
-    EXPORTERS,
     export_order,
     exporter_extra,
     exporter_module,
@@ -88,7 +89,7 @@ class _Exports:
 
     def covers(self, kind: str) -> Any:
         """Does a cached entry of ``kind`` hold every batch size and variant this run needs?"""
-        return lambda entry: (not EXPORTERS[kind].per_batch_size or set(self.batch_sizes) <= set(
+        return lambda entry: (not artifacts.EXPORTERS[kind].per_batch_size or set(self.batch_sizes) <= set(
             entry.get("batch_sizes", ()))) and set(self.variants.get(kind, ())) <= set(entry.get("variants", ()))
 
     def to_export(self) -> list[str]:
@@ -130,7 +131,7 @@ class _Exports:
 
     def job(self, kind: str) -> ExportJob:
         sizes, kinds = self.batch_sizes, self.variants.get(kind, ())
-        if EXPORTERS[kind].per_batch_size or kinds:  # one file per batch size and variant: keep those made before
+        if artifacts.EXPORTERS[kind].per_batch_size or kinds:  # a file per batch size and variant: keep those made
             made = artifact_cache.read_manifest(self.folder)["artifacts"].get(kind) or {}
             sizes = tuple(sorted({*made.get("batch_sizes", ()), *self.batch_sizes}))
             kinds = tuple(sorted({*made.get("variants", ()), *kinds})) if kinds else ()
@@ -206,7 +207,7 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     artifact exported on another machine)."""
     spec = get_model(cell.model)
     own = [k for k in artifacts_of(get_framework(cell.framework), spec, cell.scenario, cell.precision)
-           if k in EXPORTERS]
+           if k in artifacts.EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
     keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check", "method")
@@ -236,7 +237,7 @@ def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
 
     short = shortfall()
     until = time.monotonic() + MEMORY_WAIT_S
-    while short is not None and short[0] <= 0.9 * (memory_total_gb() or 0.0) and time.monotonic() < until:
+    while short is not None and short[0] <= 0.9 * (machine.memory_total_gb() or 0.0) and time.monotonic() < until:
         time.sleep(0.5)  # what the machine has would hold them: the group before may still be releasing its workers'
         short = shortfall()
     if short is None:

@@ -12,156 +12,23 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..analysis.runfiles import RunFiles
-from ..base.errors import UsageError
 from ..records.record import Record, as_written, record_key, upgrade, write_record
-from ..registry.frameworks import get_framework, unavailable_reason
-from ..registry.scenarios import scenario
+from ..registry.frameworks import get_framework
 from ..scenarios.slowdown import TEST_SLOWDOWN, test_slowdown
-from ..spec import CellJob, CellKey, ChildResult, RunConfig, groups_of
+from ..spec import CellKey, RunConfig, groups_of
 from .budget import Deadline, export_s, group_estimate, say, to_export
-from .childenv import child_env, ignored_shell_variables, recorded_env
-from .exports import ensure_exports, exported, memory_refusal, model_stats, provenance, training_plan
+from .childenv import ignored_shell_variables
+from .executors import Executor, Local, MakeExecutor
+from .exports import ensure_exports
 from .folders import set_aside_if_unreadable
 from .progress import Progress
-
-
-def cell_job(config: RunConfig, cell: CellKey, folder: Path, batch_sizes: tuple[int, ...],
-             interleaving: dict[str, Any], run_dir: Path | None = None) -> CellJob:
-    from ..registry.artifacts import EXPORTERS, INT8_FILES, int8_artifact
-    from ..registry.models import get_model
-
-    fw = get_framework(cell.framework)
-    kind = fw.artifact_for(get_model(cell.model), cell.scenario, cell.precision)
-    if kind in INT8_FILES and config.calibration is None:
-        raise RuntimeError(f"{cell.label}: an INT8 cell without its calibration set")
-    artifact = None if kind == "none" else str(folder / (
-        int8_artifact(kind, config.calibration.digest) if kind in INT8_FILES and config.calibration
-        else EXPORTERS[kind].path))
-    log_dir = None if run_dir is None else str(run_dir / (Path(cell.filename).stem + ".loadgen"))
-    return CellJob(cell=cell, framework=fw, config=config, artifact_dir=str(folder), artifact=artifact,
-                   group_batch_sizes=batch_sizes, interleaving=interleaving,
-                   log_dir=log_dir if scenario(cell.scenario).serves else None)
-
-
-def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str]) -> str | None:
-    from ..registry.models import get_model
-
-    fw = get_framework(cell.framework)
-    spec = get_model(cell.model)
-    kind = fw.artifact_for(spec, cell.scenario, cell.precision)
-    reason = unavailable_reason(fw, config.device.kind, spec, cell.options, exported(config, spec, [cell.resolution]),
-                                cell.scenario)
-    # every cell's parity needs the reference outputs (a training cell: the reference steps)
-    for needed in (kind, scenario(cell.scenario).reference):
-        if reason is None and needed in failed_exports:
-            reason = f"export of {needed} failed: {failed_exports[needed]}"
-    return reason
-
-
-def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
-              environment: dict[str, Any], batch_sizes: tuple[int, ...], progress: Progress,
-              run_dir: Path | None = None, strict: bool = False,
-              deadline: Deadline | None = None) -> list[Record | None]:
-    """The records of one group's cells, measured together in interleaved rounds (:mod:`.rounds`); None for a cell
-    --time-budget left out before it was loaded."""
-    from .rounds import measure_group
-
-    c = cells[0]
-    outcomes = {cell: ChildResult(ok=False, error=reason) for cell in cells
-                if (reason := cannot_run(config, cell, failed_exports)) is not None}
-    runnable = [cell for cell in cells if cell not in outcomes]
-    stats = model_stats(folder)
-    together, too_big = True, memory_refusal(stats, len(runnable))
-    if scenario(c.scenario).trains:  # gradients, the optimizer's state and the activations too
-        together, too_big = training_plan(stats, len(runnable), config.processes, c.batch_size,
-                                          config.options.optimizer)
-        if too_big and strict:  # a batch the memory cannot hold: one line, nothing written
-            raise UsageError(too_big)
-        if not together and not too_big:
-            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}", "one cell at a time: the group's training "
-                            "workers side by side would not fit in memory (comparisons unpaired, intervals wider)")
-    if too_big:
-        outcomes.update({cell: ChildResult(ok=False, error=too_big) for cell in runnable})
-        runnable = []
-    # a nonce per invocation: it names the group (a cell re-run by --resume is never paired with earlier
-    # rounds) and draws the order of its rounds
-    nonce = uuid.uuid4().hex[:8]
-    interleaving = {"group": f"{run_id}/{c.model}@{c.resolution}/bs{c.batch_size}/{nonce}", "group_cells": len(cells)}
-    if not together:
-        interleaving.update(group_cells=1, alone="memory")
-    jobs = {cell: cell_job(config, cell, folder, batch_sizes, interleaving, run_dir) for cell in cells}
-    envs = {cell: child_env(config, get_framework(cell.framework), cell) for cell in cells}
-    measured: list[ChildResult] = []
-    for part in [runnable] if together else [[cell] for cell in runnable]:
-        before, size = len(measured) + len(outcomes), len(part)  # the group's cells measured (or refused) before
-        measured += measure_group([jobs[x] for x in part], [envs[x] for x in part],
-                                  int(nonce, 16), progress.say, config.timeout_s, progress.result,
-                                  lambda share, b=before, n=size: progress.partial(b + n * share), deadline)
-    outcomes.update(zip(runnable, measured))
-    refused = [o for o in measured if o.usage_error]
-    if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load
-        raise UsageError(str(refused[0].error))  # can meet): one line, exit 2; a cell or two: their failed records
-    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return [None if outcomes[cell].left_out else  # never loaded (--time-budget): no record, --resume measures it
-            Record.of(jobs[cell], run_id, created, installed(environment, config, cell), recorded_env(envs[cell]),
-                      outcomes[cell], stats, provenance(folder, cell)) for cell in cells]
-
-
-def installed(environment: dict[str, Any], config: RunConfig, cell: CellKey) -> dict[str, Any]:
-    """The environment a cell's record says: the run's, with B's interpreter, Python and packages for an A/B twin
-    (``--ab-python``: ``interpreter`` names it)."""
-    if cell.options.ab and config.ab:
-        return {**environment, "interpreter": config.ab["executable"], "python": config.ab["python"],
-                "packages": config.ab["packages"]}
-    return environment
-
-
-def peak_fp32(config: RunConfig) -> dict[str, Any]:
-    """The device's peak FP32 rate, measured once per machine and thread count (:mod:`inferbench.measure.peak`)."""
-    import socket
-
-    from ..base.machine import cpu_model
-    from ..measure.peak import peak_fp32 as measured
-
-    gpu = config.device.gpu
-    key = {"host": socket.gethostname(), "device": gpu.uuid if gpu else cpu_model(), "threads": config.threads}
-    return measured(config.device.kind, key, child_env(config), config.cache_dir)
-
-
-#: A group's records as an executor hands them back: the machine that measured them (None: this one), its cells,
-#: their records.
-Finished = tuple[str | None, list[CellKey], list[Record | None]]  # None: a cell left out before it was loaded
-
-
-class Executor(Protocol):
-    """What the one group loop (:func:`_run_groups`) asks of an executor, and all it asks: start a group on a
-    machine, say whether a machine is free and how many groups are running, hand back the groups that ended, and
-    stop everything (Ctrl-C). :class:`Local` here; :class:`~inferbench.execution.distributed.RayGroups` on Ray."""
-
-    cells_left: int  # the run's cells and groups to measure when the loop starts: the progress line's ETA
-    groups_left: int
-
-    def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
-              batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None: ...
-
-    def busy(self) -> int: ...
-
-    def free(self, machine: str | None) -> bool: ...
-
-    def wait(self) -> list[Finished]: ...
-
-    def cancel(self) -> None: ...
-
-
-#: How the group loop makes its executor: ``make(config, run_id, run_dir, progress, strict)`` (a class).
-MakeExecutor = Callable[[RunConfig, str, Path, Progress, bool], Executor]
+from .tracking import log
 
 
 @dataclass
@@ -219,14 +86,6 @@ def pending(run_dir: Path, cells: list[CellKey]) -> list[CellKey]:
     return [c for c in cells if not (run_dir / c.filename).exists()]
 
 
-def environment_of(config: RunConfig) -> dict[str, Any]:
-    """The machine a run measures on, as every record of it says (captured where the cells run)."""
-    from .environment import capture, invocation_calibration
-
-    return {**capture(config.device), "peak_fp32": peak_fp32(config),
-            "invocation_spread": invocation_calibration(config.cache_dir, config.threads)}
-
-
 class Exports:
     """A run's artifacts per (model, resolution), exported or taken from the cache on first need (every batch size
     and framework of the run's cells of that pair at once)."""
@@ -281,8 +140,6 @@ class Writer:
             self.kept[record_key(written)] = written
             _summary_file(self.files, lambda f, r=written: f.add(r), run_dir, unwritten, progress)
             if self.config.log_to:
-                from .tracking import log
-
                 unwritten.update(log(self.config.log_to, written, path))
             progress.result(cell.label + where, one_line(record), failure=record.status != "ok"
                             or record.parity["status"] == "failed")
@@ -290,49 +147,6 @@ class Writer:
 
     def executed(self) -> Executed:
         return Executed(ordered(self.kept, self.cells), self.unwritten)
-
-
-class Local:
-    """The local executor: each group measured here, one at a time, by its cells' worker processes
-    (:func:`run_group`); the records of the machine this process runs on."""
-
-    def __init__(self, config: RunConfig, run_id: str, run_dir: Path, progress: Progress, strict: bool) -> None:
-        self.config, self.run_id, self.run_dir, self.progress, self.strict = config, run_id, run_dir, progress, strict
-        self.environment = environment_of(config)
-        calibration = self.environment["invocation_spread"] or {}
-        if calibration.get("ignored"):  # read once, with the environment every record carries
-            print(f"inferbench: WARNING: the calibration between invocations {calibration['file']} is ignored: "
-                  f"{calibration['ignored']}; compare's intervals leave that spread out (python benchmarks/"
-                  "aa_calibration.py --across measures it again)", file=sys.stderr)
-        self.finished: list[Finished] = []
-        self.cells_left, self.groups_left = 0, 0
-
-    def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
-              batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
-        c, progress = group[0], self.progress
-        if not self.config.sequential:
-            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
-                            f"group of {len(group)} cell{'s' if len(group) > 1 else ''}, {self.config.timing.rounds} "
-                            "interleaved rounds")
-        progress.measuring(self.cells_left, self.groups_left, len(group))
-        records = run_group(self.config, group, folder, failed, self.run_id, self.environment, batch_sizes, progress,
-                            self.run_dir, self.strict, deadline)
-        progress.group_done(len(group), sum(r is None for r in records))
-        self.finished.append((machine, group, records))
-
-    def busy(self) -> int:
-        return len(self.finished)
-
-    def free(self, machine: str | None) -> bool:
-        """May a group start now (one at a time here)?"""
-        return not self.finished
-
-    def wait(self) -> list[Finished]:
-        finished, self.finished = self.finished, []
-        return finished
-
-    def cancel(self) -> None:
-        """Nothing runs once start has returned."""
 
 
 def _execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str, progress: Progress, strict: bool,

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,26 +23,36 @@ from ..options import BY_NAME, MAX_CELLS, was_given
 from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.images import open_eval_set
-from ..registry.modelfiles import ModelFile, describe_weights
-from ..registry.models import get_model, register
+from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
+from ..registry.models import MODELS, get_model, is_model_file, list_models, register
 from ..registry.scenarios import scenario
 from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
-from .budget import busy_slowdown, fit, to_export
-from .childenv import env_digest, thread_env
+from . import budget
+from .budget import fit, to_export
+from .childenv import env_digest
 from .exports import exported
+from .rules import check_ab, check_int8, check_memory, check_rules, check_target, eval_notes, int8_notes
 from .tracking import check as check_tracking
 
 PLAN_VERSION = 2
+
+
 #: What a --quick run of the best set says up front.
 QUICK_UNTUNED = ("--quick: not tuned (tuning's blocks would be too short to tell a setting from the default): each "
                  "runtime at its own default setting; --tune on tunes anyway")
+
+
 #: What an A/B run of the best set says up front.
 AB_UNTUNED = ("--ab-python: not tuned (a cell and its twin tuned apart may choose different settings, and their ratio "
               "would be the setting's and the install's together): each runtime at its own default setting; --tune on "
               "tunes both anyway, and compare RUN calls a pair tuned otherwise not comparable")
+
+
 #: Worker processes a cell by default, where the rounds allow (:func:`default_processes`): two degrees of freedom
 #: for what differs between processes in every cell, where two processes gave one (estimated 0 in 38-60% of runs).
 DEFAULT_PROCESSES = 3
+
+
 #: --scenario server's p99 bound when --slo-p99 is not given.
 DEFAULT_SLO_P99_MS = 50.0
 
@@ -92,8 +99,6 @@ class Plan:
 
 def _upgrade_plan_v1(data: dict[str, Any]) -> dict[str, Any]:
     """Plan 1 (the first sweep files) kept settings as a loose dict and the device as a request ('auto')."""
-    from ..base.device import resolve
-
     s = data["settings"]
     opts = s.get("options") or {}
     options = encode(RunnerOptions(
@@ -152,39 +157,10 @@ def build(values: dict[str, Any]) -> Built:
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
         here = config.device.kind == "cpu" and values["executor"] != "ray"  # a GPU's, or Ray's nodes', load: not here
         fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells),
-                     busy_slowdown(config.threads) if here else (1.0, None))
+                     budget.busy_slowdown(config.threads) if here else (1.0, None))
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
     return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
-
-
-def check_rules(values: dict[str, Any], entry: Any, device: Device) -> None:
-    """The rules across options (one line each for what cannot hold)."""
-    if values["cuda_graphs"] and device.kind != "gpu":
-        raise UsageError("--cuda-graphs needs an NVIDIA GPU (--device gpu)")
-    if values.get("slo_p99") is not None and not entry.bound:
-        raise UsageError(f"--slo-p99 applies to --scenario server, not {values['scenario']}")
-    if entry.serves and values["tune"] == "on":
-        raise UsageError(f"--tune applies to the inference scenario: {values['scenario']} searches its own serving "
-                         "configurations (concurrency, batching delay)")
-    check_training(values)
-    check_executor(values)
-    if values.get("eval_dir") and entry.trains:
-        raise UsageError(f"--eval-dir measures a model's accuracy in inference, not in {values['scenario']}")
-    if values.get("target_ci") and not entry.closed_loop:
-        raise UsageError(f"--target-ci applies to the inference scenario: {values['scenario']}'s answer is not a "
-                         "ratio of rounds (--quick shortens its steps)")
-    if values.get("target_ci") and values.get("time_budget"):
-        raise UsageError("--target-ci adds rounds and --time-budget takes them away: give one (a group that added "
-                         "rounds would leave the later groups unmeasured)")
-    reserved = sorted(set(values["pass_env"]) & {*thread_env(1), "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
-    if reserved:
-        raise UsageError(f"--pass-env cannot pass {', '.join(reserved)}: inferbench sets the threads (--threads) "
-                         "and the device (--device, --gpu-id) itself, and records them")
-    unset = [n for n in values["pass_env"] if n not in os.environ]
-    if unset:  # named, and nothing to pass: said, as the record's pass_env lists what was asked
-        print(f"inferbench: --pass-env: not set in this shell, nothing passed on for {', '.join(unset)}",
-              file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -303,147 +279,8 @@ def default_processes(rounds: int) -> int:
     return min(rounds, DEFAULT_PROCESSES if rounds >= 2 * DEFAULT_PROCESSES else 2)
 
 
-def check_target(target_pct: float | None, processes: int) -> None:
-    """--target-ci no number of rounds can reach with ``processes`` worker processes a cell: below the part of a
-    paired interval for what differs between them (at its assumed size until measured), refused with what would
-    reach it."""
-    from ..measure.stats import process_floor
-
-    if not target_pct:
-        return
-    floor = process_floor(processes)
-    if target_pct / 100 <= floor:
-        more = next((p for p in range(processes + 1, 17) if process_floor(p) < target_pct / 100), None)
-        raise UsageError(f"--target-ci {target_pct:g}: with {processes} worker process(es) a cell, a "
-                         f"paired interval's part for what differs between processes is +-{floor:.1%} (1.5% a "
-                         "process, assumed until measured), and more rounds do not narrow it: "
-                         + (f"--processes {more}, or " if more else "") + f"a target above {floor:.1%}")
-
-
-def eval_notes(eval_set: Any, weights: str, models: list[Any]) -> tuple[str, ...]:
-    """What the plan says of --eval-dir up front: the images each cell's accuracy is measured on, and where the weights
-    are seeded, that it is chance."""
-    if eval_set is None:
-        return ()
-    seeded = [m.name for m in models if m.source is None] if weights == "random" else []
-    return (f"accuracy: every cell on {eval_set.describe()}",) + ((
-        f"accuracy: {', '.join(seeded)} with seeded random weights classifies real images by chance: give --weights "
-        "imagenet or your trained model for an accuracy that means something",) if seeded else ())
-
-
-def check_int8(values: dict[str, Any], cells: list[CellKey], device: str) -> Any:
-    """The calibration of the run's INT8 cells (--calib-dir's images, else seeded inputs), None without any; one line
-    for what cannot hold: --calib-dir without INT8 cells, INT8 on a device its runtime quantises for no other, INT8
-    judged by nothing (no labelled images and --agreement-inputs 0), a model its INT8 cannot be made from."""
-    from ..registry.artifacts import unreachable
-    from ..registry.models import get_model
-
-    int8 = [c for c in cells if c.precision == "int8"]
-    if not int8:
-        if values.get("calib_dir") or was_given(values, "calib_images"):
-            raise UsageError("--calib-dir and --calib-images apply to INT8 cells (--precision int8, tensorrt-int8): "
-                             "what their quantisation is calibrated on")
-        return None
-    for c in int8:
-        fw = get_framework(c.framework)
-        if device not in fw.int8_devices:
-            raise UsageError(f"{c.framework} runs INT8 on the {' or '.join(fw.int8_devices).upper()} only (its "
-                             f"{device.upper()} path would time simulated quantisation)"
-                             + ("; on a GPU: tensorrt-int8" if device == "gpu" else ""))
-        why = unreachable(fw.artifact_for(get_model(c.model), c.scenario, "int8"), get_model(c.model))
-        if why:
-            raise UsageError(f"{c.framework} --precision int8 on {c.model}: its INT8 model {why}")
-    if not values.get("eval_dir") and not values["agreement_inputs"]:
-        raise UsageError("--precision int8 without --eval-dir is judged by its agreement with FP32 over seeded "
-                         "inputs: --agreement-inputs 0 would leave it judged by nothing")
-    from ..registry.images import calibration
-
-    return calibration(values.get("calib_dir"), values["calib_images"], values["seed"])
-
-
-def int8_notes(calibration: Any, eval_set: Any) -> tuple[str, ...]:
-    """What the plan says of INT8 cells up front: what they are calibrated on, and without labelled images that their
-    accuracy is not judged (they are ranked apart, as speed only)."""
-    if calibration is None:
-        return ()
-    return (f"int8: calibrated on {calibration.describe()}",) + (() if eval_set is not None else (
-        "int8: without --eval-dir its accuracy is not judged: INT8 cells are measured and ranked apart, as speed "
-        "only (their agreement with FP32 over seeded inputs is reported, never a gate)",))
-
-
-def check_ab(values: dict[str, Any], entry: Any) -> dict[str, Any]:
-    """--ab-python where its twins can be paired with their cells (side by side in one group's rounds, on this
-    machine), and B's install as its records will say it: one line each where not."""
-    from .ab import differs, install_of
-
-    why = ("--executor ray runs each group on another machine, where this interpreter's path means nothing"
-           if values["executor"] == "ray" else "--sequential measures each cell on its own, unpaired"
-           if values["sequential"] else f"{values['scenario']} is not measured in rounds a twin could be paired in"
-           if not entry.closed_loop and not entry.trains else None)
-    if why:
-        raise UsageError(f"--ab-python pairs each cell with its twin within rounds: not here ({why})")
-    install = install_of(str(values["ab_python"]))
-    from .environment import package_versions
-
-    changed = differs(package_versions(), install["packages"])
-    print(f"inferbench: A/B in one run: B is {install['executable']} (Python {install['python']}; " + (
-        f"differs in {changed})" if changed else "the same package versions as this install: an A/A unless the "
-        "interpreter or its environment differs)"), file=sys.stderr)
-    return install
-
-
-def check_executor(values: dict[str, Any]) -> None:
-    """--executor ray's options only with it, a well-formed address, Ray installed: one line each."""
-    import importlib.util
-
-    if values["executor"] != "ray":
-        extra = [flag for name, flag in (("ray_address", "--ray-address"), ("machines", "--machines"))
-                 if values.get(name)]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} applies to --executor ray")
-        return
-    if importlib.util.find_spec("ray") is None:
-        raise UsageError('--executor ray needs Ray: pip install -e ".[ray]"')
-    if values.get("ray_address"):
-        from ..execution.distributed import check_address
-
-        check_address(str(values["ray_address"]))
-    import re
-
-    for name in values.get("machines") or ():  # each machine's records go to a folder of that name
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)):
-            raise UsageError(f"--machines: {name!r} is not a machine name (letters, digits, '.', '_', '-'; it names "
-                             "the folder of that machine's records)")
-
-
-#: The training scenario's own options (refused in the others).
-TRAIN_OPTIONS = ("optimizer", "bn_mode", "fused_bn", "channels_first")
-
-
-def check_training(values: dict[str, Any]) -> None:
-    """The training scenario's options where they apply, and the inference options it has no use for: one line."""
-    given = [f"{BY_NAME[k].flags[0]}" for k in TRAIN_OPTIONS if values.get(k) != BY_NAME[k].default]
-    if not scenario(values["scenario"]).trains:
-        if given:
-            raise UsageError(f"{', '.join(given)} applies to --scenario train, not {values['scenario']}")
-        return
-    if values["tune"] == "on":
-        raise UsageError("--tune applies to the inference scenario: training has no tuning grid yet")
-    inference_only = [flag for name, flag in (("include_transfer", "--include-transfer"),
-                                              ("cuda_graphs", "--cuda-graphs")) if values.get(name)]
-    if inference_only:
-        raise UsageError(f"{', '.join(inference_only)} applies to inference, not to --scenario train")
-    if [p for p in values["precisions"] if p != "fp32"]:
-        raise UsageError("--scenario train runs in fp32 here: mixed-precision training is not measured yet")
-    if values["fused_bn"] and values["keras_backend"] != "tensorflow":
-        raise UsageError("--fused-batch-norm is TensorFlow's kernel: it needs --keras-backend tensorflow")
-
-
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
-    from ..registry.modelfiles import open_model_file
-    from ..registry.models import is_model_file
-
     names = expand_patterns(values["models"])
     files: list[str | ModelFile] = list(names)
     if not any(is_model_file(m) for m in names):
@@ -468,8 +305,6 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
 def expand_patterns(models: list[str]) -> list[str]:
     """``--model`` values with shell-style patterns (``efficientnet_b*``, ``*``) replaced by the registered models
     they match, in registry order; a pattern that matches none is bad input."""
-    from ..registry.models import MODELS, list_models
-
     out: list[str] = []
     for m in models:
         if any(ch in m for ch in "*?[") and "/" not in m and not Path(m).exists():  # a file may have * in its name
@@ -482,16 +317,22 @@ def expand_patterns(models: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:
-    """The input batch alone must fit in a quarter of the machine's memory, with room for the framework."""
-    from ..base.machine import memory_total_gb
+def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:
+    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A framework
+    named explicitly must take at least one of them."""
+    taken = [p for p in requested if fw.takes(p)]
+    if taken:
+        return taken
+    if requested and explicit:
+        fw.precision_for(requested[0])  # raises the one-line explanation
+    return [fw.precision]
 
-    memory_gb = memory_total_gb() or math.inf
-    for cell in cells:
-        batch_gb = cell.batch_size * cell.resolution ** 2 * 3 * 4 / 2**30
-        if batch_gb > memory_gb / 4:
-            raise UsageError(f"batch {cell.batch_size} at {cell.resolution} px is {batch_gb:.1f} GB of input alone; "
-                             f"this machine has {memory_gb:.0f} GB")
+
+def objective_for(values: dict[str, Any]) -> str:
+    """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
+    if was_given(values, "objective") and values.get("objective"):
+        return str(values["objective"])
+    return scenario(values.get("scenario")).objective
 
 
 def check_ranges(plan: Plan) -> None:
@@ -506,23 +347,3 @@ def check_ranges(plan: Plan) -> None:
         if value is not None:
             BY_NAME[name].check(value if isinstance(value, int) else repr(float(value)), "plan")
     check_memory(plan.cells)
-
-
-def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:
-    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A framework
-    named explicitly must take at least one of them."""
-    taken = [p for p in requested if fw.takes(p)]
-    if taken:
-        return taken
-    if requested and explicit:
-        fw.precision_for(requested[0])  # raises the one-line explanation
-    return [fw.precision]
-
-
-
-
-def objective_for(values: dict[str, Any]) -> str:
-    """The objective of a run: as given, else its scenario's own (server: the QPS within the bound)."""
-    if was_given(values, "objective") and values.get("objective"):
-        return str(values["objective"])
-    return scenario(values.get("scenario")).objective

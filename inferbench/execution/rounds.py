@@ -10,10 +10,8 @@ is loaded once per worker, not once per round. What differs between a cell's wor
 (memory layout, thread placement) is what a second invocation meets anew: its size is measured from them
 (:mod:`inferbench.measure.stats`), and the scenario merges the workers' outcomes into the cell's.
 
-A cell asked to be tuned (``+tuned``) first goes through a tuning phase (:func:`_tune`): a worker for each of its
-runner's load-time settings beside its own, every (worker, live setting) pair a short block per tuning round, all
-of the group's candidates in a fresh random order each round; :func:`inferbench.measure.tuning.choose` picks the
-setting, the chosen worker measures the cell with it, the others are closed.
+A cell asked to be tuned (``+tuned``) first goes through a tuning phase (:mod:`.tune_phase`); each worker is handled
+through :mod:`.handle` (started, its replies awaited within its share of --timeout).
 
 With ``--target-ci`` the rounds go on past the configured count, one at a time, until every paired ratio of the
 group is known within it (:func:`inferbench.measure.stats.widest_interval`, from the block medians the workers
@@ -32,16 +30,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from ..base.codec import plain
 from ..measure.stats import widest_interval
 from ..measure.trackers.speed import summarize
-from ..measure.tuning import Candidate, choose, confirm, setting_digest
-from ..registry.frameworks import load_runner
 from ..registry.scenarios import scenario, scenario_module
 from ..spec import CellJob, ChildResult
+from . import handle, tune_phase
 from .budget import (
     TUNE_FACTOR,
     Deadline,
@@ -52,30 +47,15 @@ from .budget import (
     setup_key,
     worker_setup_s,
 )
-from .isolate import _PACKAGE_PARENT, Child
+from .handle import SETTLE_S, Worker, group_label
+from .isolate import _PACKAGE_PARENT
 
-#: Pause before each block, so that the previous worker's spinning thread pools (ONNX Runtime, OpenMP)
-#: have gone to sleep before the next block is timed.
-SETTLE_S = 0.02
 #: Pause before the machine's speed is read, so that the last block's spinning thread pools have gone to sleep.
 PROBE_SETTLE_S = 0.05
-#: Rounds of the tuning phase: the fewest that give a paired interval.
-TUNE_ROUNDS = 3
+
+
 #: --target-ci adds rounds up to this many times --rounds.
 TARGET_CI_ROUNDS = 4
-
-
-@dataclass
-class _Cell:
-    """A worker process of a cell."""
-
-    job: CellJob
-    child: Child
-    used_s: float = 0.0  # the worker's own time so far (set-up and blocks): what --timeout limits
-    result: ChildResult | None = None  # set when it has ended
-    tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
-    rounds: int | None = None  # the rounds its scenario asked for when ready (a search's steps)
-    setup_s: float | None = None  # its start to ready (on --time-budget's clock): what the next plans foresee
 
 
 class _Group:
@@ -86,14 +66,14 @@ class _Group:
                  timeout_s: float | None, note: Callable[[str, str], None] | None, deadline: Deadline | None) -> None:
         self.jobs, self.envs, self.progress, self.timeout_s, self.deadline = jobs, envs, progress, timeout_s, deadline
         self.say = note or progress  # what lasts (a tuning's outcome, a cell left out)
-        self.replicas: list[list[_Cell]] = []  # per job: its workers, the first one tuned (if asked), the others alike
-        self.spawned: list[_Cell] = []  # the tuning phase's extra workers
+        self.replicas: list[list[Worker]] = []  # per job: its workers, the first one tuned (if asked), the others alike
+        self.spawned: list[Worker] = []  # the tuning phase's extra workers
         self.probe: SpeedProbe | None = None
         self.clock = time.monotonic if deadline is None else deadline.clock  # set-ups and rounds timed as the budget is
         self.budgeted = _Budgeted(deadline, jobs[0].config if jobs else None)
-        self.label = _group_label(jobs)
+        self.label = group_label(jobs)
 
-    def measuring(self, workers: list[_Cell]) -> bool:
+    def measuring(self, workers: list[Worker]) -> bool:
         """A cell loaded whose workers have all gone on measuring (none failed)."""
         return bool(workers) and all(w.result is None for w in workers)
 
@@ -104,14 +84,14 @@ class _Group:
                 self.say(job.cell.label, LEFT_OUT)  # not loaded, left for --resume
                 self.replicas.append([])
                 continue
-            worker = _start(job, env, self.progress, self.timeout_s, clock=self.clock)
+            worker = handle.start(job, env, self.progress, self.timeout_s, clock=self.clock)
             self.budgeted.started(job, worker)
             self.replicas.append([worker])
 
     def tune(self, order: random.Random) -> None:
         tuned = [(r[0], env) for r, env in zip(self.replicas, self.envs)
                  if r and r[0].job.cell.options.tune and r[0].result is None]
-        _tune(tuned, order, self.progress, self.say, self.timeout_s, self.spawned,
+        tune_phase.tune(tuned, order, self.progress, self.say, self.timeout_s, self.spawned,
               self.budgeted.room_to_tune([c for c, _ in tuned], _alive(self.replicas)), self.clock)
 
     def start_other_processes(self) -> None:
@@ -126,11 +106,11 @@ class _Group:
                 first = workers[0]
                 if not self.budgeted.room_for_process(first, i + 1, _alive(self.replicas)):
                     continue
-                worker = _start(first.job, env, self.progress, self.timeout_s, f" (process {i + 1})", self.clock)
+                worker = handle.start(first.job, env, self.progress, self.timeout_s, f" (process {i + 1})", self.clock)
                 workers.append(worker)
                 if worker.result is None and first.tuning is not None:
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})
-                    _await(worker, "apply", self.timeout_s)
+                    handle.await_reply(worker, "apply", self.timeout_s)
         for workers, count in zip(self.replicas, wanted):
             if workers and len(workers) < count and all(w.result is None for w in workers):
                 self.say(workers[0].job.cell.label, fewer_processes(len(workers), count))
@@ -189,7 +169,7 @@ class _Group:
         reached = self.target_reached(target, done, widest()) if target and done >= rounds else None
         return done, stopped, reached
 
-    def block_round(self, r: int, live: list[tuple[int, _Cell]], order: random.Random,
+    def block_round(self, r: int, live: list[tuple[int, Worker]], order: random.Random,
                     medians: list[dict[int, float]]) -> None:
         """Round ``r``: the machine's speed read, then each live cell's block, in a fresh random order."""
         if self.probe is not None:
@@ -198,7 +178,7 @@ class _Group:
         for i, worker in live:
             time.sleep(SETTLE_S)
             worker.child.send({"block": r})
-            reply = _await(worker, "block", self.timeout_s)
+            reply = handle.await_reply(worker, "block", self.timeout_s)
             if reply is not None and isinstance(reply["block"], dict) and reply["block"].get("p50_ms"):
                 medians[i][r] = reply["block"]["p50_ms"]
 
@@ -218,12 +198,12 @@ class _Group:
         for worker in finishing:
             worker.child.send({"idle": True})
         for worker in finishing:
-            _await(worker, "idle", self.timeout_s)
+            handle.await_reply(worker, "idle", self.timeout_s)
         finishing = [x for x in finishing if x.result is None]
         for worker in finishing:
             worker.child.send({"finish": True, **({"stopped": stopped} if stopped else {})})
         for worker in finishing:
-            worker.result = worker.child.result(_left(worker, self.timeout_s))
+            worker.result = worker.child.result(handle.time_left(worker, self.timeout_s))
 
     def close(self) -> None:
         for worker in [x for w in self.replicas for x in w] + self.spawned:
@@ -267,7 +247,7 @@ def measure_group(jobs: list[CellJob], envs: list[dict[str, str]], seed: int,
     """Measure ``jobs`` in interleaved rounds; one result per job, in order (its workers' outcomes merged by the
     scenario). ``seed`` draws the order of every round; ``progress(label, text)`` hears the passing phases,
     ``note`` what lasts (a tuning's outcome), ``rounds_done(share)`` the share of the rounds done after each;
-    ``deadline`` (:class:`~inferbench.execution.budget.Deadline`, --time-budget) stops a group's rounds early when
+    ``deadline`` (:class:`~inferbench.execution.Deadline`, --time-budget) stops a group's rounds early when
     another would pass it (never below its minimum), in every scenario; the workers are told why (``stopped``)."""
     if not jobs:
         return []
@@ -298,16 +278,15 @@ def fewer_processes(started: int, wanted: int) -> str:
             f"interval covers {covered} only)")
 
 
-def _alive(replicas: list[list[_Cell]]) -> int:
+def _alive(replicas: list[list[Worker]]) -> int:
     """The cells loaded whose workers are all measuring (what a round holds)."""
     return sum(1 for workers in replicas if workers and all(w.result is None for w in workers))
 
 
 #: Said of a loaded cell whose other worker processes were not started because the budget left no room for them.
 FEWER_PROCESSES = "worker processes: too little of --time-budget was left to start"
-#: A tuned cell's tuning reason when the budget left no room for its tuning phase.
-NOT_TUNED = ("not tuned: too little of --time-budget was left for its tuning phase; inferbench's own setting is "
-             "measured")
+
+
 #: A cell whose worker was never started: the budget left no room to load it when its turn came.
 LEFT_OUT = ("left out: too little of --time-budget was left to load it (no record; a sweep's --resume, or a new run, "
             "measures it)")
@@ -335,24 +314,24 @@ class _Budgeted:
     def room_to_load(self, job: CellJob, loaded: int) -> bool:
         return self._fits(self._slower() * self._setup(job), loaded + 1)
 
-    def started(self, job: CellJob, worker: _Cell) -> None:
+    def started(self, job: CellJob, worker: Worker) -> None:
         if worker.setup_s is not None:
             self.took, self.foreseen = self.took + worker.setup_s, self.foreseen + self._setup(job)
 
-    def room_to_tune(self, cells: list[_Cell], loaded: int) -> bool:
+    def room_to_tune(self, cells: list[Worker], loaded: int) -> bool:
         """Room for the tuning phase of ``cells``: its timed blocks (:func:`~inferbench.execution.budget.tuning_s`'s
         share) and a worker of its own for each load-time setting other than the default, each as long to set up as
         this group's have been so far over their foresight."""
         if not cells:
             return True
         seconds = sum(TUNE_FACTOR * cell.job.config.tune_budget_s
-                      + (len(_grid(cell)[0]) - 1) * self._slower() * self._setup(cell.job) for cell in cells)
+                      + (len(tune_phase.grid(cell)[0]) - 1) * self._slower() * self._setup(cell.job) for cell in cells)
         return self._fits(seconds, loaded)
 
     def _slower(self) -> float:
         return max(1.0, self.took / self.foreseen) if self.foreseen > 0 else 1.0
 
-    def room_for_process(self, first: _Cell, processes: int, loaded: int) -> bool:
+    def room_for_process(self, first: Worker, processes: int, loaded: int) -> bool:
         setup = first.setup_s if first.setup_s is not None else self._setup(first.job)
         return self._fits(setup, loaded, processes)
 
@@ -413,169 +392,3 @@ class SpeedProbe:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
-
-
-def _start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
-           suffix: str = "", clock: Callable[[], float] = time.monotonic) -> _Cell:
-    """A worker for ``job``, loaded and ready (or ended with its failure), its set-up timed on ``clock``."""
-    started = clock()
-    worker = _Cell(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
-    try:
-        ready = _await(worker, "ready", timeout_s)
-    except BaseException:  # interrupted while it sets up (a SIGTERM during its served-parity test): its folder too
-        worker.child.close()
-        raise
-    worker.rounds = (ready or {}).get("rounds")
-    worker.setup_s = clock() - started if ready is not None else None
-    return worker
-
-
-def _grid(cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A cell's runner's tuning grid on this machine: its load-time settings and its live ones, the default first."""
-    runner: Any = load_runner(cell.job.framework)
-    return runner.tuning_grid(cell.job.config.threads, cell.job.config.device.kind)
-
-
-def _tune(cells: list[tuple[_Cell, dict[str, str]]], order: random.Random, progress: Callable[[str, str], None],
-          note: Callable[[str, str], None], timeout_s: float | None, spawned: list[_Cell],
-          room: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
-    """The tuning phase of ``cells`` (with their workers' environments): candidates measured in interleaved rounds,
-    each cell then measured by the worker of its chosen setting, with its chosen live setting. Without ``room`` for it
-    (--time-budget), no tuning worker is started: each cell is measured at inferbench's own setting, and its
-    record's tuning block says why."""
-    if not cells:
-        return
-    if not room:
-        for cell, _ in cells:
-            load_grid, live_grid = _grid(cell)
-            decision = {**choose([Candidate(load_grid[0], live_grid[0])]), "reason": NOT_TUNED, "seconds": 0.0,
-                        "rounds": 0, "block_s": 0.0}
-            if _apply(cell, decision, timeout_s):
-                note(cell.job.cell.label, NOT_TUNED)
-        return
-    before = {id(cell): cell.used_s for cell, _ in cells}  # the tuning's own time: its workers' from here on
-    plans = [_candidates(cell, env, progress, timeout_s, spawned, clock) for cell, env in cells]
-    _tuning_rounds([(candidates, block_s) for _, _, candidates, block_s in plans], order, 0, timeout_s,
-                   lambda r: progress(_group_label([c.job for c, _ in cells]),
-                                      f"tuning round {r + 1}/{TUNE_ROUNDS} done"))
-    decisions = [choose([cand for _, cand in candidates]) for _, _, candidates, _ in plans]
-    _confirm(plans, decisions, order, progress, timeout_s)
-    for (cell, workers, candidates, block_s), decision in zip(plans, decisions):
-        chosen = next((w for w, cand in candidates if cand.load == decision["chosen_load"] and w.result is None), cell)
-        seconds = sum(w.used_s for w in workers) - before[id(cell)]
-        _adopt(cell, chosen, workers)
-        if cell.result is not None:
-            continue
-        decision.update(seconds=seconds, rounds=TUNE_ROUNDS, block_s=block_s)
-        if _apply(cell, decision, timeout_s):
-            note(cell.job.cell.label, f"tuned in {decision['seconds']:.0f} s: " + (
-                "inferbench's own setting kept" if decision["is_default"] else
-                ", ".join(f"{k}={v}" for k, v in decision["chosen"].items())) + f" ({decision['reason']})")
-
-
-def _candidates(cell: _Cell, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
-                spawned: list[_Cell], clock: Callable[[], float],
-                ) -> tuple[_Cell, list[_Cell], list[tuple[_Cell, Candidate]], float]:
-    """A cell's tuning candidates: a worker of its own for each load-time setting beside the cell's (those that
-    failed to start closed), every live setting on each; with the block length its tuning budget gives each."""
-    load_grid, live_grid = _grid(cell)
-    workers = [cell]
-    for setting in load_grid[1:]:
-        job = dataclasses.replace(cell.job, setting=setting)
-        extra = _start(job, env, progress, timeout_s, f" ({', '.join(f'{k}={v}' for k, v in setting.items())})",
-                       clock)
-        spawned.append(extra)
-        if extra.result is None:
-            workers.append(extra)
-        else:
-            extra.child.close()
-    candidates = [(w, Candidate(w.job.setting, live)) for w in workers for live in live_grid]
-    return cell, workers, candidates, max(0.05, cell.job.config.tune_budget_s / (TUNE_ROUNDS * len(candidates)))
-
-
-def _tuning_rounds(plans: list[tuple[list[tuple[_Cell, Candidate]], float]], order: random.Random, first: int,
-                   timeout_s: float | None, done: Callable[[int], None]) -> None:
-    """:data:`TUNE_ROUNDS` rounds of a block for every (worker, candidate) of ``plans`` (each with its block length),
-    in a fresh random order per round; each block's median kept on its candidate. ``first``: the first round's index
-    (the confirmation's follow the tuning's); ``done(r)`` after each round."""
-    for r in range(TUNE_ROUNDS):
-        blocks = [(w, cand, block_s) for candidates, block_s in plans for w, cand in candidates]
-        order.shuffle(blocks)
-        for worker, cand, block_s in blocks:
-            if worker.result is not None:
-                continue
-            time.sleep(SETTLE_S)
-            worker.child.send({"tune": {"setting": cand.live, "round": first + r, "block_s": block_s}})
-            reply = _await(worker, "tune", timeout_s)
-            if reply is not None:
-                cand.medians_ms[r] = float(reply["tune"]["p50_ms"])
-        done(r)
-
-
-def _adopt(cell: _Cell, chosen: _Cell, workers: list[_Cell]) -> None:
-    """The cell goes on in the worker of its chosen load-time setting; the tuning's other workers are closed."""
-    if chosen is not cell:
-        cell.child.close()
-        cell.child, cell.job = chosen.child, chosen.job
-        cell.setup_s = chosen.setup_s if chosen.setup_s is not None else cell.setup_s  # its next process's
-        cell.used_s, cell.result = cell.used_s + chosen.used_s, None
-    for worker in workers[1:]:
-        if worker is not chosen:
-            worker.child.close()
-
-
-def _apply(cell: _Cell, decision: dict[str, Any], timeout_s: float | None) -> bool:
-    """The tuning's decision (with its setting's digest) kept on the cell and its live setting applied in its
-    worker; False where the worker ended."""
-    decision["digest"] = setting_digest(decision["chosen"])
-    cell.tuning = plain(decision)
-    cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
-    return _await(cell, "apply", timeout_s) is not None
-
-
-def _confirm(plans: list[Any], decisions: list[dict[str, Any]], order: random.Random,
-             progress: Callable[[str, str], None], timeout_s: float | None) -> None:
-    """Fresh rounds for each cell whose tuning switched: its chosen setting and its default alone, interleaved as
-    the tuning's; each decision confirmed or undone on them (:func:`inferbench.measure.tuning.confirm`), in place."""
-    pairs: list[tuple[int, list[tuple[_Cell, Candidate]], float]] = []
-    for i, ((_, _, candidates, block_s), decision) in enumerate(zip(plans, decisions)):
-        if decision["is_default"]:
-            continue
-        default = candidates[0]
-        chosen = next(c for c in candidates if (c[1].load, c[1].live) == (decision["chosen_load"],
-                                                                          decision["chosen_live"]))
-        pairs.append((i, [(w, Candidate(c.load, c.live)) for w, c in (default, chosen)], block_s))
-    if not pairs:
-        return
-    _tuning_rounds([(pair, block_s) for _, pair, block_s in pairs], order, TUNE_ROUNDS, timeout_s,
-                   lambda r: progress(_group_label([plans[i][0].job for i, _, _ in pairs]),
-                                      f"confirming round {r + 1}/{TUNE_ROUNDS} done"))
-    for i, pair, _ in pairs:
-        (_, default), (_, chosen) = pair
-        decisions[i] = confirm(decisions[i], chosen, default)
-
-
-def _left(cell: _Cell, timeout_s: float | None) -> float | None:
-    return None if timeout_s is None else max(0.0, timeout_s - cell.used_s)
-
-
-def _await(cell: _Cell, key: str, timeout_s: float | None) -> dict[str, Any] | None:
-    """Wait for the worker's ``key`` message and return it; on its end or time-out, its result is the failure
-    (and None is returned)."""
-    start = time.monotonic()
-    try:
-        message = cell.child.reply(_left(cell, timeout_s))
-    except TimeoutError:
-        cell.child.close()
-        cell.result = ChildResult(ok=False, error=f"timed out after {timeout_s:g} s")
-        return None
-    cell.used_s += time.monotonic() - start
-    if message is None or key not in message:  # it ended: its result says why
-        cell.result = cell.child.result(30.0)
-        return None
-    return message
-
-
-def _group_label(jobs: list[CellJob]) -> str:
-    c = jobs[0].cell
-    return f"{c.model}@{c.resolution} bs{c.batch_size}"

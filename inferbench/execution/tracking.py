@@ -15,12 +15,17 @@ imported unless asked for.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from .. import __version__
 from ..base.errors import UsageError
+from ..records.record import record_key
+from ..records.table import summary_row
 
 #: --log-to target -> (import name, pip extra that installs it)
 TARGETS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
@@ -46,8 +51,6 @@ MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "da
 def check_mlflow_uri(uri: str | None, allow_file_store: str | None = None) -> None:
     """A tracking URI MLflow will take, found before anything runs: MLflow 3 refuses its file store (a ``file:``
     URI or a plain path) unless MLFLOW_ALLOW_FILE_STORE=true, with a message that reads like a notice."""
-    from urllib.parse import urlparse
-
     if not uri:
         return  # MLflow's default: sqlite:///mlflow.db in the working folder
     scheme = urlparse(uri).scheme.split("+")[0].lower()  # postgresql+psycopg2
@@ -75,9 +78,6 @@ def where(targets: tuple[str, ...]) -> str:
 
 def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
     """A record as (parameters, metrics, tags)."""
-    from .. import __version__
-    from ..records.table import summary_row
-
     params: dict[str, str] = {}
     metrics: dict[str, float] = {}
     for key, value in summary_row(record).items():
@@ -104,8 +104,6 @@ def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], di
 
 
 def _cell_name(record: dict[str, Any]) -> str:
-    from ..records.record import record_key
-
     return record_key(record).removesuffix(".json")
 
 
@@ -124,8 +122,6 @@ def log(targets: tuple[str, ...], record: dict[str, Any], path: Path) -> dict[st
 
 def _mlflow(record: dict[str, Any], path: Path, params: dict[str, str], metrics: dict[str, float],
             tags: dict[str, str]) -> None:
-    import logging
-
     import mlflow
 
     for name in ("mlflow", "alembic"):  # "creating initial MLflow database tables" is not for the user

@@ -14,16 +14,20 @@ measures one block per ``{"block": R}`` line on stdin, reads the idle device onc
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
 
 from ..base.codec import encode
 from ..base.errors import MissingDependency, TooBig, UsageError
+from ..base.files import atomic_write_text
+from ..registry.scenarios import get_scenario
 from ..spec import CellJob, ChildResult, job_from_json
 
 _channel: Any = None
@@ -67,8 +71,6 @@ def run_job(text: str, commands: Any = None) -> ChildResult:
 
 
 def serve(job: CellJob, commands: Any) -> ChildResult:
-    from ..registry.scenarios import get_scenario
-
     session = get_scenario(job.cell.scenario)(job, emit)
     send({"ready": True, "rounds": getattr(session, "rounds", None)})  # a search may want more rounds
     for line in commands:
@@ -95,8 +97,6 @@ def die_with_parent() -> None:
     if not parent:
         return
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != int(parent):
@@ -107,14 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     die_with_parent()
     job_path, result_path = Path(args[0]), Path(args[1])
-    import tempfile
 
     tempfile.tempdir = str(job_path.parent)  # the job's folder, which the parent removes on every path (a SIGTERM)
     global _channel
     fd = os.environ.get("INFERBENCH_CHANNEL_FD")
     _channel = os.fdopen(int(fd), "w") if fd else None
     result = run_job(job_path.read_text())
-    from ..base.files import atomic_write_text
 
     atomic_write_text(result_path, json.dumps(encode(result), allow_nan=True))
     return 0

@@ -7,12 +7,18 @@ and returning ``{"paths": [top-level entries it wrote], "notes": [...], "input_s
 
 from __future__ import annotations
 
+import gc
 import importlib
+import importlib.util
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..base.digest import sha256_file, sha256_tree
 from ..registry.models import register
+from . import cache
+from .cache import EXPORT_FORMAT, package_versions
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..spec import ExportJob
@@ -23,9 +29,6 @@ from ..registry.artifacts import ExportContext, exporter_packages, packages
 def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
     """Everything that changes a model's artifacts: the cache folder's name hashes it (:func:`cache.artifact_dir`).
     A weights file or a model file counts by its content's hash; every exporter's library version counts."""
-    from ..base.digest import sha256_file, sha256_tree
-    from .cache import EXPORT_FORMAT, package_versions
-
     weights_id = weights
     if weights not in ("random", "imagenet"):
         path = Path(weights)  # a weights file, or a model file (a SavedModel is a folder)
@@ -55,17 +58,12 @@ def run(job: ExportJob, emit: Any = lambda phase: None) -> dict[str, Any]:
 def _release() -> None:
     """Between two exports of one process: the previous one's Keras models and graphs let go of, so that a big
     model's exports do not pile up copies of its weights."""
-    import gc
-    import sys
-
     if "keras" in sys.modules:
         sys.modules["keras"].backend.clear_session(free_memory=True)
     gc.collect()
 
 
 def _run_one(job: ExportJob, emit: Any) -> dict[str, Any]:
-    from . import cache
-
     if job.model_file is not None:
         register(job.model_file)
     ctx = ExportContext(folder=Path(job.folder), model=job.model, resolution=job.resolution,
@@ -90,10 +88,6 @@ def already_made(cache_dir: Path, model: Any, keys: list[dict[str, Any]]) -> set
     """The artifact kinds of ``model`` (a ModelSpec) whose exporter's packages are not installed here, but which
     are intact in ``cache_dir`` under every cache key of ``keys`` (exported here before, or brought from another
     machine: :func:`cache.brought`). Only those kinds are hashed: with every exporter installed this reads nothing."""
-    import importlib.util
-
-    from . import cache
-
     kinds = {k for k in artifacts.EXPORTERS
              if any(importlib.util.find_spec(p) is None for p in exporter_packages(k, model))}
     for key in keys if kinds else []:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..measure import parity
 from ..registry.artifacts import ExportContext, agreement_own, agreement_reference, source_kind
 from ..registry.inputs import agreement_inputs
 from ..registry.keras_models import load_keras
@@ -45,8 +46,6 @@ def export(ctx: ExportContext) -> dict[str, Any]:
 def own_agreement(model: Any, inputs: Callable[[], Iterable[np.ndarray]], reference: np.ndarray) -> dict[str, Any]:
     """The Keras model's own top-1 / top-5 agreement with its FP32 ``reference`` in each reduced precision, on the
     batches ``inputs()`` yields (:func:`inferbench.measure.parity.agreements`; the reason where Keras cannot)."""
-    from ..measure import parity
-
     def measure(call: Any) -> dict[str, Any]:
         got = np.concatenate([call(x) for x in inputs()])
         return {**parity.agreements(reference, got), "method": parity.AGREEMENT_METHOD}

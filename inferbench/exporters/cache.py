@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import grp
 import hashlib
 import json
 import os
+import pwd
+import shutil
+import stat
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -55,10 +59,6 @@ def untrusted(cache_dir: Path) -> str | None:
     """Why another user could have put something in ``cache_dir``, or None: the folder, its entries and theirs
     (the model folders, their manifests and subfolders) each owned by the user and writable by no other user (a
     group is another user's unless it is the user's own private group)."""
-    import grp
-    import pwd
-    import stat
-
     me, gid = os.geteuid(), os.getegid()
     try:  # a user private group: named as the user, no other member
         group = grp.getgrgid(gid)
@@ -159,8 +159,6 @@ def brought(cache_dir: Path, inputs: dict[str, Any], kind: str, covers: Any = la
 def bring(source: Path, folder: Path, kind: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """Copy ``kind``'s files and manifest entry from ``source`` (see :func:`brought`) into ``folder``; the entry
     keeps the versions it was exported with and says where it came from."""
-    import shutil
-
     entry = cached(source, kind)
     if entry is None:
         raise ValueError(f"{kind} is not intact in {source}")

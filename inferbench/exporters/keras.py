@@ -4,11 +4,13 @@ floating-point operations per image (:func:`model_stats`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..registry.artifacts import ExportContext
-from ..registry.keras_models import build_keras_model
+from ..registry.keras_models import build_keras_model, walk_layers
 from ..registry.models import get_model
+from .onnx import convertible_ops
 from .reference import predictor, write_fp32_spread, write_parity_reference, write_precision_sensitivity
 
 
@@ -47,13 +49,8 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
     products), each ``2 x`` the product of its index sizes. ``grouped_convolutions`` counts the layers
     that Keras 3 on TensorFlow compiles with XLA even outside ``jit_compile`` (see docs/measured.md: the XLA report).
     """
-    import math
-
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    from ..registry.keras_models import walk_layers
-    from .onnx import convertible_ops
 
     fn = tf.function(lambda x: model(x, training=False))
     with convertible_ops():  # grouped convolutions as plain ops: inside Keras' XLA wrapper the profiler sees none
@@ -85,8 +82,6 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
 def activations(model: Any) -> int | None:
     """The values every layer of the model outputs for one image (what training keeps for its backward pass, the
     training scenario's memory estimate); None for a model whose layers do not say (nested, several outputs)."""
-    import math
-
     try:
         return sum(math.prod(int(d) for d in layer.output.shape[1:]) for layer in model.layers
                    if type(layer).__name__ != "InputLayer")

@@ -23,21 +23,28 @@ exact GELU through ``erf``. The parity gate checks the result like any other exp
 from __future__ import annotations
 
 import contextlib
+import copy
+import gc
 import io
 import logging
+import math
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ..base.errors import TooBig
+from ..base.machine import memory_shortfall
+from ..measure.memory import current_rss_mb
 from ..registry.artifacts import REFERENCE_INPUTS, ExportContext
+from ..registry.keras_models import load_keras, walk_layers
+from . import cache
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
     import onnx
 
-    from ..registry.keras_models import load_keras
 
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -98,10 +105,6 @@ EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES = 3.0, 20.0
 def memory_refusal(ctx: ExportContext) -> str | None:
     """Why this model's ONNX conversion would not fit the memory this process can have now (None: it fits, or
     the model's size is unknown): said before it starts, instead of the kernel killing it halfway."""
-    from ..base.machine import memory_shortfall
-    from ..measure.memory import current_rss_mb
-    from . import cache
-
     stats = (cache.read_manifest(ctx.folder)["artifacts"].get("keras") or {}).get("model_stats") or {}
     short = memory_shortfall(stats.get("params"), EXPORT_BASE_GB, EXPORT_WEIGHT_COPIES,
                              own_gb=current_rss_mb() / 1024)
@@ -119,7 +122,6 @@ def constants_as_arrays(model: Any) -> list[str]:
     keras-hub's position ids. Returns ``layer.attribute`` of each one changed."""
     import tensorflow as tf
 
-    from ..registry.keras_models import walk_layers
 
     changed = []
     for layer in walk_layers(model):
@@ -139,10 +141,6 @@ def optimiser_garbage_collected() -> Iterator[None]:
     refer to each other), which runs by object count, not bytes: RegNetY-32GF's 0.58 GB of weights (128 px)
     piled up copies until the kernel killed the export at 24 GB. Collected before each copy, that export
     peaks at 13 GB (in TensorFlow's own graph optimiser, before tf2onnx's) and finishes in 70 s."""
-    import copy
-    import gc
-    import types
-
     try:
         import tf2onnx.optimizer as optimizer
     except ImportError:  # the export fails on its own import, with the install hint
@@ -167,8 +165,6 @@ def convertible_ops() -> Iterator[None]:
     functions replaced): grouped convolutions without their XLA wrapper, and the exact GELU as
     ``0.5 x (1 + erf(x / sqrt 2))`` instead of TensorFlow's ``erfc`` form (tf2onnx has no ``Erfc``: ConvNeXt's
     and ViT's exports failed). Both compute the same function; the parity gate checks the export."""
-    import math
-
     import tensorflow as tf
 
     try:

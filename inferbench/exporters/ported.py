@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..registry.artifacts import ExportContext
+from ..registry.keras_models import load_keras
+from ..registry.ports import keras_weights
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..registry.keras_models import load_keras
-    from ..registry.ports import keras_weights
-
     model = load_keras(ctx.path("keras"))
     path = ctx.path("ported")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ import numpy as np
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
+from ..registry.ports import build_torchvision
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
@@ -46,7 +47,6 @@ def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
-    from ..registry.ports import build_torchvision
 
     twin = _unshared_relus(torch, build_torchvision(model, weights).eval())
     batches = (torch.from_numpy(np.ascontiguousarray(c.transpose(0, 3, 1, 2))) for c in chunks)

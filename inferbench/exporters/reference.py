@@ -9,11 +9,14 @@ and TensorRT compile a program per batch shape). :func:`write_parity_reference` 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..base.errors import UsageError
+from ..measure import parity
 from ..measure.parity import DegenerateReference, check_reference
 from ..registry.artifacts import (
     PARITY_INPUTS,
@@ -27,20 +30,17 @@ from ..registry.artifacts import (
     timed_sensitivity,
 )
 from ..registry.inputs import make_inputs
-from ..registry.keras_models import images_per_call
+from ..registry.keras_models import graph_call, images_per_call, load_keras
 from ..registry.models import ModelSpec, get_model
+from ..runners.tf import load_saved_model, serving_function
 
 Predict = Callable[[np.ndarray], np.ndarray]
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    import json
-
     spec = get_model(ctx.model)
     model = None
     if source_kind(spec) == "keras":
-        from ..registry.keras_models import load_keras
-
         model = load_keras(ctx.path("keras"))
     predict = predictor(spec, ctx, model)
     facts: dict[str, Any] = {"notes": []}
@@ -70,10 +70,6 @@ def backend_check(ctx: ExportContext, predict: Predict, backend: str) -> dict[st
     brought) stands in for TensorFlow's reference only where it reproduces it: its outputs on the 16 reference
     inputs against those TensorFlow exported, within the FP32 gate (widened by the model's own FP32 spread, as every
     export's); else the export fails, saying so."""
-    import json
-
-    from ..measure import parity
-
     spread_file = ctx.folder / REFERENCE_SPREAD
     spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
     check = parity.compare(np.load(ctx.folder / REFERENCE_LOGITS), predict(np.load(ctx.folder / REFERENCE_INPUTS)),
@@ -93,7 +89,6 @@ def keras_call(model: Any) -> Any:
     on that backend (JAX, torch), outputs as host arrays."""
     import keras
 
-    from ..registry.keras_models import graph_call
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -114,12 +109,8 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
     (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
     if fmt == "keras":
-        from ..registry.keras_models import load_keras
-
         call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
-        from ..runners.tf import load_saved_model, serving_function
-
         call = serving_function(load_saved_model(ctx.path("savedmodel")))
     else:
         import onnxruntime as ort
@@ -146,8 +137,6 @@ def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
 def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict) -> dict[str, Any]:
     """The 16 seeded reference inputs and the source's outputs on them; refused (UsageError) when the outputs
     are degenerate, since they could not tell a correct export from a broken one."""
-    from ..base.errors import UsageError
-
     inputs = parity_inputs(spec, ctx.resolution, ctx.seed)
     logits = predict(inputs)
     try:
@@ -164,10 +153,6 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
     """The Keras model's own FP32 rounding spread on the reference inputs: its outputs computed eagerly, one
     image per call (op by op, no graph fusion), against the graph-mode reference (:func:`parity.spread`). The
     parity gate widens for a model whose spread is large (see ``parity.SPREAD_FACTOR``)."""
-    import json
-
-    from ..measure import parity
-
     inputs = np.load(ctx.folder / REFERENCE_INPUTS)
     eager = np.concatenate([np.asarray(model(inputs[i:i + 1], training=False), dtype=np.float32).reshape(1, -1)
                             for i in range(len(inputs))])
@@ -179,8 +164,6 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
 def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any]:
     """:func:`precision_sensitivity` on the reference inputs, written beside the reference. The reduced-precision
     gate is relative to it (``parity.relative_gate``)."""
-    import json
-
     out = precision_sensitivity(model, np.load(ctx.folder / REFERENCE_INPUTS), np.load(ctx.folder / REFERENCE_LOGITS),
                                 images_per_call(ctx.resolution, 16))
     (ctx.folder / REFERENCE_SENSITIVITY).write_text(json.dumps(out, indent=1))
@@ -193,8 +176,6 @@ def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray,
     its outputs on ``inputs`` against the FP32 ``reference`` (:func:`parity.spread`, per precision). A model that
     cannot be rebuilt so (or whose outputs are not finite in it) gets the reason instead, and its reduced-precision
     exports are judged by the fixed thresholds alone."""
-    from ..measure import parity
-
     def measure(call: Predict) -> dict[str, Any]:
         got = np.concatenate([call(inputs[i:i + chunk]) for i in range(0, len(inputs), chunk)])
         return {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
@@ -218,8 +199,6 @@ def in_each_precision(model: Any, measure: Callable[[Predict], dict[str, Any]]) 
     """``measure`` of the Keras model rebuilt in each reduced precision (``parity.SENSITIVITY_POLICIES``: every layer's
     dtype policy, so weights and computation are in it), given as a function of a batch (float32 outputs, one row an
     input), per precision; where Keras cannot rebuild the model so, or its outputs are not finite, the reason."""
-    from ..measure import parity
-
     out: dict[str, Any] = {}
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
         try:

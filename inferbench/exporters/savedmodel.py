@@ -7,11 +7,10 @@ import io
 from typing import Any
 
 from ..registry.artifacts import ExportContext
+from ..registry.keras_models import load_keras
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..registry.keras_models import load_keras
-
     model = load_keras(ctx.path("keras"))
     with contextlib.redirect_stdout(io.StringIO()):  # Keras prints the endpoint listing
         model.export(ctx.folder / "savedmodel", format="tf_saved_model")

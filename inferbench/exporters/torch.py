@@ -13,6 +13,7 @@ shape inference. The parity gate checks the module like any other export.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,6 @@ def export(ctx: ExportContext) -> dict[str, Any]:
 def explicit_same_padding(model: Any) -> int:
     """Replace ``auto_pad`` SAME_UPPER / SAME_LOWER on Conv and pooling nodes by the explicit ``pads`` it means
     (in place); returns how many nodes changed. Needs the nodes' input sizes from shape inference."""
-    import math
-
     import onnx
     from onnx import helper
 

@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 
+from ..base.errors import UsageError
+from ..base.machine import training_refusal
+from ..measure.memory import current_rss_mb
 from ..measure.training import PARITY_STEPS, Optimizer, batch_seed, labels, learning_rate
 from ..registry.artifacts import ExportContext, train_reference
 from ..registry.inputs import make_inputs
 from ..registry.keras_models import load_keras
 from ..registry.models import get_model
 from ..runners import keras_train
+from ..spec import RunnerOptions
+from . import cache
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
-    from ..spec import RunnerOptions
-
     refuse_what_memory_cannot_hold(ctx)
     spec = get_model(ctx.model)
     (ctx.folder / "train-reference").mkdir(exist_ok=True)
@@ -45,11 +48,6 @@ def refuse_what_memory_cannot_hold(ctx: ExportContext) -> None:
     """Before a step is taken: a batch whose training would not fit the memory available now is bad input, one line
     with the batch size to try (UsageError), from the Keras export's model size (--scenario train --batch-size 65536
     grew this export past 9.3 GB before the cells' own check could run)."""
-    from ..base.errors import UsageError
-    from ..base.machine import training_refusal
-    from ..measure.memory import current_rss_mb
-    from . import cache
-
     stats = (cache.read_manifest(ctx.folder)["artifacts"].get("keras") or {}).get("model_stats")
     for variant in ctx.variants:
         for bs in sorted(ctx.batch_sizes, reverse=True):

@@ -4,6 +4,9 @@ Metrics on the same seeded, image-like inputs: max abs error, max abs error rela
 max |reference| ("max_rel_err"), the smallest per-input cosine similarity, and top-1 agreement.
 A top-1 disagreement only fails the gate where the reference itself is not a near-tie (its margin
 between the two classes exceeds the allowed absolute error).
+
+Why one file: the gates of every precision (FP32, reduced precision relative to the model's own error, INT8's
+agreement and accuracy) share one set of metrics and thresholds, which must be read side by side.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .stats import paired_difference, wilson
 
 
 @dataclass(frozen=True)
@@ -179,8 +184,6 @@ def accuracy(labels: np.ndarray, candidate: np.ndarray, reference: np.ndarray, p
     (:func:`inferbench.measure.stats.paired_difference`); for a reduced precision, MLPerf's gate on top-1
     (:data:`ACCURACY_GATE`). ``status``: passed / failed (a reduced precision), measured (FP32: the FP32 gate on
     the reference inputs judges it), not_measured (FP32 classifies none of them right: nothing to hold it to)."""
-    from .stats import paired_difference, wilson
-
     labels = np.asarray(labels)
     n, classes = len(labels), int(np.shape(reference)[1])
     out: dict[str, Any] = {"images": n, "gate": ACCURACY_GATE}
@@ -225,8 +228,6 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, precision: str,
     """The agreement block of a reduced-precision cell's parity: its top-1 and top-5 agreement with FP32 over many
     inputs, each with its 95% Wilson interval, and the verdict against the model's own agreement in that precision
     (``own``: :func:`agreements` of the Keras model in it, measured by ``AGREEMENT_METHOD``; TF32 takes FP16's)."""
-    from .stats import wilson
-
     counts = agreements(reference, candidate)
     n = counts["inputs"]
     own_counts = own_error(precision, own)

@@ -17,6 +17,7 @@ taken while other work took more of it than a run allows (``valid``: false) is u
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,7 +26,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .trackers.machine import MAX_OTHER_LOAD
+from ..base.files import atomic_write_text
+from .trackers.machine import MAX_OTHER_LOAD, MachineMonitor
 
 METHOD = "best-matmul-fp32"
 CPU_SIZE = 2048
@@ -47,8 +49,6 @@ def _best(call: Any, size: int, repeats: int, sync: Any = lambda: None) -> float
 
 def measure(kind: str) -> dict[str, Any]:
     """Run in the child: the peak FP32 rate of ``kind`` ("cpu" or "gpu") by every library that is here."""
-    import importlib.util
-
     import numpy as np
 
     rates: dict[str, float] = {}
@@ -97,7 +97,6 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     busy = (result.get("machine") or {}).get("other_cores")
     result["valid"] = None if busy is None else busy <= MAX_OTHER_LOAD * max(int(key.get("threads") or 1), 1)
     if result.get("gflops") and result["valid"]:  # a measurement on a busy machine is never cached
-        from ..base.files import atomic_write_text
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +108,6 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
 
 def measured_with_machine(kind: str) -> dict[str, Any]:
     """:func:`measure`, with how much of the machine other work took meanwhile (``machine``)."""
-    from .trackers.machine import MachineMonitor
-
     monitor = MachineMonitor()
     monitor.start()
     start = time.perf_counter()

@@ -31,6 +31,9 @@ p99) gives no interval: "too few samples", never ranked. The percentile of every
 
 Percentiles use linear interpolation between closest ranks (NumPy's default 'linear' method,
 Hyndman & Fan type 7); tools disagree at small n, so every record names the rule and carries n.
+
+Why one file: the cell's interval, the paired margin and compare's across runs are one random-effects model
+of the same log round figures; their estimators share its pieces (the spread, its moderation, t's quantiles).
 """
 
 from __future__ import annotations

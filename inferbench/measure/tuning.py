@@ -15,6 +15,8 @@ and a switch they show slower than the default is undone.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,9 +94,6 @@ def choose(candidates: list[Candidate]) -> dict[str, Any]:
 def setting_digest(setting: dict[str, Any]) -> str:
     """A short digest of a chosen setting (its names and values): the record's ``tuning.digest``, part of the cell's
     identity as ``+env-<digest>`` is, so that ``compare`` never sets a cell tuned otherwise beside it."""
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 

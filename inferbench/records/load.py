@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from .. import SCHEMA_VERSION
 from ..base.codec import encode
 from ..base.errors import UsageError
+from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, parse
+from .table import RANKED_PARITY, display_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -122,7 +124,6 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     """Add the columns every analysis uses: device name, p50/p99, throughput, ranked (parity ok + status ok)."""
     import pandas as pd
 
-    from .table import RANKED_PARITY, display_name
 
     out = df.copy()
     for column in OPTIONAL_COLUMNS:  # a record may lack a block (an old schema, a minimal writer): never a KeyError
@@ -150,7 +151,6 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out["cell"] = out["model"] + "@" + out["resolution"].astype(str)
     flops = out.get("model_stats.flops_per_image", pd.Series(None, index=out.index, dtype=float)).astype(float)
     if "scenario" in out:  # a training step's: 3 x the forward's (inferbench.measure.training)
-        from ..measure.training import STEP_FLOPS_FACTOR
 
         trains = out["scenario"].map(lambda s: scenario(s).trains).astype(bool)
         flops = flops.where(~trains, flops * STEP_FLOPS_FACTOR)

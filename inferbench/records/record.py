@@ -53,8 +53,10 @@ Schema history (``schema_version``):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
@@ -62,8 +64,10 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 from .. import SCHEMA_VERSION
 from ..base.codec import decode, encode, plain
 from ..base.files import atomic_write_text
+from ..measure.stats import ONE_PROCESS, TAIL_METHOD, TAILS, centre, tail_interval
+from ..registry import frameworks
 from ..registry.scenarios import SCENARIOS
-from ..spec import PRECISIONS
+from ..spec import PRECISIONS, RunnerOptions, record_filename
 from .blocks import (
     PARITY_STATUSES,
     ColdStart,
@@ -193,8 +197,6 @@ class Record:
 
     @property
     def filename(self) -> str:
-        from ..spec import record_filename
-
         return record_filename(self.model, self.resolution, self.batch_size, self.framework, self.precision,
                                self.variant, self.scenario)
 
@@ -203,8 +205,6 @@ class Record:
            outcome: ChildResult, model_stats: dict[str, Any] | None = None,
            artifacts: dict[str, Any] | None = None) -> Record:
         """The record of a cell from the job that ran and what its child process sent back."""
-        import dataclasses
-
         cell = job.cell
         blocks: dict[str, Any] = {}
         config = job.config
@@ -232,8 +232,6 @@ RAW_KEPT_MAX = 100_000
 
 def kept_raw(blocks: dict[str, Any]) -> dict[str, Any]:
     """``blocks`` with at most RAW_KEPT_MAX raw latencies (and their rounds), the subsample said in ``latency_ms``."""
-    import random
-
     most = RAW_KEPT_MAX
 
     raw, rounds = blocks.get("raw_latencies_ms"), blocks.get("raw_rounds")
@@ -299,8 +297,6 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
 
 def _v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
     """The ranked p50 becomes the rounds' centre (:func:`inferbench.measure.stats.centre`); the pooled one stays."""
-    from ..measure.stats import ONE_PROCESS, centre
-
     lat = old.get("latency_ms")
     if not isinstance(lat, dict) or not isinstance(lat.get("p50"), (int, float)) or not lat["p50"] > 0:
         return {**old, "schema_version": 7}
@@ -325,8 +321,6 @@ def _v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
 def _v7_to_v8(old: dict[str, Any]) -> dict[str, Any]:
     """The tails become the rounds' centres with the rounds' interval (:func:`inferbench.measure.stats.tail_interval`);
     the pooled percentiles stay, as ``p90_pooled`` and so on."""
-    from ..measure.stats import TAIL_METHOD, TAILS, centre, tail_interval
-
     lat = old.get("latency_ms")
     if not isinstance(lat, dict):
         return {**old, "schema_version": 8}
@@ -366,9 +360,6 @@ def _v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
-    from ..registry.frameworks import FRAMEWORKS
-    from ..spec import RunnerOptions
-
     rec = json.loads(json.dumps(old))  # a deep copy
     config = rec.setdefault("config", {})
     opts = config.get("options") or {}
@@ -376,7 +367,7 @@ def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
         include_transfer=bool(opts.get("include_transfer", config.get("include_transfer", False))),
         channels_last=bool(opts.get("channels_last")), torch_compile=bool(opts.get("compile")),
         cuda_graphs=bool(opts.get("cuda_graphs")), keras_backend=str(opts.get("keras_backend") or "tensorflow"))
-    fw = FRAMEWORKS.get(rec.get("framework", ""))
+    fw = frameworks.FRAMEWORKS.get(rec.get("framework", ""))
     cell_options = options.for_framework(fw) if fw else options
     config["options"] = encode(options)
     for gone in ("framework_description", "include_transfer", "precision"):
@@ -424,8 +415,6 @@ def as_written(record: Record) -> dict[str, Any]:
 
 def record_key(record: dict[str, Any]) -> str:
     """A record's cell, as its file name (the identity :class:`~inferbench.spec.CellKey` writes it under)."""
-    from ..spec import record_filename
-
     return record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
                            record.get("precision", "fp32"), record.get("variant", ""),
                            record.get("scenario", "inference"))

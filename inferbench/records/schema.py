@@ -15,7 +15,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from .. import SCHEMA_VERSION
 from .blocks import Doc, Enum, Max, Min, NonEmpty, Pair
+from .record import Record
 
 URL = "https://github.com/inferbench/inferbench/blob/main/inferbench/records/schema/record.schema.json"
 
@@ -91,9 +93,6 @@ def object_schema(cls: type, open_objects: bool = True) -> dict[str, Any]:
 
 def record_schema() -> dict[str, Any]:
     """The published schema of a record at the current ``schema_version``."""
-    from .. import SCHEMA_VERSION
-    from .record import Record
-
     body = object_schema(Record, open_objects=True)
     body["additionalProperties"] = False  # a record holds exactly the Record's fields; its blocks stay open
     body.pop("description", None)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.files import atomic_write_text
+from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,8 +85,6 @@ def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
     """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
     image; a training step's: 3 x the forward's) and its fraction of the device's measured peak FP32 rate (None
     where either is unknown)."""
-    from ..measure.training import STEP_FLOPS_FACTOR
-
     stats = record.get("model_stats") or {}
     flops, throughput = stats.get("flops_per_image"), record.get("throughput_per_s")
     if flops and scenario(record.get("scenario")).trains:

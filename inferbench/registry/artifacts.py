@@ -4,6 +4,7 @@ registry (strings name the exporter modules, nothing is imported); the exporters
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,8 +120,6 @@ def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
 def keras_backend_here() -> str:
     """The backend Keras runs on where no runner option says otherwise (exports, the reference): TensorFlow,
     or where it is not installed (a GPU machine with artifacts brought from elsewhere) JAX, then torch."""
-    import importlib.util
-
     return next((b for b in ("tensorflow", "jax", "torch") if importlib.util.find_spec(b) is not None), "tensorflow")
 
 

@@ -18,6 +18,7 @@ Nothing here is imported before a child process builds a model.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..base.errors import UsageError
@@ -149,8 +150,6 @@ def vit_b16(weights: Any = None, classifier_activation: Any = None,
 
 def __getattr__(name: str) -> Any:
     """``regnetx002`` ... ``regnety320``: the builder of that RegNet configuration (registry entries name them)."""
-    import functools
-
     if name.startswith("regnet") and name[len("regnet"):] in REGNETS:
         return functools.partial(regnet, name[len("regnet"):])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

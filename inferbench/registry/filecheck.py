@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ..base import machine
 from ..base.errors import UsageError
 
 MiB = 2**20
@@ -31,9 +32,7 @@ ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")  # what ONNX Runti
 
 
 def _memory_bytes() -> float:
-    from ..base.machine import memory_total_gb
-
-    gb = memory_total_gb()
+    gb = machine.memory_total_gb()
     return gb * 2**30 if gb else float("inf")
 
 

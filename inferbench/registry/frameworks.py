@@ -17,6 +17,9 @@ from importlib import metadata
 from typing import Any
 
 from ..base.errors import UsageError, did_you_mean
+from .artifacts import export_order, exporter_extra, exporter_packages, unreachable
+from .modelfiles import FILE_FORMATS
+from .ports import ported_models
 from .scenarios import scenario as scenario_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
@@ -67,9 +70,6 @@ class Framework:
         that a model file can give (OpenVINO reads an ONNX file as well as a SavedModel); "none" for the Keras
         weights of a model without a port (a torchvision twin then runs its own weights); its trainer's for
         training; its INT8 model for ``precision`` int8."""
-        from .artifacts import unreachable
-        from .ports import ported_models
-
         if precision == "int8" and self.int8_artifact:
             return self.int8_artifact
         own = (self.train_artifact or self.artifact) if scenario_entry(scenario).trains else self.artifact
@@ -87,9 +87,6 @@ class Framework:
 
     def unsupported(self, model: Any, scenario: str = "inference") -> str | None:
         """Why this framework cannot run ``model`` (a ModelSpec) in ``scenario``, or None."""
-        from .artifacts import unreachable
-        from .ports import ported_models
-
         trains = scenario_entry(scenario).trains
         if trains and self.cannot_train():
             return self.cannot_train()
@@ -108,8 +105,6 @@ class Framework:
 
     def verified(self, model: str) -> bool:
         """Are its outputs comparable with the Keras reference for ``model`` (same weights)?"""
-        from .ports import ported_models
-
         return self.same_weights or (self.ported and model in ported_models())
 
     def runtime_packages(self, options: Any = None) -> tuple[str, ...]:
@@ -125,8 +120,6 @@ class Framework:
 
 
 def _file_format(model: Any) -> str:
-    from .modelfiles import FILE_FORMATS
-
     return FILE_FORMATS[model.source.format]
 
 
@@ -313,8 +306,6 @@ def needed_packages(fw: Framework, model: Any = None, options: Any = None,
     """Every package ``fw`` needs with these runner ``options``, its own and its artifacts' exporters' (the
     reference export included: the Keras model's, or a model file's own framework) but for the artifact kinds
     in ``have`` (already exported, here or elsewhere), with the extra that installs each."""
-    from .artifacts import export_order, exporter_extra, exporter_packages
-
     needed = {pkg: fw.extra for pkg in fw.runtime_packages(options)}
     for kind in export_order(artifacts_of(fw, model, scenario), model):
         if kind not in have:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError, shorten
+from .inputs import agreement_inputs, preprocess
 
 #: What is read as an image (torchvision's ImageFolder reads the same).
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp")
@@ -104,8 +105,6 @@ def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) 
     """The calibration's inputs, prepared as the model takes them, :data:`CHUNK` at a time: the user's images
     (:func:`inputs`), else seeded image-like inputs from a stream of their own (calibrating on the very inputs the
     agreement is counted on would flatter it)."""
-    from .inputs import agreement_inputs
-
     if cal.set is None:
         yield from agreement_inputs(spec, resolution, seed + CALIBRATION_SEED, cal.images)
     else:
@@ -144,8 +143,6 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
 def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int) -> Iterator[np.ndarray]:
     """The images of ``listed`` (:func:`items`) as model inputs (float32, the model's preparation and layout),
     :data:`CHUNK` at a time."""
-    from .inputs import preprocess
-
     for start in range(0, len(listed), CHUNK):
         batch = preprocess(spec, np.stack([read(p, resolution) for p, _ in listed[start:start + CHUNK]]))
         yield np.ascontiguousarray(batch.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else batch

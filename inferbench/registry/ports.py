@@ -37,11 +37,15 @@ The activations need no change: Keras hard_sigmoid/hard_swish are relu6(x + 3) /
 torch's Hardsigmoid/Hardswish, swish is SiLU, and the heads apply the same ops in the same order
 (Keras' 1x1 convs on pooled features are Linear layers). Dropout and stochastic depth are no-ops
 at inference. Nothing here imports a framework at module level.
+
+Why one file: the two halves of a port must agree name for name (a Keras variable and the torch parameter it
+becomes); each family's fixes sit beside the layout rules they amend.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -250,8 +254,6 @@ class _Reader:
 @functools.cache
 def _modules() -> Any:
     """The torch module classes, defined on first use so that this file imports without torch."""
-    import types
-
     import torch
     import torch.nn.functional as F
     from torch import nn

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import MissingDependency
+from ..registry.keras_models import load_keras
 from .base import LoadContext, Runner
 
 
@@ -38,8 +39,6 @@ class JaxRunner(Runner):
     name = "jax"
 
     def load(self, ctx: LoadContext) -> None:
-        from ..registry.keras_models import load_keras
-
         os.environ["KERAS_BACKEND"] = "jax"  # before Keras is imported in this worker
         self.cpus = None
         if ctx.device == "cpu":  # XLA:CPU sizes its thread pool by the CPUs it may use: --threads of them

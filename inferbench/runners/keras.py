@@ -15,10 +15,15 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import MissingDependency
+from ..exporters.reference import rebuilt
+from ..measure.parity import pick_blocks, relative_l2
 from ..registry.keras_models import load_keras
+from . import keras_train
 from .base import LoadContext
+from .jax import setup_jax
 from .keras_train import KerasTraining
 from .tf import TfBase, setup_tensorflow
+from .torch import cuda_uuid, strict_fp32
 
 COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}
 
@@ -38,14 +43,11 @@ class KerasEagerRunner(TfBase):
         elif self.backend == "torch":
             import torch
 
-            from .torch import strict_fp32
 
             torch.set_num_threads(ctx.threads)
             self.torch = torch
             self.tf32 = strict_fp32(torch, ctx)
         else:
-            from .jax import setup_jax
-
             self.jax, self.tf32 = setup_jax(self.gpu)
         self.threads = ctx.threads
         import keras
@@ -93,9 +95,6 @@ class KerasEagerRunner(TfBase):
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """Each block's output (:func:`keras_blocks`) as this runner computes the model (eager, or Keras' compiled
         predict step with its jit_compile) against the same model rebuilt in FP64, called eagerly: relative L2."""
-        from ..exporters.reference import rebuilt
-        from ..measure.parity import relative_l2
-
         blocks = keras_blocks(self.keras, self.model)
         if len(blocks) < 2:
             return None
@@ -131,8 +130,6 @@ class KerasEagerRunner(TfBase):
 
     def device_uuid(self) -> str | None:
         if self.backend == "torch" and self.gpu:
-            from .torch import cuda_uuid
-
             return cuda_uuid(self.torch)
         return None
 
@@ -150,8 +147,6 @@ class KerasEagerRunner(TfBase):
 def keras_blocks(keras: Any, model: Any) -> list[str]:
     """A functional Keras model's blocks in network order, by layer name: its ``Add`` layers, else its layers
     (:func:`inferbench.measure.parity.pick_blocks`), then its last layer."""
-    from ..measure.parity import pick_blocks
-
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
     adds = [layer for layer in layers[:-1] if isinstance(layer, keras.layers.Add)]
     return [layer.name for layer in pick_blocks(adds, layers[:-1])] + [layers[-1].name] if layers else []
@@ -194,8 +189,6 @@ class KerasEagerTrainer(KerasEagerRunner, KerasTraining):
     eager, jit = True, False
 
     def load(self, ctx: LoadContext) -> None:
-        from . import keras_train
-
         super().load(ctx)
         model = self.ready(self.model, ctx.options)
         model.compile(optimizer=keras_train.optimizer(ctx.options.optimizer), loss=keras_train.loss_function(),
@@ -208,8 +201,6 @@ class KerasEagerTrainer(KerasEagerRunner, KerasTraining):
         return self.model.train_on_batch(*prepared)
 
     def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
-        from . import keras_train
-
         x, y = prepared
         if self.backend == "tensorflow":
             return keras_train.tf_gradients(self.model, x, y)

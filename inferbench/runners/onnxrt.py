@@ -8,10 +8,16 @@ the record counts its quantisation pairs and names the CPU's INT8 instructions.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..base.machine import native_instructions
+from ..exporters.quantize_onnx import METHOD, prepare
+from ..measure.parity import pick_blocks, relative_l2
+from ..registry import artifacts
 from .base import LoadContext, Runner
 
 PROVIDERS = {
@@ -107,9 +113,6 @@ class OnnxRuntimeRunner(Runner):
         them into its INT8 kernels at load), how it was made, the CPU's INT8 instructions."""
         import onnx
 
-        from ..base.machine import native_instructions
-        from ..exporters.quantize_onnx import METHOD
-
         ops = [n.op_type for n in onnx.load(str(self.ctx.artifact), load_external_data=False).graph.node]
         return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
                 "method": METHOD, "instructions": native_instructions("int8")}
@@ -123,14 +126,8 @@ class OnnxRuntimeRunner(Runner):
         data = onnx.load(str(self.ctx.artifact)).SerializeToString()
         if self.ctx.precision != "int8":
             return block_errors(self.ort, data, data, self.input_name, inputs, self.providers(self.ctx), self.threads)
-        import tempfile
-        from pathlib import Path
-
-        from ..exporters.quantize_onnx import prepare
-        from ..registry.artifacts import EXPORTERS
-
         with tempfile.TemporaryDirectory() as tmp:
-            fp32 = prepare(self.ctx.folder / EXPORTERS["onnx"].path, Path(tmp)).read_bytes()
+            fp32 = prepare(self.ctx.folder / artifacts.EXPORTERS["onnx"].path, Path(tmp)).read_bytes()
         return block_errors(self.ort, data, fp32, self.input_name, inputs, self.providers(self.ctx), self.threads,
                             INT8_AGAINST)
 
@@ -160,8 +157,6 @@ def blocks_of(model: Any, within: set[str] | None = None) -> list[tuple[str, str
     """An ONNX graph's blocks in network order, as (short name, tensor): its residual additions (an ``Add`` of two
     computed tensors), else the outputs of its computing nodes (:func:`inferbench.measure.parity.pick_blocks`); the
     graph's first output last. ``within``: only tensors of these names (those another graph computes too)."""
-    from ..measure.parity import pick_blocks
-
     made = {o for node in model.graph.node if node.op_type == "Constant" for o in node.output}
     fixed = {i.name for i in model.graph.initializer} | made
     computing = [n for n in model.graph.node if n.op_type not in _SHAPE_OPS and n.output and n.output[0]
@@ -185,7 +180,6 @@ def block_errors(ort: Any, data: bytes, reference: bytes, input_name: str, input
     network order. None for a graph without blocks."""
     import onnx
 
-    from ..measure.parity import relative_l2
 
     def exposed(model_bytes: bytes, tensors: list[str]) -> bytes:
         model = onnx.load_from_string(model_bytes)

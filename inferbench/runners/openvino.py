@@ -28,12 +28,14 @@ and shares the input and output buffers (about 5% faster than copying them).
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..base.machine import native_instructions
+from ..registry.filecheck import check_savedmodel
 from .base import LoadContext, Runner
 
 #: --precision -> OpenVINO's INFERENCE_PRECISION_HINT (int8: the quantised layers run in INT8 whatever the hint; the
@@ -46,8 +48,6 @@ COMPUTE_LAYERS = ("Convolution", "GroupConvolution", "FullyConnected", "MatMul")
 def executed_precisions(compiled: Any) -> dict[str, int]:
     """How many compute layers of the compiled model run at each precision (its runtime model's
     ``runtimePrecision``)."""
-    from collections import Counter
-
     seen: Counter[str] = Counter()
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
@@ -72,7 +72,6 @@ class OpenVinoRunner(Runner):
         if ctx.device != "cpu":
             raise RuntimeError("inferbench runs OpenVINO on the CPU only (its GPU plugin is for Intel GPUs)")
         if Path(ctx.artifact).is_dir():  # a SavedModel: its ops read first, as for TensorFlow (nothing but inference)
-            from ..registry.filecheck import check_savedmodel
 
             check_savedmodel(Path(ctx.artifact))
         # an INT8 model (NNCF's, OpenVINO IR) is read as it was saved; the SavedModel or ONNX file is converted

@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import MissingDependency
+from ..exporters.tensorrt import build_engine, engine_path, engine_tag
+from ..registry.artifacts import ExportContext
 from .base import LoadContext, Runner
+from .torch import cuda_uuid
 
 
 class TensorRTRunner(Runner):
@@ -25,16 +28,12 @@ class TensorRTRunner(Runner):
             raise MissingDependency("tensorrt", "tensorrt", "tensorrt-fp32/fp16/int8") from None
         import torch
 
-        from ..exporters.tensorrt import build_engine
-        from ..registry.artifacts import ExportContext
-
         if ctx.device != "gpu" or not torch.cuda.is_available():
             raise RuntimeError("TensorRT needs an NVIDIA GPU")
         precision = ctx.precision
         batch_sizes = ctx.batch_sizes
         ectx = ExportContext(ctx.folder, ctx.model.name, ctx.resolution, "n/a", ctx.seed, batch_sizes)
         gpu_name = torch.cuda.get_device_name(0)
-        from ..exporters.tensorrt import engine_path, engine_tag
 
         source = ctx.artifact if precision == "int8" else None  # INT8: the symmetric QDQ model, per calibration set
         path = engine_path(ectx, engine_tag(precision, source), gpu_name, trt.__version__)
@@ -97,8 +96,6 @@ class TensorRTRunner(Runner):
         return outputs.cpu().numpy()
 
     def device_uuid(self) -> str | None:
-        from .torch import cuda_uuid
-
         return cuda_uuid(self.torch)
 
     def details(self) -> dict[str, Any]:

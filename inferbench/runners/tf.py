@@ -12,6 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ..base.errors import UsageError
+from ..registry.filecheck import check_savedmodel
+from ..registry.keras_models import load_keras
+from . import keras_train
 from .base import LoadContext, Runner
 from .keras_train import KerasTraining
 
@@ -36,7 +40,6 @@ def load_saved_model(path: str | Path) -> Any:
     (:func:`~inferbench.registry.filecheck.check_savedmodel`): nothing of it runs before."""
     import tensorflow as tf
 
-    from ..registry.filecheck import check_savedmodel
 
     check_savedmodel(Path(path))
     return tf.saved_model.load(str(path))
@@ -50,8 +53,6 @@ def serving_function(loaded: Any) -> Any:
     signature = loaded.signatures.get("serving_default")
     inputs = signature.structured_input_signature[1] if signature is not None else {}
     if signature is None or len(inputs) != 1:
-        from ..base.errors import UsageError
-
         raise UsageError("the SavedModel has neither a 'serve' endpoint nor a 'serving_default' signature with "
                          "one input")
     (name,) = inputs
@@ -142,9 +143,6 @@ class TapeTrainer(TfBase, KerasTraining):
     name = "tf"
 
     def load(self, ctx: LoadContext) -> None:
-        from ..registry.keras_models import load_keras
-        from . import keras_train
-
         tf = self.tf = setup_tensorflow(ctx)
         self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
         self.gpu = ctx.device == "gpu"
@@ -173,8 +171,6 @@ class TapeTrainer(TfBase, KerasTraining):
         return float(loss.numpy())
 
     def gradients(self, prepared: Any) -> tuple[float, dict[str, np.ndarray]]:
-        from . import keras_train
-
         return keras_train.tf_gradients(self.model, *prepared)
 
     def training_details(self) -> dict[str, Any]:

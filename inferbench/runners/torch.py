@@ -18,7 +18,7 @@ import numpy as np
 from ..base.machine import native_instructions
 from ..exporters import quantize_torch
 from ..exporters.torch import convert
-from ..registry.artifacts import EXPORTERS
+from ..registry import artifacts
 from ..registry.inputs import make_inputs
 from ..registry.ports import build_torchvision, ported_models
 from .base import LoadContext, Runner
@@ -114,7 +114,7 @@ class TorchRunner(Runner):
         pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs."""
         from safetensors.torch import load_file
 
-        module, _ = convert(ctx.folder / EXPORTERS["onnx"].path)
+        module, _ = convert(ctx.folder / artifacts.EXPORTERS["onnx"].path)
         module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
         return module
 
@@ -242,7 +242,7 @@ class TorchNativeRunner(TorchRunner):
     def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
         quantised from (:func:`program_stage_errors`)."""
-        with np.load(self.ctx.folder / EXPORTERS["ported"].path) as weights:
+        with np.load(self.ctx.folder / artifacts.EXPORTERS["ported"].path) as weights:
             twin = build_torchvision(self.ctx.model.name, weights).eval()
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         return program_stage_errors(self.torch, self.plain, twin, x)

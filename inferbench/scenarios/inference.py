@@ -36,6 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from ..measure import stats
+from ..measure.timing import run_block, warm_up
+from ..measure.trackers import judge
+from ..measure.trackers.energy import net_interval
+from ..measure.trackers.machine import summarize as machine_summary
+from ..measure.trackers.speed import summarize as speed_summary
 from ..spec import CellJob, CellOutcome, TimingConfig
 from .base import Emit, Loaded, Measured, timed_call, timing_for
 from .gates import check_parity
@@ -58,8 +64,6 @@ class Session(Measured):
     def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:
         """One tuning block with a live ``setting`` (:meth:`Runner.apply`): its median latency, for the parent's
         choice (:mod:`inferbench.measure.tuning`)."""
-        from ..measure.timing import run_block
-
         self.runner.apply(setting)
         config = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=3,
                               rounds=1)
@@ -69,8 +73,6 @@ class Session(Measured):
     def apply(self, setting: dict[str, Any], tuning: dict[str, Any]) -> dict[str, Any]:
         """Measure from now on with the chosen live ``setting``; what is timed is checked again (parity, when the
         setting is not the one checked at set-up) and warmed up afresh. ``tuning``: the record's tuning block."""
-        from ..measure.timing import warm_up
-
         self.runner.apply(setting)
         self.extra["tuning"] = tuning
         if setting and setting != tuning.get("default"):
@@ -85,10 +87,6 @@ def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
     """One cell's outcome from its worker processes' (each measured some of the rounds): the raw latencies
     together, their statistics with the process of each round, throughput over every window, energy and the
     machine's state over every block; parity failed if any process's did; the rest from the first process."""
-    from ..measure import stats
-    from ..measure.trackers import judge
-    from ..measure.trackers.machine import summarize as machine_summary
-
     if len(outcomes) == 1:
         return outcomes[0]
     first = outcomes[0].blocks
@@ -118,8 +116,6 @@ def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
             [b for st in states for b in st["blocks"]], states[0]["threads"], states[0]["max_other_load"]).items()
             if k != "validity"}}
         if all(st.get("speed") for st in states):
-            from ..measure.trackers.speed import summarize as speed_summary
-
             merged["machine_state"]["speed"] = speed_summary([b for st in states for b in st["speed"]["blocks"]])
     return CellOutcome(timing=outcomes[0].timing, blocks=merged)
 
@@ -128,8 +124,6 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
                   window: float) -> dict[str, Any]:
     """The processes' energy blocks as one: energies and windows add up, peaks take the maximum; per inference
     with its interval from the per-round figures (rounds and processes)."""
-    from ..measure import stats
-
     if not all(b.get("available") for b in blocks):
         return next(b for b in blocks if not b.get("available"))
     out = dict(blocks[0])
@@ -147,7 +141,6 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
     if out["joules_per_inference"]:
         ci = stats.per_round_interval(out["joules_per_inference"], per_round, processes)
         out["joules_per_inference_ci95"] = None if ci is None else list(ci)
-    from ..measure.trackers.energy import net_interval
 
     return net_interval(out, blocks, inferences, processes)  # each process's own baseline
 
@@ -156,8 +149,6 @@ def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | Non
     """The cells of a group, each with the between-process part of its intervals shrunk toward the group's pooled
     value (:func:`inferbench.measure.stats.shrink_between`: one cell's two or three processes measure it poorly on
     their own, and the runtimes of a group may differ in it)."""
-    from ..measure import stats
-
     fits = []
     for o in outcomes:
         spread = (o.blocks.get("latency_ms") or {}).get("spread") if o is not None else None

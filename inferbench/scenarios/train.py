@@ -26,8 +26,16 @@ from typing import Any
 
 import numpy as np
 
+from ..base.codec import encode
+from ..exporters.train_reference import read
+from ..measure import training
+from ..measure.memory import current_rss_mb
+from ..registry.artifacts import train_reference, train_variant
+from ..registry.frameworks import load_runner
+from ..registry.inputs import make_inputs
+from ..registry.models import get_model
 from ..spec import CellJob, CellOutcome
-from .base import Emit, Measured, check_device, open_tracked, timing_for
+from .base import Emit, Measured, check_device, load, open_tracked, timing_for
 from .inference import finalize_group  # noqa: F401 - the parent's call, as inference's
 from .inference import merge as merge_processes
 
@@ -40,14 +48,6 @@ class Diverged(RuntimeError):
 
 class Session(Measured):
     def __init__(self, job: CellJob, emit: Emit) -> None:
-        from ..base.codec import encode
-        from ..measure import training
-        from ..measure.memory import current_rss_mb
-        from ..registry.frameworks import load_runner
-        from ..registry.inputs import make_inputs
-        from ..registry.models import get_model
-        from .base import load
-
         self.job, self.emit = job, emit
         cell = job.cell
         spec = get_model(cell.model)
@@ -80,11 +80,6 @@ class Session(Measured):
     def check(self, spec: Any) -> tuple[dict[str, Any], float]:
         """Training parity from the initial weights (see the module's docstring); returns the parity block and the
         first timed step's seconds."""
-        from ..exporters.train_reference import read
-        from ..measure import training
-        from ..registry.artifacts import train_reference, train_variant
-        from ..registry.inputs import make_inputs
-
         job, trainer, cell = self.job, self.runner, self.job.cell
         self.emit("training parity")
         variant = train_variant(cell.options.optimizer, cell.options.bn_mode)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import Contribution
+
 SYS_CPU = Path("/sys/devices/system/cpu")
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -94,8 +96,6 @@ class ClockTracker:
         return ClockMonitor(self.clocks)
 
     def finish(self, done: Any) -> Any:
-        from . import Contribution
-
         blocks = [b.monitors[self.name] for b in done.blocks]
         lows = [b["mhz_min"] for b in blocks if b["mhz_min"] is not None]
         means = [b["mhz_mean"] for b in blocks if b["mhz_mean"] is not None]

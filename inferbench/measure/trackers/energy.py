@@ -21,6 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import stats
+from ..stats import satterthwaite
+from . import Contribution
+
 Clock = Callable[[], float]
 Reading = dict[str, Any]  # a baseline's or a block's energy figures
 
@@ -322,8 +326,6 @@ class EnergyTracker:
         self.after = _read_idle(self.sensor, self.idle_seconds) if self.idle.get("idle_w") is not None else None
 
     def finish(self, done: Any) -> Any:
-        from . import Contribution
-
         if not self.after_read:  # finished without the group's idle phase (a session run on its own)
             self.after_rounds()
         monitors, used = interpolated(self.idle, self.after, [(getattr(b, "started_at", None) or None,
@@ -355,8 +357,6 @@ def interpolated(before: Reading, after: Reading | None, blocks: list[tuple[floa
     over the blocks weighted by their windows (``idle_w``), ``drift_w`` (after less before), and its standard error
     (``idle_w_se``, with ``idle_df`` by Satterthwaite's rule): each reading's by its weight, and the drift's shape —
     the idle power between the readings is not known to lie on the line: a uniform spread over their difference."""
-    from ..stats import satterthwaite
-
     b0, b1 = before.get("idle_w"), (after or {}).get("idle_w")
     t0, t1 = before.get("at"), (after or {}).get("at")
     se0, se1 = before.get("idle_w_se"), (after or {}).get("idle_w_se")
@@ -400,8 +400,6 @@ def net_interval(energy: dict[str, Any], processes: list[dict[str, Any]], infere
     measure, but the group's reading after them (all at once, one counter) and the drift's shape are shared: their
     part (``shared_w_se``) shifts every process alike. The gross figure leans on no baseline: its interval has no
     such part."""
-    from .. import stats
-
     value = energy.get("net_joules_per_inference")
     per_round = {int(r): float(v) for r, v in (energy.get("per_round_net_j_per_inference") or {}).items()}
     if len(processes) > 1:  # each process's own reading's error is in the rounds' between-process part already; the

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import Contribution
+
 #: Other work may take this share of the cores the run uses before a cell is not valid (``--max-other-load``).
 MAX_OTHER_LOAD = 0.25
 
@@ -188,8 +190,6 @@ class MachineTracker:
         return MachineMonitor()
 
     def finish(self, done: Any) -> Any:
-        from . import Contribution
-
         state = summarize([b.monitors[self.name] for b in done.blocks], self.threads, self.max_other_load)
         validity = state.pop("validity")
         return Contribution({"machine_state": state}, validity)

@@ -14,6 +14,7 @@ readings before and after it agree; ``compare`` sets side by side only two runs'
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -85,8 +86,6 @@ def matched(a: list[dict[str, Any]], b: list[dict[str, Any]], need: int, with_da
 
 def main() -> None:
     """The probe process: a reading (GFLOP/s, one line) for every line read."""
-    import sys
-
     for _ in sys.stdin:
         print(round(probe(), 2), flush=True)
 
