@@ -34,6 +34,9 @@ no spread between invocations to estimate.
     python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
                                         [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR] [--reuse]
     python benchmarks/aa_calibration.py --pooled 3 --out DIR   # an --across calibration's runs, K a side pooled
+
+Looks inside: compare's own estimators (the interval within a run, between invocations, pooled) and a group measured
+in-process; the Python API (inferbench.api) has no such piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ the manifest, see ``inferbench.exporters.cache.brought``):
 
     python benchmarks/gpu_bring.py pack   OUT.tar.xz [--model M] [--resolution R] [--batch-sizes 1,4,...]
     python benchmarks/gpu_bring.py unpack OUT.tar.xz CACHE_DIR
+
+Looks inside: the artifact cache's manifest and files, packed for a machine that cannot export them; the Python API
+(inferbench.api) has no such piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

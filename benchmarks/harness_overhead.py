@@ -20,6 +20,9 @@ artifact cache) and warm.
 
     python benchmarks/harness_overhead.py [--blocks 30] [--block-seconds 0.5] [--sampler] [--device cpu|gpu]
                                           [--cache-dir DIR] [--wall-time]
+
+Looks inside: the one timed loop (measure.timing.run_block) against a bare loop over the same call; the Python API
+(inferbench.api) has no such piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

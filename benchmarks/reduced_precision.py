@@ -17,6 +17,9 @@ FP16: is it caught?
 
 Writes DIR/results.json, DIR/table.md and DIR/error_by_block.png. No timing: nothing here depends on the machine's
 load, only on its arithmetic (the CPU is recorded).
+
+Looks inside: the FP16/BF16 parity gate and the seeded weights' conditioning; the Python API (inferbench.api) has no
+such piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

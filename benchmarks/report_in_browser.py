@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import browser  # noqa: E402
 
-from inferbench.report import main as report  # noqa: E402
+from inferbench.api import report  # noqa: E402
 
 
 def main() -> int:
@@ -33,9 +33,7 @@ def main() -> int:
     os.chdir(browser.ROOT)  # the folder named as the test names it
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report"
-        if report([str(browser.FOLDER), "--out", str(out)]) != 0:
-            return 1
-        page = out / "report.html"
+        page = report(browser.FOLDER, out=out).with_name("report.html")
         geometry = browser.measure(page, found)
         browser.SEEN.mkdir(parents=True, exist_ok=True)
         browser.screenshot(page, browser.SEEN / "first-screen.png", found)

@@ -15,6 +15,9 @@ Printed per noise model: the answer over the truth (10th, 50th, 90th percentile 
 answer, the interval's coverage (logistic), and the tests spent. No timing: the result depends only on the seed.
 
     python benchmarks/serving_search_bias.py [--trials 300]
+
+Looks inside: the server scenario's search and confirmation rule; the Python API (inferbench.api) has no such piece,
+so this script imports the modules it studies.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ prepared inside the test), what serving measured before the samples were made re
     python benchmarks/serving_vs_closed.py [--models mobilenet_v3_small:96,mobilenet_v3_large:224]
         [--batch-sizes 1,8,32] [--frameworks onnxrt,openvino,...] [--pairs 5] [--block-seconds 1]
         [--include-transfer] [--cache-dir DIR] [--out FILE.json]
+
+Looks inside: serving's system under test against the closed loop, on the same loaded runtime; the Python API
+(inferbench.api) has no such piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

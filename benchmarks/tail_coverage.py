@@ -10,6 +10,9 @@ Each estimator is scored against the quantity it claims: the new one the round p
 count-weighted, as a long run pools them). No timing: the result depends on nothing but the seeds.
 
     python benchmarks/tail_coverage.py [--trials 400]
+
+Looks inside: the tails' estimator (measure.stats) on simulated rounds; the Python API (inferbench.api) has no such
+piece, so this script imports the modules it studies.
 """
 
 from __future__ import annotations

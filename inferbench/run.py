@@ -8,26 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
-from .base.errors import UsageError
-from .base.files import check_writable, new_folder
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, json_mode
 from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
-from .execution import budget
-from .execution.folders import folder_lock
-from .execution.pipeline import execute
 from .execution.plan import build, objective_for, open_files
+from .execution.runs import run_in_folder
 from .execution.tracking import where
-from .exporters.cache import check_cache_dir
 from .options import with_defaults
 from .registry import frameworks
 from .registry.frameworks import SETS, in_set, unavailable_reason
@@ -120,26 +113,9 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)
     config = built.config
-    out_root = Path(values["output_dir"])
-    new_root = not out_root.exists()
-    check_cache_dir(Path(config.cache_dir), bool(values.get("trust_cache")))
-    check_writable(out_root)
-    say_skipped(built.skipped, built.notes)
-    first = built.cells[0]
-    models = {c.model for c in built.cells}
-    what = f"{first.model}_{first.resolution}" if len(models) == 1 else "multi"
-    run_dir = new_folder(out_root, f"{time.strftime('%Y%m%d-%H%M%S')}_{what}_{config.device.label}")
-    deadline = budget.Deadline(values["time_budget"]) if values.get("time_budget") else None
-    try:
-        with folder_lock(run_dir):
-            executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective_for(values),
-                               verbosity=verbosity(values), deadline=deadline)
-    except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
-        if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
-            shutil.rmtree(run_dir)
-            if new_root and not any(out_root.iterdir()):
-                out_root.rmdir()
-        raise
+    ran = run_in_folder(values, built, objective_for(values), verbosity(values),
+                        lambda: say_skipped(built.skipped, built.notes))
+    run_dir, executed, deadline = ran.folder, ran.executed, ran.deadline
     print(format_summary(executed.records, objective_for(values), terminal_width()), file=sys.stdout)
     written = [name for name, there in (("a JSON record per cell", executed.records),
                                         *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]

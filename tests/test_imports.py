@@ -61,3 +61,23 @@ def test_every_inferbench_import_resolves():
                 except ImportError:
                     missing.append(f"{where}:{line}: {module} has no {name}")
     assert not missing, "\n".join(missing)
+
+
+#: What notebooks and benchmark scripts may import of inferbench: the public API and its two analysis modules.
+PUBLIC = ("inferbench", "inferbench.api", "inferbench.analysis.frames", "inferbench.analysis.plots")
+
+
+def test_notebooks_and_scripts_use_the_public_api():
+    """The notebooks and benchmarks/ import inferbench through its public API only (twenty internal modules were
+    imported before it existed); a script that studies an internal piece says so at its top ("Looks inside: ..."),
+    and only such a script imports more."""
+    reached = []
+    for where, source in _sources():
+        if not where.startswith(("notebooks/", "benchmarks/")):
+            continue
+        inside = "Looks inside:" in (ast.get_docstring(ast.parse(source)) or "") if where.endswith(".py") else False
+        for line, module, name in _imports(where, source):
+            target = f"{module}.{name}" if name else module
+            if module not in PUBLIC and target not in PUBLIC and not inside:
+                reached.append(f"{where}:{line}: {module}")
+    assert not reached, "\n".join(reached)

@@ -72,7 +72,7 @@ def test_there_is_no_import_circle():
 def test_every_module_sits_in_a_layer_or_is_a_command():
     commands = {m for m in _imports() if _layer(m) == COMMANDS}
     assert commands == {f"inferbench.{c}" for c in ("run", "sweep", "zoo", "report", "compare", "selftest",
-                                                      "commands", "__main__")}, commands
+                                                      "commands", "__main__", "api")}, commands
 
 
 def test_code_outside_the_scenarios_asks_the_scenario_entry_never_the_name():

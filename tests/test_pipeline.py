@@ -523,9 +523,9 @@ def test_a_foreign_plan_and_conflicting_flags_are_refused(fakes, tmp_path, capsy
 
 
 def test_two_runs_in_the_same_second_get_two_folders(fakes, tmp_path, monkeypatch):
-    from inferbench import run
+    from inferbench.execution import runs
 
-    monkeypatch.setattr(run.time, "strftime", lambda fmt, *a: "20260101-000000")
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt, *a: "20260101-000000")
     assert _run(tmp_path, "--framework", "fake") == 0
     assert _run(tmp_path, "--framework", "fake", "--batch-size", "2") == 0
     folders = sorted(p.name for p in (tmp_path / "out").iterdir())

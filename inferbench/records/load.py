@@ -15,7 +15,7 @@ from ..base.codec import encode
 from ..base.errors import UsageError
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
-from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, parse
+from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, Record, parse
 from .table import RANKED_PARITY, display_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,16 +30,15 @@ OWN_FILES = ("sweep.json", "recommendation.json", "exports.json", "contention.js
              "invocation_spread.json", "ab.json", "pooled.json")
 
 
-def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to
-    the current schema, as dicts (with ``_source``, the file it came from); and every file it skipped,
-    with the reason."""
+def read_records(path: Path) -> tuple[list[tuple[Record, Path]], list[str]]:
+    """Every inferbench record under ``path`` (a file or a folder, searched recursively), upgraded to the current
+    schema, as typed records with the file each came from; and every file it skipped, with the reason."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json")  # not LoadGen's logs beside one
                                                  if not any(part.endswith(".loadgen") for part in p.parts))
-    records = []
+    records: list[tuple[Record, Path]] = []
     skipped: list[str] = []
     unsupported: dict[Any, list[str]] = {}
     for file in files:
@@ -60,14 +59,11 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             unsupported.setdefault(version, []).append(str(file))
             continue
         try:
-            record = parse(data, file.name)
+            records.append((parse(data, file.name), file.resolve()))
         except ImpossibleRecord as exc:
             skipped.append(f"{file}: impossible values, never ranked ({exc})")
-            continue
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             skipped.append(f"{file}: incomplete or mistyped record ({str(exc)[:160]})")  # named, as resume sets aside
-            continue
-        records.append({**encode(record), "_source": str(file.resolve())})
     if unsupported:
         found = "; ".join(f"schema_version {v!r} in {len(fs)} file(s), e.g. {fs[0]}" for v, fs in unsupported.items())
         newer = any(isinstance(v, int) and v > SCHEMA_VERSION for v in unsupported)
@@ -75,6 +71,12 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise UsageError(f"{path} mixes in records this inferbench cannot read ({found}; it reads "
                          f"{', '.join(map(str, sorted(SUPPORTED_SCHEMAS)))}): {hint}")
     return records, skipped
+
+
+def iter_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`read_records` as dicts (with ``_source``, the file each came from), for the table."""
+    records, skipped = read_records(path)
+    return [{**encode(record), "_source": str(source)} for record, source in records], skipped
 
 
 ENERGY_J_PER_INF = "energy.joules_per_inference"  # written by GPU (NVML) and RAPL runs
