@@ -116,7 +116,8 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     ran = run_in_folder(values, built, objective_for(values), verbosity(values),
                         lambda: say_skipped(built.skipped, built.notes))
     run_dir, executed, deadline = ran.folder, ran.executed, ran.deadline
-    print(format_summary(executed.records, objective_for(values), terminal_width()), file=sys.stdout)
+    print(format_summary(executed.records, objective_for(values), terminal_width(), unmeasured=executed.unmeasured),
+          file=sys.stdout)
     written = [name for name, there in (("a JSON record per cell", executed.records),
                                         *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
     if executed.unmeasured:

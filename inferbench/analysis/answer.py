@@ -131,8 +131,8 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             continue
         if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
             lines.append(f"  {at}: best guess {rec['recommended']}, {rec['value']:{_FORMAT[rec['unit']]}} "
-                         f"{rec['unit']}: not judged, {rec['not_judged']}; re-run when it is quiet (--allow-busy "
-                         "judges it anyway)")
+                         f"{rec['unit']}: not judged (the machine was busy: the first line says how much; "
+                         "--allow-busy judges it anyway)")
             if rec.get("runner_up"):
                 lines.append(f"    next: {rec['runner_up']}, not compared")
             lines += shortened(rec) + cost_line(rec) + speed_only_line(rec)

@@ -72,10 +72,10 @@ NOT_A_BENCHMARK = ("no recommendation: one short round per cell, one framework l
 
 
 def format_summary(records: list[dict[str, Any]], objective: str = "p50", width: int | None = None,
-                   benchmark: bool = True) -> str:
+                   benchmark: bool = True, unmeasured: list[str] | tuple[str, ...] = ()) -> str:
     """The answer first (the recommendation per group; ``benchmark`` False, the zoo's orientation timings: the line
-    that says why there is none), then a row per cell (narrowed to ``width``, a terminal's), then what is not
-    ranked and why."""
+    that says why there is none) with the cells --time-budget left unmeasured beside it, then a row per cell
+    (narrowed to ``width``, a terminal's), then what is not ranked and why."""
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
@@ -103,6 +103,8 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
             + ((fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
                 fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
     answer = recommendation_lines(recommendations(records, objective)) if benchmark else [NOT_A_BENCHMARK]
+    if unmeasured and answer:  # the answer is among what was measured: what the budget left out, beside it
+        answer.append(f"  left out by --time-budget (not measured, so not in the answer): {', '.join(unmeasured)}")
     header, rows, dropped = fit(header, rows, width)
     lines = answer + ([""] if answer else []) + table(header, rows)
     if dropped:

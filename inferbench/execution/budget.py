@@ -153,6 +153,65 @@ def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
         return
 
 
+def ranking_path(config: RunConfig) -> Path:
+    """Where this machine's last valid ranking of each group is kept, beside its set-up times."""
+    setups = setup_path(config.cache_dir, config.threads, device_of(config))
+    return setups.with_name(setups.stem + "-ranking.json")
+
+
+def _ranking_key(cell: Any) -> str:
+    """A group's name in the ranking file (a cell key or a record: the same fields)."""
+    return f"{cell.model}@{cell.resolution} bs{cell.batch_size} {cell.scenario}"
+
+
+def rankings(config: RunConfig) -> dict[str, list[str]]:
+    """Per group, the frameworks this machine last ranked, fastest first (:func:`remember_ranking`); empty where
+    none was kept or the file cannot be read."""
+    try:
+        data = json.loads(ranking_path(config).read_text())
+        return {str(k): [str(f) for f in v["fastest_first"]] for k, v in data.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def remember_ranking(config: RunConfig, records: list[Any]) -> None:
+    """Keep a group's frameworks in the order they ranked (the rounds' centre, fastest first), where every cell of
+    the group ran, passed parity and was measured on a quiet machine: what the next --time-budget loads first on
+    this machine. A file that cannot be written is left as it is (the plan then keeps the registry's order)."""
+    done = [r for r in records if r is not None]
+    judged = [r for r in done if r.status == "ok" and r.parity.get("status") == "passed" and r.latency_ms
+              and (r.validity or {}).get("valid") is True and not r.options.get("ab")]
+    if len(judged) < 2 or len(judged) < len(done):
+        return  # a busy or failed group says nothing of the runtimes' order
+    order = list(dict.fromkeys(r.framework for r in sorted(judged, key=lambda r: r.latency_ms["p50"])))
+    path = ranking_path(config)
+    try:
+        with export_lock(path.parent, name=".setup.lock"):
+            data = json.loads(path.read_text()) if path.exists() else {}
+            data = data if isinstance(data, dict) else {}
+            data[_ranking_key(judged[0])] = {"fastest_first": order, "measured_at": datetime.datetime.now(
+                datetime.timezone.utc).isoformat(timespec="seconds")}
+            atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except (OSError, ValueError):
+        return
+
+
+def likely_first(cells: list[CellKey], known: dict[str, list[str]]) -> list[CellKey]:
+    """``cells`` group by group (in the order the groups first appear), each group's frameworks in the order
+    ``known`` ranked them (:func:`rankings`), those it never ranked after them in their own order: the order a
+    budget loads them in."""
+    position = {c: i for i, c in enumerate(cells)}
+
+    def rank(cell: CellKey) -> tuple[int, int]:
+        order = known.get(_ranking_key(cell), [])
+        return (order.index(cell.framework) if cell.framework in order else len(order), position[cell])
+
+    groups: dict[tuple[Any, ...], list[CellKey]] = {}
+    for c in cells:
+        groups.setdefault((c.model, c.resolution, c.batch_size), []).append(c)
+    return [c for group in groups.values() for c in sorted(group, key=rank)]
+
+
 def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None,
             slowdown: float = 1.0) -> float:
     """One group (cells of one model, resolution and batch size), set-up and rounds; a serving scenario's cells by
@@ -255,7 +314,7 @@ def said(config: RunConfig) -> str:
 class Fitted:
     config: RunConfig
     cells: tuple[CellKey, ...]
-    left_out: dict[str, str]  # framework -> why (the budget)
+    left_out: dict[str, str]  # framework -> why the budget may leave it out (loaded only where time is left)
     lines: tuple[str, ...]  # what the plan says up front
     estimate_s: float
 
@@ -292,20 +351,27 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     if changed:  # only what differs (a --quick plan is at the floor already but for its warm-up, say)
         lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; {', '.join(changed)}")
     config = fitted
-    left_out: dict[str, str] = {}
-    kept = list(cells)
-
+    known = rankings(config)
+    remembered = any(_ranking_key(c) in known for c in cells)
+    ordered = likely_first(list(cells), known)  # every framework stays: each is loaded where the time left allows
+    at_risk: dict[str, str] = {}
+    kept = list(ordered)
     while took > budget_s and len({c.framework for c in kept}) > 1:
-        # what leaving each out saves (exports it shares with the others stay)
+        # what leaving each out would save (exports it shares with the others stay): the last to load is the one
         saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured, slowdown)
                  for fw in dict.fromkeys(c.framework for c in kept)}
-        costliest = max(saves, key=lambda fw: saves[fw])
-        left_out[costliest] = f"about {say(saves[costliest])} of the plan"
-        kept = [c for c in kept if c.framework != costliest]
+        last = kept[-1].framework if remembered else max(saves, key=lambda fw: saves[fw])
+        at_risk[last] = f"about {say(saves[last])} of the plan"
+        kept = [c for c in kept if c.framework != last]
         took = estimate(config, kept, to_export, measured, slowdown)
-    if left_out:
-        lines.append(f"left out to fit --time-budget {say(budget_s)}: "
-                     + ", ".join(f"{k} ({why})" for k, why in left_out.items()))
+    if at_risk:
+        lines.append(f"time budget {say(budget_s)} may leave out "
+                     + ", ".join(f"{k} ({why})" for k, why in at_risk.items())
+                     + ": each framework is loaded only where the time left allows it (its set-up as measured "
+                     + ("here), the fastest of this machine's last valid run first" if remembered else
+                        "here), the costliest last") + "; the answer names any left out")
+        ordered = likely_first([c for c in ordered if c.framework not in at_risk]
+                               + [c for c in ordered if c.framework in at_risk], {})
     if took > budget_s:
         first = first_group_s(config, kept, to_export)[1]
         if first > budget_s:  # not even one group fits (its exports included): refused, nothing made
@@ -316,7 +382,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
                      "are measured, the others are left unmeasured (a sweep: for --resume)")
     else:
         lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}{source}")
-    return Fitted(config, tuple(kept), left_out, tuple(lines), took)
+    return Fitted(config, tuple(ordered), at_risk, tuple(lines), took)
 
 
 def first_group_s(config: RunConfig, cells: list[CellKey],

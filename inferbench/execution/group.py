@@ -19,7 +19,7 @@ from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.models import get_model
 from ..registry.scenarios import scenario
 from ..spec import CellJob, CellKey, ChildResult, RunConfig
-from .budget import Deadline
+from .budget import Deadline, remember_ranking
 from .childenv import child_env, recorded_env
 from .environment import capture, invocation_calibration
 from .exports import exported, memory_refusal, model_stats, provenance, training_plan
@@ -97,9 +97,11 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
     if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load
         raise UsageError(str(refused[0].error))  # can meet): one line, exit 2; a cell or two: their failed records
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return [None if outcomes[cell].left_out else  # never loaded (--time-budget): no record, --resume measures it
-            Record.of(jobs[cell], run_id, created, installed(environment, config, cell), recorded_env(envs[cell]),
-                      outcomes[cell], stats, provenance(folder, cell)) for cell in cells]
+    records = [None if outcomes[cell].left_out else  # never loaded (--time-budget): no record, --resume measures it
+               Record.of(jobs[cell], run_id, created, installed(environment, config, cell), recorded_env(envs[cell]),
+                         outcomes[cell], stats, provenance(folder, cell)) for cell in cells]
+    remember_ranking(config, records)  # what the next --time-budget here loads first
+    return records
 
 
 def installed(environment: dict[str, Any], config: RunConfig, cell: CellKey) -> dict[str, Any]:

@@ -99,12 +99,18 @@ def open_trackers(job: CellJob) -> tuple[list[Tracker], dict[str, str]]:
 
 
 def judge(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One cell's validity from its trackers' verdicts: not valid if one says so (its reason first), unknown if one
-    cannot tell, else valid; with no verdict at all, unknown (nothing watched the machine)."""
+    """One cell's validity from its trackers' verdicts (or its worker processes'): not valid if one says so, unknown
+    if one cannot tell, else valid; with no verdict at all, unknown (nothing watched the machine). Of the verdicts
+    that measured other work's share of the cores, the worst alone is said (with its figure, ``other_cores``): three
+    processes' verdicts once read as the same sentence three times."""
     if not verdicts:
         return {"valid": None, "reason": "machine state unknown: no tracker watched the machine"}
     bad = [v for v in verdicts if v["valid"] is False]
     if bad:
-        return {"valid": False, "reason": "; ".join(v["reason"] for v in bad)}
+        measured = [v for v in bad if isinstance(v.get("other_cores"), (int, float))]
+        worst = [max(measured, key=lambda v: v["other_cores"])] if measured else []
+        said = worst + [v for v in bad if v not in measured]
+        return {"valid": False, "reason": "; ".join(dict.fromkeys(v["reason"] for v in said)),
+                **({"other_cores": worst[0]["other_cores"]} if worst else {})}
     unknown = [v for v in verdicts if v["valid"] is None]
     return unknown[0] if unknown else {"valid": True, "reason": "; ".join(v["reason"] for v in verdicts)}
