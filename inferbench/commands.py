@@ -11,7 +11,7 @@ import sys
 
 from . import __version__
 from .cli.common import Parser, guarded
-from .cli.jsonout import json_mode
+from .cli.jsonout import emitted, json_mode
 from .cli.options import add_options
 from .run import list_everything
 
@@ -69,6 +69,6 @@ def list_main(argv: list[str]) -> int:
                    examples=["inferbench list", "inferbench list | grep torch", "inferbench list --json"])
         add_options(p, "list")
         ns = p.parse_args(args)
-        return json_mode(getattr(ns, "json", False), "list", lambda emit: emit(list_everything()) or 0)
+        return json_mode(getattr(ns, "json", False), "list", lambda emit: emitted(emit, list_everything()))
 
     return guarded("inferbench list", body, argv)

@@ -15,7 +15,7 @@ from typing import Any
 from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
-from .cli.jsonout import Emit, cell_summary, json_mode
+from .cli.jsonout import Emit, cell_summary, emitted, json_mode
 from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
 from .execution.plan import build, objective_for, open_files
@@ -105,7 +105,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if values["list"]:
         files = [f for f in open_files(values) if isinstance(f, ModelFile)]
         model = get_model(files[0].name) if files else None
-        return json_mode(values["json"], "list", lambda emit: emit(list_everything(model=model)) or 0)
+        return json_mode(values["json"], "list", lambda emit: emitted(emit, list_everything(model=model)))
     return json_mode(values["json"], "run", lambda emit: _run(values, emit))
 
 

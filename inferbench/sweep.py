@@ -58,7 +58,7 @@ def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentP
     return p
 
 
-def make_plan(values: dict[str, object], command: str = "sweep") -> tuple[Plan, dict[str, str], tuple[str, ...]]:
+def make_plan(values: dict[str, Any], command: str = "sweep") -> tuple[Plan, dict[str, str], tuple[str, ...]]:
     """Command-line values over config-file values over ``command``'s defaults -> the checked plan."""
     merged = {**(read_config_file(str(values["config"])) if values.get("config") else {}), **values}
     merged = with_defaults(merged, command)
@@ -66,7 +66,7 @@ def make_plan(values: dict[str, object], command: str = "sweep") -> tuple[Plan, 
     return Plan(built.config, built.cells, grid={k: merged[k] for k in GRID}), built.skipped, built.notes
 
 
-def resumed(sweep_dir: Path, values: dict[str, object]) -> Plan:
+def resumed(sweep_dir: Path, values: dict[str, Any]) -> Plan:
     """The saved plan of ``sweep_dir``, checked; the only flag it takes is the plan's own --cache-dir."""
     try:
         text = (sweep_dir / PLAN).read_text()
@@ -129,7 +129,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     return execute_sweep(given(build_parser(typed(prog)).parse_args(argv)))
 
 
-def execute_sweep(values: dict[str, object], command: str = "sweep",
+def execute_sweep(values: dict[str, Any], command: str = "sweep",
                   finish: Callable[[Path, list[dict[str, Any]]], None] | None = None) -> int:
     """A new sweep (``values``: the options given, on ``command``'s defaults) or a resumed one (``resume``);
     ``finish(folder, records)`` runs after the cells (the zoo's matrix)."""
@@ -179,7 +179,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
           + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
 
-    executor = None
+    executor: Any = None
     if plan.config.executor == "ray":  # the same group loop, each group a task on a node of the cluster
         from .execution.distributed import RayGroups as executor  # noqa: N813
     deadline = budget.Deadline(budget_s) if budget_s else None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from inferbench.base.errors import UsageError
-from inferbench.execution import budget
+from inferbench.execution import budget, remembered
 from inferbench.options import parse_duration
 from inferbench.run import main as run_main
 from inferbench.sweep import main as sweep_main
@@ -365,13 +365,13 @@ def test_two_runs_keeping_their_set_up_times_at_once_lose_neither_ones(fakes, tm
         real(path, text)
 
     monkeypatch.setattr(files, "atomic_write_text", slow)
-    threads = [threading.Thread(target=budget.remember_setups, args=(config, {f"fake{i} inference": [1.0 + i]}))
+    threads = [threading.Thread(target=remembered.remember_setups, args=(config, {f"fake{i} inference": [1.0 + i]}))
                for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert set(budget.measured_setups(config)) == {f"fake{i} inference" for i in range(4)}
+    assert set(remembered.measured_setups(config)) == {f"fake{i} inference" for i in range(4)}
 
 
 def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes, tmp_path, capsys, monkeypatch):
@@ -385,7 +385,7 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     cache = tmp_path / "cache"
     config, cells = _plan(fakes, cache, "--framework", "fake,fake-slow")
     before = budget.estimate(config, cells, {})
-    assert budget.measured_setups(config) == {}
+    assert remembered.measured_setups(config) == {}
     args = [*QUICK, "--framework", "fake", "--duration", "0.08", "--output-dir", str(tmp_path / "out"),
             "--cache-dir", str(cache)]
     assert run_main([*args, "--time-budget", "1h"]) == 0
@@ -393,7 +393,7 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
     kept = json.loads(setup_path(cache, 1, "cpu").read_text())
     assert set(kept) == {"fake inference"} and kept["fake inference"]["seconds"] > 0
     assert kept["fake inference"]["workers"] == 3  # the default 8 rounds: three workers
-    assert budget.measured_setups(config) == {"fake inference": kept["fake inference"]["seconds"]}
+    assert remembered.measured_setups(config) == {"fake inference": kept["fake inference"]["seconds"]}
     # the plan takes it: its workers a cell, each as long as this machine took, in place of the table's
     setup_path(cache, 1, "cpu").write_text(json.dumps({"fake inference": {"seconds": 100.0},
                                                 "fake-slow offline": {"seconds": 7.0}}))
@@ -406,7 +406,7 @@ def test_the_plan_takes_each_frameworks_set_up_as_this_machine_measured_it(fakes
         config.timing.warmup_seconds
     assert budget.setup_s("fake-slow", 1, config.timing, {"fake-slow offline": 7.0}, "offline") == 7.0
     setup_path(cache, 1, "cpu").write_text("{not json")  # a broken file: the table, never a crash
-    assert budget.measured_setups(config) == {}
+    assert remembered.measured_setups(config) == {}
 
 
 def _passed_once(seen: list[Any]) -> type[budget.Deadline]:
@@ -534,14 +534,14 @@ def test_a_budget_loads_this_machine_s_last_winner_first_and_leaves_out_the_slow
     def record(framework: str, p50: float, valid: bool = True) -> Any:
         c = next(c for c in cells if c.framework == framework)
         return SimpleNamespace(model=c.model, resolution=c.resolution, batch_size=c.batch_size, scenario=c.scenario,
-                               framework=framework, status="ok", parity={"status": "passed"},
-                               latency_ms={"p50": p50}, validity={"valid": valid}, options={})
+                               framework=framework, status="ok", parity=SimpleNamespace(status="passed"),
+                               latency_ms=SimpleNamespace(p50=p50), validity=SimpleNamespace(valid=valid), options={})
 
     busy = [record("fake", 9.0, valid=False), record("fake-slow", 1.0), record("fake-quiet", 5.0)]
-    budget.remember_ranking(config, busy)  # one busy cell: nothing kept
-    assert budget.rankings(config) == {}
-    budget.remember_ranking(config, [record("fake", 9.0), record("fake-slow", 1.0), record("fake-quiet", 5.0)])
-    assert list(budget.rankings(config).values()) == [["fake-slow", "fake-quiet", "fake"]]
+    remembered.remember_ranking(config, busy)  # one busy cell: nothing kept
+    assert remembered.rankings(config) == {}
+    remembered.remember_ranking(config, [record("fake", 9.0), record("fake-slow", 1.0), record("fake-quiet", 5.0)])
+    assert list(remembered.rankings(config).values()) == [["fake-slow", "fake-quiet", "fake"]]
     floor = budget.estimate(budget.shrunk(config, 0.0), cells[:2], {})
     fitted = budget.fit(config, cells, floor + 1, {})
     assert [c.framework for c in fitted.cells] == ["fake-slow", "fake-quiet", "fake"]  # the likely winner first

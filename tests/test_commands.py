@@ -360,7 +360,7 @@ def test_cells_measured_under_another_environment_are_another_cell(tmp_path, mon
 
 def test_compare_flags_lost_parity_and_unmatched_cells(tmp_path, capsys):
     old = _folder(tmp_path / "old", make_record("onnxrt", raw_rounds=ROUNDS), make_record("tf", raw_rounds=ROUNDS))
-    bad = {**make_record().parity, "status": "failed", "reason": "max_rel_err 0.3"}
+    bad = {**encode(make_record().parity), "status": "failed", "reason": "max_rel_err 0.3"}
     new = _folder(tmp_path / "new", make_record("onnxrt", raw_rounds=ROUNDS, parity=bad),
                   make_record("openvino", raw_rounds=ROUNDS))
     assert inferbench(["compare", str(old), str(new)]) == 0  # without a threshold: said, not judged
@@ -430,7 +430,7 @@ def test_compare_refuses_folders_with_nothing_in_common(tmp_path, capsys):
 # --------------------------------------------------------------------------- the answer first
 def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin():
     fast_unverified = make_record("torch-native", p50=2.0, raw_rounds=ROUNDS,
-                                  parity={**make_record().parity, "status": "not_applicable"})
+                                  parity={**encode(make_record().parity), "status": "not_applicable"})
     recs = [encode(r) for r in (make_record("onnxrt", raw_rounds=ROUNDS, timing={"group": "g"}),
                                         make_record("tf", p50=10.0, raw_rounds=ROUNDS, timing={"group": "g"}),
                                         fast_unverified)]
@@ -459,7 +459,7 @@ def test_the_recommendation_names_the_best_verified_cell_its_interval_and_margin
 def test_a_reduced_precision_cell_that_passes_competes_with_fp32_named_with_its_cost_and_one_that_fails_does_not():
     agreement = {"status": "passed", "inputs": 1000, "top1": {"agreement": 0.981, "ci95": [0.972, 0.987],
                                                               "own": 0.978, "allowed_disagreement": 0.044}}
-    passed = {**make_record().parity, "precision": "bf16", "agreement": agreement}
+    passed = {**encode(make_record().parity), "precision": "bf16", "agreement": agreement}
     bf16 = make_record("openvino", p50=2.0, precision="bf16", raw_rounds=ROUNDS, timing={"group": "g"}, parity=passed)
     fp16 = make_record("torch-native", p50=1.0, precision="fp16", raw_rounds=ROUNDS, timing={"group": "g"},
                        parity={**passed, "status": "failed", "reason": "agreement: top-1 ..."})

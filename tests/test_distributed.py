@@ -229,7 +229,7 @@ def test_a_node_that_ran_the_cells_below_normal_priority_is_said_once_per_machin
     said = []
     groups = RayGroups.__new__(RayGroups)  # the driver's bookkeeping only: no cluster
     groups.progress, groups.warned = SimpleNamespace(say=lambda label, text: said.append((label, text))), set()
-    nice, plain = SimpleNamespace(environment={"niceness": 15}), SimpleNamespace(environment={"niceness": 0})
+    nice, plain = (SimpleNamespace(environment=SimpleNamespace(niceness=n)) for n in (15, 0))
     groups._say_niceness("a", [plain])
     groups._say_niceness("b", [plain, nice])
     groups._say_niceness("b", [nice])

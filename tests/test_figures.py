@@ -10,6 +10,7 @@ from test_results import make_record
 from inferbench import records
 from inferbench.analysis import frames as analysis
 from inferbench.analysis import plots
+from inferbench.base.codec import encode
 from inferbench.cli.summary import NOT_A_BENCHMARK, format_summary
 from inferbench.measure.stats import summarize
 from inferbench.report import main
@@ -193,7 +194,7 @@ def test_reduced_precision_cells_that_pass_join_the_frontiers_and_power_fits_nam
     def energy(bs, watts):
         return {"available": True, "mean_power_w": watts * (1 + bs / 16), "joules_per_inference": watts / 1000}
 
-    passed = {**make_record().parity, "precision": "bf16"}
+    passed = {**encode(make_record().parity), "precision": "bf16"}
     recs = [_record("onnxrt", bs=bs, p50=4.0 * bs, energy=energy(bs, 20.0)) for bs in (1, 2, 4, 8)]
     recs += [_record("openvino", bs=bs, p50=1.5 * bs, precision="bf16", parity=passed, energy=energy(bs, 18.0))
              for bs in (1, 2, 4, 8)]
@@ -226,7 +227,7 @@ def test_a_failed_cell_whose_blocks_were_read_gets_its_error_curve_in_the_report
     names = [f"features.{i}" for i in range(16)] + ["classifier"]
     errors = [1e-3 * 1.2 ** i for i in range(16)] + [float("inf")]  # the logits overflow
     blocks = divergence({"names": names, "errors": errors}, 0.04)
-    failed = {**make_record().parity, "status": "failed", "precision": "fp16", "blocks": blocks,
+    failed = {**encode(make_record().parity), "status": "failed", "precision": "fp16", "blocks": blocks,
               "reason": f"non-finite outputs; {blocks['said']}"}
     recs = [_record("onnxrt"), _record("torch-native", precision="fp16", parity=failed)]
     out = tmp_path / "report"

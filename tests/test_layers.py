@@ -178,9 +178,9 @@ def test_every_scenario_keeps_the_contract_its_entry_declares():
 
 
 def test_the_typed_core_type_checks():
-    """mypy, at its default strictness, over what every record passes through (pyproject's [tool.mypy] files:
-    base/, spec.py, records/, measure/): a record's fields are typed end to end, and a None where a number is
-    compared (the training parity's update error, once) is caught before it runs."""
+    """mypy, at its default strictness, over the whole package (pyproject's [tool.mypy]): a record's blocks are
+    typed objects end to end, and a None where a number is compared (the training parity's update error, once), or
+    an exception built with the wrong arguments (a missing LoadGen's, once), is caught before it runs."""
     import os
     import tempfile
 

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -547,15 +548,17 @@ def test_every_block_of_a_record_is_validated_on_load_from_its_typed_shape(tmp_p
 
     from inferbench import records
     from inferbench.compare import main as compare_main
+    from inferbench.records.blocks import Block
     from inferbench.records.record import Record
 
     sources = {"serving": "serving-cpu-20261126/server", "training": "train-vgg16-cpu-20261126",
                "machine_state": "aa-calibration-cpu-20261126", "tuning": "sweeps/cpu-2core-20261126",
                "environment": "aa-calibration-cpu-20261126/aa"}
     hints = typing.get_type_hints(Record, include_extras=True)
-    shapes = {name: next(m for m in typing.get_args(tp)[1:] if isinstance(m, type))
-              for name, tp in hints.items() if typing.get_origin(tp) is typing.Annotated
-              and any(isinstance(m, type) for m in typing.get_args(tp)[1:])}
+    def block_of(tp: Any) -> Any:  # a block's type: the field's, or its union's
+        return next((t for t in (tp, *typing.get_args(tp)) if isinstance(t, type) and issubclass(t, Block)), None)
+
+    shapes = {name: block_of(tp) for name, tp in hints.items() if block_of(tp) is not None}
     assert {"serving", "training", "machine_state", "tuning", "latency_ms", "energy", "environment"} <= set(shapes)
     planted_count = {}
     for block, shape in shapes.items():

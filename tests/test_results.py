@@ -10,7 +10,7 @@ import pytest
 
 from inferbench import SCHEMA_VERSION, records
 from inferbench.analysis.runfiles import write_summary
-from inferbench.base.codec import encode
+from inferbench.base.codec import decode, encode, plain
 from inferbench.base.errors import UsageError
 from inferbench.base.files import atomic_write_text
 from inferbench.measure.stats import summarize
@@ -34,7 +34,7 @@ def make_record(framework="onnxrt", status="ok", p50=5.0, **overrides):
         run_id="r", created_at="2026-11-23T10:00:00+0000", raw_latencies_ms=lat if status == "ok" else None,
     )
     fields.update(overrides)
-    return records.Record(**fields)
+    return decode(records.Record, plain(fields), "test record")  # typed blocks, as a record is read
 
 
 def test_write_and_load_roundtrip(tmp_path):
@@ -56,7 +56,7 @@ def test_write_and_load_roundtrip(tmp_path):
 def test_a_record_refuses_what_it_cannot_be(tmp_path):
     with pytest.raises(ValueError, match="an ok record needs latency statistics"):
         make_record(latency_ms=None)
-    with pytest.raises(ValueError, match="bad parity status"):
+    with pytest.raises(ValueError, match="parity.status: 'maybe' is not one of passed"):
         make_record(parity={"status": "maybe"})
     data = json.loads(json.dumps(encode(make_record())))
     del data["parity"]
@@ -87,7 +87,7 @@ def test_summary_and_comparisons_csv(tmp_path):
     recs = [make_record(raw_rounds=rounds), make_record("tf", status="failed"),
             make_record("torch", p50=10.0, raw_rounds=rounds, timing={"group": "r/g"}),
             make_record("torch-native", p50=2.0, raw_rounds=rounds, timing={"group": "r/g"},
-                        parity={**make_record().parity, "status": "not_applicable"})]
+                        parity={**encode(make_record().parity), "status": "not_applicable"})]
     recs[0] = make_record(raw_rounds=rounds, timing={"group": "r/g"})
     write_summary(tmp_path, [encode(r) for r in recs])
     lines = (tmp_path / "summary.csv").read_text().splitlines()
@@ -162,11 +162,12 @@ def test_schema_1_energy_and_timing_are_upgraded(tmp_path):
                      "idle_baseline": {"method": "power samples", "idle_w": 50.0},
                      "sampler": {"thread": "background (sensor calls ...)", "reading": "nvmlDeviceGetPowerUsage (...)"}}
     up = records.parse(src, "v1")
-    assert up.config["timing"]["min_duration_s"] == 2.0 and "config" not in up.timing
-    assert up.energy == {"available": True, "method": "nvml-counter", "idle_baseline": {"method": "samples",
+    assert up.config.timing is not None and up.config.timing["min_duration_s"] == 2.0
+    assert "config" not in encode(up.timing)
+    assert encode(up.energy) == {"available": True, "method": "nvml-counter", "idle_baseline": {"method": "samples",
                          "idle_w": 50.0}, "sampler": {"thread": "background", "reading": "nvml-power-usage"}}
     src["energy"]["method"] = "NVML power samples (trapezoid)"
-    assert records.parse(src, "v1").energy["method"] == "nvml-samples-trapezoid"
+    assert records.parse(src, "v1").energy.method == "nvml-samples-trapezoid"
 
 
 def test_summary_table_shows_device_memory_and_energy_on_a_gpu():
@@ -316,7 +317,7 @@ def test_a_record_keeps_a_bounded_subsample_of_its_raw_latencies_and_says_so(tmp
     assert path.stat().st_size < 4_000_000
     written = json.loads(path.read_text())
     jsonschema.Draft202012Validator(json.loads(records.SCHEMA_FILE.read_text())).validate(written)
-    assert records.parse(written, str(path)).latency_ms["raw_kept"]["of"] == 250_000
+    assert records.parse(written, str(path)).latency_ms.raw_kept["of"] == 250_000
 
     from inferbench.records import record as record_module
     from inferbench.run import main as run_main
@@ -343,3 +344,30 @@ def test_one_json_sanitiser_serves_every_file_and_document():
     out = plain(value)
     assert out == {"1": [1.5, 3, None], "p": "/x", "inf": None, "s": "a", "n": None}
     assert type(out["1"][1]) is int and json.loads(json.dumps(out, allow_nan=False)) == out
+
+
+def test_every_committed_record_is_read_typed_and_written_back_as_it_was():
+    """A record's blocks are typed objects when read (records/blocks.py: a field per key a reader may rely on, the
+    rest kept as read); every committed record, of every schema, reads and encodes back to what its upgraded file
+    holds, key for key and in order (a field it lacks as null), so typing the blocks changed no record."""
+    import copy
+    import dataclasses
+    from pathlib import Path
+
+    from inferbench.base.codec import encode, plain
+    from inferbench.records.blocks import Block, Latency, Parity
+    from inferbench.records.record import Record, parse, upgrade
+
+    fields = [f.name for f in dataclasses.fields(Record)]
+    seen = 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "benchmark_results").rglob("*.json")):
+        data = json.loads(path.read_text())
+        if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
+            continue
+        seen += 1
+        record = parse(copy.deepcopy(data), path.name)
+        assert isinstance(record.parity, Parity) and isinstance(record.parity, Block)
+        assert record.latency_ms is None or isinstance(record.latency_ms, Latency) and record.latency_ms.p50 > 0
+        written = plain(upgrade(copy.deepcopy(data)))
+        assert json.dumps(plain(encode(record))) == json.dumps({k: written.get(k) for k in fields}), path
+    assert seen > 1000

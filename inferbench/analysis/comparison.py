@@ -121,8 +121,8 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
             states.append(speed)
     strata = [([v for side, speed, v in found if side == "old" and _same(state, speed)],
                [v for side, speed, v in found if side == "new" and _same(state, speed)], state) for state in states]
-    both = [(o, n, state) for o, n, state in strata if o and n]
-    used = [sum(len(x[k]) for x in both) for k in (0, 1)]
+    both: list[tuple[list[float], list[float], float | None]] = [(o, n, state) for o, n, state in strata if o and n]
+    used = [sum(len(o) for o, _, _ in both), sum(len(n) for _, n, _ in both)]
     df = sum(len(g) - 1 for o, n, _ in strata for g in (o, n) if g)
     if used[0] < POOLED_RUNS or used[1] < POOLED_RUNS or df < 1:
         return latest, (f"not pooled: {used[0]} OLD and {used[1]} NEW runs ran alike at machine speeds both sides ran "
@@ -168,7 +168,7 @@ def _steady(r: Any) -> tuple[float | None, float] | None:
     per-round readings: its median speed, else None, and all its rounds); None where it has too few such rounds."""
     readings = r.get("machine_state.speed.rounds")
     median = r.get("machine_state.speed.gflops_median")
-    speed = float(median) if isinstance(median, numbers.Real) and median == median and median > 0 else None
+    speed = float(median) if isinstance(median, (int, float)) and median == median and median > 0 else None
     kept = r
     if isinstance(readings, list) and readings and _has_raw(r):
         found = matched(readings, readings, MATCHED_ROUNDS, set(r["raw_rounds"]), set(r["raw_rounds"]))
@@ -421,8 +421,9 @@ def calibration_lines(old: Any, new: Any) -> list[str]:
             if isinstance(c["ignored"], str):
                 out.append(f"{side}: the calibration {file} was ignored: {c['ignored']}")
             elif isinstance(c["sd"], float):
-                runs = f" over {int(c['invocations'])} invocations" if isinstance(c["invocations"], numbers.Real) \
-                    and c["invocations"] == c["invocations"] else ""  # a NumPy number from the frame, NaN when absent
+                count = c["invocations"]
+                runs = f" over {float(count):.0f} invocations" if isinstance(count, numbers.Real) \
+                    and count == count else ""  # a NumPy number from the frame, NaN when absent
                 out.append(f"{side}: intervals add the spread between invocations (largest sd {c['sd']:.2%}) measured "
                            f"{c['measured_at']} by {c['by']}{runs} ({file})")
     return out

@@ -602,7 +602,8 @@ def xla_gain_by_model(df: pd.DataFrame, path: str = "tf") -> Figure | None:
         return None
     every = list(dec.groupby(["device_name", "batch_size", "resolution"]))
     every = [(key, _largest_steps(g)) for key, g in every]
-    panels, room = [], (MAX_HEIGHT_PX / DPI - 0.5) / 0.26  # as many panels as the height allows, the fullest first
+    panels: list[tuple[Any, Any]] = []
+    room = (MAX_HEIGHT_PX / DPI - 0.5) / 0.26  # as many panels as the height allows, the fullest first
     for key, g in sorted(every, key=lambda kv: -len(kv[1])):
         if sum(max(len(x), 3) + 2.5 for _, x in panels) + max(len(g), 3) + 2.5 <= room:
             panels.append((key, g))

@@ -8,7 +8,7 @@ is shown but never a winner, runner-up, baseline, podium or frontier entry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..measure.parity import SENSITIVITY_OF
@@ -89,7 +89,7 @@ def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]
     return f"{a_name} is {1 / ratio:.2f}x the speed of {b_name} [95% CI {1 / hi:.2f}-{1 / lo:.2f}x]"
 
 
-def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def comparison_rows(records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``comparisons.csv``: per (model, resolution, batch size, scenario), every cell that ran against the
     fastest verified cell (the baseline): ratio = its median latency / the baseline's, with the interval."""
     rows = []
@@ -103,8 +103,8 @@ def comparison_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         base, busy = best[0], not_judged(cells)
         for r in sorted(cells, key=lambda r: r["latency_ms"]["p50"]):
-            cmp = comparison(r, base) if r is not base else {"ratio": 1.0, "ci95": None, "significant": None,
-                                                             "method": "baseline"}
+            cmp: dict[str, Any] = comparison(r, base) if r is not base else {
+                "ratio": 1.0, "ci95": None, "significant": None, "method": "baseline"}
             ci = cmp["ci95"] or [None, None]
             rows.append(dict(zip(key, group)) | {
                 "framework": record_name(r), "baseline": record_name(base), "ratio": cmp["ratio"],
@@ -305,7 +305,8 @@ def accuracy_said(record: Mapping[str, Any]) -> str | None:
     top1 = block.get("top1")
     if not top1:
         return f"accuracy {block['status'].replace('_', ' ')}: {block['reason']}" if block.get("reason") else None
-    ci, diff = top1.get("ci95") or (None, None), top1.get("difference_ci95") or (None, None)
+    ci: Sequence[Any] = top1.get("ci95") or (None, None)
+    diff: Sequence[Any] = top1.get("difference_ci95") or (None, None)
     points = float(top1["difference"]) * 100
     text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci else "")
             + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "

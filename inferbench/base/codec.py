@@ -19,9 +19,28 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+#: The attributes an open block (:func:`is_open`) keeps beside its fields when decoded: the keys it was read with, in
+#: their order, and the values of those it does not declare.
+KEYS, EXTRA = "_json_keys", "_json_extra"
+
+
+def is_open(tp: Any) -> bool:
+    """Is ``tp`` an open block: a dataclass (``__open__ = True``) whose JSON object may hold keys beyond its fields
+    (blocks stay open to what a newer inferbench measures), kept as read and written back as they were?"""
+    return dataclasses.is_dataclass(tp) and bool(getattr(tp, "__open__", False))
+
+
 def encode(value: Any) -> Any:
-    """A dataclass, tuple, list, dict or Path as plain JSON values."""
+    """A dataclass, tuple, list, dict or Path as plain JSON values (an open block as it was read: the same keys in
+    the same order; one built in code: its fields that are not None)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if is_open(value):
+            extra: dict[str, Any] = getattr(value, EXTRA, {})
+            keys = getattr(value, KEYS, None)
+            if keys is not None:
+                return {k: encode(extra[k] if k in extra else getattr(value, k)) for k in keys}
+            return {**{f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
+                       if getattr(value, f.name) is not None}, **{k: encode(v) for k, v in extra.items()}}
         return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [encode(v) for v in value]
@@ -92,7 +111,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
         hints = _hints(tp)
         names = {f.name for f in dataclasses.fields(tp) if f.init}
         unknown = sorted(set(data) - names)
-        if unknown:
+        if unknown and not is_open(tp):
             raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}")
         kwargs = {}
         for f in dataclasses.fields(tp):
@@ -104,9 +123,13 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
                 continue
             kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
         try:
-            return tp(**kwargs)
+            built = tp(**kwargs)
         except (TypeError, ValueError) as exc:
             raise _same_kind(exc, f"{where}: {exc}") from None
+        if is_open(tp):  # what it was read with, to be written back as it was
+            object.__setattr__(built, KEYS, tuple(data))
+            object.__setattr__(built, EXTRA, {k: data[k] for k in unknown})
+        return built
     if origin in (tuple, list):
         if not isinstance(data, (list, tuple)):
             raise ValueError(f"{where}: expected a list, got {type(data).__name__}")

@@ -22,13 +22,19 @@ SCHEMA = Path(__file__).resolve().parent.parent / "records" / "schema" / "output
 Emit = Callable[[dict[str, Any]], None]
 
 
+def emitted(emit: Emit, document: Any) -> int:
+    """``document`` emitted as the command's answer; exit status 0."""
+    emit(document)
+    return 0
+
+
 def json_mode(enabled: bool, command: str, body: Callable[[Emit], int]) -> int:
     """Run ``body(emit)``; with ``enabled``, what it prints goes to standard error and the document it emitted (the
     last one) to standard output, with the exit status. A command that ends in one error line (bad input, exit 2;
     the machine, exit 1) prints the error document instead (:func:`inferbench.cli.common.guarded`)."""
     if not enabled:
         return body(lambda doc: None)
-    out, docs = sys.stdout, []
+    out, docs = sys.stdout, list[Any]()
     with contextlib.redirect_stdout(sys.stderr):
         status = body(docs.append)
     if docs:

@@ -17,8 +17,6 @@ the tests that ran, and a server search cut short says the largest load VALID so
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import os
 import time
 from collections.abc import Callable
@@ -27,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
-from ..base.files import atomic_write_text
-from ..exporters.cache import artifact_dir, export_lock, read_manifest
+from ..exporters.cache import artifact_dir, read_manifest
 from ..measure.trackers.machine import MIN_JUDGED_S, MachineMonitor, Readers
 from ..registry.frameworks import get_framework
 from ..registry.models import get_model
 from ..registry.scenarios import scenario
 from ..spec import QUICK, CellKey, RunConfig, TimingConfig, groups_of
-from .environment import setup_path
 from .exports import cache_key
+from .remembered import _ranking_key, likely_first, measured_setups, rankings, setup_key
 
 # --quick's blocks are never shorter than the machine check can judge (spec.QUICK says why)
 assert QUICK["min_duration_s"] / QUICK["rounds"] >= MIN_JUDGED_S
@@ -45,27 +42,47 @@ assert QUICK["min_duration_s"] / QUICK["rounds"] >= MIN_JUDGED_S
 #: starts, rounded up; torch-inductor compiles on its first call. A framework not listed: :data:`OTHER_SETUP_S`.
 SETUP_S = {"onnxrt": 0.5, "openvino": 2.0, "tf": 4.0, "tfxla": 7.0, "keras": 6.0, "keras-eager": 6.0,
            "kerasxla": 10.0, "torch": 4.5, "torch-native": 11.0, "torch-inductor": 14.5, "tensorrt": 30.0}
+
+
 OTHER_SETUP_S = 3.0
+
+
 #: An artifact kind's export when it is not in the cache (the default set's five took 36 s on that VM).
 EXPORT_S = 8.0
+
+
 #: The most a busy machine's set-ups are counted longer than a quiet one's (:func:`busy_slowdown`).
 MAX_BUSY_SLOWDOWN = 4.0
+
+
 #: Tuning takes about this many times its timed budget (its rounds' minimum calls, the settings' switches), plus half
 #: a worker's set-up (a load-time setting starts a worker of its own).
 TUNE_FACTOR = 2.0
+
+
 #: Per block: the settling pause, the block's warm-up calls and the parent's messages.
 BLOCK_OVERHEAD_S = 0.1
+
+
 #: Per round: the machine's speed read by the probe (CPU runs).
 PROBE_S = 0.3
+
+
 #: The fewest rounds a group keeps when the budget cuts them: enough for an interval, two per worker process.
 MIN_ROUNDS = 3
+
+
 #: The steps tried between the plan's own timing (1) and the floor (0).
 STEPS = (1.0, 0.75, 0.5, 0.3, 0.15, 0.0)
+
+
 #: A LoadGen test's seconds at the least (its minimum duration, --quick's or the default, plus LoadGen's start and
 #: the detail log parsed; a test also waits for its minimum queries, 662 for a server's or a multi-stream's p99:
 #: longer on a slow model, which the plan cannot know); a cell runs its scenario's ``tests`` at least, else one a
 #: round. The single query loop and the served parity are in its set-up (:data:`SERVE_SETUP_S`).
 SERVE_TEST_S = {True: 0.8, False: 2.3}
+
+
 SERVE_SETUP_S = 2.5
 
 
@@ -109,107 +126,6 @@ def slowdown_for(threads: int, other_cores: float, cores: int) -> float:
     fit, at most :data:`MAX_BUSY_SLOWDOWN`."""
     free = max(cores - other_cores, 0.25)
     return min(max(1.0, threads / free), MAX_BUSY_SLOWDOWN)
-
-
-def device_of(config: RunConfig) -> str:
-    """The device a run's set-up times are kept for: ``cpu``, or the GPU's name."""
-    return config.device.gpu.name if config.device.gpu else "cpu"
-
-
-def setup_key(framework: str, scenario: str) -> str:
-    """A measured set-up's name: the framework's and its scenario's (a serving worker's set-up includes its single
-    queries and served parity)."""
-    return f"{framework} {scenario}"
-
-
-def measured_setups(config: RunConfig) -> dict[str, float]:
-    """This machine's set-up time per framework (a worker's start to ready: load, parity, warm-up), as runs on it
-    measured them (:func:`remember_setups`); empty where none did, or the file cannot be read."""
-    try:
-        data = json.loads(setup_path(config.cache_dir, config.threads, device_of(config)).read_text())
-        return {str(k): float(v["seconds"]) for k, v in data.items() if float(v["seconds"]) >= 0}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
-
-
-def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
-    """Keep the set-up times a group's workers took (per :func:`setup_key`, its workers' mean) for the next plan on
-    this machine shape; a warm-up of another length is counted as measured (it is part of what the plan foresees). A
-    file that cannot be written is left as it is: the plan falls back to :data:`SETUP_S`. Two runs at once take turns
-    (a lock beside the file): neither loses the other's entries."""
-    if not seconds:
-        return
-    path = setup_path(config.cache_dir, config.threads, device_of(config))
-    try:
-        with export_lock(path.parent, name=".setup.lock"):
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = data if isinstance(data, dict) else {}
-            when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-            for framework, taken in seconds.items():
-                data[framework] = {"seconds": round(sum(taken) / len(taken), 2), "workers": len(taken),
-                                   "measured_at": when}
-            atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    except (OSError, ValueError):
-        return
-
-
-def ranking_path(config: RunConfig) -> Path:
-    """Where this machine's last valid ranking of each group is kept, beside its set-up times."""
-    setups = setup_path(config.cache_dir, config.threads, device_of(config))
-    return setups.with_name(setups.stem + "-ranking.json")
-
-
-def _ranking_key(cell: Any) -> str:
-    """A group's name in the ranking file (a cell key or a record: the same fields)."""
-    return f"{cell.model}@{cell.resolution} bs{cell.batch_size} {cell.scenario}"
-
-
-def rankings(config: RunConfig) -> dict[str, list[str]]:
-    """Per group, the frameworks this machine last ranked, fastest first (:func:`remember_ranking`); empty where
-    none was kept or the file cannot be read."""
-    try:
-        data = json.loads(ranking_path(config).read_text())
-        return {str(k): [str(f) for f in v["fastest_first"]] for k, v in data.items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
-
-
-def remember_ranking(config: RunConfig, records: list[Any]) -> None:
-    """Keep a group's frameworks in the order they ranked (the rounds' centre, fastest first), where every cell of
-    the group ran, passed parity and was measured on a quiet machine: what the next --time-budget loads first on
-    this machine. A file that cannot be written is left as it is (the plan then keeps the registry's order)."""
-    done = [r for r in records if r is not None]
-    judged = [r for r in done if r.status == "ok" and r.parity.get("status") == "passed" and r.latency_ms
-              and (r.validity or {}).get("valid") is True and not r.options.get("ab")]
-    if len(judged) < 2 or len(judged) < len(done):
-        return  # a busy or failed group says nothing of the runtimes' order
-    order = list(dict.fromkeys(r.framework for r in sorted(judged, key=lambda r: r.latency_ms["p50"])))
-    path = ranking_path(config)
-    try:
-        with export_lock(path.parent, name=".setup.lock"):
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = data if isinstance(data, dict) else {}
-            data[_ranking_key(judged[0])] = {"fastest_first": order, "measured_at": datetime.datetime.now(
-                datetime.timezone.utc).isoformat(timespec="seconds")}
-            atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    except (OSError, ValueError):
-        return
-
-
-def likely_first(cells: list[CellKey], known: dict[str, list[str]]) -> list[CellKey]:
-    """``cells`` group by group (in the order the groups first appear), each group's frameworks in the order
-    ``known`` ranked them (:func:`rankings`), those it never ranked after them in their own order: the order a
-    budget loads them in."""
-    position = {c: i for i, c in enumerate(cells)}
-
-    def rank(cell: CellKey) -> tuple[int, int]:
-        order = known.get(_ranking_key(cell), [])
-        return (order.index(cell.framework) if cell.framework in order else len(order), position[cell])
-
-    groups: dict[tuple[Any, ...], list[CellKey]] = {}
-    for c in cells:
-        groups.setdefault((c.model, c.resolution, c.batch_size), []).append(c)
-    return [c for group in groups.values() for c in sorted(group, key=rank)]
 
 
 def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] | None = None,
@@ -295,8 +211,8 @@ def shrunk(config: RunConfig, step: float) -> RunConfig:
     def between(own: float, least: float) -> float:  # at step 0: the smaller of the two
         return own if own <= least else least + max(step, 0.0) * (own - least)
 
-    processes = min(config.processes, QUICK["processes"]) if floor else config.processes
-    rounds = max(min(timing.rounds, 2 * processes), round(between(timing.rounds, QUICK["rounds"])))
+    processes = min(config.processes, int(QUICK["processes"])) if floor else config.processes
+    rounds = int(max(min(timing.rounds, 2 * processes), round(between(timing.rounds, QUICK["rounds"]))))
     return dataclasses.replace(
         config, quick=config.quick or floor, processes=processes,
         tune_budget_s=between(config.tune_budget_s, QUICK["tune_budget_s"]),
@@ -321,9 +237,9 @@ class Fitted:
 
 def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]],
         busy: tuple[float, float | None] = (1.0, None)) -> Fitted:
-    """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step, then without the costliest
-    frameworks (at least one kept). UsageError when even that does not fit a single group's time. ``busy``: how much
-    longer set-ups take now, and the cores other work took (:func:`busy_slowdown`)."""
+    """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step; then the frameworks that
+    may not fit are named (:func:`_at_risk`), kept in the plan, loaded last. UsageError when not even one group's
+    time fits. ``busy``: how much longer set-ups take now, and the cores other work took (:func:`busy_slowdown`)."""
     measured = measured_setups(config)  # read once: every estimate below takes it
     slowdown = busy[0]
     own = estimate(config, cells, to_export, measured, slowdown)
@@ -350,39 +266,50 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         changed.append(f"warming up {fitted.timing.warmup_seconds:.2g} s instead of {config.timing.warmup_seconds:.2g}")
     if changed:  # only what differs (a --quick plan is at the floor already but for its warm-up, say)
         lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; {', '.join(changed)}")
-    config = fitted
-    known = rankings(config)
-    remembered = any(_ranking_key(c) in known for c in cells)
-    ordered = likely_first(list(cells), known)  # every framework stays: each is loaded where the time left allows
-    at_risk: dict[str, str] = {}
-    kept = list(ordered)
-    while took > budget_s and len({c.framework for c in kept}) > 1:
-        # what leaving each out would save (exports it shares with the others stay): the last to load is the one
-        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured, slowdown)
-                 for fw in dict.fromkeys(c.framework for c in kept)}
-        last = kept[-1].framework if remembered else max(saves, key=lambda fw: saves[fw])
-        at_risk[last] = f"about {say(saves[last])} of the plan"
-        kept = [c for c in kept if c.framework != last]
-        took = estimate(config, kept, to_export, measured, slowdown)
-    if at_risk:
-        lines.append(f"time budget {say(budget_s)} may leave out "
-                     + ", ".join(f"{k} ({why})" for k, why in at_risk.items())
-                     + ": each framework is loaded only where the time left allows it (its set-up as measured "
-                     + ("here), the fastest of this machine's last valid run first" if remembered else
-                        "here), the costliest last") + "; the answer names any left out")
-        ordered = likely_first([c for c in ordered if c.framework not in at_risk]
-                               + [c for c in ordered if c.framework in at_risk], {})
+    ordered, at_risk, kept, took, said_risk = _at_risk(fitted, cells, budget_s, to_export, measured, slowdown)
+    lines += said_risk
     if took > budget_s:
-        first = first_group_s(config, kept, to_export)[1]
+        first = first_group_s(fitted, kept, to_export)[1]
         if first > budget_s:  # not even one group fits (its exports included): refused, nothing made
             raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan's first group "
-                             f"({', '.join(dict.fromkeys(c.framework for c in kept))}, {said(config)}) takes about "
+                             f"({', '.join(dict.fromkeys(c.framework for c in kept))}, {said(fitted)}) takes about "
                              f"{say(first)}; give at least {say(first * 1.2)}")
         lines.append(f"time budget {say(budget_s)}: even so the plan takes about {say(took)}: the groups that fit "
                      "are measured, the others are left unmeasured (a sweep: for --resume)")
     else:
         lines.append(f"time budget {say(budget_s)}: the plan takes about {say(took)}{source}")
-    return Fitted(config, tuple(ordered), at_risk, tuple(lines), took)
+    return Fitted(fitted, tuple(ordered), at_risk, tuple(lines), took)
+
+
+def _at_risk(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]],
+             measured: dict[str, float], slowdown: float,
+             ) -> tuple[list[CellKey], dict[str, str], list[CellKey], float, list[str]]:
+    """The frameworks a shrunk plan may still not fit, each with its share of the plan: the last of this machine's
+    last valid ranking first (else the costliest), until the rest fits or one is left. Every framework stays in the
+    plan, the likely winners first and those at risk last: each is loaded only where the time left allows it. (The
+    cells in that order, those at risk, those kept, the kept cells' time, the line said.)"""
+    ranked = rankings(config)
+    remembered = any(_ranking_key(c) in ranked for c in cells)
+    ordered = likely_first(list(cells), ranked)
+    at_risk: dict[str, str] = {}
+    kept = list(ordered)
+    took = estimate(config, kept, to_export, measured, slowdown)
+    while took > budget_s and len({c.framework for c in kept}) > 1:
+        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured, slowdown)
+                 for fw in dict.fromkeys(c.framework for c in kept)}  # (exports it shares with the others stay)
+        last = kept[-1].framework if remembered else max(saves, key=lambda fw: saves[fw])
+        at_risk[last] = f"about {say(saves[last])} of the plan"
+        kept = [c for c in kept if c.framework != last]
+        took = estimate(config, kept, to_export, measured, slowdown)
+    if not at_risk:
+        return ordered, at_risk, kept, took, []
+    line = (f"time budget {say(budget_s)} may leave out " + ", ".join(f"{k} ({why})" for k, why in at_risk.items())
+            + ": each framework is loaded only where the time left allows it (its set-up as measured "
+            + ("here), the fastest of this machine's last valid run first" if remembered else
+               "here), the costliest last") + "; the answer names any left out")
+    ordered = likely_first([c for c in ordered if c.framework not in at_risk]
+                           + [c for c in ordered if c.framework in at_risk], {})
+    return ordered, at_risk, kept, took, [line]
 
 
 def first_group_s(config: RunConfig, cells: list[CellKey],

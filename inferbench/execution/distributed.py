@@ -358,8 +358,8 @@ class RayGroups:
     def _say_niceness(self, machine: str | None, records: list[Any]) -> None:
         """Once per machine: its node ran the cells below normal priority (a cluster started by `ray start` without
         RAY_worker_niceness=0), so any other work there took precedence over them; each record says it too."""
-        nice = next((r.environment.get("niceness") for r in records if r is not None  # None: a cell left out
-                     and isinstance(r.environment, dict) and r.environment.get("niceness")), None)
+        nice = next((r.environment.niceness for r in records if r is not None  # None: a cell left out
+                     and r.environment.niceness), None)
         if nice and machine not in self.warned:
             self.warned.add(machine)
             self.progress.say(f"ray{' ' + machine if machine else ''}",

@@ -3,6 +3,7 @@ rounds (:mod:`.rounds`), each record built from what came back, with the environ
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 import uuid
@@ -19,11 +20,12 @@ from ..registry.frameworks import get_framework, unavailable_reason
 from ..registry.models import get_model
 from ..registry.scenarios import scenario
 from ..spec import CellJob, CellKey, ChildResult, RunConfig
-from .budget import Deadline, remember_ranking
+from .budget import Deadline
 from .childenv import child_env, recorded_env
 from .environment import capture, invocation_calibration
 from .exports import exported, memory_refusal, model_stats, provenance, training_plan
 from .progress import Progress
+from .remembered import remember_ranking
 from .rounds import measure_group
 
 
@@ -53,6 +55,11 @@ def cannot_run(config: RunConfig, cell: CellKey, failed_exports: dict[str, str])
         if reason is None and needed in failed_exports:
             reason = f"export of {needed} failed: {failed_exports[needed]}"
     return reason
+
+
+def _partial(progress: Progress, before: int, size: int, share: float) -> None:
+    """The group's cells measured so far: those before this part, and this part's share of its rounds."""
+    progress.partial(before + size * share)
 
 
 def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_exports: dict[str, str], run_id: str,
@@ -91,7 +98,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
         before, size = len(measured) + len(outcomes), len(part)  # the group's cells measured (or refused) before
         measured += measure_group([jobs[x] for x in part], [envs[x] for x in part],
                                   int(nonce, 16), progress.say, config.timeout_s, progress.result,
-                                  lambda share, b=before, n=size: progress.partial(b + n * share), deadline)
+                                  functools.partial(_partial, progress, before, size), deadline)
     outcomes.update(zip(runnable, measured))
     refused = [o for o in measured if o.usage_error]
     if strict and refused and len(refused) == len(runnable):  # bad input found by every worker (a bound no load

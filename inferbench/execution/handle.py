@@ -3,6 +3,7 @@ within its share of --timeout, its failure kept as its result."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ def start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None
            suffix: str = "", clock: Callable[[], float] = time.monotonic) -> Worker:
     """A worker for ``job``, loaded and ready (or ended with its failure), its set-up timed on ``clock``."""
     started = clock()
-    worker = Worker(job, Child(job, env, lambda phase, lb=job.cell.label + suffix: progress(lb, phase)))
+    label = job.cell.label + suffix
+    worker = Worker(job, Child(job, env, functools.partial(progress, label)))
     try:
         ready = await_reply(worker, "ready", timeout_s)
     except BaseException:  # interrupted while it sets up (a SIGTERM during its served-parity test): its folder too

@@ -8,6 +8,7 @@ The chain, in order: :class:`~inferbench.spec.RunConfig` + :class:`~inferbench.s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -138,11 +139,11 @@ class Writer:
                 continue
             written = as_written(record)
             self.kept[record_key(written)] = written
-            _summary_file(self.files, lambda f, r=written: f.add(r), run_dir, unwritten, progress)
+            _summary_file(self.files, functools.partial(RunFiles.add, record=written), run_dir, unwritten, progress)
             if self.config.log_to:
                 unwritten.update(log(self.config.log_to, written, path))
             progress.result(cell.label + where, one_line(record), failure=record.status != "ok"
-                            or record.parity["status"] == "failed")
+                            or record.parity.status == "failed")
         _summary_file(self.files, RunFiles.flush, run_dir, unwritten, progress)
 
     def executed(self) -> Executed:
@@ -274,8 +275,8 @@ def one_line(rec: Record) -> str:
     if rec.status != "ok" or rec.latency_ms is None:
         return f"FAILED: {rec.error}"
     lat = rec.latency_ms
-    ci = lat.get("p50_ci95")
+    ci = lat.p50_ci95
     interval = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-    unstable = "  UNSTABLE" if lat["stability"]["verdict"] == "unstable" else ""
-    return (f"p50 {lat['p50']:.3f} ms{interval}  {rec.throughput_per_s:.1f}/s  "
-            f"parity {rec.parity['status']}{unstable}")
+    unstable = "  UNSTABLE" if lat.stability.verdict == "unstable" else ""
+    return (f"p50 {lat.p50:.3f} ms{interval}  {rec.throughput_per_s:.1f}/s  "
+            f"parity {rec.parity.status}{unstable}")

@@ -244,7 +244,7 @@ def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) ->
     if config.device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate
         # (on Ray's nodes the CPUs are theirs, not this one's: each worker's record says what it executed)
         used = {p for _, _, fws in plan for _, ps in fws for p in ps}
-        refused = next((why for p in sorted(used) if (why := cpu_precision_refusal(p))), None)
+        refused = next((refusal for p in sorted(used) if (refusal := cpu_precision_refusal(p))), None)
         if refused:
             raise UsageError(refused)
     for key in values["frameworks"]:  # named explicitly and runnable on none of several models: as for one model
@@ -294,11 +294,11 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
         raise UsageError("a model file runs at one resolution: give one --resolution (or --input-shape)")
     for i, m in enumerate(names):
         if is_model_file(m):
-            files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
-            register(files[i])
-            if files[i].batch_size is not None and set(values["batch_sizes"]) != {files[i].batch_size}:
-                raise UsageError(f"{m} has its batch size fixed to {files[i].batch_size}: pass --batch-size "
-                                 f"{files[i].batch_size} (or export it with a dynamic batch dimension)")
+            found = files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
+            register(found)
+            if found.batch_size is not None and set(values["batch_sizes"]) != {found.batch_size}:
+                raise UsageError(f"{m} has its batch size fixed to {found.batch_size}: pass --batch-size "
+                                 f"{found.batch_size} (or export it with a dynamic batch dimension)")
     return files
 
 

@@ -37,18 +37,10 @@ from ..measure.trackers.speed import summarize
 from ..registry.scenarios import scenario, scenario_module
 from ..spec import CellJob, ChildResult
 from . import handle, tune_phase
-from .budget import (
-    TUNE_FACTOR,
-    Deadline,
-    fewest_rounds,
-    measured_setups,
-    remember_setups,
-    round_s,
-    setup_key,
-    worker_setup_s,
-)
+from .budget import TUNE_FACTOR, Deadline, fewest_rounds, round_s, worker_setup_s
 from .handle import SETTLE_S, Worker, group_label
 from .isolate import _PACKAGE_PARENT
+from .remembered import measured_setups, remember_setups, setup_key
 
 #: Pause before the machine's speed is read, so that the last block's spinning thread pools have gone to sleep.
 PROBE_SETTLE_S = 0.05

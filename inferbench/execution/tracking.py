@@ -138,7 +138,7 @@ def _wandb(record: dict[str, Any], path: Path, params: dict[str, str], metrics: 
     import wandb
 
     run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, group=tags["inferbench.group"],
-                     name=tags["inferbench.cell"], config=params, mode=os.environ.get("WANDB_MODE") or "offline",
+                     name=tags["inferbench.cell"], config=params, mode=os.environ.get("WANDB_MODE") or "offline",  # type: ignore[arg-type]
                      tags=[tags["inferbench.status"], f"parity-{tags['inferbench.parity']}"], reinit="create_new",
                      settings=wandb.Settings(silent=True, console="off"))
     try:

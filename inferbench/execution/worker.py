@@ -22,12 +22,12 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..base.codec import encode
 from ..base.errors import MissingDependency, TooBig, UsageError
 from ..base.files import atomic_write_text
-from ..registry.scenarios import get_scenario
+from ..registry.scenarios import TunedSession, get_scenario
 from ..spec import CellJob, ChildResult, job_from_json
 
 _channel: Any = None
@@ -79,9 +79,10 @@ def serve(job: CellJob, commands: Any) -> ChildResult:
             send({"block": session.block(int(command["block"]))})
         elif "tune" in command:  # a tuning block with a live setting (inferbench.execution.rounds)
             t = command["tune"]
-            send({"tune": session.tune(t["setting"], int(t["round"]), float(t["block_s"]))})
+            send({"tune": cast(TunedSession, session).tune(t["setting"], int(t["round"]), float(t["block_s"]))})
         elif "apply" in command:
-            send({"apply": session.apply(command["apply"]["setting"], command["apply"]["tuning"])})
+            apply = command["apply"]
+            send({"apply": cast(TunedSession, session).apply(apply["setting"], apply["tuning"])})
         elif command.get("idle"):  # the rounds are over: the trackers' readings of the idle device, the group's at once
             send({"idle": session.idle()})
         elif command.get("finish"):

@@ -6,6 +6,7 @@ runs with reduced-precision cells, once per count (``--agreement-inputs``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,7 +38,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         if model is None:
             notes.append("a model file: no Keras model to measure its own reduced-precision agreement with")
             continue
-        own = own_agreement(model, lambda n=count: agreement_inputs(spec, ctx.resolution, ctx.seed, n), reference)
+        chunks = functools.partial(agreement_inputs, spec, ctx.resolution, ctx.seed, count)
+        own = own_agreement(model, chunks, reference)
         (ctx.folder / agreement_own(count)).write_text(json.dumps(own, indent=1))
         paths.append(agreement_own(count))
     return {"paths": paths, "variants": sorted(ctx.variants, key=int), "notes": notes}

@@ -17,7 +17,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     model = load_keras(ctx.path("keras"))
     path = ctx.path("ported")
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **keras_weights(model))
+    np.savez(path, **keras_weights(model))  # type: ignore[arg-type]  # numpy's stubs type **kwds as allow_pickle
     import keras
 
     return {"paths": ["ported"], "keras_backend": keras.backend.backend(),

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
-from ..registry.ports import build_torchvision
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
@@ -48,7 +48,7 @@ def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any)
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
 
-    twin = _unshared_relus(torch, build_torchvision(model, weights).eval())
+    twin = _unshared_relus(torch, ports.build_torchvision(model, weights).eval())
     batches = (torch.from_numpy(np.ascontiguousarray(c.transpose(0, 3, 1, 2))) for c in chunks)
     first = next(batches)
     example = (first.repeat(2, 1, 1, 1)[:2],)  # two images: torch.export takes a batch of 1 for a constant 1

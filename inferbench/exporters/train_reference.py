@@ -38,7 +38,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         options = RunnerOptions(optimizer=optimizer, bn_mode=bn)
         for bs in ctx.batch_sizes:
             model = keras_train.for_training(load_keras(ctx.path("keras")), options)
-            np.savez(ctx.folder / train_reference(bs, variant), **steps(model, spec, ctx, bs, optimizer))
+            arrays = steps(model, spec, ctx, bs, optimizer)
+            np.savez(ctx.folder / train_reference(bs, variant), **arrays)  # type: ignore[arg-type]  # numpy's stub
             paths.append(train_reference(bs, variant))
     return {"paths": ["train-reference"], "batch_sizes": list(ctx.batch_sizes), "variants": list(ctx.variants),
             "notes": []}
@@ -76,7 +77,7 @@ def steps(model: Any, spec: Any, ctx: ExportContext, batch_size: int, optimizer:
         if update is None:  # step 1: its gradients, and the rate they allow
             out.update({f"grad/{k}": v for k, v in grads.items()})
             update = Optimizer(optimizer, learning_rate(optimizer, weights, grads))
-            out["learning_rate"] = np.float64(update.lr)
+            out["learning_rate"] = np.asarray(update.lr, dtype=np.float64)
         update.apply(weights, grads)
         for name, variable in named:
             variable.assign(weights[name])

@@ -5,6 +5,9 @@ and for readers. A block is a plain JSON object in the record; its shape lists t
 
 Markers in ``Annotated[...]`` add what a type cannot say (:class:`Enum`, :class:`Min`, :class:`NonEmpty`,
 :class:`Pair`, :class:`Doc`); a shape class there says what a block of plain JSON holds.
+
+Why one file: the blocks are one record's parts, and the schema generated from them is one document; a reader
+looks for a key's meaning in one place.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from ..base.codec import EXTRA
 from ..registry.scenarios import SCENARIOS
 
 
@@ -75,13 +79,27 @@ class Pair:
             raise ValueError(f"{where}: {len(value)} items, not 2")
 
 
+@dataclass(frozen=True)
+class Block:
+    """A block of a record, read as a typed object: the keys every reader may rely on are its fields; a key it does
+    not list (what a newer inferbench measures, or a runner's own detail) is kept as read, in :attr:`extra`, and the
+    block is written back with the same keys in the same order (:func:`inferbench.base.codec.encode`)."""
+
+    __open__ = True
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The keys beyond the fields, as read."""
+        return dict(getattr(self, EXTRA, {}))
+
+
 Number = float | None
 NonNegative = Annotated[float, Min(0)] | None  # a figure that cannot be below zero (a time, a size, an energy)
 Interval = Annotated[list[float] | None, Pair()]
 
 
 @dataclass(frozen=True)
-class Stability:
+class Stability(Block):
     verdict: Annotated[str, Enum(("stable", "unstable", "unknown"))]
     rounds: int
     advice: str
@@ -90,7 +108,7 @@ class Stability:
 
 
 @dataclass(frozen=True)
-class Latency:
+class Latency(Block):
     """Per-iteration latencies in milliseconds, summarised."""
 
     n: Annotated[int, Min(1)]
@@ -121,10 +139,12 @@ class Latency:
     p95_pooled: float | None = None
     p99_pooled: float | None = None
     raw_kept: dict[str, Any] | None = None  # kept, of, method: raw_latencies_ms is a subsample (record.RAW_KEPT_MAX)
-
+    spread_note: str | None = None
+    tail_method: str | None = None
+    tails_too_few_samples: Any = None
 
 @dataclass(frozen=True)
-class Agreement:
+class Agreement(Block):
     """A reduced-precision cell's agreement with FP32 over many seeded inputs (``parity.agreement``): ``top1`` and
     ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own agreement in that precision
     and the disagreement allowed (INT8: ``measured``, reported, never a gate)."""
@@ -141,7 +161,7 @@ class Agreement:
 
 
 @dataclass(frozen=True)
-class Accuracy:
+class Accuracy(Block):
     """A cell's accuracy on the user's labelled images (``--eval-dir``; ``parity.accuracy``): ``top1`` and ``top5``
     each hold the cell's accuracy and its 95% Wilson interval (``ci95``), FP32's on the same images (``fp32``,
     ``fp32_ci95``: the source's outputs) and the paired difference with its 95% interval (``difference``,
@@ -163,7 +183,7 @@ PARITY_STATUSES = ("passed", "failed", "unjudged", "not_applicable", "not_run")
 
 
 @dataclass(frozen=True)
-class Parity:
+class Parity(Block):
     status: Annotated[str, Enum(PARITY_STATUSES)]
     reason: str | None = None
     max_abs_err: Number = None
@@ -180,10 +200,11 @@ class Parity:
     agreement: Agreement | None = None  # a reduced precision's top-1 / top-5 agreement with FP32 over many inputs
     accuracy: Accuracy | None = None  # top-1 / top-5 accuracy on the user's labelled images (--eval-dir)
     blocks: dict[str, Any] | None = None  # a failed check: each block's error against FP64, the first past the gate
-
+    max_rel_err_per_image: Any = None
+    served: Any = None  # what LoadGen served, against the reference (a serving cell)
 
 @dataclass(frozen=True)
-class ColdStart:
+class ColdStart(Block):
     load_s: NonNegative = None
     first_call_s: NonNegative = None
     load_includes: str | None = None
@@ -192,24 +213,43 @@ class ColdStart:
 
 
 @dataclass(frozen=True)
-class Memory:
+class Memory(Block):
     peak_host_mb: NonNegative = None
     timed_peak_host_mb: NonNegative = None
     host_before_load_mb: NonNegative = None
     peak_device_mb: NonNegative = None
     device_used_mb_at_end: NonNegative = None
-
+    device_memory_method: str | None = None
+    timed_peak_method: str | None = None
 
 @dataclass(frozen=True)
-class Energy:
+class Energy(Block):
     available: bool | None = None  # absent in records that only carry the figures
     reason: str | None = None
     joules_per_inference: NonNegative = None
     mean_power_w: NonNegative = None
-
+    net_joules_per_inference: NonNegative = None
+    joules_per_inference_ci95: Interval = None
+    net_joules_per_inference_ci95: Interval = None
+    per_round_j_per_inference: dict[str, Any] | None = None
+    peak_power_w: NonNegative = None
+    inferences_per_joule: NonNegative = None
+    throughput_per_watt: NonNegative = None
+    gross_j: NonNegative = None
+    net_j: Number = None
+    idle_w: NonNegative = None
+    idle_baseline: Any = None
+    idle_after: Any = None
+    idle_used: Any = None
+    window_s: NonNegative = None
+    method: str | None = None
+    sensor: str | None = None
+    sampler: Any = None
+    blocks: Any = None
+    too_short: Any = None
 
 @dataclass(frozen=True)
-class ModelStats:
+class ModelStats(Block):
     """The model as it ran: parameters and floating-point operations per image (a multiply-add counts 2), counted
     from its Keras graph at batch 1; null for a model file without one."""
 
@@ -223,12 +263,13 @@ class ModelStats:
 
 
 @dataclass(frozen=True)
-class DeviceShape:
+class DeviceShape(Block):
     kind: Annotated[str, Enum(("cpu", "gpu"))]
-
+    label: str | None = None
+    gpu: Any = None
 
 @dataclass(frozen=True)
-class Config:
+class Config(Block):
     """The run configuration that ran (:class:`inferbench.spec.RunConfig`), with the artifacts and the child's
     controlled environment."""
 
@@ -236,10 +277,35 @@ class Config:
     threads: int | None = None
     seed: int | None = None
     weights: str | None = None
-
+    timing: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    cache_dir: str | None = None
+    timeout_s: Number = None
+    scenario: str | None = None
+    pass_env: list[str] | None = None
+    model_files: list[Any] | None = None
+    log_to: list[str] | None = None
+    sequential: bool | None = None
+    max_other_load: Number = None
+    allow_busy: bool | None = None
+    tune_budget_s: Number = None
+    processes: int | None = None
+    quick: bool | None = None
+    slo_p99_ms: Number = None
+    executor: str | None = None
+    ray_address: str | None = None
+    machines: list[Any] | None = None
+    agreement_inputs: int | None = None
+    eval_set: Any = None
+    calibration: Any = None
+    target_ci: Number = None
+    ab: Any = None
+    artifact_dir: str | None = None
+    child_env: dict[str, Any] | None = None
+    artifacts: dict[str, Any] | None = None
 
 @dataclass(frozen=True)
-class PeakFp32:
+class PeakFp32(Block):
     """The device's peak FP32 rate as inferbench measured it (a large matrix product, best of repeats): gflops,
     method, library, threads; gflops null with a why when it could not be measured."""
 
@@ -254,7 +320,7 @@ Spread = Annotated[float, Min(0), Max(MAX_INVOCATION_SD)]
 
 
 @dataclass(frozen=True)
-class InvocationSpread:
+class InvocationSpread(Block):
     """This machine's measured spread between invocations (``benchmarks/aa_calibration.py --across``: the sd of a
     cell's log centre from one invocation to the next beyond each run's own standard error — 0 where the runs'
     errors explain it all —, with the raw sd and the runs' typical error beside it), per framework and the largest,
@@ -276,27 +342,37 @@ class InvocationSpread:
 
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(Block):
     peak_fp32: PeakFp32 | None = None
     invocation_spread: InvocationSpread | None = None
-
+    hostname: str | None = None
+    cpu: dict[str, Any] | None = None
+    gpu: Any = None
+    memory_gb: Number = None
+    os: Any = None
+    python: Any = None
+    interpreter: str | None = None
+    packages: dict[str, Any] | None = None
+    inferbench: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    niceness: Any = None
 
 @dataclass(frozen=True)
-class Validity:
+class Validity(Block):
     """Was the machine quiet enough for the numbers to be the runtimes' own? True, false, or null when unknown."""
 
     valid: bool | None
     reason: str
-
+    other_cores: Number = None  # the worst block's: other work's share of the cores (a verdict that measured it)
 
 @dataclass(frozen=True)
-class SpeedReading:
+class SpeedReading(Block):
     round: Annotated[int, Min(0)]
     gflops: Annotated[float, Min(0, exclusive=True)]
 
 
 @dataclass(frozen=True)
-class Speed:
+class Speed(Block):
     """The machine's own speed: a fixed matrix product read before every round and after the last (``compare`` sets
     side by side only rounds read at one speed)."""
 
@@ -305,14 +381,23 @@ class Speed:
 
 
 @dataclass(frozen=True)
-class MachineState:
+class MachineState(Block):
     """The machine during every timed block (cores other work took, steal, load), its threshold and summary."""
 
     speed: Speed | None = None
-
+    threads: int | None = None
+    method: str | None = None
+    max_other_load: Number = None
+    allowed_other_cores: Number = None
+    other_cores_max: Number = None
+    other_cores_mean: Number = None
+    steal_cores_max: Number = None
+    load_avg_1m_max: Number = None
+    cpu_clock: Any = None
+    blocks: list[Any] | None = None
 
 @dataclass(frozen=True)
-class VsDefault:
+class VsDefault(Block):
     """A setting's median latency over that of inferbench's own setting, paired within rounds, with its interval."""
 
     ratio: Annotated[float, Min(0, exclusive=True)]
@@ -320,7 +405,7 @@ class VsDefault:
 
 
 @dataclass(frozen=True)
-class TuningRow:
+class TuningRow(Block):
     """One setting tuning tried: the setting, its median latency, its ratio to inferbench's own setting."""
 
     setting: dict[str, Any]
@@ -329,7 +414,7 @@ class TuningRow:
 
 
 @dataclass(frozen=True)
-class Tuning:
+class Tuning(Block):
     """The tuning phase of a tuned cell (``+tuned``): every setting tried with its median latency and its ratio to
     inferbench's own setting, the one chosen and why; null when the cell was not tuned."""
 
@@ -341,10 +426,39 @@ class Tuning:
     selection: str | None = None  # a switch: what the selection rounds said (their gain overstates the winner's)
     confirmation: VsDefault | None = None  # a switch: the chosen over the default in fresh rounds of the two alone
     digest: str | None = None  # the chosen setting's (part of the cell's identity: compare sets no other beside it)
+    chosen_load: dict[str, Any] | None = None
+    chosen_live: dict[str, Any] | None = None
+    is_default: bool | None = None
+    rule: str | None = None
+    rounds: int | None = None
+    block_s: Number = None
+
+@dataclass(frozen=True)
+class Timing(Block):
+    """How a cell was timed: the clock, the timed region, the throughput rule, its blocks (one per round: round,
+    process, samples, window, start) and the group it was interleaved with."""
+
+    clock: str | None = None
+    timed_region: str | None = None
+    throughput_rule: str | None = None
+    window_s: NonNegative = None
+    blocks: list[dict[str, Any]] | None = None
+    group: str | None = None
+    group_cells: int | None = None
+    processes: int | None = None
+    process_of_round: Any = None
+    alone: str | None = None
+    warmup_iterations: int | None = None
+    warmup_s: NonNegative = None
+    block_warmup_calls: int | None = None
+    gc: Any = None
+    test_slowdown: Any = None
+    extended_for_energy_from_s: NonNegative = None
+    target_ci: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
-class Knobs:
+class Knobs(Block):
     """A serving configuration: queries in flight and the batching delay."""
 
     concurrency: Annotated[int, Min(1)] | None = None
@@ -355,7 +469,7 @@ QPS = Annotated[float, Min(0)]
 
 
 @dataclass(frozen=True)
-class ServingAnswer:
+class ServingAnswer(Block):
     """The answer: the load held at the bound (server: ``max_valid_qps``, the search's ``bracket``) or the samples
     per second (offline: ``qps`` with ``qps_ci95``), the configuration that gave it."""
 
@@ -368,10 +482,13 @@ class ServingAnswer:
     bracket: Annotated[list[QPS | None], Pair()] | None = None
     bound_ms: Annotated[float, Min(0, exclusive=True)] | None = None
     held_in_a_row: Annotated[int, Min(0)] | None = None
-
+    stopped: str | None = None
+    steps: list[int] | None = None
+    valid: bool | None = None
+    largest_valid_qps: QPS | None = None
 
 @dataclass(frozen=True)
-class ServingStep:
+class ServingStep(Block):
     """One LoadGen test: its configuration, the load it was scheduled at, LoadGen's verdict and what it measured."""
 
     knobs: Knobs
@@ -384,7 +501,7 @@ class ServingStep:
 
 
 @dataclass(frozen=True)
-class Serving:
+class Serving(Block):
     """A serving scenario's LoadGen tests (``single-stream``, ``multi-stream``, ``server``, ``offline``): every test
     (``steps``: its serving configuration, target, LoadGen's verdict and why, QPS and percentiles), the answer, the
     single-query latency, the settings; null for the inference scenario."""
@@ -393,10 +510,15 @@ class Serving:
     answer: ServingAnswer
     steps: list[ServingStep]
     mlperf_valid: bool
-
+    single_query: dict[str, Any] | None = None
+    samples: Any = None
+    knob_grid: list[Any] | None = None
+    settings: dict[str, Any] | None = None
+    mlperf_note: str | None = None
+    loadgen_logs: str | None = None
 
 @dataclass(frozen=True)
-class Training:
+class Training(Block):
     """The training scenario's step (``--scenario train``): the optimizer and its hyper-parameters, the batch-norm
     mode and kernel, the layout, what the step is, dropout (off), the loss and how many steps ran; null for the
     other scenarios."""

@@ -83,6 +83,7 @@ from .blocks import (
     NonEmpty,
     Parity,
     Serving,
+    Timing,
     Training,
     Tuning,
     Validity,
@@ -124,37 +125,37 @@ class Record:
     options: dict[str, Any]
     status: Annotated[str, Enum(STATUSES)]
     error: str | None
-    parity: Annotated[dict[str, Any], Parity]
-    latency_ms: Annotated[dict[str, Any] | None, Latency]
+    parity: Parity
+    latency_ms: Latency | None
     throughput_per_s: Annotated[float | None, Min(0)]
-    config: Annotated[dict[str, Any], Config]
-    environment: Annotated[dict[str, Any], Environment]
+    config: Config
+    environment: Environment
     run_id: Annotated[str, NonEmpty()]
     created_at: Annotated[str, NonEmpty()]
     traceback: str | None = None
     raw_latencies_ms: list[Annotated[float, Min(0)]] | None = None
     raw_rounds: list[Annotated[int, Min(0)]] | None = None
-    timing: dict[str, Any] | None = None
-    cold_start: Annotated[dict[str, Any] | None, ColdStart] = None
-    memory: Annotated[dict[str, Any] | None, Memory] = None
-    energy: Annotated[dict[str, Any] | None, Energy] = None
+    timing: Timing | None = None
+    cold_start: ColdStart | None = None
+    memory: Memory | None = None
+    energy: Energy | None = None
     gpu_state: dict[str, Any] | None = None
     device_check: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
-    model_stats: Annotated[dict[str, Any] | None, ModelStats] = None
-    machine_state: Annotated[dict[str, Any] | None, MachineState] = None
-    validity: Annotated[dict[str, Any] | None, Validity] = None
-    tuning: Annotated[dict[str, Any] | None, Tuning] = None
-    serving: Annotated[dict[str, Any] | None, Serving] = None
-    training: Annotated[dict[str, Any] | None, Training] = None
+    model_stats: ModelStats | None = None
+    machine_state: MachineState | None = None
+    validity: Validity | None = None
+    tuning: Tuning | None = None
+    serving: Serving | None = None
+    training: Training | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be 'ok' or 'failed', not {self.status!r}")
         if self.status == "ok" and not self.latency_ms:
             raise ValueError("an ok record needs latency statistics")
-        if self.parity.get("status") not in PARITY_STATUSES:
-            raise ValueError(f"bad parity status {self.parity.get('status')!r}")
+        if self.parity.status not in PARITY_STATUSES:
+            raise ValueError(f"bad parity status {self.parity.status!r}")
         impossible = self.impossible()
         if impossible:
             raise ImpossibleRecord(impossible)
@@ -168,29 +169,24 @@ class Record:
         if not (isinstance(self.batch_size, int) and self.batch_size >= 1 and isinstance(self.resolution, int)
                 and self.resolution >= 1):
             return f"batch size {self.batch_size!r} and resolution {self.resolution!r} must be positive integers"
-        if self.status != "ok":
+        lat = self.latency_ms
+        if self.status != "ok" or lat is None:
             return None
-        lat = self.latency_ms or {}
         for key in ("p50", "p99", "mean", "min", "max"):
-            if key in lat and not (number(lat[key]) and 0 < lat[key] <= MAX_LATENCY_MS):
-                return (f"latency_ms.{key} = {str(lat[key])[:40]}: not a number of milliseconds above 0 and at most "
+            v = getattr(lat, key)
+            if v is not None and not (number(v) and 0 < v <= MAX_LATENCY_MS):
+                return (f"latency_ms.{key} = {str(v)[:40]}: not a number of milliseconds above 0 and at most "
                         f"{MAX_LATENCY_MS:.0e} (a day)")
-        if "p50" not in lat:
-            return "no latency_ms.p50"
-        n = lat.get("n")
-        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-            return f"latency_ms.n = {str(n)[:40]}: not a count of at least 1"
         if not (number(self.throughput_per_s) and self.throughput_per_s >= 0):
             return f"throughput_per_s = {str(self.throughput_per_s)[:40]}: not a finite non-negative number"
-        ci = lat.get("p50_ci95")
-        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(number(v) for v in ci)):
+        ci = lat.p50_ci95
+        if ci is not None and not (len(ci) == 2 and all(number(v) for v in ci)):
             return f"latency_ms.p50_ci95 = {str(ci)[:60]}: not two finite numbers"
         raw = self.raw_latencies_ms
-        if raw is not None and not (isinstance(raw, list) and all(number(v) and v > 0 for v in raw)):
+        if raw is not None and not all(number(v) and v > 0 for v in raw):
             return "raw_latencies_ms holds a value that is not a finite positive number"
-        energy = self.energy or {}
         for key in ("joules_per_inference", "mean_power_w"):
-            v = energy.get(key)
+            v = getattr(self.energy, key, None)
             if v is not None and not (number(v) and v >= 0):
                 return f"energy.{key} = {str(v)[:40]}: not a finite non-negative number"
         return None
@@ -213,7 +209,7 @@ class Record:
             config = dataclasses.replace(config, timing=outcome.cell.timing)
         failed = {"status": "failed", "error": outcome.error, "traceback": outcome.traceback,
                   "parity": not_run(), "latency_ms": None, "throughput_per_s": None}
-        return cls(
+        data = dict(
             schema_version=SCHEMA_VERSION, model=cell.model, resolution=cell.resolution, batch_size=cell.batch_size,
             framework=cell.framework, precision=cell.precision, scenario=cell.scenario, variant=cell.variant,
             options=encode(cell.options),
@@ -222,6 +218,8 @@ class Record:
             environment=environment, run_id=run_id, created_at=created_at, model_stats=model_stats,
             **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
         )
+        # typed as it is read back (the blocks the child sent are plain JSON values: what the file will hold)
+        return decode(cls, plain(data), "record")
 
 
 #: The most raw latencies a record keeps (about 1 MB of JSON; a day at the documented maximum --duration would be

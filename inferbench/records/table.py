@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_row(record: dict[str, Any]) -> dict[str, Any]:
+def summary_row(record: Mapping[str, Any]) -> dict[str, Any]:
 
     lat = record.get("latency_ms") or {}
     ci = lat.get("p50_ci95") or [None, None]
@@ -81,7 +81,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
+def compute_rate(record: Mapping[str, Any]) -> dict[str, Any]:
     """The model's size and the achieved FLOP rate of a record: GFLOP per image, GFLOP/s (throughput x FLOPs per
     image; a training step's: 3 x the forward's) and its fraction of the device's measured peak FP32 rate (None
     where either is unknown)."""
@@ -96,7 +96,7 @@ def compute_rate(record: dict[str, Any]) -> dict[str, Any]:
             "fraction_of_peak": fraction if fraction is None or fraction <= 1.0 else None}
 
 
-def usable_peak(record: dict[str, Any]) -> float | None:
+def usable_peak(record: Mapping[str, Any]) -> float | None:
     """The device's measured peak FP32 rate, where it is one: not measured while the machine was busy
     (``peak_fp32.valid`` false: a busy machine's "peak" made shares of 111-234%)."""
     peak = (record.get("environment") or {}).get("peak_fp32") or {}

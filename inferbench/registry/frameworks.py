@@ -128,7 +128,7 @@ _TF = ("tensorflow", "keras")
 KERAS_BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
 _TRAIN = ("optimizer", "bn_mode")  # the training scenario's options every trainer takes...
 _TF_TRAIN = (*_TRAIN, "fused_bn", "channels_first")  # ...and those of Keras and TensorFlow
-_KERAS = dict(options=("keras_backend", *_TF_TRAIN), env=(("KERAS_BACKEND", "keras_backend"),))
+_KERAS: dict[str, Any] = dict(options=("keras_backend", *_TF_TRAIN), env=(("KERAS_BACKEND", "keras_backend"),))
 _TORCH_OPTIONS = ("torch_compile", "cuda_graphs", "tune")
 _TUNE = ("tune",)  # runners with a tuning grid (Runner.tuning_grid)
 _ONNX2TORCH = ("torch", "onnx2torch", "onnx", "safetensors")  # the module rebuilt from the ONNX graph + its weights

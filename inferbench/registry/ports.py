@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -195,13 +195,13 @@ class _Reader:
         mean = self(f"{name}/moving_mean")
         if fold_bias is not None:
             mean = mean - fold_bias
-        for dst, key in ((bn.weight, "gamma"), (bn.bias, "beta")):
+        for dst, key in ((bn.weight, "gamma"), (bn.bias, "beta")):  # (each set: affine batch norms)
             if f"{name}/{key}" in self:
                 self.copy(dst, self(f"{name}/{key}"), f"{name}/{key}")
             else:  # Keras scale=False / center=False
                 self.copy(dst, np.full(dst.shape, 1.0 if key == "gamma" else 0.0, np.float32), name)
-        self.copy(bn.running_mean, mean, f"{name}/moving_mean")
-        self.copy(bn.running_var, self(f"{name}/moving_variance"), f"{name}/moving_variance")
+        self.copy(cast("torch.Tensor", bn.running_mean), mean, f"{name}/moving_mean")
+        self.copy(cast("torch.Tensor", bn.running_var), self(f"{name}/moving_variance"), f"{name}/moving_variance")
         bn.eps = float(self(f"{name}/epsilon"))
 
     def conv_bn(self, conv: Any, bn: Any, conv_name: str, bn_name: str, *, depthwise: bool = False) -> None:
@@ -296,7 +296,8 @@ def _modules() -> Any:
             self.register_buffer("offset", per_channel(offset))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x * self.scale + self.offset
+            scale, offset = cast(torch.Tensor, self.scale), cast(torch.Tensor, self.offset)
+            return x * scale + offset
 
     class Normalize(nn.Module):
         """Keras ``Normalization``: (x - mean) / max(sqrt(variance), epsilon), per channel."""
@@ -308,7 +309,8 @@ def _modules() -> Any:
             self.register_buffer("denom", per_channel(denom))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return (x - self.mean) / self.denom
+            mean, denom = cast(torch.Tensor, self.mean), cast(torch.Tensor, self.denom)
+            return (x - mean) / denom
 
     class KerasTwin(nn.Module):
         """The torchvision network preceded by the Keras model's own preprocessing, if any."""
@@ -326,7 +328,8 @@ def _modules() -> Any:
         if conv.dilation != (1, 1):
             raise ValueError("TF same padding is only implemented for dilation 1")
         conv.padding = (0, 0)
-        return nn.Sequential(TFSamePad(conv.kernel_size, conv.stride), conv)
+        k, s = conv.kernel_size, conv.stride
+        return nn.Sequential(TFSamePad((k[0], k[-1]), (s[0], s[-1])), conv)
 
     return types.SimpleNamespace(TFSamePad=TFSamePad, Rescale=Rescale, Normalize=Normalize,
                                  KerasTwin=KerasTwin, tf_same=tf_same)

@@ -17,6 +17,8 @@ class Session(Protocol):
     a round, ``idle`` once the rounds are over (its trackers read the idle device, the group's workers at once), then
     ``finish`` (the cell's outcome: its record's blocks)."""
 
+    stopped: str | None  # why the rounds ended before the scenario's own count (--time-budget), set before finish
+
     def block(self, round_index: int) -> dict[str, Any]: ...
 
     def idle(self) -> dict[str, Any]: ...

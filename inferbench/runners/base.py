@@ -27,6 +27,13 @@ class LoadContext:
     batch_sizes: tuple[int, ...] = (1,)  # every batch size of this model and resolution in the run
     setting: dict[str, Any] = field(default_factory=dict)  # load-time settings being tuned (see Runner.tuning_grid)
 
+    @property
+    def path(self) -> Path:
+        """The artifact this runtime loads (a runner that loads one: every runner but torch-native's own weights)."""
+        if self.artifact is None:
+            raise RuntimeError(f"{self.model.name}: no artifact to load for this framework")
+        return self.artifact
+
 
 class Runner:
     name: ClassVar[str]

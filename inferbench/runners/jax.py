@@ -53,7 +53,7 @@ class JaxRunner(Runner):
             raise RuntimeError(f"Keras runs on {keras.backend.backend()} in this worker, not on JAX")
         jax = self.jax
         self.device = jax.devices()[0]
-        model = load_keras(ctx.artifact)
+        model = load_keras(ctx.path)
         self.params = jax.device_put(([v.value for v in model.trainable_variables],
                                       [v.value for v in model.non_trainable_variables]), self.device)
 

@@ -55,7 +55,7 @@ class KerasEagerRunner(TfBase):
         if keras.backend.backend() != self.backend:
             raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {self.backend}")
         self.keras = keras
-        self.model = load_keras(ctx.artifact)
+        self.model = load_keras(ctx.path)
 
     def prepare(self, batch: np.ndarray) -> Any:
         if self.backend == "tensorflow":

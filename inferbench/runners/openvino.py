@@ -29,7 +29,6 @@ and shares the input and output buffers (about 5% faster than copying them).
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,9 +70,9 @@ class OpenVinoRunner(Runner):
 
         if ctx.device != "cpu":
             raise RuntimeError("inferbench runs OpenVINO on the CPU only (its GPU plugin is for Intel GPUs)")
-        if Path(ctx.artifact).is_dir():  # a SavedModel: its ops read first, as for TensorFlow (nothing but inference)
+        if ctx.path.is_dir():  # a SavedModel: its ops read first, as for TensorFlow (nothing but inference)
 
-            check_savedmodel(Path(ctx.artifact))
+            check_savedmodel(ctx.path)
         # an INT8 model (NNCF's, OpenVINO IR) is read as it was saved; the SavedModel or ONNX file is converted
         self.core = ov.Core()  # one for the run: it reads an IR and compiles every setting's model
         model = self.core.read_model(str(ctx.artifact)) if str(ctx.artifact).endswith(".xml") \

@@ -76,7 +76,7 @@ class TfBase(Runner):
         tf = self.tf = setup_tensorflow(ctx)
         self.device_name = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
         self.gpu = ctx.device == "gpu"
-        loaded = load_saved_model(ctx.artifact)
+        loaded = load_saved_model(ctx.path)
         self._loaded = loaded  # keep the variables alive
         serve = serving_function(loaded)
         self.fn = tf.function(serve, jit_compile=True) if self.jit else serve
@@ -150,7 +150,7 @@ class TapeTrainer(TfBase, KerasTraining):
 
         if keras.backend.backend() != "tensorflow":
             raise RuntimeError(f"Keras runs on {keras.backend.backend()}: a TensorFlow step needs it on TensorFlow")
-        model = self.ready(load_keras(ctx.artifact), ctx.options)
+        model = self.ready(load_keras(ctx.path), ctx.options)
         variables = model.trainable_variables
         self.optimizer = optimizer = keras_train.optimizer(ctx.options.optimizer)
         optimizer.build(variables)

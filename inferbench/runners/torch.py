@@ -18,9 +18,9 @@ import numpy as np
 from ..base.machine import native_instructions
 from ..exporters import quantize_torch
 from ..exporters.torch import convert
-from ..registry import artifacts
+from ..registry import artifacts, ports
 from ..registry.inputs import make_inputs
-from ..registry.ports import build_torchvision, ported_models
+from ..registry.ports import ported_models
 from .base import LoadContext, Runner
 from .torch_stages import program_stage_errors, stage_errors
 
@@ -225,13 +225,13 @@ class TorchNativeRunner(TorchRunner):
         if ctx.precision == "int8":  # the twin quantised by PT2E (exporter torch-int8)
 
             self.weights_source = "keras-ported, pt2e-int8"
-            return quantize_torch.load(ctx.artifact)
+            return quantize_torch.load(ctx.path)
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
         if ctx.model.name in ported_models() and ctx.artifact is not None:
             self.weights_source = "keras-ported"
             with np.load(ctx.artifact) as weights:
-                return build_torchvision(ctx.model.name, weights)
+                return ports.build_torchvision(ctx.model.name, weights)
         self.weights_source = "own-seeded-calibrated"
         self.torch.manual_seed(ctx.seed)
         size = {"image_size": ctx.resolution} if ctx.model.family == "vit" else {}  # a ViT is built for one size
@@ -243,7 +243,7 @@ class TorchNativeRunner(TorchRunner):
         """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
         quantised from (:func:`program_stage_errors`)."""
         with np.load(self.ctx.folder / artifacts.EXPORTERS["ported"].path) as weights:
-            twin = build_torchvision(self.ctx.model.name, weights).eval()
+            twin = ports.build_torchvision(self.ctx.model.name, weights).eval()
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         return program_stage_errors(self.torch, self.plain, twin, x)
 
@@ -330,7 +330,7 @@ class TorchInductorRunner(TorchNativeRunner):
         if ctx.device == "cpu":
             inductor.freezing = True
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # first_call_s is far shorter with a warm cache
-        self.cache_warm = bool(cache) and os.path.isdir(cache) and any(os.scandir(cache))
+        self.cache_warm = cache is not None and os.path.isdir(cache) and any(os.scandir(cache))
         super().load(dataclasses.replace(ctx, options=dataclasses.replace(
             ctx.options, channels_last=True, torch_compile=True)))
 

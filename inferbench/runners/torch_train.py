@@ -10,7 +10,8 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..measure.training import ADAM, LEARNING_RATES, MOMENTUM
-from ..registry.ports import FOLDS_CONV_BIASES, build_torchvision
+from ..registry import ports
+from ..registry.ports import FOLDS_CONV_BIASES
 from .base import LoadContext, Trainer
 from .torch import TorchNativeRunner
 
@@ -96,8 +97,10 @@ class TorchTrainer(TorchNativeRunner, Trainer):
         """The Keras-named arrays ported as the weights were (:func:`inferbench.registry.ports.build_torchvision`,
         whose layout changes are linear: they carry gradients and changes as they carry weights), the other Keras
         weights (moving statistics, epsilons) from the ported artifact."""
+        if self.ported is None:
+            raise RuntimeError(f"{self.model_name}: its own weights have no Keras arrays to port")
         with np.load(self.ported) as full:
-            twin = build_torchvision(self.model_name, {**{k: full[k] for k in full.files}, **arrays})
+            twin = ports.build_torchvision(self.model_name, {**{k: full[k] for k in full.files}, **arrays})
         return {n: p.detach().numpy().copy() for n, p in twin.named_parameters() if n in self.params}
 
     def details(self) -> dict[str, Any]:

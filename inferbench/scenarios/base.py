@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from ..base.codec import encode
+from ..measure import trackers
 from ..measure.memory import current_rss_mb, peak_rss_mb
 from ..measure.stats import summarize
 from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS, Measurement, run_block, warm_up
-from ..measure.trackers import Finished, judge, open_trackers
+from ..measure.trackers import Finished, judge
 from ..registry.frameworks import load_runner
 from ..registry.inputs import make_inputs
 from ..registry.models import get_model
@@ -30,7 +31,7 @@ from .slowdown import slowed_call, test_slowdown
 def open_tracked(job: CellJob, emit: Emit) -> tuple[list[Any], dict[str, str]]:
     """Every tracker for the cell's device (:mod:`inferbench.measure.trackers`), set up (idle baselines, the device's
     state at the start); one that cannot be set up is left out with the reason, never the cell."""
-    opened, missing = open_trackers(job)
+    opened, missing = trackers.open_trackers(job)  # (read through its module: a test puts its own in)
     ready = []
     for tracker in opened:
         try:

@@ -32,6 +32,7 @@ timing configuration that ran.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -129,7 +130,7 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
     out = dict(blocks[0])
     for key in ("gross_j", "net_j"):
         values = [b.get(key) for b in blocks]
-        out[key] = None if any(v is None for v in values) else float(sum(values))
+        out[key] = None if any(v is None for v in values) else math.fsum(float(v) for v in values if v is not None)
     peaks = [b["peak_power_w"] for b in blocks if b.get("peak_power_w") is not None]
     per_round = {int(r): v for b in blocks for r, v in (b.get("per_round_j_per_inference") or {}).items()}
     per_round_net = {int(r): v for b in blocks for r, v in (b.get("per_round_net_j_per_inference") or {}).items()}
@@ -164,7 +165,7 @@ def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | Non
             continue
         b = o.blocks
         processes = {blk["round"]: blk.get("process", 0) for blk in b["timing"]["blocks"]}
-        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, (own.var, own.df))
+        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, (own.var, int(own.df)))
         out.append(CellOutcome(timing=o.timing, blocks={**b, "latency_ms": {**latency, "spread": {
             **latency["spread"], "pooled_cells": sum(f is not None for f in fits), "group_between_var": own.group_var,
             "group_between_df": own.group_df, "own_weight": own.weight, "prior_df": own.prior_df,

@@ -100,6 +100,7 @@ class Session(Measured):
             losses.append(self.last_loss)
             after_first = after_first or trainer.weights()
         after = trainer.weights()
+        assert after_first is not None  # the loop ran at least one step
         if not job.framework.verified(cell.model):
             return training.sanity(losses, grads), first_step_s
         reference = {"loss": ref["loss"], "grads": trainer.own(ref["grads"]), "update": trainer.own(ref["update"]),

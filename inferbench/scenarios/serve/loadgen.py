@@ -51,7 +51,7 @@ def load_loadgen() -> Any:
     try:
         import mlperf_loadgen as lg
     except ImportError:
-        raise MissingDependency(f'mlcommons-loadgen not installed: pip install -e ".[{LOADGEN_EXTRA}]"') from None
+        raise MissingDependency("mlcommons-loadgen", LOADGEN_EXTRA, "the serving scenarios") from None
     return lg
 
 
@@ -202,7 +202,7 @@ def verdict(scenario: str, detail: dict[str, Any]) -> tuple[bool, list[str], str
 
 def trace_latencies_ms(path: Path) -> list[float]:
     """Every sample's latency (scheduled send to completion) from LoadGen's trace, in milliseconds."""
-    out = []
+    out: list[float] = []
     if not path.exists():
         return out
     with path.open(errors="replace") as fh:

@@ -99,7 +99,7 @@ class Session:
 
     def _single_queries(self) -> dict[str, Any]:
         x = np.zeros(self.batch, dtype=np.int64)  # the first sample, the batch size times
-        times = []
+        times: list[float] = []
         end = time.perf_counter() + (0.5 if self.quick else 1.5)
         while time.perf_counter() < end or len(times) < 20:
             start = time.perf_counter()
@@ -232,7 +232,7 @@ class Session:
             best = self._best_search()
             if self.confirmed is None:  # the confirmation rounds start at the search's answer
                 self.confirmed = best.valid
-            return best.knobs, self.confirmed
+            return best.knobs, self.confirmed or 0.0  # (a settled search that held nothing runs no test)
         if self.scenario == "offline":
             knobs = self.knob_grid[round_index % len(self.knob_grid)]
             return knobs, 1.2 * self._start_qps(knobs) / 0.6
@@ -347,7 +347,7 @@ class Session:
             found = self._held()
             return found[2] if found is not None else self.steps[-1:]
         if self.scenario == "offline":
-            by = {}
+            by: dict[str, list[dict[str, Any]]] = {}
             for s in self.steps:
                 by.setdefault(json.dumps(s["knobs"], sort_keys=True), []).append(s)
             return max(by.values(), key=lambda steps: float(np.median([s["qps"] or 0 for s in steps])))
