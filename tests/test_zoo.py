@@ -263,3 +263,17 @@ def test_an_onnx_conversion_too_big_for_this_machine_is_refused_before_it_starts
     record = {"status": "error", "error": f"export of onnx failed: {why}", "parity": {"status": "not_run"}}
     assert _outcome(record)["status"] == "too big here"
     assert _outcome({**record, "error": "RuntimeError: boom"})["status"] == "failed"
+
+
+def test_the_committed_support_matrix_covers_every_registered_model():
+    """The committed matrix (benchmark_results/zoo/matrix-cpu-2core) has a row for every registered model: a model
+    added to the registry joins it (vgg16_bn had been left out)."""
+    import csv
+    from pathlib import Path
+
+    from inferbench.registry.models import MODELS
+
+    path = Path(__file__).resolve().parents[1] / "benchmark_results" / "zoo" / "matrix-cpu-2core" / "matrix.csv"
+    with path.open() as fh:
+        models = {row["model"] for row in csv.DictReader(fh)}
+    assert set(MODELS) <= models, sorted(set(MODELS) - models)
