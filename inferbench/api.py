@@ -95,11 +95,11 @@ class RunResult:
         return recommendation_lines(self.answer)
 
 
-def run(what: Plan | None = None, *, output_dir: str | os.PathLike[str] = "inferbench-results", verbosity: int = 0,
+def run(planned: Plan | None = None, *, output_dir: str | os.PathLike[str] = "inferbench-results", verbosity: int = 0,
         **options: Any) -> RunResult:
     """Measure a plan (or the plan of ``options``) as ``inferbench run`` does, in a new folder under
     ``output_dir``; progress on stderr (``verbosity`` -1: none)."""
-    chosen = what if what is not None else plan(**options)
+    chosen = planned if planned is not None else plan(**options)
     values = {**chosen.values, "output_dir": str(output_dir)}
     built = Built(chosen.config, chosen.cells, chosen.skipped, chosen.notes)
     ran = run_in_folder(values, built, objective_for(values), verbosity)
@@ -108,11 +108,11 @@ def run(what: Plan | None = None, *, output_dir: str | os.PathLike[str] = "infer
     return RunResult(ran.folder, [r for r, _ in typed], answer, list(ran.executed.unmeasured))
 
 
-def export(what: Plan | None = None, **options: Any) -> list[Path]:
+def export(planned: Plan | None = None, **options: Any) -> list[Path]:
     """Export (or find in the artifact cache) what a plan's cells need, without measuring: the artifact folder of
     each (model, resolution), to time later or to carry to a machine that cannot export (a GPU machine without
     TensorFlow). A UsageError where an export failed."""
-    chosen = what if what is not None else plan(**options)
+    chosen = planned if planned is not None else plan(**options)
     folders = []
     for (model, resolution), cells in _by_model(chosen.cells).items():
         frameworks = [get_framework(k) for k in dict.fromkeys(c.framework for c in cells)]
@@ -161,8 +161,8 @@ def recommend(paths: Paths | Iterable[Record], objective: str = "p50") -> list[d
     ``objective`` (p50, p90, p99, throughput, energy), its interval and its margin over the runner-up."""
     if objective not in ("p50", "p90", "p99", "throughput", "energy"):
         raise UsageError(f"objective {objective!r} is not one of p50, p90, p99, throughput, energy")
-    found = list(paths) if not isinstance(paths, (str, os.PathLike)) else []
-    typed = found if found and all(isinstance(r, Record) for r in found) else records(paths)  # type: ignore[arg-type]
+    items: list[Any] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # read once (a generator)
+    typed = items if items and all(isinstance(r, Record) for r in items) else records(items)
     return recommendations([encode(r) for r in typed], objective)
 
 

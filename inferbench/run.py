@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, emitted, json_mode
@@ -123,11 +122,8 @@ def _run(values: dict[str, Any], emit: Emit) -> int:
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
-    if deadline is not None:  # what the budget was and what was spent, in the run's answer
-
-        note_time_budget(run_dir, deadline.spent())
-        if deadline.overrun():
-            print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
+    if deadline is not None and deadline.overrun():  # (what it spent is in recommendation.json: runs.py)
+        print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)"
           + (f"\n      inferbench compare {run_dir} --fail-above 10   (each +ab-{config.ab['digest']} twin, B, against "

@@ -237,7 +237,7 @@ def test_the_published_json_schema_holds_every_record():
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
                and "/train-" not in r["_source"] and "/serving-" not in r["_source"]
-               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24 + 12  # + the INT8 sweeps
+               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24 + 12 + 5  # + INT8, README's
     calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # compare's A/A
     assert len(calibration) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in calibration)
     assert all(r["validity"]["valid"] is False for r in calibration if "/busy-2/" in r["_source"])
@@ -371,3 +371,14 @@ def test_every_committed_record_is_read_typed_and_written_back_as_it_was():
         written = plain(upgrade(copy.deepcopy(data)))
         assert json.dumps(plain(encode(record))) == json.dumps({k: written.get(k) for k in fields}), path
     assert seen > 1000
+
+
+def test_a_cell_whose_idle_baseline_is_above_its_rounds_power_keeps_its_negative_net_energy():
+    """Net energy is the rounds' less the idle baseline's over the window: below zero where the baseline read above
+    the rounds' power (a warm device idling, a reading's noise). Such a record is written and read as it is, never
+    refused as mistyped (a typed block once held it to be non-negative, which would have aborted the run)."""
+    energy = {"available": True, "joules_per_inference": 0.01, "mean_power_w": 2.0, "net_j": -0.5,
+              "net_joules_per_inference": -0.002, "net_joules_per_inference_ci95": [-0.004, 0.0]}
+    record = make_record(energy=energy)
+    assert record.energy.net_joules_per_inference == -0.002
+    assert records.parse(json.loads(json.dumps(encode(record))), "again").energy.net_j == -0.5

@@ -168,7 +168,7 @@ def _steady(r: Any) -> tuple[float | None, float] | None:
     per-round readings: its median speed, else None, and all its rounds); None where it has too few such rounds."""
     readings = r.get("machine_state.speed.rounds")
     median = r.get("machine_state.speed.gflops_median")
-    speed = float(median) if isinstance(median, (int, float)) and median == median and median > 0 else None
+    speed = float(median) if isinstance(median, numbers.Real) and median == median and float(median) > 0 else None
     kept = r
     if isinstance(readings, list) and readings and _has_raw(r):
         found = matched(readings, readings, MATCHED_ROUNDS, set(r["raw_rounds"]), set(r["raw_rounds"]))

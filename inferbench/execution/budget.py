@@ -250,9 +250,9 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     if slowdown >= 1.05:  # (a few hundredths of a core: counted, not worth a line that reads "0.0 of 2 cores")
         source += (f"; the machine is busy now (other work took {busy[1]:.1f} of {os.cpu_count()} cores): set-ups "
                    f"and exports counted {slowdown:.1f}x longer")
-    if own <= budget_s:
-        return Fitted(config, tuple(cells), {}, (f"time budget {say(budget_s)}: the plan takes about {say(own)}"
-                                                 f"{source}",), own)
+    if own <= budget_s:  # (the likely winners first even so: a machine slower than foreseen may leave some out)
+        return Fitted(config, tuple(likely_first(list(cells), rankings(config))), {},
+                      (f"time budget {say(budget_s)}: the plan takes about {say(own)}{source}",), own)
     for step in STEPS:
         fitted = shrunk(config, step)
         took = estimate(fitted, cells, to_export, measured, slowdown)
@@ -268,8 +268,9 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
         lines.append(f"time budget {say(budget_s)}: the plan would take about {say(own)}; {', '.join(changed)}")
     ordered, at_risk, kept, took, said_risk = _at_risk(fitted, cells, budget_s, to_export, measured, slowdown)
     lines += said_risk
-    if took > budget_s:
-        first = first_group_s(fitted, kept, to_export)[1]
+    if took > budget_s:  # the first group, and every export made before it (those of the frameworks at risk too)
+        first = first_group_s(fitted, kept, to_export)[1] + slowdown * (export_s(list(cells), to_export)
+                                                                        - export_s(kept, to_export))
         if first > budget_s:  # not even one group fits (its exports included): refused, nothing made
             raise UsageError(f"--time-budget {say(budget_s)} is too short: the smallest plan's first group "
                              f"({', '.join(dict.fromkeys(c.framework for c in kept))}, {said(fitted)}) takes about "
@@ -291,16 +292,21 @@ def _at_risk(config: RunConfig, cells: list[CellKey], budget_s: float, to_export
     ranked = rankings(config)
     remembered = any(_ranking_key(c) in ranked for c in cells)
     ordered = likely_first(list(cells), ranked)
+    every = slowdown * export_s(list(cells), to_export)  # a framework at risk is still exported, up front
+
+    def cost(part: list[CellKey]) -> float:
+        return estimate(config, part, to_export, measured, slowdown) + every - slowdown * export_s(part, to_export)
+
     at_risk: dict[str, str] = {}
     kept = list(ordered)
-    took = estimate(config, kept, to_export, measured, slowdown)
+    took = cost(kept)
     while took > budget_s and len({c.framework for c in kept}) > 1:
-        saves = {fw: took - estimate(config, [c for c in kept if c.framework != fw], to_export, measured, slowdown)
-                 for fw in dict.fromkeys(c.framework for c in kept)}  # (exports it shares with the others stay)
+        saves = {fw: took - cost([c for c in kept if c.framework != fw]) for fw in dict.fromkeys(c.framework
+                                                                                                for c in kept)}
         last = kept[-1].framework if remembered else max(saves, key=lambda fw: saves[fw])
         at_risk[last] = f"about {say(saves[last])} of the plan"
         kept = [c for c in kept if c.framework != last]
-        took = estimate(config, kept, to_export, measured, slowdown)
+        took = cost(kept)
     if not at_risk:
         return ordered, at_risk, kept, took, []
     line = (f"time budget {say(budget_s)} may leave out " + ", ".join(f"{k} ({why})" for k, why in at_risk.items())

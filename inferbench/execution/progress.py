@@ -116,7 +116,8 @@ class Progress:
         done; 0 when its rounds begin: what came before — loading, parity, tuning — is its set-up)."""
         if self._rounds_started is None and self.measure_started is not None:
             self._rounds_started = self.clock()
-            self._setups.append(self._rounds_started - (self._group_started or self._rounds_started))
+            started = self._group_started if self._group_started is not None else self._rounds_started
+            self._setups.append(self._rounds_started - started)
         self._group = cells
         self._reestimate()
 
@@ -127,7 +128,7 @@ class Progress:
         if self._rounds_started is not None:
             self._round_s += now - self._rounds_started
         else:  # no round ran (every cell refused or failed): all of it was set-up
-            self._setups.append(now - (self._group_started or now))
+            self._setups.append(now - (self._group_started if self._group_started is not None else now))
         self.measured += cells - left_out
         if self.cells_left is not None:
             self.cells_left -= left_out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..analysis.runfiles import note_time_budget
 from ..base.errors import UsageError
 from ..base.files import check_writable, new_folder
 from ..exporters.cache import check_cache_dir
@@ -53,4 +54,6 @@ def run_in_folder(values: dict[str, Any], built: Built, objective: str, verbosit
             if new_root and not any(out_root.iterdir()):
                 out_root.rmdir()
         raise
+    if deadline is not None:  # what the budget was and what was spent, in the run's answer
+        note_time_budget(run_dir, deadline.spent())
     return Ran(run_dir, executed, deadline)

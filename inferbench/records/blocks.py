@@ -228,7 +228,7 @@ class Energy(Block):
     reason: str | None = None
     joules_per_inference: NonNegative = None
     mean_power_w: NonNegative = None
-    net_joules_per_inference: NonNegative = None
+    net_joules_per_inference: Number = None  # below zero where the idle baseline is above the rounds' power
     joules_per_inference_ci95: Interval = None
     net_joules_per_inference_ci95: Interval = None
     per_round_j_per_inference: dict[str, Any] | None = None
