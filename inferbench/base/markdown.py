@@ -10,19 +10,21 @@ import html
 import re
 from typing import Any
 
+from .text import visible
+
 _MARKUP = re.compile(r"([\\`*\[\]|#])")
 
 
 def text(value: Any) -> str:
     """``value`` as one line of literal Markdown text: HTML escaped, the characters that start Markdown
     structure (``[ ] | * # ` \\``) backslash-escaped, line breaks made spaces."""
-    one_line = " ".join(str(value).splitlines())
+    one_line = visible(" ".join(str(value).splitlines()))
     return _MARKUP.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
 def code(value: Any) -> str:
     """``value`` for a fenced code block: shown as it is, but it cannot close the fence."""
-    return str(value).replace("```", "'''")
+    return visible(str(value)).replace("```", "'''")
 
 
 def table(df: Any, floatfmt: str = ".3g") -> str:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..analysis.ranking import validity_of
 from ..base.errors import UsageError, shorten
+from ..base.text import Visible, visible
 from .jsonout import write_document
 
 
@@ -99,7 +100,7 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
     """Run a command body: bad input is one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP are one
     line and 128 + the signal's number (130, 143, 129)."""
     try:
-        with _signals_interrupt():
+        with _signals_interrupt(), visible_streams():
             return body(argv)
     except UsageError as exc:
         return _error(prog, argv, 2, shorten(str(exc)))
@@ -116,6 +117,19 @@ def guarded(prog: str, body: Callable[[list[str] | None], int], argv: list[str] 
                       shorten(f"{exc.strerror or exc}{where}"))
 
 
+@contextlib.contextmanager
+def visible_streams() -> Iterator[None]:
+    """Standard output and error through the one sanitiser (:class:`inferbench.base.text.Visible`) while a command
+    runs: no control or bidirectional-override character of a name, path, label or error reaches the terminal, a
+    log or a --json document raw."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Visible(out), Visible(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
 #: The commands that take --json (cli.jsonout): an error ends them with the error document.
 JSON_COMMANDS = ("run", "compare", "report", "list")
 
@@ -123,6 +137,7 @@ JSON_COMMANDS = ("run", "compare", "report", "list")
 def _error(prog: str, argv: list[str] | None, status: int, message: str) -> int:
     """One line on standard error; with --json, the same line as the error document on standard output (a script
     reading the document always gets one). Returns ``status``."""
+    message = visible(message)
     print(f"{prog}: error: {message}", file=sys.stderr)
     command = prog.replace(".", " ").split()[-1]
     if command in JSON_COMMANDS and "--json" in (sys.argv[1:] if argv is None else argv):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.files import atomic_write_text
+from ..base.text import visible
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 
@@ -121,7 +122,10 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 def csv_cell(value: Any) -> Any:
     """A value as a spreadsheet shows it, never runs it: text that would start a formula gets a leading
-    apostrophe (numbers, negative ones included, are left as they are)."""
+    apostrophe (numbers, negative ones included, are left as they are); a hidden character is shown as its code
+    (:func:`inferbench.base.text.visible`: a CSV is read in a terminal too)."""
+    if isinstance(value, str):
+        value = visible(value)
     if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
         try:
             float(value)
