@@ -7,12 +7,12 @@ Exit status: 0 every cell ran and no parity check failed; 1 some cell failed or 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from .base.device import list_gpus
+from .base.reading import read_json
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, emitted, json_mode
 from .cli.options import add_options, given, verbosity
@@ -140,8 +140,8 @@ def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[
     --time-budget left unmeasured and what it spent (null without one)."""
     answer = run_dir / "recommendation.json"
     try:
-        written = json.loads(answer.read_text())
-    except (OSError, ValueError):
+        written = read_json(answer, 64 * 2**20, "answer")
+    except ValueError:
         written = {}
     return {"run_dir": str(run_dir), "recommendations": written.get("recommendations", []),
             "cells": [cell_summary(r) for r in records],

@@ -27,6 +27,8 @@ from .analysis.runfiles import note_time_budget
 from .base.device import list_gpus
 from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
+from .base.reading import read_text
+from .base.text import excerpt
 from .cli.common import Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import add_options, given, read_config_file, verbosity
 from .cli.summary import format_summary, terminal_width
@@ -44,6 +46,8 @@ from .options import BY_NAME, with_defaults
 from .spec import record_filename
 
 PLAN = "sweep.json"
+#: The most a saved plan may hold (a million-cell grid is refused before it is made; the zoo's 580 cells: 190 kB).
+PLAN_BYTES = 64 * 2**20
 GRID = ("models", "resolutions", "batch_sizes", "frameworks", "precisions")
 
 
@@ -69,9 +73,9 @@ def make_plan(values: dict[str, Any], command: str = "sweep") -> tuple[Plan, dic
 def resumed(sweep_dir: Path, values: dict[str, Any]) -> Plan:
     """The saved plan of ``sweep_dir``, checked; the only flag it takes is the plan's own --cache-dir."""
     try:
-        text = (sweep_dir / PLAN).read_text()
-    except OSError:
-        raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN})") from None
+        text = read_text(sweep_dir / PLAN, PLAN_BYTES, "plan")
+    except ValueError as exc:
+        raise UsageError(f"{sweep_dir} is not a sweep folder (no readable {PLAN}: {excerpt(exc, 120)})") from None
     plan = Plan.from_json(text, str(sweep_dir / PLAN))
     extra = [k for k in values if k not in ("resume", "cache_dir", "objective", "quiet", "verbose", "require_valid",
                                             "time_budget", "trust_cache")]

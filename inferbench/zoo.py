@@ -29,6 +29,7 @@ from .analysis.answer import agreement_phrase
 from .base import markdown
 from .base.errors import UsageError
 from .base.files import atomic_write_text
+from .base.reading import read_json, read_text
 from .cli.common import Parser, guarded, typed
 from .cli.options import add_options, given
 from .execution.plan import Plan
@@ -37,7 +38,7 @@ from .records.table import compute_rate, display_name, write_csv
 from .registry import frameworks
 from .registry.frameworks import SETS, in_set, unavailable_reason
 from .registry.models import get_model
-from .sweep import PLAN, execute_sweep
+from .sweep import PLAN, PLAN_BYTES, execute_sweep
 
 MATRIX_COLUMNS = ("model", "family", "resolution", "params", "gflop_per_image", "export_s", "framework", "status",
                   "max_rel_err", "cosine", "top1_agreement", "p50_ms", "throughput_per_s", "gflop_per_s", "reason")
@@ -91,7 +92,8 @@ def _export_seconds(records: list[dict[str, Any]], folder: Path | None = None) -
     exists, else what ``folder``'s ``exports.json`` kept from an earlier writing (which this updates)."""
     kept = folder / EXPORTS if folder is not None else None
     try:
-        out: dict[str, float] = json.loads(kept.read_text()) if kept is not None and kept.exists() else {}
+        out: dict[str, float] = read_json(kept, 2**20, "the zoo's export times") \
+            if kept is not None and kept.exists() else {}
     except ValueError:  # a damaged file: what the manifests still say
         out = {}
     seen: set[str] = set()
@@ -254,7 +256,7 @@ def _generic(reason: str, model: str) -> str:
 
 def write_matrix(folder: Path, records: list[dict[str, Any]]) -> None:
     """``matrix.csv`` and ``matrix.md`` in a zoo folder, from its plan and records (the sweep's finish step)."""
-    plan = Plan.from_json((folder / PLAN).read_text(), str(folder / PLAN))
+    plan = Plan.from_json(read_text(folder / PLAN, PLAN_BYTES, "plan"), str(folder / PLAN))
     rows = matrix_rows(plan, records, folder)
     write_csv(folder / "matrix.csv", MATRIX_COLUMNS, rows, lineterminator="\n")
     environment = next((r.get("environment") for r in records if r.get("environment")), None)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..base.codec import plain
 from ..base.files import atomic_write_text
+from ..base.reading import read_json
 from ..measure.trackers.machine import combine
 from ..records.table import SUMMARY_COLUMNS, append_csv, summary_row, write_csv
 from .ranking import COMPARISON_COLUMNS, _group_key, _sortable, comparison_rows, recommendations
@@ -72,7 +73,7 @@ def note_time_budget(folder: Path, spent: dict[str, Any]) -> None:
     for path in folder.rglob("recommendation.json"):
         if path.parent.name == "report":  # a report's own copy, not the run's
             continue
-        answer = json.loads(path.read_text())
+        answer = read_json(path, 64 * 2**20, "answer")
         atomic_write_text(path, json.dumps({**answer, "time_budget": spent}, indent=1, default=str) + "\n")
 
 

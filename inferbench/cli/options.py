@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
+from ..base.reading import read_text
+from ..base.text import excerpt
 from ..options import BY_NAME, GROUPS, OPTIONS
 
 
@@ -46,16 +48,17 @@ def verbosity(values: dict[str, Any]) -> int:
     return 1 if values.get("verbose") else -1 if values.get("quiet") else 0
 
 
+#: The most a sweep config file may hold (the committed ones: under 2 kB).
+CONFIG_BYTES = 2**20
+
+
 def read_config_file(path: str) -> dict[str, Any]:
     """A sweep config file's values, each checked like its command-line flag."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1]
-        raise UsageError(f"config {path} is not UTF-8 text (byte {exc.start}: {bad!r})") from None
+    try:  # a regular file, bounded (a FIFO is named, never waited on)
+        text = read_text(file, CONFIG_BYTES, "config")
+    except ValueError as exc:
+        raise UsageError(f"cannot read {excerpt(exc, 200)}") from None
     try:
         if file.suffix == ".toml":
             import tomllib

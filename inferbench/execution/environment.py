@@ -19,6 +19,8 @@ from ..base import machine
 from ..base.codec import check_shape
 from ..base.device import Device, cpu_quota, default_threads
 from ..base.machine import _cpu_flags, cpu_model
+from ..base.reading import MiB, read_json
+from ..base.text import excerpt
 from ..records.blocks import InvocationSpread
 from ..registry.artifacts import packages as export_packages
 from ..registry.frameworks import distributions
@@ -107,14 +109,12 @@ def invocation_calibration(cache_dir: str | Path, threads: int) -> dict[str, Any
     error, with how and when it was measured), or None where it was never measured; every record carries it
     (``environment.invocation_spread``) and ``compare`` adds it to each side's own error."""
     path = calibration_path(cache_dir, threads)
-    try:
-        text = path.read_text()
-    except OSError:
+    if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(text)
+        data = read_json(path, MiB, "calibration")
         check_shape(InvocationSpread, data, path.name)
-    except (ValueError, RecursionError) as exc:  # a broken or planted file: said, and no run uses it
-        why = str(exc).splitlines()[0][:200] if isinstance(exc, ValueError) else "JSON nested too deep"
+    except ValueError as exc:  # a broken or planted file (a FIFO, Infinity, 1 GB): said, and no run uses it
+        why = excerpt(str(exc).splitlines()[0], 200)
         return {"sd": None, "file": str(path), "ignored": f"not a calibration this inferbench can use ({why})"}
     return {**data, "file": str(path)}

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..base import files
+from ..base.reading import finite, read_json
+from ..base.text import excerpt
 from ..exporters.cache import export_lock
 from ..spec import CellKey, RunConfig
 from .environment import setup_path
@@ -26,14 +30,31 @@ def setup_key(framework: str, scenario: str) -> str:
     return f"{framework} {scenario}"
 
 
+#: The most a kept file may hold (a few hundred entries take a few kB), and the longest set-up it may say (a day).
+KEPT_BYTES = 2**20
+LONGEST_SETUP_S = 86_400.0
+
+
+def _kept(path: Path) -> dict[str, Any]:
+    """What a file of this module's holds (through the one bounded reader), or nothing: a missing file silently, a
+    bad one (a FIFO, a planted Infinity, not an object) with one WARNING naming it, and the plan goes on without."""
+    if not os.path.lexists(path):
+        return {}
+    try:
+        data = read_json(path, KEPT_BYTES, "kept file")
+    except ValueError as exc:
+        print(f"inferbench: WARNING: ignored {excerpt(exc, 200)}", file=sys.stderr)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def measured_setups(config: RunConfig) -> dict[str, float]:
     """This machine's set-up time per framework (a worker's start to ready: load, parity, warm-up), as runs on it
-    measured them (:func:`remember_setups`); empty where none did, or the file cannot be read."""
-    try:
-        data = json.loads(setup_path(config.cache_dir, config.threads, device_of(config)).read_text())
-        return {str(k): float(v["seconds"]) for k, v in data.items() if float(v["seconds"]) >= 0}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
+    measured them (:func:`remember_setups`); empty where none did. An entry that is not a finite number of seconds
+    within a day is left out."""
+    data = _kept(setup_path(config.cache_dir, config.threads, device_of(config)))
+    out = {str(k): finite(v.get("seconds"), 0.0, LONGEST_SETUP_S) for k, v in data.items() if isinstance(v, dict)}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
@@ -46,8 +67,7 @@ def remember_setups(config: RunConfig, seconds: dict[str, list[float]]) -> None:
     path = setup_path(config.cache_dir, config.threads, device_of(config))
     try:
         with export_lock(path.parent, name=".setup.lock"):
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = data if isinstance(data, dict) else {}
+            data = _kept(path)
             when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             for framework, taken in seconds.items():
                 data[framework] = {"seconds": round(sum(taken) / len(taken), 2), "workers": len(taken),
@@ -71,11 +91,9 @@ def _ranking_key(cell: Any) -> str:
 def rankings(config: RunConfig) -> dict[str, list[str]]:
     """Per group, the frameworks this machine last ranked, fastest first (:func:`remember_ranking`); empty where
     none was kept or the file cannot be read."""
-    try:
-        data = json.loads(ranking_path(config).read_text())
-        return {str(k): [str(f) for f in v["fastest_first"]] for k, v in data.items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
+    kept = _kept(ranking_path(config)).items()
+    return {str(k): [f for f in v["fastest_first"] if isinstance(f, str)] for k, v in kept
+            if isinstance(v, dict) and isinstance(v.get("fastest_first"), list)}
 
 
 def remember_ranking(config: RunConfig, records: list[Any]) -> None:
@@ -91,8 +109,7 @@ def remember_ranking(config: RunConfig, records: list[Any]) -> None:
     path = ranking_path(config)
     try:
         with export_lock(path.parent, name=".setup.lock"):
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = data if isinstance(data, dict) else {}
+            data = _kept(path)
             data[_ranking_key(judged[0])] = {"fastest_first": order, "measured_at": datetime.datetime.now(
                 datetime.timezone.utc).isoformat(timespec="seconds")}
             files.atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -24,6 +24,7 @@ from typing import Any
 from ..base.digest import hash_tree, sha256_file, sha256_tree  # noqa: F401 - the cache's names for them too
 from ..base.errors import UsageError
 from ..base.files import atomic_write_text, check_writable
+from ..base.reading import read_json
 
 #: Bump when an exporter changes what it writes, to invalidate every cached artifact.
 EXPORT_FORMAT = 8  # 2: ONNX exports embed Keras Normalization constants; 3: the classifier head standardised;
@@ -33,6 +34,8 @@ EXPORT_FORMAT = 8  # 2: ONNX exports embed Keras Normalization constants; 3: the
 #                   7: seeded weights conditioned (models.CONDITIONING) and the model's own FP16/BF16 error measured;
 #                   8: that error measured on each timed batch too; separable convolutions' kernels conditioned
 MANIFEST = "manifest.json"
+#: The most a manifest may hold (a model's dozen kinds and their files take a few kB).
+MANIFEST_BYTES = 16 * 2**20
 
 
 def default_cache_dir() -> Path:
@@ -55,37 +58,43 @@ def check_cache_dir(cache_dir: Path, trust: bool = False) -> None:
                          "if the folder is shared on purpose")
 
 
+#: The most entries the ownership check walks (a full zoo's cache: about 4,000 files).
+MAX_CHECKED = 1_000_000
+
+
 def untrusted(cache_dir: Path) -> str | None:
-    """Why another user could have put something in ``cache_dir``, or None: the folder, its entries and theirs
-    (the model folders, their manifests and subfolders) each owned by the user and writable by no other user (a
-    group is another user's unless it is the user's own private group)."""
+    """Why another user could have put something in ``cache_dir``, or None: the folder and everything in it, to any
+    depth, each owned by the user and writable by no other user (a group is another user's unless it is the user's own
+    private group). A link is followed and its target checked as if it were in place (what is loaded is the target),
+    a folder it leads to walked too; each entry once (a link back up ends there)."""
     me, gid = os.geteuid(), os.getegid()
     try:  # a user private group: named as the user, no other member
         group = grp.getgrgid(gid)
         private = group.gr_name == pwd.getpwuid(me).pw_name and not group.gr_mem
     except KeyError:
         private = False
-    level = [cache_dir]
-    for depth in range(3):
-        below = []
-        for path in level:
+    seen: set[tuple[int, int]] = set()
+    todo = [Path(cache_dir)]
+    while todo and len(seen) < MAX_CHECKED:
+        path = todo.pop()
+        try:
+            st = path.stat()  # a link's target: what the runtime reads
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        shown = f"{path} (a link to {path.resolve()})" if path.is_symlink() else str(path)
+        if st.st_uid != me:
+            return f"{shown} belongs to another user (uid {st.st_uid}; you are {me})"
+        if st.st_mode & stat.S_IWOTH or st.st_mode & stat.S_IWGRP and not (st.st_gid == gid and private):
+            who = "every user" if st.st_mode & stat.S_IWOTH else f"group {st.st_gid}"
+            return f"{shown} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+        if stat.S_ISDIR(st.st_mode):
             try:
-                st = path.stat() if depth == 0 else path.lstat()  # a link's own mode is always 777
+                todo += sorted(path.iterdir(), reverse=True)
             except OSError:
                 continue
-            if st.st_uid != me:
-                return f"{path} belongs to another user (uid {st.st_uid}; you are {me})"
-            if stat.S_ISLNK(st.st_mode):
-                continue
-            if st.st_mode & stat.S_IWOTH or st.st_mode & stat.S_IWGRP and not (st.st_gid == gid and private):
-                who = "every user" if st.st_mode & stat.S_IWOTH else f"group {st.st_gid}"
-                return f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
-            if depth < 2 and stat.S_ISDIR(st.st_mode):
-                try:
-                    below += sorted(path.iterdir())
-                except OSError:
-                    continue
-        level = below
     return None
 
 
@@ -107,8 +116,8 @@ def artifact_dir(cache_dir: Path, inputs: dict[str, Any]) -> Path:
 def read_manifest(folder: Path) -> dict[str, Any]:
     """A folder's manifest, or an empty one where it is missing or is not a manifest (a damaged or planted file)."""
     try:
-        data = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError, RecursionError):
+        data = read_json(folder / MANIFEST, MANIFEST_BYTES, "manifest")
+    except ValueError:
         return {"artifacts": {}}
     if not isinstance(data, dict) or not isinstance(data.get("artifacts", {}), dict):
         return {"artifacts": {}}

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..base.reading import read_json
 from ..measure import parity
 from ..measure.parity import DegenerateReference, check_reference
 from ..registry.artifacts import (
@@ -71,7 +72,7 @@ def backend_check(ctx: ExportContext, predict: Predict, backend: str) -> dict[st
     inputs against those TensorFlow exported, within the FP32 gate (widened by the model's own FP32 spread, as every
     export's); else the export fails, saying so."""
     spread_file = ctx.folder / REFERENCE_SPREAD
-    spread = json.loads(spread_file.read_text()) if spread_file.exists() else None
+    spread = read_json(spread_file, 2**20, "spread") if spread_file.exists() else None
     check = parity.compare(np.load(ctx.folder / REFERENCE_LOGITS), predict(np.load(ctx.folder / REFERENCE_INPUTS)),
                            "fp32", spread)
     if check["status"] != "passed":

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.files import atomic_write_text
+from ..base.reading import read_json
 from .trackers.machine import MAX_OTHER_LOAD, MachineMonitor
 
 METHOD = "best-matmul-fp32"
@@ -84,8 +85,8 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     digest = hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "peak" / f"{digest}.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, 2**20, "kept peak")
+    except ValueError:
         pass
     try:
         done = subprocess.run([sys.executable, "-m", __name__, kind], env=env, capture_output=True, text=True,

@@ -3,7 +3,6 @@ checked and flattened into one table (pandas) for the analysis, the report and c
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterable
@@ -13,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from .. import SCHEMA_VERSION
 from ..base.codec import encode
 from ..base.errors import UsageError
+from ..base.reading import read_json
+from ..base.text import excerpt
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
-from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, Record, parse
+from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, Record, kept_raw, parse
 from .table import RANKED_PARITY, display_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,6 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- reading
+#: The most a record file may hold: one written today keeps at most RAW_KEPT_MAX raw latencies (about 2 MiB of JSON);
+#: a larger file is named and skipped (a 40 MB one made compare run for minutes).
+RECORD_BYTES = 16 * 2**20
+
 #: The JSON files inferbench itself writes beside records: a sweep's plan, a run's answer, the zoo's exports, the
 #: contention and calibration benchmarks' results (benchmarks/contention.py, benchmarks/aa_calibration.py).
 OWN_FILES = ("sweep.json", "recommendation.json", "exports.json", "contention.json", "calibration.json",
@@ -42,10 +47,10 @@ def read_records(path: Path) -> tuple[list[tuple[Record, Path]], list[str]]:
     skipped: list[str] = []
     unsupported: dict[Any, list[str]] = {}
     for file in files:
-        try:
-            data = json.loads(file.read_bytes())
-        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep to be a record
-            skipped.append(f"{file}: not readable JSON ({type(exc).__name__}: {str(exc)[:100]})")
+        try:  # a regular file, bounded: a FIFO named like a record is named, never waited on
+            data = read_json(file, RECORD_BYTES, "record")
+        except ValueError as exc:
+            skipped.append(f"{file}: not readable JSON ({excerpt(str(exc).replace(f'record {file}: ', ''), 200)})")
             continue
         if not (isinstance(data, dict) and "schema_version" in data and "framework" in data):
             if file.name not in OWN_FILES:  # inferbench's own files beside its records are no records, and no news
@@ -58,8 +63,8 @@ def read_records(path: Path) -> tuple[list[tuple[Record, Path]], list[str]]:
         if version not in SUPPORTED_SCHEMAS:
             unsupported.setdefault(version, []).append(str(file))
             continue
-        try:
-            records.append((parse(data, file.name), file.resolve()))
+        try:  # its raw latencies bounded as a record written today keeps them: a huge file reads in seconds
+            records.append((parse(kept_raw(data), file.name), file.resolve()))
         except ImpossibleRecord as exc:
             skipped.append(f"{file}: impossible values, never ranked ({exc})")
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:

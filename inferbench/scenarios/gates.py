@@ -4,7 +4,6 @@ accuracy on the user's labelled images; where a check fails, the first block whe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..base.reading import read_json
 from ..exporters.cache import cached
 from ..measure import parity
 from ..registry import images
@@ -188,7 +188,7 @@ def own_rounding(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | 
 
 
 def _json_if_there(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path, 2**20, "cached figures") if path.exists() else None
 
 
 def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
