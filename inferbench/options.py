@@ -282,6 +282,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("calib_images", ("--calib-images",), "at most this many of --calib-dir's images (a seeded sample of a "
            "larger folder), or this many seeded inputs (300: ONNX Runtime's and NNCF's own default)", CALIB_IMAGES,
            positive_int, metavar="N", maximum=MAX_CALIB_IMAGES, commands=MEASURING),
+    Option("follow_links", ("--follow-links",), "read the images and labels files of --eval-dir and --calib-dir "
+           "that are links leading out of their folder (default: such a link is refused: a folder's files are read as "
+           "data, and only its own)", False, switch=True, commands=MEASURING),
     Option("weights", ("--weights",), "'random' (seeded, offline), 'imagenet' (downloads) or a .keras / "
            ".weights.h5 file", "random"),
     Option("seed", ("--seed",), "seed for weights and inputs", 0, non_negative_int, metavar="N", maximum=2**32 - 1,
@@ -435,7 +438,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("how long", ("quick", "time_budget", "duration", "min_iterations", "warmup", "warmup_seconds", "rounds",
                   "processes", "target_ci", "sequential", "timeout")),
     ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images",
-                                                             "calib_dir", "calib_images")),
+                                                             "calib_dir", "calib_images", "follow_links")),
     ("is it valid: the machine during the rounds", ("max_other_load", "allow_busy", "require_valid")),
     ("device and environment", ("device", "gpu_id", "threads", "pass_env", "ab_python")),
     ("runtime settings", ("tune", "tune_budget", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",

@@ -138,7 +138,7 @@ def build(values: dict[str, Any]) -> Built:
     entry = scenario(values["scenario"])
     device = resolve(values["device"], values["gpu_id"])
     check_rules(values, entry, device)
-    eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"]) \
+    eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"], values["follow_links"]) \
         if values.get("eval_dir") else None
     tuning = _tuning(values, entry)
     config = _config(values, entry, device, tuning.tune, tuple(m for m in files if isinstance(m, ModelFile)),
@@ -217,7 +217,7 @@ def _config(values: dict[str, Any], entry: Any, device: Device, tune: bool, mode
                      slo_p99_ms=values.get("slo_p99") or (DEFAULT_SLO_P99_MS if entry.bound else None),
                      executor=values["executor"], ray_address=values.get("ray_address"),
                      machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
-                     eval_set=eval_set,
+                     eval_set=eval_set, trust_cache=bool(values.get("trust_cache")),
                      target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
 
 

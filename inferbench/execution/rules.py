@@ -106,7 +106,7 @@ def check_int8(values: dict[str, Any], cells: list[CellKey], device: str) -> Any
         raise UsageError("--precision int8 without --eval-dir is judged by its agreement with FP32 over seeded "
                          "inputs: --agreement-inputs 0 would leave it judged by nothing")
 
-    return calibration(values.get("calib_dir"), values["calib_images"], values["seed"])
+    return calibration(values.get("calib_dir"), values["calib_images"], values["seed"], values["follow_links"])
 
 
 def int8_notes(calibration: Any, eval_set: Any) -> tuple[str, ...]:

@@ -10,13 +10,21 @@ file and its class number, separated by a space, a tab or a comma. Nothing here 
 
 The images INT8 cells are calibrated on (``--calib-dir``: any folder of images, labels not read) are found, bounded
 and read the same way (:class:`Calibration`).
+
+Read as data, never as anything else: regular files only (a FIFO, a device or a socket named like an image is named
+and skipped, never opened blocking), a link whose target leaves the folder refused unless ``--follow-links`` asks for
+it (a labels file linked to ``/proc/self/environ`` once printed the environment into an error line), one file
+counted once by its real path, every file's size bounded before it is read (:mod:`inferbench.base.reading`), and
+nothing of a file's content quoted but a short, visible excerpt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
+import stat
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..base.errors import UsageError, shorten
+from ..base.errors import UsageError
+from ..base.reading import kind_of, read_bounded, read_text
+from ..base.text import excerpt, visible
 from .inputs import agreement_inputs, preprocess
 
 #: What is read as an image (torchvision's ImageFolder reads the same).
@@ -56,13 +66,17 @@ class EvalSet:
     seed: int = 0  # the sample's seed, where found > images
     first_class: str | None = None  # a folder per class: the folders numbered 0 and last (sorted as text)
     last_class: str | None = None
+    follow_links: bool = False  # --follow-links: links that leave the folder are read (else refused)
+    skipped: tuple[str, ...] = ()  # files named like images that are not regular files (a FIFO...): not read
 
     def describe(self) -> str:
         sample = f" (a seeded sample of the {self.found:,})" if self.found > self.images else ""
         how = (f"a folder per class, numbered in sorted order as torchvision's ImageFolder numbers them: "
                f"{self.first_class}=0 ... {self.last_class}={self.classes - 1}") if self.layout == "folders" \
             else f"a labels file, {self.classes} classes"
-        return f"{self.images:,} labelled images{sample} in {self.path} ({how})"
+        skipped = f"; skipped {len(self.skipped)} that are not regular files: {', '.join(self.skipped[:3])}" \
+            if self.skipped else ""
+        return f"{self.images:,} labelled images{sample} in {self.path} ({how}{skipped})"
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class Calibration:
         return f"{self.images:,} images{sample} in {self.set.path}"
 
 
-def calibration(text: str | None, count: int, seed: int) -> Calibration:
+def calibration(text: str | None, count: int, seed: int, follow_links: bool = False) -> Calibration:
     """The calibration of a run's INT8 cells: ``count`` of the images in the folder ``text`` (every image in it and
     its subfolders, in sorted order; a seeded sample where there are more), each one's header read, or ``count``
     seeded inputs where ``text`` is None; one clear UsageError for a folder that holds no image."""
@@ -97,7 +111,7 @@ def calibration(text: str | None, count: int, seed: int) -> Calibration:
     root = Path(text).expanduser().resolve()
     if not root.is_dir():
         raise UsageError(f"--calib-dir {root}: no such folder")
-    es = _opened_set(root, "images", count, seed)
+    es = _opened_set(root, "images", count, seed, follow_links)
     return Calibration(images=es.images, digest=es.digest, set=es)
 
 
@@ -111,16 +125,20 @@ def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) 
         yield from inputs(spec, items(cal.set), resolution)
 
 
-def open_eval_set(text: str, count: int, seed: int) -> EvalSet:
+def open_eval_set(text: str, count: int, seed: int, follow_links: bool = False) -> EvalSet:
     """The labelled set at ``text``, of at most ``count`` images (a seeded sample where there are more), every one's
     header read (format and size, nothing decoded); one clear UsageError for anything that is not such a set."""
-    root, layout = _root(Path(text).expanduser().resolve())
-    return _opened_set(root, layout, count, seed)
+    given = Path(text).expanduser().absolute()
+    if given.is_symlink() and not follow_links and given.resolve().parent != given.parent.resolve():
+        raise UsageError(f"--eval-dir {given} is a link that leaves its folder (to {given.resolve()}): pass "
+                         "--follow-links to read it")
+    root, layout = _root(given.resolve(), follow_links)
+    return _opened_set(root, layout, count, seed, follow_links)
 
 
-def _opened_set(root: Path, layout: str, count: int, seed: int) -> EvalSet:
+def _opened_set(root: Path, layout: str, count: int, seed: int, follow_links: bool = False) -> EvalSet:
     """The set at ``root`` in ``layout``, ``count`` of its images (a seeded sample), every one's header read."""
-    listed = _listed(root, layout)
+    listed, skipped = _listed(root, layout, follow_links)
     found = _sample(listed, count, seed)
     for path, _ in found:
         with _opened(path):
@@ -128,12 +146,13 @@ def _opened_set(root: Path, layout: str, count: int, seed: int) -> EvalSet:
     folders = _class_folders(root) if layout == "folders" else [None]
     classes = len(folders) if layout == "folders" else 0 if layout == "images" else max(lab for _, lab in found) + 1
     return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed), classes=classes,
-                   digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1])
+                   digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1],
+                   follow_links=follow_links, skipped=tuple(skipped))
 
 
 def items(es: EvalSet) -> list[tuple[Path, int]]:
     """The set's images and labels, listed again; a UsageError where they changed since the run began."""
-    found = _sample(_listed(Path(es.path), es.layout), es.images, es.seed)
+    found = _sample(_listed(Path(es.path), es.layout, es.follow_links)[0], es.images, es.seed)
     if _digest(found, Path(es.path)) != es.digest:
         which = "calibration images" if es.layout == "images" else "labelled images"
         raise UsageError(f"the {which} in {es.path} changed while inferbench was using them")
@@ -171,7 +190,7 @@ def read(path: Path, resolution: int) -> np.ndarray:
     return np.asarray(rgb.resize((resolution, resolution), Image.Resampling.BILINEAR, box=box), dtype=np.float32)
 
 
-def _root(path: Path) -> tuple[Path, str]:
+def _root(path: Path, follow_links: bool = False) -> tuple[Path, str]:
     """The labels file named, or the folder: its labels file where it lists images ('path label' lines), else its
     class folders (a labels.txt of class names beside them, as Keras and TFLite ship, is not a list of images)."""
     if path.is_file():
@@ -181,7 +200,7 @@ def _root(path: Path) -> tuple[Path, str]:
     named = [path / f for f in LABEL_FILES if (path / f).is_file()]
     if named and _class_folders(path):
         try:
-            lists = bool(_from_labels(named[0]))
+            lists = bool(_from_labels(named[0], follow_links))
         except UsageError:
             lists = False
         if not lists:
@@ -194,26 +213,28 @@ def _class_folders(root: Path) -> list[str]:
     return sorted(d for d in os.listdir(root) if not d.startswith(".") and (root / d).is_dir())
 
 
-def _listed(root: Path, layout: str) -> list[tuple[Path, int]]:
+def _listed(root: Path, layout: str, follow_links: bool = False) -> tuple[list[tuple[Path, int]], list[str]]:
     """The images and labels at ``root`` (:func:`_root`'s: the labels file or the folder) in its ``layout`` (``images``:
-    every image in the folder and below, labelled -1: a calibration set)."""
+    every image in the folder and below, labelled -1: a calibration set), and the files named like images that are
+    not regular files (skipped, with what they are)."""
+    skipped: list[str] = []
     if layout == "images":
-        found = [(p, -1) for p in _walk(root, set())]
+        found = [(p, -1) for p in _walk(root, set(), root, follow_links, skipped)]
         if not found:
             raise UsageError(f"--calib-dir {root}: no images ({', '.join(EXTENSIONS)}) in it or its subfolders")
-        return found
-    found = _from_labels(root) if layout == "labels" else _from_folders(root)
+        return found, skipped
+    found = _from_labels(root, follow_links) if layout == "labels" else _from_folders(root, follow_links, skipped)
     if not found:
         raise UsageError(f"--eval-dir {root}: no images ({', '.join(EXTENSIONS)}) found: a folder per class, or a "
                          f"labels file ({' or '.join(LABEL_FILES)}: 'path label' per line)")
-    return found
+    return found, skipped
 
 
 def _is_image(name: str) -> bool:
     return name.lower().endswith(EXTENSIONS) and not name.startswith(".")
 
 
-def _from_folders(root: Path) -> list[tuple[Path, int]]:
+def _from_folders(root: Path, follow_links: bool, skipped: list[str]) -> list[tuple[Path, int]]:
     folders = _class_folders(root)
     if not folders:
         loose = [f for f in os.listdir(root) if _is_image(f)]
@@ -221,34 +242,58 @@ def _from_folders(root: Path) -> list[tuple[Path, int]]:
                                                     f"({' or '.join(LABEL_FILES)})" if loose else
                                                     "no class folders and no labels file"))
     found: list[tuple[Path, int]] = []
-    seen: set[str] = set()  # folders by their real path: a link back up is walked once
+    seen: set[str] = set()  # folders and files by their real path: each walked, each counted, once
     for label, d in enumerate(folders):
-        found += [(p, label) for p in _walk(root / d, seen)]
+        found += [(p, label) for p in _walk(root / d, seen, root, follow_links, skipped)]
     return found
 
 
-def _walk(top: Path, seen: set[str]) -> list[Path]:
-    """The images in ``top`` and its subfolders, in sorted order, following links; a folder whose real path is in
-    ``seen`` is walked once (a link back up)."""
+def _walk(top: Path, seen: set[str], root: Path, follow_links: bool, skipped: list[str]) -> list[Path]:
+    """The images in ``top`` and its subfolders, in sorted order, following links that stay within ``root`` (all of
+    them with ``follow_links``); a folder or file whose real path is in ``seen`` is taken once (a link back up, two
+    links to one image); a file named like an image that is not a regular file is added to ``skipped``, unread."""
     found: list[Path] = []
     for here, dirs, files in os.walk(top, followlinks=True):
         real = os.path.realpath(here)
         if real in seen:
             dirs[:] = []
             continue
+        inside(Path(here), root, follow_links)
         seen.add(real)
         dirs.sort()
-        found += [Path(here) / f for f in sorted(files) if _is_image(f)]
+        for name in sorted(f for f in files if _is_image(f)):
+            path = Path(here) / name
+            whole = inside(path, root, follow_links)
+            try:
+                mode = os.stat(whole).st_mode
+            except OSError:
+                mode = 0
+            if not stat.S_ISREG(mode):
+                skipped.append(f"{visible(str(path))} ({kind_of(mode) if mode else 'a broken link'})")
+            elif str(whole) not in seen:
+                seen.add(str(whole))
+                found.append(path)
     return found
 
 
-def _from_labels(file: Path) -> list[tuple[Path, int]]:
-    if file.stat().st_size > MAX_FILE_BYTES:
-        raise UsageError(f"{file}: a labels file of {file.stat().st_size:,} bytes is too large")
+def inside(path: Path, root: Path, follow_links: bool) -> Path:
+    """``path``'s real path, where it lies within ``root`` (its folder) or links may be followed; a UsageError naming
+    a link that leaves it."""
+    whole = Path(os.path.realpath(path))
+    base = Path(os.path.realpath(root))
+    if not follow_links and whole != base and base not in whole.parents:
+        raise UsageError(f"{visible(str(path))} leads out of {visible(str(root))} (to {visible(str(whole))}): a "
+                         "link that leaves the folder is not read; pass --follow-links to read it")
+    return whole
+
+
+def _from_labels(file: Path, follow_links: bool = False) -> list[tuple[Path, int]]:
+    folder = file.parent
+    inside(file, folder, follow_links)
     try:
-        lines = file.read_text(encoding="utf-8-sig").splitlines()
-    except (UnicodeDecodeError, OSError) as exc:
-        raise UsageError(f"{file}: not a readable labels file ({shorten(str(exc))})") from None
+        lines = read_text(file, MAX_FILE_BYTES, "labels file").splitlines()
+    except ValueError as exc:
+        raise UsageError(f"not a readable labels file: {excerpt(exc, 200)}") from None
     found: list[tuple[Path, int]] = []
     seen: set[str] = set()
     first = True
@@ -261,11 +306,12 @@ def _from_labels(file: Path) -> list[tuple[Path, int]]:
         if len(parts) != 2 or not re.fullmatch(r"\d{1,6}", parts[1]):
             if header:
                 continue  # a header ("path,label"): its first field names no image
-            raise UsageError(f"{file}, line {number}: {shorten(text)!r} is not 'path label' (a class number)")
+            raise UsageError(f"{file}, line {number}: {excerpt(text, 60)!r} is not 'path label' (a class number)")
         if parts[0] in seen:
-            raise UsageError(f"{file}, line {number}: {shorten(parts[0])} is listed twice")
+            raise UsageError(f"{file}, line {number}: {excerpt(parts[0], 60)} is listed twice")
         seen.add(parts[0])
-        found.append((file.parent / parts[0], int(parts[1])))
+        inside(folder / parts[0], folder, follow_links)
+        found.append((folder / parts[0], int(parts[1])))
     missing = [p for p, _ in found if not p.is_file()]
     if missing:
         raise UsageError(f"{file}: {len(missing)} of its {len(found)} images are missing, e.g. {missing[0]}")
@@ -298,16 +344,17 @@ def _opened(path: Path) -> Iterator[Any]:
     UsageError naming the file for whatever Pillow cannot read, in the body too (a truncated file decodes there)."""
     from PIL import Image, UnidentifiedImageError
 
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise UsageError(f"{path}: {size:,} bytes, over the {MAX_FILE_BYTES // 2**20} MiB an image may take")
+    try:  # a regular file, its size bounded before it is read, never opened blocking
+        data = read_bounded(path, MAX_FILE_BYTES, "image")
+    except ValueError as exc:
+        raise UsageError(excerpt(exc, 300)) from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
-            with Image.open(path) as im:
+            with Image.open(io.BytesIO(data)) as im:
                 if im.size[0] * im.size[1] > MAX_PIXELS:
                     raise UsageError(f"{path}: {im.size[0]}x{im.size[1]} pixels, over the {MAX_PIXELS / 1e6:.1f} "
                                      "million an image may have (a decompression bomb?)")
                 yield im
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
-        raise UsageError(f"{path}: not an image Pillow can read ({shorten(str(exc))})") from None
+        raise UsageError(f"{visible(str(path))}: not an image Pillow can read ({excerpt(exc, 120)})") from None
