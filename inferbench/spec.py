@@ -227,6 +227,7 @@ class RunConfig:
     calibration: Calibration | None = None  # what INT8 cells are calibrated on (--calib-dir, --calib-images)
     target_ci: float | None = None  # rounds added until every paired ratio's 95% half-width is below it (--target-ci)
     ab: dict[str, Any] | None = None  # --ab-python's install (executable, python, packages, digest): B's cells' workers
+    trust_cache: bool = False  # --trust-cache: a cache shared on purpose; each worker loads private, checked copies
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms is not None and not 0 < self.slo_p99_ms < math.inf:

@@ -36,16 +36,16 @@ def _memory_bytes() -> float:
     return gb * 2**30 if gb else float("inf")
 
 
-def check_archive(path: Path, what: str) -> list[zipfile.ZipInfo]:
-    """The members of the zip archive ``path`` once their declared sizes are sane; UsageError otherwise.
+def check_archive(path: Path, what: str, kind: str = ".keras (zip) archive") -> list[zipfile.ZipInfo]:
+    """The members of the zip archive ``path`` (a ``kind``) once their declared sizes are sane; UsageError otherwise.
     Python's zipfile never inflates a member past its declared size, so the declared sizes bound the reading."""
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
-        raise UsageError(f"{what} {path} is not a readable .keras (zip) archive: {exc}") from None
+        raise UsageError(f"{what} {path} is not a readable {kind}: {exc}") from None
     if len(infos) > MAX_MEMBERS:
-        raise UsageError(f"{what} {path} holds {len(infos):,} files: not a .keras archive")
+        raise UsageError(f"{what} {path} holds {len(infos):,} files: not a {kind}")
     total = sum(i.file_size for i in infos)
     if total > _memory_bytes():
         raise UsageError(f"{what} {path} would inflate to {total / 2**30:.1f} GiB, more than this machine's memory")
@@ -123,7 +123,6 @@ def check_onnx(model: Any, path: Path) -> None:
     """An ONNX model inferbench can time honestly: one float32 input, one output, standard operators, external
     data inside the model's folder (``model``: ``onnx.load(path, load_external_data=False)``)."""
     from onnx import TensorProto
-    from onnx.external_data_helper import _get_all_tensors
 
     graph = model.graph
 
@@ -140,10 +139,32 @@ def check_onnx(model: Any, path: Path) -> None:
         kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)
         raise UsageError(f"{path} takes {kind} input; inferbench feeds float32 images (a quantised model with a "
                          "float32 input is fine)")
-    custom = sorted({f"{n.domain}:{n.op_type}" for n in graph.node if n.domain not in ONNX_DOMAINS})
+    check_onnx_program(model, path)
+
+
+def _nodes(graph: Any) -> Any:
+    """Every node of ``graph`` and of the subgraphs its nodes hold (If's branches, Loop's and Scan's bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _nodes(sub)
+
+
+def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None:
+    """What an ONNX model can do (``model``: read with ``load_external_data=False``): every operator, in its graph,
+    its subgraphs and the functions it defines, from ONNX's own domains or Microsoft's contrib ops (a call of a
+    function the model defines is its operators'); every external data file inside the model's folder."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import _get_all_tensors
+
+    local = {(f.domain, f.name) for f in model.functions}
+    nodes = [*_nodes(model.graph), *(n for f in model.functions for n in f.node)]
+    custom = sorted({f"{n.domain}:{n.op_type}" for n in nodes
+                     if n.domain not in ONNX_DOMAINS and (n.domain, n.op_type) not in local})
     if custom:
-        raise UsageError(f"{path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): they need "
-                         "a custom-op library that inferbench does not load")
+        raise UsageError(f"{what} {path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): "
+                         "they need a custom-op library that inferbench does not load; refused")
     folder = path.resolve().parent
     for tensor in _get_all_tensors(model):  # initializers, Constant nodes and subgraphs alike
         if tensor.data_location == TensorProto.EXTERNAL:

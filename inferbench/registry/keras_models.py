@@ -83,7 +83,7 @@ def load_keras(path: str | Path) -> Any:
         import keras_hub  # noqa: F401
     with warnings.catch_warnings():  # keras-hub's classifier says its compile() was not called: none is wanted
         warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called.*")
-        return keras.saving.load_model(path, compile=False)
+        return keras.saving.load_model(path, compile=False, safe_mode=True)  # a Lambda's bytecode is refused
 
 
 def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..base.errors import UsageError
+from ..exporters.cache import read_manifest
 from ..registry.models import ModelSpec
+from ..registry.programs import check_program
 from ..spec import RunnerOptions
 
 
@@ -26,13 +30,44 @@ class LoadContext:
     batch_size: int = 1  # the batch size this cell times (a static-shape runtime compiles for it)
     batch_sizes: tuple[int, ...] = (1,)  # every batch size of this model and resolution in the run
     setting: dict[str, Any] = field(default_factory=dict)  # load-time settings being tuned (see Runner.tuning_grid)
+    private: str | None = None  # --trust-cache: a folder of this worker's own the artifact is copied into first
 
     @property
     def path(self) -> Path:
-        """The artifact this runtime loads (a runner that loads one: every runner but torch-native's own weights)."""
+        """The artifact this runtime loads (a runner that loads one: every runner but torch-native's own weights),
+        checked for what it can do before anything reads it (:func:`inferbench.registry.programs.check_program`: a
+        program may compute, nothing else). From a cache shared on purpose (``--trust-cache``), what is loaded is a
+        private copy whose hash was checked against the manifest: nothing another user writes between the check and
+        the runtime's read reaches the runtime."""
         if self.artifact is None:
             raise RuntimeError(f"{self.model.name}: no artifact to load for this framework")
-        return self.artifact
+        path = self.artifact if self.private is None else private_copy(self.folder, self.artifact, Path(self.private))
+        check_program(path)
+        return path
+
+
+def private_copy(folder: Path, artifact: Path, into: Path) -> Path:
+    """``artifact`` (a file, or a folder of files, of the cache folder ``folder``) copied into ``into``, each file's
+    bytes hashed as they are copied and held to the manifest's digest; a UsageError naming a file that differs."""
+    digests: dict[str, str] = {}
+    for entry in read_manifest(folder).get("artifacts", {}).values():
+        if isinstance(entry, dict) and isinstance(entry.get("files"), dict):
+            digests.update(entry["files"])
+    target = into / artifact.name
+    sources = [artifact] if artifact.is_file() else sorted(p for p in artifact.rglob("*") if p.is_file())
+    for source in sources:
+        rel = source.relative_to(folder).as_posix()
+        out = target if source == artifact else target / source.relative_to(artifact)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        with open(source, "rb") as src, open(out, "wb") as dst:
+            for chunk in iter(lambda: src.read(2**20), b""):
+                h.update(chunk)
+                dst.write(chunk)
+        if digests.get(rel) != h.hexdigest():
+            raise UsageError(f"{source}: its bytes are not what the cache's manifest recorded (changed since it was "
+                             "exported?): refused")
+    return target
 
 
 class Runner:

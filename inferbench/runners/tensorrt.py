@@ -14,6 +14,7 @@ import numpy as np
 from ..base.errors import MissingDependency
 from ..exporters.tensorrt import build_engine, engine_path, engine_tag
 from ..registry.artifacts import ExportContext
+from ..registry.programs import check_engine
 from .base import LoadContext, Runner
 from .torch import cuda_uuid
 
@@ -42,9 +43,12 @@ class TensorRTRunner(Runner):
             self.build_info.update(build_engine(ectx, precision, gpu_name, source))
         self.torch, self.trt = torch, trt
         self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))  # must outlive the engine
+        self.runtime.engine_host_code_allowed = False  # an engine's own host code (a plugin library in it) never runs
         self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
         if self.engine is None:
             raise RuntimeError(f"TensorRT could not load the engine {path} (built by another TensorRT?)")
+        inspector = self.engine.create_engine_inspector()
+        check_engine(self.engine, path, lambda i: inspector.get_layer_information(i, trt.LayerInformationFormat.JSON))
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)

@@ -4,8 +4,11 @@ blocks they cannot resolve, the timed call, and what memory and the device say a
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,12 +95,20 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def private_folder() -> str:
+    """A folder of this worker's own (0700, removed when it exits) for the copies it loads from a shared cache."""
+    folder = tempfile.mkdtemp(prefix="inferbench-private-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
     ctx = LoadContext(
         folder=Path(job.artifact_dir), artifact=None if job.artifact is None else Path(job.artifact),
         model=spec, resolution=job.cell.resolution, device=job.config.device.kind, threads=job.config.threads,
         seed=job.config.seed, precision=job.cell.precision, options=job.cell.options,
-        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes, setting=dict(job.setting))
+        batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes, setting=dict(job.setting),
+        private=private_folder() if job.config.trust_cache else None)
     emit("loading")
     start = time.perf_counter()
     runner.load(ctx)
