@@ -14,17 +14,22 @@ loaded by both.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
+from ..base.reading import loads
+from ..base.text import excerpt
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # the inferbench package itself
 #: What B's interpreter is asked, with this inferbench on its path: it must import the worker, and say its packages.
@@ -56,22 +61,64 @@ def install_of(python: str) -> dict[str, Any]:
         raise UsageError(f"--ab-python {python}: no executable file there (give B's interpreter, e.g. "
                          "other-venv/bin/python)")
     env = worker_env(dict(os.environ))  # what B's workers are given: the link first, the shell's path after it
-    try:
-        done = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise UsageError(f"--ab-python {python}: could not be run ({e})") from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    status, out, err = _probe([path, "-c", _PROBE], env)
+    lines = out.strip().splitlines()
+    if status != 0 or not lines:
+        why = excerpt((err.strip().splitlines() or [f"exit status {status}"])[-1], 200)
         raise UsageError(f"--ab-python {python}: cannot run inferbench's worker there ({why}); B's install needs "
                          "numpy and the frameworks it is to measure")
     try:
-        found = json.loads(lines[-1])
+        found = loads(lines[-1], "its answer")
     except ValueError:
-        raise UsageError(f"--ab-python {python}: did not answer as a Python interpreter does") from None
+        found = None
+    if not _answered(found):
+        raise UsageError(f"--ab-python {python}: did not answer as inferbench's probe asks (it printed "
+                         f"{excerpt(lines[-1], 80)!r})")
     text = json.dumps({"executable": path, **found}, sort_keys=True)
     return {"executable": path, "python": found["python"], "packages": found["packages"],
             "digest": hashlib.sha256(text.encode()).hexdigest()[:8]}
+
+
+#: The most the probe's answer may hold (a few hundred packages: a few kB).
+PROBE_BYTES = 2**20
+
+
+def _probe(command: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """``command`` run in a session of its own, its output bounded (a file it may not write past
+    :data:`PROBE_BYTES`); its whole process group ended at :data:`PROBE_TIMEOUT_S` (a hanging interpreter, and
+    whatever it started). (status, standard output, standard error), each output cut at the bound."""
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (PROBE_BYTES, PROBE_BYTES))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, preexec_fn=limited)
+        except OSError as e:
+            raise UsageError(f"--ab-python {command[0]}: could not be run ({e.strerror or e})") from None
+        try:
+            status = proc.wait(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise UsageError(f"--ab-python {command[0]}: no answer within {PROBE_TIMEOUT_S:g} s: it was ended, with "
+                             "every process it had started") from None
+        texts = []
+        for fh in (out, err):
+            fh.seek(0)
+            texts.append(fh.read(PROBE_BYTES).decode("utf-8", "replace"))
+    return status, texts[0], texts[1]
+
+
+def _answered(found: Any) -> bool:
+    """Is ``found`` the probe's answer: a Python version and a map of package names to versions (or null)?"""
+    def short(text: Any) -> bool:
+        return isinstance(text, str) and 0 < len(text) <= 100 and text.isprintable()
+
+    return (isinstance(found, dict) and set(found) == {"python", "packages"} and short(found["python"])
+            and isinstance(found["packages"], dict) and len(found["packages"]) <= 10_000
+            and all(short(k) and (v is None or short(v)) for k, v in found["packages"].items()))
 
 
 def differs(a: dict[str, str], b: dict[str, str]) -> str:
