@@ -102,7 +102,7 @@ def test_images_past_the_bounds_or_not_images_are_refused_naming_the_file(tmp_pa
     Image.fromarray(colour_image(np.random.default_rng(0), 0, (200, 300))).save(good, quality=90)
     images.open_eval_set(str(tmp_path), 10, 0)
     monkeypatch.setattr(images, "MAX_FILE_BYTES", 100)
-    with pytest.raises(UsageError, match=r"good.jpg: [\d,]+ bytes, over the"):
+    with pytest.raises(UsageError, match=r"good.jpg holds [\d,]+ bytes, over the"):
         images.open_eval_set(str(tmp_path), 10, 0)
     monkeypatch.undo()
     data = good.read_bytes()

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -610,11 +611,18 @@ def _python_b(path: Path, env: str = "") -> Path:
     return path
 
 
+def _busy(recs: Iterable[dict]) -> bool:
+    """Did the machine leave a record of these not valid (other work beside the rounds)?"""
+    return any((r.get("validity") or {}).get("valid") is False for r in recs)
+
+
 def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(fakes, tmp_path, capsys):
     """--ab-python measures every cell a second time by another interpreter's workers, as a '+ab-<digest>' twin in
     the same group's interleaved rounds; `compare RUN` judges B against A paired within the rounds, with no term
-    between invocations: an A/A passes a 10% gate, a 1.5x slowdown of B's workers alone (the hook set in B's
-    interpreter only) is a REGRESSION."""
+    between invocations: an A/A passes a 10% gate, a 3x slowdown of B's workers alone (the hook set in B's
+    interpreter only) is a REGRESSION. Whatever the machine's load: where it left a side not valid, compare says so
+    (not comparable, exit 3) and nothing else; where it judged, the gate held (a 1.5x slowdown at load 5-7 once read
+    1.65x [1.04-2.62]: slower, yet no REGRESSION at 10%: the test asked what the load did not allow)."""
     from inferbench.commands import main as inferbench
 
     same = _python_b(tmp_path / "same-python")
@@ -630,21 +638,28 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     assert recs[twin]["environment"]["interpreter"] == str(same) and "interpreter" not in recs[""]["environment"]
     assert len({b["round"] for b in recs[twin]["timing"]["blocks"]}) == 6
     (run_dir,) = (tmp_path / "aa" / "out").iterdir()
-    assert inferbench(["compare", str(run_dir), "--fail-above", "10"]) == 0
+    status = inferbench(["compare", str(run_dir), "--fail-above", "10"])
     out = capsys.readouterr().out
     assert "A p50 ms" in out and "B/A [95% CI]" in out and "REGRESSION" not in out
-    assert "1 of 1 judged cells paired with their twin within the run's rounds" in out
+    if _busy(recs.values()):  # the machine did not let the rounds be judged: said, never a verdict
+        assert status == 3 and "measured on a busy machine (not valid)" in out, out
+    else:
+        assert status == 0 and "1 of 1 judged cells paired with their twin within the run's rounds" in out, out
 
     recommendation = json.loads((run_dir / "recommendation.json").read_text())["recommendations"][0]
     assert recommendation["recommended"] == "fake" and any("an A/B twin" in why for why in
                                                            recommendation["not_ranked"].values())
 
-    slow = _python_b(tmp_path / "slow-python", "INFERBENCH_TEST_SLOWDOWN=fake:1.5")
+    slow = _python_b(tmp_path / "slow-python", "INFERBENCH_TEST_SLOWDOWN=fake:3")
     assert _run(tmp_path / "ab", "--framework", "fake", "--rounds", "8", "--ab-python", str(slow)) == 0
     capsys.readouterr()
     (run_dir,) = (tmp_path / "ab" / "out").iterdir()
-    assert inferbench(["compare", str(run_dir), "--fail-above", "10", "--json"]) == 1
+    status = inferbench(["compare", str(run_dir), "--fail-above", "10", "--json"])
     doc = json.loads(capsys.readouterr().out)
+    if _busy(records.iter_records(run_dir)[0]):
+        assert status == 3 and doc["cells"][0]["verdict"].startswith("not comparable"), doc
+        return  # the rest needs a judged pair: the load did not allow one
+    assert status == 1, doc
     import jsonschema
 
     from inferbench.cli.jsonout import SCHEMA
@@ -653,7 +668,7 @@ def test_an_ab_in_one_run_pairs_each_cell_with_its_twin_and_compare_gates_on_it(
     jsonschema.validate(doc, {"$ref": "#/$defs/compare", "$defs": schema["$defs"]})
     (row,) = doc["cells"]
     assert doc["ab"] is True and row["verdict"].startswith("REGRESSION") and row["method"].startswith("paired")
-    assert row["ratio"] > 1.3, row  # 1.5x asked; REGRESSION: its whole interval above 1.10
+    assert row["ratio"] > 2.0, row  # 3x asked; REGRESSION: its whole interval above 1.10
     assert inferbench(["compare", str(run_dir), "--csv", str(tmp_path / "ab.csv")]) == 0
     table = (tmp_path / "ab.csv").read_text().splitlines()
     assert table[0].endswith(",b,b_interpreter") and table[1].endswith(f",{slow}") and len(table) == 2

@@ -55,7 +55,11 @@ def test_a_sigterm_during_a_loadgen_test_leaves_no_loadgen_folder(fakes, tmp_pat
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_and_sighup_are_interruptions_like_ctrl_c(fakes, tmp_path, sig):
+def test_sigterm_and_sighup_are_interruptions_like_ctrl_c(fakes, tmp_path, sig, monkeypatch):
+    """The signal's disposition is the test's own: a suite started under nohup hands its processes an ignored SIGHUP,
+    which a sweep keeps ignoring (test_an_ignored_sighup_stays_ignored), and this test would wait for nothing."""
+    monkeypatch.setattr(sys.modules[__name__], "LAUNCH", "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                        + LAUNCH)
     proc, log = _long_sweep(tmp_path, "s")
     try:
         proc.send_signal(sig)

@@ -28,10 +28,15 @@ confidence: a noisy machine does not make CI flaky), or when NEW's outputs no lo
 NEW failed where OLD ran. Exit status: 0, or 1 when ``--fail-above`` is given and a cell regressed; 2
 for bad input; 3 when no cell in common could be judged (none has an interval): a gate that judged nothing
 does not pass.
+
+Why one file: compare's three ways of judging a cell (one run a side, several invocations pooled, an A/B's twins)
+share their verdicts, the columns each side fills and the rounds at one machine speed; they read side by side.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import numbers
 import re
@@ -79,7 +84,10 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
         olds, news = sides["OLD"][key], sides["NEW"][key]
         if len(olds) >= POOLED_RUNS and len(news) >= POOLED_RUNS:
             row, why = pooled(dict(zip(KEY, key)), olds, news, fail_above)
-            notes.append(f"OLD holds {len(olds)} and NEW {len(news)} invocations of {_label(dict(zip(KEY, key)))}: "
+            copies = "" if distinct(olds) == len(olds) and distinct(news) == len(news) else \
+                f" ({len(olds)} and {len(news)} records: copies of one run count once)"
+            notes.append(f"OLD holds {distinct(olds)} and NEW {distinct(news)} distinct invocations of "
+                         f"{_label(dict(zip(KEY, key)))}{copies}: "
                          + (why or "pooled, their spread between invocations measured from them"))
             rows.append(row)
             continue
@@ -147,12 +155,26 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
         None
 
 
+def content(r: Any) -> str:
+    """What makes a record one invocation: its raw latencies and their rounds (a copy of a run, its ids or dates
+    edited or not, is the same invocation), else its run and creation."""
+    raw, rounds = r.get("raw_latencies_ms"), r.get("raw_rounds")
+    what: Any = [list(raw), list(rounds) if isinstance(rounds, list) else None] if isinstance(raw, list) and raw \
+        else [r.get("run_id"), r.get("created_at")]
+    return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()
+
+
+def distinct(runs: list[Any]) -> int:
+    """How many invocations ``runs`` holds, counted by content (:func:`content`)."""
+    return len({content(r) for r in runs})
+
+
 def _alike(runs: list[Any]) -> list[Any]:
     """A side's runs alike its latest: ran, verified, measured on a quiet machine, tuned to the same setting (by the
-    records' digests where both have one), each record once (by its run and creation)."""
+    records' digests where both have one), each invocation once (by its content: :func:`content`)."""
     latest, seen, out = runs[-1], set(), []
     for r in runs:
-        key = (r.get("run_id"), r.get("created_at"))
+        key = content(r)
         if key in seen or r["status"] != "ok" or r.get("validity.valid") is False or r["parity.status"] == "failed":
             continue
         a, b = _chosen(r), _chosen(latest)

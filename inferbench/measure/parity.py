@@ -213,12 +213,28 @@ def accuracy(labels: np.ndarray, candidate: np.ndarray, reference: np.ndarray, p
         f"below MLPerf's {ACCURACY_GATE:.0%}{unsure}"), **out}
 
 
+#: The top-1 agreement with FP32 below which an INT8 program is no quantisation of the model but a broken (or
+#: tampered) one, judged where no labelled images decide: the committed INT8 runs of 2026-11-27 agreed with FP32 on
+#: 0.32-0.76 of 1,000 seeded inputs (ResNet-50 on torch-inductor the lowest, its 95% interval from 0.29); a third of
+#: that is 100 times chance over 1,000 classes (0.001), where an anti-correlated or random program lands. The upper
+#: end of the agreement's interval must be below it: a few inputs fail nothing by chance.
+INT8_GROSS_FLOOR = 0.10
+
+
 def int8_verdict(check: dict[str, Any], accuracy: dict[str, Any] | None) -> dict[str, Any]:
     """An INT8 cell's parity after its logits' sanity check passed: its accuracy on labelled images decides
     (MLPerf's 99% of FP32's top-1, :func:`accuracy`); where there are none, or they could not be judged, the cell is
-    ``unjudged``: measured, shown and ranked apart as speed only, never beside the verified cells."""
+    ``unjudged``: measured, shown and ranked apart as speed only, never beside the verified cells — unless its
+    agreement with FP32 is below :data:`INT8_GROSS_FLOOR`: then it failed (a broken export is no speed to show)."""
     if check["status"] != "passed" or (accuracy is not None and accuracy["status"] in ("passed", "failed")):
         return check
+    top1 = ((check.get("agreement") or {}).get("top1") or {})
+    ci = top1.get("ci95")
+    if ci is not None and ci[1] < INT8_GROSS_FLOOR:
+        return {**check, "status": "failed", "reason": (
+            f"INT8's top-1 agreement with FP32 is {top1['agreement']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] over "
+            f"{check['agreement']['inputs']} inputs, below {INT8_GROSS_FLOOR:.2f}, which no correct quantisation "
+            "measured came near (0.32-0.76): a broken export, not a speed to show")}
     why = "no labelled images (--eval-dir)" if accuracy is None else f"its accuracy: {accuracy.get('reason')}"
     return {**check, "status": "unjudged", "reason": f"speed only: INT8's accuracy not judged ({why})"}
 
