@@ -265,6 +265,9 @@ OPTIONS: tuple[Option, ...] = (
            "openvino, torch-inductor, calibrated with --calib-dir), the others at their own; on a CPU only where it "
            "has that precision's instructions (BF16: AVX512_BF16 or AMX; INT8: VNNI or AMX)", [], precisions,
            metavar="P[,P...]", commands=MEASURING),
+    Option("reduced_only", ("--reduced-only",), "with a reduced --precision, measure only it (default: each runtime "
+           "that takes it also runs its FP32 in the same rounds, and the answer gives each reduced cell's gain over "
+           "its own FP32 and what it costs)", False, switch=True, commands=MEASURING),
     Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
            "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
            "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
@@ -433,8 +436,8 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {o.name: o for o in OPTIONS}
 #: How --help groups the options (each in one group; tests/test_cli.py checks), in the order a newcomer needs them.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("what to measure", ("frameworks", "models", "input_shape", "resolutions", "batch_sizes", "precisions", "weights",
-                         "seed", "scenario", "objective", "list")),
+    ("what to measure", ("frameworks", "models", "input_shape", "resolutions", "batch_sizes", "precisions",
+                         "reduced_only", "weights", "seed", "scenario", "objective", "list")),
     ("how long", ("quick", "time_budget", "duration", "min_iterations", "warmup", "warmup_seconds", "rounds",
                   "processes", "target_ci", "sequential", "timeout")),
     ("is it right: outputs checked beyond the parity gate", ("agreement_inputs", "eval_dir", "eval_images",

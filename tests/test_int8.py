@@ -85,7 +85,7 @@ def test_int8_without_labels_is_speed_only_with_labels_its_accuracy_decides():
 
     sane = {"status": "passed", "reason": None}
     assert parity.int8_verdict(sane, None) == {
-        "status": "unjudged", "reason": "speed only: INT8's accuracy not judged (no labelled images (--eval-dir))"}
+        "status": "unjudged", "reason": "speed only: INT8's accuracy not judged (no labelled images, --eval-dir)"}
     unmeasured = {"status": "not_measured", "reason": "FP32 classifies none of the 18 labelled images right"}
     assert parity.int8_verdict(sane, unmeasured)["status"] == "unjudged"
     assert "FP32 classifies none" in parity.int8_verdict(sane, unmeasured)["reason"]
@@ -109,9 +109,10 @@ def test_int8_without_labels_is_speed_only_with_labels_its_accuracy_decides():
 
 def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_apart(tmp_path):
     from inferbench.analysis.answer import recommendation_lines
-    from inferbench.analysis.ranking import SPEED_ONLY, recommendations
+    from inferbench.analysis.ranking import recommendations
 
-    int8 = {"status": "unjudged", "reason": "speed only", "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99,
+    why = "speed only: INT8's accuracy not judged (its accuracy: FP32 classified none of the labelled images right)"
+    int8 = {"status": "unjudged", "reason": why, "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99,
             "top1_agreement": 1.0, "agreement": {"status": "measured", "inputs": 1000, "top1": {
                 "agreement": 0.61, "ci95": [0.58, 0.64]}}}
     cells = [json.loads(json.dumps(encode(r))) for r in (
@@ -119,16 +120,21 @@ def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_ap
         make_record("onnxrt", p50=2.0, precision="int8", parity=int8),
         make_record("openvino", p50=1.5, precision="int8", parity=int8))]
     (rec,) = recommendations(cells)
-    assert rec["recommended"] == "onnxrt" and rec["not_ranked"]["openvino:int8"] == SPEED_ONLY
-    assert [c["cell"] for c in rec["speed_only"]] == ["openvino:int8", "onnxrt:int8"]
+    # the reason each is unranked is its record's own (here: why the labelled images could not judge it)
+    assert rec["recommended"] == "onnxrt" and rec["not_ranked"]["openvino:int8"] == why
+    assert [c["cell"] for c in rec["reduced"]] == ["openvino:int8", "onnxrt:int8"]
     said = "\n".join(recommendation_lines([rec]))
     # the fastest first, the centre of each one's rounds; beside each, its gain over its runtime's FP32 where the run
     # has that cell (openvino has none here), and its agreement with FP32
-    assert "speed only, accuracy not judged (no --eval-dir; not ranked): openvino:int8 1.530 ms, top-1 agreement " \
-        "with FP32 0.610 [0.580-0.640] over 1000 seeded inputs; onnxrt:int8 2.040 ms, " in said, said
-    gain = rec["speed_only"][1]
+    # the reason none is ranked once, in the heading: its record's own
+    assert f"reduced precision against its own FP32 (gain > 1: better; none ranked: {why}):\n      openvino:int8 " \
+        "1.530 ms, no verified FP32 cell of its runtime here to compare (without --reduced-only, each runs beside " \
+        "it); top-1 agreement with FP32 0.610 [0.580-0.640] over 1000 seeded inputs\n      onnxrt:int8 2.040 ms, " \
+        in said, said
+    assert "no --eval-dir" not in said  # the true reason only
+    gain = rec["reduced"][1]
     assert gain["fp32"] == "onnxrt" and gain["gain"] == pytest.approx(5.1 / 2.04, rel=0.05)
-    assert f", {gain['gain']:.2f}x onnxrt's FP32" in said
+    assert f", gain {gain['gain']:.2f}x over onnxrt" in said
     # report reads the flat rows of records.load: the same figures
     from inferbench import records
 
@@ -136,11 +142,42 @@ def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_ap
         records.write_record(tmp_path / "run", records.parse(r, "test"))
     last = records.load(tmp_path / "run")
     (flat,) = recommendations([{**row.to_dict(), "framework": row["framework_key"]} for _, row in last.iterrows()])
-    assert [(c["cell"], c.get("top1_agreement"), c.get("fp32")) for c in flat["speed_only"]] == [
+    assert [(c["cell"], c.get("top1_agreement"), c.get("fp32")) for c in flat["reduced"]] == [
         ("openvino:int8", 0.61, None), ("onnxrt:int8", 0.61, "onnxrt")]
     (alone,) = recommendations(cells[1:])  # only INT8 cells: no answer, their figures still shown apart
-    assert alone["recommended"] is None and len(alone["speed_only"]) == 2
-    assert "speed only, accuracy not judged" in "\n".join(recommendation_lines([alone]))
+    assert alone["recommended"] is None and len(alone["reduced"]) == 2
+    assert "reduced precision against its own FP32" in "\n".join(recommendation_lines([alone]))
+
+
+def test_a_reduced_precision_answer_says_its_gain_and_cost_in_every_output(tmp_path):
+    """Issue 55: BF16 beside FP32, ranked (passed parity): its gain over its own FP32 with the paired interval and its
+    agreement with FP32, in the answer, summary.csv, the --json cells and recommendation.json."""
+    from inferbench.analysis.answer import recommendation_lines
+    from inferbench.analysis.ranking import recommendations
+    from inferbench.cli.jsonout import cell_summary
+
+    bf16 = {"status": "passed", "max_abs_err": 0.1, "max_rel_err": 0.05, "cosine": 0.99, "top1_agreement": 1.0,
+            "agreement": {"status": "measured", "inputs": 1000, "top1": {"agreement": 0.895, "ci95": [0.875, 0.912]}}}
+    paired = {"raw_rounds": [i % 5 for i in range(50)], "timing": {"group": "r/g"}}  # measured in the same rounds
+    cells = [json.loads(json.dumps(encode(r))) for r in (
+        make_record("openvino", p50=4.0, **paired),
+        make_record("openvino", p50=2.0, precision="bf16", parity=bf16, **paired),
+        make_record("onnxrt", p50=3.0, **paired))]
+    (rec,) = recommendations(cells)
+    assert rec["recommended"] == "openvino:bf16"
+    (c,) = rec["reduced"]
+    assert c["ranked"] and c["fp32"] == "openvino" and c["gain"] == pytest.approx(2.0, rel=0.05)
+    assert c["gain_ci95"][0] < c["gain"] < c["gain_ci95"][1] and c["top1_agreement"] == 0.895
+    said = "\n".join(recommendation_lines([rec]))
+    assert "openvino:bf16 2.040 ms, gain 2.0" in said and "top-1 agreement with FP32 0.895 [0.875-0.912]" in said
+    from inferbench.analysis.runfiles import summary_rows
+
+    rows = {(r["framework"], r["precision"]): r for r in summary_rows(cells)}
+    assert rows["openvino", "bf16"]["gain_over_fp32"] == pytest.approx(c["gain"])
+    assert rows["openvino", "bf16"]["gain_over_fp32_ci95_low"] == pytest.approx(c["gain_ci95"][0])
+    assert rows["openvino", "bf16"]["fp32_cell"] == "openvino" and "gain_over_fp32" not in rows["openvino", "fp32"]
+    doc = cell_summary(cells[1], [rec])
+    assert doc["vs_fp32"]["gain"] == pytest.approx(c["gain"]) and doc["vs_fp32"]["top1_agreement"] == 0.895
 
 
 @pytest.mark.slow  # ONNX Runtime installed (nothing is imported: a lean install has no onnxrt to plan)
@@ -152,13 +189,18 @@ def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_
     monkeypatch.setattr(machine, "cpu_flag_set", lambda: {"avx512f", "avx512_vnni"})
     built = build(with_defaults({"frameworks": ["onnxrt"], "precisions": ["int8"], "cache_dir": str(tmp_path),
                                  "models": ["mobilenet_v3_small"]}, "run"))
-    assert [c.precision for c in built.cells] == ["int8"] and built.config.calibration.images == 300
+    # issue 55: INT8 comes with its runtime's FP32 beside it (the gain and the cost need both); --reduced-only: alone
+    assert [c.precision for c in built.cells] == ["fp32", "int8"] and built.config.calibration.images == 300
+    alone = build(with_defaults({"frameworks": ["onnxrt"], "precisions": ["int8"], "cache_dir": str(tmp_path),
+                                 "models": ["mobilenet_v3_small"], "reduced_only": True}, "run"))
+    assert [c.precision for c in alone.cells] == ["int8"]
     notes = "\n".join(built.notes)
     assert "int8: calibrated on 300 seeded image-like inputs (no --calib-dir): a timing configuration" in notes
     assert "without --eval-dir its accuracy is not judged" in notes
+    assert "the plan: 2 cell(s) in 1 group(s), about " in notes and built.expected_s > 0  # the ETA's first figure
     from inferbench.execution.group import cell_job
 
-    job = cell_job(built.config, built.cells[0], tmp_path / "folder", (1,), {})
+    job = cell_job(built.config, built.cells[1], tmp_path / "folder", (1,), {})
     assert job.artifact == str(tmp_path / "folder" / "onnx-int8" / f"{built.config.calibration.digest}.onnx")
 
 

@@ -87,7 +87,8 @@ def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path,
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "int8: calibrated on 16 seeded image-like inputs (no --calib-dir): a timing configuration" in captured.err
-    assert "speed only, accuracy not judged (no --eval-dir; not ranked): " in captured.out
+    assert "reduced precision against its own FP32 (gain > 1: better; none ranked: speed only: INT8's accuracy not " \
+        "judged (no labelled images, --eval-dir)):" in captured.out
     recs = {(r["framework"], r["precision"]): r for r in records.iter_records(tmp_path / "out")[0]}
     for fw in ("onnxrt", "openvino", "torch-inductor"):
         assert recs[(fw, "fp32")]["parity"]["status"] == "passed"
@@ -102,8 +103,9 @@ def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path,
     digest = recs[("torch-inductor", "int8")]["config"]["calibration"]["digest"]
     assert list(shared_cache.rglob(f"torch-int8/{digest}.pt2"))  # an export, cached per calibration set
     answer = json.loads(next((tmp_path / "out").rglob("recommendation.json")).read_text())["recommendations"][0]
-    assert ":int8" not in answer["recommended"] and {c["cell"] for c in answer["speed_only"]} == {
+    assert ":int8" not in answer["recommended"] and {c["cell"] for c in answer["reduced"]} == {
         "onnxrt:int8", "openvino:int8", "torch-inductor:int8"}
+    assert all(c["gain"] is not None and c["fp32"] == c["cell"].split(":")[0] for c in answer["reduced"])
 
 
 #: torch's INT8 export and load, in a process of its own (torch beside TensorFlow, which other tests of a worker load

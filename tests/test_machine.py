@@ -157,9 +157,9 @@ def test_a_busy_machine_says_so_first_and_fails_require_valid(fakes, tmp_path, c
     assert not any(word in answer_lines for word in ("x better", "95% CI", "stable", "within the noise"))
     rec = answer["recommendations"][0]
     assert rec["not_judged"].startswith("the machine was busy") and rec["stability"] == "not judged"
-    assert rec["margin"]["significant"] is None
+    assert "margin" not in rec and rec["ci95"] is None  # no margin, no interval (the records keep the figures)
     with (folder / "comparisons.csv").open() as fh:
-        assert [row["significant"] for row in csv.DictReader(fh)] == ["", ""]
+        assert [(row["significant"], row["ratio_ci_low"]) for row in csv.DictReader(fh)] == [("", ""), ("", "")]
     from inferbench.analysis.ranking import verdict  # the report's "is the difference real?" too
 
     busy, quiet = sorted(records.iter_records(folder)[0], key=lambda r: r["framework"])

@@ -160,7 +160,8 @@ def test_precision_options():
     from inferbench.execution.plan import precisions_of
 
     assert precisions_of(FRAMEWORKS["tf"], ["bf16"], explicit=False) == ["fp32"]  # with 'all', others keep theirs
-    assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False) == ["bf16"]
+    assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False) == ["fp32", "bf16"]  # its FP32 beside
+    assert precisions_of(FRAMEWORKS["torch"], ["bf16"], explicit=False, beside=False) == ["bf16"]  # --reduced-only
     assert precisions_of(FRAMEWORKS["torch"], ["fp32", "bf16"], explicit=True) == ["fp32", "bf16"]
     assert precisions_of(FRAMEWORKS["tensorrt-fp16"], [], explicit=True) == ["fp16"]
     with pytest.raises(UsageError, match="tf runs in fp32 only"):

@@ -632,3 +632,36 @@ def test_a_markdown_table_rounds_its_intervals_as_its_numbers():
     text = table(pd.DataFrame([{"ratio": 1.2345678901234, "ci95": [1.1234567890123456, 1.3456789012345678],
                                 "name": "tf"}]))
     assert text.splitlines()[-1] == "| 1.23 | [1.12, 1.35] | tf |"
+
+
+def test_a_busy_report_says_its_figure_once_and_leaves_out_empty_sections(tmp_path, capsys):
+    """Issue 55: a busy run's report claims no interval or stability, says the worst block's figure where its
+    header does (not another cell's in "Is the difference real?"), prints no empty section or word from the
+    project's history, and the command names both files it wrote."""
+    from test_results import make_record
+
+    from inferbench import records
+
+    rounds = [i % 4 for i in range(50)]
+    worst, milder = "other work took 1.48 of the machine's cores", "other work took 0.61 of the machine's cores"
+    for fw, p50, reason, cores in (("onnxrt", 2.0, milder, 0.61), ("openvino", 3.0, worst, 1.48)):
+        records.write_record(tmp_path / "run", make_record(fw, p50=p50, raw_rounds=rounds, timing={"group": "r/g"},
+                                                           validity={"valid": False, "reason": reason,
+                                                                     "other_cores": cores}))
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "run"), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"report: {out / 'report.html'} (one page" in said and str(out / "report.md") in said
+    text = (out / "report.md").read_text()
+    assert text.count("1.48") >= 2 and "0.61" not in text  # the worst block's figure, in the header and below
+    assert "Not judged where the machine was busy: other work took 1.48" in text
+    assert "onnxrt vs openvino: not judged (the machine was busy)" in text
+    results = text.split("## Results", 1)[1].split("##", 1)[0]
+    assert "2.040 [" not in results and "| not judged |" in results  # no interval, one stability word
+    assert "seeds" not in text and "no data in these records" not in text and "no energy fields" not in text
+    assert "## Eager → graph → XLA" not in text  # nothing measured for it: left out
+    for heading in re.findall(r"^## .*$", text, flags=re.M):  # every section says something
+        body = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        assert body.strip(), heading
+    answer = json.loads((out / "recommendation.json").read_text())["recommendations"][0]
+    assert answer["ci95"] is None and "margin" not in answer and answer["runner_up"] == "openvino"

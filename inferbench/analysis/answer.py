@@ -1,6 +1,6 @@
-"""The answer as text: the validity line first, then per group the recommended cell, its margin, its cost in
-agreement or accuracy and the cells shown apart (speed only) — for the terminal, report.md and the zoo's matrix. The
-figures come from :func:`inferbench.analysis.ranking.recommendations`."""
+"""The answer as text: the validity line first, then per group the recommended cell, its margin, its accuracy and
+each reduced-precision cell against its own FP32 — for the terminal, report.md and the zoo's matrix. The figures come
+from :func:`inferbench.analysis.ranking.recommendations`."""
 
 from __future__ import annotations
 
@@ -9,29 +9,47 @@ from typing import Any
 
 from ..measure.trackers.machine import combine
 from ..registry.scenarios import scenario
-from .ranking import _FORMAT, OBJECTIVES, SPEED_ONLY
+from .ranking import _FORMAT, OBJECTIVES
 
 
-def speed_only_line(rec: dict[str, Any]) -> list[str]:
-    """The cells measured whose accuracy was not judged, with their figures, apart from the ranking: each with its
-    gain over the same runtime in FP32 and its top-1 agreement with FP32, where the run has them."""
-    cells = rec.get("speed_only") or []
+def reduced_lines(rec: dict[str, Any]) -> list[str]:
+    """Each reduced-precision cell against its own runtime's FP32, ranked or not: its gain (paired within rounds, with
+    its interval), what it costs (accuracy on labelled images, else agreement with FP32) and, where it is not ranked,
+    why (once, where every cell has the same reason)."""
+    cells = rec.get("reduced") or []
     if not cells:
         return []
-    f = _FORMAT[rec["unit"]]
+    whys = {c.get("why") for c in cells}
+    shared = whys.pop() if len(whys) == 1 else None
+    head = "    reduced precision against its own FP32 (gain > 1: better" + (
+        "; not judged: the machine was busy" if rec.get("not_judged") else "") + (
+        f"; none ranked: {shared}" if shared else "") + "):"
+    return [head] + [f"      {reduced_phrase(c, rec, said=shared)}" for c in cells]
 
-    def said(c: dict[str, Any]) -> str:
-        text = f"{c['cell']} {c['value']:{f}} {rec['unit']}"
-        if c.get("gain") is not None:
-            ci = c.get("gain_ci95")
-            text += f", {c['gain']:.2f}x {c['fp32']}'s FP32" + (
-                f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci is not None else " (not judged: the machine was busy)"
-                if rec.get("not_judged") else "")
-        if c.get("top1_agreement") is not None:
-            text += ", " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
-        return text
 
-    return ["    speed only, accuracy not judged (no --eval-dir; not ranked): " + "; ".join(map(said, cells))]
+def reduced_phrase(c: dict[str, Any], rec: dict[str, Any], said: str | None = None) -> str:
+    """One reduced-precision cell as the answer says it (:func:`reduced_lines`; ``said``: the reason not ranked
+    that its heading gave)."""
+    text = f"{c['cell']} {c['value']:{_FORMAT[rec['unit']]}} {rec['unit']}"
+    if c.get("gain") is None:
+        text += ", no verified FP32 cell of its runtime here to compare (without --reduced-only, each runs beside it)"
+    else:
+        ci = c.get("gain_ci95")
+        text += f", gain {c['gain']:.2f}x over {c['fp32']}" + (
+            f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci is not None else "" if rec.get("not_judged") else
+            " (no interval: the two were not paired within rounds)")
+    if c.get("accuracy_points") is not None:
+        ci = c.get("accuracy_points_ci95")
+        text += f"; top-1 accuracy {c['accuracy_points']:+.1f} points" + (
+            f" [{ci[0]:+.1f} to {ci[1]:+.1f}]" if ci else "") + f" against FP32's on {c['accuracy_images']} " \
+            f"labelled images (MLPerf's gate {c['accuracy_gate']})"
+    elif c.get("top1_agreement") is not None:
+        text += "; " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
+        if c.get("own_agreement") is not None:  # what the model itself keeps in that precision (the gate's measure)
+            text += f" (the model's own {c['precision'].upper()}: {c['own_agreement']:.3f})"
+    else:
+        text += "; its agreement with FP32 not counted (--agreement-inputs 0)"
+    return text + (f"; not ranked: {c['why']}" if c.get("why") and c.get("why") != said else "")
 
 
 def agreement_phrase(top1: float, inputs: Any, ci: Any = None) -> str:
@@ -69,9 +87,10 @@ def margin_text(rec: Mapping[str, Any]) -> str:
 
 
 def cost_line(rec: Mapping[str, Any]) -> list[str]:
-    """A reduced-precision answer's cost in agreement with FP32 (:func:`precision_cost`) and the answer's accuracy on
-    labelled images (:func:`accuracy_said`), each on a line of its own."""
-    return [f"    {rec['recommended']} {rec[k]}" for k in ("precision_cost", "accuracy") if rec.get(k)]
+    """An FP32 answer's accuracy on labelled images (:func:`accuracy_said`); a reduced precision's is in its own line
+    (:func:`reduced_lines`)."""
+    mine = any(c["cell"] == rec["recommended"] for c in rec.get("reduced") or [])
+    return [f"    {rec['recommended']} {rec['accuracy']}"] if rec.get("accuracy") and not mine else []
 
 
 def serving_lines(rec: dict[str, Any], at: str) -> list[str]:
@@ -125,9 +144,10 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             f", {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}" if rec.get("threads") else "")
         if rec["recommended"] is None:  # and why each cell was not ranked
             lines.append(f"  {at}: none: {rec['reason']}")
+            reduced = {c["cell"] for c in rec.get("reduced") or []}  # said in their own lines
             lines += [f"    {name}: {why}" for name, why in (rec.get("not_ranked") or {}).items()
-                      if why != SPEED_ONLY]  # those are the speed-only line's
-            lines += speed_only_line(rec)
+                      if name not in reduced]
+            lines += reduced_lines(rec)
             continue
         if rec.get("not_judged"):  # a best guess, and only that: no interval, margin or stability claimed
             lines.append(f"  {at}: best guess {rec['recommended']}, {rec['value']:{_FORMAT[rec['unit']]}} "
@@ -135,10 +155,10 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
                          "--allow-busy judges it anyway)")
             if rec.get("runner_up"):
                 lines.append(f"    next: {rec['runner_up']}, not compared")
-            lines += shortened(rec) + cost_line(rec) + speed_only_line(rec)
+            lines += shortened(rec) + cost_line(rec) + reduced_lines(rec)
             continue
         if rec.get("serving"):
-            lines += serving_lines(rec, at) + cost_line(rec) + speed_only_line(rec)
+            lines += serving_lines(rec, at) + cost_line(rec) + reduced_lines(rec)
             continue
         ci, f = rec["ci95"], _FORMAT[rec["unit"]]
         only = f", {rec['assumed']}" if rec.get("assumed") and objective in ("p50", "throughput") else ""
@@ -151,7 +171,7 @@ def recommendation_lines(recs: list[dict[str, Any]]) -> list[str]:
             lines.append(f"    {margin_text(rec)}")
         if rec["stability_advice"]:
             lines.append(f"    {rec['recommended']}: {rec['stability_advice']}")
-        lines += cost_line(rec) + speed_only_line(rec)
+        lines += cost_line(rec) + reduced_lines(rec)
     missing = sorted({r["energy_missing"] for r in recs if r.get("energy_missing")})
     if missing:  # said once: on a machine without a sensor it is the same for every line
         lines.append(f"  energy not measured: {'; '.join(missing)}")

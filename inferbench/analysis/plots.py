@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from ..records.table import busy
 from ..registry.frameworks import display_order
 from ..registry.scenarios import scenario as scenario_entry
 from .frames import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
@@ -178,6 +179,7 @@ def _interval(g: pd.DataFrame, metric: str) -> np.ndarray | None:
     cis = g.get("latency_ms.p50_ci95")
     if cis is None or not any(isinstance(c, list) for c in cis):
         return None
+    cis = [None if unjudged else c for c, unjudged in zip(cis, busy_rows(g))]  # a busy cell's: not judged, not drawn
     lo = np.array([c[0] if isinstance(c, list) else np.nan for c in cis])
     hi = np.array([c[1] if isinstance(c, list) else np.nan for c in cis])
     value = g[metric].to_numpy(dtype=float)
@@ -193,10 +195,16 @@ NOT_VALID = "crossed: NOT VALID (other work during a block)"
 FRONTIER = "grey hexagon: on the Pareto frontier"
 
 
+def busy_rows(g: pd.DataFrame) -> np.ndarray:
+    """Which rows of ``g`` the machine was too busy to judge (:func:`inferbench.records.table.busy`): no interval
+    drawn, no stability ring."""
+    return np.array([busy(row) for row in g.to_dict("records")], dtype=bool)
+
+
 def _mark(ax: Any, x: Any, y: Any, g: pd.DataFrame, handles: dict[str, Any]) -> None:
     """Ring the points of ``g`` whose estimate is unstable and cross those whose cell was not valid."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    unstable = (g["latency_ms.stability.verdict"] == "unstable").to_numpy()
+    unstable = (g["latency_ms.stability.verdict"] == "unstable").to_numpy() & ~busy_rows(g)  # busy: not judged
     invalid = g["validity.valid"].map(lambda v: v is False or v is np.False_).to_numpy(dtype=bool)  # None: unknown
     if unstable.any():
         handles[UNSTABLE] = ax.scatter(x[unstable], y[unstable], s=110, facecolors="none", edgecolors="k",

@@ -14,12 +14,7 @@ from typing import Any, TypeVar
 from ..measure.parity import SENSITIVITY_OF
 from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, Sample, compare, interval, needed_samples
 from ..measure.trackers.machine import combine
-from ..records.table import (
-    device_of,
-    field,
-    ranked,
-    record_name,
-)
+from ..records.table import busy, device_of, field, ranked, record_name, stability_word
 from ..registry.scenarios import scenario
 from ..spec import GROUP_FIELDS
 
@@ -74,9 +69,9 @@ def sample_of(record: Mapping[str, Any]) -> Any:
 def verdict(a_name: str, a: Mapping[str, Any], b_name: str, b: Mapping[str, Any]) -> str:
     """"A is 2.4x the speed of B [95% CI 2.2-2.6x]" or "no significant difference" (or not judged: a busy
     machine's cells)."""
-    busy = not_judged([a, b])
-    if busy:
-        return f"{a_name} vs {b_name}: not judged ({busy}; --allow-busy judges it anyway)"
+    unjudged = not_judged([a, b])
+    if unjudged:
+        return f"{a_name} vs {b_name}: not judged (the machine was busy)"  # how busy: said once, where it is read
     cmp = comparison(a, b)
     ratio = cmp["ratio"]
     if cmp["ci95"] is None:
@@ -101,14 +96,14 @@ def comparison_rows(records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
                           lambda r: r["latency_ms"]["p50"])
         if not best:
             continue
-        base, busy = best[0], not_judged(cells)
+        base, unjudged = best[0], not_judged(cells)
         for r in sorted(cells, key=lambda r: r["latency_ms"]["p50"]):
             cmp: dict[str, Any] = comparison(r, base) if r is not base else {
                 "ratio": 1.0, "ci95": None, "significant": None, "method": "baseline"}
-            ci = cmp["ci95"] or [None, None]
+            ci = [None, None] if unjudged else cmp["ci95"] or [None, None]
             rows.append(dict(zip(key, group)) | {
                 "framework": record_name(r), "baseline": record_name(base), "ratio": cmp["ratio"],
-                "ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "significant": None if busy else cmp["significant"],
+                "ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "significant": None if unjudged else cmp["significant"],
                 "verified": ranked(r["status"], r["parity"]["status"]), "method": cmp["method"]})
     return rows
 
@@ -138,31 +133,40 @@ def _sortable(key: tuple[Any, ...]) -> list[tuple[int, Any, str]]:
     return [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in key]
 
 
-#: Why a cell measured whose accuracy was not judged (INT8 without --eval-dir) is not ranked.
+#: Why a cell measured whose accuracy was not judged (INT8 without --eval-dir) is not ranked, where its record does
+#: not say (its ``parity.reason`` does: no labelled images, or why they could not judge it).
 SPEED_ONLY = "speed only: accuracy not judged (INT8 without labelled images, --eval-dir)"
 
 
-def speed_only_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str, lower: bool,
-                    stat: str | None) -> dict[str, Any]:
-    """A cell measured whose accuracy was not judged: its figure, its gain over the same runtime's verified FP32 cell
-    of the group (> 1: better; paired within rounds as :func:`comparison` pairs them, a point ratio where it cannot,
-    and no interval where the machine was busy), and its top-1 agreement with FP32 over seeded inputs."""
-    out: dict[str, Any] = {"cell": record_name(r), "value": field(r, path)}
+def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str, lower: bool,
+                 stat: str | None, why: str | None) -> dict[str, Any]:
+    """A reduced-precision cell beside its own runtime's FP32: its figure, its gain over the same runtime's verified
+    FP32 cell of the group (> 1: better; paired within rounds as :func:`comparison` pairs them, a point ratio where it
+    cannot, no interval where the machine was busy), what it costs (its accuracy on labelled images against FP32's,
+    else its top-1 agreement with FP32 over seeded inputs), and ``why`` it is not ranked (None: ranked)."""
+    out: dict[str, Any] = {"cell": record_name(r), "precision": field(r, "precision"), "value": field(r, path),
+                           "ranked": why is None, "why": why, "fp32": None, "gain": None, "gain_ci95": None}
     fp32 = next((c for c in cells if c["framework"] == r["framework"] and c.get("precision", "fp32") == "fp32"
                  and c.get("variant", "") == r.get("variant", "") and c["status"] == "ok"
                  and field(c, "parity.status") == "passed" and field(c, path) is not None), None)
     if fp32 is not None:
         out["fp32"] = record_name(fp32)
-        if stat in ("p50", "p99", "mean") and lower:  # latency: FP32's over INT8's, paired where they can be
+        if stat in ("p50", "p99", "mean") and lower:  # latency: FP32's over the reduced cell's, paired where they can
             cmp = comparison(fp32, r, stat)
             out.update(gain=cmp["ratio"], gain_ci95=None if not_judged([r, fp32]) else cmp["ci95"])
         else:
             a, b = field(r, path), field(fp32, path)
-            out.update(gain=(b / a if lower else a / b) if a and b else None, gain_ci95=None)
+            out.update(gain=(b / a if lower else a / b) if a and b else None)
+    top1 = field(r, "parity.accuracy.top1") or {}
+    if top1.get("difference") is not None:  # labelled images: the accuracy it gives up, in points
+        out.update(accuracy_points=float(top1["difference"]) * 100, accuracy_points_ci95=[
+            float(v) * 100 for v in top1["difference_ci95"]] if top1.get("difference_ci95") else None,
+            accuracy_images=field(r, "parity.accuracy.images"), accuracy_gate=field(r, "parity.accuracy.status"))
     agreement = field(r, "parity.agreement.top1.agreement")  # a record's nested block or a table's flat column
     if agreement is not None:
         out.update(top1_agreement=agreement, top1_agreement_ci95=field(r, "parity.agreement.top1.ci95"),
-                   agreement_inputs=field(r, "parity.agreement.inputs"))
+                   agreement_inputs=field(r, "parity.agreement.inputs"),
+                   own_agreement=field(r, "parity.agreement.top1.own"))
     return out
 
 
@@ -183,11 +187,12 @@ def _recommend(key: tuple[Any, ...], cells: list[Mapping[str, Any]], objective: 
     rec: dict[str, Any] = dict(zip(RECOMMENDATION_KEY, key)) | {"objective": objective, "unit": unit,
                                                                  "validity": validity_of(cells)}
     rec["not_ranked"] = not_ranked(cells, objective)
-    # measured, its accuracy not judged (INT8 without labelled images): its figure shown apart, never ranked
-    rec["speed_only"] = sorted((speed_only_cell(r, cells, path, lower, stat) for r in cells
-                                if r["status"] == "ok" and field(r, "parity.status") == "unjudged"
-                                and field(r, path) is not None and field(r, "serving.answer.found") is not False),
-                               key=lambda c: c["value"] * (1 if lower else -1))
+    # each reduced-precision cell measured: its gain over its own FP32 and what it costs, ranked or not (INT8 without
+    # labelled images is measured, its accuracy not judged: shown here, never ranked)
+    rec["reduced"] = sorted((reduced_cell(r, cells, path, lower, stat, rec["not_ranked"].get(record_name(r)))
+                             for r in cells if r["status"] == "ok" and field(r, "precision") not in (None, "fp32")
+                             and field(r, path) is not None and field(r, "serving.answer.found") is not False),
+                            key=lambda c: c["value"] * (1 if lower else -1))
     scored = sorted((r for r in cells if ranked(r["status"], field(r, "parity.status"))
                      and field(r, path) is not None and record_name(r) not in rec["not_ranked"]),
                     key=lambda r: field(r, path) * (1 if lower else -1))
@@ -195,26 +200,28 @@ def _recommend(key: tuple[Any, ...], cells: list[Mapping[str, Any]], objective: 
         reasons = {field(r, "energy.reason") for r in cells} - {None} if objective == "energy" else set()
         return rec | {"recommended": None, "reason": f"no verified cell with {words}" + (
             f" ({'; '.join(sorted(reasons))})" if reasons else "")}
-    best, busy = scored[0], not_judged(cells)
+    best, unjudged = scored[0], not_judged(cells)
     value = field(best, path)
     answer = field(best, "serving.answer")
     direct = isinstance(answer, Mapping) and objective == "throughput"  # a serving answer brings its own span
-    rec.update(recommended=record_name(best), value=value, ci95=_interval(best, objective, value, direct),
-               not_judged=busy,
+    rec.update(recommended=record_name(best), value=value,
+               ci95=None if unjudged else _interval(best, objective, value, direct), not_judged=unjudged,
                assumed=None if not str(field(best, "latency_ms.ci_method") or "").endswith(ASSUMED) else
                "this process only" if field(best, "timing.processes") == 1 else "between-process spread assumed",
-               stability="not judged" if busy else field(best, "latency_ms.stability.verdict") or "unknown",
-               stability_advice="" if busy else field(best, "latency_ms.stability.advice") or "",
+               stability="not judged" if unjudged else stability_word(best) or "unknown",
+               stability_advice="" if unjudged else field(best, "latency_ms.stability.advice") or "",
                energy_j_per_inference=field(best, "energy.joules_per_inference"),
                energy_missing=None if field(best, "energy.available") else
                (field(best, "energy.reason") or "no energy figures in this record"),
                run_id=field(best, "run_id"), precision_cost=precision_cost(best), accuracy=accuracy_said(best))
     if direct:  # a serving answer: LoadGen's verdicts and the search's bracket, not the rounds' statistics
-        return rec | _served(best, scored, answer, path, busy)
+        return rec | _served(best, scored, answer, path, unjudged)
     if len(scored) > 1:  # the runner-up's statistic over the best's (> 1: the best is better); energy's per round
         second = scored[1]
         cmp = energy_margin(best, second) if stat is None else comparison(second, best, stat)
-        rec.update(runner_up=record_name(second), margin={**cmp, "significant": None} if busy else cmp)
+        rec.update(runner_up=record_name(second))
+        if not unjudged:  # a busy run's margin is no claim: the runner-up is named, never compared
+            rec["margin"] = cmp
     return rec
 
 
@@ -222,7 +229,7 @@ def not_ranked(cells: list[Mapping[str, Any]], objective: str) -> dict[str, str]
     """Each cell of a group that is not ranked, with why: failed, parity not passed, speed only (INT8 without labelled
     images), a server that held no load, the zoo's one round, an A/B's twin, a tail without the samples it needs."""
     out = {record_name(r): (r.get("error") or "failed") if r["status"] != "ok" else
-           SPEED_ONLY if field(r, "parity.status") == "unjudged" else
+           (field(r, "parity.reason") or SPEED_ONLY) if field(r, "parity.status") == "unjudged" else
            f"parity {field(r, 'parity.status')}" for r in cells if not ranked(r["status"], field(r, "parity.status"))}
     out.update({record_name(r): f"no load held p99 <= {field(r, 'serving.answer.bound_ms') or 0:g} ms for 3 tests "
                 "in a row" + cut_short(r) for r in cells if field(r, "serving.answer.found") is False})
@@ -264,7 +271,7 @@ def _interval(best: Mapping[str, Any], objective: str, value: float, direct: boo
 
 
 def _served(best: Mapping[str, Any], scored: list[Mapping[str, Any]], answer: Mapping[str, Any], path: str,
-            busy: str | None) -> dict[str, Any]:
+            unjudged: str | None) -> dict[str, Any]:
     """A serving answer's own figures (LoadGen's verdicts, the search's bracket, the configuration), and the
     runner-up's: offline's margin judged from the rounds, a server's bracket only."""
     out: dict[str, Any] = {"serving": {
@@ -275,9 +282,8 @@ def _served(best: Mapping[str, Any], scored: list[Mapping[str, Any]], answer: Ma
         "stability": "n/a", "stability_advice": ""}
     if len(scored) > 1:
         out.update(runner_up=record_name(scored[1]), runner_up_value=field(scored[1], path))
-        if not scenario(str(field(best, "scenario"))).bound:  # samples/s a round: a margin to judge
-            margin = served_margin(best, scored[1])
-            out["margin"] = {**margin, "significant": None} if busy else margin
+        if not scenario(str(field(best, "scenario"))).bound and not unjudged:  # samples/s a round: a margin to judge
+            out["margin"] = served_margin(best, scored[1])
     return out
 
 
@@ -361,17 +367,16 @@ def not_judged(records: Iterable[Mapping[str, Any]]) -> str | None:
     """Why the margins, significance and stability of ``records`` (a group) are not judged: other work took the
     machine while they were measured, and the run did not say --allow-busy. None: they are judged."""
     records = list(records)  # records or rows of records.load (whose booleans may be NumPy's)
-    busy = [r for r in records if str(field(r, "validity.valid")) == "False"]
-    if busy and not all(str(field(r, "config.allow_busy")) == "True" for r in records):
-        return f"the machine was busy: {field(busy[0], 'validity.reason')}"
-    return None
+    taken = [r for r in records if busy(r)]  # the worst block's figure, as the validity line says it
+    return f"the machine was busy: {validity_of(taken)['reason']}" if taken else None
 
 
 def validity_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One verdict for records (a group, a run): not valid if one is not, unknown if one is unknown
     (:func:`inferbench.measure.trackers.machine.combine`); older records, which nothing watched, are unknown."""
     return combine([{"valid": field(r, "validity.valid"), "reason": field(r, "validity.reason")
-                     or "machine state unknown: not recorded"} for r in records])
+                     or "machine state unknown: not recorded", "other_cores": field(r, "validity.other_cores")}
+                    for r in records])
 
 
 def has_raw(record: Mapping[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from .. import __version__
 from ..base import markdown
 from ..base.errors import UsageError
 from ..base.files import atomic_write_bytes, atomic_write_text, check_writable
+from ..records.table import busy, stability_said
 from ..registry.scenarios import scenario
 from ..spec import IDENTITY
 from .answer import recommendation_lines
@@ -45,9 +46,9 @@ class Context:
     all_quick: bool = False
 
     def figure(self, name: str, fig: Any, caption: str) -> list[str]:
-        """A figure's Markdown (or the line that says there was no data for it); the figure is saved later."""
+        """A figure's Markdown (nothing where there was no data for it); the figure is saved later."""
         if fig is None:
-            return [f"*{caption}: no data in these records.*", ""]
+            return []
         self.pending.append((name, fig))
         shown = getattr(fig, "inferbench_shown", None)
         said = caption + (f" ({shown[0]} of {shown[1]} {shown[2]}: {shown[3]}; every cell is in the tables)"
@@ -121,9 +122,9 @@ def results(ctx: Context) -> list[str]:
 
     table = ok(ctx.df).sort_values(["device_name", "cell", "batch_size", "p50_ms"])
     summary = table.assign(
-        p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) else "")
-                for a, ci in zip(table["p50_ms"], table["latency_ms.p50_ci95"])],
-        stability=["not judged" if not_judged([r]) else r["latency_ms.stability.verdict"] for _, r in table.iterrows()],
+        p50_ci=[f"{a:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and not busy(r) else "")
+                for a, ci, (_, r) in zip(table["p50_ms"], table["latency_ms.p50_ci95"], table.iterrows())],
+        stability=[stability_said(r) for _, r in table.iterrows()],
         valid=[{True: "yes", False: "NO"}.get(v, "unknown") for v in table["validity.valid"]],
         rate=[f"{g:.3g}" + (f" ({p:.0%})" if p == p else "") if g == g else "-"
               for g, p in zip(table["gflop_per_s"], table["fraction_of_peak"])],
@@ -153,14 +154,15 @@ def xla_steps(ctx: Context) -> list[str]:
     from . import plots
     from .frames import xla_decomposition
 
-    md = ["## Eager → graph → XLA", "",
-          "The seeds compared XLA with *eager* execution; here leaving eager mode and adding XLA are separate "
-          "steps (p50 latency ratios; > 1 means faster).", ""]
     dec = xla_decomposition(ctx.df)
-    if not dec.empty:
-        md += [markdown.table(dec[["device_name", "cell", "batch_size", "path", "eager_ms", "graph_ms", "xla_ms",
-                                   "graph_vs_eager", "xla_vs_graph", "xla_vs_eager"]]), ""]
-    return md + ctx.figure("xla_steps.png", plots.xla_steps(ctx.df), "eager→graph→XLA speedups")
+    if dec.empty:  # no runtime measured eager, graph and XLA here: nothing to say
+        return []
+    return ["## Eager → graph → XLA", "",
+            "What XLA adds, apart from leaving eager mode: eager → graph and graph → XLA measured as separate steps "
+            "(p50 latency ratios; > 1 means faster). An eager baseline alone would credit XLA with both.", "",
+            markdown.table(dec[["device_name", "cell", "batch_size", "path", "eager_ms", "graph_ms", "xla_ms",
+                                "graph_vs_eager", "xla_vs_graph", "xla_vs_eager"]]), "",
+            *ctx.figure("xla_steps.png", plots.xla_steps(ctx.df), "eager→graph→XLA speedups")]
 
 
 def across_models(ctx: Context) -> list[str]:
@@ -176,9 +178,7 @@ def frontier(ctx: Context) -> list[str]:
           *ctx.figure("pareto.png", plots.pareto(df), "latency vs throughput, Pareto frontier")]
     good = latest(df[df["ranked"]])
     with_energy = good[good[ENERGY_J_PER_INF].notna()] if ENERGY_J_PER_INF in good else good.iloc[:0]
-    if with_energy.empty:
-        md += ["*Energy frontier (joules per inference vs throughput): no energy fields in these records.*", ""]
-    else:
+    if not with_energy.empty:  # (no energy sensor: the answer says why once; no empty section here)
         md += ["**Energy frontier**: records no other beats on both joules per inference and throughput", ""]
         for key, g in with_energy.groupby(FRONTIER_GROUP):
             where = dict(zip(FRONTIER_GROUP, key))
@@ -199,6 +199,10 @@ def significance(ctx: Context) -> list[str]:
     from .frames import GROUP, compare, latest
 
     md = ["## Is the difference real?", ""]
+    busy_now = not_judged(row for _, row in latest(ctx.df).iterrows())
+    if busy_now:  # said once, with the validity line's figure, not beside every pair
+        md += [markdown.text(f"Not judged where {busy_now} (the recommendation's first line): the pairs below say "
+                             "so; --allow-busy judges them anyway."), ""]
     for key, g in latest(ctx.df).groupby(GROUP):
         where = dict(zip(GROUP, key))
         ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
@@ -408,7 +412,9 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     title = title_of(df)
     md = [f"# {markdown.text(title)}", ""]
     for section in SECTIONS:
-        md += section(ctx)
+        part = section(ctx)
+        said = [line for line in part if line.strip()]
+        md += [] if len(said) == 1 and said[0].startswith("#") else part  # a heading alone: left out
     for name, fig in ctx.pending:
         image = io.BytesIO()
         fig.savefig(image, format="png", dpi=plots.DPI, bbox_inches="tight")  # legends sit outside the panels

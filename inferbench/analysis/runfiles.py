@@ -12,8 +12,41 @@ from ..base.codec import plain
 from ..base.files import atomic_write_text
 from ..base.reading import read_json
 from ..measure.trackers.machine import combine
-from ..records.table import SUMMARY_COLUMNS, append_csv, summary_row, write_csv
-from .ranking import COMPARISON_COLUMNS, _group_key, _sortable, comparison_rows, recommendations
+from ..records.table import SUMMARY_COLUMNS, append_csv, field, record_name, summary_row, write_csv
+from .ranking import (
+    COMPARISON_COLUMNS,
+    OBJECTIVES,
+    _group_key,
+    _sortable,
+    comparison_rows,
+    not_ranked,
+    recommendations,
+    reduced_cell,
+)
+
+
+def summary_rows(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:
+    """``summary.csv``'s rows: each record's own (:func:`inferbench.records.table.summary_row`), with why a cell is
+    not ranked and, for a reduced precision, its gain over its own runtime's FP32 and what it costs, judged within
+    its group as the answer judges it (:func:`inferbench.analysis.ranking.reduced_cell`)."""
+    records = list(records)
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(_group_key(r), []).append(r)
+    path, lower, stat, _, _ = OBJECTIVES[objective]
+    rows = []
+    for r in records:
+        cells = groups[_group_key(r)]
+        why = not_ranked(cells, objective).get(record_name(r))
+        row = summary_row(r) | {"not_ranked_because": why}
+        if r["status"] == "ok" and field(r, "precision") not in (None, "fp32"):
+            c = reduced_cell(r, cells, path, lower, stat, why)
+            ci = c["gain_ci95"] or [None, None]
+            row |= {"fp32_cell": c["fp32"], "gain_over_fp32": c["gain"], "gain_over_fp32_ci95_low": ci[0],
+                    "gain_over_fp32_ci95_high": ci[1], "top1_agreement_with_fp32": c.get("top1_agreement"),
+                    "top1_accuracy_points_vs_fp32": c.get("accuracy_points")}
+        rows.append(row)
+    return rows
 
 
 class RunFiles:
@@ -27,25 +60,32 @@ class RunFiles:
     def __init__(self, folder: Path, objective: str = "p50", records: Iterable[Mapping[str, Any]] = ()) -> None:
         self.folder, self.objective = Path(folder), objective
         self.groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        self.records: list[Mapping[str, Any]] = []
         self.comparisons: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self.recs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self.dirty: set[tuple[Any, ...]] = set()
         records = list(records)
         if records:  # a resumed folder: its records as they are (a new one gets its files with its first record)
-            write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, map(summary_row, records))
+            write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_rows(records, objective))
             for record in records:
                 self._keep(record)
             self.flush()
 
     def _keep(self, record: Mapping[str, Any]) -> None:
+        self.records.append(record)
         key = _group_key(record)
         self.groups.setdefault(key, []).append(record)
         self.dirty.add(key)
 
     def add(self, record: Mapping[str, Any]) -> None:
-        """A cell's record has been written: its summary row now, its group at the next :meth:`flush`."""
-        append_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_row(record))
+        """A cell's record has been written: its summary row now (the file rewritten where the group holds a reduced
+        precision, whose row reads its FP32's), its group at the next :meth:`flush`."""
         self._keep(record)
+        cells = self.groups[_group_key(record)]
+        if len(cells) > 1 and any(field(r, "precision") not in (None, "fp32") for r in cells):
+            write_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_rows(self.records, self.objective))
+        else:
+            append_csv(self.folder / "summary.csv", SUMMARY_COLUMNS, summary_rows([record], self.objective)[0])
 
     def flush(self) -> None:
         """Recompute the groups that changed; rewrite ``comparisons.csv`` and ``recommendation.json``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ..base.codec import plain
-from ..records.table import field
+from ..records.table import busy, field, record_name, stability_word
 from ..spec import record_filename
 
 #: Where the documents' JSON Schema is (documented in docs/cli.md).
@@ -51,9 +51,11 @@ def write_document(command: str, status: int, body: dict[str, Any], out: Any = N
     out.flush()
 
 
-def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as the ``run`` document lists it: its identity, verdicts and headline numbers (the record itself,
-    with every field, is the file it names)."""
+def cell_summary(record: dict[str, Any], recs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A record as the ``run`` document lists it: its identity, verdicts and headline numbers (a busy cell's without
+    intervals or stability: the record itself, with every field, is the file it names), and for a reduced precision
+    its entry against its own FP32 from ``recs`` (the run's recommendations' ``reduced``)."""
+    unjudged = busy(record)
     name = record_filename(record["model"], record["resolution"], record["batch_size"], record["framework"],
                            record.get("precision") or "fp32", record.get("variant") or "",
                            record.get("scenario") or "inference")
@@ -63,8 +65,12 @@ def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
             "scenario": record.get("scenario") or "inference", "status": record["status"],
             "error": record.get("error"), "parity": field(record, "parity.status"),
             "valid": field(record, "validity.valid"),
-            "p50_ms": field(record, "latency_ms.p50"), "p50_ci95": field(record, "latency_ms.p50_ci95"),
-            "p99_ms": field(record, "latency_ms.p99"), "p99_ci95": field(record, "latency_ms.p99_ci95"),
-            "throughput_per_s": record.get("throughput_per_s"),
-            "stability": field(record, "latency_ms.stability.verdict"),
-            "energy_j_per_inference": field(record, "energy.joules_per_inference")}
+            "p50_ms": field(record, "latency_ms.p50"), "p50_ci95": None if unjudged else field(
+                record, "latency_ms.p50_ci95"),
+            "p99_ms": field(record, "latency_ms.p99"), "p99_ci95": None if unjudged else field(
+                record, "latency_ms.p99_ci95"),
+            "throughput_per_s": record.get("throughput_per_s"), "stability": stability_word(record),
+            "energy_j_per_inference": field(record, "energy.joules_per_inference"),
+            "vs_fp32": next((c for rec in recs or [] if all(rec.get(k) == record.get(k) for k in (
+                "model", "resolution", "batch_size")) for c in rec.get("reduced") or []
+                if c["cell"] == record_name(record)), None)}

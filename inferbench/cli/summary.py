@@ -7,8 +7,9 @@ import sys
 from typing import Any
 
 from ..analysis.answer import recommendation_lines
-from ..analysis.ranking import not_judged, recommendations
-from ..records.table import compute_rate, peak_note, record_name
+from ..analysis.ranking import recommendations
+from ..records.table import busy, compute_rate, field, peak_note, record_name, stability_said, stability_word
+from ..registry.scenarios import scenario
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -72,37 +73,27 @@ NOT_A_BENCHMARK = ("no recommendation: one short round per cell, one framework l
 
 
 def format_summary(records: list[dict[str, Any]], objective: str = "p50", width: int | None = None,
-                   benchmark: bool = True, unmeasured: list[str] | tuple[str, ...] = ()) -> str:
+                   benchmark: bool = True, unmeasured: list[str] | tuple[str, ...] = (), advise: bool = True) -> str:
     """The answer first (the recommendation per group; ``benchmark`` False, the zoo's orientation timings: the line
     that says why there is none) with the cells --time-budget left unmeasured beside it, then a row per cell
+    (``advise`` False, a check such as selftest's: no advice naming options of run it does not take)
     (narrowed to ``width``, a terminal's), then what is not ranked and why."""
     groups = sorted({(r["model"], r["resolution"]) for r in records})
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1
     labelled = any((r.get("parity") or {}).get("accuracy") for r in records)  # --eval-dir
+    kinds = {scenario(r.get("scenario")) for r in records}
+    own = kinds.pop() if len(kinds) == 1 else scenario(None)  # one scenario's columns, else the closed loop's
+    lead = (own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)
     header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + (
-        ("top-1 (vs FP32)",) if labelled else ()) + (
-        "p50 ms [95% CI]", "p99 ms", "n", "stability", "valid", "samples/s", "GFLOP/s (peak)", "load s",
-        "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (("W", "J/inf") if energy else ())
-    rows = []
-    for r in records:
-        lat = r.get("latency_ms") or {}
-        ci = lat.get("p50_ci95")
-        cold = r.get("cold_start") or {}
-        p50 = "-" if not lat else f"{lat['p50']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
-        status = r["status"] if r["status"] == "ok" else "FAILED"
-        rows.append(((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
-            record_name(r), str(r["batch_size"]), status, r["parity"]["status"]) + (
-                (_top1(r),) if labelled else ()) + (p50,
-            fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"),
-            _stability(r), valid_word(r), fmt(r.get("throughput_per_s"), ".1f"), _rate(r),
-            fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
-            fmt((r.get("memory") or {}).get("peak_host_mb"), ".0f"),
-        ) + ((_device_mb(r.get("memory") or {}),) if gpu else ())
-            + ((fmt((r.get("energy") or {}).get("mean_power_w"), ".1f"),
-                fmt((r.get("energy") or {}).get("joules_per_inference"), ".4f")) if energy else ()))
-    answer = recommendation_lines(recommendations(records, objective)) if benchmark else [NOT_A_BENCHMARK]
+        ("top-1 (vs FP32)",) if labelled else ()) + lead + (
+        "p99 ms", "n", "stability", "valid") + (() if own.rate_column else ("samples/s",)) + (
+        "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
+        ("W", "J/inf") if energy else ())
+    rows = [_row(r, multi, labelled, own.rate_column != "", gpu, energy) for r in records]
+    recs = [r if advise else r | {"stability_advice": ""} for r in recommendations(records, objective)]
+    answer = recommendation_lines(recs) if benchmark else [NOT_A_BENCHMARK]
     if unmeasured and answer:  # the answer is among what was measured: what the budget left out, beside it
         answer.append(f"  left out by --time-budget (not measured, so not in the answer): {', '.join(unmeasured)}")
     header, rows, dropped = fit(header, rows, width)
@@ -117,17 +108,16 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         elif r["parity"]["status"] == "failed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
                          "not ranked")
-        elif r["parity"]["status"] == "unjudged":  # checked, counted, its accuracy not judged: shown apart
-            lines.append(f"{record_name(r)} bs{r['batch_size']} SPEED ONLY ({r['parity'].get('reason')}): not ranked")
         elif r["parity"]["status"] != "passed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} UNVERIFIED ({r['parity'].get('reason')}: outputs "
                          "not checked against the reference): not ranked")
-        if r["status"] == "ok" and st.get("verdict") == "unstable" and not not_judged([r]):
+        if r["status"] == "ok" and stability_word(r) == "unstable":
             unstable.append(f"{record_name(r)} bs{r['batch_size']} (p50 ±{st['half_width']:.0%}, drift "
                             f"{st['drift']:+.0%})")
     if unstable:  # one line: on a noisy machine it can be every row
-        lines.append(f"unstable estimates: {', '.join(unstable)}; run more rounds (--rounds) or on a quieter "
-                     "machine before trusting small differences")
+        lines.append(f"unstable estimates: {', '.join(unstable)}; " + (
+            "run more rounds (--rounds) or on a quieter machine before trusting small differences" if advise else
+            "a short check's rounds (inferbench run measures)"))
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
     if tuned:
         lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
@@ -152,14 +142,43 @@ def valid_word(record: dict[str, Any]) -> str:
     return "yes" if valid is True else "NO" if valid is False else "unknown"
 
 
-def _stability(record: dict[str, Any]) -> str:
-    st = (record.get("latency_ms") or {}).get("stability") or {}
-    if not st:
+def _row(r: dict[str, Any], multi: bool, labelled: bool, rate: bool, gpu: bool, energy: bool) -> tuple[str, ...]:
+    """A record's row of the table, in :func:`format_summary`'s header's order."""
+    lat, cold, mem, power = (r.get(k) or {} for k in ("latency_ms", "cold_start", "memory", "energy"))
+    return ((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
+        record_name(r), str(r["batch_size"]), r["status"] if r["status"] == "ok" else "FAILED",
+        r["parity"]["status"]) + ((_top1(r),) if labelled else ()) + ((rate_said(r),) if rate else ()) + (
+        p50_said(r), fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"), stability_said(r), valid_word(r)) + (
+        () if rate else (fmt(r.get("throughput_per_s"), ".1f"),)) + (
+        _rate(r), fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
+        fmt(mem.get("peak_host_mb"), ".0f")) + ((_device_mb(mem),) if gpu else ()) + (
+        (fmt(power.get("mean_power_w"), ".1f"), fmt(power.get("joules_per_inference"), ".4f")) if energy else ())
+
+
+def p50_said(record: dict[str, Any]) -> str:
+    """The median latency with its interval (none where the machine was busy: not judged)."""
+    lat = record.get("latency_ms") or {}
+    if not lat:
         return "-"
-    if not_judged([record]):  # a busy machine's cell: its spread says what the other work did
-        return "not judged"
-    half = st.get("half_width")
-    return st["verdict"] + (f" ±{half:.1%}" if half is not None else "")
+    ci = None if busy(record) else lat.get("p50_ci95")
+    return f"{lat['p50']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def rate_said(record: dict[str, Any]) -> str:
+    """A rate scenario's figure with its span: a server's QPS at the bound with the search's bracket, offline's
+    samples/s with its interval over the rounds, a training step's samples/s over the median's interval (none where
+    the machine was busy: not judged)."""
+    answer = field(record, "serving.answer") or {}
+    value = answer.get("qps") if answer else record.get("throughput_per_s")
+    if value is None:
+        return "-"
+    span = None
+    if not busy(record):
+        span = answer.get("bracket") or answer.get("qps_ci95") if answer else None
+        ci, p50 = field(record, "latency_ms.p50_ci95"), field(record, "latency_ms.p50")
+        if not answer and ci and p50:  # the batch over the median's interval
+            span = [value * p50 / ci[1], value * p50 / ci[0]]
+    return f"{value:.1f}" + (f" [{fmt(span[0], '.1f')}, {fmt(span[1], '.1f')}]" if span else "")
 
 
 def _device_mb(memory: dict[str, Any]) -> str:

@@ -26,11 +26,11 @@ from ..registry.images import open_eval_set
 from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
 from ..registry.models import MODELS, get_model, is_model_file, list_models, register
 from ..registry.scenarios import scenario
-from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig
+from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig, groups_of
 from . import budget
 from .budget import fit, to_export
 from .childenv import env_digest
-from .exports import exported
+from .exports import cache_key, exported
 from .rules import check_ab, check_int8, check_memory, check_rules, check_target, eval_notes, int8_notes
 from .tracking import check as check_tracking
 
@@ -123,6 +123,7 @@ class Built:
     cells: tuple[CellKey, ...]
     skipped: dict[str, str]  # frameworks 'all' left out here, with the reason
     notes: tuple[str, ...] = ()  # what the plan says up front (--time-budget: what fits)
+    expected_s: float | None = None  # the plan's own estimate of its time here (the ETA before a round has ended)
 
 
 def build(values: dict[str, Any]) -> Built:
@@ -160,7 +161,26 @@ def build(values: dict[str, Any]) -> Built:
                      budget.busy_slowdown(config.threads) if here else (1.0, None))
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
     check_memory(cells)
-    return Built(config, tuple(dict.fromkeys(cells)), skipped, notes)
+    cells = list(dict.fromkeys(cells))
+    expected = budget.estimate(config, cells, to_export(config, cells))
+    notes += reexports(config, cells)
+    if not values.get("time_budget"):  # (a budget's own lines say what the plan takes)
+        notes += (f"the plan: {len(cells)} cell(s) in {len(groups_of(cells, config.sequential))} group(s), about "
+                  f"{budget.say(expected)} here (exports included; the progress line's ETA follows the rounds)",)
+    return Built(config, tuple(cells), skipped, notes, expected)
+
+
+def reexports(config: RunConfig, cells: list[CellKey]) -> tuple[str, ...]:
+    """A line per model and resolution exported again although the cache holds them: the installed packages (every
+    exporter's version is part of the cache's key) changed since, and which."""
+    out = []
+    for model, resolution in dict.fromkeys((c.model, c.resolution) for c in cells):
+        changed = artifact_cache.versions_changed(Path(config.cache_dir), cache_key(config, get_model(model),
+                                                                                     resolution))
+        if changed:
+            out.append(f"exporting {model}@{resolution} again into a new folder of the artifact cache "
+                       f"({config.cache_dir}): the installed packages changed since its last export ({changed})")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -240,7 +260,8 @@ def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) ->
                                       config.scenario, lenient=len(models) > 1)
         for k, why in left_out.items():
             left.setdefault(k, {})[spec.name] = why
-        plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit)) for fw in frameworks]))
+        plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit,
+                                                         beside=not values.get("reduced_only"))) for fw in frameworks]))
     if config.device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate
         # (on Ray's nodes the CPUs are theirs, not this one's: each worker's record says what it executed)
         used = {p for _, _, fws in plan for _, ps in fws for p in ps}
@@ -317,12 +338,13 @@ def expand_patterns(models: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def precisions_of(fw: Framework, requested: list[str], explicit: bool) -> list[str]:
-    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A framework
-    named explicitly must take at least one of them."""
+def precisions_of(fw: Framework, requested: list[str], explicit: bool, beside: bool = True) -> list[str]:
+    """The precisions a framework runs at: those of ``requested`` it takes, else its own. A reduced precision comes
+    with the framework's own FP32 beside it in the same rounds (``beside``; --reduced-only: without), so that the
+    answer can say what it gains and what it costs. A framework named explicitly must take at least one of them."""
     taken = [p for p in requested if fw.takes(p)]
     if taken:
-        return taken
+        return (["fp32"] if beside and fw.precision == "fp32" and "fp32" not in taken else []) + taken
     if requested and explicit:
         fw.precision_for(requested[0])  # raises the one-line explanation
     return [fw.precision]

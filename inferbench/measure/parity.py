@@ -235,7 +235,7 @@ def int8_verdict(check: dict[str, Any], accuracy: dict[str, Any] | None) -> dict
             f"INT8's top-1 agreement with FP32 is {top1['agreement']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] over "
             f"{check['agreement']['inputs']} inputs, below {INT8_GROSS_FLOOR:.2f}, which no correct quantisation "
             "measured came near (0.32-0.76): a broken export, not a speed to show")}
-    why = "no labelled images (--eval-dir)" if accuracy is None else f"its accuracy: {accuracy.get('reason')}"
+    why = "no labelled images, --eval-dir" if accuracy is None else f"its accuracy: {accuracy.get('reason')}"
     return {**check, "status": "unjudged", "reason": f"speed only: INT8's accuracy not judged ({why})"}
 
 

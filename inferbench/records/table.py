@@ -20,6 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
     pass
 
 
+#: A reduced-precision cell against its own runtime's FP32 (filled by
+#: :func:`inferbench.analysis.runfiles.summary_rows`).
+VS_FP32_COLUMNS = ("fp32_cell", "gain_over_fp32", "gain_over_fp32_ci95_low", "gain_over_fp32_ci95_high",
+                   "top1_agreement_with_fp32", "top1_accuracy_points_vs_fp32", "not_ranked_because")
+
 SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",
     "host", "status", "parity", "top1_accuracy", "top1_accuracy_fp32", "p50_ms", "p50_ci95_low_ms",
@@ -27,14 +32,16 @@ SUMMARY_COLUMNS = (
     "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference",
     "net_energy_j_per_inference", "net_energy_ci95_low", "net_energy_ci95_high", "mean_power_w", "energy_missing",
     "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image",
-    "gflop_per_s", "fraction_of_peak", "error",
+    "gflop_per_s", "fraction_of_peak", "error", *VS_FP32_COLUMNS,
 )
 
 
 def summary_row(record: Mapping[str, Any]) -> dict[str, Any]:
-
+    """A record's row of ``summary.csv``: a busy cell's (:func:`busy`) without its interval, its stability "not
+    judged" (its raw figures stay in its record); the columns against FP32 are filled beside the group's cells
+    (:func:`inferbench.analysis.runfiles.summary_rows`)."""
     lat = record.get("latency_ms") or {}
-    ci = lat.get("p50_ci95") or [None, None]
+    ci = [None, None] if busy(record) else lat.get("p50_ci95") or [None, None]
     cold = record.get("cold_start") or {}
     energy = record.get("energy") or {}
     top1 = (record["parity"].get("accuracy") or {}).get("top1") or {}  # on the user's labelled images (--eval-dir)
@@ -73,7 +80,7 @@ def summary_row(record: Mapping[str, Any]) -> dict[str, Any]:
         "mean_power_w": energy.get("mean_power_w"),
         "energy_missing": None if energy.get("available") else energy.get("reason"),
         "rounds": (lat.get("stability") or {}).get("rounds"),
-        "stability": (lat.get("stability") or {}).get("verdict"),
+        "stability": stability_word(record),
         "valid": (record.get("validity") or {}).get("valid"),
         "validity_reason": (record.get("validity") or {}).get("reason"),
         "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
@@ -172,6 +179,34 @@ def display_name(framework: str, precision: str = "fp32", variant: str = "") -> 
     (``torch:bf16``, ``torch+compile``)."""
     name = framework if precision == "fp32" or framework.endswith(precision) else f"{framework}:{precision}"
     return f"{name}+{variant}" if variant else name
+
+
+def busy(record: Mapping[str, Any]) -> bool:
+    """Whether other work took the machine while ``record`` was measured and the run did not say --allow-busy: its
+    intervals, margins and stability are then not judged anywhere (the raw figures stay in the record)."""
+    return str(field(record, "validity.valid")) == "False" and str(field(record, "config.allow_busy")) != "True"
+
+
+#: The one stability vocabulary of the table, summary.csv, --json, the answer and the figures: "stable" and
+#: "unstable" (the rounds agree or not, within the half-width said beside), "unknown" (too few rounds, or one process:
+#: the spread between processes not measured) and "not judged" (the machine was busy).
+STABILITY_WORDS = ("stable", "unstable", "unknown", "not judged")
+
+
+def stability_word(record: Mapping[str, Any]) -> str | None:
+    """A record's stability in :data:`STABILITY_WORDS` (None: nothing measured)."""
+    verdict = field(record, "latency_ms.stability.verdict")
+    if verdict is None:
+        return None
+    return "not judged" if busy(record) else str(verdict)
+
+
+def stability_said(record: Mapping[str, Any]) -> str:
+    """:func:`stability_word` as a table shows it: with the half-width where the verdict stands on it."""
+    word = stability_word(record)
+    half = field(record, "latency_ms.stability.half_width")
+    return "-" if word is None else word + (f" ±{half:.1%}" if half is not None and word in ("stable", "unstable")
+                                            else "")
 
 
 def record_name(record: Mapping[str, Any]) -> str:

@@ -60,6 +60,11 @@ class Scenario:
     reference: str = "reference"  # the artifact its parity compares with
     tunes: bool = False  # --tune applies: its session is a TunedSession
     tests: int = 0  # LoadGen tests a cell runs at least, whatever --rounds says (--time-budget's plan counts them)
+    quick_tests: int = 0  # the same with --quick (one serving configuration, a shorter search)
+    # the summary table's columns: what it leads with where its answer is a rate ("" : the latency leads), and what
+    # its latency column is
+    rate_column: str = ""
+    latency_column: str = "p50 ms [95% CI]"
 
 
 _SERVE = "inferbench.scenarios.serve.session:Session"  # MLPerf LoadGen's four: one module, the scenario is the cell's
@@ -68,11 +73,15 @@ SCENARIOS: dict[str, Scenario] = {
     "single-stream": Scenario(_SERVE, "p90", "single-stream", serves=True),
     "multi-stream": Scenario(_SERVE, "p99", "multi-stream", serves=True),
     # a server search over two serving configurations (7 steps each at most) and 9 confirmations at most; offline
-    # each configuration thrice (scenarios/serve/search.py: SEARCH_STEPS, CONFIRM_MAX)
-    "server": Scenario(_SERVE, "throughput", "server", serves=True, bound=True, tests=2 * 7 + 9),
-    "offline": Scenario(_SERVE, "throughput", "offline", serves=True, tests=2 * 3),
+    # each configuration thrice (scenarios/serve/search.py: SEARCH_STEPS, CONFIRM_MAX); --quick one configuration,
+    # 4 steps and 5 confirmations (QUICK_SEARCH_STEPS, QUICK_CONFIRM_MAX)
+    "server": Scenario(_SERVE, "throughput", "server", serves=True, bound=True, tests=2 * 7 + 9, quick_tests=4 + 5,
+                       rate_column="QPS at the bound [bracket]", latency_column="query p50 ms"),
+    "offline": Scenario(_SERVE, "throughput", "offline", serves=True, tests=2 * 3, quick_tests=3,
+                        rate_column="samples/s [95% CI]", latency_column="query p50 ms (from the burst)"),
     "train": Scenario("inferbench.scenarios.train:Session", "throughput", "train", trains=True,
-                      reference="train-reference"),
+                      reference="train-reference", rate_column="samples/s [95% CI]",
+                      latency_column="step p50 ms [95% CI]"),
 }
 #: The scenarios that serve queries under LoadGen (what --slo-p99 and --quick's LoadGen settings apply to).
 SERVING = tuple(k for k, s in SCENARIOS.items() if s.serves)
