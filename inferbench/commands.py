@@ -69,6 +69,7 @@ def list_main(argv: list[str]) -> int:
                    examples=["inferbench list", "inferbench list | grep torch", "inferbench list --json"])
         add_options(p, "list")
         ns = p.parse_args(args)
-        return json_mode(getattr(ns, "json", False), "list", lambda emit: emitted(emit, list_everything()))
+        return json_mode(getattr(ns, "json", False), "list", lambda emit: emitted(
+            emit, list_everything(quiet=getattr(ns, "json", False))))
 
     return guarded("inferbench list", body, argv)

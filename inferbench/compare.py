@@ -17,6 +17,7 @@ from .analysis.comparison import (
     compare_frames,
     geometric_mean_of,
     summary_lines,
+    why_unpaired,
 )
 from .base.errors import UsageError
 from .base.files import check_writable
@@ -76,7 +77,7 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
     if not rows:
         devices = {side: ", ".join(sorted(set(df["device_name"]))) for side, df in (("OLD", old), ("NEW", new))}
         raise UsageError(f"no cell in common between {args.old} ({devices['OLD']}) and {args.new} "
-                         f"({devices['NEW']})")
+                         f"({devices['NEW']}): {why_unpaired(old, new)}")
     where = [k for k in ("device_model", "threads") if len({r[k] for r in rows}) > 1]  # shown when they vary
     a_, b_ = sides
     lines = table(("cell", "bs", "framework", *where, f"{a_} p50 ms", f"{b_} p50 ms", f"{b_}/{a_} [95% CI]",

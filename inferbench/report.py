@@ -45,7 +45,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     def body(emit: Emit) -> int:
         path = write_report(args.results, Path(args.out), args.reference_dir,
                             args.reference or bool(args.reference_dir), args.normalise_to, objective)
-        print(f"report: {path}")
+        print(f"report: {path.with_name('report.html')} (one page, figures inlined: to open or send) and {path} "
+              "(Markdown, figures beside it)")
         emit({"report": str(path), "out": str(args.out), "results": list(args.results),
               "files": sorted(str(f) for f in Path(args.out).rglob("*") if f.is_file())})
         return 0

@@ -13,7 +13,7 @@ from typing import Any
 
 from .base.device import list_gpus
 from .base.reading import read_json
-from .cli.common import Parser, exit_status, guarded, say_skipped, typed
+from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed
 from .cli.jsonout import Emit, cell_summary, emitted, json_mode
 from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
@@ -37,6 +37,7 @@ def build_parser(prog: str = "python -m inferbench.run") -> argparse.ArgumentPar
                   f"{prog} --framework all --batch-size 1,8  # every framework here, the naive variants too",
                   f"{prog} --framework tfxla --gpu-id 0      # the command line of the scripts it replaces",
                   f"{prog} --list                            # models, frameworks, and what runs here"],
+        exits=MEASURING_EXITS,
     )
     add_options(p, "run")
     return p
@@ -68,10 +69,12 @@ def inventory(model: Any = None) -> dict[str, Any]:
     return out
 
 
-def list_everything(out: Any = None, model: Any = None) -> dict[str, Any]:
-    """Print :func:`inventory` for people (and return it)."""
+def list_everything(out: Any = None, model: Any = None, quiet: bool = False) -> dict[str, Any]:
+    """Print :func:`inventory` for people (``quiet``, --json: nothing) and return it."""
     out = out or sys.stdout
     have = inventory(model)
+    if quiet:
+        return have
     if have["model_file"]:
         f = have["model_file"]
         print(f"Your model: {f['name']} ({FILE_FORMATS[f['format']]}, input {'x'.join(map(str, f['input_shape']))} "
@@ -95,44 +98,52 @@ def list_everything(out: Any = None, model: Any = None) -> dict[str, Any]:
     return have
 
 
-def main(argv: list[str] | None = None, prog: str = "inferbench.run") -> int:
-    return guarded(prog, lambda a: _main(a, prog), argv)
+def main(argv: list[str] | None = None, prog: str = "inferbench.run", advise: bool = True) -> int:
+    """``run``; ``advise`` False (selftest's check): the answer names no option of run's to try."""
+    return guarded(prog, lambda a: _main(a, prog, advise), argv)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(argv: list[str] | None, prog: str, advise: bool = True) -> int:
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
         files = [f for f in open_files(values) if isinstance(f, ModelFile)]
         model = get_model(files[0].name) if files else None
-        return json_mode(values["json"], "list", lambda emit: emitted(emit, list_everything(model=model)))
-    return json_mode(values["json"], "run", lambda emit: _run(values, emit))
+        return json_mode(values["json"], "list", lambda emit: emitted(emit, list_everything(
+            model=model, quiet=values["json"])))
+    return json_mode(values["json"], "run", lambda emit: _run(values, emit, advise))
 
 
-def _run(values: dict[str, Any], emit: Emit) -> int:
+def _run(values: dict[str, Any], emit: Emit, advise: bool = True) -> int:
     verbosity(values)  # a contradiction is bad input before anything starts
     built = build(values)
     config = built.config
     ran = run_in_folder(values, built, objective_for(values), verbosity(values),
                         lambda: say_skipped(built.skipped, built.notes))
     run_dir, executed, deadline = ran.folder, ran.executed, ran.deadline
-    print(format_summary(executed.records, objective_for(values), terminal_width(), unmeasured=executed.unmeasured),
-          file=sys.stdout)
-    written = [name for name, there in (("a JSON record per cell", executed.records),
-                                        *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
+    if not values["json"]:  # --json: the document is the answer, stderr has the progress and warnings only
+        _say_answer(values, run_dir, executed, config, advise)
     if executed.unmeasured:
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
               f"{', '.join(executed.unmeasured)}", file=sys.stderr)
     if deadline is not None and deadline.overrun():  # (what it spent is in recommendation.json: runs.py)
         print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
+    status = exit_status(executed, bool(values.get("require_valid")))
+    emit(run_document(run_dir, executed.records, executed.unmeasured))
+    return status
+
+
+def _say_answer(values: dict[str, Any], run_dir: Path, executed: Any, config: Any, advise: bool) -> None:
+    """The answer for people: the table, the files written and the commands next."""
+    print(format_summary(executed.records, objective_for(values), terminal_width(), unmeasured=executed.unmeasured,
+                         advise=advise), file=sys.stdout)
+    written = [name for name, there in (("a JSON record per cell", executed.records),
+                                        *((n, (run_dir / n).exists()) for n in SUMMARY_FILES)) if there]
     print(f"\nresults: {run_dir}/ ({', '.join(written) or 'nothing could be written'})\n"
           f"next: inferbench report {run_dir} --out {run_dir}/report   (figures and the full comparison)"
           + (f"\n      inferbench compare {run_dir} --fail-above 10   (each +ab-{config.ab['digest']} twin, B, against "
              "its cell, A, paired within the rounds)" if config.ab else ""), file=sys.stdout)
     if config.log_to:
         print(where(config.log_to))
-    status = exit_status(executed, bool(values.get("require_valid")))
-    emit(run_document(run_dir, executed.records, executed.unmeasured))
-    return status
 
 
 def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[str] | None = None) -> dict[str, Any]:
@@ -144,7 +155,7 @@ def run_document(run_dir: Path, records: list[dict[str, Any]], unmeasured: list[
     except ValueError:
         written = {}
     return {"run_dir": str(run_dir), "recommendations": written.get("recommendations", []),
-            "cells": [cell_summary(r) for r in records],
+            "cells": [cell_summary(r, written.get("recommendations")) for r in records],
             "files": sorted(str(p) for p in run_dir.iterdir() if p.is_file() and not p.name.startswith(".")),
             "unmeasured": list(unmeasured or []), "time_budget": written.get("time_budget")}
 

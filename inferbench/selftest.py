@@ -65,7 +65,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     for line in missing:
         print(f"  not installed / not possible here: {line}", file=sys.stderr)
     if not runnable:
-        print(f"selftest FAIL: no framework can run on the {kind} here", file=sys.stderr)
+        print(f"selftest FAIL: no framework can run on the {kind} here")
         return 1
     device = ["--device", "gpu", "--gpu-id", str(values["gpu_id"])] if kind == "gpu" else ["--device", "cpu"]
     out = f"{values['output_dir']}/selftest-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -77,20 +77,19 @@ def _main(argv: list[str] | None, prog: str) -> int:
                      *(["--cache-dir", values["cache_dir"]] if values["cache_dir"] else []),
                      *(["--trust-cache"] if values.get("trust_cache") else []),
                      *(["-q"] if values["quiet"] else []), *(["-v"] if values["verbose"] else [])],
-                    prog=prog)
+                    prog=prog, advise=False)
     found = checked(out) if code == 0 else None
     unchecked = sorted(set(runnable) - found) if found is not None else []
     if unchecked:  # --time-budget left them out before they loaded: nothing said they work
         print(f"selftest FAIL: {', '.join(unchecked)} not checked on the {kind}: --time-budget "
               f"{values['time_budget']:g}s passed before {'it' if len(unchecked) == 1 else 'they'} loaded "
-              "(give a longer --time-budget)", file=sys.stderr)
+              "(give a longer --time-budget)")
         return 1
     if code == 0:
-        print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and none failed parity",
-              file=sys.stderr)
+        print(f"selftest PASS: {len(runnable)} framework(s) ran on the {kind} and none failed parity")
     elif code in (1, 2):
         print(f"selftest FAIL: {'a cell failed or failed parity' if code == 1 else 'the check could not start'} "
-              f"on the {kind} (see above)", file=sys.stderr)
+              f"on the {kind} (see above)")
     else:
         print("selftest interrupted: no verdict", file=sys.stderr)
     return code

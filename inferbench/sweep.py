@@ -29,7 +29,7 @@ from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
 from .base.reading import read_text
 from .base.text import excerpt
-from .cli.common import Parser, exit_status, guarded, say_skipped, typed
+from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed
 from .cli.options import add_options, given, read_config_file, verbosity
 from .cli.summary import format_summary, terminal_width
 from .execution import budget
@@ -57,7 +57,7 @@ def build_parser(prog: str = "python -m inferbench.sweep") -> argparse.ArgumentP
                "resumes where it stopped. Options may come from a TOML, JSON or YAML file (--config).",
                examples=[f"{prog} --models mobilenet_v3_large,resnet50 --resolutions 160,224 --batch-sizes 1,8,32",
                          f"{prog} --config benchmarks/sweep_cpu.toml --name cpu-2core-20261126",
-                         f"{prog} --resume benchmark_results/sweeps/cpu-2core-20261126"])
+                         f"{prog} --resume benchmark_results/sweeps/cpu-2core-20261126"], exits=MEASURING_EXITS)
     add_options(p, "sweep")
     return p
 

@@ -92,10 +92,11 @@ def test_selftest_errors_say_selftest(fakes, capsys, tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert selftest.main(["--cpu", "--output-dir", str(blocker / "sub")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
     assert err[0] == "selftest on the cpu: running fake"
-    assert err[-2].startswith("inferbench.selftest: error: cannot write to output dir")
-    assert err[-1] == "selftest FAIL: the check could not start on the cpu (see above)"
+    assert err[-1].startswith("inferbench.selftest: error: cannot write to output dir")
+    assert captured.out.strip() == "selftest FAIL: the check could not start on the cpu (see above)"
 
 
 def test_unwritable_output_dir(capsys, tmp_path):
@@ -251,7 +252,8 @@ def test_a_quick_answer_is_untuned_and_says_so_unless_tuning_is_asked_for(fakes,
     quick = built("--quick")
     assert not any(c.options.tune for c in quick.cells) and QUICK_UNTUNED in quick.notes
     asked = built("--quick", "--tune", "on")
-    assert all(c.options.tune for c in asked.cells) and asked.config.tune_budget_s == 4.0 and not asked.notes
+    assert all(c.options.tune for c in asked.cells) and asked.config.tune_budget_s == 4.0
+    assert [n.split(",")[0] for n in asked.notes] == ["the plan: 1 cell(s) in 1 group(s)"]  # no untuned note
     assert all(c.options.tune for c in built().cells)  # a full run of the best set tunes, as before
     from inferbench.execution.plan import AB_UNTUNED
 
@@ -274,3 +276,25 @@ def test_help_groups_every_option_once_in_the_order_a_newcomer_needs_them(capsys
                             "is it right: outputs checked beyond the parity gate"]
     body = out[out.index("\nwhat to measure:"):]  # past the usage lines, which name every option
     assert body.index("--framework") < body.index("--quick") < body.index("--eval-dir") < body.index("--output-dir")
+
+
+def test_a_re_export_says_the_installed_packages_changed_and_where_the_cache_is(tmp_path):
+    """Issue 55: installing an extra changed the cache's key and the next run exported again in silence (32 s)."""
+    import json as json_
+
+    from inferbench.execution.plan import build
+    from inferbench.exporters import cache as artifact_cache
+    from inferbench.exporters import key_inputs
+    from inferbench.options import with_defaults
+
+    values = with_defaults({"frameworks": ["onnxrt"], "cache_dir": str(tmp_path), "models": ["mobilenet_v3_small"],
+                            "resolutions": ["32"]}, "run")
+    assert not any("again" in n for n in build(values).notes)  # an empty cache: nothing to explain
+    before = key_inputs("mobilenet_v3_small", 32, "random", 0)
+    before["versions"] = {**before["versions"], "openvino": None, "onnx": "0.0.1"}
+    folder = artifact_cache.artifact_dir(tmp_path, before)
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json_.dumps({"key_inputs": before, "artifacts": {}}))
+    notes = "\n".join(build(values).notes)
+    assert f"exporting mobilenet_v3_small@32 again into a new folder of the artifact cache ({tmp_path}): the " \
+        "installed packages changed since its last export (" in notes and "onnx 0.0.1 -> " in notes

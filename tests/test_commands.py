@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from test_results import make_record
 
@@ -95,12 +96,15 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     monkeypatch.setattr(selftest, "list_gpus", lambda: [])  # a CPU-only machine, as here
     code = selftest.main(["--duration", "0.1", "--output-dir", str(tmp_path), "--cache-dir", str(tmp_path / "c")],
                          prog="inferbench selftest")
-    err = capsys.readouterr().err.strip().splitlines()
+    captured = capsys.readouterr()
+    err, out = captured.err.strip().splitlines(), captured.out.strip().splitlines()
     assert code == 0
     assert err[0] == "selftest on the cpu: running fake"
-    assert err[-1] == "selftest PASS: 1 framework(s) ran on the cpu and none failed parity"
+    # the verdict is the last line on stdout (issue 55), and the run's table advises no option selftest lacks
+    assert out[-1] == "selftest PASS: 1 framework(s) ran on the cpu and none failed parity"
+    assert "--rounds" not in captured.out + captured.err and "--processes" not in captured.out
     asked = []
-    monkeypatch.setattr(selftest, "run_main", lambda argv, prog: asked.append(argv) or 0)
+    monkeypatch.setattr(selftest, "run_main", lambda argv, prog, advise: asked.append(argv) or 0)
     assert selftest.main(["--output-dir", str(tmp_path)], prog="inferbench selftest") == 0
     assert asked[0][asked[0].index("--time-budget") + 1] == "600s"  # bounded unless told otherwise: it ends
     assert selftest.main(["--output-dir", str(tmp_path), "--time-budget", "2m"], prog="inferbench selftest") == 0
@@ -108,7 +112,7 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     # a framework the budget left out before it loaded was not checked: no PASS for it
     monkeypatch.setattr(selftest, "FRAMEWORKS", {k: fakes.frameworks()[k] for k in ("fake", "fake-slow")})
 
-    def partly(argv, prog):
+    def partly(argv, prog, advise):
         folder = Path(argv[argv.index("--output-dir") + 1]) / "run"
         folder.mkdir(parents=True)
         records.write_record(folder, make_record("fake"))
@@ -117,7 +121,7 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     monkeypatch.setattr(selftest, "run_main", partly)
     capsys.readouterr()
     assert selftest.main(["--output-dir", str(tmp_path / "p")], prog="inferbench selftest") == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "selftest FAIL: fake-slow not checked on the cpu: --time-budget 600s passed before it loaded (give a longer "
         "--time-budget)")
 
@@ -141,6 +145,20 @@ def test_compare_says_no_difference_faster_and_regression(tmp_path, capsys):
     assert table[0].startswith("device_model,threads,model,resolution,batch_size,framework") and len(table) == 4
     # a 30% slowdown under a 40% threshold passes
     assert inferbench(["compare", str(old), str(new), "--fail-above", "40"]) == 0
+
+
+def test_compare_says_why_no_cell_paired_and_how_to_get_a_comparison(tmp_path, capsys):
+    """Issue 55: a --quick run (untuned) against a default run (tuned) was "no cell in common", exit 2, no why."""
+    old = _folder(tmp_path / "old", make_record("tf", raw_rounds=ROUNDS), make_record("onnxrt", raw_rounds=ROUNDS))
+    new = _folder(tmp_path / "new", make_record("tf", raw_rounds=ROUNDS, variant="tuned"),
+                  make_record("onnxrt", raw_rounds=ROUNDS, variant="tuned", precision="int8"))
+    assert inferbench(["compare", str(old), str(new)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no cell in common between" in err
+    why = err.split("): ", 1)[1]
+    assert why.startswith("other variants (tuned against untuned: --quick measures the best set untuned, a full run "
+                          "tunes it; give both the same --tune") and "OLD none, NEW tuned" in why, why
+    assert "other precisions (the same --precision): OLD fp32, NEW fp32, int8" in why  # shared in part: after
 
 
 def test_compare_never_judges_a_busy_run_and_gives_the_geometric_mean(tmp_path, capsys):
@@ -472,11 +490,13 @@ def test_a_reduced_precision_cell_that_passes_competes_with_fp32_named_with_its_
     assert rec["margin"]["ratio"] == pytest.approx(2.5, rel=0.01)
     lines = recommendation_lines([rec])
     assert lines[2].startswith("  mobilenet_v3_large@224 batch 1 on Test CPU: openvino:bf16, 2.")
-    assert ("    openvino:bf16 computes in BF16: its top class is FP32's on 98.1% [95% CI 97.2%-98.7%] of 1000 "
-            "seeded inputs (the model's own BF16: 97.8%)") in lines
+    # each reduced cell against its own FP32 (none of openvino's here: said), with what it costs in agreement
+    assert ("      openvino:bf16 2.040 ms, no verified FP32 cell of its runtime here to compare (without "
+            "--reduced-only, each runs beside it); top-1 agreement with FP32 0.981 [0.972-0.987] over 1000 seeded "
+            "inputs (the model's own BF16: 0.978)") in lines, lines
     (fp32_only,) = recommendations([encode(fp32)], "p50")  # an FP32 answer says nothing of precision
     assert fp32_only["precision_cost"] is None
-    assert not any("computes in" in x for x in recommendation_lines([fp32_only]))
+    assert not any("reduced precision" in x for x in recommendation_lines([fp32_only]))
 
 
 def test_cells_of_different_thread_counts_are_never_one_group():
@@ -807,9 +827,23 @@ def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group()
     assert max(errors[:-1]) <= 0.10, [round(e, 3) for e in errors]
     # counted down to 0 with work left (a set-up far longer than foreseen): said, never a 0 that stays
     late = _first_group(now, 20.0, 30.0, 0.5)
-    assert late.eta().startswith("ETA ") and late.eta() != "ETA overdue"
+    assert late.eta().startswith("ETA ") and not late.eta().startswith("ETA late")
     now[0] += 10_000.0
-    assert late.eta_s() == 0.0 and late.eta() == "ETA overdue"
+    assert late.eta_s() == 0.0 and late.eta().startswith("ETA late ") and "m" in late.eta()
+
+
+def test_the_eta_comes_from_the_plan_until_a_round_has_ended():
+    """Issue 55: "ETA ?" throughout a run's exports and first set-up: the plan's estimate, counted down, instead."""
+    from inferbench.execution.progress import Progress
+
+    now = [100.0]
+    p = Progress(5, stream=io.StringIO(), clock=lambda: now[0], heartbeat=False, planned_s=300.0)
+    assert p.eta() == "ETA 5m00s"
+    now[0] += 60.0
+    assert p.eta() == "ETA 4m00s"
+    now[0] += 400.0  # past the plan, nothing measured yet: how late, never "?" or a 0 that stays
+    assert p.eta() == "ETA late 2m40s"
+    assert Progress(5, stream=io.StringIO(), clock=lambda: now[0], heartbeat=False).eta() == "ETA ?"
 
 
 def test_quiet_and_verbose_together_are_one_line_and_exit_2(capsys):
@@ -843,3 +877,41 @@ def test_compare_on_serving_records_counts_only_rounds_with_samples(capsys):
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "nothing could be judged" in captured.err
     assert captured.out.count("not comparable: no machine speed common to both runs for 4 or more rounds") == 4
+
+
+def test_not_judged_means_no_interval_margin_or_stability_in_any_output(tmp_path):
+    """Issue 55: a busy run's table printed intervals under "not judged", recommendation.json a ci95 and a margin;
+    stability read "not judged", "unknown"/"unstable" and "unknown ±3.2%" in four places. Now: none anywhere but
+    the records, and one vocabulary (stable, unstable, unknown, not judged)."""
+    from inferbench.analysis import plots
+    from inferbench.analysis.runfiles import summary_rows
+    from inferbench.cli.jsonout import cell_summary
+    from inferbench.cli.summary import format_summary
+    from inferbench.records.table import STABILITY_WORDS, stability_said
+
+    busy = {"valid": False, "reason": "other work took 1.48 of the machine's cores", "other_cores": 1.48}
+    cells = [encode(make_record(fw, p50=p, raw_rounds=ROUNDS, timing={"group": "g"}, validity=busy))
+             for fw, p in (("onnxrt", 2.0), ("openvino", 3.0))]
+    for c in cells:  # measured intervals, kept in the records
+        c["latency_ms"].update(p50_ci95=[c["latency_ms"]["p50"] * 0.9, c["latency_ms"]["p50"] * 1.1],
+                               p99_ci95=[c["latency_ms"]["p99"] * 0.9, c["latency_ms"]["p99"] * 1.1])
+    table = format_summary(cells)
+    row = next(line for line in table.splitlines() if line.startswith("onnxrt "))
+    assert "[" not in row and "not judged" in row and cells[0]["latency_ms"]["p50_ci95"]  # the record keeps it
+    assert all(r["p50_ci95_low_ms"] is None and r["stability"] == "not judged" for r in summary_rows(cells))
+    (rec,) = recommendations(cells)
+    assert rec["ci95"] is None and "margin" not in rec and rec["stability"] == "not judged"
+    doc = cell_summary(cells[0], [rec])
+    assert doc["p50_ci95"] is None and doc["p99_ci95"] is None and doc["stability"] == "not judged"
+    frame = pd.DataFrame([{"latency_ms.p50_ci95": c["latency_ms"]["p50_ci95"], "p50_ms": 2.0,
+                           "validity.valid": False, "latency_ms.stability.verdict": "unstable"} for c in cells])
+    assert not plots.busy_rows(frame).size or plots.busy_rows(frame).all()
+    assert not plots._interval(frame, "p50_ms").any()  # no error bar drawn for a busy cell
+    # one vocabulary: a valid --quick cell (one process) is "unknown", never "unknown ±3.2%"
+    quick = encode(make_record("onnxrt", raw_rounds=ROUNDS))
+    quick["latency_ms"]["stability"] = {**quick["latency_ms"]["stability"], "verdict": "unknown", "half_width": 0.032}
+    assert stability_said(quick) == "unknown"
+    stable = encode(make_record("onnxrt", raw_rounds=ROUNDS))
+    stable["latency_ms"]["stability"] = {**stable["latency_ms"]["stability"], "verdict": "stable", "half_width": 0.01}
+    assert stability_said(stable) == "stable ±1.0%"
+    assert {summary_rows([c])[0]["stability"] for c in (quick, stable, cells[0])} <= set(STABILITY_WORDS)

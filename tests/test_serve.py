@@ -145,9 +145,16 @@ def test_an_offline_runner_up_is_judged_from_the_rounds_as_a_latency_margin_is(f
     captured = capsys.readouterr()
     out = captured.out
     assert f"better than {answer['runner_up']} [95% CI" in out and "under this run's conditions" in out
-    # the group was announced with --rounds' 4; the offline search took 6 (2 configurations x 3), and says so
-    assert "6 interleaved rounds, the scenario's own (its search and confirmations), not the 4 configured" in \
-        captured.out + captured.err
+    # --quick: one serving configuration (the runtime's own), its rounds the configured 4
+    assert len(answer["serving"]["knobs"]) and "interleaved rounds, the scenario's own" not in captured.err
+    # issue 55: offline's table leads with what it answers, samples/s with its interval, its latency named for what
+    # it is (a query's, from the burst's start), and no "samples/s" column twice
+    header = next(line for line in out.splitlines() if line.startswith("framework"))
+    columns = [c.strip() for c in header.split("  ") if c.strip()]
+    assert columns[4:6] == ["samples/s [95% CI]", "query p50 ms (from the burst)"], columns
+    assert columns.count("samples/s") == 0
+    row = next(line for line in out.splitlines() if line.startswith(answer["recommended"] + " "))
+    assert f"{answer['value']:.1f} [{answer['ci95'][0]:.1f}, {answer['ci95'][1]:.1f}]" in row
 
 
 def test_the_search_brackets_then_bisects():
@@ -167,15 +174,18 @@ def test_the_search_brackets_then_bisects():
     assert none.valid is None and none.done
 
 
-def _searched(verdicts):
+def _searched(verdicts, quick=False):
     """A server session's search and confirmations driven by ``verdicts(target, phase, index)`` instead of LoadGen
-    (the session's own planning, counting and answer)."""
+    (the session's own planning, counting and answer; ``quick``: --quick's one configuration and shorter search)."""
+    from inferbench.scenarios.serve.search import limits
+
     session = Session.__new__(Session)
     session.scenario, session.steps, session.confirmed, session.in_a_row = "server", [], None, 0
     session.failed_in_a_row = 0
-    session.knob_grid = [Knobs(1), Knobs(2)]
-    session.searches = [Search(k, 50.0 * k.concurrency) for k in session.knob_grid]
-    for r in range(len(session.knob_grid) * SEARCH_STEPS + CONFIRM_MAX):
+    session.knob_grid = [Knobs(2)] if quick else [Knobs(1), Knobs(2)]
+    session.search_steps, session.confirm_max = limits(quick)
+    session.searches = [Search(k, 50.0 * k.concurrency, max_steps=session.search_steps) for k in session.knob_grid]
+    for r in range(len(session.knob_grid) * session.search_steps + session.confirm_max + 1):
         if session._settled():
             break
         knobs, target = session._plan(r)
@@ -208,6 +218,28 @@ def test_a_failed_confirmation_steps_down_to_a_load_that_holds():
     assert answer is not None and 40.0 < answer <= 60.0
     session, answer = _searched(lambda q, phase, i: q <= 100.0)  # no hiccup: the search's answer, confirmed
     assert answer == session._best_search().valid and 100 / SEARCH_PRECISION <= answer <= 100
+
+
+def test_quick_serving_is_capped_like_the_closed_loop_and_the_plan_counts_it(tmp_path):
+    """Issue 55: `--scenario server --quick` planned 23 LoadGen tests a cell (18-22 minutes on the default runtimes):
+    now one configuration, 4 search steps and 5 confirmations at most, an answer still found and confirmed, and the
+    plan's estimate counts what runs."""
+    from inferbench.registry.scenarios import SCENARIOS
+    from inferbench.scenarios.serve.search import QUICK_CONFIRM_MAX, QUICK_SEARCH_STEPS
+
+    session, answer = _searched(lambda q, phase, i: q <= 100.0, quick=True)
+    assert len(session.steps) <= QUICK_SEARCH_STEPS + QUICK_CONFIRM_MAX == SCENARIOS["server"].quick_tests == 9
+    assert answer is not None and 50.0 <= answer <= 100.0  # a wider bracket, still a load that held 3 in a row
+    assert SCENARIOS["server"].tests == 2 * SEARCH_STEPS + CONFIRM_MAX  # the full search unchanged
+    from inferbench.execution.plan import build
+    from inferbench.options import with_defaults
+
+    def planned(*quick):
+        values = {"frameworks": ["onnxrt"], "cache_dir": str(tmp_path), "models": ["mobilenet_v3_small"],
+                  "scenario": "server", "slo_p99": 50.0, "resolutions": ["32"]}
+        return build(with_defaults({**values, **({"quick": True} if quick else {})}, "run")).expected_s
+
+    assert planned(True) < 0.6 * planned()
 
 
 def test_a_load_held_is_three_valid_tests_in_a_row_at_it_or_above_and_none_failed_below():

@@ -457,6 +457,36 @@ def _valid(row: Any) -> str:
     return "yes" if value is True else "NO" if value is False else "unknown"
 
 
+#: Why two folders' cells do not pair, per identity field that differs, and how to get a comparison.
+UNPAIRED = {
+    "device_model": "measured on other machines (compare pairs one machine's cells; inferbench report OLD NEW sets "
+                    "machines side by side)",
+    "threads": "other thread counts (give both runs the same --threads)",
+    "model": "other models", "resolution": "other resolutions (the same --resolution)",
+    "batch_size": "other batch sizes (the same --batch-size)",
+    "framework": "other runtimes (the same --framework)",
+    "precision": "other precisions (the same --precision)",
+    "scenario": "other scenarios (the same --scenario)",
+    "variant": "other variants (tuned against untuned: --quick measures the best set untuned, a full run tunes it; "
+               "give both the same --tune, and the same options such as --channels-last)",
+}
+
+
+def why_unpaired(old: Any, new: Any) -> str:
+    """Why no cell of ``old`` pairs with one of ``new`` (frames of :func:`inferbench.records.load`): each identity
+    field whose values the two sides do not share, with both sides' values and how to get a comparison."""
+    sides = [df.assign(device_model=[device_model(r) for _, r in df.iterrows()]) for df in (old, new)]
+    said = []
+    for key in KEY:
+        column = "framework_key" if key == "framework" else key  # the runtime alone (its display name has the rest)
+        a, b = ({str(v) or "none" for v in df[column]} if column in df else {"none"} for df in sides)
+        if a != b:
+            show = [", ".join(sorted(v)[:4]) + (" ..." if len(v) > 4 else "") for v in (a, b)]
+            said.append((bool(a & b), f"{UNPAIRED[key]}: OLD {show[0]}, NEW {show[1]}"))
+    said.sort(key=lambda x: x[0])  # the fields with nothing in common first: those alone forbid every pair
+    return "; ".join(text for _, text in said) or "the same cells, but none measured successfully on both sides"
+
+
 def _label(cell: dict[str, Any]) -> str:
     return (f"{cell['model']}@{cell['resolution']} {cell['framework']} bs{cell['batch_size']} on "
             f"{cell['device_model']}, {cell['threads']} threads")

@@ -9,6 +9,7 @@ import errno
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -18,13 +19,25 @@ from ..base.errors import UsageError, shorten
 from ..base.text import Visible, visible
 from .jsonout import write_document
 
+#: The exit statuses of the commands that measure (``run``, ``sweep``), as --help and docs/cli.md say them.
+MEASURING_EXITS = (
+    "0  every cell ran, wrote its record and passed parity (or was shown apart, unjudged)",
+    "1  a cell failed, or FAILED PARITY (its export computes something else than the model: a correctness "
+    "regression for CI to stop on, named in the lines after the table, not a crash), a record could not be "
+    "written, or --require-valid and the machine was busy",
+    "2  bad input: one line, nothing written",
+    "130, 143, 129  interrupted (Ctrl-C, SIGTERM, SIGHUP): the records already written are complete")
+
 
 class Parser(argparse.ArgumentParser):
-    """Every command's parser: ``--version``, examples after the options, errors as one line."""
+    """Every command's parser: ``--version``, examples and exit statuses after the options, errors as one line."""
 
-    def __init__(self, *args: Any, examples: Sequence[str] = (), **kwargs: Any) -> None:
-        if examples:
-            kwargs["epilog"] = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    def __init__(self, *args: Any, examples: Sequence[str] = (), exits: Sequence[str] = (), **kwargs: Any) -> None:
+        epilog = ["examples:", *(f"  {e}" for e in examples)] if examples else []
+        epilog += ["", "exit status:", *(textwrap.fill(e, 100, initial_indent="  ", subsequent_indent="     ")
+                                          for e in exits)] if exits else []
+        if epilog:
+            kwargs["epilog"] = "\n".join(epilog).strip("\n")
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
         self.add_argument("--version", action="version", version=f"inferbench {__version__}")

@@ -136,7 +136,7 @@ def group_s(cells: list[CellKey], config: RunConfig, measured: dict[str, float] 
     entry = scenario(config.scenario)
     measured = measured_setups(config) if measured is None else measured
     if entry.serves:  # one worker a cell; its set-up measured includes the single queries and the served parity
-        tests = max(timing.rounds, entry.tests)
+        tests = max(timing.rounds, entry.quick_tests if config.quick else entry.tests)
         return sum(worker_setup_s(c, config, measured, slowdown) for c in cells) + tests * round_s(len(cells), config)
     processes = min(config.processes, timing.rounds)
     set_up = sum(processes * worker_setup_s(c, config, measured, slowdown) for c in cells)

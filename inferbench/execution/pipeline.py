@@ -41,7 +41,8 @@ class Executed:
 
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True, objective: str = "p50",
-            verbosity: int = 0, deadline: Deadline | None = None, executor: MakeExecutor | None = None) -> Executed:
+            verbosity: int = 0, deadline: Deadline | None = None, executor: MakeExecutor | None = None,
+            planned_s: float | None = None) -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved rounds; the
@@ -68,7 +69,7 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
               "purpose (a test hook, said in each record's timing.test_slowdown); unset it to measure",
               file=sys.stderr)
     progress = progress or Progress(len(cells), verbosity=verbosity, deadline=deadline,  # phases on the budget's clock
-                                    clock=time.monotonic if deadline is None else deadline.clock)
+                                    clock=time.monotonic if deadline is None else deadline.clock, planned_s=planned_s)
     try:
         return _execute(config, cells, run_dir, run_id, progress, strict, objective, deadline, executor)
     finally:
@@ -272,11 +273,14 @@ def records_of(run_dir: Path, cells: list[CellKey]) -> list[dict[str, Any]]:
 
 
 def one_line(rec: Record) -> str:
+    """A finished cell's progress line: its median (with its interval and an unstable verdict only where the machine
+    was quiet enough to judge them: the one vocabulary of :func:`inferbench.records.table.stability_word`)."""
     if rec.status != "ok" or rec.latency_ms is None:
         return f"FAILED: {rec.error}"
     lat = rec.latency_ms
-    ci = lat.p50_ci95
+    unjudged = rec.validity is not None and rec.validity.valid is False and not rec.config.allow_busy
+    ci = None if unjudged else lat.p50_ci95
     interval = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-    unstable = "  UNSTABLE" if lat.stability.verdict == "unstable" else ""
+    unstable = "  not judged (busy)" if unjudged else "  UNSTABLE" if lat.stability.verdict == "unstable" else ""
     return (f"p50 {lat.p50:.3f} ms{interval}  {rec.throughput_per_s:.1f}/s  "
             f"parity {rec.parity.status}{unstable}")

@@ -25,8 +25,10 @@ class Progress:
     extrapolating the exports' pace to the cells."""
 
     def __init__(self, total: int, stream: Any = None, verbosity: int = 0,
-                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True, deadline: Any = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True, deadline: Any = None,
+                 planned_s: float | None = None) -> None:
         self.total, self.done, self.stream, self.verbosity = total, 0, stream or sys.stderr, verbosity
+        self.planned_s = planned_s  # the plan's estimate: the ETA until the first round has ended
         self.clock = clock
         self.started = self.last_printed = clock()
         self.base = 0  # units already done when this invocation started (a resumed sweep)
@@ -153,6 +155,8 @@ class Progress:
         since (never below 0); None before the first round ends. It changes only as work is done: read twice in one
         second it says the same, where re-estimating at every reading made it grow while a round ran."""
         estimate = self._estimate
+        if estimate is None and self.planned_s is not None:  # the plan's estimate, counted down
+            estimate = (self.started, self.planned_s)
         return None if estimate is None else max(0.0, estimate[1] - (self.clock() - estimate[0]))
 
     def _estimated(self, now: float) -> float | None:
@@ -202,8 +206,11 @@ class Progress:
         left = self.eta_s()
         if left is None:
             return "ETA ?"
-        if left <= 0 and self.cells_left is not None and self.measured < self.cells_left:
-            return "ETA overdue"  # counted down to 0 with work left (a long set-up): never a 0 that stays
+        work_left = self.measured < self.cells_left if self.cells_left is not None else self.done < self.total
+        if left <= 0 and work_left:  # counted down to 0 with work left: how late, never a 0 that stays
+            estimate = self._estimate or (self.started, self.planned_s or 0.0)
+            late = self.clock() - estimate[0] - estimate[1]
+            return f"ETA late {int(late // 60)}m{int(late % 60):02d}s"
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def add(self, units: int) -> None:

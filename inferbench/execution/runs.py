@@ -47,7 +47,7 @@ def run_in_folder(values: dict[str, Any], built: Built, objective: str, verbosit
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective,
-                               verbosity=verbosity, deadline=deadline)
+                               verbosity=verbosity, deadline=deadline, planned_s=built.expected_s)
     except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
         if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
             shutil.rmtree(run_dir)

@@ -149,6 +149,23 @@ def _identity(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if k != "versions"}
 
 
+def versions_changed(cache_dir: Path, inputs: dict[str, Any]) -> str | None:
+    """Why ``inputs``' folder is new although the cache holds the same model, resolution, weights and seed: the
+    library versions that differ from the latest such folder's ("openvino none -> 2025.3.0"), or None (the folder
+    exists, or nothing like it does)."""
+    if (artifact_dir(cache_dir, inputs) / MANIFEST).exists():
+        return None
+    found = [m for m in cache_dir.glob(f"{inputs['model']}_{inputs['resolution']}_*/{MANIFEST}")
+             if _identity(read_manifest(m.parent).get("key_inputs") or {}) == _identity(inputs)]
+    if not found:
+        return None
+    latest = max(found, key=lambda m: m.stat().st_mtime)
+    before = read_manifest(latest.parent).get("key_inputs", {}).get("versions") or {}
+    now = inputs.get("versions") or {}
+    return ", ".join(f"{k} {before.get(k) or 'none'} -> {now.get(k) or 'none'}" for k in sorted(set(before) | set(now))
+                     if before.get(k) != now.get(k)) or "the export format"
+
+
 def brought(cache_dir: Path, inputs: dict[str, Any], kind: str, covers: Any = lambda entry: True) -> Path | None:
     """Another folder of ``cache_dir`` holding ``kind`` for the same model, resolution, weights, seed and export
     format, intact (every file hashes to its manifest), made with other library versions: a cache exported on

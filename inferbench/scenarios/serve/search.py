@@ -17,6 +17,14 @@ SEARCH_STEPS = 7  # per serving configuration
 SEARCH_FLOOR = 1 / 8
 CONFIRM_ROUNDS = 3  # the answer: this many VALID tests in a row at one load
 CONFIRM_MAX = 9  # confirmation tests at most; each failure steps the load down by SEARCH_PRECISION and starts again
+#: --quick: one serving configuration (the runtime's own concurrency, no batching delay), a shorter search (its
+#: bracket wider) and fewer confirmations: 4 + 5 tests at most instead of 2 x 7 + 9 (the registry's quick_tests)
+QUICK_SEARCH_STEPS, QUICK_CONFIRM_MAX = 4, 5
+
+
+def limits(quick: bool) -> tuple[int, int]:
+    """The search's steps per configuration and the confirmation tests at most."""
+    return (QUICK_SEARCH_STEPS, QUICK_CONFIRM_MAX) if quick else (SEARCH_STEPS, CONFIRM_MAX)
 
 
 @dataclass
@@ -32,13 +40,14 @@ class Search:
     steps: int = 0
     floor: float = 0.0  # the lowest target the search tries
     at_floor: bool = False  # INVALID at the floor: no load held
+    max_steps: int = SEARCH_STEPS
 
     def __post_init__(self) -> None:
         self.floor = self.floor or self.next_qps * SEARCH_FLOOR
 
     @property
     def done(self) -> bool:
-        return self.steps >= SEARCH_STEPS or self.at_floor or (
+        return self.steps >= self.max_steps or self.at_floor or (
             self.valid is not None and self.invalid is not None and self.invalid / self.valid <= SEARCH_PRECISION)
 
     def record(self, qps: float, is_valid: bool) -> None:

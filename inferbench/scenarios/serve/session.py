@@ -35,7 +35,7 @@ from .loadgen import (
     verdict,
     whole_batches,
 )
-from .search import CONFIRM_MAX, CONFIRM_ROUNDS, SEARCH_PRECISION, SEARCH_STEPS, Search, held
+from .search import CONFIRM_ROUNDS, SEARCH_PRECISION, Search, held, limits
 
 
 # --------------------------------------------------------------------------- the session
@@ -79,13 +79,15 @@ class Session:
                              f"{self.single['p99_ms']:.2f} ms)")
         emit("served parity (LoadGen accuracy mode)")
         self.parity = self._served_parity(loaded.parity)
-        self.knob_grid = [Knobs(c, d) for c in range(1, self.runner.serving_concurrency() + 1)
-                          for d in ((0.0, 2.0) if self.batch > 1 else (0.0,))]
-        self.searches = [Search(k, self._start_qps(k)) for k in self.knob_grid]
+        most = self.runner.serving_concurrency()
+        self.knob_grid = [Knobs(most, 0.0)] if self.quick else [  # --quick: the runtime's own configuration only
+            Knobs(c, d) for c in range(1, most + 1) for d in ((0.0, 2.0) if self.batch > 1 else (0.0,))]
+        self.search_steps, self.confirm_max = limits(self.quick)
+        self.searches = [Search(k, self._start_qps(k), max_steps=self.search_steps) for k in self.knob_grid]
         self.steps: list[dict[str, Any]] = []
         self.blocks: list[Any] = []
         self.memory = {"peak_host_mb": peak_rss_mb(), "host_before_load_mb": loaded.rss_before}
-        self.rounds = {"server": len(self.knob_grid) * SEARCH_STEPS + CONFIRM_MAX,
+        self.rounds = {"server": len(self.knob_grid) * self.search_steps + self.confirm_max,
                        "offline": max(job.config.timing.rounds, len(self.knob_grid) * 3)}.get(
             self.scenario, job.config.timing.rounds)
         self.tuning = None
@@ -243,11 +245,11 @@ class Session:
 
     def _settled(self) -> bool:
         """The searches are over and either nothing was VALID, the load held :data:`CONFIRM_ROUNDS` tests in a row,
-        or :data:`CONFIRM_MAX` confirmation tests ran."""
+        or its most confirmation tests ran (:func:`~inferbench.scenarios.serve.search.limits`)."""
         if any(not s.done for s in self.searches):
             return False
         confirms = sum(s["phase"] == "measure" for s in self.steps)
-        return self._best_search().valid is None or self.in_a_row >= CONFIRM_ROUNDS or confirms >= CONFIRM_MAX
+        return self._best_search().valid is None or self.in_a_row >= CONFIRM_ROUNDS or confirms >= self.confirm_max
 
     def _tests(self, knobs: Knobs) -> list[dict[str, Any]]:
         return [s for s in self.steps if s["knobs"] == knobs.__dict__]
