@@ -37,3 +37,33 @@ def true_tail(q, shift, rho=0.5):
     log_level = 0.0 if shift == 0 else (b * math.log(b) - b - a * math.log(a) + a) / (b - a)
     xs, _ = tail_cell(np.random.default_rng(7), 0.0, rho, rounds=1, round_s=2000.0)
     return math.exp(log_level) * float(np.percentile(xs, 100 * q))
+
+
+def paired_cells(rng, process_sd, state_sd, processes=3, rounds=6, react_b=1.0, levels=(2.0, 3.0), n=150):
+    """Two cells measured in the same rounds of one run, as :class:`inferbench.measure.stats.Sample` s with their
+    group's moderated between-process terms (as a run records them), and the true ratio of their medians. Each worker
+    process sets each cell's level anew (uniform, +-sqrt(3) ``process_sd``: not the lognormal the fit assumes), each
+    round a machine state both cells share (a two-sided Laplace of sd ``state_sd``; cell B reacts ``react_b`` of
+    it), each iteration a shifted gamma with 3% spikes of 1.5-4x."""
+    from inferbench.measure import stats
+
+    width = math.sqrt(3) * process_sd
+    state = rng.laplace(0, state_sd / math.sqrt(2), rounds)
+    cells = []
+    for level, react in zip(levels, (1.0, react_b)):
+        offsets = rng.uniform(-width, width, processes)
+        xs, rs = [], []
+        for r in range(rounds):
+            gamma = GAMMA_Q[rng.integers(0, GAMMA_Q.size, n)]
+            x = level * math.exp(offsets[r % processes] + react * state[r]) * (4.0 + gamma)
+            spikes = rng.random(n) < 0.03
+            x[spikes] *= rng.uniform(1.5, 4.0, int(spikes.sum()))
+            xs += list(x)
+            rs += [r] * n
+        cells.append((xs, rs))
+    fits = [stats.spread(m, stats.process_of(list(m), processes))
+            for m in (stats.round_stats(xs, rs, "p50") for xs, rs in cells)]
+    shrunk = stats.shrink_between(fits)
+    samples = [stats.Sample(xs, rs, processes, None if s.var is None else (s.var, int(s.df)))
+               for (xs, rs), s in zip(cells, shrunk)]
+    return samples[0], samples[1], levels[0] / levels[1]
