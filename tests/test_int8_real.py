@@ -28,8 +28,8 @@ def colours(tmp_path_factory):
     return colour_classes(tmp_path_factory.mktemp("colours"), per_class=6)
 
 
-def _records(folder):
-    return {r["framework"]: r for r in records.iter_records(folder)[0]}
+def _records(folder, precision="int8"):
+    return {r["framework"]: r for r in records.iter_records(folder)[0] if r["precision"] == precision}
 
 
 def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crushed_calibration_fails_it(
@@ -53,6 +53,15 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
     assert ort["int8"]["quantize_linear"] > 0 and ort["int8"]["method"]["format"] == "QDQ"
     assert ort["int8"]["instructions"]  # the VNNI / AMX flags this CPU used
     assert {"i8", "u8"} & set(ov["executed_precisions"]) and ov["model_source"].startswith("nncf-int8-ir")
+    fp32 = _records(tmp_path / "good", "fp32")  # each runtime's own FP32 beside its INT8, in the same rounds
+    assert {fw: r["parity"]["status"] for fw, r in fp32.items()} == {"onnxrt": "passed", "openvino": "passed"}
+    reduced = json.loads(next((tmp_path / "good").rglob("recommendation.json")).read_text())[
+        "recommendations"][0]["reduced"]
+    assert {c["cell"]: c["fp32"] for c in reduced} == {"onnxrt:int8": "onnxrt", "openvino:int8": "openvino"}
+    for c in reduced:  # what it gains over its own FP32, and what it costs on the user's labelled images
+        assert c["gain"] > 0 and c["accuracy_images"] == 18 and c["accuracy_gate"] == "passed", c
+        assert c["accuracy_points"] == pytest.approx(100 * good[c["fp32"]]["parity"]["accuracy"]["top1"][
+            "difference"]), c
     digest = good["onnxrt"]["config"]["calibration"]["digest"]
     assert list(shared_cache.rglob(f"onnx-int8/{digest}.onnx"))  # an export, cached per calibration set
     assert list(shared_cache.rglob(f"openvino-int8/{digest}.xml"))
@@ -64,7 +73,8 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
         (tmp_path / name).mkdir()
         for i in range(8):
             Image.fromarray(rng.integers(0, top, (40, 40, 3), dtype=np.uint8)).save(tmp_path / name / f"{i}.png")
-        assert main([*base, "--calib-dir", str(tmp_path / name), "--output-dir", str(tmp_path / name / "out")]) == 1
+        assert main([*base, "--reduced-only", "--calib-dir", str(tmp_path / name), "--output-dir",
+                     str(tmp_path / name / "out")]) == 1
         capsys.readouterr()
         crushed = _records(tmp_path / name / "out")
         assert {fw: r["parity"]["status"] for fw, r in crushed.items()} == {"onnxrt": "failed", "openvino": "failed"}
@@ -211,7 +221,8 @@ def test_int8_is_served_under_loadgen_its_served_outputs_the_runtimes_own(tmp_pa
     nothing)."""
     out = tmp_path / "offline"
     assert main([*SMALL, "--quick", "--scenario", "offline", "--framework", "onnxrt", "--precision", "int8",
-                 "--calib-images", "16", "--output-dir", str(out), "--cache-dir", str(shared_cache)]) == 0
+                 "--reduced-only", "--calib-images", "16", "--output-dir", str(out), "--cache-dir",
+                 str(shared_cache)]) == 0
     (rec,) = records.iter_records(out)[0]
     assert rec["status"] == "ok" and rec["precision"] == "int8" and rec["throughput_per_s"] > 0
     assert rec["parity"]["status"] == "unjudged"

@@ -358,7 +358,7 @@ def test_options_reach_the_runner_and_the_record(default_run, tmp_path, monkeypa
     monkeypatch.setattr(machine, "cpu_flag_set", lambda: flags)
     _, _, cache_dir = default_run
     out = tmp_path / "out"
-    code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16",
+    code = main([*MODEL, *QUICK, "--framework", "torch,torch-native", "--precision", "bf16", "--reduced-only",
                  "--include-transfer", "--channels-last", "--output-dir", str(out), "--cache-dir", str(cache_dir)])
     df = records.load(out).set_index("framework_key")
     assert set(df["framework"]) == {"torch:bf16+e2e", "torch-native:bf16+channels-last+e2e"}  # display names
@@ -531,7 +531,8 @@ def test_bf16_runs_where_the_cpu_computes_it_and_is_refused_in_one_line_where_it
     from inferbench.base import machine
 
     _, _, cache_dir = default_run
-    argv = [*MODEL, *QUICK, "--framework", "openvino,torch-native", "--precision", "bf16", "--rounds", "3",
+    argv = [*MODEL, *QUICK, "--framework", "openvino,torch-native", "--precision", "bf16", "--reduced-only",
+            "--rounds", "3",
             "--cache-dir", str(cache_dir)]
     refusal = machine.cpu_precision_refusal("bf16")
     code = main([*argv, "--output-dir", str(tmp_path / "real")])
