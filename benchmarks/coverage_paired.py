@@ -1,7 +1,7 @@
 """How often the paired margin's 95% interval (the number behind every "A is N x faster") covers the true ratio,
 simulated where the truth is known and is not the estimator's own model (tests/sims.py ``paired_cells``: uniform
 process offsets per cell, a Laplace machine state both cells share within a round, shifted-gamma iterations with
-spikes), for the rule inferbench uses since issue 57 (the ratio's between-process part fitted by process pair,
+spikes), for the rule inferbench uses now (the ratio's between-process part fitted by process pair,
 moderated toward the cells' own: ``inferbench.measure.stats.ratio_between``) and the one before it (the two cells'
 own terms added; reproduced below, as it was). No timing: the result depends on nothing but the seeds.
 
@@ -31,7 +31,7 @@ CASES = [(p, r, sd, state, react) for p, r in ((3, 6), (2, 6), (3, 12))
 
 
 def before(a: stats.Sample, b: stats.Sample) -> tuple[float, float]:
-    """The paired interval before issue 57: the ratio's rounds, with the two cells' own between-process terms added
+    """The paired interval before this rule: the ratio's rounds, with the two cells' own between-process terms added
     in place of the ratio's (the assumed 1.5% a side where either had none)."""
     ma, mb = stats.round_stats(a.latencies, a.rounds, "p50"), stats.round_stats(b.latencies, b.rounds, "p50")
     common = sorted(set(ma) & set(mb))

@@ -113,8 +113,10 @@ def comparison_rows(records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 #: within rounds (None: energy, each round's joules per inference: :func:`energy_margin`), unit, words).
 OBJECTIVES = {
     "p50": ("latency_ms.p50", True, "p50", "ms", "median latency"),
-    "p90": ("latency_ms.p90", True, "p90", "ms", "p90 latency"),
-    "p99": ("latency_ms.p99", True, "p99", "ms", "p99 latency"),
+    # a tail ranked is a typical round's (the rounds' geometric mean, what its interval describes); the whole run's,
+    # every sample pooled, is latency_ms.p99_pooled with its own interval
+    "p90": ("latency_ms.p90", True, "p90", "ms", "a typical round's p90 latency"),
+    "p99": ("latency_ms.p99", True, "p99", "ms", "a typical round's p99 latency"),
     "throughput": ("throughput_per_s", False, "mean", "samples/s", "throughput"),
     "energy": ("energy.joules_per_inference", True, None, "J/inference", "energy per inference"),
 }

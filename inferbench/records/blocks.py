@@ -138,10 +138,12 @@ class Latency(Block):
     p90_pooled: float | None = None  # the tails of every sample pooled: descriptive (p90, p95, p99: the rounds')
     p95_pooled: float | None = None
     p99_pooled: float | None = None
+    p99_pooled_ci95: list[float] | None = None  # by resampling whole rounds (measure.stats.pooled_interval)
     raw_kept: dict[str, Any] | None = None  # kept, of, method: raw_latencies_ms is a subsample (record.RAW_KEPT_MAX)
     spread_note: str | None = None
     tail_method: str | None = None
     tails_too_few_samples: Any = None
+    rounds_not_counted: Any = None  # starved rounds (measure.stats.starved_rounds): round, samples
 
 @dataclass(frozen=True)
 class Agreement(Block):
