@@ -279,7 +279,7 @@ def test_help_groups_every_option_once_in_the_order_a_newcomer_needs_them(capsys
 
 
 def test_a_re_export_says_the_installed_packages_changed_and_where_the_cache_is(tmp_path):
-    """Issue 55: installing an extra changed the cache's key and the next run exported again in silence (32 s)."""
+    """Installing an extra changed the cache's key and the next run exported again in silence (32 s)."""
     import json as json_
 
     from inferbench.execution.plan import build

@@ -100,7 +100,7 @@ def test_selftest_picks_what_this_machine_has_and_ends_with_a_verdict(fakes, cap
     err, out = captured.err.strip().splitlines(), captured.out.strip().splitlines()
     assert code == 0
     assert err[0] == "selftest on the cpu: running fake"
-    # the verdict is the last line on stdout (issue 55), and the run's table advises no option selftest lacks
+    # the verdict is the last line on stdout, and the run's table advises no option selftest lacks
     assert out[-1] == "selftest PASS: 1 framework(s) ran on the cpu and none failed parity"
     assert "--rounds" not in captured.out + captured.err and "--processes" not in captured.out
     asked = []
@@ -148,7 +148,7 @@ def test_compare_says_no_difference_faster_and_regression(tmp_path, capsys):
 
 
 def test_compare_says_why_no_cell_paired_and_how_to_get_a_comparison(tmp_path, capsys):
-    """Issue 55: a --quick run (untuned) against a default run (tuned) was "no cell in common", exit 2, no why."""
+    """A --quick run (untuned) against a default run (tuned) was "no cell in common", exit 2, no why."""
     old = _folder(tmp_path / "old", make_record("tf", raw_rounds=ROUNDS), make_record("onnxrt", raw_rounds=ROUNDS))
     new = _folder(tmp_path / "new", make_record("tf", raw_rounds=ROUNDS, variant="tuned"),
                   make_record("onnxrt", raw_rounds=ROUNDS, variant="tuned", precision="int8"))
@@ -556,7 +556,7 @@ def test_energy_ranks_with_its_interval_and_its_margin_is_paired_within_rounds()
             [0.9 * rec["value"], 1.1 * rec["value"]])
         lo, hi = rec["margin"]["ci95"]
         covered += lo <= 1.3 <= hi
-    assert 0.90 <= covered / 300 <= 0.995, covered / 300  # the process part measured by the ratio (issue 57)
+    assert 0.90 <= covered / 300 <= 0.995, covered / 300  # the process part measured by the ratio
     assert rec["margin"]["method"] == "paired-rounds-and-processes-t-95"  # (it was the assumed 1.5%: 91%)
     assert rec["margin"]["significant"]
     assert rec["margin"]["ratio"] == pytest.approx(1.3, rel=0.1)
@@ -580,11 +580,13 @@ def test_a_run_writes_its_recommendation_for_the_objective(fakes, tmp_path, caps
     (rec,) = answer["recommendations"]
     if rec["recommended"] is None:  # successive samples so alike here (a timer's slack) that no p99 is bounded
         assert set(rec["not_ranked"]) == {"fake-wrong", "fake"} and rec["not_ranked"]["fake"].startswith(
-            "too few samples for a p99 interval") and rec["reason"] == "no verified cell with p99 latency"
+            "too few samples for a p99 interval")
+        assert rec["reason"] == "no verified cell with a typical round's p99 latency"
     else:
         assert rec["recommended"] == "fake"
     assert rec["not_ranked"]["fake-wrong"] == "parity failed"
-    assert capsys.readouterr().out.splitlines()[1].startswith("recommendation (p99 latency, lower is better")
+    assert capsys.readouterr().out.splitlines()[1].startswith(
+        "recommendation (a typical round's p99 latency, lower is better")
 
 
 # --------------------------------------------------------------------------- files and loading
@@ -833,7 +835,7 @@ def test_the_eta_moves_only_as_work_is_done_and_catches_up_with_a_slower_group()
 
 
 def test_the_eta_comes_from_the_plan_until_a_round_has_ended():
-    """Issue 55: "ETA ?" throughout a run's exports and first set-up: the plan's estimate, counted down, instead."""
+    """The ETA said "?" throughout a run's exports and first set-up: the plan's estimate, counted down, instead."""
     from inferbench.execution.progress import Progress
 
     now = [100.0]
@@ -880,7 +882,7 @@ def test_compare_on_serving_records_counts_only_rounds_with_samples(capsys):
 
 
 def test_not_judged_means_no_interval_margin_or_stability_in_any_output(tmp_path):
-    """Issue 55: a busy run's table printed intervals under "not judged", recommendation.json a ci95 and a margin;
+    """A busy run's table printed intervals under "not judged", recommendation.json a ci95 and a margin;
     stability read "not judged", "unknown"/"unstable" and "unknown ±3.2%" in four places. Now: none anywhere but
     the records, and one vocabulary (stable, unstable, unknown, not judged)."""
     from inferbench.analysis import plots

@@ -150,7 +150,7 @@ def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_ap
 
 
 def test_a_reduced_precision_answer_says_its_gain_and_cost_in_every_output(tmp_path):
-    """Issue 55: BF16 beside FP32, ranked (passed parity): its gain over its own FP32 with the paired interval and its
+    """BF16 beside FP32, ranked (passed parity): its gain over its own FP32 with the paired interval and its
     agreement with FP32, in the answer, summary.csv, the --json cells and recommendation.json."""
     from inferbench.analysis.answer import recommendation_lines
     from inferbench.analysis.ranking import recommendations
@@ -189,7 +189,7 @@ def test_the_plan_says_what_int8_is_calibrated_on_and_that_without_labels_it_is_
     monkeypatch.setattr(machine, "cpu_flag_set", lambda: {"avx512f", "avx512_vnni"})
     built = build(with_defaults({"frameworks": ["onnxrt"], "precisions": ["int8"], "cache_dir": str(tmp_path),
                                  "models": ["mobilenet_v3_small"]}, "run"))
-    # issue 55: INT8 comes with its runtime's FP32 beside it (the gain and the cost need both); --reduced-only: alone
+    # INT8 comes with its runtime's FP32 beside it (the gain and the cost need both); --reduced-only: alone
     assert [c.precision for c in built.cells] == ["fp32", "int8"] and built.config.calibration.images == 300
     alone = build(with_defaults({"frameworks": ["onnxrt"], "precisions": ["int8"], "cache_dir": str(tmp_path),
                                  "models": ["mobilenet_v3_small"], "reduced_only": True}, "run"))

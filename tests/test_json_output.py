@@ -31,7 +31,7 @@ def test_run_and_compare_print_one_document_each_and_the_people_part_on_stderr(f
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
-    # issue 55: stdout the document, stderr the progress only (no text table, no results lines)
+    # stdout the document, stderr the progress only (no text table, no results lines)
     assert doc["exit_status"] == 1 and "results:" not in captured.err + captured.out
     assert "recommendation (" not in captured.err and "framework  " not in captured.err
     assert "parity failed" in captured.err  # the progress lines stay
@@ -59,7 +59,7 @@ def test_run_and_compare_print_one_document_each_and_the_people_part_on_stderr(f
 def test_list_prints_what_runs_here_as_a_document(capsys):
     assert inferbench(["list", "--json"]) == 0
     captured = capsys.readouterr()
-    assert captured.err == ""  # issue 55: the document only, not the listing for people on stderr too
+    assert captured.err == ""  # the document only, not the listing for people on stderr too
     print(captured.out)  # (read again by _document)
     doc = _document(capsys, "list")
     frameworks = {f["key"]: f for f in doc["frameworks"]}

@@ -147,7 +147,7 @@ def test_an_offline_runner_up_is_judged_from_the_rounds_as_a_latency_margin_is(f
     assert f"better than {answer['runner_up']} [95% CI" in out and "under this run's conditions" in out
     # --quick: one serving configuration (the runtime's own), its rounds the configured 4
     assert len(answer["serving"]["knobs"]) and "interleaved rounds, the scenario's own" not in captured.err
-    # issue 55: offline's table leads with what it answers, samples/s with its interval, its latency named for what
+    # offline's table leads with what it answers, samples/s with its interval, its latency named for what
     # it is (a query's, from the burst's start), and no "samples/s" column twice
     header = next(line for line in out.splitlines() if line.startswith("framework"))
     columns = [c.strip() for c in header.split("  ") if c.strip()]
@@ -221,7 +221,7 @@ def test_a_failed_confirmation_steps_down_to_a_load_that_holds():
 
 
 def test_quick_serving_is_capped_like_the_closed_loop_and_the_plan_counts_it(tmp_path):
-    """Issue 55: `--scenario server --quick` planned 23 LoadGen tests a cell (18-22 minutes on the default runtimes):
+    """`--scenario server --quick` planned 23 LoadGen tests a cell (18-22 minutes on the default runtimes):
     now one configuration, 4 search steps and 5 confirmations at most, an answer still found and confirmed, and the
     plan's estimate counts what runs."""
     from inferbench.registry.scenarios import SCENARIOS
