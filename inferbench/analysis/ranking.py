@@ -354,7 +354,7 @@ def paired_margin(best: Mapping[str, Any], second: Mapping[str, Any],
                   processes: int | None) -> dict[str, Any]:
     """How much better the best is than the runner-up (> 1: better) from a figure both measured in each of the same
     rounds of one run (``per_round``; ``lower``: lower is better), paired within rounds exactly as latency's margin
-    is (:func:`inferbench.measure.stats.compare`: both cells' process parts, ``processes`` workers a cell);
+    is (:func:`inferbench.measure.stats.compare`: the ratio's own process part, ``processes`` workers a cell);
     ``point``, unjudged, where they were not paired."""
     a, b = per_round(best), per_round(second)
     common = sorted(set(a) & set(b)) if _group(best) is not None and _group(best) == _group(second) else []

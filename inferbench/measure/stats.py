@@ -17,8 +17,9 @@ medians ``y`` (a moment estimate of the between-process variance, as in the anal
 the component is a property of the machine and the run, shared by its cells, and each cell contributes its
 own degrees of freedom). A cell's p50 interval is then ``p50 * exp(+-t * se)`` with
 ``se**2 = within / R + between / P`` and Satterthwaite's degrees of freedom. A vs B in the same rounds
-(paired): the same model on the per-round log ratios, whose between-process part is both cells'
-(``between_A + between_B``). A vs B from different runs (``compare``): both cells' ``se`` added.
+(paired): the same model on the per-round log ratios, whose between-process part is the ratio's own, fitted by
+process pair and moderated toward the two cells' terms (:func:`ratio_between`). A vs B from different runs
+(``compare``): both cells' ``se`` added.
 
 Tail percentiles (p90, p95, p99) are estimated as the p50 is: each round's percentile, the cell's value the
 geometric mean of them (each round alike), its interval the same random-effects fit to the log round
@@ -114,11 +115,20 @@ STARVED_SAMPLES, STARVED_FRACTION = 5, 1 / 8
 
 def starved_rounds(rounds: Sequence[int] | None) -> dict[int, int]:
     """The rounds not counted (:data:`STARVED_SAMPLES`), each with its sample count."""
-    if rounds is None:
+    if rounds is None or len(rounds) == 0:
         return {}
     keys, counts = np.unique(np.asarray(rounds, dtype=int), return_counts=True)
     floor = min(STARVED_SAMPLES, float(np.median(counts)) * STARVED_FRACTION)
     return {int(k): int(c) for k, c in zip(keys, counts) if c < floor}
+
+
+def counted_sizes(rounds: Sequence[int] | None, n: int) -> list[int]:
+    """The sample count of each counted round (``n`` samples, one round when ``rounds`` is None)."""
+    if rounds is None:
+        return [n] if n else []
+    starved = starved_rounds(rounds)
+    keys, counts = np.unique(np.asarray(rounds, dtype=int), return_counts=True)
+    return [int(c) for k, c in zip(keys, counts) if int(k) not in starved]
 
 
 def round_stats(latencies: Samples, rounds: Sequence[int] | None, stat: str = "p50") -> dict[int, float]:
@@ -389,14 +399,13 @@ def tail_interval(latencies: Samples, rounds: Sequence[int] | None, stat: str,
     the rounds' percentiles; None when a round has fewer samples than :func:`needed_samples` or there are fewer
     than 3 rounds."""
     r = np.zeros(len(latencies), dtype=int) if rounds is None else np.asarray(rounds, dtype=int)
-    starved = starved_rounds(rounds)
-    counts = [c for k, c in zip(*np.unique(r, return_counts=True)) if int(k) not in starved]
+    counts = counted_sizes(rounds, r.size)
     if not counts or min(counts) < needed_samples(TAILS[stat]):
         return None
     return interval(latencies, rounds, stat, processes, between)
 
 
-POOLED_RESAMPLES = 200
+POOLED_RESAMPLES, POOLED_SAMPLES_MAX = 200, 20_000
 
 
 def pooled_interval(latencies: Samples, rounds: Sequence[int] | None, q: float) -> tuple[float, float] | None:
@@ -408,10 +417,13 @@ def pooled_interval(latencies: Samples, rounds: Sequence[int] | None, q: float) 
     :data:`MIN_ROUNDS` rounds."""
     x = np.asarray(latencies, dtype=np.float64)
     r = np.zeros(x.size, dtype=int) if rounds is None else np.asarray(rounds, dtype=int)
-    parts = [x[r == k] for k in np.unique(r)]
+    order = np.argsort(r, kind="stable")
+    parts = np.split(x[order], np.flatnonzero(np.diff(r[order])) + 1)
     if len(parts) < MIN_ROUNDS:
         return None
     rng = np.random.default_rng(0)
+    step = max(1, x.size // POOLED_SAMPLES_MAX)  # the resamples' spread from every step-th sample of each round
+    parts = [part[::step] for part in parts]  # (the centre below from every sample)
     found = [float(np.percentile(np.concatenate([parts[i] for i in rng.integers(0, len(parts), len(parts))]),
                                  100 * q)) for _ in range(POOLED_RESAMPLES)]
     centre_log, sd = math.log(float(np.percentile(x, 100 * q))), float(np.std(np.log(found), ddof=1))
@@ -494,8 +506,7 @@ def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
     whole = pooled_interval(x, rounds, TAILS["p99"])  # the whole run's p99, which a user of the run met
     tails["p99_pooled_ci95"] = None if whole is None else list(whole)
     starved = starved_rounds(rounds)
-    fewest = int(min(c for k, c in zip(*np.unique(np.zeros(n, dtype=int) if rounds is None else np.asarray(rounds),
-                                                  return_counts=True)) if int(k) not in starved))
+    fewest = min(counted_sizes(rounds, n))  # (never every round starved: at most half fall below the median's 1/8)
     too_few = [name for name, q in TAILS.items() if fewest < needed_samples(q)]  # in a round: no interval
     n_eff = effective_n(x, rounds)
     spread_block = None if fit is None else {
@@ -537,9 +548,10 @@ class Sample:
 def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, Any]:
     """A's statistic over B's (of :data:`STATISTICS`), with a 95% interval and whether it excludes 1.
 
-    ``paired``: A and B were measured in the same rounds of one run (their round indices pair up): the per-round
-    log ratios, with both cells' between-process parts. Unpaired: both cells' standard errors, each with its
-    rounds and processes. ``ci95`` and ``significant`` are None with fewer than 3 rounds on a side.
+    ``paired``: A and B were measured in the same rounds of one run (their round indices pair up): the per-round log
+    ratios, their between-process part the ratio's own (:func:`ratio_between`). Unpaired: both cells' standard
+    errors, each with its rounds and processes. ``ci95`` and ``significant`` are None with fewer than 3 rounds on a
+    side.
     """
     ma, mb = round_stats(a.latencies, a.rounds, stat), round_stats(b.latencies, b.rounds, stat)
     common = sorted(set(ma) & set(mb))
@@ -586,7 +598,9 @@ def ratio_between(fit: Spread, a: Sample, b: Sample) -> tuple[float, float] | No
 
     Adding the cells' terms instead (the rule before this one) lost the process part whenever a shared machine state
     hid it in each cell: simulated (benchmarks/coverage_paired.py: 2-3 processes, 6-12 rounds, process offsets
-    2-6%, a 10% state shared within a round, heavy-tailed samples) the paired margin covered 76-90%, this 90-98%.
+    2-6%, a 10% state shared within a round, heavy-tailed samples) the paired margin covered 75.8-89.8%, this
+    90.2-97.5%. The switch to the assumed floor where the estimate is 0 is deliberate: a process term estimated at
+    0 from one or two degrees of freedom is not evidence that there is none.
     """
     own = fit.between_raw if fit.between_raw is not None and fit.between_df > 0 else None
     prior = None
@@ -679,10 +693,11 @@ def iid_compare(a_ms: Sequence[float], b_ms: Sequence[float], seed: int = 0) -> 
 
 def widest_interval(cells: Sequence[tuple[Mapping[int, float], int]]) -> dict[str, Any] | None:
     """Of a group's cells, each its median per round and its worker processes (round r in process r mod P), the widest
-    95% interval the answer's latency ratios can have now: each cell's median over the group's fastest, paired within
-    rounds as :func:`compare` pairs them, the process part at its assumed size (the measured one is known only when
-    the group ends); a group of one cell: its own median's (:func:`interval`). ``half``: the half-width as a share
-    (+-), ``cell`` and ``against`` the cells' indices, ``ratio`` and ``ci95``. None before 3 rounds."""
+    95% interval the answer's latency ratios can have now: each cell's median over the group's fastest, paired
+    within rounds as :func:`compare` pairs them (the process part the ratio's own where its processes measured
+    one, else assumed: the cells' own, moderated by the group, are known only when the group ends); a group of
+    one cell: its own median's (:func:`interval`). ``half``: the half-width as a share (+-), ``cell`` and
+    ``against`` the cells' indices, ``ratio`` and ``ci95``. None before 3 rounds."""
     live = [(i, m, p) for i, (m, p) in enumerate(cells) if m]
     if not live:
         return None
