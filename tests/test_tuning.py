@@ -121,3 +121,54 @@ def test_a_switch_says_the_gain_of_fresh_rounds_not_the_selections_and_is_undone
                      *reversed(_candidates(rng, [10.0, 13.0], noise=0.01)))
     assert slower["is_default"] and slower["chosen"] == {"setting": 0}
     assert "setting=1 was slower in fresh rounds (1.3" in slower["reason"] and "the default is kept" in slower["reason"]
+
+
+JAX_LOAD = r"""
+import json, sys
+from pathlib import Path
+import numpy as np
+from inferbench.runners.base import LoadContext
+from inferbench.runners.jax import JaxRunner
+
+path, setting = Path(sys.argv[1]), json.loads(sys.argv[2])
+runner = JaxRunner()
+runner.load(LoadContext(path.parent, path, None, 32, "cpu", 2, 0, setting=setting))
+x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+out = runner.to_numpy(runner.call(runner.prepare(x)))
+import jax
+print(json.dumps({"out": out.tolist(), "details": runner.details(), "jax_xla_flags": __import__("os").environ.get(
+    "XLA_FLAGS")}))
+"""
+
+
+def test_jax_on_a_cpu_is_tuned_over_xlas_own_thread_settings():
+    """jax had no grid: on a shared 2-core machine its default (XLA's thread pool spinning against other work) took
+    70.6 ms where ONNX Runtime took 7.4. Its grid now holds XLA:CPU's settings, each read when JAX starts (a worker
+    of its own): the pool as JAX sizes it, one thread, and Eigen single-threaded; on a GPU, nothing."""
+    from inferbench.registry.frameworks import FRAMEWORKS
+    from inferbench.runners.jax import JaxRunner, xla_cpu_flags
+
+    assert JaxRunner.tuning_grid(2, "cpu") == ([{}, {"intra_op_threads": 1}, {"multi_thread_eigen": False}], [{}])
+    assert JaxRunner.tuning_grid(1, "cpu") == ([{}, {"multi_thread_eigen": False}], [{}])
+    assert JaxRunner.tuning_grid(8, "gpu") == ([{}], [{}])
+    assert xla_cpu_flags({}) == [] and xla_cpu_flags({"intra_op_threads": 1, "multi_thread_eigen": False}) == [
+        "--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+    assert "tune" in FRAMEWORKS["jax"].options
+
+
+@pytest.mark.slow  # JAX started twice in a process of its own (its flags are read once, at start)
+def test_jaxs_cpu_settings_reach_xla_and_change_nothing_it_computes(tmp_path):
+    import subprocess
+    import sys
+
+    from labelled import colour_model
+
+    model = colour_model(tmp_path / "colours.keras")
+    found = [json.loads(subprocess.run([sys.executable, "-c", JAX_LOAD, str(model), json.dumps(setting)],
+                                       capture_output=True, text=True, check=True, timeout=600).stdout.splitlines()[-1])
+             for setting in ({}, {"multi_thread_eigen": False, "intra_op_threads": 1})]
+    assert found[0]["details"]["xla_cpu_flags"] is None
+    assert found[1]["details"]["xla_cpu_flags"] == ["--xla_cpu_multi_thread_eigen=false",
+                                                    "intra_op_parallelism_threads=1"]
+    assert "--xla_cpu_multi_thread_eigen=false" in found[1]["jax_xla_flags"]
+    np.testing.assert_allclose(found[0]["out"], found[1]["out"], rtol=1e-5)

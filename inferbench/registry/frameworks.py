@@ -151,7 +151,7 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("jax", "inferbench.runners.jax:JaxRunner", "keras", ("keras", "jax"), ("jax", "jaxlib"), "jax",
                   "JAX: jax.jit of the Keras model's stateless call (XLA), inputs and outputs on the device, "
                   "block_until_ready (keras/kerasxla on --keras-backend jax: Keras' predict_on_batch instead)",
-                  best_on=("cpu", "gpu")),
+                  best_on=("cpu", "gpu"), options=_TUNE),
         Framework("tf", "inferbench.runners.tf:TfRunner", "savedmodel", ("tensorflow",), ("tensorflow",), "tf",
                   "TF SavedModel serving function (graph mode, no XLA); training: a tf.function GradientTape step on "
                   "the Keras model", best_on=("cpu", "gpu"), options=(*_TUNE, *_TF_TRAIN),
