@@ -147,6 +147,10 @@ def test_speed_only_cells_are_never_ranked_beside_verified_ones_and_are_shown_ap
     (alone,) = recommendations(cells[1:])  # only INT8 cells: no answer, their figures still shown apart
     assert alone["recommended"] is None and len(alone["reduced"]) == 2
     assert "reduced precision against its own FP32" in "\n".join(recommendation_lines([alone]))
+    from inferbench.cli.summary import format_summary
+
+    printed = format_summary(cells)  # the terminal: the reason once, in the answer, not again under the table
+    assert printed.count(why) == 1 and "UNVERIFIED" not in printed, printed
 
 
 def test_a_reduced_precision_answer_says_its_gain_and_cost_in_every_output(tmp_path):

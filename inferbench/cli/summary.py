@@ -108,6 +108,8 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
         elif r["parity"]["status"] == "failed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} FAILED PARITY ({r['parity'].get('reason')}): "
                          "not ranked")
+        elif r["parity"]["status"] == "unjudged" and benchmark:
+            pass  # INT8 without labels: the answer's reduced-precision section says why, once
         elif r["parity"]["status"] != "passed":
             lines.append(f"{record_name(r)} bs{r['batch_size']} UNVERIFIED ({r['parity'].get('reason')}: outputs "
                          "not checked against the reference): not ranked")
