@@ -13,6 +13,7 @@ import base64
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,8 @@ def set_apart(ctx: Context) -> list[str]:
         return [f"**Every record here is a quick look** ({what}): read it as orientation, not a benchmark.", ""]
     if ctx.quick is None:
         return []
-    folders = sorted({os.path.relpath(Path(str(s)).parent) for s in ctx.quick["_source"]})
+    held = Counter(os.path.relpath(Path(str(s)).parent) for s in ctx.quick["_source"])
+    folders = sorted(held, key=lambda f: (-held[f], f))  # the folders holding most first
     shown = ", ".join(folders[:8]) + (f" and {len(folders) - 8} more" if len(folders) > 8 else "")
     return ["## Quick looks, set apart", "",
             f"{len(ctx.quick)} records are quick looks ({what}) and are left out of every table, figure and ranking "
