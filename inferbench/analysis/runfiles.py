@@ -34,10 +34,11 @@ def summary_rows(records: Iterable[Mapping[str, Any]], objective: str = "p50") -
     for r in records:
         groups.setdefault(_group_key(r), []).append(r)
     path, lower, stat, _, _ = OBJECTIVES[objective]
+    unranked = {key: not_ranked(cells, objective) for key, cells in groups.items()}  # once a group
     rows = []
     for r in records:
         cells = groups[_group_key(r)]
-        why = not_ranked(cells, objective).get(record_name(r))
+        why = unranked[_group_key(r)].get(record_name(r))
         row = summary_row(r) | {"not_ranked_because": why}
         if r["status"] == "ok" and field(r, "precision") not in (None, "fp32"):
             c = reduced_cell(r, cells, path, lower, stat, why)

@@ -155,12 +155,11 @@ def versions_changed(cache_dir: Path, inputs: dict[str, Any]) -> str | None:
     exists, or nothing like it does)."""
     if (artifact_dir(cache_dir, inputs) / MANIFEST).exists():
         return None
-    found = [m for m in cache_dir.glob(f"{inputs['model']}_{inputs['resolution']}_*/{MANIFEST}")
-             if _identity(read_manifest(m.parent).get("key_inputs") or {}) == _identity(inputs)]
+    found = [(m.stat().st_mtime, keys) for m in cache_dir.glob(f"{inputs['model']}_{inputs['resolution']}_*/{MANIFEST}")
+             for keys in [read_manifest(m.parent).get("key_inputs") or {}] if _identity(keys) == _identity(inputs)]
     if not found:
         return None
-    latest = max(found, key=lambda m: m.stat().st_mtime)
-    before = read_manifest(latest.parent).get("key_inputs", {}).get("versions") or {}
+    before = max(found, key=lambda f: f[0])[1].get("versions") or {}  # the latest such folder's
     now = inputs.get("versions") or {}
     return ", ".join(f"{k} {before.get(k) or 'none'} -> {now.get(k) or 'none'}" for k in sorted(set(before) | set(now))
                      if before.get(k) != now.get(k)) or "the export format"
