@@ -7,4 +7,4 @@ runner or exporter that uses it, inside a child process.
 __version__ = "0.1.0"
 
 #: Version of the JSON result record; the history and the upgrader are in ``inferbench.records.record``.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9

@@ -22,6 +22,7 @@ from typing import Any
 from .base.errors import UsageError, shorten
 from .registry.images import MAX_IMAGES as MAX_EVAL_IMAGES
 from .registry.scenarios import SCENARIOS
+from .registry.tasks import AUTO, TASKS
 from .spec import (
     AGREEMENT_INPUTS,
     AGREEMENT_MIN,
@@ -254,6 +255,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("input_shape", ("--input-shape",), "the input of a model file, where inferbench cannot read it from the "
            "file (a SavedModel, a dynamic size): HxWx3 (NHWC) or 3xHxW (NCHW), square", None,
            metavar="HxWxC|CxHxW"),
+    Option("task", ("--task",), "what a model file's outputs mean: classification (one array of class scores), "
+           "detection (a raw YOLOv8-layout head, [4 + classes, anchors]: decoded and suppressed by the same code for "
+           "every runtime), raw (numbers of no known meaning, compared by name) or auto (a classifier where there "
+           "is one output of one dimension, else raw); docs/models.md", "auto", choices=(AUTO, *TASKS)),
     Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, 'default' (each "
            "model's own: 224 for most, see --list) or 'min' (the smallest each model takes: a quick check)",
            ["default"], resolutions, metavar="PX[,PX...]",
@@ -436,7 +441,7 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {o.name: o for o in OPTIONS}
 #: How --help groups the options (each in one group; tests/test_cli.py checks), in the order a newcomer needs them.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("what to measure", ("frameworks", "models", "input_shape", "resolutions", "batch_sizes", "precisions",
+    ("what to measure", ("frameworks", "models", "input_shape", "task", "resolutions", "batch_sizes", "precisions",
                          "reduced_only", "weights", "seed", "scenario", "objective", "list")),
     ("how long", ("quick", "time_budget", "duration", "min_iterations", "warmup", "warmup_seconds", "rounds",
                   "processes", "target_ci", "sequential", "timeout")),

@@ -51,7 +51,8 @@ def inventory(model: Any = None) -> dict[str, Any]:
     if model is not None and model.source is not None:
         f = model.source
         out["model_file"] = {"name": f.name, "format": f.format, "path": str(f.path), "layout": f.layout,
-                             "input_shape": list(model.input_shape(1, f.resolution)[1:]), "batch_size": f.batch_size}
+                             "input_shape": list(model.input_shape(1, f.resolution)[1:]), "batch_size": f.batch_size,
+                             "task": f.task}
     out["models"] = [{"name": spec.name, "default_resolution": spec.default_resolution, "smallest": spec.smallest,
                       "builder": spec.builder_path, "torchvision": spec.torchvision_builder,
                       "preprocessing": PREPROCESSING[spec.preprocessing]} for spec in MODELS.values()]

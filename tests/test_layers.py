@@ -9,8 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "inferbench"
 #: Lowest first. The frameworks' side (exporters, runners, scenarios) is one layer: an exporter may use a runner.
-LAYERS = ("base", "registry", ("spec", "options"), "measure", ("exporters", "runners", "scenarios"), "records",
-          "analysis", "execution", "cli")
+LAYERS = ("base", "registry", ("spec", "options"), ("measure", "tasks"), ("exporters", "runners", "scenarios"),
+          "records", "analysis", "execution", "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in ((names,) if isinstance(names, str) else names)}
 COMMANDS = len(LAYERS)  # run, sweep, zoo, report, compare, selftest, commands, __main__: the top
 

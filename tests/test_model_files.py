@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from detectors import segmenter_onnx, yolo_layout_onnx
 
 from inferbench import records
 from inferbench.base.errors import UsageError
@@ -126,8 +127,8 @@ def keras_archive(path, config, members=None):
 
 
 def odd_onnx(path, kind):
-    """ONNX files inferbench must refuse up front: two outputs, an int8 input, a custom operator, external data
-    read from outside the model's folder."""
+    """ONNX files inferbench must refuse up front (two outputs it now accepts): an int8 input, a custom operator,
+    external data read from outside the model's folder."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -154,7 +155,12 @@ def odd_onnx(path, kind):
 
 
 BAD += [
-    (["--model", "{tmp}/two-outputs.onnx"], "has 2 outputs (logits, features); inferbench times models with one"),
+    (["--model", "{tmp}/net.onnx", "--task", "detection"], "--model {tmp}/net.onnx: --task detection reads one raw "
+     "head of [4 + classes, anchors] an image (YOLOv8's layout); this model gives logits [5] (--task raw compares"),
+    (["--model", "{tmp}/yolo.onnx", "--task", "classification"], "--model {tmp}/yolo.onnx: a classifier has one "
+     "output of class scores an image; this one gives output0 [7, 84] (--task raw compares them as numbers)"),
+    (["--model", "{tmp}/net.onnx", "--task", "segment"], "argument --task: invalid choice: 'segment'"),
+    (["--task", "raw"], "--task applies to a model file (--model PATH) only"),
     (["--model", "{tmp}/int8.onnx"], "takes int8 input; inferbench feeds float32 images"),
     (["--model", "{tmp}/custom-op.onnx"], "uses operators outside ONNX's own domains (com.example.custom:MagicPool)"),
     (["--model", "{tmp}/external.onnx"], "reads external data from '../../../etc/passwd', outside the model's folder"),
@@ -186,6 +192,7 @@ def test_bad_model_files_are_one_line(capsys, tmp_path, argv, message):
     onnx_file(tmp_path / "gray.onnx", channels=1)
     onnx_file(tmp_path / "fixed.onnx", batch=1)
     onnx_file(tmp_path / "mobilenet_v2.onnx")
+    yolo_layout_onnx(tmp_path / "yolo.onnx")
     (tmp_path / "net.txt").write_text("no model")
     out = tmp_path / "out"
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -363,3 +370,69 @@ def test_an_onnx_op_torch_cannot_convert_says_what_to_do(tmp_path):
     message = done.stdout
     assert "operation_type='Constant', version=19" in message and "the file's opsets: ai.onnx 19" in message
     assert "opset_version=17" in message and "run the file on onnxrt or openvino" in message
+
+
+@pytest.mark.slow
+def test_a_yolo_layout_detector_runs_everywhere_its_file_runs_judged_box_by_box(tmp_path, shared_cache, capsys):
+    """A detector whose one output is YOLOv8's raw head: every runtime's boxes and scores judged apart, the same
+    suppression run after each and matched with the reference's, its time beside the model's; a model of two outputs
+    compared by name."""
+    path = yolo_layout_onnx(tmp_path / "yolo.onnx")
+    code = main(["--model", str(path), "--task", "detection", "--framework", "all", "--batch-size", "1,2", *QUICK,
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "+ post ms" in captured.out and "class-aware non-maximum suppression" in captured.out
+    df = _records(tmp_path / "out")
+    assert set(df["framework"]) == {"onnxrt", "openvino", "torch"} and set(df["parity.status"]) == {"passed"}
+    for f in (tmp_path / "out").rglob("yolo-*_64_bs*.json"):
+        r = json.loads(f.read_text())
+        assert r["task"] == "detection" and r["outputs"] == [{"name": "output0", "shape": [7, 84], "kind": "values"}]
+        assert set(r["parity"]["outputs"]) == {"output0.boxes", "output0.scores"}
+        assert r["parity"]["after_postprocess"]["matched_share"] == 1.0, r["parity"]["after_postprocess"]
+        assert r["postprocess"]["ms_p50"] > 0 and r["postprocess"]["batch_size"] == r["batch_size"]
+    two = yolo_layout_onnx(tmp_path / "two.onnx", extra_output=True)
+    code = main(["--model", str(two), "--framework", "onnxrt,openvino", *QUICK, "--output-dir", str(tmp_path / "o2"),
+                 "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    r = json.loads(next((tmp_path / "o2").rglob("two-*_64_bs1_openvino.json")).read_text())
+    assert r["task"] == "raw" and [o["name"] for o in r["outputs"]] == ["output0", "features"]
+    assert r["parity"]["status"] == "passed" and set(r["parity"]["outputs"]) == {"output0", "features"}
+    seg = segmenter_onnx(tmp_path / "seg.onnx", aux=True)
+    code = main(["--model", str(seg), "--task", "segmentation", "--framework", "onnxrt,torch", *QUICK,
+                 "--output-dir", str(tmp_path / "o3"), "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    for f in (tmp_path / "o3").rglob("seg-*_64_bs1_*.json"):
+        r = json.loads(f.read_text())
+        assert [o["kind"] for o in r["outputs"]] == ["masks", "values"] and r["parity"]["status"] == "passed"
+        assert r["parity"]["outputs"]["out"]["pixel_agreement"] == 1.0
+        assert r["parity"]["after_postprocess"]["mean_iou"] == 1.0 and r["postprocess"]["ms_p50"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault,broken,make", [("box-shift", "output0.boxes", yolo_layout_onnx),
+                                               ("swapped", "output0.boxes", yolo_layout_onnx),
+                                               ("row-shift", "out", segmenter_onnx)])
+def test_a_broken_detector_export_computed_by_onnx_runtime_fails_naming_its_output(tmp_path, fault, broken, make):
+    """The reference from the right graph, the candidate from the same weights with a planted fault (a box decode a
+    pixel row off, the head's rows swapped, a mask a pixel row down), both computed by ONNX Runtime: parity fails,
+    naming the output or its part."""
+    import onnxruntime as ort
+
+    from inferbench.registry.inputs import make_inputs
+    from inferbench.registry.outputs import Output
+    from inferbench.registry.tasks import task_module
+    from inferbench.scenarios.gates import judge_outputs
+
+    x = make_inputs(models.MODELS["mobilenet_v3_large"], 4, 64, 0).transpose(0, 3, 1, 2).copy()
+
+    def head(path):
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+
+    good = head(make(tmp_path / "good.onnx"))
+    bad = head(make(tmp_path / "bad.onnx", fault=fault))
+    module = task_module("detection" if make is yolo_layout_onnx else "segmentation")
+    outputs = module.kinds([Output(broken.split(".")[0], good.shape[1:])], "test")
+    same = judge_outputs(module, outputs, good.reshape(4, -1), good.reshape(4, -1).copy(), "fp32", None, None)
+    check = judge_outputs(module, outputs, good.reshape(4, -1), bad.reshape(4, -1), "fp32", None, None)
+    assert same["status"] == "passed" and check["status"] == "failed" and check["reason"].startswith(f"{broken}: ")

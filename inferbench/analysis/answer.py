@@ -47,6 +47,8 @@ def reduced_phrase(c: dict[str, Any], rec: dict[str, Any], said: str | None = No
         text += "; " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
         if c.get("own_agreement") is not None:  # what the model itself keeps in that precision (the gate's measure)
             text += f" (the model's own {c['precision'].upper()}: {c['own_agreement']:.3f})"
+    elif c.get("after_postprocess"):
+        text += "; " + c["after_postprocess"]
     else:
         text += "; its agreement with FP32 not counted (--agreement-inputs 0)"
     return text + (f"; not ranked: {c['why']}" if c.get("why") and c.get("why") != said else "")

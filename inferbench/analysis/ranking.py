@@ -16,6 +16,7 @@ from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, Sample, compare, interva
 from ..measure.trackers.machine import combine
 from ..records.table import busy, device_of, field, ranked, record_name, stability_word
 from ..registry.scenarios import scenario
+from ..registry.tasks import task_module
 from ..spec import GROUP_FIELDS
 
 T = TypeVar("T")
@@ -169,6 +170,9 @@ def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str
         out.update(top1_agreement=agreement, top1_agreement_ci95=field(r, "parity.agreement.top1.ci95"),
                    agreement_inputs=field(r, "parity.agreement.inputs"),
                    own_agreement=field(r, "parity.agreement.top1.own"))
+    after = field(r, "parity.after_postprocess")
+    if isinstance(after, dict) and after:  # a detector's or segmenter's results after the task's post-processing
+        out.update(after_postprocess=task_module(str(field(r, "task") or "classification")).said(after))
     return out
 
 

@@ -85,13 +85,15 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     labelled = any((r.get("parity") or {}).get("accuracy") for r in records)  # --eval-dir
     kinds = {scenario(r.get("scenario")) for r in records}
     own = kinds.pop() if len(kinds) == 1 else scenario(None)  # one scenario's columns, else the closed loop's
-    lead = (own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)
+    post = any(r.get("postprocess") for r in records)  # a task's post-processing, timed as its own phase
+    lead: tuple[str, ...] = ((own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)) + (
+        ("+ post ms",) if post else ())
     header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + (
         ("top-1 (vs FP32)",) if labelled else ()) + lead + (
         "p99 ms", "n", "stability", "valid") + (() if own.rate_column else ("samples/s",)) + (
         "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
         ("W", "J/inf") if energy else ())
-    rows = [_row(r, multi, labelled, own.rate_column != "", gpu, energy) for r in records]
+    rows = [_row(r, multi, labelled, own.rate_column != "", gpu, energy, post) for r in records]
     recs = [r if advise else r | {"stability_advice": ""} for r in recommendations(records, objective)]
     answer = recommendation_lines(recs) if benchmark else [NOT_A_BENCHMARK]
     if unmeasured and answer:  # the answer is among what was measured: what the budget left out, beside it
@@ -121,6 +123,10 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
             "run more rounds (--rounds) or on a quieter machine before trusting small differences" if advise else
             "a short check's rounds (inferbench run measures)"))
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
+    if post:
+        said = next(r["postprocess"] for r in records if r.get("postprocess"))
+        lines.append(f"+ post ms: {said['what']}, timed on its own ({said['where']}); the median a batch, not in "
+                     "the latency beside it")
     if tuned:
         lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
     return "\n".join(lines)
@@ -144,13 +150,15 @@ def valid_word(record: dict[str, Any]) -> str:
     return "yes" if valid is True else "NO" if valid is False else "unknown"
 
 
-def _row(r: dict[str, Any], multi: bool, labelled: bool, rate: bool, gpu: bool, energy: bool) -> tuple[str, ...]:
+def _row(r: dict[str, Any], multi: bool, labelled: bool, rate: bool, gpu: bool, energy: bool,
+         post: bool = False) -> tuple[str, ...]:
     """A record's row of the table, in :func:`format_summary`'s header's order."""
     lat, cold, mem, power = (r.get(k) or {} for k in ("latency_ms", "cold_start", "memory", "energy"))
     return ((f"{r['model']}@{r['resolution']}",) if multi else ()) + (
         record_name(r), str(r["batch_size"]), r["status"] if r["status"] == "ok" else "FAILED",
         r["parity"]["status"]) + ((_top1(r),) if labelled else ()) + ((rate_said(r),) if rate else ()) + (
-        p50_said(r), fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"), stability_said(r), valid_word(r)) + (
+        p50_said(r),) + ((fmt((r.get("postprocess") or {}).get("ms_p50"), ".3f"),) if post else ()) + (
+        fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"), stability_said(r), valid_word(r)) + (
         () if rate else (fmt(r.get("throughput_per_s"), ".1f"),)) + (
         _rate(r), fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
         fmt(mem.get("peak_host_mb"), ".0f")) + ((_device_mb(mem),) if gpu else ()) + (

@@ -24,8 +24,9 @@ from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.images import open_eval_set
 from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
-from ..registry.models import MODELS, get_model, is_model_file, list_models, register
+from ..registry.models import MODELS, get_model, is_model_file, list_models, register, task_of
 from ..registry.scenarios import scenario
+from ..registry.tasks import AUTO, task
 from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig, groups_of
 from . import budget
 from .budget import fit, to_export
@@ -136,6 +137,10 @@ def build(values: dict[str, Any]) -> Built:
     if values["weights"] == "imagenet":
         refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
     check_tracking(values["log_to"])
+    unlabelled = [m.name for m in models if not task(m.task).accuracy]
+    if values.get("eval_dir") and unlabelled:
+        raise UsageError(f"--eval-dir: inferbench measures no accuracy for {unlabelled[0]} ({task_of(unlabelled[0])}: "
+                         "top-1 on labelled images is a classifier's); leave --eval-dir out")
     entry = scenario(values["scenario"])
     device = resolve(values["device"], values["gpu_id"])
     check_rules(values, entry, device)
@@ -305,8 +310,9 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     names = expand_patterns(values["models"])
     files: list[str | ModelFile] = list(names)
     if not any(is_model_file(m) for m in names):
-        if values["input_shape"]:
-            raise UsageError("--input-shape applies to a model file (--model PATH) only")
+        for key, flag, default in (("input_shape", "--input-shape", None), ("task", "--task", AUTO)):
+            if values.get(key, default) != default:
+                raise UsageError(f"{flag} applies to a model file (--model PATH) only")
         return files
     if str(values["weights"]) != "random":
         raise UsageError("--weights applies to registered models; a model file brings its own weights")
@@ -315,7 +321,8 @@ def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
         raise UsageError("a model file runs at one resolution: give one --resolution (or --input-shape)")
     for i, m in enumerate(names):
         if is_model_file(m):
-            found = files[i] = open_model_file(m, values["input_shape"], res[0] if res else None)
+            found = files[i] = open_model_file(m, values["input_shape"], res[0] if res else None,
+                                                values.get("task", AUTO))
             register(found)
             if found.batch_size is not None and set(values["batch_sizes"]) != {found.batch_size}:
                 raise UsageError(f"{m} has its batch size fixed to {found.batch_size}: pass --batch-size "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..registry.artifacts import (
     PARITY_INPUTS,
     REFERENCE_INPUTS,
     REFERENCE_LOGITS,
+    REFERENCE_OUTPUTS,
     REFERENCE_SENSITIVITY,
     REFERENCE_SPREAD,
     ExportContext,
@@ -33,6 +35,8 @@ from ..registry.artifacts import (
 from ..registry.inputs import make_inputs
 from ..registry.keras_models import graph_call, images_per_call, load_keras
 from ..registry.models import ModelSpec, get_model
+from ..registry.outputs import LOGITS, Output, layout, named, packed, write_layout
+from ..registry.tasks import task, task_module
 from ..runners.tf import load_saved_model, serving_function
 
 Predict = Callable[[np.ndarray], np.ndarray]
@@ -105,10 +109,28 @@ def keras_call(model: Any) -> Any:
     return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
 
 
-def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict:
-    """The source model as a function: a batch of any size -> float32 outputs, (inputs, values) flattened
-    (``model``: the Keras model, where the caller has it already)."""
+@dataclass(frozen=True)
+class Source:
+    """The source model as a function: a batch of any size -> its outputs in their flat form
+    (:func:`inferbench.registry.outputs.packed`: one row an image, every output flattened in the declared order),
+    computed ``chunk`` images a call; :meth:`outputs` declares them (names and shapes an image)."""
+
+    call: Callable[[np.ndarray], Any]
+    names: tuple[str, ...]
+    chunk: int
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return np.concatenate([packed(self.call(batch[i:i + self.chunk]), self.names)
+                               for i in range(0, len(batch), self.chunk)])
+
+    def outputs(self, batch: np.ndarray) -> list[Output]:
+        return layout(named(self.call(batch[:1]), self.names))
+
+
+def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
+    """The source model as a function (``model``: the Keras model, where the caller has it already)."""
     fmt = source_kind(spec)
+    names: tuple[str, ...] = (LOGITS,)
     if fmt == "keras":
         call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
@@ -120,14 +142,9 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Predict
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the file's own numbers
         session = ort.InferenceSession(str(ctx.path("onnx")), options, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
-        call = lambda x: session.run(None, {name: x})[0]  # noqa: E731
-    chunk = (spec.source.batch_size if spec.source else None) or images_per_call(ctx.resolution, 64)
-
-    def predict(batch: np.ndarray) -> np.ndarray:
-        outs = [np.asarray(call(batch[i:i + chunk]), dtype=np.float32) for i in range(0, len(batch), chunk)]
-        return np.concatenate([o.reshape(len(o), -1) if o.ndim != 2 else o for o in outs])
-
-    return predict
+        names = tuple(o.name for o in session.get_outputs())
+        call = lambda x: session.run(None, {name: x})  # noqa: E731
+    return Source(call, names, (spec.source.batch_size if spec.source else None) or images_per_call(ctx.resolution, 64))
 
 
 def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
@@ -135,19 +152,22 @@ def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
     return make_inputs(spec, PARITY_INPUTS, resolution, seed + 2)
 
 
-def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Predict) -> dict[str, Any]:
-    """The 16 seeded reference inputs and the source's outputs on them; refused (UsageError) when the outputs
-    are degenerate, since they could not tell a correct export from a broken one."""
+def write_parity_reference(ctx: ExportContext, spec: ModelSpec, predict: Source) -> dict[str, Any]:
+    """The 16 seeded reference inputs, the source's outputs on them and their declaration (names, shapes, the kinds
+    the model's task gives them); refused (UsageError) where the task cannot read the outputs, or they are
+    degenerate, since they could not tell a correct export from a broken one."""
     inputs = parity_inputs(spec, ctx.resolution, ctx.seed)
+    declared = task_module(spec.task).kinds(predict.outputs(inputs), spec.name)
     logits = predict(inputs)
     try:
-        facts = check_reference(logits, classifier=spec.source is None)
+        facts = check_reference(logits, classifier=spec.source is None and task(spec.task).classifier)
     except DegenerateReference as exc:
         raise UsageError(f"{exc}: these weights cannot tell a correct export from a broken one") from None
     (ctx.folder / "reference").mkdir(exist_ok=True)
     np.save(ctx.folder / REFERENCE_INPUTS, inputs)
     np.save(ctx.folder / REFERENCE_LOGITS, logits)
-    return facts
+    write_layout(ctx.folder / REFERENCE_OUTPUTS, declared)
+    return {**facts, "task": spec.task, "outputs": [o.said() for o in declared]}
 
 
 def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:

@@ -348,10 +348,13 @@ SPREAD_METHOD = "keras eager vs graph reference, image by image (max of per-imag
 
 
 def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32",
-            fp32_spread: dict[str, Any] | None = None, sensitivity: dict[str, Any] | None = None) -> dict[str, Any]:
+            fp32_spread: dict[str, Any] | None = None, sensitivity: dict[str, Any] | None = None,
+            kind: str = "scores") -> dict[str, Any]:
     """Parity block of a result record: metrics, thresholds and status ("passed"/"failed"). ``fp32_spread``:
     the model's own FP32 rounding spread (:func:`spread`), which may widen an FP32 gate; ``sensitivity``: its own
-    error in each reduced precision (``{"fp16": spread, "bf16": ...}``), which may widen that precision's."""
+    error in each reduced precision (``{"fp16": spread, "bf16": ...}``), which may widen that precision's. ``kind``
+    (:data:`inferbench.registry.outputs.KINDS`): only class scores count top-1 flips; boxes are held to
+    :data:`BOX_PIXELS` as well."""
     own = own_error(precision, sensitivity)
     ungated = precision in UNGATED
     th = THRESHOLDS[precision].widened(fp32_spread) if precision == "fp32" \
@@ -377,7 +380,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     allowed_abs = th.max_rel_err * scale
     rows = np.arange(ref.shape[0])
     margins = ref[rows, ref_top] - ref[rows, cand_top]
-    real_flips = int(np.sum(~agree & (margins > 2 * allowed_abs)))
+    real_flips = int(np.sum(~agree & (margins > 2 * allowed_abs))) if kind == "scores" else 0
     per_image = per_image_rel_err(ref, cand)
     reasons = []
     if not finite:
@@ -398,6 +401,8 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
         reasons.append(f"cosine {cosine:.6f} < {th.min_cosine:.6g}")
     if real_flips:
         reasons.append(f"{real_flips} top-1 disagreement(s) away from near-ties")
+    if kind == "boxes" and precision in BOX_PIXELS and max_abs > BOX_PIXELS[precision]:
+        reasons.append(f"boxes off by up to {max_abs:.3g} px > {BOX_PIXELS[precision]:g} px")
     if ungated:  # reported, not gated: only outputs that are no numbers fail (a collapsed INT8 model's accuracy,
         # or without labels its agreement, says so; its logits on 16 near-grey inputs could not: they flatten a
         # correct one's too)
@@ -409,7 +414,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
         "max_rel_err": max_rel,
         "max_rel_err_per_image": per_image,
         "cosine": cosine,
-        "top1_agreement": float(agree.mean()),
+        "top1_agreement": float(agree.mean()) if kind == "scores" else None,
         "inputs": int(ref.shape[0]),
         "precision": precision,
         "thresholds": {"gate": UNGATED_SAID} if ungated else {
@@ -420,6 +425,60 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
                 "factor": SENSITIVITY_FACTOR, "ceiling": dataclasses.asdict(CEILINGS[precision]),
                 "relative": th != THRESHOLDS[precision]} if own else {})},
     }
+
+
+#: The most an FP32 export's box coordinates may differ from the reference's, in pixels (a correct export's rounding
+#: moves a 640 px box by thousandths of a pixel; half a pixel is a box drawn elsewhere).
+BOX_PIXELS = {"fp32": 0.5}
+
+
+def compare_parts(reference: dict[str, tuple[np.ndarray, str]], candidate: dict[str, np.ndarray], precision: str,
+                  fp32_spread: dict[str, Any] | None = None,
+                  sensitivity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`compare` of each named part of a model's outputs (``reference``: name -> its array and kind, one row an
+    image; ``candidate``: name -> array), in one parity block: failed where any part failed, naming which and by how
+    much; the worst of the parts' figures at the top, each part's block under ``outputs``. A classifier's one part is
+    judged exactly as :func:`compare` judges logits."""
+    if len(reference) == 1:
+        ((name, (ref, kind)),) = reference.items()
+        if kind == "scores":
+            return compare(ref.reshape(len(ref), -1), candidate[name], precision, fp32_spread, sensitivity)
+    checks = {name: compare(ref.reshape(len(ref), -1), candidate[name], precision, fp32_spread, sensitivity, kind)
+              for name, (ref, kind) in reference.items()}
+    for name, (ref, kind) in reference.items():
+        if kind == "masks" and checks[name]["max_abs_err"] is not None:
+            checks[name] = with_pixel_flips(checks[name], ref, candidate[name])
+    failed = [f"{name}: {c['reason']}" for name, c in checks.items() if c["status"] != "passed"]
+    first = next(iter(checks.values()))
+
+    def worst(key: str, pick: Any) -> Any:
+        vals = [c[key] for c in checks.values() if c.get(key) is not None]
+        return pick(vals) if vals else None
+
+    return {**first, "status": "failed" if failed else "passed", "reason": "; ".join(failed) or None,
+            "max_abs_err": worst("max_abs_err", max), "max_rel_err": worst("max_rel_err", max),
+            "max_rel_err_per_image": worst("max_rel_err_per_image", max), "cosine": worst("cosine", min),
+            "top1_agreement": worst("top1_agreement", min),
+            "outputs": {name: {k: c.get(k) for k in ("status", "reason", "max_abs_err", "max_rel_err", "cosine",
+                                                      "top1_agreement", "pixel_agreement") if k in c}
+                        for name, c in checks.items()}}
+
+
+def with_pixel_flips(check: dict[str, Any], reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
+    """A masks part's check with its pixels' top-class agreement (``pixel_agreement``), failed where a pixel's top
+    class moved away from a near-tie (the reference's margin between the two classes past twice the allowed error),
+    as a classifier's top-1 flips fail it; an INT8 part (no gate on its numbers) is reported, never failed so."""
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape)
+    top, moved = ref.argmax(axis=1), cand.argmax(axis=1)
+    margin = np.take_along_axis(ref, top[:, None], 1)[:, 0] - np.take_along_axis(ref, moved[:, None], 1)[:, 0]
+    limit = check.get("thresholds", {}).get("max_rel_err")
+    flips = int(np.sum((top != moved) & (margin > 2 * limit * float(np.abs(ref).max())))) if limit else 0
+    out = {**check, "pixel_agreement": float(np.mean(top == moved)), "pixel_flips": flips}
+    if flips:
+        said = f"{flips} pixel(s) of {top.size} changed class away from near-ties"
+        out.update(status="failed", reason="; ".join(r for r in (check.get("reason"), said) if r))
+    return out
 
 
 #: How a failed cell's blocks are compared, as records name it (:func:`divergence`).

@@ -204,6 +204,8 @@ class Parity(Block):
     blocks: dict[str, Any] | None = None  # a failed check: each block's error against FP64, the first past the gate
     max_rel_err_per_image: Any = None
     served: Any = None  # what LoadGen served, against the reference (a serving cell)
+    outputs: dict[str, Any] | None = None  # several outputs (or parts): each one's check, by name
+    after_postprocess: dict[str, Any] | None = None  # the task's results after its post-processing, matched
 
 @dataclass(frozen=True)
 class ColdStart(Block):

@@ -49,6 +49,11 @@ Schema history (``schema_version``):
       Upgrading a schema-7 record computes them from its raw latencies and rounds (a subsample where the record
       kept one: ``raw_kept``) and keeps the old figures as the pooled ones; without raw latencies, the tails stay
       the pooled figures and lose their intervals (the order statistics' described the pooled percentile).
+  9 — ``task`` (what the model's outputs mean: classification, detection, raw), ``outputs`` (each output's name,
+      shape an image and kind, as parity judged them; ``parity.outputs``, each part's check where there are several,
+      and ``parity.after_postprocess``), ``postprocess`` (the task's post-processing, timed as its own phase).
+      Upgrading a schema-8 record makes it a classifier's (every record before tasks was one); its outputs stay
+      unknown (null).
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ from ..base.codec import decode, encode, plain
 from ..base.files import atomic_write_text
 from ..measure.stats import ONE_PROCESS, TAIL_METHOD, TAILS, centre, tail_interval
 from ..registry import frameworks
+from ..registry.models import task_of
 from ..registry.scenarios import SCENARIOS
+from ..registry.tasks import TASKS
 from ..spec import PRECISIONS, RunnerOptions, record_filename
 from .blocks import (
     PARITY_STATUSES,
@@ -148,6 +155,9 @@ class Record:
     tuning: Tuning | None = None
     serving: Serving | None = None
     training: Training | None = None
+    task: Annotated[str, Enum(TASKS)] = "classification"
+    outputs: list[dict[str, Any]] | None = None  # name, shape an image, kind (registry.outputs.Output.said)
+    postprocess: dict[str, Any] | None = None  # the task's post-processing phase (scenarios/postprocess.py)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -216,6 +226,7 @@ class Record:
             config={**encode(config), "artifact_dir": job.artifact_dir, "child_env": child_env,
                     "artifacts": artifacts or {}},
             environment=environment, run_id=run_id, created_at=created_at, model_stats=model_stats,
+            task=task_of(cell.model),
             **({"status": "ok", "error": None, **blocks} if outcome.ok else failed),
         )
         # typed as it is read back (the blocks the child sent are plain JSON values: what the file will hold)
@@ -290,6 +301,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         data = _v6_to_v7(data)
     if data.get("schema_version") == 7:
         data = _v7_to_v8(data)
+    if data.get("schema_version") == 8:  # every record before tasks was a classifier's
+        data = {**data, "schema_version": 9, "task": "classification", "outputs": None}
     return data
 
 

@@ -210,6 +210,7 @@ REFERENCE_INPUTS = "reference/inputs.npy"
 REFERENCE_LOGITS = "reference/logits.npy"
 
 
+REFERENCE_OUTPUTS = "reference/outputs.json"  # the outputs declared: names, shapes an image, kinds
 REFERENCE_SPREAD = "reference/fp32_spread.json"  # the model's own FP32 rounding spread (a Keras source only)
 REFERENCE_SENSITIVITY = "reference/precision_sensitivity.json"  # its own FP16/BF16 error (a Keras source only)
 

@@ -7,7 +7,7 @@
   function, serving its signature's): an op that reads or writes files, calls back into Python or prints is refused
   (:func:`check_savedmodel`), whether the folder is the user's or an artifact cache's.
 - An ``.onnx`` file is read without its external data and refused when inferbench could not time it honestly:
-  several inputs or outputs, an input that is not floating point, an operator outside ONNX's own domains (a
+  several inputs, outputs sharing a name, an input that is not floating point, an operator outside ONNX's own domains (a
   custom op needs a library of its own), external data outside the model's folder.
 
 Every refusal is a :class:`~inferbench.base.errors.UsageError`: one line, exit status 2, before any export.
@@ -120,8 +120,9 @@ def keras_input_shape(config: dict[str, Any], path: Path) -> tuple[int | None, .
 
 
 def check_onnx(model: Any, path: Path) -> None:
-    """An ONNX model inferbench can time honestly: one float32 input, one output, standard operators, external
-    data inside the model's folder (``model``: ``onnx.load(path, load_external_data=False)``)."""
+    """An ONNX model inferbench can time honestly: one float32 input, standard operators, external data inside the
+    model's folder (``model``: ``onnx.load(path, load_external_data=False)``); its outputs, one or several, are
+    compared by name."""
     from onnx import TensorProto
 
     graph = model.graph
@@ -130,10 +131,9 @@ def check_onnx(model: Any, path: Path) -> None:
     inputs = [i for i in graph.input if i.name not in inits]
     if len(inputs) != 1:
         raise UsageError(f"{path} has {len(inputs)} inputs; inferbench times models with one image input")
-    if len(graph.output) != 1:
-        names = ", ".join(o.name for o in graph.output)
-        raise UsageError(f"{path} has {len(graph.output)} outputs ({names[:200]}); inferbench times models with one "
-                         "output (export the classifier's logits alone)")
+    if not graph.output or len({o.name for o in graph.output}) != len(graph.output):
+        raise UsageError(f"{path} has {'no outputs' if not graph.output else 'two outputs of one name'}: "
+                         "inferbench compares each output by its name")
     elem = inputs[0].type.tensor_type.elem_type
     if elem != TensorProto.FLOAT:
         kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)

@@ -12,6 +12,9 @@ from pathlib import Path
 from ..base.digest import sha256_file, sha256_tree
 from ..base.errors import UsageError
 from .filecheck import check_onnx, keras_config, keras_endpoints, keras_input_shape
+from .outputs import Output
+from .tasks import AUTO, guess, task_module
+from .tasks import task as task_entry
 
 #: What a model file can be (``--model PATH``), with how inferbench recognises it.
 FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder", "onnx": "an .onnx file"}
@@ -27,15 +30,18 @@ class ModelFile:
     resolution: int  # square images of this many pixels a side
     layout: str = "NHWC"  # "NCHW" for channels-first models (ONNX files exported from PyTorch)
     batch_size: int | None = None  # a batch dimension fixed in the file (None: any batch size)
+    task: str = "classification"  # key of registry.tasks.TASKS: what its outputs mean (--task, else guessed)
 
     def __post_init__(self) -> None:
         if self.format not in FILE_FORMATS or self.layout not in ("NHWC", "NCHW"):
             raise ValueError(f"model file format {self.format!r} / layout {self.layout!r} is not one inferbench reads")
 
 
-def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None) -> ModelFile:
+def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None,
+                    asked: str = AUTO) -> ModelFile:
     """Recognise and check a model file without importing a framework (an ONNX file needs the ``onnx``
-    package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``)."""
+    package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``); its task from
+    ``--task`` (``asked``), else from its outputs (one output of one dimension an image: a classifier's; else raw)."""
     path = Path(text).expanduser()
     try:
         exists = path.exists()
@@ -43,6 +49,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
         raise UsageError(f"--model {text}: {exc.strerror or exc}") from None
     if not exists:
         raise UsageError(f"model file {text} does not exist")
+    outputs: list[Output] = [Output("logits", (0,))]  # a .keras file or a SavedModel: one output (checked, or assumed)
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
@@ -50,7 +57,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
     elif path.suffix == ".keras":
         fmt, shape = "keras", _keras_input_shape(path)
     elif path.suffix == ".onnx":
-        fmt, shape = "onnx", _onnx_input_shape(path)
+        fmt, (shape, outputs) = "onnx", _onnx_shapes(path)
     else:
         raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
     given = _parse_shape(input_shape) if input_shape else None
@@ -78,7 +85,11 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "model"
     # the content's hash is part of the name, so of every cell's identity: two different networks saved under one
     # name never pool in a report or pair in compare, and the same file copied elsewhere still does
-    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, int(h), layout, batch)
+    chosen = guess(outputs) if asked == AUTO else asked
+    task_entry(chosen)  # a name that is no task: one line
+    if all(d > 0 for o in outputs for d in o.shape):  # shapes the file fixes: the task reads them now, else at export
+        task_module(chosen).kinds(outputs, f"--model {text}")
+    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, int(h), layout, batch, chosen)
 
 
 def content_digest(path: Path) -> str:
@@ -108,7 +119,9 @@ def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
     return keras_input_shape(config, path)
 
 
-def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
+def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output]]:
+    """The ONNX file's input shape and its outputs (an unknown dimension read as 0: their shapes are read from the
+    reference's outputs at export)."""
     try:
         import onnx
     except ImportError:
@@ -122,7 +135,9 @@ def _onnx_input_shape(path: Path) -> tuple[int | None, ...]:
     check_onnx(model, path)
     inits = {i.name for i in model.graph.initializer}
     (first,) = [i for i in model.graph.input if i.name not in inits]
-    return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim)
+    outputs = [Output(o.name, tuple(d.dim_value for d in o.type.tensor_type.shape.dim[1:])
+                      if o.type.tensor_type.HasField("shape") else (0,)) for o in model.graph.output]  # (0,): unknown
+    return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim), outputs
 
 
 # --------------------------------------------------------------------------- weights

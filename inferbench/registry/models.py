@@ -33,6 +33,7 @@ class ModelSpec:
     resolution_multiple: int = 1  # the resolution must be a multiple of this (a ViT's patch size)
     packages: tuple[str, ...] = ()  # import names its builder needs besides TensorFlow and Keras
     extra: str = "tf"  # the pip extra that installs them
+    task: str = "classification"  # key of registry.tasks.TASKS (a model file's: its own)
 
     @property
     def layout(self) -> str:
@@ -147,6 +148,12 @@ def get_model(name: str) -> ModelSpec:
                          f"{', '.join(FILE_FORMATS.values())}") from None
 
 
+def task_of(model: str) -> str:
+    """The task of a model this process knows (registered, or a model file registered for the run); classification
+    for one it does not (a record built from a job alone)."""
+    return (MODELS.get(model) or _FILES.get(model) or MODELS[DEFAULT_MODEL]).task
+
+
 def register(*files: ModelFile) -> None:
     """Make model files known to :func:`get_model` by their names (the same file may come again)."""
     for f in files:
@@ -156,7 +163,7 @@ def register(*files: ModelFile) -> None:
         if known is not None and known.source != f:
             raise UsageError(f"two model files are named {f.name} ({known.source.path if known.source else ''} "
                              f"and {f.path}): rename one")
-        _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, f.resolution, "included", source=f)
+        _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, f.resolution, "included", source=f, task=f.task)
 
 
 def is_model_file(text: str) -> bool:

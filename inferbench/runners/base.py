@@ -12,6 +12,7 @@ import numpy as np
 from ..base.errors import UsageError
 from ..exporters.cache import read_manifest
 from ..registry.models import ModelSpec
+from ..registry.outputs import packed
 from ..registry.programs import check_program
 from ..spec import RunnerOptions
 
@@ -96,7 +97,7 @@ class Runner:
         def serve(prepared: Any) -> np.ndarray:
             out = self.call(prepared)
             self.synchronize(out)
-            return self.to_numpy(out)
+            return packed(self.to_numpy(out))
 
         return [serve] * n
 
@@ -134,8 +135,10 @@ class Runner:
     def synchronize(self, outputs: Any) -> None:
         """Return only when the device work of ``call`` is finished."""
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        """Outputs as a host array, for the parity gate (never inside the timed loop)."""
+    def to_numpy(self, outputs: Any) -> Any:
+        """Outputs as host arrays, for the parity gate (never inside the timed loop): a mapping name -> array by the
+        model's own output names, or, for a model of one output, the array itself
+        (:func:`inferbench.registry.outputs.named` reads either)."""
         return np.asarray(outputs)
 
     def peak_device_memory_mb(self) -> float | None:

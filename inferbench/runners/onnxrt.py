@@ -97,10 +97,9 @@ class OnnxRuntimeRunner(Runner):
         if self.gpu:
             outputs.synchronize_outputs()
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        if self.gpu:
-            return np.asarray(outputs.copy_outputs_to_cpu()[0])
-        return np.asarray(outputs[0])
+    def to_numpy(self, outputs: Any) -> Any:
+        arrays = [np.asarray(o) for o in (outputs.copy_outputs_to_cpu() if self.gpu else outputs)]
+        return arrays[0] if len(arrays) == 1 else dict(zip(self.output_names, arrays))
 
     def placement(self) -> dict[str, Any]:
         if not self.gpu:

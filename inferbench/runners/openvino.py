@@ -35,6 +35,7 @@ import numpy as np
 
 from ..base.machine import native_instructions
 from ..registry.filecheck import check_savedmodel
+from ..registry.outputs import packed
 from .base import LoadContext, Runner
 
 #: --precision -> OpenVINO's INFERENCE_PRECISION_HINT (int8: the quantised layers run in INT8 whatever the hint; the
@@ -83,6 +84,8 @@ class OpenVinoRunner(Runner):
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
             if str(ctx.artifact).endswith(".xml") else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
+        # each output by the name the source gave it (an ONNX file's own; a converted Keras model's one output)
+        self.output_names = [next(iter(o.get_names()), f"output{i}") for i, o in enumerate(model.outputs)]
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
         self.version = ov.get_version()
@@ -110,21 +113,28 @@ class OpenVinoRunner(Runner):
         def serve(request: Any) -> Any:
             def call(x: np.ndarray) -> np.ndarray:
                 request.infer({0: x}, share_inputs=True, share_outputs=True)
-                return np.array(request.get_output_tensor(0).data, copy=True)
+                return packed([request.get_output_tensor(i).data for i in range(len(self.output_names))],
+                              self.output_names)
             return call
 
         return [serve(self.compiled.create_infer_request()) for _ in range(n)]
 
     def _infer(self, batch: np.ndarray) -> Any:
         self.request.infer({0: batch}, share_inputs=True, share_outputs=True)
-        return self.request.get_output_tensor(0)
+        if len(self.output_names) == 1:
+            return self.request.get_output_tensor(0)
+        return tuple(self.request.get_output_tensor(i) for i in range(len(self.output_names)))
 
     def call(self, prepared: Any) -> Any:
         return self._infer(prepared)  # the static program: every call has the timed batch size
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
+    def to_numpy(self, outputs: Any) -> Any:
+        """The output, or a model's several by their names (the request's buffers are overwritten by the next call:
+        copied)."""
+        if isinstance(outputs, tuple):
+            return {name: np.array(t.data, copy=True) for name, t in zip(self.output_names, outputs)}
         data = outputs if isinstance(outputs, np.ndarray) else outputs.data
-        return np.array(data, copy=True)  # the request's buffer is overwritten by the next call
+        return np.array(data, copy=True)
 
     def details(self) -> dict[str, Any]:
         prop = self.compiled.get_property

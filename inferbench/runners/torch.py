@@ -182,7 +182,12 @@ class TorchRunner(Runner):
         if self.dev.type == "cuda":
             self.torch.cuda.synchronize(self.dev)
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
+    def to_numpy(self, outputs: Any) -> Any:
+        """One tensor, or a model's several (a tuple in the graph's order; a mapping by name) as host arrays."""
+        if isinstance(outputs, dict):
+            return {k: v.float().cpu().numpy() for k, v in outputs.items()}
+        if isinstance(outputs, (tuple, list)):
+            return [o.float().cpu().numpy() for o in outputs]
         return outputs.float().cpu().numpy()
 
     def peak_device_memory_mb(self) -> float | None:

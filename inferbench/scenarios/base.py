@@ -27,6 +27,7 @@ from ..registry.inputs import make_inputs
 from ..registry.models import get_model
 from ..runners.base import LoadContext
 from ..spec import CellJob, CellOutcome, TimingConfig
+from . import postprocess
 from .gates import Emit, check_parity
 from .slowdown import slowed_call, test_slowdown
 
@@ -184,8 +185,10 @@ class Loaded:
         self.runner.synchronize(first_out)
         self.first_call_s = time.perf_counter() - start
         start = time.perf_counter()
-        self.parity = check_parity(job, self.runner, self.runner.to_numpy(first_out), emit)
+        host = self.runner.to_numpy(first_out)
+        self.parity = check_parity(job, self.runner, host, emit)
         self.parity_s = time.perf_counter() - start
+        self.task = {"outputs": postprocess.declared(job), "postprocess": postprocess.timed(job, host, emit)}
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
         start = time.perf_counter()
@@ -217,6 +220,7 @@ class Measured:
     sync: Callable[[Any], None]
     region: str
     cold_start: dict[str, Any]
+    task: dict[str, Any] | None = None  # the model's outputs as declared, its post-processing phase (Loaded.task)
 
     def start_timed(self, rss_before: float | None) -> None:
         """Warm up (by count and time), then reset the memory high-water marks: the peaks read at the end are the
@@ -272,6 +276,7 @@ class Measured:
                 "cold_start": self.cold_start,
                 "device_check": self.device_check,
                 "runner": self.runner.details(),
+                **(self.task or {}),
                 **self.extra,
                 **tracked,
             },

@@ -18,6 +18,7 @@ from ..registry import images
 from ..registry.artifacts import (
     REFERENCE_INPUTS,
     REFERENCE_LOGITS,
+    REFERENCE_OUTPUTS,
     REFERENCE_SENSITIVITY,
     REFERENCE_SPREAD,
     agreement_own,
@@ -28,30 +29,41 @@ from ..registry.artifacts import (
 )
 from ..registry.inputs import agreement_inputs
 from ..registry.models import get_model
+from ..registry.outputs import Output, packed, read_layout, unpacked
+from ..registry.tasks import TaskModule, task, task_module
 from ..spec import CellJob
 
 #: A progress line to the parent (the worker's phase).
 Emit = Callable[[str], None]
 
 
-def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -> dict[str, Any]:
-    """The 16 reference inputs and the timed batch (whose compiled program may differ) against the Keras
-    reference; own weights: finite, input-dependent outputs on the reference inputs only."""
+def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[str, Any]:
+    """The 16 reference inputs and the timed batch (whose compiled program may differ) against the reference, each
+    named output (or part of one: the model's task says which) with a tolerance for its kind; where the task runs a
+    post-processing after the call, the two agree after it too (``after_postprocess``); own weights: finite,
+    input-dependent outputs on the reference inputs only."""
     emit("parity check")
     folder = Path(job.artifact_dir)
     precision, bs = job.cell.precision, job.cell.batch_size
     inputs = np.load(folder / REFERENCE_INPUTS)
-    got = at_batch_size(runner, inputs, bs)
+    reference_16 = np.load(folder / REFERENCE_LOGITS)
+    outputs = read_layout(folder / REFERENCE_OUTPUTS, reference_16.shape[1])
+    names = [o.name for o in outputs]
+    got = at_batch_size(runner, inputs, bs, names)
     if not job.framework.verified(job.cell.model):
         return parity.sanity(got)
     spread, sensitivity = own_rounding(folder)
-    reference = parity.compare(np.load(folder / REFERENCE_LOGITS), got, precision, spread, sensitivity)
+    module = task_module(get_model(job.cell.model).task)
+    reference = judge_outputs(module, outputs, reference_16, got, precision, spread, sensitivity)
     path = folder / timed_reference(bs)
     if not path.exists():  # never skipped quietly: what is timed is what is checked
         raise RuntimeError(f"the reference outputs of the timed batch (batch size {bs}) are missing from {folder}")
     # the model's own error on the timed images, or the 16's if larger
     timed_own = parity.larger_own_error(sensitivity, _json_if_there(folder / timed_sensitivity(bs)))
-    out = parity.combine(reference, parity.compare(np.load(path), timed_out, precision, spread, timed_own), bs)
+    timed = judge_outputs(module, outputs, np.load(path), packed(timed_out, names), precision, spread, timed_own)
+    out = parity.combine(reference, timed, bs)
+    if got.shape == reference_16.shape:
+        out = {**out, **after_postprocess(module, outputs, reference_16, got)}
     if out["status"] == "passed":  # failed: no more to count
         # with labelled images their accuracy decides a reduced precision, where it could be judged; else the agreement
         accuracy = check_accuracy(job, runner, emit) if job.config.eval_set is not None else None
@@ -63,6 +75,29 @@ def check_parity(job: CellJob, runner: Any, timed_out: np.ndarray, emit: Emit) -
         if precision == "int8":  # judged by its accuracy, never by its logits: without labels, speed only
             out = parity.int8_verdict(out, accuracy)
     return where_it_diverged(out, runner, inputs, emit)
+
+
+def judge_outputs(module: TaskModule, outputs: list[Output], reference: np.ndarray, got: np.ndarray, precision: str,
+                  spread: Any, own: Any) -> dict[str, Any]:
+    """:func:`inferbench.measure.parity.compare_parts` of the parts the task judges (flat batches in, as stored); a
+    batch of another size fails as a whole, saying so."""
+    if got.shape != reference.shape:
+        return parity.compare(reference, got, precision, spread, own)
+    ref = module.parts(unpacked(reference, outputs), outputs)
+    cand = {name: array for name, (array, _) in module.parts(unpacked(got, outputs), outputs).items()}
+    return parity.compare_parts(ref, {k: v.reshape(len(v), -1) for k, v in cand.items()}, precision, spread, own)
+
+
+def after_postprocess(module: TaskModule, outputs: list[Output], reference: np.ndarray,
+                      got: np.ndarray) -> dict[str, Any]:
+    """Where the task runs a post-processing after the call (a detector's suppression), the reference's and this
+    runtime's results after it, on the reference inputs, matched (``after_postprocess``; reported, not a gate: the
+    outputs before it are judged)."""
+    ref = module.postprocess(unpacked(reference, outputs), outputs)
+    if ref is None:
+        return {}
+    cand = module.postprocess(unpacked(got, outputs), outputs)
+    return {"after_postprocess": module.agreement(ref, cand or [])}
 
 
 def accuracy_decides(precision: str, accuracy: dict[str, Any] | None) -> bool:
@@ -106,6 +141,9 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     def not_measured(why: str) -> dict[str, Any]:
         return {"status": "not_measured", "inputs": count, "reason": f"{why}: judged by the 16 reference inputs only"}
 
+    if not task(get_model(job.cell.model).task).classifier:
+        return not_measured("agreement over many inputs is a classifier's (top-1 and top-5); this model's outputs are "
+                            "judged part by part, and after its post-processing, on the reference inputs")
     if str(count) not in ((cached(folder, "agreement") or {}).get("variants") or ()):
         return not_measured(f"no FP32 outputs on {count} agreement inputs in the cache (their export failed)")
     reference = np.load(folder / agreement_reference(count))
@@ -191,15 +229,16 @@ def _json_if_there(path: Path) -> Any:
     return read_json(path, 2**20, "cached figures") if path.exists() else None
 
 
-def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int) -> np.ndarray:
-    """The runner's outputs for ``inputs``, computed in calls of exactly the timed batch size (the last
-    one padded with copies of its last input): what is checked is the program that is timed, and a
-    compiling runtime (XLA, inductor, OpenVINO's static shape, TensorRT) never compiles another."""
+def at_batch_size(runner: Any, inputs: np.ndarray, batch_size: int, names: list[str] | None = None) -> np.ndarray:
+    """The runner's outputs for ``inputs`` in their flat form (:func:`inferbench.registry.outputs.packed`, by the
+    declared ``names``), computed in calls of exactly the timed batch size (the last one padded with copies of its
+    last input): what is checked is the program that is timed, and a compiling runtime (XLA, inductor, OpenVINO's
+    static shape, TensorRT) never compiles another."""
     outputs = []
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start:start + batch_size]
         padded = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
         out = runner.call(runner.prepare(np.ascontiguousarray(padded)))
         runner.synchronize(out)
-        outputs.append(np.array(runner.to_numpy(out)[:len(chunk)], copy=True))
+        outputs.append(np.array(packed(runner.to_numpy(out), names)[:len(chunk)], copy=True))
     return np.concatenate(outputs)

@@ -59,7 +59,7 @@ class Session(Measured):
         self.device_check, self.trackers, self.untracked = loaded.device_check, loaded.trackers, loaded.untracked
         self.timing = timing_for(job.config.timing, self.trackers)
         self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, job.cell)
-        self.cold_start = loaded.cold_start
+        self.cold_start, self.task = loaded.cold_start, loaded.task
         self.start_timed(loaded.rss_before)
 
     def tune(self, setting: dict[str, Any], round_index: int, block_s: float) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""The tasks a model can do: one entry each, declaring what the rest of the code asks of it (its module, what its
+outputs are, what its labelled images would give, what runs after the call). Code outside ``inferbench/tasks/`` asks
+the entry or the module, never the name; nothing is imported until a worker or an export needs the module.
+
+A task's module (a :class:`TaskModule`) names its outputs' kinds, splits a batch's outputs into the parts parity
+judges, runs the post-processing every runtime shares, and measures the agreement of two runtimes after it."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..base.errors import UsageError, did_you_mean
+from .outputs import Output
+
+
+@runtime_checkable
+class TaskModule(Protocol):
+    def kinds(self, outputs: Sequence[Output], where: str) -> list[Output]:
+        """The model's outputs with their kinds; a UsageError (one line, naming ``where``) where this task cannot
+        read them."""
+
+    def parts(self, arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
+        """What parity judges, by name: each an array (one row an image) and its kind."""
+
+    def postprocess(self, arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> list[Any] | None:
+        """The shared post-processing's result per image (None: the task has none)."""
+
+    def agreement(self, reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
+        """How far two post-processed results agree (the reference's and a runtime's, on the same inputs)."""
+
+    def said(self, agreement: dict[str, Any]) -> str:
+        """:meth:`agreement`'s result as the answer says it, in a phrase ("" where the task has none)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    module: str  # "inferbench.tasks.detection": a TaskModule
+    outputs: str  # what its outputs are, in words
+    accuracy: str = ""  # what labelled images give it ("": none; --eval-dir is refused in one line)
+    classifier: bool = False  # its reference must name several top classes (parity.check_reference)
+    postprocess: str = ""  # what runs after the call, the same code for every runtime ("": nothing)
+
+
+TASKS: dict[str, Task] = {
+    "classification": Task("inferbench.tasks.classification", "one array of class scores (logits) an image",
+                           "top-1 and top-5 accuracy", classifier=True),
+    "detection": Task("inferbench.tasks.detection", "a raw anchor-free detection head, [4 + classes, anchors] an "
+                      "image (YOLOv8's layout: box centre, width and height in pixels, then each class's score)",
+                      postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),
+    "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
+                         "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",
+                         postprocess="each pixel's top class (inferbench.tasks.segmentation)"),
+    "raw": Task("inferbench.tasks.raw", "outputs of no known meaning, each compared as numbers"),
+}
+#: A model file's task unless --task names one: one output of one dimension an image is a classifier's, anything else
+#: raw (what inferbench cannot know the meaning of).
+AUTO = "auto"
+
+
+def task(name: str | None) -> Task:
+    """The entry of task ``name`` (None: classification's, as a record from before tasks)."""
+    key = name or "classification"
+    if key not in TASKS:
+        raise UsageError(f"unknown task {key!r}{did_you_mean(key, TASKS)}; tasks: {', '.join(TASKS)}")
+    return TASKS[key]
+
+
+def task_module(name: str | None) -> TaskModule:
+    module = importlib.import_module(task(name).module)
+    if not isinstance(module, TaskModule):
+        raise TypeError(f"{module.__name__} lacks kinds, parts, postprocess or agreement (registry/tasks.TaskModule)")
+    return module
+
+
+def guess(outputs: Sequence[Output]) -> str:
+    """The task a model file's outputs suggest when --task is auto."""
+    return "classification" if len(outputs) == 1 and len(outputs[0].shape) == 1 else "raw"

@@ -1,0 +1,55 @@
+"""The post-processing phase: what runs after the call, the same code for every runtime (a detector's decoding and
+suppression, :mod:`inferbench.tasks`), timed on its own on the host, on the timed batch's outputs as this runtime
+computed them. Outside the timed call: the model's latency is the model's; this phase's is beside it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..registry.artifacts import REFERENCE_LOGITS, REFERENCE_OUTPUTS
+from ..registry.models import get_model
+from ..registry.outputs import packed, read_layout, unpacked
+from ..registry.tasks import task, task_module
+from ..spec import CellJob
+from .gates import Emit
+
+#: The phase is timed for at least this many calls and this many seconds, at most for the longer cap.
+CALLS, SECONDS, CAP_CALLS, CAP_SECONDS = 20, 0.5, 1000, 5.0
+
+
+def declared(job: CellJob) -> list[dict[str, Any]]:
+    """The model's outputs as the record lists them: name, shape an image, kind."""
+    folder = Path(job.artifact_dir)
+    classes = int(np.load(folder / REFERENCE_LOGITS, mmap_mode="r").shape[1])
+    return [o.said() for o in read_layout(folder / REFERENCE_OUTPUTS, classes)]
+
+
+def timed(job: CellJob, host: Any, emit: Emit) -> dict[str, Any] | None:
+    """The task's post-processing of the timed batch's outputs (``host``: as the runner gave them), called back to
+    back: its median and quartiles in ms a batch, and what it kept (None where the task has none)."""
+    spec = get_model(job.cell.model)
+    entry, module = task(spec.task), task_module(spec.task)
+    if not entry.postprocess:
+        return None
+    folder = Path(job.artifact_dir)
+    outputs = read_layout(folder / REFERENCE_OUTPUTS)
+    arrays = unpacked(packed(host, [o.name for o in outputs]), outputs)
+    emit("timing the post-processing")
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        result = module.postprocess(arrays, outputs)
+        times.append(time.perf_counter() - t0)
+        spent = time.perf_counter() - start
+        if (len(times) >= CALLS and spent >= SECONDS) or len(times) >= CAP_CALLS or spent >= CAP_SECONDS:
+            break
+    q1, p50, q3 = (float(np.percentile(times, q)) * 1e3 for q in (25, 50, 75))
+    return {"what": entry.postprocess, "where": "outside the timed call: on the host, after the outputs are copied "
+            "there, the same code for every runtime", "ms_p50": p50, "ms_iqr": [q1, q3], "calls": len(times),
+            "batch_size": job.cell.batch_size, "ms_per_image": p50 / job.cell.batch_size,
+            "kept": [len(r.get("scores", ())) if isinstance(r, dict) else None for r in (result or [])]}

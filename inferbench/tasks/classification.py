@@ -1,0 +1,35 @@
+"""Classification: one output, the class scores (logits), judged as parity always judged them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import UsageError
+from ..registry.outputs import Output
+
+
+def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
+    if len(outputs) != 1 or len(outputs[0].shape) != 1:
+        shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
+        raise UsageError(f"{where}: a classifier has one output of class scores an image; this one gives {shapes} "
+                         "(--task raw compares them as numbers)")
+    return [Output(outputs[0].name, outputs[0].shape, "scores")]
+
+
+def parts(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
+    return {o.name: (arrays[o.name], "scores") for o in outputs}
+
+
+def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> list[Any] | None:
+    return None  # the logits are the answer: top-k is read where it is needed (parity, agreement, accuracy)
+
+
+def agreement(reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
+    return {}
+
+
+def said(agreement: dict[str, Any]) -> str:
+    return ""

@@ -1,0 +1,196 @@
+"""Tasks and named outputs (fast layer, NumPy only): outputs travel in one flat form by the declared order, a
+detection head is judged box by box in pixels and score by score, the one suppression every runtime shares keeps
+what a plain greedy suppression keeps, two runtimes' detections are matched after it, and a broken export fails
+parity naming the output (or the part of it) that broke."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferbench.base.errors import UsageError
+from inferbench.measure.parity import compare, compare_parts
+from inferbench.registry.outputs import Output, named, packed, unpacked
+from inferbench.registry.tasks import TASKS, TaskModule, guess, task_module
+from inferbench.tasks import detection, nms, segmentation
+
+PACKAGE = Path(__file__).resolve().parents[1] / "inferbench"
+
+
+def test_outputs_are_packed_by_the_declared_order_never_the_runtimes():
+    a, b = np.arange(12.0).reshape(2, 2, 3), np.arange(4.0).reshape(2, 2)
+    declared = [Output("boxes", (2, 3)), Output("scores", (2,))]
+    flat = packed({"scores": b, "boxes": a}, ["boxes", "scores"])  # the runtime's order is not the model's
+    assert flat.shape == (2, 8) and np.array_equal(flat, packed([a, b], ["boxes", "scores"]))
+    back = unpacked(flat, declared)
+    assert np.array_equal(back["boxes"], a) and np.array_equal(back["scores"], b)
+    assert packed(b).shape == (2, 2) and list(named(b, ["logits"])) == ["logits"]  # one output: the array itself
+    with pytest.raises(ValueError, match="lack scores"):
+        named({"boxes": a, "features": b}, ["boxes", "scores"])
+    with pytest.raises(ValueError, match="do not hold boxes, scores"):
+        unpacked(flat[:, :7], declared)
+
+
+def test_a_model_files_task_is_guessed_from_its_outputs_and_every_task_keeps_the_contract():
+    assert guess([Output("logits", (1000,))]) == "classification"
+    assert guess([Output("output0", (84, 8400))]) == guess([Output("a", (5,)), Output("b", (5,))]) == "raw"
+    for name in TASKS:
+        assert isinstance(task_module(name), TaskModule), name
+
+
+def test_code_outside_the_tasks_asks_the_task_entry_never_the_name():
+    """As for scenarios: a task declares what the rest of the code asks of it (registry/tasks.py's Task and its
+    module); no branch on a task's name elsewhere."""
+    pattern = re.compile(r'task(\])? ?(==|!=|in|not in) |== "(detection|classification|raw|segmentation)"'
+                         r'|!= "(detection|classification|raw|segmentation)"')
+    found = [f"{p.relative_to(PACKAGE)}:{i}" for p in PACKAGE.rglob("*.py")
+             if p.relative_to(PACKAGE).parts[0] != "tasks" and p.name != "tasks.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == [], found
+
+
+def _greedy(boxes, scores, classes, threshold, iou_at):
+    """A plain greedy suppression, written out pair by pair: the reference the shared one is held to."""
+    kept = []
+    for i in sorted(range(len(scores)), key=lambda k: -scores[k]):
+        if scores[i] < threshold:
+            continue
+        if all(classes[j] != classes[i] or _iou(boxes[i], boxes[j]) <= iou_at for j in kept):
+            kept.append(i)
+    return kept
+
+
+def _iou(a, b):
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def test_the_shared_suppression_keeps_what_a_plain_greedy_one_keeps():
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        n = 60
+        centre = rng.uniform(0, 100, (n, 2)).round(0) if trial % 2 else rng.uniform(40, 60, (n, 2))
+        size = rng.uniform(5, 40, (n, 2))
+        boxes = nms.xyxy(np.concatenate([centre, size], axis=1))
+        scores, classes = rng.uniform(0, 1, n), rng.integers(0, 3, n)
+        settings = nms.Settings(score=0.25, iou=0.5)
+        got = nms.suppress(boxes, scores, classes, settings).tolist()
+        assert got == _greedy(boxes, scores, classes, 0.25, 0.5)
+    # the cases by hand: one class's overlapping pair loses its weaker box, two classes keep both, the cap holds
+    two = nms.xyxy(np.array([[50, 50, 20, 20], [51, 50, 20, 20]], dtype=float))
+    assert nms.suppress(two, np.array([0.9, 0.8]), np.array([1, 1])).tolist() == [0]
+    assert nms.suppress(two, np.array([0.9, 0.8]), np.array([1, 2])).tolist() == [0, 1]
+    assert nms.suppress(two, np.array([0.9, 0.1]), np.array([1, 2])).tolist() == [0]
+    assert len(nms.suppress(boxes, scores, np.arange(n), nms.Settings(score=0.0, max_boxes=7))) == 7
+
+
+def _head(n=4, classes=3, anchors=50, seed=0):
+    """Raw heads [n, 4 + classes, anchors] as a YOLOv8 export gives them: centres and sizes in pixels of a 64 px
+    image, class probabilities."""
+    rng = np.random.default_rng(seed)
+    centre, size = rng.uniform(0, 64, (n, 2, anchors)), rng.uniform(4, 30, (n, 2, anchors))
+    scores = 1 / (1 + np.exp(-rng.normal(0, 2, (n, classes, anchors))))
+    return np.concatenate([centre, size, scores], axis=1).astype(np.float32)
+
+
+def _judge(reference, candidate, precision="fp32"):
+    outputs = [Output("output0", reference.shape[1:])]
+    ref = detection.parts({"output0": reference}, outputs)
+    cand = {k: v.reshape(len(v), -1) for k, (v, _) in detection.parts({"output0": candidate}, outputs).items()}
+    return compare_parts(ref, cand, precision)
+
+
+def test_a_broken_detection_export_fails_parity_naming_the_part_that_broke():
+    head = _head()
+    rng = np.random.default_rng(1)
+    rounding = head * (1 + rng.normal(0, 1e-7, head.shape)).astype(np.float32)  # FP32 rounding of a correct export
+    ok = _judge(head, rounding)
+    assert ok["status"] == "passed" and set(ok["outputs"]) == {"output0.boxes", "output0.scores"}
+    shifted = head.copy()
+    shifted[:, 1, :] += 1.0  # every box's centre one pixel row down: a wrong decode
+    bad = _judge(head, shifted)
+    assert bad["status"] == "failed" and bad["reason"].startswith("output0.boxes: ") and "px > 0.5 px" in \
+        bad["reason"] and bad["outputs"]["output0.scores"]["status"] == "passed"
+    swapped = np.concatenate([head[:, 4:], head[:, :4]], axis=1)  # box rows after the scores
+    assert swapped.shape == head.shape
+    assert "output0.boxes: " in _judge(head, swapped)["reason"]
+    lost = head.copy()
+    lost[:, 4:, ::5] = 0.0  # a fifth of the anchors' scores gone
+    said = _judge(head, lost)
+    assert said["status"] == "failed" and said["reason"].startswith("output0.scores: ")
+
+
+def test_a_classifiers_one_output_is_judged_as_logits_always_were():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 1, (16, 10)).astype(np.float32)
+    cand = ref.copy()
+    cand[3] = cand[3][::-1]
+    assert compare_parts({"logits": (ref, "scores")}, {"logits": cand}, "fp32") == compare(ref, cand, "fp32")
+
+
+def test_detections_after_the_shared_suppression_are_matched_box_by_box():
+    head = _head(n=3, seed=2)
+    outputs = [Output("output0", head.shape[1:])]
+    ref = detection.postprocess({"output0": head}, outputs)
+    same = detection.agreement(ref, detection.postprocess({"output0": head.copy()}, outputs))
+    assert same["matched_share"] == 1.0 and same["boxes_reference"] == same["matched"] > 0
+    moved = head.copy()
+    moved[:, 0, :] += 40.0  # every box 40 px to the right: none overlaps its own by half
+    far = detection.agreement(ref, detection.postprocess({"output0": moved}, outputs))
+    assert far["matched_share"] < 0.2
+    relabelled = head.copy()
+    relabelled[:, 4:, :] = relabelled[:, [5, 6, 4], :]  # every class renamed: boxes in place, classes wrong
+    wrong = detection.agreement(ref, detection.postprocess({"output0": relabelled}, outputs))
+    assert wrong["matched_share"] < 0.5 and wrong["boxes_candidate"] == wrong["boxes_reference"]
+
+
+def test_a_schema_8_record_is_upgraded_to_a_classifiers():
+    from inferbench.records.record import upgrade
+
+    out = upgrade({"schema_version": 8, "latency_ms": None})
+    assert out["schema_version"] == 9 and out["task"] == "classification" and out["outputs"] is None
+
+
+def test_the_table_shows_the_post_processing_beside_the_models_latency():
+    from inferbench.cli.summary import format_summary
+
+    record = {"model": "det", "resolution": 64, "batch_size": 1, "framework": "onnxrt", "precision": "fp32",
+              "variant": "", "status": "ok", "parity": {"status": "passed"}, "latency_ms": {"p50": 0.05},
+              "postprocess": {"what": "boxes decoded, class-aware non-maximum suppression", "ms_p50": 2.25,
+                              "where": "outside the timed call"}}
+    text = format_summary([record], benchmark=False)
+    header = text.splitlines()[2]
+    assert "+ post ms" in header and "2.250" in text and "not in the latency beside it" in text
+    assert "+ post ms" not in format_summary([{**record, "postprocess": None}], benchmark=False)
+
+
+def test_a_mask_a_pixel_row_off_fails_parity_naming_its_output_and_counting_the_pixels():
+    rng = np.random.default_rng(4)
+    low = rng.normal(0, 1, (2, 4, 8, 8))
+    scores = np.repeat(np.repeat(low, 8, axis=2), 8, axis=3).astype(np.float32)  # class regions, as a resize makes
+    outputs = segmentation.kinds([Output("out", (4, 64, 64)), Output("aux", (4, 64, 64))], "seg.onnx")
+    assert [o.kind for o in outputs] == ["masks", "values"]
+    shifted = np.concatenate([scores[:, :, :1], scores[:, :, :-1]], axis=2)  # one pixel row down
+
+    def judge(cand):
+        ref = segmentation.parts({"out": scores, "aux": scores}, outputs)
+        return compare_parts(ref, {"out": cand.reshape(2, -1), "aux": scores.reshape(2, -1)}, "fp32")
+
+    ok = judge(scores * np.float32(1 + 1e-7))
+    assert ok["status"] == "passed" and ok["outputs"]["out"]["pixel_agreement"] == 1.0
+    bad = judge(shifted)
+    assert bad["status"] == "failed" and bad["reason"].startswith("out: ") and "pixel(s) of 8192 changed class" in \
+        bad["reason"] and bad["outputs"]["aux"]["status"] == "passed"
+    masks = segmentation.postprocess({"out": scores}, outputs)
+    same = segmentation.agreement(masks, masks)
+    moved = segmentation.agreement(masks, segmentation.postprocess({"out": shifted}, outputs))
+    assert same["pixel_agreement"] == same["mean_iou"] == 1.0 and 0.8 < moved["pixel_agreement"] < 1.0
+    assert moved["mean_iou"] < moved["pixel_agreement"]
+    with pytest.raises(UsageError, match=r"--task segmentation reads class scores a pixel.*logits \[10\]"):
+        segmentation.kinds([Output("logits", (10,))], "net.onnx")
