@@ -423,6 +423,37 @@ def pareto(df: pd.DataFrame) -> Figure | None:
     return _finish(fig, handles)
 
 
+def postprocess_share(df: pd.DataFrame) -> Figure | None:
+    """Each verified cell's time a batch as two stacked bars: the model's call (its p50, the ranked figure) and the
+    task's post-processing after it (its own phase, timed outside the call), with the share the post-processing
+    takes; one panel per device, model and resolution."""
+    column = "postprocess.ms_p50"
+    if column not in df:
+        return None
+    good = latest(df[df["ranked"] & df[column].notna()])
+    if good.empty:
+        return None
+    every = list(good.groupby(["device_name", "model", "resolution"]))
+    panels = _few(every)
+    fig, axes = _grid(len(panels), width=6.5, height=1.2 + 0.42 * max(len(g) for _, g in panels), of=len(every))
+    handles: dict[str, Any] = {}
+    for ax, ((device, model, res), g) in zip(axes.flat, panels):
+        g = g.sort_values(["batch_size", "framework"], key=lambda s: s.map(_order) if s.name == "framework" else s)
+        y = np.arange(len(g))[::-1]
+        model_ms, post_ms = g["p50_ms"].to_numpy(dtype=float), g[column].to_numpy(dtype=float)
+        handles["the model's call (p50)"] = ax.barh(y, model_ms, color="#4477aa", height=0.6)
+        handles["post-processing after it (p50)"] = ax.barh(y, post_ms, left=model_ms, color="#ee7733", height=0.6)
+        for yi, m, p in zip(y, model_ms, post_ms):
+            ax.annotate(f"{p / (m + p):.0%} post", (m + p, yi), xytext=(3, 0), textcoords="offset points",
+                        va="center", fontsize=SMALL)
+        ax.set_yticks(y, [f"{fw} bs{bs}" for fw, bs in zip(g["framework"], g["batch_size"])])
+        ax.set_xlim(0, 1.25 * float(np.max(model_ms + post_ms)))
+        ax.set_xlabel("ms a batch (lower is better)")
+        ax.set_title(f"where a batch's time goes: {model}@{res}\n{device}")
+        ax.grid(alpha=0.3, axis="x")
+    return _finish(fig, handles)
+
+
 def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None) -> tuple[Figure | None, pd.DataFrame]:
     """Mean power against throughput, one panel per device, one series per framework; a least-squares
     line only where it means something (R² ≥ 0.5 over ≥ 4 points), its R² always in the legend.

@@ -149,7 +149,9 @@ def batch_sizes(ctx: Context) -> list[str]:
             *ctx.figure("latency_p50_vs_batch.png", plots.latency_vs_batch(df, "p50"), "p50 latency vs batch size"),
             *ctx.figure("latency_p99_vs_batch.png", plots.latency_vs_batch(df, "p99"), "p99 latency vs batch size"),
             *ctx.figure("latency_distributions.png", plots.latency_distributions(df),
-                        "latency distributions (raw samples)")]
+                        "latency distributions (raw samples)"),
+            *ctx.figure("postprocess_share.png", plots.postprocess_share(df),
+                        "the model's call and the task's post-processing after it (a detector's suppression), a batch")]
 
 
 def xla_steps(ctx: Context) -> list[str]:
