@@ -239,3 +239,21 @@ def test_a_failed_cell_whose_blocks_were_read_gets_its_error_curve_in_the_report
     (ax,) = [a for a in fig.axes if a.has_data()]
     assert ax.get_yscale() == "log" and ax.lines[-1].get_ydata()[0] == 0.04  # the gate, dashed
     assert any(t.get_text() == "first: classifier (not finite)" for t in ax.texts)
+
+
+def test_a_tasks_post_processing_is_drawn_beside_the_models_call_with_its_share(tmp_path):
+    """A detector's suppression timed as its own phase: the report shows each verified cell's call and the
+    post-processing after it, stacked, with the share; a run without post-processing gets no such figure."""
+    post = {"what": "boxes decoded, class-aware non-maximum suppression", "where": "outside the timed call",
+            "ms_p50": 3.0, "calls": 20, "batch_size": 1}
+    recs = [_record(fw, p50=p, task="detection", postprocess=post) for fw, p in (("onnxrt", 1.0), ("openvino", 3.0))]
+    df = analysis.load(_write(tmp_path / "det", recs))
+    fig = plots.postprocess_share(df)
+    ax = fig.axes[0]
+    assert sorted(t.get_text() for t in ax.texts) == ["50% post", "75% post"]
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["onnxrt bs1", "openvino bs1"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["the model's call (p50)", "post-processing after it (p50)"]
+    assert plots.postprocess_share(analysis.load(_write(tmp_path / "plain", [_record("onnxrt")]))) is None
+    assert main([str(tmp_path / "det"), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "postprocess_share.png").exists()
