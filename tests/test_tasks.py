@@ -194,3 +194,120 @@ def test_a_mask_a_pixel_row_off_fails_parity_naming_its_output_and_counting_the_
     assert moved["mean_iou"] < moved["pixel_agreement"]
     with pytest.raises(UsageError, match=r"--task segmentation reads class scores a pixel.*logits \[10\]"):
         segmentation.kinds([Output("logits", (10,))], "net.onnx")
+
+
+def _truth(boxes_per_image, width=200, height=100, categories=(1, 3, 7)):
+    """A COCO ground truth of images ``width`` x ``height``, each with its ``[x, y, w, h, category]`` boxes."""
+    images = [{"id": 10 + i, "file_name": f"{i}.png", "width": width, "height": height}
+              for i in range(len(boxes_per_image))]
+    annotations = [{"id": n, "image_id": 10 + i, "category_id": c, "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0}
+                   for i, boxes in enumerate(boxes_per_image) for n, (x, y, w, h, c) in enumerate(boxes, 1 + 100 * i)]
+    return {"images": images, "annotations": annotations,
+            "categories": [{"id": c, "name": f"c{c}"} for c in categories], "input_size": 100}
+
+
+def _head_of(boxes_per_image, width=200, height=100, anchors=12, categories=(1, 3, 7), keep=1.0, shift=0.0):
+    """The raw heads a perfect detector gives for ``boxes_per_image`` (in the images' pixels; the input is 100 px a
+    side): one anchor a box, its category's score 0.9, the other anchors' scores 0; ``keep``: the share of boxes
+    found, ``shift``: boxes moved right by that share of their width."""
+    head = np.zeros((len(boxes_per_image), 4 + len(categories), anchors), dtype=np.float32)
+    head[:, 2:4, :] = 1.0
+    for i, boxes in enumerate(boxes_per_image):
+        for a, (x, y, w, h, c) in enumerate(boxes[:round(keep * len(boxes))]):
+            sx, sy = 100 / width, 100 / height
+            head[i, :4, a] = [(x + w / 2 + shift * w) * sx, (y + h / 2) * sy, w * sx, h * sy]
+            head[i, 4 + categories.index(c), a] = 0.9
+    return head
+
+
+def test_a_detectors_map_is_cocos_on_boxes_whose_map_is_known():
+    """Detections from heads made to find every box, half of them, or every box shifted by 40% of its width (IoU
+    0.43: matched at no threshold) or 20% (IoU 0.67: matched at 0.5-0.65, 4 of COCO's 10 thresholds): mAP 1, about
+    0.5, 0 and 0.4; boxes in images 200 x 100 read from a 100 px input, scaled back; a reduced precision held to 99% of
+    FP32's mAP."""
+    boxes = [[(10, 10, 40, 30, 1), (120, 50, 50, 40, 3)], [(30, 20, 60, 50, 7)],
+             [(5, 5, 20, 20, 3), (80, 60, 30, 30, 1)]]
+    truth, outputs = _truth(boxes), [Output("output0", (7, 12))]
+
+    def acc(precision="fp16", **how):
+        return detection.accuracy(truth, {"output0": _head_of(boxes, **how)}, {"output0": _head_of(boxes)}, outputs,
+                                  precision)
+
+    same = acc()
+    assert same["status"] == "passed" and same["map"]["value"] == same["map"]["fp32"] == 1.0
+    assert same["map"]["difference_ci95"] == [0.0, 0.0] and same["map50"]["value"] == 1.0
+    half = acc(keep=0.5)
+    assert half["status"] == "failed" and 0.3 < half["map"]["value"] < 0.7 and "below MLPerf's 99%" in half["reason"]
+    lo, hi = half["map"]["ci95"]
+    assert lo <= half["map"]["value"] <= hi and half["map"]["difference_ci95"][1] < 0
+    assert acc(shift=0.4)["map"]["value"] == 0.0
+    near = acc(shift=0.2)
+    assert near["map50"]["value"] == 1.0 and abs(near["map"]["value"] - 0.4) < 0.02, near["map"]
+    assert acc("fp32", keep=0.5)["status"] == "measured"
+
+
+def test_labelled_images_must_suit_the_task_and_a_coco_file_is_checked_before_any_export(tmp_path, capsys):
+    from detectors import yolo_layout_onnx
+    from PIL import Image
+
+    from inferbench.run import main
+
+    model = yolo_layout_onnx(tmp_path / "yolo.onnx")
+    folder = tmp_path / "coco"
+    (folder / "images").mkdir(parents=True)
+    for i in range(2):
+        Image.new("RGB", (80, 60), (40 * i, 90, 200)).save(folder / "images" / f"{i}.png")
+    good = {"images": [{"id": i, "file_name": f"{i}.png", "width": 80, "height": 60} for i in range(2)],
+            "annotations": [{"id": 1, "image_id": 0, "category_id": 2, "bbox": [5, 5, 20, 10]}],
+            "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"}]}
+    bad = {
+        "a missing image": ({**good, "images": [*good["images"], {"id": 9, "file_name": "9.png", "width": 80,
+                                                                   "height": 60}]}, "1 of its 3 images are missing"),
+        "a malformed box": ({**good, "annotations": [{**good["annotations"][0], "bbox": [5, 5, -2, 10]}]},
+                            "annotations[0]: its bbox [5, 5, -2, 10] does not lie inside its 80x60 image"),
+        "a box of three numbers": ({**good, "annotations": [{**good["annotations"][0], "bbox": [5, 5, 2]}]},
+                                   "annotations[0]: its bbox [5, 5, 2] is not [x, y, width, height]"),
+        "an unknown category": ({**good, "annotations": [{**good["annotations"][0], "category_id": 8}]},
+                                "annotations[0] has category 8, which is not among its categories"),
+        "an unknown image": ({**good, "annotations": [{**good["annotations"][0], "image_id": 5}]},
+                             "annotations[0] names no image of the file"),
+        "no lists": ({"images": {}}, "not a COCO instances file"),
+    }
+    import json
+
+    for what, (data, said) in bad.items():
+        (folder / "instances.json").write_text(json.dumps(data))
+        code = main(["--model", str(model), "--task", "detection", "--eval-dir", str(folder),
+                     "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and said in err[0], (what, err)
+    (folder / "instances.json").write_text(json.dumps(good))
+    for argv, said in (([str(model), "--task", "raw"], "measures no accuracy for yolo-"),
+                       (["mobilenet_v3_small"], "--eval-dir: a COCO instances file labels its images with boxes, "
+                                                "and mobilenet_v3_small (classification) is measured on classes")):
+        code = main(["--model", *argv, "--eval-dir", str(folder), "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(tmp_path / "c")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and said in err[0], err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "c").exists()
+
+
+def test_an_int8_detector_whose_boxes_are_lost_after_the_suppression_fails_as_a_broken_export():
+    """Without labelled images an INT8 cell is speed only, unless its results after the task's post-processing are
+    so far from FP32's that no correct quantisation comes near (a YOLO head's scores quantised to 0 with its boxes'
+    scale: no box left); then it fails, as a classifier below the gross floor does."""
+    from inferbench.scenarios.gates import broken_after
+
+    lost = {"boxes_reference": 4378, "boxes_candidate": 0, "matched": 0, "matched_share": 0.0, "images": 16}
+    kept = {**lost, "boxes_candidate": 4300, "matched": 4250, "matched_share": 4250 / 4378}
+    unjudged = {"status": "unjudged", "reason": "speed only: INT8's accuracy not judged"}
+    failed = broken_after(detection, {**unjudged, "after_postprocess": lost})
+    assert failed["status"] == "failed" and failed["reason"].startswith(
+        "INT8: its detections after the shared suppression match FP32's on 0.0% of 4378 boxes") and \
+        "a broken export" in failed["reason"]
+    assert broken_after(detection, {**unjudged, "after_postprocess": kept})["status"] == "unjudged"
+    assert broken_after(detection, {**unjudged, "after_postprocess": {**lost, "boxes_reference": 3}})["status"] == \
+        "unjudged"  # too few boxes to say
+    assert broken_after(segmentation, {**unjudged, "after_postprocess": {"mean_iou": 0.04, "pixel_agreement": 0.3,
+                                                                          "pixels": 10, "images": 1}})["status"] == \
+        "failed"

@@ -314,16 +314,20 @@ def accuracy_said(record: Mapping[str, Any]) -> str | None:
     """A cell's top-1 accuracy on the user's labelled images (``--eval-dir``) beside FP32's, with intervals, and for a
     reduced precision MLPerf's verdict (docs/method.md); None without labelled images."""
     block = field(record, "parity.accuracy") or {}
-    top1 = block.get("top1")
-    if not top1:
+    top1 = block.get("top1") or {}
+    if not top1 and not block.get("said"):
         return f"accuracy {block['status'].replace('_', ' ')}: {block['reason']}" if block.get("reason") else None
-    ci: Sequence[Any] = top1.get("ci95") or (None, None)
-    diff: Sequence[Any] = top1.get("difference_ci95") or (None, None)
-    points = float(top1["difference"]) * 100
-    text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci else "")
-            + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "
-            + f"{points:+.1f} points" + (
-                f" [{diff[0] * 100:+.1f} to {diff[1] * 100:+.1f}]" if None not in diff else ""))
+    if block.get("said"):  # a task's own measure (a detector's mAP), said by its task
+        text = str(block["said"])
+    else:
+        ci: Sequence[Any] = top1.get("ci95") or (None, None)
+        diff: Sequence[Any] = top1.get("difference_ci95") or (None, None)
+        points = float(top1["difference"]) * 100
+        text = (f"top-1 accuracy {top1['accuracy']:.1%}" + (f" [95% CI {ci[0]:.1%}-{ci[1]:.1%}]" if None not in ci
+                                                             else "")
+                + f" on {block['images']} labelled images, FP32's {top1['fp32']:.1%}: "
+                + f"{points:+.1f} points" + (
+                    f" [{diff[0] * 100:+.1f} to {diff[1] * 100:+.1f}]" if None not in diff else ""))
     if block.get("decides"):
         text += f"; MLPerf's gate ({block.get('gate', 0.99):.0%} of FP32) {block['status']}"
     return text + (f" ({block['note']})" if block.get("note") else "")

@@ -34,7 +34,10 @@ def _rate(record: dict[str, Any]) -> str:
 
 def _top1(record: dict[str, Any]) -> str:
     """A cell's top-1 accuracy on the labelled images and its difference from FP32's, in points: "76.2% (-0.3)"."""
-    top1 = ((record.get("parity") or {}).get("accuracy") or {}).get("top1") or {}
+    block = (record.get("parity") or {}).get("accuracy") or {}
+    if block.get("short"):  # a task's own measure (a detector's mAP)
+        return str(block["short"])
+    top1 = block.get("top1") or {}
     if top1.get("accuracy") is None:
         return "-"
     return f"{top1['accuracy']:.1%} ({float(top1['difference']) * 100:+.1f})"
@@ -89,7 +92,8 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     lead: tuple[str, ...] = ((own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)) + (
         ("+ post ms",) if post else ())
     header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + (
-        ("top-1 (vs FP32)",) if labelled else ()) + lead + (
+        ("top-1 (vs FP32)" if not any(((r.get("parity") or {}).get("accuracy") or {}).get("short") for r in records)
+         else "accuracy (vs FP32)",) if labelled else ()) + lead + (
         "p99 ms", "n", "stability", "valid") + (() if own.rate_column else ("samples/s",)) + (
         "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
         ("W", "J/inf") if energy else ())

@@ -28,6 +28,7 @@ from ..registry.artifacts import (
 from ..registry.frameworks import Framework, artifacts_of, get_framework, unavailable_reason
 from ..registry.models import ModelSpec, get_model
 from ..registry.scenarios import scenario as scenario_entry
+from ..registry.tasks import task
 from ..spec import (
     CellKey,
     ExportJob,
@@ -67,6 +68,8 @@ class _Exports:
                  quantized: tuple[str, ...]) -> None:
         self.config, self.spec, self.resolution, self.batch_sizes = config, spec, resolution, batch_sizes
         self.progress = progress
+        if not task(spec.task).classifier:  # agreement over many inputs is top-1's: a classifier's only
+            agreement_inputs = 0
         self.key_inputs = cache_key(config, spec, resolution)
         self.cache_dir = Path(config.cache_dir)
         self.folder = artifact_cache.artifact_dir(self.cache_dir, self.key_inputs)

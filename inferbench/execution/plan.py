@@ -24,9 +24,9 @@ from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.images import open_eval_set
 from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
-from ..registry.models import MODELS, get_model, is_model_file, list_models, register, task_of
+from ..registry.models import MODELS, get_model, is_model_file, list_models, register
 from ..registry.scenarios import scenario
-from ..registry.tasks import AUTO, task
+from ..registry.tasks import AUTO, LABELS_OF_LAYOUT, task
 from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig, groups_of
 from . import budget
 from .budget import fit, to_export
@@ -137,15 +137,13 @@ def build(values: dict[str, Any]) -> Built:
     if values["weights"] == "imagenet":
         refuse_imagenet([m.name for m in models if m.keras_builder and ":" in m.keras_builder])
     check_tracking(values["log_to"])
-    unlabelled = [m.name for m in models if not task(m.task).accuracy]
-    if values.get("eval_dir") and unlabelled:
-        raise UsageError(f"--eval-dir: inferbench measures no accuracy for {unlabelled[0]} ({task_of(unlabelled[0])}: "
-                         "top-1 on labelled images is a classifier's); leave --eval-dir out")
     entry = scenario(values["scenario"])
     device = resolve(values["device"], values["gpu_id"])
     check_rules(values, entry, device)
     eval_set = open_eval_set(values["eval_dir"], values["eval_images"], values["seed"], values["follow_links"]) \
         if values.get("eval_dir") else None
+    if eval_set is not None:
+        check_labels(eval_set, models)
     tuning = _tuning(values, entry)
     config = _config(values, entry, device, tuning.tune, tuple(m for m in files if isinstance(m, ModelFile)),
                      eval_set)
@@ -303,6 +301,22 @@ def default_processes(rounds: int) -> int:
     """Worker processes a cell when --processes is not given: :data:`DEFAULT_PROCESSES` where the rounds give each
     at least two (a spread within every process beside the one between them), else two (one round: one)."""
     return min(rounds, DEFAULT_PROCESSES if rounds >= 2 * DEFAULT_PROCESSES else 2)
+
+
+def check_labels(eval_set: Any, models: list[Any]) -> None:
+    """Every model's task measures its accuracy on what the labelled set labels its images with (classes, or a COCO
+    file's boxes); one line otherwise."""
+    have = LABELS_OF_LAYOUT.get(eval_set.layout)
+    for m in models:
+        needs = task(m.task).labels
+        if not needs:
+            raise UsageError(f"--eval-dir: inferbench measures no accuracy for {m.name} ({m.task} outputs) yet; "
+                             "leave --eval-dir out")
+        if needs != have:
+            what = {"coco": "a COCO instances file", "labels": "a labels file"}.get(eval_set.layout,
+                                                                                   "a folder per class")
+            raise UsageError(f"--eval-dir: {what} labels its images with {have}, and {m.name} ({m.task}) is measured "
+                             f"on {needs}")
 
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:

@@ -14,6 +14,7 @@ from ..registry import images
 from ..registry.artifacts import ExportContext, evaluation_reference, source_kind
 from ..registry.keras_models import load_keras
 from ..registry.models import get_model
+from ..registry.tasks import task
 from .reference import predictor
 
 
@@ -27,8 +28,11 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     if not path.exists():
         model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
         predict = predictor(spec, ctx, model)
-        out = np.concatenate([predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution)])
-        if out.ndim != 2 or out.shape[1] < 2:
+        out = np.concatenate([predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution,
+                                                                es.layout == "coco")])
+        if not task(spec.task).classifier:
+            pass  # a detector's labels are boxes: its task's accuracy reads them
+        elif out.ndim != 2 or out.shape[1] < 2:
             raise UsageError(f"--eval-dir: {spec.name}'s outputs (shape {out.shape[1:]} an image) are no class "
                              "scores to measure accuracy on")
         if es.classes > out.shape[1]:

@@ -37,6 +37,7 @@ import numpy as np
 from ..base.errors import UsageError
 from ..base.reading import kind_of, read_bounded, read_text
 from ..base.text import excerpt, visible
+from . import coco
 from .inputs import agreement_inputs, preprocess
 
 #: What is read as an image (torchvision's ImageFolder reads the same).
@@ -73,6 +74,7 @@ class EvalSet:
         sample = f" (a seeded sample of the {self.found:,})" if self.found > self.images else ""
         how = (f"a folder per class, numbered in sorted order as torchvision's ImageFolder numbers them: "
                f"{self.first_class}=0 ... {self.last_class}={self.classes - 1}") if self.layout == "folders" \
+            else f"a COCO instances file, {self.classes} categories" if self.layout == "coco" \
             else f"a labels file, {self.classes} classes"
         skipped = f"; skipped {len(self.skipped)} that are not regular files: {', '.join(self.skipped[:3])}" \
             if self.skipped else ""
@@ -144,7 +146,8 @@ def _opened_set(root: Path, layout: str, count: int, seed: int, follow_links: bo
         with _opened(path):
             pass
     folders = _class_folders(root) if layout == "folders" else [None]
-    classes = len(folders) if layout == "folders" else 0 if layout == "images" else max(lab for _, lab in found) + 1
+    classes = len(folders) if layout == "folders" else 0 if layout == "images" else \
+        len(coco.read(root)["categories"]) if layout == "coco" else max(lab for _, lab in found) + 1
     return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed), classes=classes,
                    digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1],
                    follow_links=follow_links, skipped=tuple(skipped))
@@ -159,18 +162,27 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
     return found
 
 
-def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int) -> Iterator[np.ndarray]:
+def labels(es: EvalSet, listed: list[tuple[Path, int]], resolution: int) -> Any:
+    """What the images of ``listed`` are labelled with: their class numbers, or a COCO set's ground truth (its boxes,
+    :func:`inferbench.registry.coco.truth`, with ``input_size``: the model's input, which the boxes scale from)."""
+    if es.layout == "coco":
+        return {**coco.truth(Path(es.path), [i for _, i in listed]), "input_size": resolution}
+    return np.array([label for _, label in listed], dtype=np.int64)
+
+
+def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int, whole: bool = False) -> Iterator[np.ndarray]:
     """The images of ``listed`` (:func:`items`) as model inputs (float32, the model's preparation and layout),
-    :data:`CHUNK` at a time."""
+    :data:`CHUNK` at a time; ``whole``: each image resized whole (a COCO set's: its boxes stay in the frame)."""
     for start in range(0, len(listed), CHUNK):
-        batch = preprocess(spec, np.stack([read(p, resolution) for p, _ in listed[start:start + CHUNK]]))
+        batch = preprocess(spec, np.stack([read(p, resolution, whole) for p, _ in listed[start:start + CHUNK]]))
         yield np.ascontiguousarray(batch.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else batch
 
 
-def read(path: Path, resolution: int) -> np.ndarray:
+def read(path: Path, resolution: int, whole: bool = False) -> np.ndarray:
     """One image as RGB float32 in [0, 255], ``resolution`` pixels a side: turned upright (its EXIF orientation), the
     centre square of ``CROP`` of its shorter side resized (bilinear) to the resolution, as resizing the shorter side to
-    ``resolution / CROP`` and cropping the centre would, without ever making the larger image; 16-bit images scaled to
+    ``resolution / CROP`` and cropping the centre would, without ever making the larger image (``whole``: the whole
+    image resized, its aspect not kept: a detector's boxes scale back by width and height); 16-bit images scaled to
     8 bits; a UsageError naming the file where it cannot be read, or holds 32-bit integers or floats (no scale)."""
     from PIL import Image, ImageOps
 
@@ -186,7 +198,7 @@ def read(path: Path, resolution: int) -> np.ndarray:
         rgb = im.convert("RGB")
     w, h = rgb.size
     crop = min(w, h) * min(1.0, resolution / side)
-    box = ((w - crop) / 2, (h - crop) / 2, (w + crop) / 2, (h + crop) / 2)
+    box = (0, 0, w, h) if whole else ((w - crop) / 2, (h - crop) / 2, (w + crop) / 2, (h + crop) / 2)
     return np.asarray(rgb.resize((resolution, resolution), Image.Resampling.BILINEAR, box=box), dtype=np.float32)
 
 
@@ -194,9 +206,12 @@ def _root(path: Path, follow_links: bool = False) -> tuple[Path, str]:
     """The labels file named, or the folder: its labels file where it lists images ('path label' lines), else its
     class folders (a labels.txt of class names beside them, as Keras and TFLite ship, is not a list of images)."""
     if path.is_file():
-        return path, "labels"
+        return path, "coco" if path.suffix == ".json" else "labels"
     if not path.is_dir():
         raise UsageError(f"--eval-dir {path}: no such folder or labels file")
+    instances = coco.find(path)
+    if instances is not None:  # a detector's labelled images: boxes, not classes
+        return instances, "coco"
     named = [path / f for f in LABEL_FILES if (path / f).is_file()]
     if named and _class_folders(path):
         try:
@@ -222,6 +237,10 @@ def _listed(root: Path, layout: str, follow_links: bool = False) -> tuple[list[t
         found = [(p, -1) for p in _walk(root, set(), root, follow_links, skipped)]
         if not found:
             raise UsageError(f"--calib-dir {root}: no images ({', '.join(EXTENSIONS)}) in it or its subfolders")
+        return found, skipped
+    if layout == "coco":
+        inside(root, root.parent, follow_links)
+        found = [(inside(p, root.parent, follow_links), i) for p, i in coco.images(root, coco.read(root))]
         return found, skipped
     found = _from_labels(root, follow_links) if layout == "labels" else _from_folders(root, follow_links, skipped)
     if not found:

@@ -33,6 +33,16 @@ class TaskModule(Protocol):
     def agreement(self, reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
         """How far two post-processed results agree (the reference's and a runtime's, on the same inputs)."""
 
+    def accuracy(self, labels: Any, candidate: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+                 outputs: Sequence[Output], precision: str) -> dict[str, Any]:
+        """A cell's accuracy on labelled images beside FP32's (the source's ``reference`` outputs on the same images),
+        and for a reduced precision the gate (MLPerf's 99% of FP32's); ``labels``: what the images are labelled with
+        (:func:`inferbench.registry.images.labels`)."""
+
+    def broken(self, agreement: dict[str, Any]) -> bool:
+        """Whether :meth:`agreement`'s result is so far from FP32's that no correct quantisation comes near (below
+        :data:`inferbench.measure.parity.INT8_GROSS_FLOOR`)."""
+
     def said(self, agreement: dict[str, Any]) -> str:
         """:meth:`agreement`'s result as the answer says it, in a phrase ("" where the task has none)."""
 
@@ -44,13 +54,21 @@ class Task:
     accuracy: str = ""  # what labelled images give it ("": none; --eval-dir is refused in one line)
     classifier: bool = False  # its reference must name several top classes (parity.check_reference)
     postprocess: str = ""  # what runs after the call, the same code for every runtime ("": nothing)
+    labels: str = ""  # what its labelled images are labelled with: "classes", "boxes" (a COCO file); "": none
+    float_outputs: bool = False  # INT8 leaves the operators writing its outputs in FP32 (outputs of mixed ranges)
+
+
+#: What a labelled set's layout (registry/images.py's EvalSet.layout) labels its images with.
+LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes"}
 
 
 TASKS: dict[str, Task] = {
     "classification": Task("inferbench.tasks.classification", "one array of class scores (logits) an image",
-                           "top-1 and top-5 accuracy", classifier=True),
+                           "top-1 and top-5 accuracy", classifier=True, labels="classes"),
     "detection": Task("inferbench.tasks.detection", "a raw anchor-free detection head, [4 + classes, anchors] an "
                       "image (YOLOv8's layout: box centre, width and height in pixels, then each class's score)",
+                      accuracy="COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval), on a COCO instances file",
+                      labels="boxes", float_outputs=True,
                       postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),
     "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
                          "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",

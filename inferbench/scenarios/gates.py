@@ -73,8 +73,20 @@ def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[
         if accuracy is not None:
             out = judged(out, "accuracy", {**accuracy, "decides": decided})
         if precision == "int8":  # judged by its accuracy, never by its logits: without labels, speed only
-            out = parity.int8_verdict(out, accuracy)
+            out = broken_after(module, parity.int8_verdict(out, accuracy))
     return where_it_diverged(out, runner, inputs, emit)
+
+
+def broken_after(module: TaskModule, check: dict[str, Any]) -> dict[str, Any]:
+    """An unjudged INT8 cell (no labelled images) whose results after the task's post-processing are so far from
+    FP32's that no correct quantisation comes near (:meth:`TaskModule.broken`): failed, as a classifier's below
+    :data:`inferbench.measure.parity.INT8_GROSS_FLOOR` is: a broken export is no speed to show."""
+    after = check.get("after_postprocess")
+    if check["status"] != "unjudged" or not after or not module.broken(after):
+        return check
+    return {**check, "status": "failed", "reason": f"INT8: {module.said(after)}, below "
+            f"{parity.INT8_GROSS_FLOOR:.0%}: a broken export (its outputs' quantisation lost them), not a speed to "
+            "show"}
 
 
 def judge_outputs(module: TaskModule, outputs: list[Output], reference: np.ndarray, got: np.ndarray, precision: str,
@@ -159,10 +171,10 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
 
 
 def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
-    """A cell's top-1 and top-5 accuracy on the user's labelled images (``--eval-dir``) beside the source's FP32 on the
-    same images (:func:`inferbench.measure.parity.accuracy`), computed at the timed batch size; ``not_measured`` with
-    the reason where the FP32 outputs on them were not exported, are no class scores, or the cell's cannot be computed;
-    failed where they have another size."""
+    """A cell's accuracy on the user's labelled images (``--eval-dir``) beside the source's FP32 on the same images, by
+    its task's measure (a classifier's top-1 and top-5, :func:`inferbench.measure.parity.accuracy`; a detector's COCO
+    mAP), computed at the timed batch size; ``not_measured`` with the reason where the FP32 outputs on them were not
+    exported, are no class scores, or the cell's cannot be computed; failed where they have another size."""
     es, folder, spec = job.config.eval_set, Path(job.artifact_dir), get_model(job.cell.model)
     assert es is not None
     note = "seeded random weights: accuracy on real images is chance (--weights imagenet, or your trained model)" \
@@ -174,19 +186,22 @@ def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     if es.digest not in ((cached(folder, "evaluation") or {}).get("variants") or ()):
         return not_measured("no FP32 outputs on the labelled images in the cache (their export failed)")
     reference = np.load(folder / evaluation_reference(es.digest))
-    if reference.ndim != 2 or reference.shape[1] < 2:
+    if task(spec.task).classifier and (reference.ndim != 2 or reference.shape[1] < 2):
         return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an image)")
     emit(f"parity check: accuracy on {es.images} labelled images")
     try:
         listed = images.items(es)  # listed once: the images read and their labels
     except UsageError as exc:  # the set changed since the run began
         return not_measured(str(exc))
-    got = outputs_on(runner, lambda: images.inputs(spec, listed, job.cell.resolution), job.cell.batch_size,
-                     reference.size, not_measured, "the labelled images")
+    got = outputs_on(runner, lambda: images.inputs(spec, listed, job.cell.resolution, es.layout == "coco"),
+                     job.cell.batch_size, reference.size, not_measured, "the labelled images")
     if isinstance(got, dict):
         return got
-    labels = np.array([label for _, label in listed], dtype=np.int64)
-    return {**parity.accuracy(labels, got, reference, job.cell.precision), "eval_set": es.digest, "note": note}
+    outputs = read_layout(folder / REFERENCE_OUTPUTS, reference.shape[1])
+    block = task_module(spec.task).accuracy(images.labels(es, listed, job.cell.resolution),
+                                            unpacked(got, outputs),
+                                            unpacked(reference, outputs), outputs, job.cell.precision)
+    return {**block, "eval_set": es.digest, "note": note}
 
 
 def outputs_on(runner: Any, chunks: Any, batch_size: int, size: int, not_measured: Callable[[str], dict[str, Any]],

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..measure import parity
 from ..registry.outputs import Output
 
 
@@ -31,5 +32,19 @@ def agreement(reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
     return {}
 
 
+def broken(agreement: dict[str, Any]) -> bool:
+    return False
+
+
 def said(agreement: dict[str, Any]) -> str:
     return ""
+
+
+def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+             outputs: Sequence[Output], precision: str) -> dict[str, Any]:
+    """Top-1 and top-5 on labelled classes (:func:`inferbench.measure.parity.accuracy`)."""
+    if not isinstance(labels, np.ndarray):
+        raise UsageError("--eval-dir: a classifier's labelled images are classes (a folder per class or a labels "
+                       "file), not a COCO instances file")
+    name = outputs[0].name
+    return parity.accuracy(labels, candidate[name], reference[name], precision)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..measure.parity import ACCURACY_GATE, INT8_GROSS_FLOOR
 from ..registry.outputs import Output
 from . import nms
 
@@ -78,7 +79,110 @@ def agreement(reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
             "mean_iou": float(np.mean(overlaps)) if overlaps else None, "max_score_difference": score_diff}
 
 
+def broken(agreement: dict[str, Any]) -> bool:
+    """FP32 found boxes (10 at least) and fewer than :data:`INT8_GROSS_FLOOR` of them are matched: an INT8 head whose
+    scores were quantised to nothing (a YOLO head's boxes in pixels and scores in [0, 1] share one output and one
+    scale)."""
+    return agreement["boxes_reference"] >= 10 and agreement["matched_share"] < INT8_GROSS_FLOOR
+
+
 def said(agreement: dict[str, Any]) -> str:
     return (f"its detections after the shared suppression match FP32's on {agreement['matched_share']:.1%} of "
             f"{max(agreement['boxes_reference'], agreement['boxes_candidate'])} boxes over {agreement['images']} "
             "reference inputs")
+
+
+#: Detections for mAP are kept as COCO's evaluation and Ultralytics' validation keep them: from a score of 0.001,
+#: 300 an image.
+EVALUATION = nms.Settings(score=0.001, iou=0.7, max_boxes=300)
+#: Resamples of the images for the intervals (each an evaluation of the cell's and of FP32's detections).
+BOOTSTRAP = 200
+METRICS = (("map", 0, "mAP@[.5:.95]"), ("map50", 1, "mAP@.5"))
+
+
+def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+             outputs: Sequence[Output], precision: str) -> dict[str, Any]:
+    """COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval) of the cell's detections and of FP32's on the labelled images,
+    each with a 95% interval and their paired difference's (the images resampled, :data:`BOOTSTRAP` times, the same
+    resample for both); a reduced precision passes at MLPerf's 99% of FP32's mAP@[.5:.95]."""
+    if not isinstance(labels, dict):
+        raise UsageError("--eval-dir: a detector's labelled images are a COCO instances file's boxes")
+    mine, fp32 = (_detections(labels, postprocess(x, outputs, EVALUATION) or []) for x in (candidate, reference))
+    n = len(labels["images"])
+    rng = np.random.default_rng(0)
+    draws = [rng.integers(0, n, n) for _ in range(BOOTSTRAP)]
+    by_image: dict[Any, list[dict[str, Any]]] = {}
+    for a in labels["annotations"]:
+        by_image.setdefault(a["image_id"], []).append(a)
+    point = [_map(labels, by_image, mine), _map(labels, by_image, fp32)]
+    boot = np.array([[_map(labels, by_image, mine, d), _map(labels, by_image, fp32, d)] for d in draws])
+    out: dict[str, Any] = {"images": n, "gate": ACCURACY_GATE, "metric": "COCO mAP@[.5:.95]", "method": (
+        f"faster-coco-eval on the images resized whole to the input, boxes scaled back; {EVALUATION.said()}; "
+        f"intervals: {BOOTSTRAP} resamples of the images, percentile")}
+    for key, i, _ in METRICS:
+        diff = boot[:, 0, i] - boot[:, 1, i]
+        out[key] = {"value": point[0][i], "ci95": _pct(boot[:, 0, i]), "fp32": point[1][i],
+                    "fp32_ci95": _pct(boot[:, 1, i]), "difference": point[0][i] - point[1][i],
+                    "difference_ci95": _pct(diff)}
+    main, at50 = out["map"], out["map50"]
+    ci, diff = main["ci95"], main["difference_ci95"]
+    out["said"] = (f"COCO mAP@[.5:.95] {main['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {n} labelled images, "
+                   f"FP32's {main['fp32']:.3f}: {main['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; "
+                   f"mAP@.5 {at50['value']:.3f} (FP32's {at50['fp32']:.3f})")
+    out["short"] = f"mAP {main['value']:.3f} ({main['difference']:+.3f})"
+    if precision == "fp32":
+        return {"status": "measured", "reason": None, **out}
+    if main["fp32"] <= 0:
+        return {"status": "not_measured", "reason": f"FP32 finds none of the labelled objects in the {n} images "
+                "(mAP 0): nothing to hold it to (labels in another category order than the model's?)", **out}
+    if main["value"] >= ACCURACY_GATE * main["fp32"] - 1e-12:
+        return {"status": "passed", "reason": None, **out}
+    return {"status": "failed", "reason": (
+        f"mAP@[.5:.95] {main['value']:.3f} against FP32's {main['fp32']:.3f} on {n} labelled images: "
+        f"{main['value'] / main['fp32']:.1%} of FP32, below MLPerf's {ACCURACY_GATE:.0%}"), **out}
+
+
+def _pct(values: np.ndarray) -> list[float]:
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, Any]]]:
+    """Each image's detections as COCO results: boxes scaled from the input back to the image, ``[x, y, w, h]``, the
+    model's class ``i`` the ``i``-th category by id (a class past the categories is left out)."""
+    size, ids = float(truth["input_size"]), [c["id"] for c in truth["categories"]]
+    out = []
+    for im, d in zip(truth["images"], found):
+        sx, sy = im["width"] / size, im["height"] / size
+        out.append([{"category_id": ids[int(c)], "score": float(s),
+                     "bbox": [float(b[0] * sx), float(b[1] * sy), float((b[2] - b[0]) * sx), float((b[3] - b[1]) * sy)]}
+                    for b, s, c in zip(d["boxes"], d["scores"], d["classes"]) if int(c) < len(ids)])
+    return out
+
+
+def _map(truth: dict[str, Any], by_image: dict[Any, list[dict[str, Any]]], found: list[list[dict[str, Any]]],
+         draw: np.ndarray | None = None) -> list[float]:
+    """mAP@[.5:.95] and mAP@.5 of ``found`` (each image's detections) against ``truth`` (its annotations ``by_image``),
+    over the images ``draw`` picks (a resample: an image drawn twice counts twice, as two images); 0 where nothing
+    was found."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    order = range(len(truth["images"])) if draw is None else draw
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for new, i in enumerate(order, 1):
+        im = truth["images"][i]
+        images.append({**im, "id": new})
+        annotations += [{**a, "image_id": new, "id": len(annotations) + k + 1}
+                        for k, a in enumerate(by_image.get(im["id"], []))]
+        results += [{**r, "image_id": new} for r in found[i]]
+    if not results or not annotations:
+        return [0.0, 0.0]
+    gt = COCO()
+    gt.dataset = {"images": images, "annotations": annotations, "categories": truth["categories"]}
+    gt.createIndex()
+    ev = COCOeval_faster(gt, gt.loadRes(results), "bbox", print_function=lambda *_: None)
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    return [max(0.0, float(ev.stats[0])), max(0.0, float(ev.stats[1]))]
