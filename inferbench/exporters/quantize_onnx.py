@@ -17,6 +17,7 @@ from typing import Any
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
+from ..registry.tasks import task
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "onnxruntime.quantization.quantize_static", "format": "QDQ", "activations": "uint8",
@@ -32,16 +33,21 @@ CALIB_CHUNKS_HELD = 4
 def export(ctx: ExportContext, kind: str = "onnx-int8") -> dict[str, Any]:
     symmetric = kind == "onnx-int8-sym"
 
+    spec = get_model(ctx.model)
+
     def make(out: Path, cal: Any) -> None:
-        quantize(ctx.path("onnx"), out, calibration_inputs(get_model(ctx.model), cal, ctx.resolution, ctx.seed),
-                 symmetric)
+        quantize(ctx.path("onnx"), out, calibration_inputs(spec, cal, ctx.resolution, ctx.seed), symmetric,
+                 task(spec.task).float_outputs)
 
     return int8_export(ctx, kind, make, SYMMETRIC if symmetric else METHOD)
 
 
-def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = False) -> None:
+def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = False,
+             float_outputs: bool = False) -> None:
     """``source`` (an FP32 ONNX file) quantised into ``out`` (:data:`METHOD`, or :data:`SYMMETRIC`), calibrated on
-    ``chunks`` (batches of model inputs, read as they are needed)."""
+    ``chunks`` (batches of model inputs, read as they are needed); ``float_outputs``: the operators that write the
+    model's outputs left in FP32 (a YOLO head concatenates boxes in pixels and scores in [0, 1]: one INT8 scale for
+    both rounds every score to 0)."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -63,13 +69,28 @@ def quantize(source: Path, out: Path, chunks: Iterable[Any], symmetric: bool = F
 
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         prepared = prepare(source, Path(tmp))
+        exclude = output_nodes(prepared) if float_outputs else []
         quantize_static(str(prepared), str(out) + ".part", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        nodes_to_exclude=exclude,
                         activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                         weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
                         extra_options={"CalibMaxIntermediateOutputs": CALIB_CHUNKS_HELD, **(
                             {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
                             if symmetric else {})})
     Path(str(out) + ".part").replace(out)  # whole or not at all
+
+
+def output_nodes(prepared: Path) -> list[str]:
+    """The names of the operators that write the graph's outputs (every operator named first, where it had no name:
+    the quantiser excludes operators by name), the file saved again."""
+    import onnx
+
+    model = onnx.load(str(prepared))
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}_{i}"
+    onnx.save(model, str(prepared))
+    outputs = {o.name for o in model.graph.output}
+    return [n.name for n in model.graph.node if set(n.output) & outputs]
 
 
 def prepare(source: Path, folder: Path) -> Path:

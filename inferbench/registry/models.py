@@ -155,12 +155,13 @@ def task_of(model: str) -> str:
 
 
 def register(*files: ModelFile) -> None:
-    """Make model files known to :func:`get_model` by their names (the same file may come again)."""
+    """Make model files known to :func:`get_model` by their names (the same file may come again: its latest options,
+    such as its task, kept)."""
     for f in files:
         if f.name in MODELS:
             raise UsageError(f"model file {f.path} has the name of the registered model {f.name}: rename the file")
         known = _FILES.get(f.name)
-        if known is not None and known.source != f:
+        if known is not None and known.source is not None and known.source.path != f.path:
             raise UsageError(f"two model files are named {f.name} ({known.source.path if known.source else ''} "
                              f"and {f.path}): rename one")
         _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, f.resolution, "included", source=f, task=f.task)
