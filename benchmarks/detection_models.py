@@ -1,0 +1,37 @@
+"""Writes the two task models the committed detection and segmentation runs timed (benchmark_results/tasks-cpu-*),
+made by the tests' own builders (tests/detectors.py: no one's detector code, seeded weights):
+
+- ``yolo_layout_640.onnx``: an anchor-free detector whose one output is YOLOv8's raw head, ``[batch, 84, 8400]`` at
+  640x640 (80 classes, strides 8/16/32), channels 4x the tests' (1.83 GFLOP an image, a fifth of YOLOv8n's 8.7), its
+  class logits biased by -3.6 so that most anchors fall below the score threshold, as a trained detector's do (on
+  seeded image-like inputs, 0 to 810 of the 8,400 anchors an image pass it, varying with the image; each record's
+  ``postprocess.kept`` says how many boxes each image of the timed batch kept);
+- ``segmenter_520.onnx``: a segmenter with torchvision's LR-ASPP's output, ``out`` ``[batch, 21, 520, 520]``.
+
+Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has the runs):
+
+    D=DIR/yolo_layout_640.onnx S=DIR/segmenter_520.onnx
+    inferbench run --model $D --task detection --framework onnxrt,openvino,torch --batch-size 1,8
+    inferbench run --model $D --task detection --framework onnxrt --precision int8 --batch-size 1,8
+    inferbench run --model $S --task segmentation --framework onnxrt,openvino,torch --batch-size 1,8
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from detectors import segmenter_onnx, yolo_layout_onnx  # noqa: E402
+
+
+def main(folder: str) -> None:
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    print(yolo_layout_onnx(out / "yolo_layout_640.onnx", size=640, classes=80, width=4, score_bias=-3.6))
+    print(segmenter_onnx(out / "segmenter_520.onnx", size=520, classes=21))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "task-models")
