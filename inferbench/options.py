@@ -281,7 +281,9 @@ OPTIONS: tuple[Option, ...] = (
            "and its difference from FP32's; a reduced precision then passes at 99%% of FP32's top-1 (MLPerf's rule): "
            "a folder per class (torchvision's ImageFolder: classes numbered in sorted folder order, or by the folders' "
            "names where all are numbers) or a labels file ('path label' per line; labels.txt or labels.csv in the "
-           "folder, or the file itself)", None, path_value, metavar="DIR|FILE", commands=("run", "sweep")),
+           "folder, or the file itself); for --task detection a COCO instances file (instances.json in the folder, or "
+           "the file itself: COCO mAP, the same 99%% rule)", None, path_value, metavar="DIR|FILE",
+           commands=("run", "sweep")),
     Option("eval_images", ("--eval-images",), "at most this many of --eval-dir's images (a seeded sample of a larger "
            "set)", EVAL_IMAGES, positive_int, metavar="N", maximum=MAX_EVAL_IMAGES, commands=("run", "sweep")),
     Option("calib_dir", ("--calib-dir",), "images to calibrate --precision int8 on (any folder of images, read as "

@@ -497,3 +497,17 @@ def test_a_detectors_map_on_labelled_images_judges_its_int8_beside_fp32(tmp_path
     assert by["int8"]["parity"]["status"] == ("passed" if int8["status"] == "passed" else "failed")
     lo, hi = int8["map"]["ci95"]
     assert lo <= int8["map"]["value"] <= hi and int8["map"]["fp32"] == fp32["map"]["fp32"]
+
+
+@pytest.mark.slow
+def test_a_model_file_with_a_fixed_batch_above_1_exports_its_reference_in_whole_batches(tmp_path, shared_cache,
+                                                                                       capsys):
+    """A file whose batch is fixed at 4 takes 4 images a call, its outputs' declaration too (it once called it with
+    one image, and every export failed)."""
+    path = onnx_file(tmp_path / "fixed4.onnx", batch=4)
+    code = main(["--model", str(path), "--framework", "onnxrt", "--batch-size", "4", *QUICK, "--output-dir",
+                 str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(next((tmp_path / "out").rglob("fixed4-*_32_bs4_onnxrt.json")).read_text())
+    assert record["parity"]["status"] == "passed" and record["outputs"] == [
+        {"name": "logits", "shape": [5], "kind": "scores"}] and record["task"] == "classification"

@@ -246,12 +246,15 @@ def test_a_detectors_map_is_cocos_on_boxes_whose_map_is_known():
     assert acc("fp32", keep=0.5)["status"] == "measured"
 
 
-def test_labelled_images_must_suit_the_task_and_a_coco_file_is_checked_before_any_export(tmp_path, capsys):
+def test_labelled_images_must_suit_the_task_and_a_coco_file_is_checked_before_any_export(tmp_path, capsys,
+                                                                                          monkeypatch):
     from detectors import yolo_layout_onnx
     from PIL import Image
 
+    from inferbench.registry import models
     from inferbench.run import main
 
+    monkeypatch.setattr(models, "_FILES", {})  # a name is taken once per process: this test's file alone
     model = yolo_layout_onnx(tmp_path / "yolo.onnx")
     folder = tmp_path / "coco"
     (folder / "images").mkdir(parents=True)
@@ -272,6 +275,11 @@ def test_labelled_images_must_suit_the_task_and_a_coco_file_is_checked_before_an
         "an unknown image": ({**good, "annotations": [{**good["annotations"][0], "image_id": 5}]},
                              "annotations[0] names no image of the file"),
         "no lists": ({"images": {}}, "not a COCO instances file"),
+        "an image twice": ({**good, "images": [*good["images"], {**good["images"][0], "id": 7}]},
+                           "images[2] (0.png, id 7) is listed twice"),
+        "a text id": ({**good, "categories": [{"id": "b", "name": "b"}]}, "its categories need integer ids, each once"),
+        "a text area": ({**good, "annotations": [{**good["annotations"][0], "area": "big"}]},
+                        "annotations[0]: its area or iscrowd is not a number"),
     }
     import json
 
@@ -311,3 +319,74 @@ def test_an_int8_detector_whose_boxes_are_lost_after_the_suppression_fails_as_a_
     assert broken_after(segmentation, {**unjudged, "after_postprocess": {"mean_iou": 0.04, "pixel_agreement": 0.3,
                                                                           "pixels": 10, "images": 1}})["status"] == \
         "failed"
+
+
+def test_a_classifier_exported_with_dimensions_of_1_is_still_a_classifier():
+    from inferbench.tasks import classification
+
+    for shape in ((1000,), (1000, 1, 1), (1, 1000)):
+        assert guess([Output("logits", shape)]) == "classification", shape
+    declared = classification.kinds([Output("prob", (10, 1, 1))], "squeezenet.onnx")
+    scores = np.arange(20.0).reshape(2, 10, 1, 1)
+    ((array, kind),) = classification.parts({"prob": scores}, declared).values()
+    assert array.shape == (2, 10) and kind == "scores"
+    assert guess([Output("masks", (21, 64, 64))]) == "raw"
+
+
+def test_a_model_files_task_keys_its_cache_and_a_classifiers_key_is_what_it_was(tmp_path):
+    from inferbench.exporters import key_inputs
+
+    plain = key_inputs("net-1234abcd", 64, "random", 0)
+    assert key_inputs("net-1234abcd", 64, "random", 0, "classification") == plain and "task" not in plain
+    assert key_inputs("net-1234abcd", 64, "random", 0, "detection") != key_inputs("net-1234abcd", 64, "random", 0,
+                                                                                   "raw")
+
+
+def test_a_part_that_fails_only_on_the_timed_batch_shows_as_failed():
+    from inferbench.measure.parity import combine
+
+    head = _head()
+    good = _judge(head, head.copy())
+    shifted = head.copy()
+    shifted[:, 1, :] += 1.0
+    out = combine(good, _judge(head, shifted), 4)
+    assert out["status"] == "failed" and out["outputs"]["output0.boxes"]["status"] == "failed"
+    assert out["outputs"]["output0.scores"]["status"] == "passed"
+
+
+def test_the_post_processing_is_not_timed_for_a_cell_that_failed_parity_or_gave_another_shape(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from detectors import yolo_layout_onnx
+
+    from inferbench.registry import models
+    from inferbench.registry.modelfiles import open_model_file
+    from inferbench.registry.models import register
+    from inferbench.registry.outputs import write_layout
+    from inferbench.scenarios import postprocess
+
+    monkeypatch.setattr(models, "_FILES", {})  # a name is taken once per process: this test's file alone
+    found = open_model_file(str(yolo_layout_onnx(tmp_path / "yolo.onnx")), asked="detection")
+    register(found)
+    (tmp_path / "reference").mkdir()
+    write_layout(tmp_path / "reference" / "outputs.json", [Output("output0", (7, 84))])
+    job = SimpleNamespace(cell=SimpleNamespace(model=found.name, batch_size=1), artifact_dir=str(tmp_path))
+    head = np.zeros((1, 7, 84), dtype=np.float32)
+    failed = postprocess.timed(job, head, lambda _: None, {"status": "failed"})
+    assert failed["error"] == "not timed: the cell failed parity" and "ms_p50" not in failed
+    other = postprocess.timed(job, np.zeros((1, 7, 80), dtype=np.float32), lambda _: None, {"status": "passed"})
+    assert other["error"].startswith("not timed: flat outputs of shape (1, 560)")
+    ok = postprocess.timed(job, head, lambda _: None, {"status": "passed"})
+    assert ok["ms_p50"] > 0 and ok["kept"] == [0] and ok["calls"] >= postprocess.CALLS
+
+
+def test_the_labelled_images_outputs_are_held_within_a_bound_said_in_one_line():
+    from inferbench.exporters.evaluation import MAX_BYTES, bounded
+
+    small = [np.zeros((4, 10), dtype=np.float32)] * 3
+    assert len(list(bounded(iter(small), 12, "net"))) == 3
+    per_image = MAX_BYTES // 100  # a hundred images fit
+    big = iter([np.zeros((1, per_image // 4), dtype=np.float32)])
+    with pytest.raises(UsageError, match=r"--eval-dir: det's outputs take .* for 1000 images, held whole: give "
+                                         r"--eval-images 100 or fewer"):
+        list(bounded(big, 1000, "det"))

@@ -127,8 +127,8 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
             "run more rounds (--rounds) or on a quieter machine before trusting small differences" if advise else
             "a short check's rounds (inferbench run measures)"))
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
-    if post:
-        said = next(r["postprocess"] for r in records if r.get("postprocess"))
+    said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
+    if said:
         lines.append(f"+ post ms: {said['what']}, timed on its own ({said['where']}); the median a batch, not in "
                      "the latency beside it")
     if tuned:

@@ -264,7 +264,7 @@ def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
     """Everything that changes the artifacts of ``spec`` at ``resolution`` (the cache folder's name hashes it); a
     model file's weights are its own contents."""
     weights = spec.source.path if spec.source else config.weights
-    return key_inputs(spec.name, resolution, weights, config.seed)
+    return key_inputs(spec.name, resolution, weights, config.seed, spec.task)
 
 
 def exported(config: RunConfig, spec: Any, resolutions: Any) -> set[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.digest import sha256_file, sha256_tree
 from ..registry.models import register
+from ..registry.tasks import task as registry_task
 from . import cache
 from .cache import EXPORT_FORMAT, package_versions
 
@@ -26,9 +27,11 @@ from ..registry import artifacts
 from ..registry.artifacts import ExportContext, exporter_packages, packages
 
 
-def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str, Any]:
+def key_inputs(model: str, resolution: int, weights: str, seed: int, task: str = "classification") -> dict[str, Any]:
     """Everything that changes a model's artifacts: the cache folder's name hashes it (:func:`cache.artifact_dir`).
-    A weights file or a model file counts by its content's hash; every exporter's library version counts."""
+    A weights file or a model file counts by its content's hash; every exporter's library version counts; a model
+    file's task counts where it is not a classifier's (its outputs' declaration and INT8 model depend on it; a
+    classifier's key is what it was before tasks, so its caches stand)."""
     weights_id = weights
     if weights not in ("random", "imagenet"):
         path = Path(weights)  # a weights file, or a model file (a SavedModel is a folder)
@@ -40,6 +43,7 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int) -> dict[str
         "seed": seed if weights == "random" else None,
         "versions": package_versions(packages()),
         "export_format": EXPORT_FORMAT,
+        **({} if registry_task(task).classifier else {"task": task}),
     }
 
 

@@ -5,6 +5,7 @@ sets made before are kept."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,22 @@ from ..registry.models import get_model
 from ..registry.tasks import task
 from .reference import predictor
 
+#: The source's outputs on the labelled images are held whole, here and in every cell: at most this many bytes (a
+#: YOLO head at 640 px is 2.8 MB an image; a classifier's 4 kB).
+MAX_BYTES = 2**30
+
+
+def bounded(chunks: Iterator[np.ndarray], images: int, model: str) -> Iterator[np.ndarray]:
+    """``chunks`` (the outputs on the labelled images, a chunk at a time) as they come, once the first has shown
+    that all of them fit :data:`MAX_BYTES`; a UsageError naming how many images would."""
+    for i, chunk in enumerate(chunks):
+        per_image = chunk[0].nbytes if len(chunk) else 0
+        if i == 0 and per_image * images > MAX_BYTES:
+            raise UsageError(f"--eval-dir: {model}'s outputs take {per_image / 2**20:.1f} MB an image, "
+                             f"{per_image * images / 2**30:.1f} GiB for {images} images, held whole: give "
+                             f"--eval-images {MAX_BYTES // per_image} or fewer")
+        yield chunk
+
 
 def export(ctx: ExportContext) -> dict[str, Any]:
     es = ctx.eval_set
@@ -28,8 +45,9 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     if not path.exists():
         model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
         predict = predictor(spec, ctx, model)
-        out = np.concatenate([predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution,
-                                                                es.layout == "coco")])
+        chunks = (predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution,
+                                                    task(spec.task).whole_image))
+        out = np.concatenate(list(bounded(chunks, es.images, spec.name)))
         if not task(spec.task).classifier:
             pass  # a detector's labels are boxes: its task's accuracy reads them
         elif out.ndim != 2 or out.shape[1] < 2:

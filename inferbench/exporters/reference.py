@@ -124,7 +124,7 @@ class Source:
                                for i in range(0, len(batch), self.chunk)])
 
     def outputs(self, batch: np.ndarray) -> list[Output]:
-        return layout(named(self.call(batch[:1]), self.names))
+        return layout(named(self.call(batch[:self.chunk]), self.names))  # a file's fixed batch: a whole chunk
 
 
 def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:

@@ -556,6 +556,10 @@ def combine(reference: dict[str, Any], timed: dict[str, Any] | None, batch_size:
         vals = [c[key] for c in values if c.get(key) is not None]
         return pick(vals) if vals else None
 
+    parts = {name: part for c in checks.values() for name, part in (c.get("outputs") or {}).items()
+             if part.get("status") == "failed" or name not in (reference.get("outputs") or {})}
+    if parts:  # a part that failed on the timed batch shows as failed, with the timed batch's figures
+        out["outputs"] = {**(reference.get("outputs") or {}), **parts}
     out.update(status="failed" if failed else "passed", reason="; ".join(failed) or None,
                max_abs_err=worst("max_abs_err", max), max_rel_err=worst("max_rel_err", max),
                max_rel_err_per_image=worst("max_rel_err_per_image", max),

@@ -32,7 +32,7 @@ SUMMARY_COLUMNS = (
     "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference",
     "net_energy_j_per_inference", "net_energy_ci95_low", "net_energy_ci95_high", "mean_power_w", "energy_missing",
     "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image",
-    "gflop_per_s", "fraction_of_peak", "error", "task", "postprocess_ms", *VS_FP32_COLUMNS,
+    "gflop_per_s", "fraction_of_peak", "error", *VS_FP32_COLUMNS, "task", "postprocess_ms",
 )
 
 

@@ -17,8 +17,9 @@ from ..base.errors import UsageError
 from ..base.reading import Unreadable, read_json
 from ..base.text import excerpt
 
-#: An instances file's size at most (COCO's val2017 file is 25 MB, train2017's 448 MB: give a subset of that).
-MAX_BYTES = 256 * 2**20
+#: An instances file's size at most (COCO's val2017 file is 25 MB, train2017's 448 MB: give a subset of that); it is
+#: read whole, as Python objects several times its size.
+MAX_BYTES = 64 * 2**20
 #: The names an instances file has in a folder (the first found is read).
 NAMES = ("instances.json", "annotations.json")
 
@@ -44,27 +45,30 @@ def read(file: Path) -> dict[str, Any]:
                                                                                        "categories")):
         raise UsageError(f"--eval-dir {file}: not a COCO instances file (it needs lists of images, annotations and "
                          "categories)")
-    sizes: dict[Any, tuple[float, float]] = {}
+    sizes: dict[int, tuple[float, float]] = {}
+    names: set[str] = set()
     for i, im in enumerate(data["images"]):
-        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str) \
+        if not isinstance(im, dict) or not _id(im.get("id")) or not isinstance(im.get("file_name"), str) \
                 or not all(_number(im.get(k)) and im[k] > 0 for k in ("width", "height")):
-            raise UsageError(f"{file}: images[{i}] is not an image (id, file_name, width and height)")
-        if im["id"] in sizes:
-            raise UsageError(f"{file}: image id {excerpt(im['id'], 40)} is listed twice")
+            raise UsageError(f"{file}: images[{i}] is not an image (an integer id, file_name, width and height)")
+        if im["id"] in sizes or im["file_name"] in names:
+            raise UsageError(f"{file}: images[{i}] ({excerpt(im['file_name'], 60)}, id {im['id']}) is listed twice")
         sizes[im["id"]] = (float(im["width"]), float(im["height"]))
-    categories = {c.get("id") for c in data["categories"] if isinstance(c, dict)}
-    if not categories or None in categories:
-        raise UsageError(f"{file}: its categories have no ids")
+        names.add(im["file_name"])
+    ids = [c.get("id") if isinstance(c, dict) else None for c in data["categories"]]
+    if not ids or not all(_id(c) for c in ids) or len(set(ids)) != len(ids):
+        raise UsageError(f"{file}: its categories need integer ids, each once")
+    categories = set(ids)
     for i, a in enumerate(data["annotations"]):
         _check(file, i, a, sizes, categories)
     return data
 
 
-def _check(file: Path, i: int, a: Any, sizes: dict[Any, tuple[float, float]], categories: set[Any]) -> None:
+def _check(file: Path, i: int, a: Any, sizes: dict[int, tuple[float, float]], categories: set[Any]) -> None:
     where = f"{file}: annotations[{i}]"
-    if not isinstance(a, dict) or a.get("image_id") not in sizes:
+    if not isinstance(a, dict) or not _id(a.get("image_id")) or a["image_id"] not in sizes:
         raise UsageError(f"{where} names no image of the file")
-    if a.get("category_id") not in categories:
+    if not _id(a.get("category_id")) or a["category_id"] not in categories:
         raise UsageError(f"{where} has category {excerpt(a.get('category_id'), 40)}, which is not among its "
                          "categories")
     box = a.get("bbox")
@@ -75,6 +79,12 @@ def _check(file: Path, i: int, a: Any, sizes: dict[Any, tuple[float, float]], ca
     if w <= 0 or h <= 0 or x < -1 or y < -1 or x + w > width + 1 or y + h > height + 1:
         raise UsageError(f"{where}: its bbox {box} does not lie inside its {width:g}x{height:g} image with a "
                          "positive size")
+    if not all(_number(a[k]) for k in ("area", "iscrowd") if a.get(k) is not None):
+        raise UsageError(f"{where}: its area or iscrowd is not a number")
+
+
+def _id(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _number(v: Any) -> bool:

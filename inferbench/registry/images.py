@@ -39,6 +39,7 @@ from ..base.reading import kind_of, read_bounded, read_text
 from ..base.text import excerpt, visible
 from . import coco
 from .inputs import agreement_inputs, preprocess
+from .tasks import task
 
 #: What is read as an image (torchvision's ImageFolder reads the same).
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp")
@@ -124,7 +125,7 @@ def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) 
     if cal.set is None:
         yield from agreement_inputs(spec, resolution, seed + CALIBRATION_SEED, cal.images)
     else:
-        yield from inputs(spec, items(cal.set), resolution)
+        yield from inputs(spec, items(cal.set), resolution, task(spec.task).whole_image)
 
 
 def open_eval_set(text: str, count: int, seed: int, follow_links: bool = False) -> EvalSet:

@@ -56,6 +56,7 @@ class Task:
     postprocess: str = ""  # what runs after the call, the same code for every runtime ("": nothing)
     labels: str = ""  # what its labelled images are labelled with: "classes", "boxes" (a COCO file); "": none
     float_outputs: bool = False  # INT8 leaves the operators writing its outputs in FP32 (outputs of mixed ranges)
+    whole_image: bool = False  # the user's images (labelled, calibration) resized whole, never centre-cropped
 
 
 #: What a labelled set's layout (registry/images.py's EvalSet.layout) labels its images with.
@@ -68,11 +69,11 @@ TASKS: dict[str, Task] = {
     "detection": Task("inferbench.tasks.detection", "a raw anchor-free detection head, [4 + classes, anchors] an "
                       "image (YOLOv8's layout: box centre, width and height in pixels, then each class's score)",
                       accuracy="COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval), on a COCO instances file",
-                      labels="boxes", float_outputs=True,
+                      labels="boxes", float_outputs=True, whole_image=True,
                       postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),
     "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
                          "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",
-                         postprocess="each pixel's top class (inferbench.tasks.segmentation)"),
+                         postprocess="each pixel's top class (inferbench.tasks.segmentation)", whole_image=True),
     "raw": Task("inferbench.tasks.raw", "outputs of no known meaning, each compared as numbers"),
 }
 #: A model file's task unless --task names one: one output of one dimension an image is a classifier's, anything else
@@ -95,6 +96,12 @@ def task_module(name: str | None) -> TaskModule:
     return module
 
 
+def class_scores(output: Output) -> bool:
+    """Is ``output`` one array of class scores an image: one dimension, or one that is not 1 among dimensions of 1
+    (``[1000, 1, 1]`` or ``[1, 1000]``, as some exports keep a convolutional classifier's)?"""
+    return len([d for d in output.shape if d != 1]) == 1 or output.shape in ((0,), ())
+
+
 def guess(outputs: Sequence[Output]) -> str:
     """The task a model file's outputs suggest when --task is auto."""
-    return "classification" if len(outputs) == 1 and len(outputs[0].shape) == 1 else "raw"
+    return "classification" if len(outputs) == 1 and class_scores(outputs[0]) else "raw"

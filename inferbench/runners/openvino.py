@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..base.machine import native_instructions
+from ..registry.artifacts import REFERENCE_OUTPUTS
 from ..registry.filecheck import check_savedmodel
-from ..registry.outputs import packed
+from ..registry.outputs import packed, read_layout
 from .base import LoadContext, Runner
 
 #: --precision -> OpenVINO's INFERENCE_PRECISION_HINT (int8: the quantised layers run in INT8 whatever the hint; the
@@ -84,8 +85,11 @@ class OpenVinoRunner(Runner):
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
             if str(ctx.artifact).endswith(".xml") else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
-        # each output by the name the source gave it (an ONNX file's own; a converted Keras model's one output)
-        self.output_names = [next(iter(o.get_names()), f"output{i}") for i, o in enumerate(model.outputs)]
+        # each output by the name the source gave it (an ONNX file's own, among the names OpenVINO keeps for it; a
+        # converted Keras model's one output)
+        declared = [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)]
+        self.output_names = [next((n for n in declared if n in o.get_names()), min(o.get_names(), default=f"output{i}"))
+                             for i, o in enumerate(model.outputs)]
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
         self.version = ov.get_version()

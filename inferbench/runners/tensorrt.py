@@ -52,7 +52,11 @@ class TensorRTRunner(Runner):
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
-        self.output_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT)
+        outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        if len(outputs) != 1:  # one output buffer is bound a call
+            raise RuntimeError(f"inferbench's TensorRT runner reads one output; this engine has {len(outputs)} "
+                               f"({', '.join(outputs)[:120]}): run this model on onnxrt or openvino")
+        self.output_name = outputs[0]
         self.stream = torch.cuda.Stream()
         self.precision = precision
 

@@ -188,7 +188,8 @@ class Loaded:
         host = self.runner.to_numpy(first_out)
         self.parity = check_parity(job, self.runner, host, emit)
         self.parity_s = time.perf_counter() - start
-        self.task = {"outputs": postprocess.declared(job), "postprocess": postprocess.timed(job, host, emit)}
+        self.task = {"outputs": postprocess.declared(job), "postprocess": postprocess.timed(job, host, emit,
+                                                                                            self.parity)}
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
         start = time.perf_counter()

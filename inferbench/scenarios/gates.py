@@ -193,7 +193,7 @@ def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
         listed = images.items(es)  # listed once: the images read and their labels
     except UsageError as exc:  # the set changed since the run began
         return not_measured(str(exc))
-    got = outputs_on(runner, lambda: images.inputs(spec, listed, job.cell.resolution, es.layout == "coco"),
+    got = outputs_on(runner, lambda: images.inputs(spec, listed, job.cell.resolution, task(spec.task).whole_image),
                      job.cell.batch_size, reference.size, not_measured, "the labelled images")
     if isinstance(got, dict):
         return got

@@ -28,16 +28,22 @@ def declared(job: CellJob) -> list[dict[str, Any]]:
     return [o.said() for o in read_layout(folder / REFERENCE_OUTPUTS, classes)]
 
 
-def timed(job: CellJob, host: Any, emit: Emit) -> dict[str, Any] | None:
+def timed(job: CellJob, host: Any, emit: Emit, parity: dict[str, Any]) -> dict[str, Any] | None:
     """The task's post-processing of the timed batch's outputs (``host``: as the runner gave them), called back to
-    back: its median and quartiles in ms a batch, and what it kept (None where the task has none)."""
+    back: its median and quartiles in ms a batch, and what it kept (None where the task has none); not timed where the
+    cell failed parity (its outputs may not even have the reference's shape), said so."""
     spec = get_model(job.cell.model)
     entry, module = task(spec.task), task_module(spec.task)
     if not entry.postprocess:
         return None
+    if parity.get("status") == "failed":
+        return {"what": entry.postprocess, "error": "not timed: the cell failed parity"}
     folder = Path(job.artifact_dir)
     outputs = read_layout(folder / REFERENCE_OUTPUTS)
-    arrays = unpacked(packed(host, [o.name for o in outputs]), outputs)
+    try:
+        arrays = unpacked(packed(host, [o.name for o in outputs]), outputs)
+    except ValueError as exc:  # outputs of another shape than the reference's
+        return {"what": entry.postprocess, "error": f"not timed: {exc}"}
     emit("timing the post-processing")
     times: list[float] = []
     start = time.perf_counter()
@@ -52,4 +58,5 @@ def timed(job: CellJob, host: Any, emit: Emit) -> dict[str, Any] | None:
     return {"what": entry.postprocess, "where": "outside the timed call: on the host, after the outputs are copied "
             "there, the same code for every runtime", "ms_p50": p50, "ms_iqr": [q1, q3], "calls": len(times),
             "batch_size": job.cell.batch_size, "ms_per_image": p50 / job.cell.batch_size,
-            "kept": [len(r.get("scores", ())) if isinstance(r, dict) else None for r in (result or [])]}
+            "kept": [len(r["scores"]) for r in result] if result and all(isinstance(r, dict) and "scores" in r
+                                                                          for r in result) else None}

@@ -10,10 +10,11 @@ import numpy as np
 from ..base.errors import UsageError
 from ..measure import parity
 from ..registry.outputs import Output
+from ..registry.tasks import class_scores
 
 
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
-    if len(outputs) != 1 or len(outputs[0].shape) != 1:
+    if len(outputs) != 1 or not class_scores(outputs[0]):
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
         raise UsageError(f"{where}: a classifier has one output of class scores an image; this one gives {shapes} "
                          "(--task raw compares them as numbers)")
@@ -21,7 +22,7 @@ def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
 
 
 def parts(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
-    return {o.name: (arrays[o.name], "scores") for o in outputs}
+    return {o.name: (arrays[o.name].reshape(len(arrays[o.name]), -1), "scores") for o in outputs}
 
 
 def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> list[Any] | None:
@@ -47,4 +48,5 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
         raise UsageError("--eval-dir: a classifier's labelled images are classes (a folder per class or a labels "
                        "file), not a COCO instances file")
     name = outputs[0].name
-    return parity.accuracy(labels, candidate[name], reference[name], precision)
+    return parity.accuracy(labels, candidate[name].reshape(len(labels), -1), reference[name].reshape(len(labels), -1),
+                           precision)

@@ -19,6 +19,8 @@ from ...measure import parity, stats
 from ...measure.memory import peak_rss_mb
 from ...measure.trackers import Finished
 from ...registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
+from ...registry.models import get_model
+from ...registry.tasks import task
 from ...spec import CellJob, CellOutcome
 from ..base import Emit, Loaded, device_memory, finish_tracked, idle_tracked
 from ..gates import at_batch_size, own_rounding
@@ -135,7 +137,8 @@ class Session:
         else:
             against = "the reference"
             check = parity.compare(self.reference, served, self.job.cell.precision,
-                                   *own_rounding(Path(self.job.artifact_dir)))
+                                   *own_rounding(Path(self.job.artifact_dir)),
+                                   kind="scores" if task(get_model(self.job.cell.model).task).classifier else "values")
         out = dict(loaded_parity)
         if check["status"] == "failed" and out.get("status") in ("passed", "unjudged"):
             out.update(status="failed", reason=f"served outputs (against {against}): {check.get('reason')}")
