@@ -257,8 +257,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="HxWxC|CxHxW"),
     Option("task", ("--task",), "what a model file's outputs mean: classification (one array of class scores), "
            "detection (a raw YOLOv8-layout head, [4 + classes, anchors]: decoded and suppressed by the same code for "
-           "every runtime), raw (numbers of no known meaning, compared by name) or auto (a classifier where there "
-           "is one output of one dimension, else raw); docs/models.md", "auto", choices=(AUTO, *TASKS)),
+           "every runtime), segmentation (class scores a pixel, [classes, height, width]), raw (numbers of no known "
+           "meaning, compared by name) or auto (a classifier where there is one output of one dimension that is not "
+           "1, else raw); docs/models.md", "auto", choices=(AUTO, *TASKS)),
     Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, 'default' (each "
            "model's own: 224 for most, see --list) or 'min' (the smallest each model takes: a quick check)",
            ["default"], resolutions, metavar="PX[,PX...]",
