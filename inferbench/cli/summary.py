@@ -91,9 +91,9 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     post = any(r.get("postprocess") for r in records)  # a task's post-processing, timed as its own phase
     lead: tuple[str, ...] = ((own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)) + (
         ("+ post ms",) if post else ())
-    header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + (
-        ("top-1 (vs FP32)" if not any(((r.get("parity") or {}).get("accuracy") or {}).get("short") for r in records)
-         else "accuracy (vs FP32)",) if labelled else ()) + lead + (
+    own_measure = any(((r.get("parity") or {}).get("accuracy") or {}).get("short") for r in records)  # a detector's mAP
+    accuracy = ("accuracy (vs FP32)" if own_measure else "top-1 (vs FP32)",) if labelled else ()
+    header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + accuracy + lead + (
         "p99 ms", "n", "stability", "valid") + (() if own.rate_column else ("samples/s",)) + (
         "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
         ("W", "J/inf") if energy else ())

@@ -35,6 +35,16 @@ def bounded(chunks: Iterator[np.ndarray], images: int, model: str) -> Iterator[n
         yield chunk
 
 
+def check_classes(out: np.ndarray, es: Any, model: str) -> None:
+    """A classifier's outputs on the labelled images are class scores, as many as the labels need; one line if not."""
+    if out.ndim != 2 or out.shape[1] < 2:
+        raise UsageError(f"--eval-dir: {model}'s outputs (shape {out.shape[1:]} an image) are no class scores to "
+                         "measure accuracy on")
+    if es.classes > out.shape[1]:
+        raise UsageError(f"--eval-dir: the labels of {es.path} go up to {es.classes - 1}, but {model} has "
+                         f"{out.shape[1]} classes (0-{out.shape[1] - 1})")
+
+
 def export(ctx: ExportContext) -> dict[str, Any]:
     es = ctx.eval_set
     if es is None:
@@ -48,14 +58,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         chunks = (predict(x) for x in images.inputs(spec, images.items(es), ctx.resolution,
                                                     task(spec.task).whole_image))
         out = np.concatenate(list(bounded(chunks, es.images, spec.name)))
-        if not task(spec.task).classifier:
-            pass  # a detector's labels are boxes: its task's accuracy reads them
-        elif out.ndim != 2 or out.shape[1] < 2:
-            raise UsageError(f"--eval-dir: {spec.name}'s outputs (shape {out.shape[1:]} an image) are no class "
-                             "scores to measure accuracy on")
-        if es.classes > out.shape[1]:
-            raise UsageError(f"--eval-dir: the labels of {es.path} go up to {es.classes - 1}, but {spec.name} has "
-                             f"{out.shape[1]} classes (0-{out.shape[1] - 1})")
+        if task(spec.task).classifier:  # a detector's labels are boxes: its task's accuracy reads them
+            check_classes(out, es, spec.name)
         np.save(path, out)
     sets = ctx.sets(es.digest, evaluation_reference)  # made before, still there: kept
     return {"paths": [evaluation_reference(d) for d in sets], "variants": sets, "images": es.images}
