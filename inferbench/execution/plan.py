@@ -24,7 +24,7 @@ from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
 from ..registry.images import open_eval_set
 from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
-from ..registry.models import MODELS, get_model, is_model_file, list_models, register
+from ..registry.models import MODELS, check_torch_name, get_model, is_model_file, list_models, register, torch_source
 from ..registry.scenarios import scenario
 from ..registry.tasks import AUTO, LABELS_OF_LAYOUT, task
 from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig, groups_of
@@ -321,7 +321,7 @@ def check_labels(eval_set: Any, models: list[Any]) -> None:
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
-    names = expand_patterns(values["models"])
+    names = [check_torch_name(m) if torch_source(m) else m for m in expand_patterns(values["models"])]
     files: list[str | ModelFile] = list(names)
     if not any(is_model_file(m) for m in names):
         for key, flag, default in (("input_shape", "--input-shape", None), ("task", "--task", AUTO)):

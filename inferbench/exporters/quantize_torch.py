@@ -10,7 +10,6 @@ kernels (the PT2E x86 inductor tutorial's flow).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
+from ..options import MAX_BATCH
+from .torch_program import load_program
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
@@ -27,8 +28,6 @@ METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
           "activations": "uint8 per tensor", "weights": "int8 per channel, symmetric",
           "calibration": "HistogramObserver (activations), PerChannelMinMaxObserver (weights)",
           "runs_as": "torch.compile (inductor, weights frozen): oneDNN INT8 kernels"}
-#: The largest batch the saved program takes (its batch dimension is dynamic up to this): the command line's.
-MAX_BATCH = 65_536
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -82,31 +81,16 @@ def _unshared_relus(torch: Any, module: Any) -> Any:
     return module
 
 
-#: torch reads this at every ``torch.load``: set, a tensor an archive says is pickled is read as weights only.
-WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
-
-
 def load(path: Path) -> Any:
     """The saved INT8 program as a module that takes ``eval()`` (torchao imported first: it registers the
-    quantise / dequantise ops the program calls, and inductor's passes that fuse them into INT8 kernels). Nothing
-    in the file is unpickled as code: ``torch.export.load`` reads a weight its archive marks as pickled with
-    torch's weights-only guard off, so a file planted in a shared cache could run code; torch's own switch forces
-    weights only for the load."""
-    import torch
+    quantise / dequantise ops the program calls, and inductor's passes that fuse them into INT8 kernels), loaded
+    weights only (:func:`~inferbench.exporters.torch_source.load_program`)."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer  # noqa: F401
     # (importing the quantizer registers inductor's INT8 fusion passes: without them inductor computes every
     # quantised convolution in FP32 between quantise / dequantise pairs, 4-5x slower: 60-75 ms against 13-15 ms for
     # ResNet-50 at 224 px here)
 
-    before = os.environ.get(WEIGHTS_ONLY)
-    os.environ[WEIGHTS_ONLY] = "1"
-    try:
-        module = torch.export.load(str(path)).module()
-    finally:
-        if before is None:
-            del os.environ[WEIGHTS_ONLY]
-        else:
-            os.environ[WEIGHTS_ONLY] = before
+    module = load_program(path)
     allow_exported_model_train_eval(module)
     return module

@@ -135,6 +135,8 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
         call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
     elif fmt == "savedmodel":
         call = serving_function(load_saved_model(ctx.path("savedmodel")))
+    elif fmt == "pt2":
+        call, names = program_call(ctx.path("pt2"), make_inputs(spec, 2, ctx.resolution, ctx.seed))
     else:
         import onnxruntime as ort
 
@@ -145,6 +147,29 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
         names = tuple(o.name for o in session.get_outputs())
         call = lambda x: session.run(None, {name: x})  # noqa: E731
     return Source(call, names, (spec.source.batch_size if spec.source else None) or images_per_call(ctx.resolution, 64))
+
+
+def program_call(path: Any, example: np.ndarray) -> tuple[Callable[[np.ndarray], Any], tuple[str, ...]]:
+    """A PyTorch program as a function on host arrays (torch eager, FP32, on the CPU: its own numbers), and the names
+    of its outputs (a mapping's keys; else ``output`` or ``output0``..., as :func:`~inferbench.registry.programs.
+    program_shapes` reads them from the file)."""
+    import torch
+
+    from .torch_program import load_program
+
+    module = load_program(path)
+
+    def call(x: np.ndarray) -> Any:
+        with torch.inference_mode():
+            y = module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+        if isinstance(y, dict):
+            return {k: v.float().numpy() for k, v in y.items()}
+        return [v.float().numpy() for v in y] if isinstance(y, (tuple, list)) else y.float().numpy()
+
+    first = call(example)
+    names = tuple(first) if isinstance(first, dict) else ("output",) if not isinstance(first, list) \
+        else tuple(f"output{i}" for i in range(len(first)))
+    return call, names
 
 
 def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:

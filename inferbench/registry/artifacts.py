@@ -32,6 +32,8 @@ EXPORTERS: dict[str, Exporter] = {
     e.kind: e
     for e in [
         Exporter("keras", "inferbench.exporters.keras", (), ("tensorflow", "keras"), "tf", "keras/model.keras"),
+        # a model written in PyTorch (torchvision:NAME, timm:NAME): built, seeded and saved by torch.export
+        Exporter("pt2", "inferbench.exporters.torch_source", (), ("torch", "torchvision"), "torch", "pt2/model.pt2"),
         Exporter("reference", "inferbench.exporters.reference", ("keras",), ("tensorflow", "keras"), "tf",
                  "reference", per_batch_size=True),
         # the Keras weights read on whichever Keras backend is installed (keras_backend_here)
@@ -83,22 +85,38 @@ def packages() -> tuple[str, ...]:
 #: What a model file's reference outputs are computed with (exporters ``reference`` and ``imported``):
 #: the file's own framework at full precision, with no graph optimisation that could change the numbers. (A Keras
 #: source, registered or a .keras file, uses the ``reference`` exporter's own packages.)
-SOURCE_PACKAGES = {"savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx")}
+SOURCE_PACKAGES = {"savedmodel": ("tensorflow",), "onnx": ("onnxruntime", "onnx"), "pt2": ("torch",)}
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How a kind is made from a source other than the Keras model: the module, and the packages it needs."""
+
+    module: str
+    packages: tuple[str, ...]
+    extra: str
+
+
+#: (source kind, kind) -> its converter: the ONNX export of a PyTorch program is torch's own (dynamo).
+CONVERTERS = {("pt2", "onnx"): Converter("inferbench.exporters.torch_onnx", ("torch", "onnx", "onnxscript"), "torch")}
 
 
 _KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onnx": "an ONNX export",
-               "ported": "the Keras weights"}
+               "ported": "the Keras weights", "pt2": "a PyTorch program"}
 
 
 def source_kind(model: Any) -> str:
-    """The artifact kind every other one derives from: the model file's own format, else the Keras model."""
-    return model.source.format if model is not None and model.source is not None else "keras"
+    """The artifact kind every other one derives from: the model file's own format, a PyTorch model's program, else
+    the Keras model."""
+    if model is not None and model.source is not None:
+        return str(model.source.format)
+    return "pt2" if model is not None and getattr(model, "torch_builder", None) else "keras"
 
 
 def requires(kind: str, model: Any = None) -> tuple[str, ...]:
     """The kinds ``kind`` is made from, for ``model`` (a ModelSpec; a model file is imported, not made)."""
     src = source_kind(model)
-    if kind in FROM_SOURCE:
+    if kind in FROM_SOURCE or (src, kind) in CONVERTERS:
         return (src,)
     return () if kind == src else EXPORTERS[kind].requires
 
@@ -114,6 +132,10 @@ def exporter_packages(kind: str, model: Any = None) -> tuple[str, ...]:
         # without TensorFlow, Keras on the backend installed computes it, once its outputs reproduce TensorFlow's
         # 16-input reference (inferbench.exporters.reference.export)
         return ("keras", backend)
+    if (src, kind) in CONVERTERS:
+        return CONVERTERS[src, kind].packages
+    if kind == src == "pt2" and model is not None and model.source is None:  # built here: by its library
+        return ("torch", *model.packages)
     return SOURCE_PACKAGES[src] if _from_source(kind, model) and src in SOURCE_PACKAGES else EXPORTERS[kind].packages
 
 
@@ -125,6 +147,8 @@ def keras_backend_here() -> str:
 
 def exporter_extra(kind: str, model: Any = None) -> str:
     """The pip extra that installs what making ``kind`` needs."""
+    if (source_kind(model), kind) in CONVERTERS:
+        return CONVERTERS[source_kind(model), kind].extra
     return EXPORTERS[source_kind(model) if _from_source(kind, model) else kind].extra
 
 
@@ -132,11 +156,11 @@ def unreachable(kind: str, model: Any) -> str | None:
     """Why ``kind`` cannot be made for ``model`` (a ModelSpec), or None: from a model file, inferbench makes
     only what its converters make from that format (everything starts from a Keras model)."""
     src = source_kind(model)
-    if kind in (src, *FROM_SOURCE, "none") or src == "keras":
+    if kind in (src, *FROM_SOURCE, "none") or src == "keras" or (src, kind) in CONVERTERS:
         return None
     if not EXPORTERS[kind].requires:  # the Keras model: only from a registered model or a .keras file
-        return f"needs {_KIND_NAMES[kind]}, and {model.name} is {FILE_FORMATS[src]}"
-    for dep in EXPORTERS[kind].requires:
+        return f"needs {_KIND_NAMES[kind]}, and {model.name} is {_source_said(model)}"
+    for dep in requires(kind, model):
         why = unreachable(dep, model)
         if why and EXPORTERS[dep].requires:
             return why  # the dependency is the one a converter cannot make: name it
@@ -144,15 +168,22 @@ def unreachable(kind: str, model: Any) -> str | None:
             hint = " (convert it yourself: python -m tf2onnx.convert --saved-model DIR --output model.onnx, " \
                 "then pass the .onnx)" if (src, kind) == ("savedmodel", "onnx") else ""
             return f"needs {_KIND_NAMES[kind]}, which inferbench makes from a Keras model only; {model.name} is " \
-                f"{FILE_FORMATS[src]}{hint}"
+                f"{_source_said(model)}{hint}"
     return None
+
+
+def _source_said(model: Any) -> str:
+    """What the model's source is, for a reason: a model file's format, or a model written in PyTorch."""
+    return FILE_FORMATS[model.source.format] if model.source is not None else f"a PyTorch model ({model.torch_builder})"
 
 
 def exporter_module(kind: str, model: Any = None) -> str:
     """The module that makes ``kind`` for ``model`` (a ModelSpec): its exporter's, or for a model file's own format
     the importer's."""
-    return "inferbench.exporters.imported" if kind not in FROM_SOURCE and _from_source(kind, model) \
-        else EXPORTERS[kind].module
+    if (source_kind(model), kind) in CONVERTERS:
+        return CONVERTERS[source_kind(model), kind].module
+    imported = kind not in FROM_SOURCE and _from_source(kind, model) and model.source is not None
+    return "inferbench.exporters.imported" if imported else EXPORTERS[kind].module
 
 
 def shares_process(kind: str, model: Any = None) -> bool:

@@ -17,8 +17,9 @@ from importlib import metadata
 from typing import Any
 
 from ..base.errors import UsageError, did_you_mean
-from .artifacts import export_order, exporter_extra, exporter_packages, unreachable
+from .artifacts import export_order, exporter_extra, exporter_packages, source_kind, unreachable
 from .modelfiles import FILE_FORMATS
+from .models import get_model
 from .ports import ported_models
 from .scenarios import scenario as scenario_entry
 
@@ -72,6 +73,8 @@ class Framework:
         training; its INT8 model for ``precision`` int8."""
         if precision == "int8" and self.int8_artifact:
             return self.int8_artifact
+        if model is not None and source_kind(model) in self.also_loads:  # the source itself, where it loads that
+            return source_kind(model)
         own = (self.train_artifact or self.artifact) if scenario_entry(scenario).trains else self.artifact
         if own == "ported" and model is not None and model.name not in ported_models():
             return "none"
@@ -92,6 +95,9 @@ class Framework:
             return self.cannot_train()
         if trains and model.source is not None and model.source.format != "keras":
             return f"training starts from a Keras model; {model.name} is {_file_format(model)}"
+        if source_kind(model) == "pt2" and (self.needs_torchvision_twin or self.needs_port):
+            return None if "pt2" in self.also_loads and not trains else \
+                f"{model.name} is a PyTorch program: torch and torch-inductor run it"
         if self.needs_torchvision_twin and model.source is not None:
             return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
         if self.needs_torchvision_twin and model.torchvision_builder is None:
@@ -104,8 +110,10 @@ class Framework:
         return None
 
     def verified(self, model: str) -> bool:
-        """Are its outputs comparable with the Keras reference for ``model`` (same weights)?"""
-        return self.same_weights or (self.ported and model in ported_models())
+        """Are its outputs comparable with the reference for ``model`` (same weights: the Keras model's, ported, or
+        the PyTorch program it loads itself)?"""
+        return self.same_weights or (self.ported and model in ported_models()) or \
+            ("pt2" in self.also_loads and source_kind(get_model(model)) == "pt2")  # the PyTorch source itself
 
     def runtime_packages(self, options: Any = None) -> tuple[str, ...]:
         """The packages its runner imports with these runner options: Keras on JAX or torch needs that backend,
@@ -172,12 +180,13 @@ FRAMEWORKS: dict[str, Framework] = {
                   devices=("gpu",), precisions=("fp16",), gpu_build="onnxruntime-gpu"),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
-                  "file) converted by OpenVINO, static batch shape, LATENCY hint, f32 (bf16/f16 with --precision; "
-                  "int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",), also_loads=("onnx",), options=_TUNE,
+                  "file; of a PyTorch program: the program) converted by OpenVINO, static batch shape, LATENCY hint, f32 "
+                  "(bf16/f16 with --precision; int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",),
+                  also_loads=("pt2", "onnx"), options=_TUNE,
                   precisions=("bf16", "fp16", "int8"), int8_artifact="openvino-int8"),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
-                  "PyTorch module converted from the ONNX export (identical weights), inference_mode",
-                  precisions=("fp16", "bf16", "tf32"), options=_TORCH_OPTIONS),
+                  "PyTorch module converted from the ONNX export (identical weights; of a PyTorch model: its program), "
+                  "inference_mode", precisions=("fp16", "bf16", "tf32"), options=_TORCH_OPTIONS, also_loads=("pt2",)),
         Framework("torch-native", "inferbench.runners.torch:TorchNativeRunner", "ported", ("torch", "torchvision"),
                   ("torch", "torchvision"), "torch",
                   "torchvision's implementation of the same architecture, eager, with the Keras weights ported "
@@ -192,7 +201,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   "quantised by PT2E's x86 inductor quantizer)",
                   same_weights=False, ported=True, needs_port=True, precisions=("fp16", "bf16", "tf32", "int8"),
                   int8_artifact="torch-int8",
-                  needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=(*_TUNE, *_TRAIN),
+                  needs_torchvision_twin=True, best_on=("cpu", "gpu"), options=(*_TUNE, *_TRAIN), also_loads=("pt2",),
                   trainer="inferbench.runners.torch_train:TorchInductorTrainer"),
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",

@@ -1,5 +1,5 @@
 """The files a user brings: a model file (``--model PATH``: a .keras archive, a TF SavedModel folder, an .onnx
-file) recognised and checked without importing a framework, and a weights file (``--weights``) checked before any
+file, a ``torch.export`` .pt2 program) recognised and checked without importing a framework, and a weights file (``--weights``) checked before any
 export reads it."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from pathlib import Path
 from ..base.digest import sha256_file, sha256_tree
 from ..base.errors import UsageError
 from .filecheck import check_onnx, keras_config, keras_endpoints, keras_input_shape
+from .programs import program_shapes
 from .outputs import Output
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 
 #: What a model file can be (``--model PATH``), with how inferbench recognises it.
-FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder", "onnx": "an .onnx file"}
+FILE_FORMATS = {"keras": "a .keras file", "savedmodel": "a TF SavedModel folder", "onnx": "an .onnx file",
+                "pt2": "a torch.export .pt2 program"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
         fmt, shape = "keras", _keras_input_shape(path)
     elif path.suffix == ".onnx":
         fmt, (shape, outputs) = "onnx", _onnx_shapes(path)
+    elif path.suffix == ".pt2":
+        fmt, (shape, outputs) = "pt2", program_shapes(path, f"--model {text}")
     else:
         raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
     given = _parse_shape(input_shape) if input_shape else None

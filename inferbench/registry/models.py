@@ -1,11 +1,13 @@
 """The model registry: each registered model's name, Keras builder, torchvision twin, resolutions and preparation
-(timm-style lookup: ``list_models("mobilenet*")``), and the user's model files registered by name for this process.
-Nothing here imports TensorFlow or torch; the builders are looked up by name inside the child process that needs
-them (:mod:`.keras_models`)."""
+(timm-style lookup: ``list_models("mobilenet*")``), models written in PyTorch (``torchvision:NAME``, ``timm:NAME``),
+and the user's model files registered by name for this process. Nothing here imports TensorFlow or torch; the
+builders are looked up by name inside the child process that needs them (:mod:`.keras_models`,
+:mod:`inferbench.exporters.torch_source`)."""
 
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +36,17 @@ class ModelSpec:
     packages: tuple[str, ...] = ()  # import names its builder needs besides TensorFlow and Keras
     extra: str = "tf"  # the pip extra that installs them
     task: str = "classification"  # key of registry.tasks.TASKS (a model file's: its own)
+    torch_builder: str | None = None  # "torchvision:NAME" or "timm:NAME": a model written in PyTorch, the source
 
     @property
     def layout(self) -> str:
-        return self.source.layout if self.source else "NHWC"
+        return self.source.layout if self.source else ("NCHW" if self.torch_builder else "NHWC")
 
     @property
     def builder_path(self) -> str:
-        """Where the Keras builder lives, for people: ``keras.applications.X`` or ``module.function``."""
+        """Where the builder lives, for people: ``keras.applications.X``, ``module.function`` or ``torchvision:X``."""
+        if self.torch_builder is not None:
+            return self.torch_builder
         if self.keras_builder is None:
             return "(model file)"
         return self.keras_builder.replace(":", ".") if ":" in self.keras_builder \
@@ -140,18 +145,79 @@ def list_models(pattern: str = "*") -> list[str]:
 
 
 def get_model(name: str) -> ModelSpec:
+    if torch_source(name) is not None:
+        return torch_spec(name)
     try:
         return MODELS.get(name) or _FILES[name]
     except KeyError:
         raise UsageError(f"unknown model {name!r}{did_you_mean(name, MODELS)}; valid models: "
-                         f"{', '.join(sorted(MODELS))}, or the path of "
+                         f"{', '.join(sorted(MODELS))}, torchvision:NAME, timm:NAME, or the path of "
                          f"{', '.join(FILE_FORMATS.values())}") from None
+
+
+# --------------------------------------------------------------------------- models written in PyTorch
+#: The libraries a PyTorch model may be named from (``--model torchvision:NAME``): the package its builder needs.
+TORCH_LIBRARIES = {"torchvision": "torchvision", "timm": "timm"}
+#: torchvision's semantic segmentation models (``torchvision.models.segmentation``): class scores a pixel as ``out``.
+TORCHVISION_SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "deeplabv3_resnet50", "deeplabv3_resnet101",
+                            "fcn_resnet50", "fcn_resnet101", "lraspp_mobilenet_v3_large")
+#: The resolution each task's torchvision models are trained at (their weights' transforms): the default.
+_TORCH_RESOLUTION = {"classification": 224, "segmentation": 520}
+
+
+def torch_source(name: str) -> tuple[str, str] | None:
+    """(library, model) of a PyTorch model's name, ``torchvision:NAME`` as the user types it or ``torchvision-NAME``
+    as records and file names carry it; None for any other name."""
+    for library in TORCH_LIBRARIES:
+        for sep in (":", "-"):
+            if name.startswith(library + sep) and len(name) > len(library) + 1:
+                return library, name[len(library) + 1:]
+    return None
+
+
+def torch_spec(name: str) -> ModelSpec:
+    """The model of a PyTorch name (its builder's name checked where it is built: :func:`check_torch_name`)."""
+    found = torch_source(name)
+    assert found is not None
+    library, model = found
+    task = "segmentation" if library == "torchvision" and model in TORCHVISION_SEGMENTATION else "classification"
+    return ModelSpec(f"{library}-{model}", None, None, _TORCH_RESOLUTION[task], 32, "torch",
+                     family=f"{library}-{model.split('_')[0]}", packages=(TORCH_LIBRARIES[library],),
+                     extra="torch" if library == "torchvision" else "timm", task=task,
+                     torch_builder=f"{library}:{model}")
 
 
 def task_of(model: str) -> str:
     """The task of a model this process knows (registered, or a model file registered for the run); classification
     for one it does not (a record built from a job alone)."""
     return (MODELS.get(model) or _FILES.get(model) or MODELS[DEFAULT_MODEL]).task
+
+
+def check_torch_name(text: str) -> str:
+    """The record name of a PyTorch model named on the command line, once its library has a model of that name (the
+    library imported here, once: listing its models needs it); one line otherwise."""
+    found = torch_source(text)
+    assert found is not None
+    library, model = found
+    package = TORCH_LIBRARIES[library]
+    if importlib.util.find_spec(package) is None:
+        extra = torch_spec(text).extra
+        raise UsageError(f"--model {text} needs {package}: pip install -e \".[{extra}]\"")
+    if library == "timm":
+        import timm
+
+        known = timm.list_models()
+    else:
+        import torchvision.models as tvm
+
+        if model in tvm.list_models(module=tvm.detection):
+            raise UsageError(f"--model {text}: torchvision's detectors end in their own NMS, with outputs whose size "
+                             "depends on the image; inferbench does not take them as a source yet (export the raw "
+                             "heads to ONNX and pass the file with --task raw)")
+        known = tvm.list_models(module=tvm) + tvm.list_models(module=tvm.segmentation)
+    if model not in known:
+        raise UsageError(f"--model {text}: {library} has no model {model!r}{did_you_mean(model, known)}")
+    return torch_spec(text).name
 
 
 def register(*files: ModelFile) -> None:
@@ -171,7 +237,7 @@ def is_model_file(text: str) -> bool:
     """Does a ``--model`` value name a file (or SavedModel folder) rather than a registered model?"""
     if text in MODELS:
         return False
-    if text.endswith((".keras", ".onnx")) or "/" in text:
+    if text.endswith((".keras", ".onnx", ".pt2")) or "/" in text:
         return True
     try:
         return Path(text).is_dir()

@@ -31,6 +31,7 @@ from ..base.errors import UsageError
 from ..base.reading import read_bounded
 from ..base.text import excerpt, visible
 from .filecheck import CONFIG_CAP, check_archive, check_onnx_program
+from .outputs import Output
 
 #: The namespaces of ``torch.ops`` a program may call: PyTorch's own operators, its primitives, and PT2E's quantise
 #: and dequantise; ``_operator`` is Python's own (``getitem`` of a node's several outputs).
@@ -79,6 +80,39 @@ def check_pt2(path: Path, what: str = "program") -> None:
             except (ValueError, RecursionError) as exc:
                 raise UsageError(f"{what} {path}: {excerpt(name, 80)} is not JSON ({excerpt(exc, 80)})") from None
             _check_program_json(path, what, name, data)
+
+
+def program_shapes(path: Path, what: str) -> tuple[tuple[int | None, ...], list[Output]]:
+    """A ``.pt2`` program's input shape (a dynamic dimension None) and its outputs (names: a dict's keys, else
+    ``output`` / ``output0``...; shapes an image, a dynamic dimension 0), read from its archive once
+    :func:`check_pt2` passed it, without torch; one line where it takes other than one tensor."""
+    check_pt2(path, what)
+    with zipfile.ZipFile(path) as archive:
+        found = [n for n in archive.namelist() if n.endswith("models/model.json")]
+        if len(found) != 1:
+            raise UsageError(f"{what}: a .pt2 archive of one program is read; this one holds {len(found)}")
+        data = json.loads(archive.read(found[0]), parse_constant=_no_constant)  # its size checked by check_pt2
+    try:
+        module = data["graph_module"]
+        values, signature = module["graph"]["tensor_values"], module["signature"]
+        args = [s["user_input"]["arg"] for s in signature["input_specs"] if "user_input" in s]
+        results = [s["user_output"]["arg"]["as_tensor"]["name"] for s in signature["output_specs"]
+                   if "user_output" in s]
+        spec = json.loads(module["module_call_graph"][0]["signature"]["out_spec"])[1]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise UsageError(f"{what}: not a torch.export program inferbench reads (no {excerpt(exc, 60)})") from None
+    if len(args) != 1 or "as_tensor" not in args[0]:
+        raise UsageError(f"{what} takes {len(args)} inputs; inferbench times programs of one image input")
+    keys = json.loads(spec["context"]) if spec.get("type") in ("builtins.dict", "collections.OrderedDict") else None
+    names = keys if isinstance(keys, list) and len(keys) == len(results) else \
+        (["output"] if len(results) == 1 else [f"output{i}" for i in range(len(results))])
+    shape = tuple(_dim(d) for d in values[args[0]["as_tensor"]["name"]]["sizes"])
+    return shape, [Output(str(n), tuple(_dim(d) or 0 for d in values[r]["sizes"][1:])) for n, r in zip(names, results)]
+
+
+def _dim(size: dict[str, Any]) -> int | None:
+    """A size of a program's tensor: a number, or None where it is a symbol (a dynamic dimension)."""
+    return int(size["as_int"]) if isinstance(size, dict) and "as_int" in size else None
 
 
 def _no_constant(name: str) -> Any:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..base.machine import native_instructions
+from ..exporters.torch_program import load_exported
 from ..registry.artifacts import REFERENCE_OUTPUTS
 from ..registry.filecheck import check_savedmodel
 from ..registry.outputs import packed, read_layout
@@ -77,19 +78,22 @@ class OpenVinoRunner(Runner):
             check_savedmodel(ctx.path)
         # an INT8 model (NNCF's, OpenVINO IR) is read as it was saved; the SavedModel or ONNX file is converted
         self.core = ov.Core()  # one for the run: it reads an IR and compiles every setting's model
+        program = str(ctx.artifact).endswith(".pt2")  # a PyTorch program: converted from torch's own graph
         model = self.core.read_model(str(ctx.artifact)) if str(ctx.artifact).endswith(".xml") \
-            else ov.convert_model(str(ctx.artifact))
+            else ov.convert_model(load_exported(ctx.artifact) if program else str(ctx.artifact))
         self.batch, self.precision = ctx.batch_size, ctx.precision
         self.hint = HINTS[ctx.precision]
         model.reshape(list(ctx.model.input_shape(self.batch, ctx.resolution)))
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
-            if str(ctx.artifact).endswith(".xml") else "savedmodel"
+            if str(ctx.artifact).endswith(".xml") else "torch.export program" if program else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
         # each output by the name the source gave it (an ONNX file's own, among the names OpenVINO keeps for it; a
         # converted Keras model's one output)
         declared = [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)]
         self.output_names = [next((n for n in declared if n in o.get_names()), min(o.get_names(), default=f"output{i}"))
                              for i, o in enumerate(model.outputs)]
+        if program and len(declared) == len(model.outputs):  # a program's outputs keep its order, not its names
+            self.output_names = declared
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
         self.version = ov.get_version()

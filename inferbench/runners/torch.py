@@ -18,8 +18,9 @@ import numpy as np
 from ..base.machine import native_instructions
 from ..exporters import quantize_torch
 from ..exporters.torch import convert
+from ..exporters.torch_program import load_program
+from ..exporters.torch_source import condition
 from ..registry import artifacts, ports
-from ..registry.inputs import make_inputs
 from ..registry.ports import ported_models
 from .base import LoadContext, Runner
 from .torch_stages import program_stage_errors, stage_errors
@@ -82,6 +83,7 @@ class TorchRunner(Runner):
         self.tf32 = strict_fp32(torch, ctx)
         setting = ctx.setting  # a load-time setting being tuned (tuning_grid) overrides the option
         self.channels_last = bool(setting.get("channels_last", opts.channels_last)) and self.channels_first
+        self.permute = self.channels_first and ctx.model.layout == "NHWC"  # a PyTorch program takes NCHW itself
         self.compiled = opts.torch_compile
         self.compile_mode = setting.get("mode")  # torch.compile's mode (None: its default)
         self.cuda_graphs = bool(setting.get("cuda_graphs", opts.cuda_graphs))
@@ -111,8 +113,12 @@ class TorchRunner(Runner):
 
     def build(self, ctx: LoadContext) -> Any:
         """The module rebuilt from the ONNX export by onnx2torch, with the exported weights (safetensors, no
-        pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs."""
+        pickle) loaded into it strictly: a file that is not those weights fails the cell, it never runs; a PyTorch
+        model's program (or the user's .pt2 file) as it is."""
         from safetensors.torch import load_file
+
+        if str(ctx.artifact).endswith(".pt2"):
+            return load_program(ctx.artifact)
 
         module, _ = convert(ctx.folder / artifacts.EXPORTERS["onnx"].path)
         module.load_state_dict(load_file(str(ctx.artifact)), strict=True)
@@ -121,7 +127,7 @@ class TorchRunner(Runner):
     def _placed(self, x: Any) -> Any:
         """An NHWC tensor (host or device) in the module's layout, dtype, memory format and device."""
         torch = self.torch
-        if self.channels_first:
+        if self.permute:
             x = x.permute(0, 3, 1, 2)
         return x.to(self.dev, self.dtype).contiguous(
             memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
@@ -209,7 +215,7 @@ class TorchRunner(Runner):
             "intra_op_threads": self.torch.get_num_threads(),
             "inter_op_threads": self.torch.get_num_interop_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "input_layout": "NCHW" if self.channels_first else "NHWC",
+            "input_layout": "NCHW" if self.permute or self.ctx.model.layout == "NCHW" else "NHWC",
             "dtype": str(self.dtype).replace("torch.", ""),
             "channels_last": self.channels_last,
             "torch_compile": self.compiled,
@@ -231,6 +237,9 @@ class TorchNativeRunner(TorchRunner):
 
             self.weights_source = "keras-ported, pt2e-int8"
             return quantize_torch.load(ctx.path)
+        if str(ctx.artifact).endswith(".pt2"):  # a PyTorch model's program, or the user's .pt2 file
+            self.weights_source = "the program's own"
+            return load_program(ctx.artifact)
         if ctx.model.torchvision_builder is None:
             raise RuntimeError(f"torchvision has no implementation of {ctx.model.name}")
         if ctx.model.name in ported_models() and ctx.artifact is not None:
@@ -241,7 +250,7 @@ class TorchNativeRunner(TorchRunner):
         self.torch.manual_seed(ctx.seed)
         size = {"image_size": ctx.resolution} if ctx.model.family == "vit" else {}  # a ViT is built for one size
         module = getattr(torchvision.models, ctx.model.torchvision_builder)(weights=None, **size)
-        _calibrate(self.torch, module, ctx)
+        condition(self.torch, module, ctx.model, ctx.resolution, ctx.seed)
         return module
 
     def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
@@ -270,45 +279,9 @@ class TorchNativeRunner(TorchRunner):
         if self.int8_cell:
             return self.int8_block_errors(inputs)
 
-        x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
+        x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2) if self.permute else inputs))
         exact = copy.deepcopy(self.plain).to("cpu", self.torch.float64)
         return stage_errors(self.torch, self.plain, exact, x.to(self.dev, self.dtype), x.double())
-
-
-def _calibrate(torch: Any, module: Any, ctx: LoadContext) -> None:
-    """Own weights without a port: like the Keras reference (models.build_keras_model), randomise the scales
-    and offsets of every batch and layer normalisation, set ConvNeXt's layer scales (1e-6 at init) near 1,
-    give a head initialised to zeros (ViT's) random weights, and set the batch-norm running statistics from
-    image-like inputs, so that the outputs vary across classes and inputs (torchvision's stock init gives
-    near-constant logits)."""
-    rng = np.random.default_rng(ctx.seed)
-
-    def uniform(shape: Any, low: float, high: float) -> Any:
-        return torch.from_numpy(rng.uniform(low, high, tuple(shape)).astype("float32"))
-
-    bns = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    norms = bns + [m for m in module.modules() if isinstance(m, torch.nn.LayerNorm) and m.weight is not None]
-    with torch.no_grad():
-        for norm in norms:
-            norm.weight.copy_(uniform(norm.weight.shape, 0.5, 1.5))
-            norm.bias.copy_(torch.from_numpy(rng.normal(0.0, 0.1, tuple(norm.bias.shape)).astype("float32")))
-        for name, param in module.named_parameters():
-            if name.endswith("layer_scale"):
-                param.copy_(uniform(param.shape, 0.5, 1.0))
-        for linear in (m for m in module.modules() if isinstance(m, torch.nn.Linear)):
-            if not linear.weight.any():  # a head initialised to zeros (ViT's) makes every output 0
-                bound = 1.0 / np.sqrt(linear.in_features)
-                linear.weight.copy_(uniform(linear.weight.shape, -bound, bound))
-        for bn in bns:
-            bn.reset_running_stats()
-            bn.momentum = None  # cumulative average: one pass sets the batch statistics
-        if bns:  # batch norms alone in training mode: no auxiliary head (Inception's) or dropout runs
-            calib = make_inputs(ctx.model, 32, ctx.resolution, ctx.seed + 1)
-            module.eval()
-            for bn in bns:
-                bn.train()
-            module(torch.from_numpy(np.ascontiguousarray(calib.transpose(0, 3, 1, 2))))
-    module.eval()
 
 
 class TorchInductorRunner(TorchNativeRunner):
