@@ -390,3 +390,83 @@ def test_the_labelled_images_outputs_are_held_within_a_bound_said_in_one_line():
     with pytest.raises(UsageError, match=r"--eval-dir: det's outputs take .* for 1000 images, held whole: give "
                                          r"--eval-images 100 or fewer"):
         list(bounded(big, 1000, "det"))
+
+
+def _halves(n, shifted):
+    """``n`` 10 x 10 masks, the left half class 0 and the right half class 1, the top row 255 (not counted); and each
+    one's scores, class 0's column widened by one (column 5 called 0: 9 counted pixels wrong) in the ``shifted``
+    images."""
+    truth = np.zeros((n, 10, 10), np.int32)
+    truth[:, :, 5:] = 1
+    truth[:, 0, :] = 255
+    scores = np.zeros((n, 3, 10, 10), np.float32)
+    for i in range(n):
+        called = np.where(np.arange(10) < (6 if i in shifted else 5), 0, 1)
+        scores[i, called[None, :].repeat(10, 0), np.arange(10)[:, None], np.arange(10)[None, :]] = 1.0
+    return truth, scores
+
+
+def test_a_segmenters_mean_iou_is_known_on_masks_whose_iou_is_known():
+    """Six masks of two halves, three of them called one column too wide: class 0's IoU is 270 / 297 (its 270 pixels,
+    27 of class 1's called 0), class 1's 243 / 270, their mean 0.9045; 513 of 540 counted pixels right (0.95); the top
+    row (255) and class 2 (in no mask, never called) count for nothing; held to 99% of FP32's, which calls none
+    wrong."""
+    truth, perfect = _halves(6, ())
+    _, wide = _halves(6, (0, 2, 4))
+    outputs = [Output("out", (3, 10, 10), "masks")]
+    got = segmentation.accuracy(truth, {"out": wide}, {"out": perfect}, outputs, "int8")
+    assert got["miou"]["value"] == pytest.approx((270 / 297 + 243 / 270) / 2) and got["miou"]["fp32"] == 1.0
+    assert got["pixel_accuracy"]["value"] == pytest.approx(513 / 540)
+    assert got["status"] == "failed" and "below MLPerf's 99%" in got["reason"] and got["short"].startswith("mIoU 0.905")
+    lo, hi = got["miou"]["ci95"]
+    assert lo < got["miou"]["value"] < hi and got["miou"]["difference_ci95"][1] < 0  # resamples: 0 to 3 wide ones
+    same = segmentation.accuracy(truth, {"out": perfect}, {"out": perfect}, outputs, "fp16")
+    assert same["status"] == "passed" and same["miou"]["difference_ci95"] == [0.0, 0.0]
+    assert segmentation.accuracy(truth, {"out": wide}, {"out": perfect}, outputs, "fp32")["status"] == "measured"
+    small = segmentation.accuracy(truth[:, :5, :5], {"out": wide}, {"out": perfect}, outputs, "fp32")
+    assert small["status"] == "not_measured" and "10x10" in small["reason"]
+
+
+def test_images_and_masks_are_checked_before_any_export_and_read_as_the_images_are(tmp_path, capsys, monkeypatch):
+    from detectors import segmenter_onnx
+    from PIL import Image
+
+    from inferbench.registry import images, models
+    from inferbench.run import main
+
+    monkeypatch.setattr(models, "_FILES", {})
+    model = segmenter_onnx(tmp_path / "seg.onnx", size=32, classes=4)
+    folder = tmp_path / "voc"
+    (folder / "images").mkdir(parents=True)
+    (folder / "masks").mkdir()
+    for i in range(3):
+        Image.new("RGB", (40, 20), (60 * i, 90, 200)).save(folder / "images" / f"{i}.jpg")
+        mask = np.zeros((20, 40), np.uint8)
+        mask[:, 20:] = i + 1
+        mask[:3] = 255
+        Image.fromarray(mask, "L").save(folder / "masks" / f"{i}.png")
+    es = images.open_eval_set(str(folder), 10, 0)
+    assert (es.layout, es.images) == ("masks", 3) and "images/ and masks/" in es.describe()
+    truth = images.labels(es, images.items(es), 8)
+    assert truth.shape == (3, 8, 8) and truth[2, 4, 0] == 0 and truth[2, 4, 7] == 3 and truth[0, 0, 0] == 255
+    Image.fromarray(np.full((20, 40), 2, np.uint8), "L").save(folder / "masks" / "1.png")
+    with pytest.raises(UsageError, match="changed while inferbench was using them"):
+        images.items(es)  # a mask changed is another set
+    bad = {"no mask": (lambda: (folder / "masks" / "2.png").unlink(),
+                       "1 of its 3 images have no mask in masks/, e.g. " + str(folder / "masks" / "2.png")),
+           "another size": (lambda: Image.new("L", (20, 20)).save(folder / "masks" / "2.png"),
+                            "2.png is 20x20 pixels, its image " + str(folder / "images" / "2.jpg") + " 40x20"),
+           "a colour mask": (lambda: Image.new("RGB", (40, 20)).save(folder / "masks" / "2.png"),
+                             "this one is RGB (a colour mask: save its class indices)")}
+    for what, (spoil, said) in bad.items():
+        spoil()
+        code = main(["--model", str(model), "--task", "segmentation", "--eval-dir", str(folder),
+                     "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and said in err[0], (what, err)
+        Image.fromarray(np.zeros((20, 40), np.uint8), "L").save(folder / "masks" / "2.png")
+    code = main(["--model", "mobilenet_v3_small", "--eval-dir", str(folder), "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "a folder of images and masks labels its images with masks, and mobilenet_v3_small " \
+        "(classification) is measured on classes" in err[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "c").exists()

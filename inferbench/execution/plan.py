@@ -313,7 +313,8 @@ def check_labels(eval_set: Any, models: list[Any]) -> None:
             raise UsageError(f"--eval-dir: inferbench measures no accuracy for {m.name} ({m.task} outputs) yet; "
                              "leave --eval-dir out")
         if needs != have:
-            what = {"coco": "a COCO instances file", "labels": "a labels file"}.get(eval_set.layout,
+            what = {"coco": "a COCO instances file", "labels": "a labels file",
+                    "masks": "a folder of images and masks"}.get(eval_set.layout,
                                                                                    "a folder per class")
             raise UsageError(f"--eval-dir: {what} labels its images with {have}, and {m.name} ({m.task}) is measured "
                              f"on {needs}")

@@ -37,7 +37,7 @@ import numpy as np
 from ..base.errors import UsageError
 from ..base.reading import kind_of, read_bounded, read_text
 from ..base.text import excerpt, visible
-from . import coco
+from . import coco, masks
 from .inputs import agreement_inputs, preprocess
 from .tasks import task
 
@@ -60,7 +60,8 @@ class EvalSet:
     (:func:`items`), and must still be what the digest says."""
 
     path: str  # the folder, or the labels file, absolute
-    layout: str  # "folders" (a folder per class), "labels" (a labels file) or "images" (unlabelled: a calibration)
+    layout: str  # "folders" (a folder per class), "labels" (a labels file), "coco" (a COCO instances file), "masks"
+    # (images/ and masks/: a segmenter's) or "images" (unlabelled: a calibration)
     images: int  # how many are used
     found: int  # how many the folder or file names (more than used: a seeded sample)
     classes: int  # the largest label + 1
@@ -76,6 +77,7 @@ class EvalSet:
         how = (f"a folder per class, numbered in sorted order as torchvision's ImageFolder numbers them: "
                f"{self.first_class}=0 ... {self.last_class}={self.classes - 1}") if self.layout == "folders" \
             else f"a COCO instances file, {self.classes} categories" if self.layout == "coco" \
+            else "a mask a image: images/ and masks/, 255 not counted" if self.layout == "masks" \
             else f"a labels file, {self.classes} classes"
         skipped = f"; skipped {len(self.skipped)} that are not regular files: {', '.join(self.skipped[:3])}" \
             if self.skipped else ""
@@ -144,20 +146,21 @@ def _opened_set(root: Path, layout: str, count: int, seed: int, follow_links: bo
     listed, skipped = _listed(root, layout, follow_links)
     found = _sample(listed, count, seed)
     for path, _ in found:
-        with _opened(path):
-            pass
+        with _opened(path) as im:
+            if layout == "masks":
+                _check_mask(path, im.size, root)
     folders = _class_folders(root) if layout == "folders" else [None]
-    classes = len(folders) if layout == "folders" else 0 if layout == "images" else \
+    classes = len(folders) if layout == "folders" else 0 if layout in ("images", "masks") else \
         len(coco.read(root)["categories"]) if layout == "coco" else max(lab for _, lab in found) + 1
     return EvalSet(path=str(root), layout=layout, images=len(found), found=len(listed), classes=classes,
-                   digest=_digest(found, root), seed=seed, first_class=folders[0], last_class=folders[-1],
+                   digest=_digest(found, root, layout), seed=seed, first_class=folders[0], last_class=folders[-1],
                    follow_links=follow_links, skipped=tuple(skipped))
 
 
 def items(es: EvalSet) -> list[tuple[Path, int]]:
     """The set's images and labels, listed again; a UsageError where they changed since the run began."""
     found = _sample(_listed(Path(es.path), es.layout, es.follow_links)[0], es.images, es.seed)
-    if _digest(found, Path(es.path)) != es.digest:
+    if _digest(found, Path(es.path), es.layout) != es.digest:
         which = "calibration images" if es.layout == "images" else "labelled images"
         raise UsageError(f"the {which} in {es.path} changed while inferbench was using them")
     return found
@@ -168,6 +171,12 @@ def labels(es: EvalSet, listed: list[tuple[Path, int]], resolution: int) -> Any:
     :func:`inferbench.registry.coco.truth`, with ``input_size``: the model's input, which the boxes scale from)."""
     if es.layout == "coco":
         return {**coco.truth(Path(es.path), [i for _, i in listed]), "input_size": resolution}
+    if es.layout == "masks":
+        out = np.empty((len(listed), resolution, resolution), dtype=np.int32)
+        for i, (image, _) in enumerate(listed):
+            with _opened(masks.mask_of(image, Path(es.path))) as mask:
+                out[i] = masks.classes_of(mask, resolution)
+        return out
     return np.array([label for _, label in listed], dtype=np.int64)
 
 
@@ -213,6 +222,8 @@ def _root(path: Path, follow_links: bool = False) -> tuple[Path, str]:
     instances = coco.find(path)
     if instances is not None:  # a detector's labelled images: boxes, not classes
         return instances, "coco"
+    if masks.find(path):  # a segmenter's: a mask an image
+        return path, "masks"
     named = [path / f for f in LABEL_FILES if (path / f).is_file()]
     if named and _class_folders(path):
         try:
@@ -238,6 +249,12 @@ def _listed(root: Path, layout: str, follow_links: bool = False) -> tuple[list[t
         found = [(p, -1) for p in _walk(root, set(), root, follow_links, skipped)]
         if not found:
             raise UsageError(f"--calib-dir {root}: no images ({', '.join(EXTENSIONS)}) in it or its subfolders")
+        return found, skipped
+    if layout == "masks":
+        found = [(p, -1) for p in _walk(root / masks.IMAGES, set(), root, follow_links, skipped)]
+        if not found:
+            raise UsageError(f"--eval-dir {root}: no images ({', '.join(EXTENSIONS)}) in {masks.IMAGES}/")
+        masks.check_present(found, root)
         return found, skipped
     if layout == "coco":
         inside(root, root.parent, follow_links)
@@ -345,11 +362,21 @@ def _sample(found: list[tuple[Path, int]], count: int, seed: int) -> list[tuple[
     return [found[i] for i in np.sort(np.random.default_rng(seed).choice(len(found), count, replace=False))]
 
 
-def _digest(found: list[tuple[Path, int]], root: Path) -> str:
+def _check_mask(image: Path, size: tuple[int, int], root: Path) -> None:
+    """The mask of ``image`` (of ``size``), its header read: one class number a pixel, its image's size."""
+    mask = inside(masks.mask_of(image, root), root, False)
+    with _opened(mask) as m:
+        masks.check_header(mask, m.mode, m.size, image, size)
+
+
+def _digest(found: list[tuple[Path, int]], root: Path, layout: str = "") -> str:
     """Over how images become inputs (Pillow's version, the crop) and the images' paths (relative to the set: a set
-    moved whole keeps its digest), sizes, modification times and labels: a set changed in any of them is another."""
+    moved whole keeps its digest), sizes, modification times and labels (a segmenter's: its masks' too): a set changed
+    in any of them is another."""
     import PIL
 
+    if layout == "masks":
+        found = found + [(masks.mask_of(p, root), -2) for p, _ in found]
     base = root.parent if root.is_file() else root
     h = hashlib.sha256(f"pillow {PIL.__version__}, crop {CROP}\n".encode())  # how the images become inputs
     for path, label in found:

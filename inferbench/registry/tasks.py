@@ -54,13 +54,13 @@ class Task:
     accuracy: str = ""  # what labelled images give it ("": none; --eval-dir is refused in one line)
     classifier: bool = False  # its reference must name several top classes (parity.check_reference)
     postprocess: str = ""  # what runs after the call, the same code for every runtime ("": nothing)
-    labels: str = ""  # what its labelled images are labelled with: "classes", "boxes" (a COCO file); "": none
+    labels: str = ""  # what its labelled images are labelled with: "classes", "boxes" (a COCO file), "masks"; "": none
     float_outputs: bool = False  # INT8 leaves the operators writing its outputs in FP32 (outputs of mixed ranges)
     whole_image: bool = False  # the user's images (labelled, calibration) resized whole, never centre-cropped
 
 
 #: What a labelled set's layout (registry/images.py's EvalSet.layout) labels its images with.
-LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes"}
+LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes", "masks": "masks"}
 
 
 TASKS: dict[str, Task] = {
@@ -73,6 +73,8 @@ TASKS: dict[str, Task] = {
                       postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),
     "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
                          "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",
+                         accuracy="mean IoU and pixel accuracy, on images with their masks (images/, masks/)",
+                         labels="masks",
                          postprocess="each pixel's top class (inferbench.tasks.segmentation)", whole_image=True),
     "raw": Task("inferbench.tasks.raw", "outputs of no known meaning, each compared as numbers"),
 }

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
-from ..measure.parity import ACCURACY_GATE, INT8_GROSS_FLOOR
+from ..measure.parity import INT8_GROSS_FLOOR
 from ..registry.outputs import Output
-from . import nms
+from . import nms, paired
 
 #: Two detections are the same where their class is and their boxes overlap by at least this (COCO's loosest).
 MATCH_IOU = 0.5
@@ -97,54 +97,33 @@ def said(agreement: dict[str, Any]) -> str:
 #: threshold: its mAP can be a little higher).
 EVALUATION = nms.Settings(score=0.001, iou=0.7, max_boxes=100)
 #: Resamples of the images for the intervals (each an evaluation of the cell's and of FP32's detections).
-BOOTSTRAP = 200
 METRICS = (("map", 0, "mAP@[.5:.95]"), ("map50", 1, "mAP@.5"))
 
 
 def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str, np.ndarray],
              outputs: Sequence[Output], precision: str) -> dict[str, Any]:
     """COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval) of the cell's detections and of FP32's on the labelled images,
-    each with a 95% interval and their paired difference's (the images resampled, :data:`BOOTSTRAP` times, the same
-    resample for both); a reduced precision passes at MLPerf's 99% of FP32's mAP@[.5:.95]."""
+    each with a 95% interval and their paired difference's (:func:`inferbench.tasks.paired.scored`); a reduced
+    precision passes at MLPerf's 99% of FP32's mAP@[.5:.95]."""
     if not isinstance(labels, dict):
         raise UsageError("--eval-dir: a detector's labelled images are a COCO instances file's boxes")
     mine, fp32 = (_detections(labels, postprocess(x, outputs, EVALUATION) or []) for x in (candidate, reference))
     n = len(labels["images"])
-    rng = np.random.default_rng(0)
-    draws = [rng.integers(0, n, n) for _ in range(BOOTSTRAP)]
     by_image: dict[Any, list[dict[str, Any]]] = {}
     for a in labels["annotations"]:
         by_image.setdefault(a["image_id"], []).append(a)
-    point = [_map(labels, by_image, mine), _map(labels, by_image, fp32)]
-    boot = np.array([[_map(labels, by_image, mine, d), _map(labels, by_image, fp32, d)] for d in draws])
-    out: dict[str, Any] = {"images": n, "gate": ACCURACY_GATE, "metric": "COCO mAP@[.5:.95]", "method": (
+    out = paired.scored(lambda found, draw: _map(labels, by_image, found, draw), mine, fp32, n, METRICS)
+    out.update(metric="COCO mAP@[.5:.95]", method=(
         f"faster-coco-eval on the images resized whole to the input, boxes scaled back; {EVALUATION.said()}; "
-        f"intervals: {BOOTSTRAP} resamples of the images, percentile")}
-    for key, i, _ in METRICS:
-        diff = boot[:, 0, i] - boot[:, 1, i]
-        out[key] = {"value": point[0][i], "ci95": _pct(boot[:, 0, i]), "fp32": point[1][i],
-                    "fp32_ci95": _pct(boot[:, 1, i]), "difference": point[0][i] - point[1][i],
-                    "difference_ci95": _pct(diff)}
+        f"intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
     main, at50 = out["map"], out["map50"]
     ci, diff = main["ci95"], main["difference_ci95"]
     out["said"] = (f"COCO mAP@[.5:.95] {main['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {n} labelled images, "
                    f"FP32's {main['fp32']:.3f}: {main['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; "
                    f"mAP@.5 {at50['value']:.3f} (FP32's {at50['fp32']:.3f})")
     out["short"] = f"mAP {main['value']:.3f} ({main['difference']:+.3f})"
-    if precision == "fp32":
-        return {"status": "measured", "reason": None, **out}
-    if main["fp32"] <= 0:
-        return {"status": "not_measured", "reason": f"FP32 finds none of the labelled objects in the {n} images "
-                "(mAP 0): nothing to hold it to (labels in another category order than the model's?)", **out}
-    if main["value"] >= ACCURACY_GATE * main["fp32"] - 1e-12:
-        return {"status": "passed", "reason": None, **out}
-    return {"status": "failed", "reason": (
-        f"mAP@[.5:.95] {main['value']:.3f} against FP32's {main['fp32']:.3f} on {n} labelled images: "
-        f"{main['value'] / main['fp32']:.1%} of FP32, below MLPerf's {ACCURACY_GATE:.0%}"), **out}
-
-
-def _pct(values: np.ndarray) -> list[float]:
-    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+    return paired.judged(out, "map", "mAP@[.5:.95]", precision, "FP32 finds none of the labelled objects",
+                         " (labels in another category order than the model's?)")
 
 
 def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, Any]]]:

@@ -12,7 +12,9 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..measure.parity import INT8_GROSS_FLOOR
+from ..registry.masks import IGNORE
 from ..registry.outputs import Output
+from . import paired
 
 #: The output read as the masks' scores where a model gives several (torchvision's name for it), else the first of
 #: three dimensions.
@@ -70,7 +72,62 @@ def said(agreement: dict[str, Any]) -> str:
             f"(mean IoU {agreement['mean_iou']:.3f}) over {agreement['images']} reference inputs")
 
 
+#: The measures on labelled masks: (key, index in :func:`_score`'s list, name).
+METRICS = (("miou", 0, "mean IoU"), ("pixel_accuracy", 1, "pixel accuracy"))
+
+
 def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str, np.ndarray],
              outputs: Sequence[Output], precision: str) -> dict[str, Any]:
-    return {"status": "not_measured", "images": len(next(iter(candidate.values()))),
-            "reason": "mean IoU on labelled masks is not measured yet"}
+    """Mean IoU (each class's intersection over union summed over the images, their mean over the classes present in
+    the masks or the predictions) and pixel accuracy of the cell's masks and of FP32's against the labelled masks
+    (resized whole to the input, nearest neighbour; 255 and classes the model lacks not counted), each with a 95%
+    interval and their paired difference's (:func:`inferbench.tasks.paired.scored`); a reduced precision passes at
+    MLPerf's 99% of FP32's mean IoU."""
+    if not isinstance(labels, np.ndarray) or labels.ndim != 3:
+        raise UsageError("--eval-dir: a segmenter's labelled images are masks (images/ and masks/)")
+    main = next(o for o in outputs if o.kind == "masks")
+    classes, n = main.shape[0], len(labels)
+    if tuple(main.shape[1:]) != labels.shape[1:]:
+        return {"status": "not_measured", "images": n, "reason": f"its masks are {main.shape[1]}x{main.shape[2]}, "
+                f"the labelled masks resized to the input {labels.shape[1]}x{labels.shape[2]}"}
+    mine, fp32 = (_counts(np.asarray(x[main.name]), labels, classes) for x in (candidate, reference))
+    out = paired.scored(_score, mine, fp32, n, METRICS)
+    lacking = int(np.sum((labels != IGNORE) & (labels >= classes)))
+    out.update(metric="mean IoU", method=(
+        f"each pixel's top class against the masks resized whole to the input (nearest neighbour); {IGNORE} "
+        f"(and {lacking} pixels of classes past the model's {classes}) not counted; IoU per class summed over the "
+        f"images, the mean over classes present; intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
+    main_, acc = out["miou"], out["pixel_accuracy"]
+    ci, diff = main_["ci95"], main_["difference_ci95"]
+    out["said"] = (f"mean IoU {main_['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {n} labelled images, FP32's "
+                   f"{main_['fp32']:.3f}: {main_['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; pixel "
+                   f"accuracy {acc['value']:.3f} (FP32's {acc['fp32']:.3f})")
+    out["short"] = f"mIoU {main_['value']:.3f} ({main_['difference']:+.3f})"
+    return paired.judged(out, "miou", "mean IoU", precision, "FP32 labels no pixel right",
+                         " (masks whose class numbers are not the model's?)")
+
+
+def _counts(scores: np.ndarray, truth: np.ndarray, classes: int) -> dict[str, np.ndarray]:
+    """Each image's intersections and unions a class, and its pixels right and counted: from its confusion matrix
+    (``np.bincount`` of truth x classes + prediction over the counted pixels)."""
+    n = len(truth)
+    inter, union = np.zeros((n, classes), np.int64), np.zeros((n, classes), np.int64)
+    right, counted = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for i in range(n):
+        t, p = truth[i].ravel(), scores[i].argmax(axis=0).ravel()
+        keep = (t != IGNORE) & (t >= 0) & (t < classes)
+        confusion = np.bincount(t[keep] * classes + p[keep], minlength=classes * classes).reshape(classes, classes)
+        inter[i] = np.diag(confusion)
+        union[i] = confusion.sum(0) + confusion.sum(1) - inter[i]
+        right[i], counted[i] = inter[i].sum(), keep.sum()
+    return {"inter": inter, "union": union, "right": right, "counted": counted}
+
+
+def _score(counts: dict[str, np.ndarray], draw: np.ndarray | None) -> list[float]:
+    """Mean IoU and pixel accuracy over the images ``draw`` picks (None: every one)."""
+    pick = slice(None) if draw is None else draw
+    inter, union = counts["inter"][pick].sum(0), counts["union"][pick].sum(0)
+    present = union > 0
+    miou = float(np.mean(inter[present] / union[present])) if present.any() else 0.0
+    counted = counts["counted"][pick].sum()
+    return [miou, float(counts["right"][pick].sum() / counted) if counted else 0.0]

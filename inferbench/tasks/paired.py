@@ -1,0 +1,59 @@
+"""A task's metric on labelled images beside FP32's, with intervals, and MLPerf's gate: what detection's mAP and
+segmentation's mean IoU share. The images are resampled (:data:`BOOTSTRAP` times, the same resample for the cell and
+for FP32, so that their difference has an interval of its own), and a reduced precision passes at
+:data:`~inferbench.measure.parity.ACCURACY_GATE` of FP32's value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..measure.parity import ACCURACY_GATE
+
+BOOTSTRAP = 200
+#: A metric: (key in the block, index in what the scorer returns, its name).
+Metric = tuple[str, int, str]
+
+
+def draws(n: int) -> list[np.ndarray]:
+    """The resamples of ``n`` images (seeded: the same for every cell of a run)."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, n, n) for _ in range(BOOTSTRAP)]
+
+
+def scored(score: Callable[[Any, np.ndarray | None], list[float]], mine: Any, fp32: Any, n: int,
+           metrics: tuple[Metric, ...]) -> dict[str, Any]:
+    """Each metric of ``score(results, draw)`` (``draw`` None: every image) for the cell's results and FP32's, with
+    95% intervals (percentile) and their paired difference's."""
+    point = [score(mine, None), score(fp32, None)]
+    boot = np.array([[score(mine, d), score(fp32, d)] for d in draws(n)])
+    out: dict[str, Any] = {"images": n, "gate": ACCURACY_GATE}
+    for key, i, _ in metrics:
+        diff = boot[:, 0, i] - boot[:, 1, i]
+        out[key] = {"value": point[0][i], "ci95": _pct(boot[:, 0, i]), "fp32": point[1][i],
+                    "fp32_ci95": _pct(boot[:, 1, i]), "difference": point[0][i] - point[1][i],
+                    "difference_ci95": _pct(diff)}
+    return out
+
+
+def _pct(values: np.ndarray) -> list[float]:
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def judged(out: dict[str, Any], key: str, name: str, precision: str, nothing: str, hint: str = "") -> dict[str, Any]:
+    """The block's verdict on its main metric ``key`` (called ``name``): FP32 measured; a reduced precision passed at
+    MLPerf's 99% of FP32's value, else failed; not measured where FP32's is 0 (``nothing``: what FP32 did not find;
+    ``hint``: why that may be)."""
+    main, n = out[key], out["images"]
+    if precision == "fp32":
+        return {"status": "measured", "reason": None, **out}
+    if main["fp32"] <= 0:
+        return {"status": "not_measured", "reason": f"{nothing} in the {n} images ({name} 0): nothing to hold it to{hint}",
+                **out}
+    if main["value"] >= ACCURACY_GATE * main["fp32"] - 1e-12:
+        return {"status": "passed", "reason": None, **out}
+    return {"status": "failed", "reason": (
+        f"{name} {main['value']:.3f} against FP32's {main['fp32']:.3f} on {n} labelled images: "
+        f"{main['value'] / main['fp32']:.1%} of FP32, below MLPerf's {ACCURACY_GATE:.0%}"), **out}

@@ -1,0 +1,211 @@
+"""Models written in PyTorch as sources: ``--model torchvision:NAME``, ``--model timm:NAME`` and ``.pt2`` files.
+
+The fast tests hold the routes each runtime takes from a PyTorch program (which artifact, made by what, refused why)
+and read ``.pt2`` archives written here by hand, without torch; the slow ones build real torchvision and timm models,
+export them with torch.export and torch's ONNX exporter, and run them through every runtime that takes them (the
+model built in a child process: torch never shares a test worker with TensorFlow).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from inferbench import records
+from inferbench.base.errors import UsageError
+from inferbench.registry import artifacts, models
+from inferbench.registry.frameworks import FRAMEWORKS
+from inferbench.registry.modelfiles import open_model_file
+from inferbench.registry.models import get_model, register, torch_source
+from inferbench.run import main
+
+QUICK = ["--duration", "0.3", "--rounds", "3", "--processes", "1", "--warmup", "2", "--warmup-seconds", "0",
+         "--min-iterations", "3", "-q"]
+
+
+@pytest.fixture(autouse=True)
+def no_files_known(monkeypatch):
+    monkeypatch.setattr(models, "_FILES", {})
+
+
+def test_a_pytorch_name_is_a_model_of_its_library_with_its_task_and_layout():
+    assert torch_source("torchvision:lraspp_mobilenet_v3_large") == ("torchvision", "lraspp_mobilenet_v3_large")
+    assert torch_source("timm-resnet18") == ("timm", "resnet18") and torch_source("resnet50") is None
+    assert torch_source("torchvision:") is None
+    seg = get_model("torchvision:lraspp_mobilenet_v3_large")
+    assert seg == get_model("torchvision-lraspp_mobilenet_v3_large")  # typed, or as records carry it
+    assert (seg.name, seg.task, seg.layout, seg.default_resolution, seg.preprocessing) == \
+        ("torchvision-lraspp_mobilenet_v3_large", "segmentation", "NCHW", 520, "torch")
+    assert seg.input_shape(2, 64) == (2, 3, 64, 64) and seg.resolution(96) == 96  # any size: built for it
+    cls = get_model("timm:resnet18")
+    assert (cls.task, cls.default_resolution, cls.packages, cls.extra) == ("classification", 224, ("timm",), "timm")
+    assert artifacts.source_kind(seg) == "pt2" and artifacts.source_kind(get_model("mobilenet_v3_large")) == "keras"
+
+
+def test_each_runtime_takes_its_route_from_a_pytorch_program_and_the_others_say_why_not():
+    spec = get_model("torchvision:deeplabv3_mobilenet_v3_large")
+    route = {k: fw.artifact_for(spec) for k, fw in FRAMEWORKS.items() if not fw.unsupported(spec)}
+    assert route == {"onnxrt": "onnx", "onnxrt-trt": "onnx", "openvino": "pt2", "torch": "pt2",
+                     "torch-inductor": "pt2", "tensorrt-fp32": "tensorrt", "tensorrt-fp16": "tensorrt",
+                     "tensorrt-int8": "tensorrt"}
+    assert all(FRAMEWORKS[k].verified(spec.name) for k in route)  # the program itself: same weights everywhere
+    why = {k: fw.unsupported(spec) for k, fw in FRAMEWORKS.items() if fw.unsupported(spec)}
+    said = "is a PyTorch model (torchvision:deeplabv3_mobilenet_v3_large)"
+    assert said in why["keras"] and said in why["jax"] and said in why["tf"], why
+    assert why["torch-native"] == f"{spec.name} is a PyTorch program: torch and torch-inductor run it"
+    # the program first, then the reference from it, then torch's own ONNX export
+    assert artifacts.export_order(["onnx", "onnx-int8"], spec) == ["pt2", "reference", "onnx", "onnx-int8"]
+    assert artifacts.exporter_module("pt2", spec) == "inferbench.exporters.torch_source"
+    assert artifacts.exporter_module("onnx", spec) == "inferbench.exporters.torch_onnx"
+    assert "onnxscript" in artifacts.exporter_packages("onnx", spec)
+    assert artifacts.exporter_packages("pt2", spec) == ("torch", "torchvision")
+    assert artifacts.exporter_packages("reference", spec) == ("torch",)
+    # a registered Keras model keeps its routes: tf2onnx for ONNX, the SavedModel for OpenVINO
+    keras = get_model("mobilenet_v3_large")
+    assert artifacts.exporter_module("onnx", keras) == "inferbench.exporters.onnx"
+    assert FRAMEWORKS["openvino"].artifact_for(keras) == "savedmodel"
+
+
+def pt2_archive(path, inputs=(("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int": 3}, {"as_int": 48},
+                                      {"as_int": 48}]),), outputs=(("out", [5, 48, 48]),), keys=("out",),
+                target="torch.ops.aten.mul.Tensor", pickled=False):
+    """A .pt2-shaped archive written by hand: the JSON of one program (its signature, tensor sizes, one node) as
+    torch.export 2.x lays it out, without torch."""
+    values = {name: {"dtype": 7, "sizes": sizes} for name, sizes in inputs}
+    values.update({f"t_{name}": {"dtype": 7, "sizes": [{"as_expr": {"expr_str": "s0"}}, *({"as_int": d} for d in dims)]}
+                   for name, dims in outputs})
+    spec = {"type": "builtins.dict", "context": json.dumps(list(keys)),
+            "children_spec": [{"type": None, "context": None, "children_spec": []}] * len(outputs)} if keys \
+        else {"type": None, "context": None, "children_spec": []}
+    program = {"graph_module": {
+        "graph": {"inputs": [], "outputs": [], "tensor_values": values, "custom_obj_values": {},
+                  "nodes": [{"target": target, "inputs": [], "outputs": [], "name": "n0"}]},
+        "signature": {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": n}}}} for n, _ in inputs],
+                      "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": f"t_{n}"}}}} for n, _ in outputs]},
+        "module_call_graph": [{"fqn": "", "signature": {"out_spec": json.dumps([1, spec])}}]},
+        "guards_code": [], "schema_version": {"major": 8}}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("model/models/model.json", json.dumps(program))
+        z.writestr("model/data/weights/model_weights_config.json",
+                   json.dumps({"config": {"w": {"path_name": "weight_0", "use_pickle": pickled}}}))
+    return path
+
+
+def test_a_pt2_file_is_read_without_torch(tmp_path):
+    seg = open_model_file(str(pt2_archive(tmp_path / "seg.pt2")), asked="segmentation")
+    assert (seg.format, seg.layout, seg.resolution, seg.batch_size, seg.task) == ("pt2", "NCHW", 48, None,
+                                                                                  "segmentation")
+    register(seg)
+    spec = get_model(seg.name)
+    assert artifacts.exporter_module("pt2", spec) == "inferbench.exporters.imported"  # the file, copied as it is
+    assert artifacts.exporter_module("onnx", spec) == "inferbench.exporters.torch_onnx"
+    # one output of one dimension: a classifier's, named output (a tensor, not a mapping)
+    one = open_model_file(str(pt2_archive(tmp_path / "cls.pt2", outputs=(("logits", [10]),), keys=())))
+    assert one.task == "classification"
+
+
+@pytest.mark.parametrize("make,message", [
+    (dict(inputs=(("a", [{"as_int": 1}, {"as_int": 3}, {"as_int": 48}, {"as_int": 48}]),
+                  ("b", [{"as_int": 1}, {"as_int": 2}]))), "takes 2 inputs; inferbench times programs of one image"),
+    (dict(pickled=True), "a weight is stored as a pickle"),
+    (dict(target="torch.ops.aten.from_file.default"), "the operator torch.ops.aten.from_file.default reads, writes"),
+    (dict(target="builtins.exec"), "the operator builtins.exec reads, writes or runs outside the computation"),
+    (dict(outputs=(("out", [5, 48, 48]),), keys=("out",)), "--task detection reads"),
+])
+def test_a_bad_pt2_file_is_one_line_and_writes_nothing(capsys, tmp_path, make, message):
+    path = pt2_archive(tmp_path / "bad.pt2", **make)
+    task = ["--task", "detection"] if "detection" in message else []
+    code = main(["--model", str(path), *task, "--output-dir", str(tmp_path / "out"), "--cache-dir",
+                 str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_pytorch_name_without_its_library_says_what_to_install(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else real(name, *a))
+    code = main(["--model", "timm:resnet18", "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == 'inferbench.run: error: --model timm:resnet18 needs timm: pip install -e ".[timm]"'
+    with pytest.raises(UsageError, match="unknown model 'tochvision:x'"):
+        get_model("tochvision:x")
+
+
+# --------------------------------------------------------------------------- end to end, real frameworks
+def _cli(*argv):
+    """inferbench.run in a process of its own (it imports torchvision to check a name: never beside TensorFlow)."""
+    return subprocess.run([sys.executable, "-m", "inferbench.run", *argv], capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_torchvision_names_that_cannot_be_a_source_are_one_line(tmp_path):
+    for name, said in (("torchvision:lraspp_mobilenet_v3_lage", "torchvision has no model 'lraspp_mobilenet_v3_lage' "
+                                                                "(did you mean lraspp_mobilenet_v3_large?)"),
+                       ("torchvision:ssdlite320_mobilenet_v3_large", "torchvision's detectors end in their own NMS")):
+        done = _cli("--model", name, "--output-dir", str(tmp_path / "out"))
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+            done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_program(tmp_path, shared_cache):
+    done = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--resolution", "64", "--framework", "all",
+                "--batch-size", "1,2", *QUICK, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    df = records.load(tmp_path / "out")
+    assert (df["status"] == "ok").all(), df[["framework", "error"]]
+    assert set(df["framework"]) == {"onnxrt", "openvino", "torch", "torch-inductor"}
+    assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"segmentation"}
+    assert set(df["model"]) == {"torchvision-lraspp_mobilenet_v3_large"}
+    one = json.loads(next((tmp_path / "out").rglob("*_bs2_openvino.json")).read_text())
+    assert one["runner"]["model_source"].startswith("torch.export program")  # OpenVINO's own route from torch
+    assert [o["name"] for o in one["outputs"]] == ["out"] and one["outputs"][0]["shape"] == [21, 64, 64]
+    manifest = json.loads(next(shared_cache.glob("torchvision-lraspp_mobilenet_v3_large_64_*/manifest.json"))
+                          .read_text())
+    made = manifest["artifacts"]
+    assert made["pt2"]["built_by"] == "torchvision:lraspp_mobilenet_v3_large" and made["reference"]["source"] == "pt2"
+    assert made["onnx"]["converter"].startswith("torch.onnx.export (dynamo)")
+    assert "not run here" in done.stderr and "is a PyTorch model (torchvision:lraspp_mobilenet_v3_large)" in done.stderr
+
+
+PT2_MODEL = """
+import sys, torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Conv2d(8, 5, 1)
+    def forward(self, x):
+        return {"out": self.head(torch.relu(self.conv(x)))}
+torch.manual_seed(0)
+net = Net().eval()
+batch = torch.export.Dim("batch", min=1, max=1024)
+program = torch.export.export(net, (torch.randn(2, 3, 40, 40),), dynamic_shapes=({0: batch},))
+torch.export.save(program, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shared_cache):
+    path = tmp_path / "tiny_seg.pt2"
+    subprocess.run([sys.executable, "-c", PT2_MODEL, str(path)], check=True, timeout=300)
+    done = _cli("--model", str(path), "--task", "segmentation", "--framework", "torch,onnxrt,openvino", *QUICK,
+                "--output-dir", str(tmp_path / "file"), "--cache-dir", str(shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    df = records.load(tmp_path / "file")
+    assert set(df["framework"]) == {"torch", "onnxrt", "openvino"} and set(df["parity.status"]) == {"passed"}
+    done = _cli("--model", "timm:resnet10t", "--resolution", "64", "--framework", "onnxrt,torch", *QUICK,
+                "--output-dir", str(tmp_path / "timm"), "--cache-dir", str(shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    df = records.load(tmp_path / "timm")
+    assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"classification"}
+    assert set(df["model"]) == {"timm-resnet10t"}
