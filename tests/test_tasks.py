@@ -470,3 +470,24 @@ def test_images_and_masks_are_checked_before_any_export_and_read_as_the_images_a
     assert code == 2 and "a folder of images and masks labels its images with masks, and mobilenet_v3_small " \
         "(classification) is measured on classes" in err[0]
     assert not (tmp_path / "out").exists() and not (tmp_path / "c").exists()
+
+
+def test_ssd_heads_are_decoded_as_torchvisions_box_coder_decodes_them():
+    """Two anchors; the first's regression moves it one width right (dx 10 / weight 10), the second's doubles its width
+    about its centre (dw 5 log 2 / weight 5), then clipped to the 32 x 48 input; class 2 near-certain for the first
+    anchor, the second's logits all 0 (a third each: kept for both object classes, which never suppress each other)."""
+    from inferbench.tasks import ssd
+
+    anchors = np.array([[[0, 0, 10, 10], [10, 20, 30, 40]]], np.float32)
+    regression = np.array([[[10, 0, 0, 0], [0, 0, 5 * np.log(2), 0]]], np.float32)
+    logits = np.array([[[0, 0, 10], [0, 0, 0]]], np.float32)
+    arrays = {"bbox_regression": regression, "cls_logits": logits, "anchors": anchors,
+              "image_size": np.array([[48, 32]], np.float32)}
+    outputs = [Output(n, a.shape[1:]) for n, a in arrays.items()]
+    assert detection.kinds(outputs, "here")[2].kind == "boxes" and set(detection.parts(arrays, outputs)) == set(arrays)
+    (found,) = detection.postprocess(arrays, outputs)
+    assert found["category_ids"] and found["classes"].tolist() == [2, 1, 2]
+    assert found["scores"][0] == pytest.approx(np.exp(10) / (np.exp(10) + 2)) and found["scores"][1] == pytest.approx(1 / 3)
+    assert np.allclose(found["boxes"], [[10, 0, 20, 10], [0, 20, 32, 40], [0, 20, 32, 40]])  # x clipped at 32
+    with pytest.raises(UsageError, match=r"or SSD's heads \(bbox_regression, cls_logits, anchors, image_size\)"):
+        detection.kinds(outputs[:2], "here")

@@ -156,15 +156,39 @@ def test_torchvision_names_that_cannot_be_a_source_are_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def labelled_masks(folder, n=4, classes=21):
+    """``n`` images (80 x 60, smooth colours) and their masks: a band of a class an image, 255 on its border."""
+    import numpy as np
+    from PIL import Image
+
+    (folder / "images").mkdir(parents=True)
+    (folder / "masks").mkdir()
+    for i in range(n):
+        ramp = np.linspace(0, 255, 80, dtype=np.float32)[None, :, None]
+        Image.fromarray(np.clip(ramp + [40 * i, 90, 200 - 30 * i], 0, 255).repeat(60, 0).astype(np.uint8)).save(
+            folder / "images" / f"{i}.jpg")
+        mask = np.zeros((60, 80), np.uint8)
+        mask[20:40] = (3 * i + 1) % classes
+        mask[19], mask[40] = 255, 255
+        Image.fromarray(mask, "L").save(folder / "masks" / f"{i}.png")
+    return folder
+
+
 @pytest.mark.slow
 def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_program(tmp_path, shared_cache):
+    voc = labelled_masks(tmp_path / "voc")
     done = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--resolution", "64", "--framework", "all",
-                "--batch-size", "1,2", *QUICK, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache))
+                "--batch-size", "1,2", "--eval-dir", str(voc), *QUICK, "--output-dir", str(tmp_path / "out"),
+                "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "out")
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
     assert set(df["framework"]) == {"onnxrt", "openvino", "torch", "torch-inductor"}
     assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"segmentation"}
+    # mean IoU on the labelled masks, every cell's beside the one FP32 reference's
+    assert set(df["parity.accuracy.status"]) == {"measured"} and df["parity.accuracy.miou.fp32"].nunique() == 1
+    assert ((df["parity.accuracy.miou.value"] - df["parity.accuracy.miou.fp32"]).abs() < 0.01).all()
+    assert df["parity.accuracy.said"].str.startswith("mean IoU").all() and (df["parity.accuracy.images"] == 4).all()
     assert set(df["model"]) == {"torchvision-lraspp_mobilenet_v3_large"}
     one = json.loads(next((tmp_path / "out").rglob("*_bs2_openvino.json")).read_text())
     assert one["runner"]["model_source"].startswith("torch.export program")  # OpenVINO's own route from torch
@@ -209,3 +233,36 @@ def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shar
     df = records.load(tmp_path / "timm")
     assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"classification"}
     assert set(df["model"]) == {"timm-resnet10t"}
+
+
+SSD_AGAINST_TORCHVISION = """
+import json, sys, numpy as np, torch
+from inferbench.registry.models import get_model
+from inferbench.exporters.torch_source import build, heads
+from inferbench.registry.inputs import make_inputs
+from inferbench.tasks import ssd
+spec = get_model("torchvision:ssdlite320_mobilenet_v3_large")
+model = build(torch, spec, "random", 320, 0)
+x = make_inputs(spec, 2, 320, 5)
+with torch.no_grad():
+    raw = {k: v.numpy() for k, v in heads(torch, model, 320)(torch.from_numpy(x)).items()}
+    own = model(list(torch.from_numpy((x + 1) / 2)))  # its own transform: [0, 1], then mean 0.5 and std 0.5
+out = []
+for a, b in zip(ssd.detections(raw), own):
+    out.append({"n": [len(a["scores"]), len(b["scores"])],
+                "box": float(np.abs(a["boxes"] - b["boxes"].numpy()).max()),
+                "score": float(np.abs(a["scores"] - b["scores"].numpy()).max()),
+                "same_class": float((a["classes"] == b["labels"].numpy()).mean())})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_ssdlites_heads_after_the_shared_postprocessing_are_torchvisions_own_detections():
+    """The graph cut before SSDlite's decoding, then inferbench's NumPy decoding and suppression: the same 300
+    detections an image as torchvision's own postprocess_detections, box for box (seeded, conditioned weights)."""
+    done = subprocess.run([sys.executable, "-c", SSD_AGAINST_TORCHVISION], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for image in json.loads(done.stdout.strip().splitlines()[-1]):
+        assert image["n"] == [300, 300] and image["same_class"] == 1.0, image
+        assert image["box"] < 1e-3 and image["score"] < 1e-6, image

@@ -26,7 +26,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     import torch
 
     spec = get_model(ctx.model)
-    module = Named(build(torch, spec, ctx.weights, ctx.resolution, ctx.seed))
+    module = build(torch, spec, ctx.weights, ctx.resolution, ctx.seed)
+    module = heads(torch, module, ctx.resolution) if hasattr(module, "anchor_generator") else Named(module)
     example = torch.from_numpy(make_inputs(spec, 2, ctx.resolution, ctx.seed + 1))  # two: a 1 would be a constant
     dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
     with torch.no_grad():
@@ -63,6 +64,33 @@ def build(torch: Any, spec: ModelSpec, weights: str, resolution: int, seed: int)
     if not published:
         condition(torch, module, spec, resolution, seed)
     return module.eval()
+
+
+def heads(torch: Any, ssd: Any, resolution: int) -> Any:
+    """torchvision's SSD cut before its decoding and suppression (:mod:`inferbench.tasks.ssd` does both after every
+    runtime): the backbone and the head on the prepared input, with the anchors (in input pixels, fixed by the size)
+    and the input's size as outputs, so that the shared post-processing needs nothing but the outputs."""
+    from torchvision.models.detection.image_list import ImageList
+
+    class Heads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone, self.head = ssd.backbone, ssd.head
+            x = torch.zeros(1, 3, resolution, resolution)
+            with torch.no_grad():
+                features = list(self.backbone(x).values())
+                anchors = ssd.anchor_generator(ImageList(x, [(resolution, resolution)]), features)[0]
+            # (buffers named apart from the outputs: an ONNX graph's initializer and output may not share a name)
+            self.register_buffer("default_boxes", anchors.float())
+            self.register_buffer("input_hw", torch.tensor([resolution, resolution], dtype=torch.float32))
+
+        def forward(self, x: Any) -> Any:
+            out = self.head(list(self.backbone(x).values()))
+            n = x.shape[0]
+            return {"bbox_regression": out["bbox_regression"], "cls_logits": out["cls_logits"],
+                    "anchors": self.default_boxes.expand(n, -1, -1), "image_size": self.input_hw.expand(n, -1)}
+
+    return Heads().eval()
 
 
 class Named:

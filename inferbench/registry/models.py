@@ -161,6 +161,9 @@ TORCH_LIBRARIES = {"torchvision": "torchvision", "timm": "timm"}
 #: torchvision's semantic segmentation models (``torchvision.models.segmentation``): class scores a pixel as ``out``.
 TORCHVISION_SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "deeplabv3_resnet50", "deeplabv3_resnet101",
                             "fcn_resnet50", "fcn_resnet101", "lraspp_mobilenet_v3_large")
+#: torchvision's detectors read as raw heads (cut before their decoding and suppression: inferbench.tasks.ssd), with
+#: the preparation their transform does ([0, 1] then mean 0.5, std 0.5: [-1, 1]) and their fixed size.
+TORCHVISION_DETECTION = {"ssdlite320_mobilenet_v3_large": ("tf", 320)}
 #: The resolution each task's torchvision models are trained at (their weights' transforms): the default.
 _TORCH_RESOLUTION = {"classification": 224, "segmentation": 520}
 
@@ -181,7 +184,10 @@ def torch_spec(name: str) -> ModelSpec:
     assert found is not None
     library, model = found
     task = "segmentation" if library == "torchvision" and model in TORCHVISION_SEGMENTATION else "classification"
-    return ModelSpec(f"{library}-{model}", None, None, _TORCH_RESOLUTION[task], 32, "torch",
+    preparation, size = "torch", _TORCH_RESOLUTION[task]
+    if library == "torchvision" and model in TORCHVISION_DETECTION:
+        task, (preparation, size) = "detection", TORCHVISION_DETECTION[model]
+    return ModelSpec(f"{library}-{model}", None, None, size, 32, preparation,
                      family=f"{library}-{model.split('_')[0]}", packages=(TORCH_LIBRARIES[library],),
                      extra="torch" if library == "torchvision" else "timm", task=task,
                      torch_builder=f"{library}:{model}")
@@ -210,11 +216,11 @@ def check_torch_name(text: str) -> str:
     else:
         import torchvision.models as tvm
 
-        if model in tvm.list_models(module=tvm.detection):
-            raise UsageError(f"--model {text}: torchvision's detectors end in their own NMS, with outputs whose size "
-                             "depends on the image; inferbench does not take them as a source yet (export the raw "
-                             "heads to ONNX and pass the file with --task raw)")
-        known = tvm.list_models(module=tvm) + tvm.list_models(module=tvm.segmentation)
+        if model in tvm.list_models(module=tvm.detection) and model not in TORCHVISION_DETECTION:
+            raise UsageError(f"--model {text}: of torchvision's detectors inferbench reads "
+                             f"{', '.join(TORCHVISION_DETECTION)} (its raw heads); the others end in their own NMS, with "
+                             "outputs whose size depends on the image (export their heads to ONNX and pass the file)")
+        known = tvm.list_models(module=tvm) + tvm.list_models(module=tvm.segmentation) + list(TORCHVISION_DETECTION)
     if model not in known:
         raise UsageError(f"--model {text}: {library} has no model {model!r}{did_you_mean(model, known)}")
     return torch_spec(text).name

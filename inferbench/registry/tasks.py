@@ -66,8 +66,9 @@ LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes", 
 TASKS: dict[str, Task] = {
     "classification": Task("inferbench.tasks.classification", "one array of class scores (logits) an image",
                            "top-1 and top-5 accuracy", classifier=True, labels="classes"),
-    "detection": Task("inferbench.tasks.detection", "a raw anchor-free detection head, [4 + classes, anchors] an "
-                      "image (YOLOv8's layout: box centre, width and height in pixels, then each class's score)",
+    "detection": Task("inferbench.tasks.detection", "raw detection heads: YOLOv8's anchor-free [4 + classes, "
+                      "anchors] an image (box centre, width and height in pixels, then each class's score), or SSD's "
+                      "(bbox_regression, cls_logits, anchors, image_size: torchvision's SSDlite cut before its NMS)",
                       accuracy="COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval), on a COCO instances file",
                       labels="boxes", float_outputs=True, whole_image=True,
                       postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),

@@ -1,7 +1,8 @@
-"""Detection from a raw anchor-free head in YOLOv8's layout: one output of ``[4 + classes, anchors]`` an image, box
-centre x, centre y, width and height in input pixels, then each class's score (already a probability). Parity judges
-the boxes (in pixels) and the scores apart, before anything runs after the call; then every runtime's head goes
-through the same decoding and suppression (:mod:`.nms`), and two runtimes' detections are matched box by box."""
+"""Detection from raw heads, in one of two layouts: YOLOv8's anchor-free head, one output of ``[4 + classes, anchors]``
+an image (box centre x, centre y, width and height in input pixels, then each class's score, already a probability),
+or SSD's (torchvision's SSDlite cut before its decoding: :mod:`.ssd`). Parity judges the boxes (in pixels) and the
+scores apart, before anything runs after the call; then every runtime's heads go through the same decoding and
+suppression (:mod:`.nms`), and two runtimes' detections are matched box by box."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ import numpy as np
 from ..base.errors import UsageError
 from ..measure.parity import INT8_GROSS_FLOOR
 from ..registry.outputs import Output
-from . import nms, paired
+from . import nms, paired, ssd
 
 #: Two detections are the same where their class is and their boxes overlap by at least this (COCO's loosest).
 MATCH_IOU = 0.5
 
 
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
+    if ssd.is_layout(outputs):
+        return ssd.kinds(outputs)
     if len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[0] < 5:
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
         raise UsageError(f"{where}: --task detection reads one raw head of [4 + classes, anchors] an image (YOLOv8's "
-                         f"layout); this model gives {shapes} (--task raw compares them as numbers)")
+                         f"layout) or SSD's heads ({', '.join(ssd.NAMES)}); this model gives {shapes} (--task raw "
+                         "compares them as numbers)")
     return [Output(outputs[0].name, outputs[0].shape, "values")]
 
 
@@ -34,14 +38,19 @@ def _split(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parts(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
+    if ssd.is_layout(outputs):
+        return {o.name: (arrays[o.name], o.kind) for o in outputs}
     name = outputs[0].name
     boxes, scores = _split(arrays[name])
     return {f"{name}.boxes": (boxes, "boxes"), f"{name}.scores": (scores, "values")}
 
 
-def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output],
-                settings: nms.Settings = nms.DEFAULT) -> list[Any] | None:
-    """Each image's detections: boxes (x1, y1, x2, y2 in pixels), scores and classes, best first."""
+def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output], evaluation: bool = False) -> list[Any] | None:
+    """Each image's detections: boxes (x1, y1, x2, y2 in pixels), scores and classes, best first (``evaluation``: as
+    mAP reads them, :data:`EVALUATION`; an SSD's as torchvision's postprocessing keeps them)."""
+    if ssd.is_layout(outputs):
+        return ssd.detections(arrays, ssd.EVALUATION if evaluation else ssd.DEFAULT)
+    settings = EVALUATION if evaluation else nms.DEFAULT
     boxes, scores = _split(arrays[outputs[0].name])
     out = []
     for b, s in zip(boxes, scores):
@@ -107,14 +116,15 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
     precision passes at MLPerf's 99% of FP32's mAP@[.5:.95]."""
     if not isinstance(labels, dict):
         raise UsageError("--eval-dir: a detector's labelled images are a COCO instances file's boxes")
-    mine, fp32 = (_detections(labels, postprocess(x, outputs, EVALUATION) or []) for x in (candidate, reference))
+    mine, fp32 = (_detections(labels, postprocess(x, outputs, evaluation=True) or []) for x in (candidate, reference))
     n = len(labels["images"])
     by_image: dict[Any, list[dict[str, Any]]] = {}
     for a in labels["annotations"]:
         by_image.setdefault(a["image_id"], []).append(a)
     out = paired.scored(lambda found, draw: _map(labels, by_image, found, draw), mine, fp32, n, METRICS)
     out.update(metric="COCO mAP@[.5:.95]", method=(
-        f"faster-coco-eval on the images resized whole to the input, boxes scaled back; {EVALUATION.said()}; "
+        f"faster-coco-eval on the images resized whole to the input, boxes scaled back; "
+        f"{(ssd.EVALUATION if ssd.is_layout(outputs) else EVALUATION).said()}; "
         f"intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
     main, at50 = out["map"], out["map50"]
     ci, diff = main["ci95"], main["difference_ci95"]
@@ -128,14 +138,16 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
 
 def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, Any]]]:
     """Each image's detections as COCO results: boxes scaled from the input back to the image, ``[x, y, w, h]``, the
-    model's class ``i`` the ``i``-th category by id (a class past the categories is left out)."""
+    model's class ``i`` the ``i``-th category by id, or the category id itself where the detections say their classes
+    are ids (torchvision's detectors); a class that names no category is left out."""
     size, ids = float(truth["input_size"]), [c["id"] for c in truth["categories"]]
     out = []
     for im, d in zip(truth["images"], found):
         sx, sy = im["width"] / size, im["height"] / size
-        out.append([{"category_id": ids[int(c)], "score": float(s),
+        category = {c: c for c in ids} if d.get("category_ids") else dict(enumerate(ids))
+        out.append([{"category_id": category[int(c)], "score": float(s),
                      "bbox": [float(b[0] * sx), float(b[1] * sy), float((b[2] - b[0]) * sx), float((b[3] - b[1]) * sy)]}
-                    for b, s, c in zip(d["boxes"], d["scores"], d["classes"]) if int(c) < len(ids)])
+                    for b, s, c in zip(d["boxes"], d["scores"], d["classes"]) if int(c) in category])
     return out
 
 

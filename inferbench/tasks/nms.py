@@ -44,9 +44,12 @@ def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
 
 def suppress(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, settings: Settings = DEFAULT) -> np.ndarray:
     """Indices of the boxes kept, best score first: greedy suppression within each class (a box never suppresses
-    another class's), after dropping scores below ``settings.score``."""
+    another class's), after dropping scores below ``settings.score``. A kept box is compared with the later boxes of
+    its own class only (each class's ranks found once), so the cost grows with the boxes a class holds, not all."""
     order = np.flatnonzero(scores >= settings.score)
     order = order[np.argsort(-scores[order], kind="stable")][:settings.max_candidates]
+    ranked = classes[order]
+    by_class = {c: np.flatnonzero(ranked == c) for c in np.unique(ranked).tolist()}  # each class's ranks, ascending
     kept: list[int] = []
     alive = np.ones(len(order), dtype=bool)
     for i in range(len(order)):
@@ -55,7 +58,8 @@ def suppress(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, setting
         kept.append(int(order[i]))
         if len(kept) == settings.max_boxes:
             break
-        rest = np.flatnonzero(alive[i + 1:]) + i + 1
-        same = rest[classes[order[rest]] == classes[order[i]]]
+        same = by_class[ranked[i].item()]
+        same = same[np.searchsorted(same, i, side="right"):]
+        same = same[alive[same]]
         alive[same[iou(boxes[order[i]], boxes[order[same]]) > settings.iou]] = False
     return np.array(kept, dtype=np.int64)
