@@ -21,7 +21,8 @@ def no_heartbeat_outlives_its_test():
 #: in collection order (pyproject's addopts), and a long file handed out last would run alone at the end. Measured
 #: with ``--durations`` (2026-11-26, 2-core Xeon): the zoo about 15 min, the others 2-7 min each.
 LONGEST_FIRST = ["test_real_frameworks.py", "test_train_real.py", "test_zoo.py", "test_model_files.py",
-                 "test_precision_real.py", "test_distributed.py", "test_report.py", "test_serve.py"]
+                 "test_torch_sources.py", "test_precision_real.py", "test_distributed.py", "test_report.py",
+                 "test_serve.py"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -476,7 +476,6 @@ def test_ssd_heads_are_decoded_as_torchvisions_box_coder_decodes_them():
     """Two anchors; the first's regression moves it one width right (dx 10 / weight 10), the second's doubles its width
     about its centre (dw 5 log 2 / weight 5), then clipped to the 32 x 48 input; class 2 near-certain for the first
     anchor, the second's logits all 0 (a third each: kept for both object classes, which never suppress each other)."""
-    from inferbench.tasks import ssd
 
     anchors = np.array([[[0, 0, 10, 10], [10, 20, 30, 40]]], np.float32)
     regression = np.array([[[10, 0, 0, 0], [0, 0, 5 * np.log(2), 0]]], np.float32)
@@ -487,7 +486,8 @@ def test_ssd_heads_are_decoded_as_torchvisions_box_coder_decodes_them():
     assert detection.kinds(outputs, "here")[2].kind == "boxes" and set(detection.parts(arrays, outputs)) == set(arrays)
     (found,) = detection.postprocess(arrays, outputs)
     assert found["category_ids"] and found["classes"].tolist() == [2, 1, 2]
-    assert found["scores"][0] == pytest.approx(np.exp(10) / (np.exp(10) + 2)) and found["scores"][1] == pytest.approx(1 / 3)
+    assert found["scores"][0] == pytest.approx(np.exp(10) / (np.exp(10) + 2))
+    assert found["scores"][1] == pytest.approx(1 / 3)
     assert np.allclose(found["boxes"], [[10, 0, 20, 10], [0, 20, 32, 40], [0, 20, 32, 40]])  # x clipped at 32
     with pytest.raises(UsageError, match=r"or SSD's heads \(bbox_regression, cls_logits, anchors, image_size\)"):
         detection.kinds(outputs[:2], "here")

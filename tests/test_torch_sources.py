@@ -85,7 +85,8 @@ def pt2_archive(path, inputs=(("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int":
         "graph": {"inputs": [], "outputs": [], "tensor_values": values, "custom_obj_values": {},
                   "nodes": [{"target": target, "inputs": [], "outputs": [], "name": "n0"}]},
         "signature": {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": n}}}} for n, _ in inputs],
-                      "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": f"t_{n}"}}}} for n, _ in outputs]},
+                      "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": f"t_{n}"}}}}
+                                       for n, _ in outputs]},
         "module_call_graph": [{"fqn": "", "signature": {"out_spec": json.dumps([1, spec])}}]},
         "guards_code": [], "schema_version": {"major": 8}}
     with zipfile.ZipFile(path, "w") as z:
@@ -133,7 +134,8 @@ def test_a_pytorch_name_without_its_library_says_what_to_install(capsys, tmp_pat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else real(name, *a))
     code = main(["--model", "timm:resnet18", "--output-dir", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 2 and err.strip() == 'inferbench.run: error: --model timm:resnet18 needs timm: pip install -e ".[timm]"'
+    assert code == 2 and err.strip() == \
+        'inferbench.run: error: --model timm:resnet18 needs timm: pip install -e ".[timm]"'
     with pytest.raises(UsageError, match="unknown model 'tochvision:x'"):
         get_model("tochvision:x")
 
@@ -149,7 +151,8 @@ def _cli(*argv):
 def test_torchvision_names_that_cannot_be_a_source_are_one_line(tmp_path):
     for name, said in (("torchvision:lraspp_mobilenet_v3_lage", "torchvision has no model 'lraspp_mobilenet_v3_lage' "
                                                                 "(did you mean lraspp_mobilenet_v3_large?)"),
-                       ("torchvision:ssdlite320_mobilenet_v3_large", "torchvision's detectors end in their own NMS")):
+                       ("torchvision:fasterrcnn_mobilenet_v3_large_fpn",
+                        "of torchvision's detectors inferbench reads ssdlite320_mobilenet_v3_large (its raw heads)")):
         done = _cli("--model", name, "--output-dir", str(tmp_path / "out"))
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
             done.stderr
@@ -178,7 +181,7 @@ def labelled_masks(folder, n=4, classes=21):
 def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_program(tmp_path, shared_cache):
     voc = labelled_masks(tmp_path / "voc")
     done = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--resolution", "64", "--framework", "all",
-                "--batch-size", "1,2", "--eval-dir", str(voc), *QUICK, "--output-dir", str(tmp_path / "out"),
+                "--batch-size", "3", "--eval-dir", str(voc), *QUICK, "--output-dir", str(tmp_path / "out"),
                 "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "out")
@@ -190,7 +193,7 @@ def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_prog
     assert ((df["parity.accuracy.miou.value"] - df["parity.accuracy.miou.fp32"]).abs() < 0.01).all()
     assert df["parity.accuracy.said"].str.startswith("mean IoU").all() and (df["parity.accuracy.images"] == 4).all()
     assert set(df["model"]) == {"torchvision-lraspp_mobilenet_v3_large"}
-    one = json.loads(next((tmp_path / "out").rglob("*_bs2_openvino.json")).read_text())
+    one = json.loads(next((tmp_path / "out").rglob("*_bs3_openvino.json")).read_text())
     assert one["runner"]["model_source"].startswith("torch.export program")  # OpenVINO's own route from torch
     assert [o["name"] for o in one["outputs"]] == ["out"] and one["outputs"][0]["shape"] == [21, 64, 64]
     manifest = json.loads(next(shared_cache.glob("torchvision-lraspp_mobilenet_v3_large_64_*/manifest.json"))
@@ -266,3 +269,17 @@ def test_ssdlites_heads_after_the_shared_postprocessing_are_torchvisions_own_det
     for image in json.loads(done.stdout.strip().splitlines()[-1]):
         assert image["n"] == [300, 300] and image["same_class"] == 1.0, image
         assert image["box"] < 1e-3 and image["score"] < 1e-6, image
+
+
+@pytest.mark.slow
+def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_after_the_shared_postprocessing(
+        tmp_path, shared_cache):
+    done = _cli("--model", "torchvision:ssdlite320_mobilenet_v3_large", "--framework", "onnxrt,openvino",
+                "--batch-size", "2", *QUICK, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    df = records.load(tmp_path / "out")
+    assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"detection"}
+    assert (df["parity.after_postprocess.matched_share"] > 0.99).all()  # every box matched, class and IoU >= 0.5
+    one = json.loads(next((tmp_path / "out").rglob("*_bs2_onnxrt.json")).read_text())
+    assert [o["name"] for o in one["outputs"]] == ["bbox_regression", "cls_logits", "anchors", "image_size"]
+    assert one["postprocess"]["ms_p50"] > 0 and one["outputs"][2]["kind"] == "boxes"

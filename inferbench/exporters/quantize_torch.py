@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from ..options import MAX_BATCH
 from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
-from ..options import MAX_BATCH
 from .torch_program import load_program
 
 #: How the INT8 model is made, as records and the manifest name it.

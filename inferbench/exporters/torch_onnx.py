@@ -33,6 +33,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
                           output_names=names, verbose=False)
     part.replace(out)  # whole or not at all
     return {"paths": ["onnx"], "converter": f"torch.onnx.export (dynamo), torch {torch.__version__}",
-            "input_signature": {"shape": [spec.source.batch_size if spec.source else None, *spec.input_shape(1, ctx.resolution)[1:]], "dtype": "float32",
+            "input_signature": {"shape": [spec.source.batch_size if spec.source else None,
+                                          *spec.input_shape(1, ctx.resolution)[1:]], "dtype": "float32",
                                 "layout": spec.layout},
             "notes": []}

@@ -21,7 +21,6 @@ from ..registry.tasks import task
 from .reference import predictor, write_parity_reference
 
 
-
 def export(ctx: ExportContext) -> dict[str, Any]:
     import torch
 

@@ -180,8 +180,8 @@ FRAMEWORKS: dict[str, Framework] = {
                   devices=("gpu",), precisions=("fp16",), gpu_build="onnxruntime-gpu"),
         Framework("openvino", "inferbench.runners.openvino:OpenVinoRunner", "savedmodel", ("openvino",),
                   ("openvino",), "openvino", "OpenVINO Runtime: the SavedModel (of an ONNX file: the "
-                  "file; of a PyTorch program: the program) converted by OpenVINO, static batch shape, LATENCY hint, f32 "
-                  "(bf16/f16 with --precision; int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",),
+                  "file; of a PyTorch program: the program) converted by OpenVINO, static batch shape, LATENCY hint, "
+                  "f32 (bf16/f16 with --precision; int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",),
                   also_loads=("pt2", "onnx"), options=_TUNE,
                   precisions=("bf16", "fp16", "int8"), int8_artifact="openvino-int8"),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",

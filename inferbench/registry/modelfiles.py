@@ -1,6 +1,6 @@
 """The files a user brings: a model file (``--model PATH``: a .keras archive, a TF SavedModel folder, an .onnx
-file, a ``torch.export`` .pt2 program) recognised and checked without importing a framework, and a weights file (``--weights``) checked before any
-export reads it."""
+file, a ``torch.export`` .pt2 program) recognised and checked without importing a framework, and a weights file
+(``--weights``) checked before any export reads it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from ..base.digest import sha256_file, sha256_tree
 from ..base.errors import UsageError
 from .filecheck import check_onnx, keras_config, keras_endpoints, keras_input_shape
-from .programs import program_shapes
 from .outputs import Output
+from .programs import program_shapes
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 

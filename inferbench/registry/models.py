@@ -194,8 +194,10 @@ def torch_spec(name: str) -> ModelSpec:
 
 
 def task_of(model: str) -> str:
-    """The task of a model this process knows (registered, or a model file registered for the run); classification
-    for one it does not (a record built from a job alone)."""
+    """The task of a model this process knows (registered, a model file registered for the run, a PyTorch model by its
+    name); classification for one it does not (a record built from a job alone)."""
+    if torch_source(model) is not None:
+        return torch_spec(model).task
     return (MODELS.get(model) or _FILES.get(model) or MODELS[DEFAULT_MODEL]).task
 
 
@@ -218,8 +220,9 @@ def check_torch_name(text: str) -> str:
 
         if model in tvm.list_models(module=tvm.detection) and model not in TORCHVISION_DETECTION:
             raise UsageError(f"--model {text}: of torchvision's detectors inferbench reads "
-                             f"{', '.join(TORCHVISION_DETECTION)} (its raw heads); the others end in their own NMS, with "
-                             "outputs whose size depends on the image (export their heads to ONNX and pass the file)")
+                             f"{', '.join(TORCHVISION_DETECTION)} (its raw heads); the others end in their own NMS, "
+                             "with outputs whose size depends on the image (export their heads to ONNX and pass the "
+                             "file)")
         known = tvm.list_models(module=tvm) + tvm.list_models(module=tvm.segmentation) + list(TORCHVISION_DETECTION)
     if model not in known:
         raise UsageError(f"--model {text}: {library} has no model {model!r}{did_you_mean(model, known)}")

@@ -50,8 +50,8 @@ def judged(out: dict[str, Any], key: str, name: str, precision: str, nothing: st
     if precision == "fp32":
         return {"status": "measured", "reason": None, **out}
     if main["fp32"] <= 0:
-        return {"status": "not_measured", "reason": f"{nothing} in the {n} images ({name} 0): nothing to hold it to{hint}",
-                **out}
+        return {"status": "not_measured",
+                "reason": f"{nothing} in the {n} images ({name} 0): nothing to hold it to{hint}", **out}
     if main["value"] >= ACCURACY_GATE * main["fp32"] - 1e-12:
         return {"status": "passed", "reason": None, **out}
     return {"status": "failed", "reason": (
