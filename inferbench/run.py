@@ -47,7 +47,10 @@ def inventory(model: Any = None) -> dict[str, Any]:
     """Models, frameworks (and whether each runs here, else why not) and sets; with ``model`` (a ModelSpec of a
     model file), what runs it here. What ``list`` prints, and its ``--json`` document."""
     gpus = list_gpus()
-    out: dict[str, Any] = {"gpus": len(gpus), "model_file": None}
+    out: dict[str, Any] = {"gpus": len(gpus), "model_file": None, "pytorch_model": None}
+    if model is not None and model.torch_builder is not None:
+        out["pytorch_model"] = {"name": model.name, "builder": model.torch_builder, "task": model.task,
+                                "layout": model.layout, "default_resolution": model.default_resolution}
     if model is not None and model.source is not None:
         f = model.source
         out["model_file"] = {"name": f.name, "format": f.format, "path": str(f.path), "layout": f.layout,
@@ -80,11 +83,16 @@ def list_everything(out: Any = None, model: Any = None, quiet: bool = False) -> 
         f = have["model_file"]
         print(f"Your model: {f['name']} ({FILE_FORMATS[f['format']]}, input {'x'.join(map(str, f['input_shape']))} "
               f"{f['layout']}, batch {f['batch_size'] or 'any'}): {f['path']}\n", file=out)
+    if have["pytorch_model"]:
+        m = have["pytorch_model"]
+        print(f"Your model: {m['name']} (a PyTorch model, {m['builder']}, {m['task']}, {m['layout']}, "
+              f"{m['default_resolution']} px by default)\n", file=out)
     print("Models (inputs: seeded image-like fields; preprocessing as listed):", file=out)
     for m in have["models"]:
         tv = f"torchvision.models.{m['torchvision']}" if m["torchvision"] else "(no torchvision equivalent)"
         print(f"  {m['name']:<20} {m['default_resolution']:>3}px (min {m['smallest']:>2})  {m['builder']:<38} "
               f"{tv:<40} [{m['preprocessing']}]", file=out)
+    print("  torchvision:NAME, timm:NAME  any model of those libraries, as a PyTorch model (docs/models.md)", file=out)
     print(f"\nFrameworks (GPUs found: {have['gpus']}):", file=out)
     for fw in have["frameworks"]:
         reasons = {dev: "yes" if r is None else f"no ({r})" for dev, r in fw["why_not"].items()}
@@ -107,8 +115,10 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.run", advise: bo
 def _main(argv: list[str] | None, prog: str, advise: bool = True) -> int:
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
-        files = [f for f in open_files(values) if isinstance(f, ModelFile)]
-        model = get_model(files[0].name) if files else None
+        opened = open_files(values)
+        files = [get_model(f.name) for f in opened if isinstance(f, ModelFile)]
+        named = [get_model(f) for f in opened if isinstance(f, str) and get_model(f).torch_builder]
+        model = next(iter(files or named), None)
         return json_mode(values["json"], "list", lambda emit: emitted(emit, list_everything(
             model=model, quiet=values["json"])))
     return json_mode(values["json"], "run", lambda emit: _run(values, emit, advise))

@@ -157,6 +157,11 @@ def test_torchvision_names_that_cannot_be_a_source_are_one_line(tmp_path):
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
             done.stderr
     assert not (tmp_path / "out").exists()
+    listed = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--list")  # what runs it here, and why not
+    assert listed.returncode == 0, listed.stderr
+    said = "Your model: torchvision-lraspp_mobilenet_v3_large (a PyTorch model, torchvision:lraspp_mobilenet_v3_large, "
+    assert said + "segmentation, NCHW, 520 px by default)" in listed.stdout
+    assert "is a PyTorch model (torchvision:lraspp_mobilenet_v3_large)" in listed.stdout
 
 
 def labelled_masks(folder, n=4, classes=21):
@@ -241,14 +246,16 @@ def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shar
 SSD_AGAINST_TORCHVISION = """
 import json, sys, numpy as np, torch
 from inferbench.registry.models import get_model
-from inferbench.exporters.torch_source import build, heads
+from inferbench.exporters.torch_source import build, condition, heads
 from inferbench.registry.inputs import make_inputs
 from inferbench.tasks import ssd
 spec = get_model("torchvision:ssdlite320_mobilenet_v3_large")
-model = build(torch, spec, "random", 320, 0)
+model = build(torch, spec, "random", 0)
+cut = heads(torch, model, 320)
+condition(torch, cut, spec, 320, 0)  # as the export does: the heads' weights are the model's
 x = make_inputs(spec, 2, 320, 5)
 with torch.no_grad():
-    raw = {k: v.numpy() for k, v in heads(torch, model, 320)(torch.from_numpy(x)).items()}
+    raw = {k: v.numpy() for k, v in cut(torch.from_numpy(x)).items()}
     own = model(list(torch.from_numpy((x + 1) / 2)))  # its own transform: [0, 1], then mean 0.5 and std 0.5
 out = []
 for a, b in zip(ssd.detections(raw), own):
@@ -283,3 +290,20 @@ def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_a
     one = json.loads(next((tmp_path / "out").rglob("*_bs2_onnxrt.json")).read_text())
     assert [o["name"] for o in one["outputs"]] == ["bbox_regression", "cls_logits", "anchors", "image_size"]
     assert one["postprocess"]["ms_p50"] > 0 and one["outputs"][2]["kind"] == "boxes"
+
+
+def test_a_weights_file_is_refused_for_a_pytorch_model_and_a_file_named_like_one_stays_a_file(capsys, tmp_path):
+    from test_model_files import onnx_file
+
+    weights = tmp_path / "w.weights.h5"
+    weights.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64))
+    code = main(["--model", "torchvision:resnet18", "--weights", str(weights), "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--weights takes random or imagenet for a PyTorch model" in err[0], err
+    path = onnx_file(tmp_path / "timm-resnet50.onnx")  # a model file whose name begins like a PyTorch model's
+    code = main(["--model", str(path), "--list"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("Your model: timm-resnet50-") and "(an .onnx file" in out.splitlines()[0]
+    name = out.split()[2]
+    assert get_model(name).source is not None and models.task_of(name) == "classification"
+    assert not (tmp_path / "o").exists()

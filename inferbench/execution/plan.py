@@ -322,7 +322,12 @@ def check_labels(eval_set: Any, models: list[Any]) -> None:
 
 def open_files(values: dict[str, Any]) -> list[str | ModelFile]:
     """``--model`` values: registered names as they are, model files opened, checked and registered."""
-    names = [check_torch_name(m) if torch_source(m) else m for m in expand_patterns(values["models"])]
+    given = expand_patterns(values["models"])
+    pytorch = [m for m in given if torch_source(m) and not is_model_file(m)]
+    if pytorch and str(values["weights"]) not in ("random", "imagenet"):
+        raise UsageError("--weights takes random or imagenet for a PyTorch model (torchvision:NAME, timm:NAME): a "
+                         "weights file is a Keras model's")
+    names = [check_torch_name(m) if m in pytorch else m for m in given]
     files: list[str | ModelFile] = list(names)
     if not any(is_model_file(m) for m in names):
         for key, flag, default in (("input_shape", "--input-shape", None), ("task", "--task", AUTO)):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.digest import sha256_file, sha256_tree
-from ..registry.models import register
+from ..registry.models import register, torch_source
 from ..registry.tasks import task as registry_task
 from . import cache
 from .cache import EXPORT_FORMAT, package_versions
@@ -25,6 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..spec import ExportJob
 from ..registry import artifacts
 from ..registry.artifacts import ExportContext, exporter_packages, packages
+
+#: What makes a PyTorch model's artifacts besides every exporter's packages: its library's version (timm's models and
+#: tags change with it) and torch's ONNX exporter's.
+PYTORCH_SOURCE = ("timm", "onnxscript")
 
 
 def key_inputs(model: str, resolution: int, weights: str, seed: int, task: str = "classification") -> dict[str, Any]:
@@ -44,6 +48,7 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int, task: str =
         "versions": package_versions(packages()),
         "export_format": EXPORT_FORMAT,
         **({} if registry_task(task).classifier else {"task": task}),
+        **({"pytorch": package_versions(PYTORCH_SOURCE)} if torch_source(model) else {}),
     }
 
 

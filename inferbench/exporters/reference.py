@@ -136,7 +136,8 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
     elif fmt == "savedmodel":
         call = serving_function(load_saved_model(ctx.path("savedmodel")))
     elif fmt == "pt2":
-        call, names = program_call(ctx.path("pt2"), make_inputs(spec, 2, ctx.resolution, ctx.seed))
+        example = make_inputs(spec, (spec.source.batch_size if spec.source else None) or 2, ctx.resolution, ctx.seed)
+        call, names = program_call(ctx.path("pt2"), example)
     else:
         import onnxruntime as ort
 

@@ -27,7 +27,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.stem + ".part.onnx")
-    example = torch.from_numpy(make_inputs(spec, 2, ctx.resolution, ctx.seed + 1))
+    batch = (spec.source.batch_size if spec.source else None) or 2  # a program of a fixed batch takes only that
+    example = torch.from_numpy(make_inputs(spec, batch, ctx.resolution, ctx.seed + 1))
     with contextlib.redirect_stdout(sys.stderr):  # its progress lines: never on the channel to the parent
         torch.onnx.export(program, (example,), str(part), dynamo=True, external_data=False, input_names=[INPUT],
                           output_names=names, verbose=False)

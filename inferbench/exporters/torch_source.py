@@ -25,8 +25,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     import torch
 
     spec = get_model(ctx.model)
-    module = build(torch, spec, ctx.weights, ctx.resolution, ctx.seed)
-    module = heads(torch, module, ctx.resolution) if hasattr(module, "anchor_generator") else Named(module)
+    module = source_module(torch, spec, ctx.weights, ctx.resolution, ctx.seed)
     example = torch.from_numpy(make_inputs(spec, 2, ctx.resolution, ctx.seed + 1))  # two: a 1 would be a constant
     dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
     with torch.no_grad():
@@ -44,9 +43,20 @@ def export(ctx: ExportContext) -> dict[str, Any]:
             "notes": [f"{spec.torch_builder} saved by torch.export {torch.__version__}, batch dynamic 1..{MAX_BATCH}"]}
 
 
-def build(torch: Any, spec: ModelSpec, weights: str, resolution: int, seed: int) -> Any:
-    """The library's module of ``spec`` in eval mode: the published weights (``imagenet``) or seeded ones,
-    conditioned (:func:`condition`)."""
+def source_module(torch: Any, spec: ModelSpec, weights: str, resolution: int, seed: int) -> Any:
+    """The module that is exported: the library's, its outputs named (an SSD cut to its heads: :func:`heads`), seeded
+    weights conditioned (:func:`condition`) on what it is given (the prepared inputs, not what a detector's own
+    transform would make of them)."""
+    library = build(torch, spec, weights, seed)
+    module = heads(torch, library, resolution) if hasattr(library, "anchor_generator") else Named(library)
+    if weights != "imagenet":
+        condition(torch, module, spec, resolution, seed)
+    return module.eval()
+
+
+def build(torch: Any, spec: ModelSpec, weights: str, seed: int) -> Any:
+    """The library's module of ``spec`` in eval mode: the published weights (``imagenet``) or seeded ones (torch's
+    own initialisation under ``seed``, not yet conditioned)."""
     library, _, name = str(spec.torch_builder).partition(":")
     published = weights == "imagenet"
     torch.manual_seed(seed)
@@ -60,8 +70,6 @@ def build(torch: Any, spec: ModelSpec, weights: str, resolution: int, seed: int)
         # a segmenter's backbone has weights of its own to download: seeded too
         extra = {"weights_backbone": None} if not task(spec.task).classifier and not published else {}
         module = torchvision.models.get_model(name, weights="DEFAULT" if published else None, **extra)
-    if not published:
-        condition(torch, module, spec, resolution, seed)
     return module.eval()
 
 

@@ -148,7 +148,7 @@ def _opened_set(root: Path, layout: str, count: int, seed: int, follow_links: bo
     for path, _ in found:
         with _opened(path) as im:
             if layout == "masks":
-                _check_mask(path, im.size, root)
+                _check_mask(path, im.size, root, follow_links)
     folders = _class_folders(root) if layout == "folders" else [None]
     classes = len(folders) if layout == "folders" else 0 if layout in ("images", "masks") else \
         len(coco.read(root)["categories"]) if layout == "coco" else max(lab for _, lab in found) + 1
@@ -245,8 +245,9 @@ def _listed(root: Path, layout: str, follow_links: bool = False) -> tuple[list[t
     every image in the folder and below, labelled -1: a calibration set), and the files named like images that are
     not regular files (skipped, with what they are)."""
     skipped: list[str] = []
-    if layout == "images":
-        found = [(p, -1) for p in _walk(root, set(), root, follow_links, skipped)]
+    if layout == "images":  # a segmenter's labelled folder: its images/ only (its masks are no images to calibrate on)
+        top = root / masks.IMAGES if masks.find(root) else root
+        found = [(p, -1) for p in _walk(top, set(), root, follow_links, skipped)]
         if not found:
             raise UsageError(f"--calib-dir {root}: no images ({', '.join(EXTENSIONS)}) in it or its subfolders")
         return found, skipped
@@ -362,9 +363,9 @@ def _sample(found: list[tuple[Path, int]], count: int, seed: int) -> list[tuple[
     return [found[i] for i in np.sort(np.random.default_rng(seed).choice(len(found), count, replace=False))]
 
 
-def _check_mask(image: Path, size: tuple[int, int], root: Path) -> None:
+def _check_mask(image: Path, size: tuple[int, int], root: Path, follow_links: bool) -> None:
     """The mask of ``image`` (of ``size``), its header read: one class number a pixel, its image's size."""
-    mask = inside(masks.mask_of(image, root), root, False)
+    mask = inside(masks.mask_of(image, root), root, follow_links)
     with _opened(mask) as m:
         masks.check_header(mask, m.mode, m.size, image, size)
 

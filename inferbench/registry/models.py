@@ -145,7 +145,7 @@ def list_models(pattern: str = "*") -> list[str]:
 
 
 def get_model(name: str) -> ModelSpec:
-    if torch_source(name) is not None:
+    if name not in MODELS and name not in _FILES and torch_source(name) is not None:
         return torch_spec(name)
     try:
         return MODELS.get(name) or _FILES[name]
@@ -196,9 +196,10 @@ def torch_spec(name: str) -> ModelSpec:
 def task_of(model: str) -> str:
     """The task of a model this process knows (registered, a model file registered for the run, a PyTorch model by its
     name); classification for one it does not (a record built from a job alone)."""
-    if torch_source(model) is not None:
+    known = MODELS.get(model) or _FILES.get(model)
+    if known is None and torch_source(model) is not None:
         return torch_spec(model).task
-    return (MODELS.get(model) or _FILES.get(model) or MODELS[DEFAULT_MODEL]).task
+    return (known or MODELS[DEFAULT_MODEL]).task
 
 
 def check_torch_name(text: str) -> str:

@@ -82,8 +82,12 @@ class TorchRunner(Runner):
                       "bf16": torch.bfloat16, "int8": torch.float32}[ctx.precision]  # int8: FP32 in and out
         self.tf32 = strict_fp32(torch, ctx)
         setting = ctx.setting  # a load-time setting being tuned (tuning_grid) overrides the option
-        self.channels_last = bool(setting.get("channels_last", opts.channels_last)) and self.channels_first
-        self.permute = self.channels_first and ctx.model.layout == "NHWC"  # a PyTorch program takes NCHW itself
+        # a PyTorch source's program (a torchvision/timm model's, a .pt2 file) takes its inputs in its own layout:
+        # nothing permuted, and channels-last only for a channels-first one (an INT8 twin's program is NCHW: permuted)
+        program = artifacts.source_kind(ctx.model) == "pt2"
+        self.channels_last = bool(setting.get("channels_last", opts.channels_last)) and self.channels_first and \
+            not (program and ctx.model.layout == "NHWC")
+        self.permute = self.channels_first and ctx.model.layout == "NHWC" and not program
         self.compiled = opts.torch_compile
         self.compile_mode = setting.get("mode")  # torch.compile's mode (None: its default)
         self.cuda_graphs = bool(setting.get("cuda_graphs", opts.cuda_graphs))
