@@ -126,12 +126,7 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
         f"faster-coco-eval on the images resized whole to the input, boxes scaled back; "
         f"{(ssd.EVALUATION if ssd.is_layout(outputs) else EVALUATION).said()}; "
         f"intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
-    main, at50 = out["map"], out["map50"]
-    ci, diff = main["ci95"], main["difference_ci95"]
-    out["said"] = (f"COCO mAP@[.5:.95] {main['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {n} labelled images, "
-                   f"FP32's {main['fp32']:.3f}: {main['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; "
-                   f"mAP@.5 {at50['value']:.3f} (FP32's {at50['fp32']:.3f})")
-    out["short"] = f"mAP {main['value']:.3f} ({main['difference']:+.3f})"
+    paired.say(out, "map", "COCO mAP@[.5:.95]", "mAP", "map50", "mAP@.5")
     return paired.judged(out, "map", "mAP@[.5:.95]", precision, "FP32 finds none of the labelled objects",
                          " (labels in another category order than the model's?)")
 

@@ -42,6 +42,17 @@ def _pct(values: np.ndarray) -> list[float]:
     return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
 
 
+def say(out: dict[str, Any], key: str, name: str, short: str, other: str, other_name: str) -> None:
+    """The block's sentences: ``said`` (the metric ``key`` called ``name``, with its interval, FP32's and their paired
+    difference's, and the metric ``other`` beside FP32's) and ``short`` (the table's: ``short`` and the difference)."""
+    main, second = out[key], out[other]
+    ci, diff = main["ci95"], main["difference_ci95"]
+    out["said"] = (f"{name} {main['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {out['images']} labelled images, "
+                   f"FP32's {main['fp32']:.3f}: {main['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; "
+                   f"{other_name} {second['value']:.3f} (FP32's {second['fp32']:.3f})")
+    out["short"] = f"{short} {main['value']:.3f} ({main['difference']:+.3f})"
+
+
 def judged(out: dict[str, Any], key: str, name: str, precision: str, nothing: str, hint: str = "") -> dict[str, Any]:
     """The block's verdict on its main metric ``key`` (called ``name``): FP32 measured; a reduced precision passed at
     MLPerf's 99% of FP32's value, else failed; not measured where FP32's is 0 (``nothing``: what FP32 did not find;

@@ -97,12 +97,7 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
         f"each pixel's top class against the masks resized whole to the input (nearest neighbour); {IGNORE} "
         f"(and {lacking} pixels of classes past the model's {classes}) not counted; IoU per class summed over the "
         f"images, the mean over classes present; intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
-    main_, acc = out["miou"], out["pixel_accuracy"]
-    ci, diff = main_["ci95"], main_["difference_ci95"]
-    out["said"] = (f"mean IoU {main_['value']:.3f} [95% CI {ci[0]:.3f}-{ci[1]:.3f}] on {n} labelled images, FP32's "
-                   f"{main_['fp32']:.3f}: {main_['difference']:+.3f} [{diff[0]:+.3f} to {diff[1]:+.3f}]; pixel "
-                   f"accuracy {acc['value']:.3f} (FP32's {acc['fp32']:.3f})")
-    out["short"] = f"mIoU {main_['value']:.3f} ({main_['difference']:+.3f})"
+    paired.say(out, "miou", "mean IoU", "mIoU", "pixel_accuracy", "pixel accuracy")
     return paired.judged(out, "miou", "mean IoU", precision, "FP32 labels no pixel right",
                          " (masks whose class numbers are not the model's?)")
 
