@@ -307,3 +307,12 @@ def test_a_weights_file_is_refused_for_a_pytorch_model_and_a_file_named_like_one
     name = out.split()[2]
     assert get_model(name).source is not None and models.task_of(name) == "classification"
     assert not (tmp_path / "o").exists()
+
+
+def test_a_pytorch_models_cache_key_holds_its_librarys_version_and_a_keras_models_key_is_unchanged():
+    import inferbench.exporters.torch_source  # noqa: F401 - the package's attribute of that name is then the module
+    from inferbench.exporters import PYTORCH_SOURCE, key_inputs
+
+    key = key_inputs("torchvision-lraspp_mobilenet_v3_large", 520, "random", 0, "segmentation")
+    assert set(key["pytorch"]) == set(PYTORCH_SOURCE) == {"timm", "onnxscript"} and key["task"] == "segmentation"
+    assert "pytorch" not in key_inputs("mobilenet_v3_large", 224, "random", 0)

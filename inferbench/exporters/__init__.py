@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.digest import sha256_file, sha256_tree
-from ..registry.models import register, torch_source
+from ..registry import models  # (its torch_source by the module: the package's own torch_source is a submodule)
+from ..registry.models import register
 from ..registry.tasks import task as registry_task
 from . import cache
 from .cache import EXPORT_FORMAT, package_versions
@@ -48,7 +49,7 @@ def key_inputs(model: str, resolution: int, weights: str, seed: int, task: str =
         "versions": package_versions(packages()),
         "export_format": EXPORT_FORMAT,
         **({} if registry_task(task).classifier else {"task": task}),
-        **({"pytorch": package_versions(PYTORCH_SOURCE)} if torch_source(model) else {}),
+        **({"pytorch": package_versions(PYTORCH_SOURCE)} if models.torch_source(model) else {}),
     }
 
 
