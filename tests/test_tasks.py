@@ -491,3 +491,14 @@ def test_ssd_heads_are_decoded_as_torchvisions_box_coder_decodes_them():
     assert np.allclose(found["boxes"], [[10, 0, 20, 10], [0, 20, 32, 40], [0, 20, 32, 40]])  # x clipped at 32
     with pytest.raises(UsageError, match=r"or SSD's heads \(bbox_regression, cls_logits, anchors, image_size\)"):
         detection.kinds(outputs[:2], "here")
+
+
+def test_ssd_detections_are_matched_saying_the_suppression_that_kept_them():
+    """The agreement after the suppression names the settings that kept the boxes: an SSD's (torchvision's 0.001,
+    0.55, 300), a YOLO head's (Ultralytics' 0.25, 0.7, 300)."""
+    from inferbench.tasks import ssd
+
+    box = {"boxes": np.array([[0.0, 0, 10, 10]]), "scores": np.array([0.9]), "classes": np.array([1])}
+    assert detection.agreement([{**box, "category_ids": True}], [box])["method"].endswith(ssd.DEFAULT.said())
+    assert detection.agreement([box], [box])["method"].endswith(nms.DEFAULT.said()) and \
+        ssd.DEFAULT.said() != nms.DEFAULT.said()

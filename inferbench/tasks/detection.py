@@ -82,7 +82,8 @@ def agreement(reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
                 overlaps.append(float(overlap[j]))
                 score_diff = max(score_diff, abs(float(ref["scores"][i]) - float(cand["scores"][options[j]])))
     larger = max(boxes_ref, boxes_cand)
-    return {"method": f"boxes matched at IoU >= {MATCH_IOU:g} and the same class, after {nms.DEFAULT.said()}",
+    settings = ssd.DEFAULT if any(r.get("category_ids") for r in reference) else nms.DEFAULT  # what kept the boxes
+    return {"method": f"boxes matched at IoU >= {MATCH_IOU:g} and the same class, after {settings.said()}",
             "images": len(reference), "boxes_reference": boxes_ref, "boxes_candidate": boxes_cand,
             "matched": matched, "matched_share": matched / larger if larger else 1.0,
             "mean_iou": float(np.mean(overlaps)) if overlaps else None, "max_score_difference": score_diff}
