@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ..options import MAX_BATCH
 from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
-from .torch_program import load_program
+from .torch_program import export_dynamic, load_program, save
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
@@ -50,19 +49,15 @@ def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any)
     twin = _unshared_relus(torch, ports.build_torchvision(model, weights).eval())
     batches = (torch.from_numpy(np.ascontiguousarray(c.transpose(0, 3, 1, 2))) for c in chunks)
     first = next(batches)
-    example = (first.repeat(2, 1, 1, 1)[:2],)  # two images: torch.export takes a batch of 1 for a constant 1
-    dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
+    example = first.repeat(2, 1, 1, 1)[:2]  # two images: torch.export takes a batch of 1 for a constant 1
     quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
     with torch.no_grad():
-        prepared = prepare_pt2e(torch.export.export(twin, example, dynamic_shapes=dynamic).module(), quantizer)
+        prepared = prepare_pt2e(export_dynamic(torch, twin, example).module(), quantizer)
         prepared(first)  # calibration: the observers see every batch
         for batch in batches:
             prepared(batch)
         converted = convert_pt2e(prepared)
-        program = torch.export.export(converted, example, dynamic_shapes=dynamic)
-    part = out.with_name(out.stem + ".part.pt2")  # torch.export.save wants the suffix
-    torch.export.save(program, str(part))
-    part.replace(out)  # whole or not at all
+        save(torch, export_dynamic(torch, converted, example), out)
 
 
 def _unshared_relus(torch: Any, module: Any) -> Any:
@@ -84,7 +79,7 @@ def _unshared_relus(torch: Any, module: Any) -> Any:
 def load(path: Path) -> Any:
     """The saved INT8 program as a module that takes ``eval()`` (torchao imported first: it registers the
     quantise / dequantise ops the program calls, and inductor's passes that fuse them into INT8 kernels), loaded
-    weights only (:func:`~inferbench.exporters.torch_source.load_program`)."""
+    weights only (:func:`~inferbench.exporters.torch_program.load_program`)."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer  # noqa: F401
     # (importing the quantizer registers inductor's INT8 fusion passes: without them inductor computes every

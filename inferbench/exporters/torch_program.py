@@ -1,5 +1,5 @@
-"""A saved ``torch.export`` program (a PyTorch model's, the user's ``.pt2`` file, an INT8 one) loaded with torch's
-weights-only guard: nothing in the file is unpickled as code."""
+"""A ``torch.export`` program (a PyTorch model's, the user's ``.pt2`` file, an INT8 one): exported with a dynamic batch
+and saved whole or not at all, and loaded with torch's weights-only guard: nothing in the file is unpickled as code."""
 
 from __future__ import annotations
 
@@ -8,8 +8,25 @@ import types
 from pathlib import Path
 from typing import Any
 
+from ..options import MAX_BATCH
+
 #: torch reads this at every ``torch.load``: set, a tensor an archive says is pickled is read as weights only.
 WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
+
+
+def export_dynamic(torch: Any, module: Any, example: Any) -> Any:
+    """``module`` exported by ``torch.export`` on ``example`` (a batch of two at least: torch takes a batch of one for a
+    constant 1) with its batch dimension dynamic, 1 to :data:`~inferbench.options.MAX_BATCH` (the command line's)."""
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    return torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+
+
+def save(torch: Any, program: Any, out: Path) -> None:
+    """``program`` saved into ``out``, whole or not at all (``torch.export.save`` wants the ``.pt2`` suffix)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.stem + ".part.pt2")
+    torch.export.save(program, str(part))
+    part.replace(out)
 
 
 def load_program(path: Path | str | None) -> Any:

@@ -19,6 +19,7 @@ from ..registry.models import ModelSpec, get_model
 from ..registry.outputs import LOGITS
 from ..registry.tasks import task
 from .reference import predictor, write_parity_reference
+from .torch_program import export_dynamic, save
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -27,14 +28,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     spec = get_model(ctx.model)
     module = source_module(torch, spec, ctx.weights, ctx.resolution, ctx.seed)
     example = torch.from_numpy(make_inputs(spec, 2, ctx.resolution, ctx.seed + 1))  # two: a 1 would be a constant
-    dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
     with torch.no_grad():
-        program = torch.export.export(module, (example,), dynamic_shapes=dynamic)
-    out = ctx.path("pt2")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.stem + ".part.pt2")  # torch.export.save wants the suffix
-    torch.export.save(program, str(part))
-    part.replace(out)  # whole or not at all
+        save(torch, export_dynamic(torch, module, example), ctx.path("pt2"))
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx))
     return {"paths": ["pt2", "reference"], "reference": facts, "built_by": spec.torch_builder,
             "weights": "seeded, conditioned" if ctx.weights == "random" else ctx.weights,
