@@ -115,10 +115,8 @@ def main(argv: list[str] | None = None, prog: str = "inferbench.run", advise: bo
 def _main(argv: list[str] | None, prog: str, advise: bool = True) -> int:
     values = with_defaults(given(build_parser(typed(prog)).parse_args(argv)), "run")
     if values["list"]:
-        opened = open_files(values)
-        files = [get_model(f.name) for f in opened if isinstance(f, ModelFile)]
-        named = [get_model(f) for f in opened if isinstance(f, str) and get_model(f).torch_builder]
-        model = next(iter(files or named), None)
+        specs = [get_model(f.name if isinstance(f, ModelFile) else f) for f in open_files(values)]
+        model = next((s for s in specs if s.source), None) or next((s for s in specs if s.torch_builder), None)
         return json_mode(values["json"], "list", lambda emit: emitted(emit, list_everything(
             model=model, quiet=values["json"])))
     return json_mode(values["json"], "run", lambda emit: _run(values, emit, advise))

@@ -26,7 +26,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx))
     return {
         "paths": [target.relative_to(ctx.folder).parts[0], "reference"],
-        "input_signature": {"shape": [spec.source.batch_size, *spec.input_shape(1, ctx.resolution)[1:]],
+        "input_signature": {"shape": [spec.fixed_batch, *spec.input_shape(1, ctx.resolution)[1:]],
                             "dtype": "float32", "layout": spec.layout},
         "imported_from": spec.source.path,
         "reference": facts,

@@ -136,7 +136,7 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
     elif fmt == "savedmodel":
         call = serving_function(load_saved_model(ctx.path("savedmodel")))
     elif fmt == "pt2":
-        example = make_inputs(spec, (spec.source.batch_size if spec.source else None) or 2, ctx.resolution, ctx.seed)
+        example = make_inputs(spec, spec.fixed_batch or 2, ctx.resolution, ctx.seed)
         call, names = program_call(ctx.path("pt2"), example)
     else:
         import onnxruntime as ort
@@ -147,7 +147,7 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
         name = session.get_inputs()[0].name
         names = tuple(o.name for o in session.get_outputs())
         call = lambda x: session.run(None, {name: x})  # noqa: E731
-    return Source(call, names, (spec.source.batch_size if spec.source else None) or images_per_call(ctx.resolution, 64))
+    return Source(call, names, spec.fixed_batch or images_per_call(ctx.resolution, 64))
 
 
 def program_call(path: Any, example: np.ndarray) -> tuple[Callable[[np.ndarray], Any], tuple[str, ...]]:

@@ -27,14 +27,13 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     out = ctx.path("onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.stem + ".part.onnx")
-    batch = (spec.source.batch_size if spec.source else None) or 2  # a program of a fixed batch takes only that
+    batch = spec.fixed_batch or 2  # a program of a fixed batch takes only that
     example = torch.from_numpy(make_inputs(spec, batch, ctx.resolution, ctx.seed + 1))
     with contextlib.redirect_stdout(sys.stderr):  # its progress lines: never on the channel to the parent
         torch.onnx.export(program, (example,), str(part), dynamo=True, external_data=False, input_names=[INPUT],
                           output_names=names, verbose=False)
     part.replace(out)  # whole or not at all
     return {"paths": ["onnx"], "converter": f"torch.onnx.export (dynamo), torch {torch.__version__}",
-            "input_signature": {"shape": [spec.source.batch_size if spec.source else None,
-                                          *spec.input_shape(1, ctx.resolution)[1:]], "dtype": "float32",
-                                "layout": spec.layout},
+            "input_signature": {"shape": [spec.fixed_batch, *spec.input_shape(1, ctx.resolution)[1:]],
+                                "dtype": "float32", "layout": spec.layout},
             "notes": []}

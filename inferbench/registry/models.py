@@ -43,6 +43,11 @@ class ModelSpec:
         return self.source.layout if self.source else ("NCHW" if self.torch_builder else "NHWC")
 
     @property
+    def fixed_batch(self) -> int | None:
+        """The batch size its model file fixes (None: any, or not a file)."""
+        return self.source.batch_size if self.source else None
+
+    @property
     def builder_path(self) -> str:
         """Where the builder lives, for people: ``keras.applications.X``, ``module.function`` or ``torchvision:X``."""
         if self.torch_builder is not None:
