@@ -6,6 +6,8 @@ made by the tests' own builders (tests/detectors.py: no one's detector code, see
   class logits biased by -3.6 so that most anchors fall below the score threshold, as a trained detector's do (on
   seeded image-like inputs, 0 to 810 of the 8,400 anchors an image pass it, varying with the image; each record's
   ``postprocess.kept`` says how many boxes each image of the timed batch kept);
+- ``yolo_layout_384x640.onnx``: the same detector (the same seed, so the same weights) at 384 x 640 (height x
+  width: a landscape frame, as YOLO users run video), ``[batch, 84, 5040]``;
 - ``segmenter_520.onnx``: a segmenter with torchvision's LR-ASPP's output, ``out`` ``[batch, 21, 520, 520]``.
 
 Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has the runs):
@@ -13,6 +15,7 @@ Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has
     D=DIR/yolo_layout_640.onnx S=DIR/segmenter_520.onnx
     inferbench run --model $D --task detection --framework onnxrt,openvino,torch --batch-size 1,8
     inferbench run --model $D --task detection --framework onnxrt --precision int8 --batch-size 1,8
+    W=DIR/yolo_layout_384x640.onnx   # the same two runs at 384x640
     inferbench run --model $S --task segmentation --framework onnxrt,openvino,torch --batch-size 1,8
 """
 
@@ -30,6 +33,7 @@ def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     print(yolo_layout_onnx(out / "yolo_layout_640.onnx", size=640, classes=80, width=4, score_bias=-3.6))
+    print(yolo_layout_onnx(out / "yolo_layout_384x640.onnx", size=(384, 640), classes=80, width=4, score_bias=-3.6))
     print(segmenter_onnx(out / "segmenter_520.onnx", size=520, classes=21))
 
 

@@ -36,6 +36,7 @@ from .analysis.comparison import ab_frame, compare_frames, geometric_mean_of, su
 from .analysis.ranking import recommendations
 from .base.codec import encode
 from .base.errors import UsageError, did_you_mean
+from .base.size import Size
 from .execution.exports import ensure_exports
 from .execution.plan import Built, build, objective_for
 from .execution.progress import Progress
@@ -128,8 +129,8 @@ def export(planned: Plan | None = None, **options: Any) -> list[Path]:
     return folders
 
 
-def _by_model(cells: Iterable[CellKey]) -> dict[tuple[str, int], list[CellKey]]:
-    out: dict[tuple[str, int], list[CellKey]] = {}
+def _by_model(cells: Iterable[CellKey]) -> dict[tuple[str, Size], list[CellKey]]:
+    out: dict[tuple[str, Size], list[CellKey]] = {}
     for c in cells:
         out.setdefault((c.model, c.resolution), []).append(c)
     return out

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .base.errors import UsageError, shorten
+from .base.size import hw, parse_size
 from .registry.images import MAX_IMAGES as MAX_EVAL_IMAGES
 from .registry.scenarios import SCENARIOS
 from .registry.tasks import AUTO, TASKS
@@ -129,16 +130,20 @@ def positive_ints(text: str) -> list[int]:
 
 
 def resolutions(text: str) -> list[int | str]:
+    """Sizes: pixels a side (square), HxW (height x width), 'default' or 'min'."""
     out: list[int | str] = []
     for item in _items(text):
         if item in ("default", "min"):
             out.append(item)
             continue
         try:
-            out.append(int(item))
+            size = parse_size(item)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"resolution must be an integer, 'default' or 'min', got {item!r}") \
-                from None
+            raise argparse.ArgumentTypeError(f"resolution must be pixels a side (224), height x width (384x640), "
+                                             f"'default' or 'min', got {item!r}") from None
+        if isinstance(size, str) and max(hw(size)) > MAX_RESOLUTION:
+            raise argparse.ArgumentTypeError(f"each side must be at most {MAX_RESOLUTION}, got {item!r}")
+        out.append(size)
     return list(dict.fromkeys(out))
 
 
@@ -253,16 +258,16 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated", ["mobilenet_v3_large"], names,
            metavar="NAME|PATH[,...]", commands=MEASURING, command_defaults=(("zoo", ["*"]),)),
     Option("input_shape", ("--input-shape",), "the input of a model file, where inferbench cannot read it from the "
-           "file (a SavedModel, a dynamic size): HxWx3 (NHWC) or 3xHxW (NCHW), square", None,
+           "file (a SavedModel, a dynamic size): HxWx3 (NHWC) or 3xHxW (NCHW)", None,
            metavar="HxWxC|CxHxW"),
     Option("task", ("--task",), "what a model file's outputs mean: classification (one array of class scores), "
            "detection (a raw YOLOv8-layout head, [4 + classes, anchors]: decoded and suppressed by the same code for "
            "every runtime), segmentation (class scores a pixel, [classes, height, width]), raw (numbers of no known "
            "meaning, compared by name) or auto (a classifier where there is one output of one dimension that is not "
            "1, else raw); docs/models.md", "auto", choices=(AUTO, *TASKS)),
-    Option("resolutions", ("--resolution", "--resolutions"), "input height = width in pixels, 'default' (each "
-           "model's own: 224 for most, see --list) or 'min' (the smallest each model takes: a quick check)",
-           ["default"], resolutions, metavar="PX[,PX...]",
+    Option("resolutions", ("--resolution", "--resolutions"), "input size in pixels: a side (224: square) or height "
+           "x width (384x640), 'default' (each model's own: 224 for most, see --list) or 'min' (the smallest each "
+           "model takes: a quick check)", ["default"], resolutions, metavar="PX|HxW[,...]",
            maximum=MAX_RESOLUTION, commands=MEASURING),
     Option("batch_sizes", ("--batch-size", "--batch-sizes"), "batch size(s), comma-separated", [1], positive_ints,
            metavar="N[,N...]", maximum=MAX_BATCH, commands=MEASURING),

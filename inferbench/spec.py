@@ -15,6 +15,7 @@ from typing import Any
 
 from .base.codec import decode, encode
 from .base.device import Device
+from .base.size import Size, is_size
 from .registry.frameworks import COMMON_OPTIONS, Framework, get_framework
 from .registry.images import Calibration, EvalSet
 from .registry.modelfiles import ModelFile
@@ -86,7 +87,7 @@ class CellKey:
     """The identity of a cell: file name, progress label, resume check and analysis grouping."""
 
     model: str
-    resolution: int
+    resolution: Size
     batch_size: int
     framework: str
     precision: str = "fp32"
@@ -94,8 +95,9 @@ class CellKey:
     options: RunnerOptions = field(default_factory=RunnerOptions)
 
     def __post_init__(self) -> None:
-        if self.resolution < 1 or self.batch_size < 1:
-            raise ValueError(f"resolution and batch_size must be positive, got {self.resolution}, {self.batch_size}")
+        if not is_size(self.resolution) or self.batch_size < 1:
+            raise ValueError(f"resolution must be pixels a side or HxW and batch_size positive, got "
+                             f"{self.resolution!r}, {self.batch_size}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.scenario not in SCENARIOS:
@@ -140,7 +142,7 @@ GROUP_FIELDS = tuple(f for f in IDENTITY if f not in RUNTIME)
 assert [f.name for f in dataclasses.fields(CellKey)] == [*IDENTITY[:-1], "options"], "IDENTITY must follow CellKey"
 
 
-def record_filename(model: str, resolution: int, batch_size: int, framework: str, precision: str = "fp32",
+def record_filename(model: str, resolution: Size, batch_size: int, framework: str, precision: str = "fp32",
                     variant: str = "", scenario: str = "inference") -> str:
     """The one file name of a cell's record (fp32, default options and inference add nothing)."""
     parts = [f"{model}_{resolution}_bs{batch_size}_{framework}"]
@@ -279,7 +281,7 @@ class ExportJob:
     packages: tuple[str, ...]
     folder: str
     model: str
-    resolution: int
+    resolution: Size
     weights: str
     seed: int
     batch_sizes: tuple[int, ...]

@@ -11,7 +11,8 @@ STRIDES = (8, 16, 32)
 
 
 def yolo_layout_onnx(path, size=64, classes=3, seed=0, fault=None, extra_output=False, width=1, score_bias=0.0):
-    """Write the detector to ``path`` (an NCHW float32 input of ``size`` px, RGB in [0, 255]); ``fault``: None,
+    """Write the detector to ``path`` (an NCHW float32 input of ``size`` px a side, or (height, width), RGB in
+    [0, 255]); ``fault``: None,
     "box-shift" (every box's centre y one pixel off: a wrong decode), "swapped" (box rows after the scores);
     ``width`` multiplies its channels, ``score_bias`` is added to every class's logit (below 0: few boxes pass the
     score threshold, as with a trained detector's)."""
@@ -19,6 +20,7 @@ def yolo_layout_onnx(path, size=64, classes=3, seed=0, fault=None, extra_output=
 
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
+    height, width_px = (size, size) if isinstance(size, int) else size
 
     def const(name, array):
         inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
@@ -46,10 +48,10 @@ def yolo_layout_onnx(path, size=64, classes=3, seed=0, fault=None, extra_output=
         nodes.append(helper.make_node("Reshape", [head, f"shape{stride}"], [f"flat{stride}"]))
         inits.append(numpy_helper.from_array(np.array([0, 4 + classes, -1], dtype=np.int64), f"shape{stride}"))
         levels.append(f"flat{stride}")
-        n = size // stride
-        gy, gx = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        ny, nx = height // stride, width_px // stride
+        gy, gx = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
         grids.append(np.stack([gx.ravel(), gy.ravel()]))
-        strides.append(np.full(n * n, stride))
+        strides.append(np.full(ny * nx, stride))
     nodes.append(helper.make_node("Concat", levels, ["raw"], axis=2))
     split = [const_i for const_i in ("split",)]
     inits.append(numpy_helper.from_array(np.array([2, 2, classes], dtype=np.int64), "split"))
@@ -71,12 +73,12 @@ def yolo_layout_onnx(path, size=64, classes=3, seed=0, fault=None, extra_output=
         nodes.append(helper.make_node("Identity", ["xy0"], ["xy"]))
     parts = ["scores", "xy", "wh"] if fault == "swapped" else ["xy", "wh", "scores"]
     nodes.append(helper.make_node("Concat", parts, ["output0"], axis=1))
-    anchors = sum((size // s) ** 2 for s in STRIDES)
+    anchors = sum((height // s) * (width_px // s) for s in STRIDES)
     outputs = [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 4 + classes, anchors])]
     if extra_output:
         nodes.append(helper.make_node("GlobalAveragePool", [x], ["features"]))
         outputs.append(helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", c2, 1, 1]))
-    return _save(path, "yolo-layout", nodes, outputs, inits, size)
+    return _save(path, "yolo-layout", nodes, outputs, inits, (height, width_px))
 
 
 def segmenter_onnx(path, size=64, classes=4, seed=0, fault=None, aux=False):
@@ -118,12 +120,14 @@ def segmenter_onnx(path, size=64, classes=4, seed=0, fault=None, aux=False):
 
 
 def _save(path, name, nodes, outputs, inits, size):
-    """The graph of ``nodes`` with one NCHW float32 image input of ``size`` px, checked and written to ``path``."""
+    """The graph of ``nodes`` with one NCHW float32 image input of ``size`` px a side (or (height, width)), checked
+    and written to ``path``."""
     import onnx
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(
-        "images", TensorProto.FLOAT, ["batch", 3, size, size])], outputs, inits)
+        "images", TensorProto.FLOAT, ["batch", 3, *((size, size) if isinstance(size, int) else size)])], outputs,
+        inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)
     onnx.save(model, path)

@@ -40,7 +40,8 @@ def onnx_file(path, layout="NCHW", size=32, batch="batch", channels=3):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    dims = [batch, channels, size, size] if layout == "NCHW" else [batch, size, size, channels]
+    h, w = (size, size) if not isinstance(size, tuple) else size
+    dims = [batch, channels, h, w] if layout == "NCHW" else [batch, h, w, channels]
     nodes, first = [], "images"
     if layout == "NHWC":
         nodes.append(helper.make_node("Transpose", ["images"], ["nchw"], perm=[0, 3, 1, 2]))
@@ -72,6 +73,30 @@ def test_an_onnx_file_is_read_without_running_it(tmp_path):
     assert nchw.shape == (2, 3, 32, 32) and np.array_equal(nchw, nhwc.transpose(0, 3, 1, 2))
     g = open_model_file(str(onnx_file(tmp_path / "fixed.onnx", layout="NHWC", batch=1, size=40)))
     assert (g.layout, g.resolution, g.batch_size) == ("NHWC", 40, 1)
+
+
+def test_a_model_file_of_another_aspect_runs_at_its_height_and_width(tmp_path):
+    """A file fixing 48 x 80 (height x width) runs at "48x80"; one whose sides are dynamic at the --resolution given,
+    square or not; the size reaches the inputs (NCHW and NHWC) and every record's file name."""
+    f = open_model_file(str(onnx_file(tmp_path / "wide.onnx", size=(48, 80))))
+    assert (f.resolution, f.layout) == ("48x80", "NCHW")
+    register(f)
+    spec = get_model(f.name)
+    assert spec.resolution(None) == "48x80" and make_inputs(spec, 2, "48x80", 0).shape == (2, 3, 48, 80)
+    assert make_inputs(get_model("mobilenet_v3_large"), 1, "48x80", 0).shape == (1, 48, 80, 3)
+    with pytest.raises(UsageError, match=r"takes 48x80 px inputs .*--resolution 80x48 does not apply"):
+        spec.resolution("80x48")
+    free = str(onnx_file(tmp_path / "free.onnx", size=("h", "w")))
+    assert open_model_file(free, resolution="64x96").resolution == "64x96"
+    assert open_model_file(free, resolution=64).resolution == 64
+    assert open_model_file(free, input_shape="3x40x72").resolution == "40x72"
+    half = str(onnx_file(tmp_path / "half.onnx", size=(48, "w")))
+    assert open_model_file(half).resolution == 48 and open_model_file(half, resolution="48x96").resolution == "48x96"
+    with pytest.raises(UsageError, match=r"takes 48x96 images .*--resolution 64x96 does not apply"):
+        open_model_file(half, resolution="64x96")
+    from inferbench.spec import CellKey
+
+    assert CellKey(f.name, "48x80", 1, "onnxrt").filename == f"{f.name}_48x80_bs1_onnxrt.json"
 
 
 def test_what_each_format_runs_and_why_not(tmp_path):
@@ -106,6 +131,12 @@ BAD = [
     (["--model", "{tmp}"], "is a folder without saved_model.pb: not a TF SavedModel"),
     (["--model", "{tmp}/net.onnx", "--weights", "imagenet"], "a model file brings its own weights"),
     (["--model", "{tmp}/net.onnx", "--resolution", "64"], "takes 32 px inputs (read from {tmp}/net.onnx)"),
+    (["--model", "{tmp}/net.onnx", "--resolution", "32x48"], "takes 32 px inputs (read from {tmp}/net.onnx)"),
+    (["--resolution", "384x640x3"], "resolution must be pixels a side (224), height x width (384x640)"),
+    (["--resolution", "0x640"], "resolution must be pixels a side (224), height x width (384x640)"),
+    (["--resolution", "64x9000"], "each side must be at most 4096, got '64x9000'"),
+    (["--model", "vit_b_16", "--resolution", "224x320"], "vit_b_16 takes square inputs only"),
+    (["--resolution", "16x640"], "resolution 16x640 is too small for mobilenet_v3_large (minimum 32 a side)"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x7"], "is not HxWxC, CxHxW or NxHxWxC"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x48x48"], "does not match the input ?x3x32x32"),
     (["--model", "{tmp}/gray.onnx"], "inferbench times RGB images"),
@@ -408,6 +439,22 @@ def test_a_yolo_layout_detector_runs_everywhere_its_file_runs_judged_box_by_box(
         assert [o["kind"] for o in r["outputs"]] == ["masks", "values"] and r["parity"]["status"] == "passed"
         assert r["parity"]["outputs"]["out"]["pixel_agreement"] == 1.0
         assert r["parity"]["after_postprocess"]["mean_iou"] == 1.0 and r["postprocess"]["ms_p50"] > 0
+
+
+@pytest.mark.slow
+def test_a_detector_of_another_aspect_runs_at_its_height_and_width(tmp_path, shared_cache, capsys):
+    """YOLOv8's layout at 64 x 96 (height x width, 96 anchors): every runtime fed 64 x 96 images, its boxes judged as
+    the square detector's are, its records named and loaded at "64x96"."""
+    path = yolo_layout_onnx(tmp_path / "wide.onnx", size=(64, 96))
+    code = main(["--model", str(path), "--task", "detection", "--framework", "onnxrt,openvino", *QUICK,
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    df = _records(tmp_path / "out")
+    assert set(df["resolution"]) == {"64x96"} and set(df["parity.status"]) == {"passed"}
+    for f in (tmp_path / "out").rglob("wide-*_64x96_bs1_*.json"):
+        r = json.loads(f.read_text())
+        assert r["resolution"] == "64x96" and r["outputs"][0]["shape"] == [7, 96 + 24 + 6]
+        assert r["parity"]["after_postprocess"]["matched_share"] == 1.0
 
 
 @pytest.mark.slow

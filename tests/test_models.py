@@ -31,8 +31,13 @@ def test_resolution_limits_per_model():
     assert vit.resolution(96) == 96
     with pytest.raises(UsageError, match="multiples of 16"):
         vit.resolution(100)
-    with pytest.raises(UsageError, match="too small for inception_v3 \\(minimum 75\\)"):
+    with pytest.raises(UsageError, match="too small for inception_v3 \\(minimum 75 a side\\)"):
         get_model("inception_v3").resolution(64)
+    with pytest.raises(UsageError, match="too small for inception_v3 \\(minimum 75 a side\\)"):
+        get_model("inception_v3").resolution("299x64")
+    assert get_model("inception_v3").resolution("75x299") == "75x299"
+    with pytest.raises(UsageError, match="vit_b_16 takes square inputs only"):
+        vit.resolution("96x112")
 
 
 def test_model_patterns_on_the_command_line():

@@ -453,7 +453,7 @@ def _plan(tmp_path: Path, fakes) -> Path:
     (lambda p: p.update(plan_version=7), "plan_version 7"),
     (lambda p: p["config"].update(colour="blue"), "plan.config: unknown key(s) colour"),
     (lambda p: p.clear(), "plan_version None"),
-    (lambda p: p["cells"][0].update(batch_size=0), "resolution and batch_size must be positive"),
+    (lambda p: p["cells"][0].update(batch_size=0), "resolution must be pixels a side or HxW and batch_size positive"),
     (lambda p: p["cells"][0].update(precision="fp64"), "precision must be one of fp32, fp16, bf16"),
     (lambda p: p["cells"][0].update(precision="bf16"), "plan.cells[0]: fake does not run in bf16"),
     (lambda p: p["cells"][0].update(resolution=8), "plan.cells[0]: resolution 8 is too small"),

@@ -521,7 +521,8 @@ def _planted(block: dict, shape: type, path: str):
             t = stack.pop()
             flat.add(t)
             stack += [a for a in typing.get_args(t) if typing.get_origin(t) is not None]
-        wrong = 7 if str in flat else "x"  # a number where text is declared, text anywhere else
+        # a number where text is declared, text anywhere else; a list where either may be (an input's size)
+        wrong = ([7] if int in flat else 7) if str in flat else "x"
         hostile = copy.deepcopy(block)
         hostile[f.name] = wrong
         yield f"{path}.{f.name}", hostile

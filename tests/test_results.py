@@ -53,6 +53,29 @@ def test_write_and_load_roundtrip(tmp_path):
     assert records.parse(rec, "again") == make_record("onnxrt")  # the JSON round trip is exact
 
 
+def test_a_record_of_a_non_square_input_says_height_by_width_and_sorts_beside_square_ones(tmp_path):
+    """ "384x640" is a record's size where the input is not square (a square one stays the integer); both kinds
+    load, pool apart and sort by height then width; a size of another form is refused by name."""
+    from inferbench.base.size import hw, is_size, parse_size, rank
+
+    assert [parse_size(t) for t in ("224", 224, "224x224", " 384 X 640 ")] == [224, 224, 224, "384x640"]
+    assert hw("384x640") == (384, 640) and hw(224) == (224, 224) and not is_size("224x224") and is_size("1x2")
+    for bad in ("0x4", "384x640x3", "-3", "x4", "", True):
+        assert not is_size(bad)
+    assert sorted(["384x640", 640, 224, "640x384"], key=rank) == [224, "384x640", "640x384", 640]
+    records.write_record(tmp_path / "run", make_record("onnxrt", resolution="384x640"))
+    records.write_record(tmp_path / "run", make_record("onnxrt", resolution=640))
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.json")) == [
+        "mobilenet_v3_large_384x640_bs1_onnxrt.json", "mobilenet_v3_large_640_bs1_onnxrt.json"]
+    df = records.load(tmp_path)
+    assert sorted(df["cell"]) == ["mobilenet_v3_large@384x640", "mobilenet_v3_large@640"]
+    data = json.loads(json.dumps(encode(make_record())))
+    for bad in ("384x640x3", "224px", 0):
+        data["resolution"] = bad
+        with pytest.raises(ValueError, match=r"r.json.resolution"):
+            records.parse(data, "r.json")
+
+
 def test_a_record_refuses_what_it_cannot_be(tmp_path):
     with pytest.raises(ValueError, match="an ok record needs latency statistics"):
         make_record(latency_ms=None)

@@ -196,25 +196,27 @@ def test_a_mask_a_pixel_row_off_fails_parity_naming_its_output_and_counting_the_
         segmentation.kinds([Output("logits", (10,))], "net.onnx")
 
 
-def _truth(boxes_per_image, width=200, height=100, categories=(1, 3, 7)):
-    """A COCO ground truth of images ``width`` x ``height``, each with its ``[x, y, w, h, category]`` boxes."""
+def _truth(boxes_per_image, width=200, height=100, categories=(1, 3, 7), input_hw=(100, 100)):
+    """A COCO ground truth of images ``width`` x ``height``, each with its ``[x, y, w, h, category]`` boxes, read by a
+    model whose input is ``input_hw`` (height, width)."""
     images = [{"id": 10 + i, "file_name": f"{i}.png", "width": width, "height": height}
               for i in range(len(boxes_per_image))]
     annotations = [{"id": n, "image_id": 10 + i, "category_id": c, "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0}
                    for i, boxes in enumerate(boxes_per_image) for n, (x, y, w, h, c) in enumerate(boxes, 1 + 100 * i)]
     return {"images": images, "annotations": annotations,
-            "categories": [{"id": c, "name": f"c{c}"} for c in categories], "input_size": 100}
+            "categories": [{"id": c, "name": f"c{c}"} for c in categories], "input_hw": input_hw}
 
 
-def _head_of(boxes_per_image, width=200, height=100, anchors=12, categories=(1, 3, 7), keep=1.0, shift=0.0):
-    """The raw heads a perfect detector gives for ``boxes_per_image`` (in the images' pixels; the input is 100 px a
-    side): one anchor a box, its category's score 0.9, the other anchors' scores 0; ``keep``: the share of boxes
-    found, ``shift``: boxes moved right by that share of their width."""
+def _head_of(boxes_per_image, width=200, height=100, anchors=12, categories=(1, 3, 7), keep=1.0, shift=0.0,
+             input_hw=(100, 100)):
+    """The raw heads a perfect detector gives for ``boxes_per_image`` (in the images' pixels; the input is
+    ``input_hw``, 100 px a side unless told): one anchor a box, its category's score 0.9, the other anchors' scores 0;
+    ``keep``: the share of boxes found, ``shift``: boxes moved right by that share of their width."""
     head = np.zeros((len(boxes_per_image), 4 + len(categories), anchors), dtype=np.float32)
     head[:, 2:4, :] = 1.0
     for i, boxes in enumerate(boxes_per_image):
         for a, (x, y, w, h, c) in enumerate(boxes[:round(keep * len(boxes))]):
-            sx, sy = 100 / width, 100 / height
+            sx, sy = input_hw[1] / width, input_hw[0] / height
             head[i, :4, a] = [(x + w / 2 + shift * w) * sx, (y + h / 2) * sy, w * sx, h * sy]
             head[i, 4 + categories.index(c), a] = 0.9
     return head
@@ -244,6 +246,17 @@ def test_a_detectors_map_is_cocos_on_boxes_whose_map_is_known():
     near = acc(shift=0.2)
     assert near["map50"]["value"] == 1.0 and abs(near["map"]["value"] - 0.4) < 0.02, near["map"]
     assert acc("fp32", keep=0.5)["status"] == "measured"
+
+
+def test_boxes_from_an_input_of_another_aspect_scale_back_by_its_height_and_width():
+    """A 60 x 100 input (height x width) read from images 200 x 100: the boxes scale back by 2 across and 5/3 down,
+    mAP 1; read as if the input were 100 px a side, the same boxes land elsewhere."""
+    boxes = [[(10, 10, 40, 30, 1), (120, 50, 50, 40, 3)], [(30, 20, 60, 50, 7)]]
+    outputs = [Output("output0", (7, 12))]
+    head = {"output0": _head_of(boxes, input_hw=(60, 100))}
+    right = detection.accuracy(_truth(boxes, input_hw=(60, 100)), head, head, outputs, "fp32")
+    wrong = detection.accuracy(_truth(boxes, input_hw=(100, 100)), head, head, outputs, "fp32")
+    assert right["map"]["value"] == 1.0 and wrong["map"]["value"] < 0.5, (right["map"], wrong["map"])
 
 
 def test_labelled_images_must_suit_the_task_and_a_coco_file_is_checked_before_any_export(tmp_path, capsys,

@@ -185,7 +185,7 @@ def labelled_masks(folder, n=4, classes=21):
 @pytest.mark.slow
 def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_program(tmp_path, shared_cache):
     voc = labelled_masks(tmp_path / "voc")
-    done = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--resolution", "64", "--framework", "all",
+    done = _cli("--model", "torchvision:lraspp_mobilenet_v3_large", "--resolution", "64x96", "--framework", "all",
                 "--batch-size", "3", "--eval-dir", str(voc), *QUICK, "--output-dir", str(tmp_path / "out"),
                 "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -200,8 +200,8 @@ def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_prog
     assert set(df["model"]) == {"torchvision-lraspp_mobilenet_v3_large"}
     one = json.loads(next((tmp_path / "out").rglob("*_bs3_openvino.json")).read_text())
     assert one["runner"]["model_source"].startswith("torch.export program")  # OpenVINO's own route from torch
-    assert [o["name"] for o in one["outputs"]] == ["out"] and one["outputs"][0]["shape"] == [21, 64, 64]
-    manifest = json.loads(next(shared_cache.glob("torchvision-lraspp_mobilenet_v3_large_64_*/manifest.json"))
+    assert [o["name"] for o in one["outputs"]] == ["out"] and one["outputs"][0]["shape"] == [21, 64, 96]
+    manifest = json.loads(next(shared_cache.glob("torchvision-lraspp_mobilenet_v3_large_64x96_*/manifest.json"))
                           .read_text())
     made = manifest["artifacts"]
     assert made["pt2"]["built_by"] == "torchvision:lraspp_mobilenet_v3_large" and made["reference"]["source"] == "pt2"

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..base.errors import UsageError
+from ..base.size import column_key
 from ..records.load import ENERGY_J_PER_INF, load, tidy
 from ..spec import GROUP_FIELDS, IDENTITY
 from .ranking import comparison, not_judged, verdict
@@ -146,7 +147,7 @@ def fastest_models(df: pd.DataFrame, top: int = 3) -> pd.DataFrame:
     best = best.sort_values("throughput", ascending=False).groupby(
         ["device_name", "resolution", "batch_size"]).head(top)
     return best.sort_values(["device_name", "resolution", "batch_size", "throughput"],
-                            ascending=[True, True, True, False])[
+                            ascending=[True, True, True, False], key=column_key)[
         ["device_name", "resolution", "batch_size", "model", "framework", "throughput", "gflop_per_image",
          "gflop_per_s", "fraction_of_peak"]]
 

@@ -23,6 +23,7 @@ from .. import __version__
 from ..base import markdown
 from ..base.errors import UsageError
 from ..base.files import atomic_write_bytes, atomic_write_text, check_writable
+from ..base.size import column_key
 from ..records.table import busy, stability_said
 from ..registry.scenarios import scenario
 from ..spec import IDENTITY
@@ -498,7 +499,7 @@ def _across_models(df: Any, ref: Any, figure: Any) -> list[str]:
     dec = analysis.xla_decomposition(df)
     if not dec.empty:
         tf_path = dec[dec["path"] == "tf"].sort_values(["device_name", "resolution", "batch_size", "xla_vs_graph"],
-                                                      ascending=[True, True, True, False])
+                                                      ascending=[True, True, True, False], key=column_key)
         if not tf_path.empty:
             shown = tf_path.assign(
                 xla_vs_graph_ci=[f"{v:.2f}" + (f" [{c[0]:.2f}, {c[1]:.2f}]" if isinstance(c, list) else "")
@@ -541,7 +542,8 @@ def _published_models(df: Any, ref: Any) -> list[str]:
         ["model", "resolution", "device_name", "throughput", "gflops"]]
     ours = analysis.latest(df[df["ranked"] & (df["framework"] == "tfxla")])[
         ["model", "resolution", "batch_size", "throughput", "gflop_per_image"]]
-    both = ours.merge(published, on=["model", "resolution"], suffixes=("", "_published"))
+    both = ours.astype({"resolution": object}).merge(  # (a resolution may be "HxW": compared as values)
+        published.astype({"resolution": object}), on=["model", "resolution"], suffixes=("", "_published"))
     if both.empty:
         return ["*Published keras-xla-benchmarks figures: none for the models and resolutions of these records.*",
                 ""]

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..analysis.answer import recommendation_lines
 from ..analysis.ranking import recommendations
+from ..base.size import rank
 from ..records.table import busy, compute_rate, field, peak_note, record_name, stability_said, stability_word
 from ..registry.scenarios import scenario
 
@@ -81,7 +82,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     that says why there is none) with the cells --time-budget left unmeasured beside it, then a row per cell
     (``advise`` False, a check such as selftest's: no advice naming options of run it does not take)
     (narrowed to ``width``, a terminal's), then what is not ranked and why."""
-    groups = sorted({(r["model"], r["resolution"]) for r in records})
+    groups = sorted({(r["model"], r["resolution"]) for r in records}, key=lambda g: (g[0], rank(g[1])))
     energy = any((r.get("energy") or {}).get("available") for r in records)
     gpu = any(((r.get("config") or {}).get("device") or {}).get("kind") == "gpu" for r in records)
     multi = len(groups) > 1

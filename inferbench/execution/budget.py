@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import UsageError
+from ..base.size import Size
 from ..exporters.cache import artifact_dir, read_manifest
 from ..measure.trackers.machine import MIN_JUDGED_S, MachineMonitor, Readers
 from ..registry.frameworks import get_framework
@@ -180,20 +181,20 @@ def kinds(cells: list[CellKey]) -> set[str]:
             | {"keras", "reference"}) - {"none"}
 
 
-def by_pair(cells: list[CellKey]) -> dict[tuple[str, int], list[CellKey]]:
+def by_pair(cells: list[CellKey]) -> dict[tuple[str, Size], list[CellKey]]:
     """``cells`` per (model, resolution): what one export serves."""
-    pairs: dict[tuple[str, int], list[CellKey]] = {}
+    pairs: dict[tuple[str, Size], list[CellKey]] = {}
     for c in cells:
         pairs.setdefault((c.model, c.resolution), []).append(c)
     return pairs
 
 
-def export_s(cells: list[CellKey], to_export: dict[tuple[str, int], set[str]]) -> float:
+def export_s(cells: list[CellKey], to_export: dict[tuple[str, Size], set[str]]) -> float:
     """The exports ``cells`` need that ``to_export`` (per (model, resolution), the kinds not in the cache) lacks."""
     return EXPORT_S * sum(len(to_export.get(pair, set()) & kinds(same)) for pair, same in by_pair(cells).items())
 
 
-def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, int], set[str]],
+def estimate(config: RunConfig, cells: list[CellKey], to_export: dict[tuple[str, Size], set[str]],
              measured: dict[str, float] | None = None, slowdown: float = 1.0) -> float:
     """Seconds the plan takes: every group, plus the exports its cells need that are not in the cache (their
     set-ups ``slowdown`` times longer while other work takes the cores)."""
@@ -235,7 +236,7 @@ class Fitted:
     estimate_s: float
 
 
-def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]],
+def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, Size], set[str]],
         busy: tuple[float, float | None] = (1.0, None)) -> Fitted:
     """The plan within ``budget_s``: its own timing if it fits, else shrunk step by step; then the frameworks that
     may not fit are named (:func:`_at_risk`), kept in the plan, loaded last. UsageError when not even one group's
@@ -282,7 +283,7 @@ def fit(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dic
     return Fitted(fitted, tuple(ordered), at_risk, tuple(lines), took)
 
 
-def _at_risk(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, int], set[str]],
+def _at_risk(config: RunConfig, cells: list[CellKey], budget_s: float, to_export: dict[tuple[str, Size], set[str]],
              measured: dict[str, float], slowdown: float,
              ) -> tuple[list[CellKey], dict[str, str], list[CellKey], float, list[str]]:
     """The frameworks a shrunk plan may still not fit, each with its share of the plan: the last of this machine's
@@ -319,7 +320,7 @@ def _at_risk(config: RunConfig, cells: list[CellKey], budget_s: float, to_export
 
 
 def first_group_s(config: RunConfig, cells: list[CellKey],
-                  to_export: dict[tuple[str, int], set[str]]) -> tuple[list[CellKey], float]:
+                  to_export: dict[tuple[str, Size], set[str]]) -> tuple[list[CellKey], float]:
     """The first group ``cells`` run in, and its time with its exports: what any budget must hold."""
     first = groups_of(cells, config.sequential)[0]
     return first, estimate(config, first, to_export)
@@ -379,7 +380,7 @@ def group_estimate(progress: Any, cells: list[CellKey], config: RunConfig) -> fl
     return measured if measured is not None else group_s(cells, config)
 
 
-def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, int], set[str]]:
+def to_export(config: RunConfig, cells: list[CellKey]) -> dict[tuple[str, Size], set[str]]:
     """Per (model, resolution), the artifact kinds ``cells`` need that its cache folder lacks (read from the manifests:
     nothing is hashed)."""
     out = {}

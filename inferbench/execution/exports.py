@@ -13,6 +13,7 @@ from typing import Any
 from ..base import machine
 from ..base.errors import UsageError
 from ..base.machine import WEIGHT_COPIES, WORKER_BASE_GB, memory_shortfall, training_refusal
+from ..base.size import Size
 from ..exporters import already_made, key_inputs
 from ..exporters import cache as artifact_cache
 from ..registry import artifacts
@@ -39,7 +40,7 @@ from .isolate import run_child
 from .progress import Progress
 
 
-def ensure_exports(config: RunConfig, model: str, resolution: int, frameworks: list[Framework],
+def ensure_exports(config: RunConfig, model: str, resolution: Size, frameworks: list[Framework],
                    batch_sizes: tuple[int, ...], progress: Progress,
                    strict: bool = True, agreement_inputs: int = 0,
                    quantized: tuple[str, ...] = ()) -> tuple[Path, dict[str, str]]:
@@ -63,7 +64,7 @@ class _Exports:
     the cache or brought from another machine's, then the rest exported in child processes (the TensorFlow-side
     ones sharing one where no dependency forbids), a kind whose dependency failed named after it."""
 
-    def __init__(self, config: RunConfig, spec: ModelSpec, resolution: int, frameworks: list[Framework],
+    def __init__(self, config: RunConfig, spec: ModelSpec, resolution: Size, frameworks: list[Framework],
                  batch_sizes: tuple[int, ...], progress: Progress, agreement_inputs: int,
                  quantized: tuple[str, ...]) -> None:
         self.config, self.spec, self.resolution, self.batch_sizes = config, spec, resolution, batch_sizes
@@ -260,7 +261,7 @@ def model_stats(folder: Path) -> dict[str, Any] | None:
     return (artifact_cache.read_manifest(folder)["artifacts"].get("keras") or {}).get("model_stats")
 
 
-def cache_key(config: RunConfig, spec: Any, resolution: int) -> dict[str, Any]:
+def cache_key(config: RunConfig, spec: Any, resolution: Size) -> dict[str, Any]:
     """Everything that changes the artifacts of ``spec`` at ``resolution`` (the cache folder's name hashes it); a
     model file's weights are its own contents."""
     weights = spec.source.path if spec.source else config.weights

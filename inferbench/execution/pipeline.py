@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.runfiles import RunFiles
+from ..base.size import Size
 from ..records.record import Record, as_written, record_key, upgrade, write_record
 from ..registry.frameworks import get_framework
 from ..scenarios.slowdown import TEST_SLOWDOWN, test_slowdown
@@ -94,7 +95,7 @@ class Exports:
 
     def __init__(self, config: RunConfig, cells: list[CellKey], progress: Progress, strict: bool) -> None:
         self.config, self.cells, self.progress, self.strict = config, cells, progress, strict
-        self.done: dict[tuple[str, int], tuple[Path, dict[str, str]]] = {}
+        self.done: dict[tuple[str, Size], tuple[Path, dict[str, str]]] = {}
 
     def of(self, cell: CellKey) -> tuple[Path, dict[str, str], tuple[int, ...]]:
         """The cache folder of ``cell``'s model and resolution, the kinds that failed to export (with why), and

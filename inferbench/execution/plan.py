@@ -17,6 +17,7 @@ from ..base.codec import decode, encode
 from ..base.device import Device, default_threads, resolve
 from ..base.errors import UsageError
 from ..base.machine import cpu_precision_refusal
+from ..base.size import Size, parse_size
 from ..exporters import cache as artifact_cache
 from ..measure.stats import TAILS, needed_samples
 from ..options import BY_NAME, MAX_CELLS, was_given
@@ -248,6 +249,14 @@ def _config(values: dict[str, Any], entry: Any, device: Device, tune: bool, mode
 _Grid = list[tuple[Any, Any, list[tuple[Framework, list[str]]]]]
 
 
+def _size(text: Any) -> Size:
+    """A resolution as the API may pass it (224, "224", "384x640"); one line for anything else."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"--resolution: {exc}") from None
+
+
 def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) -> tuple[_Grid, dict[str, str]]:
     """Per model, its resolutions and the frameworks (with their precisions) that can run it here; and why 'all'
     left a framework out. A framework named explicitly that runs none of several models, a precision this CPU would
@@ -256,7 +265,7 @@ def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) ->
     explicit = not set(values["frameworks"]) & {"all", "best"}
     plan: _Grid = []
     for spec in models:
-        res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else int(r))
+        res_list = dict.fromkeys(spec.resolution(None if r == "default" else spec.smallest if r == "min" else _size(r))
                                  for r in values["resolutions"])
         have = exported(config, spec, res_list)
         frameworks, left_out = choose(values["frameworks"], config.device.kind, spec, config.options, have,
@@ -387,12 +396,13 @@ def objective_for(values: dict[str, Any]) -> str:
 def check_ranges(plan: Plan) -> None:
     """A saved plan's numbers through the same range rules as the flags (a hand edit cannot bypass them)."""
     c, t = plan.config, plan.config.timing
-    numbers = [("duration", t.min_duration_s), ("warmup_seconds", t.warmup_seconds), ("warmup", t.warmup_iterations),
-               ("min_iterations", t.min_iterations), ("rounds", t.rounds), ("seed", c.seed), ("threads", c.threads),
-               ("timeout", c.timeout_s)]
+    numbers: list[tuple[str, Any]] = [
+        ("duration", t.min_duration_s), ("warmup_seconds", t.warmup_seconds), ("warmup", t.warmup_iterations),
+        ("min_iterations", t.min_iterations), ("rounds", t.rounds), ("seed", c.seed), ("threads", c.threads),
+        ("timeout", c.timeout_s)]
     numbers += [(name, value) for cell in plan.cells
                 for name, value in (("batch_sizes", cell.batch_size), ("resolutions", cell.resolution))]
     for name, value in numbers:
         if value is not None:
-            BY_NAME[name].check(value if isinstance(value, int) else repr(float(value)), "plan")
+            BY_NAME[name].check(value if isinstance(value, (int, str)) else repr(float(value)), "plan")
     check_memory(plan.cells)

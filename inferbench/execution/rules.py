@@ -14,6 +14,7 @@ from typing import Any
 from ..base import machine
 from ..base.device import Device
 from ..base.errors import UsageError
+from ..base.size import pixels
 from ..execution.distributed import check_address
 from ..measure.stats import process_floor
 from ..options import BY_NAME, was_given
@@ -183,7 +184,7 @@ def check_memory(cells: tuple[CellKey, ...] | list[CellKey]) -> None:
     """The input batch alone must fit in a quarter of the machine's memory, with room for the framework."""
     memory_gb = machine.memory_total_gb() or math.inf
     for cell in cells:
-        batch_gb = cell.batch_size * cell.resolution ** 2 * 3 * 4 / 2**30
+        batch_gb = cell.batch_size * pixels(cell.resolution) * 3 * 4 / 2**30
         if batch_gb > memory_gb / 4:
             raise UsageError(f"batch {cell.batch_size} at {cell.resolution} px is {batch_gb:.1f} GB of input alone; "
                              f"this machine has {memory_gb:.0f} GB")

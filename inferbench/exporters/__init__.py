@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.digest import sha256_file, sha256_tree
+from ..base.size import Size
 from ..registry import models  # (its torch_source by the module: the package's own torch_source is a submodule)
 from ..registry.models import register
 from ..registry.tasks import task as registry_task
@@ -32,7 +33,7 @@ from ..registry.artifacts import ExportContext, exporter_packages, packages
 PYTORCH_SOURCE = ("timm", "onnxscript")
 
 
-def key_inputs(model: str, resolution: int, weights: str, seed: int, task: str = "classification") -> dict[str, Any]:
+def key_inputs(model: str, resolution: Size, weights: str, seed: int, task: str = "classification") -> dict[str, Any]:
     """Everything that changes a model's artifacts: the cache folder's name hashes it (:func:`cache.artifact_dir`).
     A weights file or a model file counts by its content's hash; every exporter's library version counts; a model
     file's task counts where it is not a classifier's (its outputs' declaration and INT8 model depend on it; a

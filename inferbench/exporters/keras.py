@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
 from ..registry.keras_models import build_keras_model, walk_layers
 from ..registry.models import get_model
@@ -30,7 +31,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     return {
         "model_stats": stats,
         "paths": ["keras", "reference"],
-        "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
+        "input_signature": {"shape": [None, *hw(ctx.resolution), 3], "dtype": "float32",
                             "layout": "NHWC"},
         "reference": facts,
         "notes": [],
@@ -41,7 +42,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
 FLOPS_METHOD = "tf-profiler-float-ops+einsum"
 
 
-def model_stats(model: Any, resolution: int) -> dict[str, Any]:
+def model_stats(model: Any, resolution: Size) -> dict[str, Any]:
     """Parameters and floating-point operations of one image (a multiply-add is 2), computed from the model.
 
     The FLOPs are TensorFlow's profiler count over the frozen inference graph at batch 1 (convolutions,
@@ -55,7 +56,7 @@ def model_stats(model: Any, resolution: int) -> dict[str, Any]:
     fn = tf.function(lambda x: model(x, training=False))
     with convertible_ops():  # grouped convolutions as plain ops: inside Keras' XLA wrapper the profiler sees none
         graph = convert_variables_to_constants_v2(
-            fn.get_concrete_function(tf.TensorSpec([1, resolution, resolution, 3], tf.float32))).graph
+            fn.get_concrete_function(tf.TensorSpec([1, *hw(resolution), 3], tf.float32))).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
     verbosity = tf.compat.v1.logging.get_verbosity()

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..base.errors import TooBig
 from ..base.machine import memory_shortfall
+from ..base.size import hw
 from ..measure.memory import current_rss_mb
 from ..registry.artifacts import REFERENCE_INPUTS, ExportContext
 from ..registry.keras_models import load_keras, walk_layers
@@ -89,7 +90,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     return {
         "paths": ["onnx"],
         "input_signature": {"name": proto.graph.input[0].name,
-                            "shape": ["batch", ctx.resolution, ctx.resolution, 3],
+                            "shape": ["batch", *hw(ctx.resolution), 3],
                             "dtype": "float32", "layout": "NHWC", "opset": proto.opset_import[0].version},
         "notes": notes,
     }

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..base.reading import read_json
+from ..base.size import Size
 from ..measure import parity
 from ..measure.parity import DegenerateReference, check_reference
 from ..registry.artifacts import (
@@ -173,7 +174,7 @@ def program_call(path: Any, example: np.ndarray) -> tuple[Callable[[np.ndarray],
     return call, names
 
 
-def parity_inputs(spec: ModelSpec, resolution: int, seed: int) -> np.ndarray:
+def parity_inputs(spec: ModelSpec, resolution: Size, seed: int) -> np.ndarray:
     """The 16 seeded reference inputs every export is compared on (NumPy only: the same bytes on every machine)."""
     return make_inputs(spec, PARITY_INPUTS, resolution, seed + 2)
 

@@ -6,6 +6,7 @@ import contextlib
 import io
 from typing import Any
 
+from ..base.size import hw
 from ..registry.artifacts import ExportContext
 from ..registry.keras_models import load_keras
 
@@ -16,7 +17,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         model.export(ctx.folder / "savedmodel", format="tf_saved_model")
     return {
         "paths": ["savedmodel"],
-        "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
+        "input_signature": {"shape": [None, *hw(ctx.resolution), 3], "dtype": "float32",
                             "layout": "NHWC", "endpoint": "serve"},
         "notes": [],
     }

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..base.size import hw
 from ..registry.artifacts import ExportContext
 
 
@@ -48,7 +49,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     save_file(state, str(out), metadata={"format": "onnx2torch-state-dict", "tensors": str(len(state))})
     return {
         "paths": ["torch"],
-        "input_signature": {"shape": [None, ctx.resolution, ctx.resolution, 3], "dtype": "float32",
+        "input_signature": {"shape": [None, *hw(ctx.resolution), 3], "dtype": "float32",
                             "layout": "NHWC (as the ONNX graph)"},
         "notes": ["weights only (safetensors); the module is rebuilt from the ONNX export by onnx2torch at load"]
         + ([f"{rewritten} node(s) with auto_pad SAME given explicit pads for onnx2torch"] if rewritten else []),

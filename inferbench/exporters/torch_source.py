@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.size import Size, hw
 from ..options import MAX_BATCH  # the largest batch a program takes (its batch dimension is dynamic up to it)
 from ..registry.artifacts import ExportContext
 from ..registry.inputs import make_inputs
@@ -38,7 +39,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
             "notes": [f"{spec.torch_builder} saved by torch.export {torch.__version__}, batch dynamic 1..{MAX_BATCH}"]}
 
 
-def source_module(torch: Any, spec: ModelSpec, weights: str, resolution: int, seed: int) -> Any:
+def source_module(torch: Any, spec: ModelSpec, weights: str, resolution: Size, seed: int) -> Any:
     """The module that is exported: the library's, its outputs named (an SSD cut to its heads: :func:`heads`), seeded
     weights conditioned (:func:`condition`) on what it is given (the prepared inputs, not what a detector's own
     transform would make of them)."""
@@ -68,7 +69,7 @@ def build(torch: Any, spec: ModelSpec, weights: str, seed: int) -> Any:
     return module.eval()
 
 
-def heads(torch: Any, ssd: Any, resolution: int) -> Any:
+def heads(torch: Any, ssd: Any, resolution: Size) -> Any:
     """torchvision's SSD cut before its decoding and suppression (:mod:`inferbench.tasks.ssd` does both after every
     runtime): the backbone and the head on the prepared input, with the anchors (in input pixels, fixed by the size)
     and the input's size as outputs, so that the shared post-processing needs nothing but the outputs."""
@@ -78,13 +79,14 @@ def heads(torch: Any, ssd: Any, resolution: int) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.backbone, self.head = ssd.backbone, ssd.head
-            x = torch.zeros(1, 3, resolution, resolution)
+            h, w = hw(resolution)
+            x = torch.zeros(1, 3, h, w)
             with torch.no_grad():
                 features = list(self.backbone(x).values())
-                anchors = ssd.anchor_generator(ImageList(x, [(resolution, resolution)]), features)[0]
+                anchors = ssd.anchor_generator(ImageList(x, [(h, w)]), features)[0]
             # (buffers named apart from the outputs: an ONNX graph's initializer and output may not share a name)
             self.register_buffer("default_boxes", anchors.float())
-            self.register_buffer("input_hw", torch.tensor([resolution, resolution], dtype=torch.float32))
+            self.register_buffer("input_hw", torch.tensor([h, w], dtype=torch.float32))
 
         def forward(self, x: Any) -> Any:
             out = self.head(list(self.backbone(x).values()))
@@ -114,7 +116,7 @@ class Named:
         return _Named(module).eval()
 
 
-def condition(torch: Any, module: Any, spec: ModelSpec, resolution: int, seed: int) -> None:
+def condition(torch: Any, module: Any, spec: ModelSpec, resolution: Size, seed: int) -> None:
     """Own weights without a port: like the Keras reference (models.build_keras_model), randomise the scales
     and offsets of every batch and layer normalisation, set ConvNeXt's layer scales (1e-6 at init) near 1,
     give a head initialised to zeros (ViT's) random weights, and set the batch-norm running statistics from

@@ -13,6 +13,7 @@ looks for a key's meaning in one place.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -54,6 +55,21 @@ class Max:
         for v in value if isinstance(value, list) else [value]:
             if not v <= self.value:
                 raise ValueError(f"{where}: {v!r} is above {self.value:g}")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A string matching ``regex`` (JSON Schema's ``pattern``: searched, so anchored with ^ and $)."""
+
+    regex: str
+
+    def check(self, value: Any, where: str) -> None:
+        if not re.search(self.regex, value):
+            raise ValueError(f"{where}: {str(value)[:40]!r} does not match {self.regex}")
+
+
+#: A record's input size: pixels a side (square), or "HxW" (height x width).
+SIZE = Annotated[int, Min(1)] | Annotated[str, Pattern(r"^[1-9][0-9]*x[1-9][0-9]*$")]
 
 
 @dataclass(frozen=True)
@@ -260,7 +276,7 @@ class ModelStats(Block):
     params: Annotated[int, Min(0)]
     flops_per_image: Annotated[int | None, Min(0)]
     flops_method: str
-    flops_resolution: Annotated[int, Min(1)] | None = None
+    flops_resolution: SIZE | None = None
     grouped_convolutions: Annotated[int, Min(0)] | None = None
     why: str | None = None
     activations_per_image: Annotated[int, Min(0)] | None = None  # every layer's outputs at batch 1 (training memory)

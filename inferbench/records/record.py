@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 from .. import SCHEMA_VERSION
 from ..base.codec import decode, encode, plain
 from ..base.files import atomic_write_text
+from ..base.size import is_size
 from ..measure.stats import ONE_PROCESS, TAIL_METHOD, TAILS, centre, tail_interval
 from ..registry import frameworks
 from ..registry.models import task_of
@@ -77,6 +78,7 @@ from ..registry.tasks import TASKS
 from ..spec import PRECISIONS, RunnerOptions, record_filename
 from .blocks import (
     PARITY_STATUSES,
+    SIZE,
     ColdStart,
     Config,
     Energy,
@@ -123,7 +125,7 @@ class Record:
 
     schema_version: int
     model: Annotated[str, NonEmpty()]
-    resolution: Annotated[int, Min(1)]
+    resolution: SIZE  # pixels a side, or "HxW"
     batch_size: Annotated[int, Min(1)]
     framework: Annotated[str, NonEmpty()]
     precision: Annotated[str, Enum(PRECISIONS)]
@@ -176,9 +178,9 @@ class Record:
         def number(v: Any) -> TypeGuard[float]:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1 and isinstance(self.resolution, int)
-                and self.resolution >= 1):
-            return f"batch size {self.batch_size!r} and resolution {self.resolution!r} must be positive integers"
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1 and is_size(self.resolution)):
+            return (f"batch size {self.batch_size!r} must be a positive integer and resolution {self.resolution!r} "
+                    "pixels a side or HxW")
         lat = self.latency_ms
         if self.status != "ok" or lat is None:
             return None

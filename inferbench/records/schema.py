@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import SCHEMA_VERSION
-from .blocks import Doc, Enum, Max, Min, NonEmpty, Pair
+from .blocks import Doc, Enum, Max, Min, NonEmpty, Pair, Pattern
 from .record import Record
 
 URL = "https://github.com/inferbench/inferbench/blob/main/inferbench/records/schema/record.schema.json"
@@ -43,6 +43,8 @@ def type_schema(tp: Any, open_objects: bool = True) -> dict[str, Any]:
                 out.update(minItems=2, maxItems=2)
             elif isinstance(marker, NonEmpty):
                 out["minLength"] = 1
+            elif isinstance(marker, Pattern):
+                out["pattern"] = marker.regex
             elif isinstance(marker, type) and dataclasses.is_dataclass(marker):  # a block's shape
                 nullable = "null" in out.get("type", ())
                 out = object_schema(marker, open_objects)
@@ -60,6 +62,8 @@ def type_schema(tp: Any, open_objects: bool = True) -> dict[str, Any]:
                 inner["enum"] = [*inner["enum"], None]
             elif "type" in inner:
                 inner["type"] = [inner["type"], "null"] if isinstance(inner["type"], str) else [*inner["type"], "null"]
+            elif "anyOf" in inner and len(inner) == 1:
+                inner = {"anyOf": [*inner["anyOf"], {"type": "null"}]}
             else:
                 inner = {"anyOf": [inner, {"type": "null"}]}
         return inner

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..base.size import Size
 from .images import Calibration, EvalSet
 from .modelfiles import FILE_FORMATS
 
@@ -215,7 +216,7 @@ def export_order(kinds: list[str], model: Any = None) -> list[str]:
 class ExportContext:
     folder: Path  # the artifact cache folder of this (model, resolution, weights, versions)
     model: str
-    resolution: int
+    resolution: Size
     weights: str
     seed: int
     batch_sizes: tuple[int, ...] = (1,)

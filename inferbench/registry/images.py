@@ -36,6 +36,7 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..base.reading import kind_of, read_bounded, read_text
+from ..base.size import Size, hw
 from ..base.text import excerpt, visible
 from . import coco, masks
 from .inputs import agreement_inputs, preprocess
@@ -120,7 +121,7 @@ def calibration(text: str | None, count: int, seed: int, follow_links: bool = Fa
     return Calibration(images=es.images, digest=es.digest, set=es)
 
 
-def calibration_inputs(spec: Any, cal: Calibration, resolution: int, seed: int) -> Iterator[np.ndarray]:
+def calibration_inputs(spec: Any, cal: Calibration, resolution: Size, seed: int) -> Iterator[np.ndarray]:
     """The calibration's inputs, prepared as the model takes them, :data:`CHUNK` at a time: the user's images
     (:func:`inputs`), else seeded image-like inputs from a stream of their own (calibrating on the very inputs the
     agreement is counted on would flatter it)."""
@@ -166,13 +167,14 @@ def items(es: EvalSet) -> list[tuple[Path, int]]:
     return found
 
 
-def labels(es: EvalSet, listed: list[tuple[Path, int]], resolution: int) -> Any:
+def labels(es: EvalSet, listed: list[tuple[Path, int]], resolution: Size) -> Any:
     """What the images of ``listed`` are labelled with: their class numbers, or a COCO set's ground truth (its boxes,
-    :func:`inferbench.registry.coco.truth`, with ``input_size``: the model's input, which the boxes scale from)."""
+    :func:`inferbench.registry.coco.truth`, with ``input_hw``: the model's input, height and width, which the boxes
+    scale from), or each image's mask at the input's size."""
     if es.layout == "coco":
-        return {**coco.truth(Path(es.path), [i for _, i in listed]), "input_size": resolution}
+        return {**coco.truth(Path(es.path), [i for _, i in listed]), "input_hw": hw(resolution)}
     if es.layout == "masks":
-        out = np.empty((len(listed), resolution, resolution), dtype=np.int32)
+        out = np.empty((len(listed), *hw(resolution)), dtype=np.int32)
         for i, (image, _) in enumerate(listed):
             with _opened(masks.mask_of(image, Path(es.path))) as mask:
                 out[i] = masks.classes_of(mask, resolution)
@@ -180,7 +182,7 @@ def labels(es: EvalSet, listed: list[tuple[Path, int]], resolution: int) -> Any:
     return np.array([label for _, label in listed], dtype=np.int64)
 
 
-def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int, whole: bool = False) -> Iterator[np.ndarray]:
+def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: Size, whole: bool = False) -> Iterator[np.ndarray]:
     """The images of ``listed`` (:func:`items`) as model inputs (float32, the model's preparation and layout),
     :data:`CHUNK` at a time; ``whole``: each image resized whole (a COCO set's: its boxes stay in the frame)."""
     for start in range(0, len(listed), CHUNK):
@@ -188,16 +190,18 @@ def inputs(spec: Any, listed: list[tuple[Path, int]], resolution: int, whole: bo
         yield np.ascontiguousarray(batch.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else batch
 
 
-def read(path: Path, resolution: int, whole: bool = False) -> np.ndarray:
-    """One image as RGB float32 in [0, 255], ``resolution`` pixels a side: turned upright (its EXIF orientation), the
-    centre square of ``CROP`` of its shorter side resized (bilinear) to the resolution, as resizing the shorter side to
-    ``resolution / CROP`` and cropping the centre would, without ever making the larger image (``whole``: the whole
-    image resized, its aspect not kept: a detector's boxes scale back by width and height); 16-bit images scaled to
-    8 bits; a UsageError naming the file where it cannot be read, or holds 32-bit integers or floats (no scale)."""
+def read(path: Path, resolution: Size, whole: bool = False) -> np.ndarray:
+    """One image as RGB float32 in [0, 255] at ``resolution`` (pixels a side, or height x width): turned upright (its
+    EXIF orientation), the centre of ``CROP`` of it in the input's aspect (a square: of its shorter side) resized
+    (bilinear) to the resolution, as resizing the shorter side to ``resolution / CROP`` and cropping the centre would,
+    without ever making the larger image (``whole``: the whole image resized, its aspect not kept: a detector's boxes
+    scale back by width and height); 16-bit images scaled to 8 bits; a UsageError naming the file where it cannot be
+    read, or holds 32-bit integers or floats (no scale)."""
     from PIL import Image, ImageOps
 
     with _opened(path) as im:
-        side = max(resolution, round(resolution / CROP))
+        rh, rw = hw(resolution)
+        side = max(rh, rw, round(max(rh, rw) / CROP))
         im.draft("RGB", (side, side))  # a large JPEG decoded at a fraction of its size, as the resize would
         if im.mode in ("I", "F"):
             raise UsageError(f"{path}: {'32-bit integer' if im.mode == 'I' else 'floating-point'} pixels (mode "
@@ -207,9 +211,10 @@ def read(path: Path, resolution: int, whole: bool = False) -> np.ndarray:
             im = Image.fromarray((np.asarray(im, dtype=np.float32) / 257.0).round().astype(np.uint8))
         rgb = im.convert("RGB")
     w, h = rgb.size
-    crop = min(w, h) * min(1.0, resolution / side)
-    box = (0, 0, w, h) if whole else ((w - crop) / 2, (h - crop) / 2, (w + crop) / 2, (h + crop) / 2)
-    return np.asarray(rgb.resize((resolution, resolution), Image.Resampling.BILINEAR, box=box), dtype=np.float32)
+    fit = min(w / rw, h / rh) * min(1.0, max(rh, rw) / side)  # the input's aspect, CROP of the image's fitting side
+    cw, ch = rw * fit, rh * fit
+    box = (0, 0, w, h) if whole else ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
+    return np.asarray(rgb.resize((rw, rh), Image.Resampling.BILINEAR, box=box), dtype=np.float32)
 
 
 def _root(path: Path, follow_links: bool = False) -> tuple[Path, str]:

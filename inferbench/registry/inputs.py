@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..base.size import Size, hw
+
 if TYPE_CHECKING:  # pragma: no cover
     from .models import ModelSpec
 
@@ -41,8 +43,8 @@ def _cubic_resize_matrix(n_in: int, n_out: int) -> np.ndarray:
     return m
 
 
-def make_images(n: int, resolution: int, seed: int, grid: int = 4) -> np.ndarray:
-    """Seeded, image-like inputs: smooth random colour fields in [0, 255], shape (n, r, r, 3).
+def make_images(n: int, resolution: Size, seed: int, grid: int = 4) -> np.ndarray:
+    """Seeded, image-like inputs: smooth random colour fields in [0, 255], shape (n, height, width, 3).
 
     Each image is a ``grid`` x ``grid`` random colour grid resized bicubically and stretched to the
     full 0-255 range. I.i.d. pixel noise is not used on purpose: every noise image pools to the same
@@ -50,8 +52,8 @@ def make_images(n: int, resolution: int, seed: int, grid: int = 4) -> np.ndarray
     """
     rng = np.random.default_rng(seed)
     small = rng.uniform(0.0, 1.0, size=(n, grid, grid, 3))
-    m = _cubic_resize_matrix(grid, resolution)
-    img = np.einsum("ij,njkc,lk->nilc", m, small, m)
+    h, w = hw(resolution)
+    img = np.einsum("ij,njkc,lk->nilc", _cubic_resize_matrix(grid, h), small, _cubic_resize_matrix(grid, w))
     lo = img.min(axis=(1, 2, 3), keepdims=True)
     hi = img.max(axis=(1, 2, 3), keepdims=True)
     img = (img - lo) / np.maximum(hi - lo, 1e-12) * 255.0
@@ -73,7 +75,7 @@ def preprocess(spec: ModelSpec, images: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
-def make_inputs(spec: ModelSpec, batch: int, resolution: int, seed: int) -> np.ndarray:
+def make_inputs(spec: ModelSpec, batch: int, resolution: Size, seed: int) -> np.ndarray:
     """A model-ready batch of seeded image-like inputs (float32, in the model's layout: NHWC, or NCHW)."""
     out = preprocess(spec, make_images(batch, resolution, seed))
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else out
@@ -85,7 +87,7 @@ AGREEMENT_CHUNK = 32
 AGREEMENT_SEED = 1_000_000  # added to the run's seed: a stream apart from the reference (+2) and timed (+3) inputs
 
 
-def agreement_inputs(spec: ModelSpec, resolution: int, seed: int, count: int) -> Iterator[np.ndarray]:
+def agreement_inputs(spec: ModelSpec, resolution: Size, seed: int, count: int) -> Iterator[np.ndarray]:
     """``count`` seeded image-like inputs, made as the 16 reference inputs are, for the agreement of a reduced
     precision with FP32 over many images (:func:`inferbench.measure.parity.agreement`), in chunks (1,000 at 224 px
     take 600 MB)."""

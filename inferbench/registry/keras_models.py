@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..base.size import Size, hw, pixels
 from .filecheck import keras_config
 from .inputs import make_inputs
 from .models import ModelSpec
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import keras
 
 
-def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int) -> keras.Model:
+def build_keras_model(spec: ModelSpec, resolution: Size, weights: str, seed: int) -> keras.Model:
     """Build the reference Keras model, ending in logits (no softmax).
 
     ``random`` weights are seeded and made non-degenerate: the stock random init of MobileNetV3
@@ -32,7 +33,7 @@ def build_keras_model(spec: ModelSpec, resolution: int, weights: str, seed: int)
     """
     import keras
 
-    shape = (resolution, resolution, 3)
+    shape = (*hw(resolution), 3)
     if spec.source is not None:  # a model file brings its own weights
         return _load_keras_file(spec.source.path, shape)
     builder = keras_builder(spec)
@@ -94,7 +95,7 @@ def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
         raise UsageError(f"cannot load {path}: {first}") from None
     got = tuple(model.inputs[0].shape[1:])
     if got != shape and any(g is not None and g != w for g, w in zip(got, shape)):
-        raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}")
+        raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}x{got[1]}")
     return model
 
 
@@ -118,7 +119,7 @@ def walk_layers(model: Any) -> Iterator[Any]:
         yield from walk_layers(layer)
 
 
-def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: int, seed: int) -> None:
+def _randomise_and_calibrate(spec: ModelSpec, model: Any, resolution: Size, seed: int) -> None:
     """Seeded weights whose outputs tell a correct export from a broken one: the scales and offsets of every
     batch and layer normalisation randomised, ConvNeXt's layer scales (1e-6 at init: the residual branches
     would contribute nothing, so a wrong branch would still pass) set near 1, and the batch-norm moving
@@ -187,10 +188,10 @@ def smooth_kernels(layers: list[Any]) -> None:
         kernel.assign((w + np.abs(w).mean()).astype("float32"))
 
 
-def images_per_call(resolution: int, at_224: int) -> int:
-    """How many images one Keras call on a batch may take at ``resolution``: ``at_224`` at 224 px and below,
+def images_per_call(resolution: Size, at_224: int) -> int:
+    """How many images one Keras call on a batch may take at ``resolution``: ``at_224`` at 224 x 224 px and below,
     fewer in proportion to the pixels above it (at least 4)."""
-    return max(4, min(at_224, int(at_224 * (224 / resolution) ** 2)))
+    return max(4, min(at_224, int(at_224 * 224 ** 2 / pixels(resolution))))
 
 
 def graph_call(model: Any, training: bool = False) -> Any:
@@ -218,7 +219,7 @@ def _standardise_head(model: Any, layers: list[Any], calib: np.ndarray, chunk: i
     _standardise(head, outputs)
 
 
-def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], resolution: int, seed: int,
+def _calibrate_without_norms(spec: ModelSpec, model: Any, layers: list[Any], resolution: Size, seed: int,
                              rng: np.random.Generator) -> None:
     """A network without normalisation layers (VGG) gets what batch-norm calibration gives the others: layer by
     layer, each convolution's and dense layer's pre-activations standardised per channel on image-like inputs

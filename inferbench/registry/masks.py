@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import UsageError
+from ..base.size import Size, hw
 from ..base.text import visible
 
 IMAGES, MASKS = "images", "masks"
@@ -50,8 +51,10 @@ def check_header(mask: Path, mode: str, size: tuple[int, int], image: Path, imag
                          f"{image_size[0]}x{image_size[1]}: a mask has its image's size")
 
 
-def classes_of(mask: Any, resolution: int) -> np.ndarray:
-    """A mask (opened by Pillow) resized whole to ``resolution`` (nearest neighbour) as class numbers."""
+def classes_of(mask: Any, resolution: Size) -> np.ndarray:
+    """A mask (opened by Pillow) resized whole to ``resolution`` (nearest neighbour) as class numbers, height x
+    width."""
     from PIL import Image
 
-    return np.asarray(mask.resize((resolution, resolution), Image.Resampling.NEAREST), dtype=np.int32)
+    h, w = hw(resolution)
+    return np.asarray(mask.resize((w, h), Image.Resampling.NEAREST), dtype=np.int32)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..base.digest import sha256_file, sha256_tree
 from ..base.errors import UsageError
+from ..base.size import Size, hw, size_of
 from .filecheck import check_onnx, keras_config, keras_endpoints, keras_input_shape
 from .outputs import Output
 from .programs import program_shapes
@@ -29,7 +30,7 @@ class ModelFile:
     name: str  # the file's stem and 8 hex digits of its content's hash: the model's name in records and file names
     path: str  # absolute
     format: str  # key of FILE_FORMATS
-    resolution: int  # square images of this many pixels a side
+    resolution: Size  # images of this many pixels a side (square), or "HxW"
     layout: str = "NHWC"  # "NCHW" for channels-first models (ONNX files exported from PyTorch)
     batch_size: int | None = None  # a batch dimension fixed in the file (None: any batch size)
     task: str = "classification"  # key of registry.tasks.TASKS: what its outputs mean (--task, else guessed)
@@ -39,7 +40,7 @@ class ModelFile:
             raise ValueError(f"model file format {self.format!r} / layout {self.layout!r} is not one inferbench reads")
 
 
-def open_model_file(text: str, input_shape: str | None = None, resolution: int | None = None,
+def open_model_file(text: str, input_shape: str | None = None, resolution: Size | None = None,
                     asked: str = AUTO) -> ModelFile:
     """Recognise and check a model file without importing a framework (an ONNX file needs the ``onnx``
     package); its input shape comes from the file, else from ``--input-shape`` (or ``--resolution``); its task from
@@ -73,18 +74,12 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
         if resolution is None:
             raise UsageError(f"inferbench cannot read the input shape of {FILE_FORMATS[fmt]}: pass --input-shape, "
                              "e.g. 224x224x3 (NHWC) or 3x224x224 (NCHW)")
-        shape = (None, resolution, resolution, 3)
+        shape = (None, *hw(resolution), 3)
     batch, dims = shape[0], list(shape[1:])
     if len(dims) != 3 or 3 not in (dims[0], dims[2]):
         raise UsageError(f"{text} takes input {_show(shape)}: inferbench times RGB images, HxWx3 or 3xHxW")
     layout = "NHWC" if dims[2] == 3 else "NCHW"
-    h, w = (dims[0], dims[1]) if layout == "NHWC" else (dims[1], dims[2])
-    h = h if h is not None else (w if w is not None else resolution)
-    w = w if w is not None else h
-    if h is None:
-        raise UsageError(f"{text} takes images of any size: pass --resolution or --input-shape")
-    if h != w:
-        raise UsageError(f"{text} takes {h}x{w} images; inferbench times square images only")
+    h, w = _sides(text, (dims[0], dims[1]) if layout == "NHWC" else (dims[1], dims[2]), resolution)
     name = path.name.removesuffix(path.suffix) if path.suffix else path.name
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "model"
     # the content's hash is part of the name, so of every cell's identity: two different networks saved under one
@@ -93,7 +88,29 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: int |
     task_entry(chosen)  # a name that is no task: one line
     if all(d > 0 for o in outputs for d in o.shape):  # shapes the file fixes: the task reads them now, else at export
         task_module(chosen).kinds(outputs, f"--model {text}")
-    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, int(h), layout, batch, chosen)
+    return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, size_of(h, w), layout, batch, chosen)
+
+
+def _sides(text: str, sides: tuple[int | None, int | None], resolution: Size | None) -> tuple[int, int]:
+    """Height and width of the images a file takes: as it fixes them (a ``--resolution`` that differs is refused
+    later, with the registry's other sizes), else as ``--resolution`` gives them (a file whose one side is dynamic and
+    the other fixed takes square images of that side unless told); one line where a side cannot be known or the
+    given size contradicts the side the file fixes."""
+    given = hw(resolution) if resolution is not None else None
+    h, w = sides
+    if h is not None and w is not None:
+        return h, w
+    if h is None and w is None:
+        if given is None:
+            raise UsageError(f"{text} takes images of any size: pass --resolution (224, or HxW as 384x640) or "
+                             "--input-shape")
+        return given
+    h, w = (h if h is not None else (given[0] if given else w)), (w if w is not None else (given[1] if given else h))
+    assert h is not None and w is not None
+    if given is not None and given != (h, w):
+        raise UsageError(f"{text} takes {h}x{w} images (height x width, read from the file): --resolution "
+                         f"{resolution} does not apply")
+    return h, w
 
 
 def content_digest(path: Path) -> str:

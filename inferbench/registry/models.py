@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import UsageError, did_you_mean
+from ..base.size import Size, hw
 from .modelfiles import FILE_FORMATS, ModelFile
 
 PREPROCESSING = {
@@ -27,8 +28,8 @@ class ModelSpec:
     name: str
     keras_builder: str | None  # attribute of keras.applications, or "module:function" (None: a model file)
     torchvision_builder: str | None  # function in torchvision.models, None if torchvision lacks it
-    default_resolution: int
-    min_resolution: int
+    default_resolution: Size  # pixels a side, or "HxW" (a model file's own non-square input)
+    min_resolution: int  # each side at least
     preprocessing: str  # key of PREPROCESSING
     source: ModelFile | None = None  # the user's model file, if the model is one
     family: str = ""  # the architecture family (one per family runs in the tests)
@@ -37,6 +38,7 @@ class ModelSpec:
     extra: str = "tf"  # the pip extra that installs them
     task: str = "classification"  # key of registry.tasks.TASKS (a model file's: its own)
     torch_builder: str | None = None  # "torchvision:NAME" or "timm:NAME": a model written in PyTorch, the source
+    square_only: bool = False  # it takes square inputs only (a ViT's position embeddings are built for one grid)
 
     @property
     def layout(self) -> str:
@@ -58,26 +60,31 @@ class ModelSpec:
             else f"keras.applications.{self.keras_builder}"
 
     @property
-    def smallest(self) -> int:
+    def smallest(self) -> Size:
         """The smallest resolution the model takes (``--resolution min``)."""
         if self.source is not None:
             return self.default_resolution
         step = self.resolution_multiple
         return -(-self.min_resolution // step) * step
 
-    def input_shape(self, batch: int, resolution: int) -> tuple[int, int, int, int]:
-        return (batch, 3, resolution, resolution) if self.layout == "NCHW" else (batch, resolution, resolution, 3)
+    def input_shape(self, batch: int, resolution: Size) -> tuple[int, int, int, int]:
+        h, w = hw(resolution)
+        return (batch, 3, h, w) if self.layout == "NCHW" else (batch, h, w, 3)
 
-    def resolution(self, requested: int | None) -> int:
+    def resolution(self, requested: Size | None) -> Size:
+        """The size it runs at: ``requested`` (pixels a side, or "HxW") once the model takes it; one line if not."""
         res = self.default_resolution if requested is None else requested
         if self.source is not None and res != self.default_resolution:
             raise UsageError(f"{self.name} takes {self.default_resolution} px inputs (read from "
                              f"{self.source.path}); --resolution {res} does not apply")
-        if res < self.min_resolution:
+        h, w = hw(res)
+        if self.square_only and h != w:
+            raise UsageError(f"{self.name} takes square inputs only; --resolution {res} does not suit it")
+        if min(h, w) < self.min_resolution:
             raise UsageError(
-                f"resolution {res} is too small for {self.name} (minimum {self.min_resolution})"
+                f"resolution {res} is too small for {self.name} (minimum {self.min_resolution} a side)"
             )
-        if res % self.resolution_multiple:
+        if h % self.resolution_multiple or w % self.resolution_multiple:
             raise UsageError(f"resolution {res} does not suit {self.name}: it takes multiples of "
                              f"{self.resolution_multiple} px (its patch size)")
         return res
@@ -134,7 +141,7 @@ MODELS: dict[str, ModelSpec] = {
           for b in "xy" for f in ("002", "004", "006", "008", "016", "032", "040", "064", "080", "120", "160", "320")],
         ModelSpec("vgg16_bn", "inferbench.registry.builders:vgg16_bn", "vgg16_bn", 224, 32, "caffe", family="vgg"),
         ModelSpec("vit_b_16", "inferbench.registry.builders:vit_b16", "vit_b_16", 224, 32, "tf", family="vit",
-                  resolution_multiple=16, packages=("keras_hub",), extra="vit"),
+                  resolution_multiple=16, packages=("keras_hub",), extra="vit", square_only=True),
     ]
 }
 
@@ -245,7 +252,8 @@ def register(*files: ModelFile) -> None:
         if known is not None and known.source is not None and known.source.path != f.path:
             raise UsageError(f"two model files are named {f.name} ({known.source.path if known.source else ''} "
                              f"and {f.path}): rename one")
-        _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, f.resolution, "included", source=f, task=f.task)
+        _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, min(hw(f.resolution)), "included", source=f,
+                                   task=f.task)
 
 
 def is_model_file(text: str) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..base.errors import UsageError
+from ..base.size import Size
 from ..exporters.cache import read_manifest
 from ..registry.models import ModelSpec
 from ..registry.outputs import packed
@@ -22,7 +23,7 @@ class LoadContext:
     folder: Path  # artifact cache folder
     artifact: Path | None  # the artifact this framework loads (None for torch-native)
     model: ModelSpec
-    resolution: int
+    resolution: Size
     device: str  # "cpu" | "gpu" (a GPU child sees exactly one GPU: index 0)
     threads: int
     seed: int

@@ -136,10 +136,10 @@ def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, 
     """Each image's detections as COCO results: boxes scaled from the input back to the image, ``[x, y, w, h]``, the
     model's class ``i`` the ``i``-th category by id, or the category id itself where the detections say their classes
     are ids (torchvision's detectors); a class that names no category is left out."""
-    size, ids = float(truth["input_size"]), [c["id"] for c in truth["categories"]]
+    (ih, iw), ids = truth["input_hw"], [c["id"] for c in truth["categories"]]
     out = []
     for im, d in zip(truth["images"], found):
-        sx, sy = im["width"] / size, im["height"] / size
+        sx, sy = im["width"] / iw, im["height"] / ih
         category = {c: c for c in ids} if d.get("category_ids") else dict(enumerate(ids))
         out.append([{"category_id": category[int(c)], "score": float(s),
                      "bbox": [float(b[0] * sx), float(b[1] * sy), float((b[2] - b[0]) * sx), float((b[3] - b[1]) * sy)]}
