@@ -40,7 +40,7 @@ BAD_INPUTS = [
     (["--framework", "onnxrt", "--batch-size", "4000", "--resolution", "1024"], "46.9 GB of input alone"),
     (["--framework", "tensorrt-fp16", "--device", "cpu"], "needs an NVIDIA GPU"),
     (["--framework", "onnxrt", "--precision", "bf16"],
-     "onnxrt runs in fp32 only; --precision bf16 applies to: openvino, torch"),
+     "onnxrt runs in fp32 only; --precision bf16 applies to: openvino, openvino-onnx, torch"),
     (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs an NVIDIA GPU"),
     (["--precision", "fp8"], "invalid choice"),
     (["--model", "efficientnet_v2_b0", "--framework", "torch-native"],

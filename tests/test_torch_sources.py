@@ -191,7 +191,7 @@ def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_prog
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "out")
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
-    assert set(df["framework"]) == {"onnxrt", "openvino", "torch", "torch-inductor"}
+    assert set(df["framework"]) == {"onnxrt", "openvino", "openvino-onnx", "torch", "torch-inductor"}
     assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"segmentation"}
     # mean IoU on the labelled masks, every cell's beside the one FP32 reference's
     assert set(df["parity.accuracy.status"]) == {"measured"} and df["parity.accuracy.miou.fp32"].nunique() == 1
@@ -201,6 +201,8 @@ def test_a_torchvision_segmenter_runs_on_every_runtime_that_takes_a_pytorch_prog
     one = json.loads(next((tmp_path / "out").rglob("*_bs3_openvino.json")).read_text())
     assert one["runner"]["model_source"].startswith("torch.export program")  # OpenVINO's own route from torch
     assert [o["name"] for o in one["outputs"]] == ["out"] and one["outputs"][0]["shape"] == [21, 64, 96]
+    other = json.loads(next((tmp_path / "out").rglob("*_64x96_bs3_openvino-onnx.json")).read_text())
+    assert other["runner"]["model_source"].startswith("onnx") and other["resolution"] == "64x96"  # the other route
     manifest = json.loads(next(shared_cache.glob("torchvision-lraspp_mobilenet_v3_large_64x96_*/manifest.json"))
                           .read_text())
     made = manifest["artifacts"]

@@ -52,6 +52,7 @@ class Framework:
     train_artifact: str = ""  # the artifact kind its trainer loads ("": the runner's own)
     int8_artifact: str = ""  # the artifact kind its INT8 cells load (--precision int8), quantised from its own
     int8_devices: tuple[str, ...] = ("cpu",)  # where its INT8 runs INT8 kernels (elsewhere: simulated, refused)
+    route_of: str = ""  # the framework whose runtime it runs by another route in (another artifact); "" if none
 
     def __post_init__(self) -> None:
         assert bool(self.int8_artifact) == self.takes("int8"), f"{self.key}: INT8 needs its artifact"
@@ -105,6 +106,9 @@ class Framework:
         why = unreachable(self.artifact_for(model, scenario), model)
         if why:
             return why
+        if self.route_of and FRAMEWORKS[self.route_of].artifact_for(model, scenario) == self.artifact_for(model,
+                                                                                                        scenario):
+            return f"{self.route_of} reads the same {self.artifact} for {model.name}: there is one route in"
         if self.needs_port and model.name not in ported_models():
             return f"no Keras->torchvision weight port for {model.name} (ported: {', '.join(ported_models())})"
         return None
@@ -184,6 +188,11 @@ FRAMEWORKS: dict[str, Framework] = {
                   "f32 (bf16/f16 with --precision; int8: quantised by NNCF)", devices=("cpu",), best_on=("cpu",),
                   also_loads=("pt2", "onnx"), options=_TUNE,
                   precisions=("bf16", "fp16", "int8"), int8_artifact="openvino-int8"),
+        Framework("openvino-onnx", "inferbench.runners.openvino:OpenVinoRunner", "onnx", ("openvino",),
+                  ("openvino",), "openvino", "OpenVINO Runtime by the other route in: the ONNX export (tf2onnx's of a "
+                  "Keras model, torch's dynamo export of a PyTorch program) converted by OpenVINO, beside openvino's "
+                  "own (the SavedModel, the program); as openvino otherwise", devices=("cpu",), options=_TUNE,
+                  precisions=("bf16", "fp16"), route_of="openvino"),
         Framework("torch", "inferbench.runners.torch:TorchRunner", "torch", _ONNX2TORCH, _ONNX2TORCH, "torch",
                   "PyTorch module converted from the ONNX export (identical weights; of a PyTorch model: its program), "
                   "inference_mode", precisions=("fp16", "bf16", "tf32"), options=_TORCH_OPTIONS, also_loads=("pt2",)),
