@@ -206,3 +206,20 @@ def test_grouped_convolutions_are_counted_in_the_model_stats():
     plain = model_stats(build_keras_model(get_model("mobilenet_v3_small"), 32, "random", 0), 32)
     assert grouped["grouped_convolutions"] > 0 and plain["grouped_convolutions"] == 0
     assert grouped["flops_resolution"] == 32 and grouped["params"] > 2_000_000 and grouped["flops_per_image"] > 0
+
+
+@pytest.mark.slow
+def test_a_vgg_at_another_aspect_keeps_its_ported_weights_verified(tmp_path, shared_cache, capsys):
+    """VGG flattens its last map into fc1: at 32 x 64 (height x width) that map is 1 x 2, and the port lays the Keras
+    rows out by the input's height and width (a square guess cannot: 1,024 features are no square map of 512):
+    torchvision's twin passes parity against the Keras reference."""
+    import json
+
+    from inferbench.run import main
+
+    code = main(["--model", "vgg16", "--resolution", "32x64", "--framework", "torch-native", "--duration", "0.2",
+                 "--rounds", "2", "--processes", "1", "--warmup", "1", "--warmup-seconds", "0", "--min-iterations",
+                 "2", "-q", "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    r = json.loads(next((tmp_path / "out").rglob("vgg16_32x64_bs1_torch-native.json")).read_text())
+    assert r["parity"]["status"] == "passed" and r["parity"]["reason"] != "own-weights", r["parity"]

@@ -49,7 +49,7 @@ def test_a_pytorch_name_is_a_model_of_its_library_with_its_task_and_layout():
 def test_each_runtime_takes_its_route_from_a_pytorch_program_and_the_others_say_why_not():
     spec = get_model("torchvision:deeplabv3_mobilenet_v3_large")
     route = {k: fw.artifact_for(spec) for k, fw in FRAMEWORKS.items() if not fw.unsupported(spec)}
-    assert route == {"onnxrt": "onnx", "onnxrt-trt": "onnx", "openvino": "pt2", "torch": "pt2",
+    assert route == {"onnxrt": "onnx", "onnxrt-trt": "onnx", "openvino": "pt2", "openvino-onnx": "onnx", "torch": "pt2",
                      "torch-inductor": "pt2", "tensorrt-fp32": "tensorrt", "tensorrt-fp16": "tensorrt",
                      "tensorrt-int8": "tensorrt"}
     assert all(FRAMEWORKS[k].verified(spec.name) for k in route)  # the program itself: same weights everywhere
@@ -68,6 +68,7 @@ def test_each_runtime_takes_its_route_from_a_pytorch_program_and_the_others_say_
     keras = get_model("mobilenet_v3_large")
     assert artifacts.exporter_module("onnx", keras) == "inferbench.exporters.onnx"
     assert FRAMEWORKS["openvino"].artifact_for(keras) == "savedmodel"
+    assert FRAMEWORKS["openvino-onnx"].artifact_for(keras) == "onnx"  # OpenVINO's other route: tf2onnx's graph
 
 
 def pt2_archive(path, inputs=(("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int": 3}, {"as_int": 48},
@@ -283,8 +284,10 @@ def test_ssdlites_heads_after_the_shared_postprocessing_are_torchvisions_own_det
 @pytest.mark.slow
 def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_after_the_shared_postprocessing(
         tmp_path, shared_cache):
+    """At 192 x 320 (height x width): its anchors made for that size, its boxes clipped to it."""
     done = _cli("--model", "torchvision:ssdlite320_mobilenet_v3_large", "--framework", "onnxrt,openvino",
-                "--batch-size", "2", *QUICK, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache))
+                "--resolution", "192x320", "--batch-size", "2", *QUICK, "--output-dir", str(tmp_path / "out"),
+                "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "out")
     assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"detection"}
@@ -292,6 +295,7 @@ def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_a
     one = json.loads(next((tmp_path / "out").rglob("*_bs2_onnxrt.json")).read_text())
     assert [o["name"] for o in one["outputs"]] == ["bbox_regression", "cls_logits", "anchors", "image_size"]
     assert one["postprocess"]["ms_p50"] > 0 and one["outputs"][2]["kind"] == "boxes"
+    assert one["resolution"] == "192x320" and one["outputs"][3]["shape"] == [2]  # image_size: (192, 320)
 
 
 def test_a_weights_file_is_refused_for_a_pytorch_model_and_a_file_named_like_one_stays_a_file(capsys, tmp_path):

@@ -135,3 +135,15 @@ def test_a_store_that_fails_keeps_the_records_and_says_so(fakes, here, capsys, m
     assert "not written: --log-to mlflow mobilenet_v3_small_32_bs1_fake: " in err
     (run_dir,) = (here / "out").iterdir()
     assert len(list(run_dir.glob("mobilenet_*.json"))) == 2
+
+
+def test_a_non_square_size_is_a_parameter_as_a_square_one_is():
+    """A cell at 384x640 logs its size as the parameter "384x640" (a square one as "224"), never as a metric."""
+    from test_results import make_record
+
+    from inferbench.base.codec import encode
+    from inferbench.execution.tracking import fields
+
+    for size, said in ((224, "224"), ("384x640", "384x640")):
+        params, metrics, _ = fields(encode(make_record(resolution=size)))
+        assert params["resolution"] == said and params["batch_size"] == "1" and "resolution" not in metrics

@@ -131,7 +131,7 @@ def xla_podiums(df: pd.DataFrame, path: str = "tf", top: int = 3) -> dict[str, p
                          ("speedup % over graph", "gain_pct"), ("speedup % over eager (the seed's)",
                                                                "gain_vs_eager_pct")):
         best = dec.sort_values(metric, ascending=False).groupby(keys).head(top)
-        out[name] = best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False])[
+        out[name] = best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False], key=column_key)[
             [*keys, "model", metric, "xla_vs_graph_significant"]]
     return out
 
@@ -178,7 +178,7 @@ def podiums(df: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
 
     def top_of(frame: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
         best = frame.sort_values(metric, ascending=False).groupby(keys).head(top)
-        return best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False])
+        return best.sort_values([*keys, metric], ascending=[True] * len(keys) + [False], key=column_key)
 
     out = {"throughput": top_of(good, "throughput", GROUP)[[*GROUP, "framework", "throughput", "p50_ms"]]}
     dec = xla_decomposition(df)

@@ -89,8 +89,8 @@ def fields(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], di
                 metrics[key] = float(value)
         else:
             params[key] = str(value)
-    for key in ("resolution", "batch_size"):  # identity, not measurements
-        params[key] = str(int(metrics.pop(key)))
+    for key in ("resolution", "batch_size"):  # identity, not measurements (a size "384x640" is text already)
+        params[key] = str(params.pop(key)) if key in params else str(int(metrics.pop(key)))
     config = record.get("config") or {}
     timing = config.get("timing") or {}
     params.update({"threads": str(config.get("threads")), "rounds_requested": str(timing.get("rounds")),

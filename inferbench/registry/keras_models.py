@@ -95,7 +95,8 @@ def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
         raise UsageError(f"cannot load {path}: {first}") from None
     got = tuple(model.inputs[0].shape[1:])
     if got != shape and any(g is not None and g != w for g, w in zip(got, shape)):
-        raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution {got[0]}x{got[1]}")
+        raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution "
+                         f"{got[0] or shape[0]}x{got[1] or shape[1]}")
     return model
 
 

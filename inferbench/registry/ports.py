@@ -57,13 +57,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- Keras side
+#: The key of the model input's (height, width) among the exported weights (not a weight: no port must use it).
+INPUT_HW = "__input_hw__"
+
+
 def keras_weights(model: keras.Model) -> dict[str, np.ndarray]:
     """Every weight of a (flat, Keras Applications) model as ``{"<layer>/<variable>": array}``.
 
     Besides the variables: ``<bn>/epsilon`` for each BatchNormalization layer,
     ``<layer>/scale`` and ``/offset`` for each Rescaling layer, ``<layer>/mean``, ``/variance``
     and ``/epsilon`` (the values the layer computes with) for each Normalization layer, and
-    ``__layers__``: all layer names in model order (the order preprocessing layers apply in).
+    ``__layers__``: all layer names in model order (the order preprocessing layers apply in); ``__input_hw__``
+    (:data:`INPUT_HW`): the input's height and width.
     Raises ValueError for what the port does not understand (nested models, inverted or
     non-channel Normalization).
     """
@@ -100,6 +105,7 @@ def keras_weights(model: keras.Model) -> dict[str, np.ndarray]:
             put(f"{layer.name}/scale", layer.scale)
             put(f"{layer.name}/offset", layer.offset)
     out["__layers__"] = np.array([layer.name for layer in model.layers])
+    out[INPUT_HW] = np.array([int(d) for d in model.input_shape[1:3]])  # what a flatten's map size follows from
     if n_vars != len(model.weights):  # a weight owned by no top-level layer would be lost
         raise ValueError(f"exported {n_vars} of {len(model.weights)} weights of {model.name}")
     return out
@@ -246,7 +252,7 @@ class _Reader:
             raise ValueError(f"torch tensors without a Keras weight: {', '.join(missed[:5])}")
 
     def check_all_used(self) -> None:
-        unused = sorted(set(self._w) - self._used)
+        unused = sorted(set(self._w) - self._used - {INPUT_HW})
         if unused:
             raise ValueError(f"Keras weights not used by the port: {', '.join(unused[:5])}")
 
@@ -438,11 +444,14 @@ def _port_vgg(net: Any, r: _Reader, mods: Any) -> None:
     net.avgpool = nn.Identity()
     kernel = r("fc1/kernel")
     channels = convs[-1].out_channels
-    side = int(round((kernel.shape[0] // channels) ** 0.5))
-    if side * side * channels != kernel.shape[0]:
-        raise ValueError(f"fc1 takes {kernel.shape[0]} features: not a square map of {channels} channels")
+    if INPUT_HW in r:  # five 2x2 poolings: the map is the input's 32nd, each side floored
+        h, w = (int(d) // 32 for d in r(INPUT_HW))
+    else:  # weights exported before inputs had two sides: a square map
+        h = w = int(round((kernel.shape[0] // channels) ** 0.5))
+    if h * w * channels != kernel.shape[0]:
+        raise ValueError(f"fc1 takes {kernel.shape[0]} features: not a {h}x{w} map of {channels} channels")
     fc1 = nn.Linear(kernel.shape[0], kernel.shape[1])
-    rows = kernel.reshape(side, side, channels, -1).transpose(2, 0, 1, 3).reshape(kernel.shape[0], -1)
+    rows = kernel.reshape(h, w, channels, -1).transpose(2, 0, 1, 3).reshape(kernel.shape[0], -1)
     r.copy(fc1.weight, rows.T, "fc1/kernel")
     r.copy(fc1.bias, r("fc1/bias"), "fc1/bias")
     net.classifier[0] = fc1

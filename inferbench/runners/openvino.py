@@ -1,5 +1,6 @@
 """OpenVINO Runtime runner (``openvino``): the TF SavedModel, converted by OpenVINO's own TensorFlow
-frontend at load, compiled for the CPU plugin with a static input shape.
+frontend at load (of a model file: the file; of a PyTorch program: the program), compiled for the CPU plugin with a
+static input shape; ``openvino-onnx`` is the same runner on the ONNX export, the other route in.
 
 Why this configuration (measured on this project's 2-core AMD EPYC, MobileNetV3-Large; docs/frameworks.md has the
 numbers): OpenVINO reading the tf2onnx ONNX graph ran about 3x slower than ONNX Runtime on the same
