@@ -34,6 +34,7 @@ from .spec import (
     KERAS_BACKENDS,
     MAX_CALIB_IMAGES,
     OPTIMIZERS,
+    POSTPROCESS,
     PRECISIONS,
     QUICK,
     TimingConfig,
@@ -367,6 +368,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("include_transfer", ("--include-transfer",), "time host array in -> host array out (copies inside "
            "the window), as the scripts inferbench replaces did; serving: the samples stay on the host, each batch "
            "gathered and copied to the device inside the test", False, switch=True),
+    Option("postprocess", ("--postprocess",), "where a detector's or segmenter's post-processing is timed: outside "
+           "the call (the default: its own phase, its ms beside the model's) or inside it as well (the outputs "
+           "copied to the host and post-processed in every timed call, the cell named '+post-inside': the latency "
+           "a caller of the whole pipeline meets)", "outside", choices=POSTPROCESS),
     Option("channels_last", ("--channels-last",), "torch-native: channels-last memory format", False, switch=True),
     Option("torch_compile", ("--torch-compile",), "torch, torch-native: torch.compile the module", False,
            switch=True),
@@ -457,8 +462,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                                              "calib_dir", "calib_images", "follow_links")),
     ("is it valid: the machine during the rounds", ("max_other_load", "allow_busy", "require_valid")),
     ("device and environment", ("device", "gpu_id", "threads", "pass_env", "ab_python")),
-    ("runtime settings", ("tune", "tune_budget", "include_transfer", "channels_last", "torch_compile", "cuda_graphs",
-                          "keras_backend")),
+    ("runtime settings", ("tune", "tune_budget", "include_transfer", "postprocess", "channels_last", "torch_compile",
+                          "cuda_graphs", "keras_backend")),
     ("serving and training scenarios", ("slo_p99", "optimizer", "bn_mode", "fused_bn", "channels_first")),
     ("across machines", ("executor", "ray_address", "machines")),
     ("output", ("output_dir", "cache_dir", "trust_cache", "name", "config", "resume", "log_to", "json", "quiet",

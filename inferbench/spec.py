@@ -32,9 +32,12 @@ BN_MODES = ("train", "frozen")
 EXECUTORS = ("local", "ray")
 
 
-#: Short names of runner options in a cell's variant tag (the others: the name with dashes).
+#: Short names of runner options in a cell's variant tag (the others: the name with dashes; "": the value alone,
+#: "+adam").
 _TAG_WORDS = {"include_transfer": "e2e", "torch_compile": "compile", "tune": "tuned", "channels_first": "nchw",
-              "fused_bn": "fused-bn", "bn_mode": "bn", "optimizer": ""}  # "": the value alone ("+adam")
+              "fused_bn": "fused-bn", "bn_mode": "bn", "optimizer": "", "postprocess": "post"}
+#: Where a task's post-processing is timed (--postprocess): apart from the call, or inside it as well.
+POSTPROCESS = ("outside", "inside")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class RunnerOptions:
     cuda_graphs: bool = False
     keras_backend: str = "tensorflow"
     include_transfer: bool = False
+    postprocess: str = "outside"  # "inside": the task's post-processing in the timed call (POSTPROCESS)
     tune: bool = False  # each runtime at its best setting measured here (a short tuning phase before the rounds)
     env: str = ""  # digest of the shell variables passed on to the measured children (--pass-env): "" for none
     ab: str = ""  # digest of --ab-python's install: the cell measured by that interpreter's packages ("" this one's)
@@ -58,6 +62,8 @@ class RunnerOptions:
     def __post_init__(self) -> None:
         if self.keras_backend not in KERAS_BACKENDS:
             raise ValueError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, not {self.keras_backend!r}")
+        if self.postprocess not in POSTPROCESS:
+            raise ValueError(f"postprocess must be one of {', '.join(POSTPROCESS)}, not {self.postprocess!r}")
         if self.optimizer not in OPTIMIZERS or self.bn_mode not in BN_MODES:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)} and bn_mode one of "
                              f"{', '.join(BN_MODES)}, not {self.optimizer!r} / {self.bn_mode!r}")

@@ -109,6 +109,8 @@ def test_what_each_format_runs_and_why_not(tmp_path):
     assert {fw.key for fw in chosen} <= {"onnxrt", "openvino", "torch"}
     assert "is an .onnx file" in skipped["tf"] and "is an .onnx file" in skipped["keras"]
     assert "is a model file" in skipped["torch-native"]
+    # OpenVINO reads the file itself: its other route, from an ONNX export, is that same file
+    assert skipped["openvino-onnx"] == f"openvino reads the same onnx for {net.name}: there is one route in"
     best, left = choose(["best"], "cpu", get_model(net.name))  # the default set names the runtime it leaves out
     if "torch" in {fw.key for fw in chosen}:  # torch installed (onnx2torch): it runs the file, outside 'best'
         assert "torch" not in {fw.key for fw in best}
@@ -116,6 +118,7 @@ def test_what_each_format_runs_and_why_not(tmp_path):
     chosen, skipped = choose(["all"], "cpu", get_model(smf.name))
     assert {fw.key for fw in chosen} <= {"tf", "tfxla", "openvino"}
     assert "tf2onnx.convert --saved-model" in skipped["onnxrt"] and "ONNX export" in skipped["torch"]
+    assert "ONNX export" in skipped["openvino-onnx"]
     assert get_model(smf.name).source.resolution == 48
     with pytest.raises(UsageError, match=f"needs the Keras model, and {net.name} is an .onnx file"):
         choose(["keras"], "cpu", get_model(net.name))
@@ -137,6 +140,10 @@ BAD = [
     (["--resolution", "64x9000"], "each side must be at most 4096, got '64x9000'"),
     (["--model", "vit_b_16", "--resolution", "224x320"], "vit_b_16 takes square inputs only"),
     (["--resolution", "16x640"], "resolution 16x640 is too small for mobilenet_v3_large (minimum 32 a side)"),
+    (["--postprocess", "inside"], "--postprocess inside: mobilenet_v3_large (classification outputs) has no "
+     "post-processing to time; it applies to detection and segmentation models"),
+    (["--model", "{tmp}/yolo.onnx", "--task", "detection", "--postprocess", "inside", "--scenario", "train"],
+     "--postprocess inside applies to the inference scenario, not --scenario train"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x7"], "is not HxWxC, CxHxW or NxHxWxC"),
     (["--model", "{tmp}/net.onnx", "--input-shape", "3x48x48"], "does not match the input ?x3x32x32"),
     (["--model", "{tmp}/gray.onnx"], "inferbench times RGB images"),
@@ -455,6 +462,14 @@ def test_a_detector_of_another_aspect_runs_at_its_height_and_width(tmp_path, sha
         r = json.loads(f.read_text())
         assert r["resolution"] == "64x96" and r["outputs"][0]["shape"] == [7, 96 + 24 + 6]
         assert r["parity"]["after_postprocess"]["matched_share"] == 1.0
+    # the suppression inside every timed call: the cell named apart, its region and its footnote said
+    code = main(["--model", str(path), "--task", "detection", "--framework", "onnxrt", "--postprocess", "inside",
+                 *QUICK[:-1], "--output-dir", str(tmp_path / "in"), "--cache-dir", str(shared_cache)])
+    out = capsys.readouterr().out
+    assert code == 0 and "onnxrt+post-inside" in out and "but for onnxrt+post-inside, whose calls held it" in out
+    r = json.loads(next((tmp_path / "in").rglob("wide-*_64x96_bs1_onnxrt_post-inside.json")).read_text())
+    assert r["variant"] == "post-inside" and r["timing"]["timed_region"] == "call+d2h+postprocess"
+    assert r["postprocess"]["inside"] is True and r["parity"]["status"] == "passed"
 
 
 @pytest.mark.slow

@@ -466,6 +466,8 @@ def _plan(tmp_path: Path, fakes) -> Path:
     (lambda p: p["config"]["timing"].update(min_duration_s=1e308), "plan: duration: must be at most 86400"),
     (lambda p: p["cells"][0].update(batch_size=99999999), "plan: batch_sizes: must be at most 65536"),
     (lambda p: p["config"].update(seed=2**70), "plan: seed: must be at most 4294967295"),
+    (lambda p: p["cells"][0]["options"].update(postprocess="inside"), "--postprocess inside: mobilenet_v3_small "
+     "(classification outputs) has no post-processing to time"),
 ])
 def test_a_hand_edited_plan_is_one_line_and_exit_2(fakes, tmp_path, capsys, edit, message):
     sweep_dir = _plan(tmp_path, fakes)

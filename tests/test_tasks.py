@@ -383,7 +383,10 @@ def test_the_post_processing_is_not_timed_for_a_cell_that_failed_parity_or_gave_
     register(found)
     (tmp_path / "reference").mkdir()
     write_layout(tmp_path / "reference" / "outputs.json", [Output("output0", (7, 84))])
-    job = SimpleNamespace(cell=SimpleNamespace(model=found.name, batch_size=1), artifact_dir=str(tmp_path))
+    from inferbench.spec import RunnerOptions
+
+    job = SimpleNamespace(cell=SimpleNamespace(model=found.name, batch_size=1, options=RunnerOptions()),
+                          artifact_dir=str(tmp_path))
     head = np.zeros((1, 7, 84), dtype=np.float32)
     failed = postprocess.timed(job, head, lambda _: None, {"status": "failed"})
     assert failed["error"] == "not timed: the cell failed parity" and "ms_p50" not in failed
@@ -515,3 +518,48 @@ def test_ssd_detections_are_matched_saying_the_suppression_that_kept_them():
     assert detection.agreement([{**box, "category_ids": True}], [box])["method"].endswith(ssd.DEFAULT.said())
     assert detection.agreement([box], [box])["method"].endswith(nms.DEFAULT.said()) and \
         ssd.DEFAULT.said() != nms.DEFAULT.said()
+
+
+def test_postprocess_inside_runs_the_tasks_postprocessing_in_every_timed_call():
+    """--postprocess inside: each timed call copies the outputs to the host and post-processes them (the cell named
+    '+post-inside', its region said); outside, the call alone is timed and the post-processing is never called."""
+    from inferbench.scenarios.base import timed_call
+    from inferbench.spec import CellKey, RunnerOptions
+
+    done = []
+
+    class Runner:
+        def prepare(self, x):
+            done.append("h2d")
+            return x
+
+        def call(self, x):
+            done.append("call")
+            return {"out": x}
+
+        def to_numpy(self, out):
+            done.append("d2h")
+            return out
+
+        def synchronize(self, out):
+            done.append("sync")
+
+    def post(host):
+        done.append("post")
+        return host
+
+    batch = np.zeros((1, 3))
+    for options, region, each in [
+            (RunnerOptions(postprocess="inside"), "call+d2h+postprocess", ["call", "d2h", "post"]),
+            (RunnerOptions(postprocess="inside", include_transfer=True), "h2d+call+d2h+postprocess",
+             ["h2d", "call", "d2h", "post"]),
+            (RunnerOptions(), "call+sync", ["call", "sync"])]:
+        cell = CellKey("mobilenet_v3_large", 224, 1, "onnxrt", options=options)
+        call, sync, said = timed_call(Runner(), batch, batch, cell, post)
+        done.clear()
+        for _ in range(2):
+            sync(call())
+        assert said == region and done == each * 2, (said, done)
+    assert CellKey("m", 224, 1, "onnxrt", options=RunnerOptions(postprocess="inside")).variant == "post-inside"
+    with pytest.raises(ValueError, match="postprocess must be one of outside, inside"):
+        RunnerOptions(postprocess="both")

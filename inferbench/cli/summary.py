@@ -130,8 +130,11 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
     if said:
-        lines.append(f"+ post ms: {said['what']}, timed on its own ({said['where']}); the median a batch, not in "
-                     "the latency beside it")
+        inside = [record_name(r) for r in records if (r.get("postprocess") or {}).get("inside")]
+        lines.append(f"+ post ms: {said['what']}, timed on its own (outside the timed call: on the host, after "
+                     "the outputs are copied there, the same code for every runtime); the median a batch, not in "
+                     "the latency beside it" + (f" but for {', '.join(dict.fromkeys(inside))}, whose calls held "
+                                                "it (--postprocess inside)" if inside else ""))
     if tuned:
         lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
     return "\n".join(lines)

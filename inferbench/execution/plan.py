@@ -145,6 +145,8 @@ def build(values: dict[str, Any]) -> Built:
         if values.get("eval_dir") else None
     if eval_set is not None:
         check_labels(eval_set, models)
+    if values.get("postprocess") == "inside":
+        check_postprocess_inside(models, entry, values["scenario"])
     tuning = _tuning(values, entry)
     config = _config(values, entry, device, tuning.tune, tuple(m for m in files if isinstance(m, ModelFile)),
                      eval_set)
@@ -312,6 +314,17 @@ def default_processes(rounds: int) -> int:
     return min(rounds, DEFAULT_PROCESSES if rounds >= 2 * DEFAULT_PROCESSES else 2)
 
 
+def check_postprocess_inside(models: list[Any], entry: Any, name: str) -> None:
+    """``--postprocess inside`` needs a task that post-processes and a scenario that times calls back to back; one
+    line otherwise."""
+    if entry.serves or entry.trains:
+        raise UsageError(f"--postprocess inside applies to the inference scenario, not --scenario {name}")
+    for m in models:
+        if not task(m.task).postprocess:
+            raise UsageError(f"--postprocess inside: {m.name} ({m.task} outputs) has no post-processing to time; "
+                             "it applies to detection and segmentation models")
+
+
 def check_labels(eval_set: Any, models: list[Any]) -> None:
     """Every model's task measures its accuracy on what the labelled set labels its images with (classes, or a COCO
     file's boxes); one line otherwise."""
@@ -405,4 +418,7 @@ def check_ranges(plan: Plan) -> None:
     for name, value in numbers:
         if value is not None:
             BY_NAME[name].check(value if isinstance(value, (int, str)) else repr(float(value)), "plan")
+    inside = [get_model(c.model) for c in plan.cells if c.options.postprocess == "inside"]
+    if inside:  # (a cell tagged so whose task has nothing to post-process would be timed bare under the tag)
+        check_postprocess_inside(inside, scenario(plan.config.scenario), plan.config.scenario)
     check_memory(plan.cells)

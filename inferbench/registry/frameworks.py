@@ -24,7 +24,7 @@ from .ports import ported_models
 from .scenarios import scenario as scenario_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
-COMMON_OPTIONS = ("include_transfer", "env", "ab")
+COMMON_OPTIONS = ("include_transfer", "postprocess", "env", "ab")
 
 
 @dataclass(frozen=True)

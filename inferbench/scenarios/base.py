@@ -132,8 +132,16 @@ def timing_for(timing: TimingConfig, trackers: list[Any]) -> Timing:
                    {"extended_for_energy_from_s": timing.min_duration_s})
 
 
-def timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any) -> tuple[Any, Any, str]:
-    """What one timed iteration is: (call, synchronize, timed-region code)."""
+def timed_call(runner: Any, batch: np.ndarray, prepared: Any, cell: Any,
+               post: Callable[[Any], Any] | None = None) -> tuple[Any, Any, str]:
+    """What one timed iteration is: (call, synchronize, timed-region code); ``post``: the task's post-processing of
+    the host outputs, timed inside each call with ``--postprocess inside``."""
+    if post is not None and cell.options.postprocess == "inside":
+        # the outputs copied to the host and post-processed inside the window: the latency a caller of the whole
+        # pipeline meets (with --include-transfer, the input's copy too)
+        feed = (lambda: runner.prepare(batch)) if cell.options.include_transfer else (lambda: prepared)
+        region = ("h2d+" if cell.options.include_transfer else "") + "call+d2h+postprocess"
+        return lambda: post(runner.to_numpy(runner.call(feed()))), lambda _: None, region
     if cell.options.include_transfer:
         # host array in, host array out, as the scripts inferbench replaces timed it: the copies are inside the window
         return lambda: runner.to_numpy(runner.call(runner.prepare(batch))), lambda _: None, "h2d+call+d2h"
@@ -190,6 +198,9 @@ class Loaded:
         self.parity_s = time.perf_counter() - start
         self.task = {"outputs": postprocess.declared(job), "postprocess": postprocess.timed(job, host, emit,
                                                                                             self.parity)}
+        # in the timed call with --postprocess inside; not for a cell that failed parity (its outputs may not even have
+        # the reference's shape: the failure is the cell's answer, and its calls are timed bare)
+        self.post = postprocess.function(job) if self.parity.get("status") != "failed" else None
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
         start = time.perf_counter()

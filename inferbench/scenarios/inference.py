@@ -58,7 +58,7 @@ class Session(Measured):
             loaded.parity
         self.device_check, self.trackers, self.untracked = loaded.device_check, loaded.trackers, loaded.untracked
         self.timing = timing_for(job.config.timing, self.trackers)
-        self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, job.cell)
+        self.call, self.sync, self.region = timed_call(self.runner, self.batch, self.prepared, job.cell, loaded.post)
         self.cold_start, self.task = loaded.cold_start, loaded.task
         self.start_timed(loaded.rss_before)
 

@@ -5,6 +5,7 @@ computed them. Outside the timed call: the model's latency is the model's; this 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from ..registry.artifacts import REFERENCE_LOGITS, REFERENCE_OUTPUTS
 from ..registry.models import get_model
-from ..registry.outputs import packed, read_layout, unpacked
+from ..registry.outputs import named, packed, read_layout, unpacked
 from ..registry.tasks import task, task_module
 from ..spec import CellJob
 from .gates import Emit
@@ -26,6 +27,24 @@ def declared(job: CellJob) -> list[dict[str, Any]]:
     folder = Path(job.artifact_dir)
     classes = int(np.load(folder / REFERENCE_LOGITS, mmap_mode="r").shape[1])
     return [o.said() for o in read_layout(folder / REFERENCE_OUTPUTS, classes)]
+
+
+def function(job: CellJob) -> Callable[[Any], Any] | None:
+    """The task's post-processing as one function of a runner's host outputs (each output by its name, in its shape
+    an image: views, nothing copied; then post-processed: what ``--postprocess inside`` adds to every timed call);
+    None where the task has none."""
+    spec = get_model(job.cell.model)
+    entry, module = task(spec.task), task_module(spec.task)
+    if not entry.postprocess:
+        return None
+    outputs = read_layout(Path(job.artifact_dir) / REFERENCE_OUTPUTS)
+    names = [o.name for o in outputs]
+
+    def post(host: Any) -> Any:
+        arrays = named(host, names)
+        return module.postprocess({o.name: arrays[o.name].reshape(-1, *o.shape) for o in outputs}, outputs)
+
+    return post
 
 
 def timed(job: CellJob, host: Any, emit: Emit, parity: dict[str, Any]) -> dict[str, Any] | None:
@@ -55,8 +74,11 @@ def timed(job: CellJob, host: Any, emit: Emit, parity: dict[str, Any]) -> dict[s
         if (len(times) >= CALLS and spent >= SECONDS) or len(times) >= CAP_CALLS or spent >= CAP_SECONDS:
             break
     q1, p50, q3 = (float(np.percentile(times, q)) * 1e3 for q in (25, 50, 75))
-    return {"what": entry.postprocess, "where": "outside the timed call: on the host, after the outputs are copied "
-            "there, the same code for every runtime", "ms_p50": p50, "ms_iqr": [q1, q3], "calls": len(times),
-            "batch_size": job.cell.batch_size, "ms_per_image": p50 / job.cell.batch_size,
+    inside = job.cell.options.postprocess == "inside"
+    return {"what": entry.postprocess, "where": ("inside the timed call as well (--postprocess inside: its latency "
+            "holds it), timed apart here too" if inside else "outside the timed call") + ": on the host, after the "
+            "outputs are copied there, the same code for every runtime", "inside": inside, "ms_p50": p50,
+            "ms_iqr": [q1, q3], "calls": len(times), "batch_size": job.cell.batch_size,
+            "ms_per_image": p50 / job.cell.batch_size,
             "kept": [len(r["scores"]) for r in result] if result and all(isinstance(r, dict) and "scores" in r
                                                                           for r in result) else None}
