@@ -196,11 +196,12 @@ def render_markdown(plan: Any, rows: list[dict[str, Any]], environment: dict[str
     lines = [
         "# Support matrix",
         "",
-        f"Every registered model through every framework that runs on this device: {device}, "
+        f"Every model of the plan through every framework that runs on this device: {device}, "
         f"{plan.config.threads} threads, {env.get('memory_gb', '?')} GB "
         f"({env.get('hostname', '?')}; inferbench {__version__}, {time.strftime('%Y-%m-%d')}). "
         f"Batch {plan.cells[0].batch_size if plan.cells else 1}; each model at the resolution in its row; parity "
-        "against the Keras reference on 16 seeded inputs and on the timed batch; a short timing "
+        "against each model's reference (its Keras model's outputs, or a PyTorch program's or a model file's own) "
+        "on 16 seeded inputs and on the timed batch; a short timing "
         f"({t.min_duration_s:g} s, {t.rounds} round(s), one framework loaded at a time): for orientation, not a "
         "benchmark.",
         "",
