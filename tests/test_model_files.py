@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from detectors import segmenter_onnx, yolo_layout_onnx
+from detectors import coco_from_detections, segmenter_onnx, yolo_layout_onnx
 
 from inferbench import records
 from inferbench.base.errors import UsageError
@@ -507,41 +507,9 @@ def test_a_detectors_map_on_labelled_images_judges_its_int8_beside_fp32(tmp_path
     boxes that cross an edge then overlap their own less: FP32's mAP is high, not 1): every cell's mAP with its
     interval beside FP32's, ONNX Runtime's optimised FP32 the reference's own; INT8's decides its parity by MLPerf's
     99%."""
-    import onnxruntime as ort
-    from PIL import Image
-
-    from inferbench.registry.models import MODELS
-    from inferbench.registry.outputs import Output
-    from inferbench.tasks import detection
-
     model = yolo_layout_onnx(tmp_path / "yolo.onnx")
     folder = tmp_path / "coco"
-    folder.mkdir()
-    images, annotations = [], []
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    for i in range(6):
-        w, h = 96, 64 + 8 * i
-        Image.fromarray(make_inputs(MODELS["mobilenet_v3_large"], 1, 256, i)[0].astype(np.uint8)).resize(
-            (w, h)).save(folder / f"{i}.png")
-        images.append({"id": 100 + i, "file_name": f"{i}.png", "width": w, "height": h})
-    from inferbench.registry import images as labelled
-
-    listed = [(folder / f"{i}.png", i) for i in range(6)]
-    spec = get_model(open_model_file(str(model), asked="detection").name) if register(
-        open_model_file(str(model), asked="detection")) is None else None
-    x = np.concatenate(list(labelled.inputs(spec, listed, 64, whole=True)))
-    found = detection.postprocess({"output0": session.run(None, {"images": x})[0]}, [Output("output0", (7, 84))])
-    for im, d in zip(images, found):
-        sx, sy = im["width"] / 64, im["height"] / 64
-        for b, c in zip(d["boxes"][:20], d["classes"][:20]):
-            x1, y1 = max(0.0, b[0] * sx), max(0.0, b[1] * sy)
-            x2, y2 = min(im["width"], b[2] * sx), min(im["height"], b[3] * sy)
-            if x2 - x1 > 1 and y2 - y1 > 1:
-                annotations.append({"id": len(annotations) + 1, "image_id": im["id"], "category_id": [5, 6, 9][int(c)],
-                                    "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)]})
-    (folder / "instances.json").write_text(json.dumps({"images": images, "annotations": annotations, "categories": [
-        {"id": c, "name": f"c{c}"} for c in (9, 5, 6)]}))
-    assert len(annotations) > 30
+    assert coco_from_detections(model, folder) > 30
     code = main(["--model", str(model), "--task", "detection", "--eval-dir", str(folder), "--framework", "onnxrt",
                  "--precision", "int8", *QUICK, "--output-dir", str(tmp_path / "out"), "--cache-dir",
                  str(shared_cache)])
