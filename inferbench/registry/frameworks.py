@@ -103,11 +103,11 @@ class Framework:
             return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
         if self.needs_torchvision_twin and model.torchvision_builder is None:
             return f"torchvision has no implementation of {model.name}"
-        why = unreachable(self.artifact_for(model, scenario), model)
+        kind = self.artifact_for(model, scenario)
+        why = unreachable(kind, model)
         if why:
             return why
-        if self.route_of and FRAMEWORKS[self.route_of].artifact_for(model, scenario) == self.artifact_for(model,
-                                                                                                        scenario):
+        if self.route_of and FRAMEWORKS[self.route_of].artifact_for(model, scenario) == kind:
             return f"{self.route_of} reads the same {self.artifact} for {model.name}: there is one route in"
         if self.needs_port and model.name not in ported_models():
             return f"no Keras->torchvision weight port for {model.name} (ported: {', '.join(ported_models())})"

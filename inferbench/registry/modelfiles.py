@@ -100,17 +100,17 @@ def _sides(text: str, sides: tuple[int | None, int | None], resolution: Size | N
     h, w = sides
     if h is not None and w is not None:
         return h, w
-    if h is None and w is None:
-        if given is None:
+    if given is None:
+        side = h if h is not None else w
+        if side is None:
             raise UsageError(f"{text} takes images of any size: pass --resolution (224, or HxW as 384x640) or "
                              "--input-shape")
-        return given
-    h, w = (h if h is not None else (given[0] if given else w)), (w if w is not None else (given[1] if given else h))
-    assert h is not None and w is not None
-    if given is not None and given != (h, w):
-        raise UsageError(f"{text} takes {h}x{w} images (height x width, read from the file): --resolution "
-                         f"{resolution} does not apply")
-    return h, w
+        return side, side
+    filled = (h if h is not None else given[0], w if w is not None else given[1])
+    if filled != given:
+        raise UsageError(f"{text} takes {filled[0]}x{filled[1]} images (height x width, read from the file): "
+                         f"--resolution {resolution} does not apply")
+    return given
 
 
 def content_digest(path: Path) -> str:

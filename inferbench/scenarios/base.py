@@ -200,7 +200,8 @@ class Loaded:
                                                                                             self.parity)}
         # in the timed call with --postprocess inside; not for a cell that failed parity (its outputs may not even have
         # the reference's shape: the failure is the cell's answer, and its calls are timed bare)
-        self.post = postprocess.function(job) if self.parity.get("status") != "failed" else None
+        inside = job.cell.options.postprocess == "inside" and self.parity.get("status") != "failed"
+        self.post = postprocess.function(job) if inside else None
         self.prepared = self.runner.prepare(self.batch)
         self.device_check = check_device(encode(job.config.device), self.runner)
         start = time.perf_counter()
