@@ -146,7 +146,7 @@ class SlowRunner(FakeRunner):
 
 
 class ServerRunner(FakeRunner):
-    """5 ms a call: a server whose loads LoadGen's tests run in seconds, with a bound (50 ms) ten times the delays a
+    """5 ms a call: a server whose loads LoadGen's tests run in seconds, with a bound (150 ms) above the stalls a
     loaded 2-core machine's scheduler adds to a call."""
 
     delay_s = 0.005
@@ -159,7 +159,7 @@ class InstantRunner(FakeRunner):
 
 
 class GlacialRunner(FakeRunner):
-    delay_s = 0.06
+    delay_s = 0.2
 
 
 class DeviceRunner(FakeRunner):
@@ -265,7 +265,7 @@ class FlatRunner(KnobRunner):
 FAKES = {
     "fake-lr": "FakeRunner", "fake-dropgrad": "FakeRunner", "fake-diverge": "FakeRunner",  # trainers differ
     "fake": "FakeRunner", "fake-wrong": "WrongRunner", "fake-crash": "CrashRunner", "fake-hang": "HangRunner",
-    "fake-slow": "SlowRunner", "fake-5ms": "ServerRunner", "fake-60ms": "GlacialRunner", "fake-0ms": "InstantRunner",
+    "fake-slow": "SlowRunner", "fake-5ms": "ServerRunner", "fake-200ms": "GlacialRunner", "fake-0ms": "InstantRunner",
     "fake-batchbug": "BatchBugRunner", "fake-dies": "DiesRunner",
     "fake-quiet": "QuietRunner", "fake-busy": "BusyRunner", "fake-knob": "KnobRunner", "fake-flat": "FlatRunner",
     "fake-jumpy": "JumpyRunner",

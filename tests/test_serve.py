@@ -62,31 +62,35 @@ def _record(tmp_path, framework="fake"):
     return folder, json.loads(path.read_text())
 
 
+BOUND = 150.0  # ms: the server test's p99 bound (its docstring says why this one)
+
+
 def test_the_server_search_finds_what_queueing_theory_predicts(fakes, tmp_path):
-    """The fake-5ms runner sleeps 5 ms a call (the GIL released: two threads are two servers). With p99 <= 50 ms,
+    """The fake-5ms runner sleeps 5 ms a call (the GIL released: two threads are two servers). With p99 <= 150 ms,
     the search's largest VALID load must match the M/D/c queue's for the measured service time, within 40%, and the
     answer can never be above it (the confirmations step down from it: how far depends on this machine's timer
-    jitter at the bound, so only the search is held to the theory's lower side). The bound is ten times the
-    delays a loaded 2-core runner's scheduler adds to a call (up to 20 ms at the 99th percentile with the suite's two
-    workers beside it): at 2 ms a call and 15 ms, no load held there. Beside it, fake-60ms can meet no load: its cell
+    jitter at the bound, so only the search is held to the theory's lower side). The bound is above the stalls a
+    loaded 2-core machine's scheduler gives a call: with two busy processes beside the test, single calls were held
+    up to 119 ms, two of them in a test's 662 queries made LoadGen's early stopping fail at 50 ms whatever the load
+    (CI failed so once), and at 2 ms a call and 15 ms no load held. Beside it, fake-200ms can meet no load: its cell
     fails with that line, and the other cell is still measured (the whole run used to end in exit 2 after the
     others' searches)."""
-    assert _serve(tmp_path, "--framework", "fake-5ms,fake-60ms", "--scenario", "server", "--slo-p99", "50") == 1
+    assert _serve(tmp_path, "--framework", "fake-5ms,fake-200ms", "--scenario", "server", "--slo-p99", str(BOUND)) == 1
     folder, rec = _record(tmp_path, "fake-5ms")
-    _, slow = _record(tmp_path, "fake-60ms")
-    assert slow["status"] == "failed" and "no load can meet it on fake-60ms, whose own single-query median is" \
+    _, slow = _record(tmp_path, "fake-200ms")
+    assert slow["status"] == "failed" and "no load can meet it on fake-200ms, whose own single-query median is" \
         in slow["error"]
     answer, steps = rec["serving"]["answer"], rec["serving"]["steps"]
-    assert rec["scenario"] == "server" and answer["found"] and answer["bound_ms"] == 50.0
+    assert rec["scenario"] == "server" and answer["found"] and answer["bound_ms"] == BOUND
     service = rec["serving"]["single_query"]["p50_ms"]
-    theory = max_rate(service, 50.0, answer["knobs"]["concurrency"])
+    theory = max_rate(service, BOUND, answer["knobs"]["concurrency"])
     assert 0.6 * theory <= answer["search_max_valid_qps"] <= 1.4 * theory, (answer, theory)
     assert 0 < answer["max_valid_qps"] <= 1.4 * theory, (answer, theory)
     # the answer held (3 tests in a row at it or above), at most the search's largest VALID load, INVALID above it
     assert answer["held_in_a_row"] == 3 and answer["max_valid_qps"] <= answer["search_max_valid_qps"]
     assert answer["max_valid_qps"] < answer["smallest_invalid_qps"]
     valid = [s for s in steps if s["valid"]]
-    assert all(s["p99_ms"] <= 50.0 for s in valid) and any(not s["valid"] for s in steps)
+    assert all(s["p99_ms"] <= BOUND for s in valid) and any(not s["valid"] for s in steps)
     assert rec["throughput_per_s"] == answer["max_valid_qps"] and rec["parity"]["served"]["status"] == "passed"
     assert rec["serving"]["mlperf_valid"] is False and rec["serving"]["settings"]["quick"] is True
     logs = folder / rec["serving"]["loadgen_logs"]
@@ -95,7 +99,7 @@ def test_the_server_search_finds_what_queueing_theory_predicts(fakes, tmp_path):
     os.umask(mask)  # one rule for everything a run writes: the logs' folders and files take the umask as records do
     assert {p.stat().st_mode & 0o777 for p in [logs, *logs.rglob("*")] if p.is_dir()} == {0o777 & ~mask}
     assert {p.stat().st_mode & 0o777 for p in logs.rglob("*") if p.is_file()} == {0o666 & ~mask}
-    assert rec["latency_ms"]["p99"] <= 50.0 * 1.5  # the answer's latencies are LoadGen's, queueing included
+    assert rec["latency_ms"]["p99"] <= BOUND * 1.5  # the answer's latencies are LoadGen's, queueing included
 
 
 def test_offline_and_single_stream_answers_with_their_served_outputs_checked(fakes, tmp_path):
