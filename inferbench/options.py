@@ -265,7 +265,9 @@ OPTIONS: tuple[Option, ...] = (
            "detection (a raw YOLOv8-layout head, [4 + classes, anchors]: decoded and suppressed by the same code for "
            "every runtime), segmentation (class scores a pixel, [classes, height, width]), raw (numbers of no known "
            "meaning, compared by name) or auto (a classifier where there is one output of one dimension that is not "
-           "1, else raw); docs/models.md", "auto", choices=(AUTO, *TASKS)),
+           "1; a detector where one head holds as many anchors as YOLOv8's strides 8, 16 and 32 give the image, or "
+           "SSD's heads; a segmenter where class scores come at the image's own size; else raw); docs/models.md",
+           "auto", choices=(AUTO, *TASKS)),
     Option("resolutions", ("--resolution", "--resolutions"), "input size in pixels: a side (224: square) or height "
            "x width (384x640), 'default' (each model's own: 224 for most, see --list) or 'min' (the smallest each "
            "model takes: a quick check)", ["default"], resolutions, metavar="PX|HxW[,...]",

@@ -35,10 +35,33 @@ def test_outputs_are_packed_by_the_declared_order_never_the_runtimes():
 
 
 def test_a_model_files_task_is_guessed_from_its_outputs_and_every_task_keeps_the_contract():
-    assert guess([Output("logits", (1000,))]) == "classification"
-    assert guess([Output("output0", (84, 8400))]) == guess([Output("a", (5,)), Output("b", (5,))]) == "raw"
+    square, wide = (640, 640), (384, 640)
+    assert guess([Output("logits", (1000,))], square) == "classification"
+    # YOLOv8's head: as many anchors as strides 8, 16 and 32 give the image (8400 at 640x640, 5040 at 384x640)
+    assert guess([Output("output0", (84, 8400))], square) == guess([Output("output0", (84, 5040))], wide) \
+        == "detection"
+    assert guess([Output("output0", (84, 8400))], wide) == guess([Output("output0", (84, 8000))], square) == "raw"
+    ssd = [Output(n, s) for n, s in (("bbox_regression", (3234, 4)), ("cls_logits", (3234, 91)),
+                                     ("anchors", (3234, 4)), ("image_size", (2,)))]
+    assert guess(ssd, (320, 320)) == "detection"
+    masks = [Output("out", (21, 520, 520)), Output("aux", (21, 520, 520))]
+    assert guess(masks, (520, 520)) == "segmentation" and guess(masks, (480, 480)) == "raw"
+    assert guess([Output("a", (5,)), Output("b", (5,))], square) == "raw"
     for name in TASKS:
         assert isinstance(task_module(name), TaskModule), name
+
+
+def test_a_yolo_or_segmenter_file_is_read_as_its_task_without_being_told(tmp_path, monkeypatch):
+    from detectors import segmenter_onnx, yolo_layout_onnx
+
+    from inferbench.registry import models
+    from inferbench.registry.modelfiles import open_model_file
+
+    monkeypatch.setattr(models, "_FILES", {})
+    assert open_model_file(str(yolo_layout_onnx(tmp_path / "yolo.onnx"))).task == "detection"
+    assert open_model_file(str(yolo_layout_onnx(tmp_path / "wide.onnx", size=(64, 96)))).task == "detection"
+    assert open_model_file(str(segmenter_onnx(tmp_path / "seg.onnx"))).task == "segmentation"
+    assert open_model_file(str(yolo_layout_onnx(tmp_path / "raw.onnx")), asked="raw").task == "raw"
 
 
 def test_code_outside_the_tasks_asks_the_task_entry_never_the_name():
@@ -338,12 +361,12 @@ def test_a_classifier_exported_with_dimensions_of_1_is_still_a_classifier():
     from inferbench.tasks import classification
 
     for shape in ((1000,), (1000, 1, 1), (1, 1000)):
-        assert guess([Output("logits", shape)]) == "classification", shape
+        assert guess([Output("logits", shape)], (224, 224)) == "classification", shape
     declared = classification.kinds([Output("prob", (10, 1, 1))], "squeezenet.onnx")
     scores = np.arange(20.0).reshape(2, 10, 1, 1)
     ((array, kind),) = classification.parts({"prob": scores}, declared).values()
     assert array.shape == (2, 10) and kind == "scores"
-    assert guess([Output("masks", (21, 64, 64))]) == "raw"
+    assert guess([Output("masks", (21, 64, 64))], (32, 32)) == "raw"  # not the image's size: no segmenter's
 
 
 def test_a_model_files_task_keys_its_cache_and_a_classifiers_key_is_what_it_was(tmp_path):

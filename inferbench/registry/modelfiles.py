@@ -84,7 +84,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "model"
     # the content's hash is part of the name, so of every cell's identity: two different networks saved under one
     # name never pool in a report or pair in compare, and the same file copied elsewhere still does
-    chosen = guess(outputs) if asked == AUTO else asked
+    chosen = guess(outputs, (h, w)) if asked == AUTO else asked
     task_entry(chosen)  # a name that is no task: one line
     if all(d > 0 for o in outputs for d in o.shape):  # shapes the file fixes: the task reads them now, else at export
         task_module(chosen).kinds(outputs, f"--model {text}")

@@ -20,6 +20,10 @@ from .outputs import Output
 
 @runtime_checkable
 class TaskModule(Protocol):
+    def claims(self, outputs: Sequence[Output], size: tuple[int, int]) -> bool:
+        """Whether outputs of these shapes (an image's, the batch left out) from images of ``size`` (height, width)
+        are this task's beyond doubt: --task auto takes the first task in :data:`TASKS` that claims them."""
+
     def kinds(self, outputs: Sequence[Output], where: str) -> list[Output]:
         """The model's outputs with their kinds; a UsageError (one line, naming ``where``) where this task cannot
         read them."""
@@ -79,8 +83,10 @@ TASKS: dict[str, Task] = {
                          postprocess="each pixel's top class (inferbench.tasks.segmentation)", whole_image=True),
     "raw": Task("inferbench.tasks.raw", "outputs of no known meaning, each compared as numbers"),
 }
-#: A model file's task unless --task names one: one output of one dimension an image is a classifier's, anything else
-#: raw (what inferbench cannot know the meaning of).
+#: A model file's task unless --task names one: the first task whose module claims its outputs (one output of one
+#: dimension an image is a classifier's; YOLOv8's head of as many anchors as strides 8, 16 and 32 give the image, or
+#: SSD's named heads, a detector's; class scores a pixel at the image's own size a segmenter's), anything else raw
+#: (what inferbench cannot know the meaning of).
 AUTO = "auto"
 
 
@@ -105,6 +111,7 @@ def class_scores(output: Output) -> bool:
     return len([d for d in output.shape if d != 1]) == 1 or output.shape in ((0,), ())
 
 
-def guess(outputs: Sequence[Output]) -> str:
-    """The task a model file's outputs suggest when --task is auto."""
-    return "classification" if len(outputs) == 1 and class_scores(outputs[0]) else "raw"
+def guess(outputs: Sequence[Output], size: tuple[int, int]) -> str:
+    """The task a model file's outputs suggest when --task is auto: the first in :data:`TASKS` whose module claims
+    them (raw claims anything)."""
+    return next(name for name in TASKS if task_module(name).claims(outputs, size))

@@ -17,6 +17,10 @@ from . import plain
 postprocess, agreement, broken, said = plain.postprocess, plain.agreement, plain.broken, plain.said
 
 
+def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:
+    return len(outputs) == 1 and class_scores(outputs[0])
+
+
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
     if len(outputs) != 1 or not class_scores(outputs[0]):
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)

@@ -20,6 +20,24 @@ from . import nms, paired, ssd
 MATCH_IOU = 0.5
 
 
+#: YOLOv8's head predicts at three strides: one anchor a cell of each grid (8400 at 640x640, 5040 at 384x640).
+STRIDES = (8, 16, 32)
+
+
+def anchors(size: tuple[int, int]) -> int:
+    """The anchors of a YOLOv8-layout head for images of ``size`` (height, width)."""
+    return sum(-(-size[0] // s) * -(-size[1] // s) for s in STRIDES)
+
+
+def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:
+    """SSD's named heads, or one head of [4 + classes, anchors] with exactly the anchors of YOLOv8's three strides
+    at this image size (a coincidence of shape that no classifier or segmenter output has)."""
+    if ssd.is_layout(outputs):
+        return True
+    return len(outputs) == 1 and len(outputs[0].shape) == 2 and outputs[0].shape[0] >= 5 \
+        and outputs[0].shape[1] == anchors(size)
+
+
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
     if ssd.is_layout(outputs):
         return ssd.kinds(outputs)

@@ -26,6 +26,12 @@ def _main(outputs: Sequence[Output]) -> str | None:
     return MAIN if MAIN in masks else (masks[0] if masks else None)
 
 
+def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:
+    """Class scores a pixel: an output of [classes, height, width] at the image's own height and width."""
+    main = _main(outputs)
+    return main is not None and next(tuple(o.shape[1:]) for o in outputs if o.name == main) == tuple(size)
+
+
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
     main = _main(outputs)
     if main is None:
