@@ -119,14 +119,14 @@ def segmenter_onnx(path, size=64, classes=4, seed=0, fault=None, aux=False):
     return _save(path, "segmenter", nodes, outputs, inits, size)
 
 
-def _save(path, name, nodes, outputs, inits, size):
-    """The graph of ``nodes`` with one NCHW float32 image input of ``size`` px a side (or (height, width)), checked
-    and written to ``path``."""
+def _save(path, name, nodes, outputs, inits, size, batch="batch"):
+    """The graph of ``nodes`` with one NCHW float32 image input of ``size`` px a side (or (height, width)) and
+    ``batch`` images (a dimension's name, or a number), checked and written to ``path``."""
     import onnx
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(
-        "images", TensorProto.FLOAT, ["batch", 3, *((size, size) if isinstance(size, int) else size)])], outputs,
+        "images", TensorProto.FLOAT, [batch, 3, *((size, size) if isinstance(size, int) else size)])], outputs,
         inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)
@@ -183,3 +183,51 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
     (folder / "instances.json").write_text(json.dumps({"images": said, "annotations": annotations, "categories": [
         {"id": c, "name": f"c{c}"} for c in categories]}))
     return len(annotations)
+
+
+def nms_onnx(path, size=64, cap=20, padded=True, seed=0):
+    """A detector whose graph ends in its own ONNX NonMaxSuppression (one class, at most ``cap`` boxes, IoU 0.5,
+    score 0.2), RetinaNet-style: with ``padded`` its boxes and scores gathered and padded to the cap, one row an image
+    (``boxes [1, cap, 4]``, ``scores [1, cap]``); else ONNX's own ``selected_indices [boxes, 3]``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    cells = (size // 8) ** 2
+    inits = []
+
+    def const(name, array, dtype=np.float32):
+        inits.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
+        return name
+
+    i64 = np.int64
+    nodes = [helper.make_node("Mul", ["images", const("scale", 1 / 255)], ["x"]),
+             helper.make_node("Conv", ["x", const("w", rng.normal(0, 0.3, (5, 3, 8, 8)))], ["c"], strides=[8, 8]),
+             helper.make_node("Reshape", ["c", const("flat", [1, 5, cells], i64)], ["f"]),
+             helper.make_node("Split", ["f", const("split", [4, 1], i64)], ["t4", "t1"], axis=1),
+             helper.make_node("Sigmoid", ["t4"], ["s4"]),
+             helper.make_node("Mul", ["s4", const("px", float(size))], ["p4"]),
+             helper.make_node("Transpose", ["p4"], ["corners"], perm=[0, 2, 1]),  # [1, cells, 4]
+             helper.make_node("Add", ["t1", const("bias", 1.5)], ["b1"]),  # most cells over the score floor
+             helper.make_node("Sigmoid", ["b1"], ["score_rows"]),  # [1, 1, cells]
+             helper.make_node("NonMaxSuppression", ["corners", "score_rows", const("cap", [cap], i64),
+                                                    const("iou", [0.5]), const("floor", [0.2])], ["selected"])]
+    if not padded:
+        outputs = [helper.make_tensor_value_info("selected", TensorProto.INT64, ["boxes", 3])]
+    else:
+        nodes += [helper.make_node("Gather", ["selected", const("col", 2, i64)], ["keep"], axis=1),  # [n]
+                  helper.make_node("Squeeze", ["corners", const("ax0", [0], i64)], ["all_boxes"]),
+                  helper.make_node("Gather", ["all_boxes", "keep"], ["kept_boxes"], axis=0),  # [n, 4]
+                  helper.make_node("Reshape", ["score_rows", const("row", [-1], i64)], ["all_scores"]),
+                  helper.make_node("Gather", ["all_scores", "keep"], ["kept_scores"], axis=0),  # [n]
+                  helper.make_node("Shape", ["keep"], ["n"]),
+                  helper.make_node("Sub", [const("capv", [cap], i64), "n"], ["short"]),
+                  helper.make_node("Concat", [const("z1", [0], i64), const("z2", [0], i64), "short",
+                                              const("z3", [0], i64)], ["pads2"], axis=0),
+                  helper.make_node("Pad", ["kept_boxes", "pads2"], ["pb"]),
+                  helper.make_node("Concat", [const("z4", [0], i64), "short"], ["pads1"], axis=0),
+                  helper.make_node("Pad", ["kept_scores", "pads1"], ["ps"]),
+                  helper.make_node("Reshape", ["pb", const("bshape", [1, cap, 4], i64)], ["boxes"]),
+                  helper.make_node("Reshape", ["ps", const("sshape", [1, cap], i64)], ["scores"])]
+        outputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, cap, 4]),
+                   helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, cap])]
+    return _save(path, "nms-in-graph", nodes, outputs, inits, (size, size), batch=1)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from detectors import coco_from_detections, segmenter_onnx, yolo_layout_onnx
+from detectors import coco_from_detections, nms_onnx, segmenter_onnx, yolo_layout_onnx
 
 from inferbench import records
 from inferbench.base.errors import UsageError
@@ -209,6 +209,10 @@ BAD += [
     (["--model", "{tmp}/string-config.keras"], "its config.json is not a Keras model's configuration"),
     (["--model", "{tmp}/deep.keras"], "its config.json cannot be read (RecursionError"),
     (["--model", "{tmp}/no-config.keras"], "has no config.json: not a .keras archive"),
+    # a graph ending in its own suppression whose output's size depends on each image: said what and why, not a
+    # reshape's error at export
+    (["--model", "{tmp}/nms-indices.onnx"], "{tmp}/nms-indices.onnx: its graph holds its own NonMaxSuppression (at "
+     "most 20 boxes a class, IoU > 0.5, score > 0.2), and output selected [boxes, 3] is not one row an image"),
 ]
 
 
@@ -232,6 +236,7 @@ def test_bad_model_files_are_one_line(capsys, tmp_path, argv, message):
     onnx_file(tmp_path / "fixed.onnx", batch=1)
     onnx_file(tmp_path / "mobilenet_v2.onnx")
     yolo_layout_onnx(tmp_path / "yolo.onnx")
+    nms_onnx(tmp_path / "nms-indices.onnx", padded=False)
     (tmp_path / "net.txt").write_text("no model")
     out = tmp_path / "out"
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -412,6 +417,26 @@ def test_an_onnx_op_torch_cannot_convert_says_what_to_do(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_detector_with_its_own_nms_is_timed_as_it_is_its_cap_read_and_said(tmp_path, shared_cache, capsys):
+    """A RetinaNet-style file whose graph ends in ONNX's NonMaxSuppression, padded to its cap: timed as it is (the
+    suppression inside every call, nothing of inferbench's after it), its cap and thresholds read from the file and
+    said in the run's lines and each record; images the suppression left no box (zeros in every runtime alike) agree."""
+    path = nms_onnx(tmp_path / "retina.onnx")
+    code = main(["--model", str(path), "--framework", "onnxrt,openvino", *QUICK, "--output-dir", str(tmp_path / "out"),
+                 "--cache-dir", str(shared_cache)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    said = "its own NonMaxSuppression (at most 20 boxes a class, IoU > 0.5, score > 0.2)"
+    assert f"post-processing: {said}, in the model's own graph: inside every timed call" in captured.out
+    assert "+ post ms" not in captured.out  # nothing of inferbench's runs after the call: no column for it
+    for f in (tmp_path / "out").rglob("retina-*_64_bs1_*.json"):
+        r = json.loads(f.read_text())
+        assert r["task"] == "raw" and [o["name"] for o in r["outputs"]] == ["boxes", "scores"]
+        assert r["parity"]["status"] == "passed" and r["postprocess"]["what"] == said
+        assert r["postprocess"]["in_graph"] is True and "ms_p50" not in r["postprocess"]
+
+
+@pytest.mark.slow
 def test_a_yolo_layout_detector_runs_everywhere_its_file_runs_judged_box_by_box(tmp_path, shared_cache, capsys):
     """A detector whose one output is YOLOv8's raw head: every runtime's boxes and scores judged apart, the same
     suppression run after each and matched with the reference's, its time beside the model's; a model of two outputs
@@ -542,3 +567,14 @@ def test_a_model_file_with_a_fixed_batch_above_1_exports_its_reference_in_whole_
     record = json.loads(next((tmp_path / "out").rglob("fixed4-*_32_bs4_onnxrt.json")).read_text())
     assert record["parity"]["status"] == "passed" and record["outputs"] == [
         {"name": "logits", "shape": [5], "kind": "scores"}] and record["task"] == "classification"
+
+
+def test_a_graphs_own_suppression_is_said_as_the_file_gives_it():
+    from inferbench.registry.graphnms import said
+
+    base = {"op": "NonMaxSuppression", "nodes": 1, "max_output_boxes_per_class": 100, "iou_threshold": 0.45,
+            "score_threshold": None}
+    assert said(base) == "its own NonMaxSuppression (at most 100 boxes a class, IoU > 0.45, no score threshold)"
+    computed = {**base, "max_output_boxes_per_class": None, "iou_threshold": None, "nodes": 3}
+    assert said(computed) == ("its own NonMaxSuppression (its box cap computed in the graph (not read), its IoU "
+                              "threshold computed in the graph, no score threshold, 3 such operators)")

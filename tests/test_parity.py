@@ -370,3 +370,18 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     assert wrong_size["status"] == "failed" and "output size" in wrong_size["reason"]
     exported(logits(inputs)[:, :1])  # one output: no class scores to agree on
     assert "no class scores" in check_agreement(job, Stub(logits), said.append)["reason"]
+
+
+def test_images_left_empty_in_both_outputs_agree_and_an_empty_candidate_alone_does_not():
+    """A suppression padded to its cap leaves an image with no box all zeros, in the reference and a correct runtime
+    alike: equal outputs (cosine 1, no error), not a failure; a candidate of zeros where the reference has boxes still
+    fails, as a degenerate export must."""
+    from inferbench.measure.parity import compare, min_cosine
+
+    ref = np.array([[3.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
+    assert min_cosine(ref, ref.copy()) == 1.0
+    assert compare(ref, ref.copy(), kind="values")["status"] == "passed"
+    assert compare(np.zeros((2, 3)), np.zeros((2, 3)), kind="values")["max_rel_err"] == 0.0
+    lost = np.zeros_like(ref)
+    assert min_cosine(ref, lost) == 0.0 and compare(ref, lost, kind="values")["status"] == "failed"
+    assert compare(np.zeros((2, 3)), np.ones((2, 3)), kind="values")["status"] == "failed"

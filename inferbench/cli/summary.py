@@ -89,7 +89,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     labelled = any((r.get("parity") or {}).get("accuracy") for r in records)  # --eval-dir
     kinds = {scenario(r.get("scenario")) for r in records}
     own = kinds.pop() if len(kinds) == 1 else scenario(None)  # one scenario's columns, else the closed loop's
-    post = any(r.get("postprocess") for r in records)  # a task's post-processing, timed as its own phase
+    post = any(r.get("postprocess") and not r["postprocess"].get("in_graph") for r in records)  # timed on its own
     lead: tuple[str, ...] = ((own.rate_column, own.latency_column) if own.rate_column else (own.latency_column,)) + (
         ("+ post ms",) if post else ())
     own_measure = any(((r.get("parity") or {}).get("accuracy") or {}).get("short") for r in records)  # a detector's mAP
@@ -129,7 +129,10 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
             "a short check's rounds (inferbench run measures)"))
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
-    if said:
+    if said and said.get("in_graph"):
+        lines.append(f"post-processing: {said['what']}, in the model's own graph: inside every timed call, timed as it "
+                     "is; read from the file, not run by inferbench")
+    elif said:
         inside = [record_name(r) for r in records if (r.get("postprocess") or {}).get("inside")]
         lines.append(f"+ post ms: {said['what']}, timed on its own (outside the timed call: on the host, after "
                      "the outputs are copied there, the same code for every runtime); the median a batch, not in "

@@ -328,12 +328,15 @@ def spread(reference: np.ndarray, other: np.ndarray) -> dict[str, Any]:
 
 
 def min_cosine(ref: np.ndarray, cand: np.ndarray) -> float:
-    """The smallest per-image cosine similarity (0 where not finite, or where an output is all zeros)."""
+    """The smallest per-image cosine similarity (0 where not finite, or where one of the two is all zeros; 1 where
+    both are: an image a suppression padded to its cap left no box, in the reference and the candidate alike)."""
     if not np.all(np.isfinite(cand)):
         return 0.0
     num = (ref * cand).sum(axis=1)
-    den = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
-    return float(np.min(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)))
+    norms = np.linalg.norm(ref, axis=1), np.linalg.norm(cand, axis=1)
+    den = norms[0] * norms[1]
+    both_zero = (norms[0] == 0) & (norms[1] == 0)
+    return float(np.min(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(both_zero, 1.0, 0.0))))
 
 
 def per_image_rel_err(ref: np.ndarray, cand: np.ndarray) -> float:
@@ -372,7 +375,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     err = np.abs(cand - ref)
     max_abs = float(err.max()) if finite else float("inf")
     scale = float(np.abs(ref).max())
-    max_rel = max_abs / scale if scale > 0 else float("inf")
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))  # zeros alike: equal
     cosine = min_cosine(ref, cand)
     ref_top = ref.argmax(axis=1)
     cand_top = cand.argmax(axis=1)

@@ -142,13 +142,13 @@ def check_onnx(model: Any, path: Path) -> None:
     check_onnx_program(model, path)
 
 
-def _nodes(graph: Any) -> Any:
+def every_node(graph: Any) -> Any:
     """Every node of ``graph`` and of the subgraphs its nodes hold (If's branches, Loop's and Scan's bodies)."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _nodes(sub)
+                yield from every_node(sub)
 
 
 def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None:
@@ -159,7 +159,7 @@ def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None
     from onnx.external_data_helper import _get_all_tensors
 
     local = {(f.domain, f.name) for f in model.functions}
-    nodes = [*_nodes(model.graph), *(n for f in model.functions for n in f.node)]
+    nodes = [*every_node(model.graph), *(n for f in model.functions for n in f.node)]
     custom = sorted({f"{n.domain}:{n.op_type}" for n in nodes
                      if n.domain not in ONNX_DOMAINS and (n.domain, n.op_type) not in local})
     if custom:
