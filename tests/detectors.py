@@ -119,14 +119,16 @@ def segmenter_onnx(path, size=64, classes=4, seed=0, fault=None, aux=False):
     return _save(path, "segmenter", nodes, outputs, inits, size)
 
 
-def _save(path, name, nodes, outputs, inits, size, batch="batch"):
+def _save(path, name, nodes, outputs, inits, size, batch="batch", extra_inputs=()):
     """The graph of ``nodes`` with one NCHW float32 image input of ``size`` px a side (or (height, width)) and
-    ``batch`` images (a dimension's name, or a number), checked and written to ``path``."""
+    ``batch`` images (a dimension's name, or a number), and ``extra_inputs`` after it, checked and written to
+    ``path``."""
     import onnx
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(
-        "images", TensorProto.FLOAT, [batch, 3, *((size, size) if isinstance(size, int) else size)])], outputs,
+        "images", TensorProto.FLOAT, [batch, 3, *((size, size) if isinstance(size, int) else size)]), *extra_inputs],
+        outputs,
         inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)
@@ -231,3 +233,32 @@ def nms_onnx(path, size=64, cap=20, padded=True, seed=0):
         outputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, cap, 4]),
                    helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, cap])]
     return _save(path, "nms-in-graph", nodes, outputs, inits, (size, size), batch=1)
+
+
+def sized_onnx(path, size=64, side="orig_target_sizes", dtype="int64", batched=True, seed=0):
+    """A detector that takes the size of its images as a second input, as RT-DETR's export does: its points
+    ``[batch, cells, 2]`` are a sigmoid's fractions times the input ``side`` (``[batch, 2]`` or ``[2]``, height then
+    width, of ``dtype``), so what fills it shows in every output."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    cells = (size // 8) ** 2
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (2, 3, 8, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 2, cells], dtype=np.int64), "flat"),
+             numpy_helper.from_array(np.array([1 / 255], dtype=np.float32), "scale"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1")]
+    nodes = [helper.make_node("Mul", ["images", "scale"], ["x"]),
+             helper.make_node("Conv", ["x", "w"], ["c"], strides=[8, 8]),
+             helper.make_node("Reshape", ["c", "flat"], ["f"]),
+             helper.make_node("Sigmoid", ["f"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["fractions"], perm=[0, 2, 1]),  # [batch, cells, 2]
+             helper.make_node("Cast", [side], ["sizes"], to=TensorProto.FLOAT)]
+    if batched:
+        nodes.append(helper.make_node("Unsqueeze", ["sizes", "axis1"], ["per_image"]))  # [batch, 1, 2]
+    else:
+        nodes.append(helper.make_node("Identity", ["sizes"], ["per_image"]))  # [2], broadcast
+    nodes.append(helper.make_node("Mul", ["fractions", "per_image"], ["points"]))
+    outputs = [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["batch", cells, 2])]
+    code = {"int64": TensorProto.INT64, "float32": TensorProto.FLOAT, "int32": TensorProto.INT32}[dtype]
+    extra = [helper.make_tensor_value_info(side, code, ["batch", 2] if batched else [2])]
+    return _save(path, "sized", nodes, outputs, inits, (size, size), extra_inputs=extra)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from detectors import coco_from_detections, nms_onnx, segmenter_onnx, yolo_layout_onnx
+from detectors import coco_from_detections, nms_onnx, segmenter_onnx, sized_onnx, yolo_layout_onnx
 
 from inferbench import records
 from inferbench.base.errors import UsageError
@@ -213,6 +213,9 @@ BAD += [
     # reshape's error at export
     (["--model", "{tmp}/nms-indices.onnx"], "{tmp}/nms-indices.onnx: its graph holds its own NonMaxSuppression (at "
      "most 20 boxes a class, IoU > 0.5, score > 0.2), and output selected [boxes, 3] is not one row an image"),
+    # a side input whose name does not say what it holds is never guessed
+    (["--model", "{tmp}/masked.onnx"], "{tmp}/masked.onnx: input valid_mask [?, 2] int64 is not the image, and "
+     "inferbench fills a side input only where its name and shape say what it holds"),
 ]
 
 
@@ -237,6 +240,7 @@ def test_bad_model_files_are_one_line(capsys, tmp_path, argv, message):
     onnx_file(tmp_path / "mobilenet_v2.onnx")
     yolo_layout_onnx(tmp_path / "yolo.onnx")
     nms_onnx(tmp_path / "nms-indices.onnx", padded=False)
+    sized_onnx(tmp_path / "masked.onnx", side="valid_mask")
     (tmp_path / "net.txt").write_text("no model")
     out = tmp_path / "out"
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -414,6 +418,30 @@ def test_an_onnx_op_torch_cannot_convert_says_what_to_do(tmp_path):
     message = done.stdout
     assert "operation_type='Constant', version=19" in message and "the file's opsets: ai.onnx 19" in message
     assert "opset_version=17" in message and "run the file on onnxrt or openvino" in message
+
+
+@pytest.mark.slow
+def test_a_side_input_is_filled_as_its_name_says_and_bound_into_every_runtimes_graph(tmp_path, shared_cache, capsys):
+    """RT-DETR's export takes the size of its images as a second input (orig_target_sizes [batch, 2] int64) and
+    scales its boxes by it: filled with the image's height and width, bound into the imported graph, every runtime
+    computes the same points at every batch size, and the run says what it fed; a [2] named ...scale... is 1."""
+    path = sized_onnx(tmp_path / "sized.onnx")
+    code = main(["--model", str(path), "--framework", "onnxrt,openvino,torch", "--batch-size", "1,2", *QUICK,
+                 "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    said = "orig_target_sizes [batch, 2] int64: the image's height and width, bound into the graph"
+    assert f": {said}" in captured.out
+    records = [json.loads(f.read_text()) for f in (tmp_path / "out").rglob("sized-*_64_bs*.json")]
+    assert len(records) == 6 and {r["parity"]["status"] for r in records} == {"passed"}
+    assert {tuple(r["config"]["model_files"][0]["side_inputs"]) for r in records} == {(said,)}
+    reference = np.load(next(shared_cache.rglob("sized-*/reference/logits.npy")))
+    assert 32 < reference.max() <= 64  # fractions of the image's 64 px: the size was fed, not zeros or ones
+    scaled = sized_onnx(tmp_path / "scaled.onnx", side="scale_factor", dtype="float32", batched=False)
+    code = main(["--model", str(scaled), "--framework", "onnxrt", *QUICK, "--output-dir", str(tmp_path / "o2"),
+                 "--cache-dir", str(shared_cache)])
+    assert code == 0, capsys.readouterr().err
+    assert np.load(next(shared_cache.rglob("scaled-*/reference/logits.npy"))).max() <= 1.0
 
 
 @pytest.mark.slow

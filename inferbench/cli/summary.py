@@ -128,6 +128,17 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
             "run more rounds (--rounds) or on a quieter machine before trusting small differences" if advise else
             "a short check's rounds (inferbench run measures)"))
     tuned = [tuning_line(r) for r in records if r.get("tuning")]
+    lines += model_lines(records)
+    if tuned:
+        lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
+    return "\n".join(lines)
+
+
+def model_lines(records: list[dict[str, Any]]) -> list[str]:
+    """What the model's own file adds to every call: its side inputs as they were filled, and its post-processing
+    (the task's, timed on its own; or the suppression its graph holds, timed as it is)."""
+    files = {f["name"]: f for r in records for f in (r.get("config") or {}).get("model_files") or []}
+    lines = [f"side input of {name}: {side}" for name, f in files.items() for side in f.get("side_inputs") or []]
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
     if said and said.get("in_graph"):
         lines.append(f"post-processing: {said['what']}, in the model's own graph: inside every timed call, timed as it "
@@ -138,9 +149,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
                      "the outputs are copied there, the same code for every runtime); the median a batch, not in "
                      "the latency beside it" + (f" but for {', '.join(dict.fromkeys(inside))}, whose calls held "
                                                 "it (--postprocess inside)" if inside else ""))
-    if tuned:
-        lines += ["tuning (each runtime's grid tried in short paired rounds; the setting measured above):", *tuned]
-    return "\n".join(lines)
+    return lines
 
 
 def tuning_line(record: dict[str, Any]) -> str:

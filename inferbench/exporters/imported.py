@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
+from ..registry.sideinputs import bind, split
 from ..registry.models import get_model
 from .reference import predictor, write_parity_reference
 
@@ -23,6 +25,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         shutil.copytree(source, target)
     else:
         shutil.copyfile(source, target)
+    notes = bound_sides(target, spec.source.side_inputs, ctx.resolution)
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx))
     return {
         "paths": [target.relative_to(ctx.folder).parts[0], "reference"],
@@ -30,5 +33,18 @@ def export(ctx: ExportContext) -> dict[str, Any]:
                             "dtype": "float32", "layout": spec.layout},
         "imported_from": spec.source.path,
         "reference": facts,
-        "notes": [],
+        "notes": notes,
     }
+
+
+def bound_sides(target: Path, said: tuple[str, ...], resolution: Size) -> list[str]:
+    """An ONNX file's side inputs bound into the copy's graph (registry/sideinputs.py), each said as a note."""
+    if not said:
+        return []
+    import onnx
+
+    model = onnx.load(str(target), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    _, sides = split([i for i in model.graph.input if i.name not in inits], target)
+    bind(target, tuple(sides), *hw(resolution))
+    return [f"side input {s.phrase()}: {s.value(*hw(resolution))}" for s in sides]

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..base import machine
 from ..base.errors import UsageError
+from .sideinputs import split
 
 MiB = 2**20
 CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
@@ -128,13 +129,11 @@ def check_onnx(model: Any, path: Path) -> None:
     graph = model.graph
 
     inits = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
-    if len(inputs) != 1:
-        raise UsageError(f"{path} has {len(inputs)} inputs; inferbench times models with one image input")
+    image, _ = split([i for i in graph.input if i.name not in inits], path)  # side inputs: filled as declared
     if not graph.output or len({o.name for o in graph.output}) != len(graph.output):
         raise UsageError(f"{path} has {'no outputs' if not graph.output else 'two outputs of one name'}: "
                          "inferbench compares each output by its name")
-    elem = inputs[0].type.tensor_type.elem_type
+    elem = image.type.tensor_type.elem_type
     if elem != TensorProto.FLOAT:
         kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)
         raise UsageError(f"{path} takes {kind} input; inferbench feeds float32 images (a quantised model with a "

@@ -16,6 +16,7 @@ from . import graphnms
 from .filecheck import check_onnx, every_node, keras_config, keras_endpoints, keras_input_shape
 from .outputs import Output
 from .programs import program_shapes
+from .sideinputs import split
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 
@@ -36,6 +37,7 @@ class ModelFile:
     batch_size: int | None = None  # a batch dimension fixed in the file (None: any batch size)
     task: str = "classification"  # key of registry.tasks.TASKS: what its outputs mean (--task, else guessed)
     graph_nms: str | None = None  # the suppression its own graph holds, in a phrase (registry/graphnms.py): timed as is
+    side_inputs: tuple[str, ...] = ()  # its inputs beside the image, each with what fills it (registry/sideinputs.py)
 
     def __post_init__(self) -> None:
         if self.format not in FILE_FORMATS or self.layout not in ("NHWC", "NCHW"):
@@ -56,6 +58,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
         raise UsageError(f"model file {text} does not exist")
     outputs: list[Output] = [Output("logits", (0,))]  # a .keras file or a SavedModel: one output (checked, or assumed)
     nms: str | None = None  # the suppression the graph holds (an ONNX file's, read)
+    sides: tuple[str, ...] = ()  # its side inputs, each said with its fill (an ONNX file's)
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
@@ -63,7 +66,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
     elif path.suffix == ".keras":
         fmt, shape = "keras", _keras_input_shape(path)
     elif path.suffix == ".onnx":
-        fmt, (shape, outputs, nms) = "onnx", _onnx_shapes(path)
+        fmt, (shape, outputs, nms, sides) = "onnx", _onnx_shapes(path)
     elif path.suffix == ".pt2":
         fmt, (shape, outputs) = "pt2", program_shapes(path, f"--model {text}")
     else:
@@ -92,7 +95,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
     if all(d > 0 for o in outputs for d in o.shape):  # shapes the file fixes: the task reads them now, else at export
         task_module(chosen).kinds(outputs, f"--model {text}")
     return ModelFile(f"{name}-{content_digest(path)}", str(path.resolve()), fmt, size_of(h, w), layout, batch, chosen,
-                     nms)
+                     nms, sides)
 
 
 def _sides(text: str, sides: tuple[int | None, int | None], resolution: Size | None) -> tuple[int, int]:
@@ -144,9 +147,10 @@ def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
     return keras_input_shape(config, path)
 
 
-def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str | None]:
-    """The ONNX file's input shape, its outputs (an unknown dimension read as 0: their shapes are read from the
-    reference's outputs at export) and the suppression its graph holds, in a phrase (None: none)."""
+def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str | None, tuple[str, ...]]:
+    """The ONNX file's image input shape, its outputs (an unknown dimension read as 0: their shapes are read from the
+    reference's outputs at export), the suppression its graph holds, in a phrase (None: none), and its side inputs,
+    each said with what fills it."""
     try:
         import onnx
     except ImportError:
@@ -159,14 +163,14 @@ def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str 
 
     check_onnx(model, path)
     inits = {i.name for i in model.graph.initializer}
-    (first,) = [i for i in model.graph.input if i.name not in inits]
+    first, sides = split([i for i in model.graph.input if i.name not in inits], path)
     outputs = [Output(o.name, tuple(d.dim_value for d in o.type.tensor_type.shape.dim[1:])
                       if o.type.tensor_type.HasField("shape") else (0,)) for o in model.graph.output]  # (0,): unknown
     nms = graphnms.read(model, list(every_node(model.graph)))
     if nms is not None:
         graphnms.check_outputs(nms, model.graph, first, path)
     return tuple(d.dim_value or None for d in first.type.tensor_type.shape.dim), outputs, \
-        graphnms.said(nms) if nms else None
+        graphnms.said(nms) if nms else None, tuple(s.phrase() for s in sides)
 
 
 # --------------------------------------------------------------------------- weights
