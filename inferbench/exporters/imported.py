@@ -10,8 +10,8 @@ from typing import Any
 
 from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
-from ..registry.sideinputs import bind, split
 from ..registry.models import get_model
+from ..registry.sideinputs import bind, split
 from .reference import predictor, write_parity_reference
 
 

@@ -89,7 +89,7 @@ def bind(path: Path, sides: tuple[SideInput, ...], height: int, width: int) -> N
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     (image,) = [i for i in graph.input if i.name not in initializers and is_image(i)]
-    nodes = []
+    nodes: list[Any] = []
     for side in sides:
         value = np.array([side.value(height, width)], dtype=side.dtype)  # [1, 2]
         tag = f"inferbench_side_{len(nodes)}"
