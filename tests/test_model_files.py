@@ -435,6 +435,8 @@ def test_a_side_input_is_filled_as_its_name_says_and_bound_into_every_runtimes_g
     records = [json.loads(f.read_text()) for f in (tmp_path / "out").rglob("sized-*_64_bs*.json")]
     assert len(records) == 6 and {r["parity"]["status"] for r in records} == {"passed"}
     assert {tuple(r["config"]["model_files"][0]["side_inputs"]) for r in records} == {(said,)}
+    assert {r["runner"]["route"] for r in records if r["framework"] == "torch"} == {
+        "onnx2torch from the user's ONNX file as it is (its side inputs bound into the graph)"}
     reference = np.load(next(shared_cache.rglob("sized-*/reference/logits.npy")))
     assert 32 < reference.max() <= 64  # fractions of the image's 64 px: the size was fed, not zeros or ones
     scaled = sized_onnx(tmp_path / "scaled.onnx", side="scale_factor", dtype="float32", batched=False)

@@ -254,3 +254,37 @@ def test_the_docs_count_the_tests_and_name_the_frameworks_the_code_has():
     table = (root / "docs" / "frameworks.md").read_text().split("## Framework keys", 1)[1].split("\n\n", 2)[1]
     keys = {k for row in table.splitlines()[2:] for k in re.findall(r"`([a-z0-9-]+)`", row.split("|")[1])}
     assert keys - {"best", "all"} == set(FRAMEWORKS), keys ^ set(FRAMEWORKS)
+
+
+def test_every_artifact_says_the_route_it_took_from_the_source():
+    """The route into a runtime is part of the answer: a record names how the artifact a runtime loaded was made, back
+    to the source (a Keras model, a PyTorch program, the user's file)."""
+    from inferbench.registry.artifacts import route
+    from inferbench.registry.frameworks import FRAMEWORKS
+    from inferbench.registry.models import get_model
+
+    keras, ssd = get_model("mobilenet_v3_large"), get_model("torchvision:ssdlite320_mobilenet_v3_large")
+
+    def of(fw, spec):
+        return route(FRAMEWORKS[fw].artifact_for(spec, "inference", "fp32"), spec)
+
+    assert of("torch", keras) == "onnx2torch from tf2onnx from the Keras model"
+    assert of("openvino", keras) == "tf.saved_model.save from the Keras model"
+    assert of("onnxrt", ssd) == "torch.onnx.export (dynamo) from the PyTorch program (torch.export)"
+    assert of("openvino", ssd) == "the PyTorch program (torch.export)" != of("openvino-onnx", ssd)
+    assert route("onnx-int8", keras) == "ONNX Runtime's static QDQ quantisation from tf2onnx from the Keras model"
+
+
+def test_a_model_files_route_starts_at_the_users_file(tmp_path, monkeypatch):
+    from test_model_files import onnx_file
+
+    from inferbench.registry import models
+    from inferbench.registry.artifacts import route
+    from inferbench.registry.modelfiles import open_model_file
+
+    monkeypatch.setattr(models, "_FILES", {})
+    found = open_model_file(str(onnx_file(tmp_path / "net.onnx")))
+    models.register(found)
+    spec = models.get_model(found.name)
+    assert route("onnx", spec) == "the user's ONNX file as it is"
+    assert route("torch", spec) == "onnx2torch from the user's ONNX file as it is"

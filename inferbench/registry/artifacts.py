@@ -106,6 +106,34 @@ _KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onn
                "ported": "the Keras weights", "pt2": "a PyTorch program"}
 
 
+#: How each kind is made from what it requires, in words: a record's ``runner.route`` chains them back to the source.
+MADE_BY = {"savedmodel": "tf.saved_model.save", "onnx": "tf2onnx", "torch": "onnx2torch",
+           "onnx-int8": "ONNX Runtime's static QDQ quantisation", "openvino-int8": "NNCF's post-training quantisation",
+           "torch-int8": "PT2E's x86 inductor quantisation",
+           "onnx-int8-sym": "ONNX Runtime's symmetric QDQ quantisation",
+           "tensorrt": "TensorRT's ONNX parser", "ported": "torchvision's twin with the weights ported",
+           ("pt2", "onnx"): "torch.onnx.export (dynamo)"}
+
+
+_FILE_SAID = {"keras": ".keras file", "savedmodel": "SavedModel", "onnx": "ONNX file", "pt2": ".pt2 program"}
+
+
+def route(kind: str, model: Any) -> str:
+    """How the artifact of ``kind`` a runner loads was made for ``model``, back to the source: "onnx2torch from tf2onnx
+    from the Keras model"; the route into a runtime is part of the answer (OpenVINO reads a PyTorch program directly
+    or through its ONNX export)."""
+    src = source_kind(model)
+    if kind == "none":
+        return "its own weights, built by the runner"
+    if kind == src:
+        if model is not None and model.source is not None:
+            sides = " (its side inputs bound into the graph)" if getattr(model.source, "side_inputs", ()) else ""
+            return f"the user's {_FILE_SAID[src]} as it is{sides}"
+        return "the PyTorch program (torch.export)" if src == "pt2" else "the Keras model"
+    made = MADE_BY.get((src, kind)) or MADE_BY.get(kind, kind)  # type: ignore[call-overload]
+    return f"{made} from {route(requires(kind, model)[0], model)}" if requires(kind, model) else made
+
+
 def source_kind(model: Any) -> str:
     """The artifact kind every other one derives from: the model file's own format, a PyTorch model's program, else
     the Keras model."""

@@ -22,6 +22,7 @@ from ..measure.memory import current_rss_mb, peak_rss_mb
 from ..measure.stats import summarize
 from ..measure.timing import BLOCK_WARMUP_CALLS, GC_DURING_BLOCKS, Measurement, run_block, warm_up
 from ..measure.trackers import Finished, judge
+from ..registry.artifacts import route
 from ..registry.frameworks import load_runner
 from ..registry.inputs import make_inputs
 from ..registry.models import get_model
@@ -114,6 +115,14 @@ def load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
     start = time.perf_counter()
     runner.load(ctx)
     return runner, time.perf_counter() - start
+
+
+def runner_block(job: CellJob, runner: Any) -> dict[str, Any]:
+    """The record's ``runner`` block: what the runner says of itself, and the route its artifact took from the source
+    (:func:`~inferbench.registry.artifacts.route`)."""
+    spec = get_model(job.cell.model)
+    kind = job.framework.artifact_for(spec, job.cell.scenario, job.cell.precision)
+    return {**runner.details(), "route": route(kind, spec)}
 
 
 @dataclasses.dataclass
@@ -288,7 +297,7 @@ class Measured:
                            **self.job.interleaving, **self.timing.notes},
                 "cold_start": self.cold_start,
                 "device_check": self.device_check,
-                "runner": self.runner.details(),
+                "runner": runner_block(self.job, self.runner),
                 **(self.task or {}),
                 **self.extra,
                 **tracked,

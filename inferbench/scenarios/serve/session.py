@@ -22,7 +22,7 @@ from ...registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
 from ...registry.models import get_model
 from ...registry.tasks import task
 from ...spec import CellJob, CellOutcome
-from ..base import Emit, Loaded, device_memory, finish_tracked, idle_tracked
+from ..base import Emit, Loaded, device_memory, finish_tracked, idle_tracked, runner_block
 from ..gates import at_batch_size, own_rounding
 from .loadgen import (
     MIN_DURATION_MS,
@@ -332,7 +332,7 @@ class Session:
                        **self.job.interleaving},
             "cold_start": self.loaded.cold_start,
             "device_check": self.loaded.device_check,
-            "runner": self.runner.details(),
+            "runner": runner_block(self.job, self.runner),
             "tuning": None,
             "serving": {"scenario": self.scenario, "answer": answer, "steps": self.steps,
                         "single_query": self.single, "samples": self.placement,
