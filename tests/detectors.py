@@ -262,3 +262,37 @@ def sized_onnx(path, size=64, side="orig_target_sizes", dtype="int64", batched=T
     code = {"int64": TensorProto.INT64, "float32": TensorProto.FLOAT, "int32": TensorProto.INT32}[dtype]
     extra = [helper.make_tensor_value_info(side, code, ["batch", 2] if batched else [2])]
     return _save(path, "sized", nodes, outputs, inits, (size, size), extra_inputs=extra)
+
+
+def masks_from_segmenter(model, folder, spec_name, size=520, images=16):
+    """A segmentation set (``folder/images/`` and ``folder/masks/``, VOC-style class-index PNGs) whose masks are what
+    ``model`` (an ONNX segmenter giving class scores a pixel first among its outputs) finds in FP32, ONNX Runtime, on
+    seeded image-like images of ``size`` px a side, prepared as the registered model ``spec_name`` prepares its
+    images. A labelled set the tests make: FP32's mean IoU on it is 1 by construction; it judges what a reduced
+    precision loses, not the model. Returns the classes the masks use."""
+    from pathlib import Path
+
+    import onnxruntime as ort
+    from PIL import Image
+
+    from inferbench.registry import images as labelled
+    from inferbench.registry.inputs import make_images
+    from inferbench.registry.models import get_model
+
+    folder = Path(folder)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    (folder / "masks").mkdir(exist_ok=True)
+    listed = []
+    for i in range(images):
+        Image.fromarray(make_images(1, size, 1000 + i)[0].astype(np.uint8)).save(folder / "images" / f"{i}.png")
+        listed.append((folder / "images" / f"{i}.png", i))
+    x = np.concatenate(list(labelled.inputs(get_model(spec_name), listed, size, whole=True)))
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    scores = np.concatenate([session.run(None, {name: x[i:i + 1]})[0] for i in range(len(x))])
+    used = set()
+    for i, s in enumerate(scores):
+        mask = s.argmax(axis=0).astype(np.uint8)
+        used |= set(np.unique(mask).tolist())
+        Image.fromarray(mask, "L").save(folder / "masks" / f"{i}.png")
+    return len(used)
