@@ -67,3 +67,25 @@ def paired_cells(rng, process_sd, state_sd, processes=3, rounds=6, react_b=1.0, 
     samples = [stats.Sample(xs, rs, processes, None if s.var is None else (s.var, int(s.df)))
                for (xs, rs), s in zip(cells, shrunk)]
     return samples[0], samples[1], levels[0] / levels[1]
+
+
+def wandering_cell(rng, phi, rounds=12, processes=3, level_sd=0.05, process_sd=0.0, n=150):
+    """One cell whose machine wanders: each round's level an AR(1) step from the last (correlation ``phi``, a
+    stationary log sd of ``level_sd``: a drift that comes and goes, not a straight line and not the estimator's
+    one-way model), each worker process's own offset (uniform, sd ``process_sd``), each iteration a shifted gamma.
+    The truth its p50 interval should cover: :data:`WANDERING_TRUTH` (the iterations' median at the stationary
+    level)."""
+    levels = np.empty(rounds)
+    levels[0] = rng.normal(0, level_sd)
+    for r in range(1, rounds):
+        levels[r] = phi * levels[r - 1] + math.sqrt(1 - phi * phi) * rng.normal(0, level_sd)
+    width = math.sqrt(3) * process_sd
+    offsets = rng.uniform(-width, width, processes)
+    xs, rs = [], []
+    for r in range(rounds):
+        xs += list(math.exp(levels[r] + offsets[r % processes]) * (4.0 + GAMMA_Q[rng.integers(0, GAMMA_Q.size, n)]))
+        rs += [r] * n
+    return np.array(xs), rs
+
+
+WANDERING_TRUTH = 4.0 + float(np.median(GAMMA_Q))

@@ -172,6 +172,8 @@ class Spread:
     between_var: float | None  # the between-process component (this cell's own moment estimate); None: unmeasured
     between_df: int  # processes - 1
     between_raw: float | None = None  # the estimate before clipping at 0 (what pooling averages: no upward bias)
+    lag1: float | None = None  # the rounds' lag-1 correlation in time order, bias-corrected (None: too few rounds)
+    drift_factor: float = 1.0  # what that correlation makes of the rounds' variance of their mean (wander_factor)
 
     def se(self, between_var: float | None = None, between_df: float | None = None,
            sides: int = 1) -> tuple[float, float]:
@@ -180,7 +182,7 @@ class Spread:
         estimate is of (``sides``: 2 for a paired ratio of two cells)."""
         b = self.between_var if between_var is None else between_var
         bdf = self.between_df if between_df is None else between_df
-        parts: list[tuple[float, float]] = [(self.within_var / self.rounds, self.within_df)]
+        parts: list[tuple[float, float]] = [(self.within_var * self.drift_factor / self.rounds, self.within_df)]
         if b is None or bdf < 1:
             parts.append((sides * (ASSUMED_PROCESS_SD ** 2) / self.processes, math.inf))
         else:
@@ -217,14 +219,51 @@ def spread(per_round: Mapping[int, float], processes: Mapping[int, int]) -> Spre
     ss_within = sum((v - sum(g) / len(g)) ** 2 for g in groups.values() for v in g)
     within_df = n - k
     if within_df < 1:  # one round per process: no within-process spread to separate
-        return Spread(n, k, float(np.var(list(y.values()), ddof=1)), n - 1, None, 0)
-    msw = ss_within / within_df
+        rho = wander([y[r] - grand for r in rounds])
+        return Spread(n, k, float(np.var(list(y.values()), ddof=1)), n - 1, None, 0, None, rho, wander_factor(rho, n))
+    means = {p: sum(g) / len(g) for p, g in groups.items()}
+    rho = wander([y[r] - means[processes.get(r, 0)] for r in rounds])
+    msw, factor = ss_within / within_df, wander_factor(rho, n)
     if k < 2:
-        return Spread(n, 1, msw, within_df, None, 0)
+        return Spread(n, 1, msw, within_df, None, 0, None, rho, factor)
     msb = sum(len(g) * (sum(g) / len(g) - grand) ** 2 for g in groups.values()) / (k - 1)
     n0 = (n - sum(len(g) ** 2 for g in groups.values()) / n) / (k - 1)  # unbalanced one-way ANOVA
     raw = (msb - msw) / n0
-    return Spread(n, k, msw, within_df, max(0.0, raw), k - 1, raw)
+    return Spread(n, k, msw, within_df, max(0.0, raw), k - 1, raw, rho, factor)
+
+
+#: Rounds below this give no lag-1 correlation (their variance of the mean taken as independent rounds').
+WANDER_MIN_ROUNDS = 5
+#: The largest correlation the correction takes (beyond it the interval is said to be unreliable, not widened more).
+WANDER_MAX = 0.95
+#: A stability verdict calls round levels wandering from this corrected correlation on, with this many rounds.
+WANDERING, WANDERING_ROUNDS = 0.8, 8
+
+
+def wander(residuals: Sequence[float]) -> float | None:
+    """The lag-1 correlation of the rounds' residuals (each round's log statistic less its process's mean) in the
+    order the rounds ran, bias-corrected as Kendall's (1954) ``rho + (1 + 3 rho) / n`` and clipped to [0,
+    :data:`WANDER_MAX`]; None below :data:`WANDER_MIN_ROUNDS` rounds. A machine whose speed wanders (an AR(1) level
+    from round to round, not a straight line) makes neighbouring rounds alike: their spread then understates how far
+    their mean is from the long run's (simulated at a correlation of 0.5, a cell's interval covered its level 76-82%
+    of the time, 0.8: 44-53%)."""
+    n = len(residuals)
+    e = np.asarray(residuals, dtype=np.float64)
+    if n < WANDER_MIN_ROUNDS or not np.any(e):
+        return None
+    rho = float(np.sum(e[:-1] * e[1:]) / np.sum(e * e))
+    return min(max(rho + (1 + 3 * rho) / n, 0.0), WANDER_MAX)
+
+
+def wander_factor(rho: float | None, n: int) -> float:
+    """How much an AR(1) correlation ``rho`` between ``n`` successive rounds makes the variance of their mean exceed
+    what their own spread says: ``Var(mean) / (E[s^2] / n)``, exact for n rounds (1 where ``rho`` is None or 0)."""
+    if not rho:
+        return 1.0
+    k = np.arange(1, n)
+    var_mean = (1 + 2 * float(np.sum((1 - k / n) * rho ** k))) / n
+    expected_s2 = n / (n - 1) * (1 - var_mean)
+    return var_mean / (expected_s2 / n)
 
 
 def pool_between(spreads: Sequence[Spread | None]) -> tuple[float | None, int]:
@@ -454,8 +493,9 @@ def effective_n(latencies: Samples, rounds: Sequence[int] | None) -> float:
 def stability(latencies: Samples, rounds: Sequence[int] | None,
               processes: int | Mapping[int, int] | None = None,
               between: tuple[float | None, int] | None = None) -> dict[str, Any]:
-    """Is the p50 estimate stable? From the data alone: the interval's half-width (rounds and processes) and the
-    drift over the rounds, the least-squares slope of the log round medians times the rounds' span."""
+    """Is the p50 estimate stable? From the data alone: the interval's half-width (rounds and processes), the drift
+    over the rounds (the least-squares slope of the log round medians times the rounds' span), and whether the
+    rounds' level wanders (:func:`wander`: their lag-1 correlation, which the interval is widened for)."""
     meds = round_medians(latencies, rounds)
     if len(meds) < MIN_ROUNDS:
         return {"verdict": "unknown", "rounds": len(meds), "half_width": None, "drift": None,
@@ -473,6 +513,10 @@ def stability(latencies: Samples, rounds: Sequence[int] | None,
         reasons.append(f"rounds and processes disagree (p50 +-{half:.0%})")
     if abs(drift) > UNSTABLE_DRIFT:
         reasons.append(f"p50 drifted {drift:+.0%} over the rounds")
+    wandering = fit.lag1 is not None and fit.lag1 >= WANDERING and fit.rounds >= WANDERING_ROUNDS
+    if wandering:
+        reasons.append(f"round medians wander (neighbouring rounds alike: lag-1 correlation {fit.lag1:.2f}; the "
+                       f"interval widened x{math.sqrt(fit.drift_factor):.1f} for it)")
     advice = "" if not reasons else "; ".join(reasons) + \
         ": run more rounds (--rounds) or on a quieter machine before trusting small differences"
     verdict = "unstable" if reasons else "stable"
@@ -480,7 +524,8 @@ def stability(latencies: Samples, rounds: Sequence[int] | None,
         # never "stable" on a spread nobody measured
         verdict, advice = "unknown", ONE_PROCESS if fit.processes == 1 else ONE_ROUND_A_PROCESS
     return {"verdict": verdict, "rounds": len(meds), "half_width": half,
-            "drift": drift, "drift_method": "log-median-slope-over-rounds", "advice": advice}
+            "drift": drift, "drift_method": "log-median-slope-over-rounds", "lag1": fit.lag1,
+            "widened": math.sqrt(fit.drift_factor), "wandering": wandering, "advice": advice}
 
 
 def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,

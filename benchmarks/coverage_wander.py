@@ -1,0 +1,63 @@
+"""How often a cell's 95% p50 interval covers its level when the machine's speed wanders from round to round (an
+AR(1) level of correlation phi: a drift that comes and goes), simulated where the truth is known and is not the
+estimator's own model (tests/sims.py ``wandering_cell``: shifted-gamma iterations, uniform process offsets), with
+the rounds' lag-1 correlation taken into the interval (``inferbench.measure.stats.wander``, now) and without it
+(before: the rounds taken as independent). Also the stability verdict's share of "wandering" and the interval's
+median width (high / low). No timing: the result depends on nothing but the seeds.
+
+    python benchmarks/coverage_wander.py [--trials 400]
+
+Looks inside: the cell interval (measure.stats) on simulated rounds; the Python API (inferbench.api) has no such
+piece, so this script imports the modules it studies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sims import WANDERING_TRUTH, wandering_cell  # noqa: E402
+
+from inferbench.measure import stats  # noqa: E402
+
+CASES = [(r, p, phi, sd) for r, p in ((8, 2), (12, 3), (24, 3)) for phi in (0.0, 0.5, 0.8) for sd in (0.0, 0.03)]
+
+
+def trial(case: tuple[int, int, float, float], trials: int) -> tuple[float, float, float]:
+    rounds, processes, phi, process_sd = case
+    rng = np.random.default_rng(1)
+    hits, widths, wandering = 0, [], 0
+    for _ in range(trials):
+        x, r = wandering_cell(rng, phi, rounds, processes, process_sd=process_sd)
+        found = stats.interval(x, r, "p50", processes)
+        assert found is not None
+        lo, hi, _ = found
+        hits += lo <= WANDERING_TRUTH <= hi
+        widths.append(hi / lo)
+        wandering += bool(stats.stability(x, r, processes)["wandering"])
+    return hits / trials, float(np.median(widths)), wandering / trials
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=400)
+    args = parser.parse_args(argv)
+    print("| rounds | processes | phi | process sd | covered before | now | width before | now | said wandering |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in CASES:
+        with mock.patch.object(stats, "wander", lambda residuals: None):
+            before, width_before, _ = trial(case, args.trials)
+        now, width_now, said = trial(case, args.trials)
+        r, p, phi, sd = case
+        print(f"| {r} | {p} | {phi:g} | {sd:.0%} | {before:.1%} | {now:.1%} | {width_before:.3f} | {width_now:.3f} "
+              f"| {said:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
