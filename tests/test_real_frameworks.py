@@ -490,8 +490,9 @@ def test_a_run_beside_busy_processes_says_it_is_not_valid(default_run, tmp_path,
 def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
     """ONNX Runtime and OpenVINO on MobileNetV3-Small under the real LoadGen: single-stream answers; the server
     search finds a load within a bound set from the single-query tail just measured (a fixed bound fails on a busy
-    runner, where the honest answer is "no load"), confirmed, its served outputs matching the reference; offline
-    answers."""
+    runner, where the honest answer is "no load"), and at least 150 ms: above the scheduler's stalls of a loaded
+    2-core machine (up to 119 ms measured; two in a test's 662 queries fail LoadGen's early stopping at any load: a
+    run failed so at 40 ms), confirmed, its served outputs matching the reference; offline answers."""
     _, _, cache_dir = default_run
     bound = None
     for scenario in ("single-stream", "server", "offline"):
@@ -508,7 +509,7 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
         assert placed["onnxrt"].startswith("host array")
         assert "jax" not in placed or placed["jax"].startswith("JAX array on ")
         if scenario == "single-stream":
-            bound = max(40.0, 8 * float(df["p99_ms"].fillna(df["latency_ms.max"]).max()))
+            bound = max(150.0, 8 * float(df["p99_ms"].fillna(df["latency_ms.max"]).max()))
         for _, r in df.iterrows():
             answer = r["serving.answer"]
             if scenario == "server" and answer["found"]:
