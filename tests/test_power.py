@@ -354,19 +354,21 @@ def test_a_baseline_read_again_after_the_rounds_follows_an_idle_power_that_drift
     """Net energy per inference against the baseline read before the rounds alone takes a drift of the idle power for
     the load; against the line between the readings before and after them (the drift's shape in its error) it does
     not. A device warming up (:func:`_warming`, 300 cells): covered in at least 90%, where the baseline before alone
-    covers at most 40%, the interval no wider than 0.6 of the truth in the median; an idle power wandering at random
-    (:func:`_wandering`, 300 cells): at least 85%, the baseline before alone at most 80%; the rounds long after the
+    covers at most 50% (13 of 300 until its rounds' trend widened its interval: stats.wander, rounds that wander), the
+    interval no wider than 0.6 of the truth in the median; an idle power wandering at random
+    (:func:`_wandering`, 300 cells): at least 90%, the baseline before alone at most 88% (221 and 268 of 300 before
+    the widening for rounds that wander, which both take: 252 and 279 now); the rounds long after the
     baseline before, a slower warming: at least 90%. The truth differs per cell:
     no constant interval covers it."""
     import numpy as np
 
     rng = np.random.default_rng(11)
     covered, widths = _drifting_cells(rng, 300, _warming)
-    # (this seed: 13 and 300 of 300, a median width of 0.28 of the truth)
-    assert covered["before only"] <= 0.40 * 300 and covered["before and after"] >= 0.90 * 300, covered
+    # (this seed: 130 and 300 of 300, a median width of 0.28 of the truth)
+    assert covered["before only"] <= 0.50 * 300 and covered["before and after"] >= 0.90 * 300, covered
     assert np.median(widths) < 0.6
-    covered, _ = _drifting_cells(rng, 300, _wandering)  # (this seed: 221 and 268 of 300)
-    assert covered["before only"] <= 0.80 * 300 and covered["before and after"] >= 0.85 * 300, covered
+    covered, _ = _drifting_cells(rng, 300, _wandering)  # (this seed: 252 and 279 of 300)
+    assert covered["before only"] <= 0.88 * 300 and covered["before and after"] >= 0.90 * 300, covered
     # the rounds 30 s after the baseline before (the group's other cells loading), the warming 5x slower: the line's
     # point lies far from the readings' middle, and the drift's shape is measured about it
     covered, _ = _drifting_cells(rng, 300, lambda r, s: _warming(r, s, slow=5.0), wait_s=30.0)  # (0 and 300)
