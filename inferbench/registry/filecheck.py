@@ -22,7 +22,7 @@ from typing import Any
 
 from ..base import machine
 from ..base.errors import UsageError
-from .sideinputs import split
+from .sideinputs import SideInput, split
 
 MiB = 2**20
 CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
@@ -120,16 +120,17 @@ def keras_input_shape(config: dict[str, Any], path: Path) -> tuple[int | None, .
     return tuple(shape) if shape else None
 
 
-def check_onnx(model: Any, path: Path) -> None:
-    """An ONNX model inferbench can time honestly: one float32 input, standard operators, external data inside the
-    model's folder (``model``: ``onnx.load(path, load_external_data=False)``); its outputs, one or several, are
-    compared by name."""
+def check_onnx(model: Any, path: Path) -> tuple[Any, list[SideInput]]:
+    """An ONNX model inferbench can time honestly: one float32 image input (and side inputs that say what they hold:
+    registry/sideinputs.py), standard operators, external data inside the model's folder (``model``:
+    ``onnx.load(path, load_external_data=False)``); its outputs, one or several, are compared by name. Returns the
+    image input and the side inputs."""
     from onnx import TensorProto
 
     graph = model.graph
 
     inits = {i.name for i in graph.initializer}
-    image, _ = split([i for i in graph.input if i.name not in inits], path)  # side inputs: filled as declared
+    image, sides = split([i for i in graph.input if i.name not in inits], path)  # side inputs: filled as declared
     if not graph.output or len({o.name for o in graph.output}) != len(graph.output):
         raise UsageError(f"{path} has {'no outputs' if not graph.output else 'two outputs of one name'}: "
                          "inferbench compares each output by its name")
@@ -139,6 +140,7 @@ def check_onnx(model: Any, path: Path) -> None:
         raise UsageError(f"{path} takes {kind} input; inferbench feeds float32 images (a quantised model with a "
                          "float32 input is fine)")
     check_onnx_program(model, path)
+    return image, sides
 
 
 def every_node(graph: Any) -> Any:

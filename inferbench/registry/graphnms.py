@@ -17,17 +17,19 @@ OP = "NonMaxSuppression"
 ARGUMENTS = ("max_output_boxes_per_class", "iou_threshold", "score_threshold")
 
 
-def _constants(graph: Any) -> dict[str, Any]:
-    """The graph's constant tensors by name (initializers and Constant nodes' outputs) as NumPy arrays."""
-    from onnx import numpy_helper
+def _constants(graph: Any, names: set[str]) -> dict[str, Any]:
+    """The graph's constant tensors of ``names`` (initializers and Constant nodes' outputs) as NumPy arrays: only
+    those (a model's weights are never converted) and only where they are held in the file (external data is not
+    loaded at the file check)."""
+    from onnx import TensorProto, numpy_helper
 
-    found = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    tensors = {i.name: i for i in graph.initializer if i.name in names}
     for node in graph.node:
-        if node.op_type == "Constant":
+        if node.op_type == "Constant" and node.output and node.output[0] in names:
             for attr in node.attribute:
-                if attr.name == "value" and node.output:
-                    found[node.output[0]] = numpy_helper.to_array(attr.t)
-    return found
+                if attr.name == "value":
+                    tensors[node.output[0]] = attr.t
+    return {name: numpy_helper.to_array(t) for name, t in tensors.items() if t.data_location != TensorProto.EXTERNAL}
 
 
 def read(model: Any, nodes: list[Any]) -> dict[str, Any] | None:
@@ -37,7 +39,7 @@ def read(model: Any, nodes: list[Any]) -> dict[str, Any] | None:
     found = [n for n in nodes if n.op_type == OP]
     if not found:
         return None
-    constants = _constants(model.graph)
+    constants = _constants(model.graph, set(found[0].input[2:]))
     defaults: dict[str, Any] = {"max_output_boxes_per_class": 0, "iou_threshold": 0.0,
                                 "score_threshold": None}  # ONNX's: no cap given keeps no box, no score floor
     values: dict[str, Any] = {}

@@ -16,7 +16,6 @@ from . import graphnms
 from .filecheck import check_onnx, every_node, keras_config, keras_endpoints, keras_input_shape
 from .outputs import Output
 from .programs import program_shapes
-from .sideinputs import split
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 
@@ -161,9 +160,7 @@ def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str 
         raise UsageError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") \
             from None
 
-    check_onnx(model, path)
-    inits = {i.name for i in model.graph.initializer}
-    first, sides = split([i for i in model.graph.input if i.name not in inits], path)
+    first, sides = check_onnx(model, path)
     outputs = [Output(o.name, tuple(d.dim_value for d in o.type.tensor_type.shape.dim[1:])
                       if o.type.tensor_type.HasField("shape") else (0,)) for o in model.graph.output]  # (0,): unknown
     nms = graphnms.read(model, list(every_node(model.graph)))
