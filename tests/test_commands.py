@@ -917,3 +917,81 @@ def test_not_judged_means_no_interval_margin_or_stability_in_any_output(tmp_path
     stable["latency_ms"]["stability"] = {**stable["latency_ms"]["stability"], "verdict": "stable", "half_width": 0.01}
     assert stability_said(stable) == "stable ±1.0%"
     assert {summary_rows([c])[0]["stability"] for c in (quick, stable, cells[0])} <= set(STABILITY_WORDS)
+
+
+def _drifting_series(tmp_path, name, rng, order, slower, drift=0.08):
+    """Six invocations one minute apart on a machine that drifts: each run's level 5 ms times e^(drift x sqrt(i/5))
+    (a rise that flattens: not the straight line the estimator fits) and a uniform offset of sd 2% in log; ``order``
+    names each run's side ('O' or 'N'), NEW ``slower``. Returns both sides' frames."""
+    width = 0.02 * 3 ** 0.5
+    for i, side in enumerate(order):
+        level = 5.0 * (slower if side == "N" else 1.0) * math.exp(drift * math.sqrt(i / 5) + rng.uniform(-width, width))
+        _folder(tmp_path / name / side / str(i), make_record("onnxrt", created_at=f"2026-11-28T10:0{i}:00+0000",
+                                                             **_two_speed_run("F" * 9, level, rng.random())))
+    return [records.load(tmp_path / name / side) for side in ("O", "N")]
+
+
+def test_compare_fits_a_drift_in_time_so_runs_made_one_after_another_do_not_read_as_a_change(tmp_path):
+    """Issue 57, item 3. A machine drifts 8% over six invocations made a minute apart (a rise that flattens, not the
+    estimator's straight line); three older runs as OLD and three newer as NEW — what a CI job that runs the baseline
+    first does. Identical code, pooled without a term for time (as before): called different in about a quarter of
+    trials; with it, in at most 10% and never a REGRESSION, its slope said and its uncertainty in the interval, while
+    a 1.3x slowdown is still a REGRESSION at --fail-above 10 in most trials. Alternated (O N O N O N, the recipe
+    docs/cli.md gives) identical sides are called different as rarely. Sides made hours apart: not comparable."""
+    import random
+
+    from inferbench.analysis.comparison import compare_frames
+
+    rng = random.Random(57)
+    verdicts: dict[str, list[str]] = {"before": [], "after": [], "1.3x": [], "alternated": []}
+    for trial in range(40):
+        sides = _drifting_series(tmp_path, f"ordered{trial}", rng, "OOONNN", 1.0)
+        (before,), _ = compare_frames(*sides, 10, time_term=False)
+        (after,), notes = compare_frames(*sides, 10)
+        assert after["method"].endswith("+time") and after["drift_pct_per_h"] is not None, after
+        assert any("a drift in time fitted beside the sides" in n and "not alternated in time" in n for n in notes)
+        verdicts["before"].append(before["verdict"])
+        verdicts["after"].append(after["verdict"])
+        for kind, order, slower in (("1.3x", "OOONNN", 1.3), ("alternated", "ONONON", 1.0)):
+            (row,), _ = compare_frames(*_drifting_series(tmp_path, f"{kind}{trial}", rng, order, slower), 10)
+            verdicts[kind].append(row["verdict"])
+    different = {k: sum(v != "no significant difference" for v in vs) for k, vs in verdicts.items()}
+    assert different["before"] >= 6, verdicts["before"]  # (this seed: 9 of 40; after 1, alternated 1, 1.3x 31)
+    assert different["after"] <= 4 and not any(v.startswith("REGRESSION") for v in verdicts["after"]), verdicts
+    assert different["alternated"] <= 4, verdicts["alternated"]
+    assert sum(v.startswith("REGRESSION") for v in verdicts["1.3x"]) >= 24, verdicts["1.3x"]
+    # the drift the fit reads is the one made: 8% over five minutes, faster early: about 1.2-2.4% a minute
+    (row,), _ = compare_frames(*_drifting_series(tmp_path, "slope", random.Random(1), "ONONON", 1.0, drift=0.08), 10)
+    assert 40 < row["drift_pct_per_h"] < 200, row
+    # OLD from hours before NEW: the time term would widen the interval by far more than 10x in variance
+    for i in range(3):
+        _folder(tmp_path / "apart" / "O" / str(i), make_record("onnxrt", created_at=f"2026-11-28T0{i}:00:00+0000",
+                                                               **_two_speed_run("F" * 9, 5.0, i)))
+        _folder(tmp_path / "apart" / "N" / str(i), make_record("onnxrt", created_at=f"2026-11-28T1{i}:00:30+0000",
+                                                               **_two_speed_run("F" * 9, 5.0, 10 + i)))
+    (row,), _ = compare_frames(*(records.load(tmp_path / "apart" / s) for s in "ON"), 10)
+    assert row["verdict"].startswith("not comparable: OLD and NEW were measured one after the other") and \
+        row["ratio"] is None, row
+
+
+def test_the_calibrations_error_rates_on_disjoint_time_ordered_trials(tmp_path):
+    """benchmarks/aa_calibration.py --time-ordered on a committed calibration (real runs, 2026-11-28): each interval's
+    own rate of calling identical sides different, on trials that share no run, with its Wilson interval, beside the
+    REGRESSION rate and the power at a 1.3x made on the same runs; written where --out says, nothing else touched."""
+    folder = Path(__file__).resolve().parents[1] / "benchmark_results" / "aa-calibration-cpu-20261128-pooled"
+    before = sorted(p.name for p in folder.iterdir())
+    proc = subprocess.run([sys.executable, str(folder.parents[1] / "benchmarks" / "aa_calibration.py"),
+                           "--time-ordered", str(folder), "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == before
+    results = json.loads((tmp_path / "time_ordered.json").read_text())["results"]
+    text = (tmp_path / "time_ordered.txt").read_text()
+    assert "13 of 20 plain runs steady at its most frequent machine speed, 5 slowed" in text
+    ordered = results["3 a side, older as OLD, time term"]
+    assert {fw: t["trials"] for fw, t in ordered.items() if fw != "together"} == {"onnxrt": 2, "openvino": 2}
+    assert sum(t["regression"] for fw, t in ordered.items() if fw != "together") == 0
+    one = results["one against one (consecutive runs)"]["onnxrt"]
+    assert one["trials"] == 6 and one["regression"] == 0  # 13 runs at the main speed: six disjoint pairs
+    made = results["1.3x made: 3 a side, alternated, time term"]["onnxrt"]
+    assert made["judged"] == 2 and made["regression"] >= 1, made
+    assert "called different 0/2 = 0.0% [95% CI 0.0%-65.8%]" in text  # a rate with its Wilson interval

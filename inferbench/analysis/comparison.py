@@ -35,6 +35,7 @@ share their verdicts, the columns each side fills and the rounds at one machine 
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import math
@@ -60,15 +61,18 @@ MATCHED_ROUNDS = 4
 #: What makes two records the same cell across folders (the host may differ: a CI runner is rebuilt).
 KEY = ["device_model", "threads", *IDENTITY]
 COLUMNS = (*KEY, "old_p50_ms", "new_p50_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "method",
+           "drift_pct_per_h",
            "old_valid", "new_valid", "old_source", "new_source")
 #: An A/B in one run's own columns (``compare RUN``): the twin's tag and B's interpreter.
 AB_COLUMNS = ("b", "b_interpreter")
 
 
-def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def compare_frames(old: Any, new: Any, fail_above: float | None = None, time_term: bool = True,
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per cell found in both frames (of :func:`inferbench.records.load`), and the lines about
     cells found on one side only or several times: several invocations on both sides are pooled
-    (:func:`pooled`), else the latest record of each side is used."""
+    (:func:`pooled`; ``time_term`` False: without its drift in time, as before it had one), else the latest record
+    of each side is used."""
     notes = []
     sides: dict[str, dict[tuple[Any, ...], list[Any]]] = {}
     for name, df in (("OLD", old), ("NEW", new)):
@@ -83,12 +87,11 @@ def compare_frames(old: Any, new: Any, fail_above: float | None = None) -> tuple
     for key in sorted(set(sides["OLD"]) & set(sides["NEW"]), key=str):
         olds, news = sides["OLD"][key], sides["NEW"][key]
         if len(olds) >= POOLED_RUNS and len(news) >= POOLED_RUNS:
-            row, why = pooled(dict(zip(KEY, key)), olds, news, fail_above)
+            row, why = pooled(dict(zip(KEY, key)), olds, news, fail_above, time_term)
             copies = "" if distinct(olds) == len(olds) and distinct(news) == len(news) else \
                 f" ({len(olds)} and {len(news)} records: copies of one run count once)"
             notes.append(f"OLD holds {distinct(olds)} and NEW {distinct(news)} distinct invocations of "
-                         f"{_label(dict(zip(KEY, key)))}{copies}: "
-                         + (why or "pooled, their spread between invocations measured from them"))
+                         f"{_label(dict(zip(KEY, key)))}{copies}: {why}")
             rows.append(row)
             continue
         for name, found in (("OLD", olds), ("NEW", news)):
@@ -107,52 +110,118 @@ POOLED_RUNS = 2
 assert POOLED_RUNS >= 2
 
 
-def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None,
-           ) -> tuple[dict[str, Any], str | None]:
-    """``row`` judged from several invocations a side, and why it was not pooled (None: it was). Each run's log centre
+def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: float | None, time_term: bool = True,
+           ) -> tuple[dict[str, Any], str]:
+    """``row`` judged from several invocations a side, and how (or why it was not pooled). Each run's log centre
     over its steady rounds at its most frequent machine speed (:func:`_steady`) is one sample; the runs are grouped by
     speed (this VM runs at two), NEW's mean over OLD's taken within each speed both sides ran at and combined (each
     speed weighted as its runs allow), with a t interval from the runs' own spread between invocations within
     speeds, pooled over the speeds and the sides — each run's own error lies within that spread, and nothing from a
-    calibration is added. The runs used are those alike the latest of their side (ran, verified, on a quiet machine,
-    tuned to the same setting; a record found twice counts once); where the latest pair is not judged on its numbers
-    (a failure, lost parity, a busy machine, another tuned setting), that verdict stands, and with fewer than two
-    usable runs a side at speeds both ran at, the latest pair is judged as one."""
+    calibration is added. Where every run's time is known, a common drift in time is fitted beside the sides
+    (:func:`_fit`: centre = group + slope × time), so that runs made one after another on a machine that drifts do
+    not read as a difference; its slope is said, and its uncertainty is in the interval. The runs used are those alike
+    the latest of their side (ran, verified, on a quiet machine, tuned to the same setting; a record found twice counts
+    once); where the latest pair is not judged on its numbers (a failure, lost parity, a busy machine, another tuned
+    setting), that verdict stands, and with fewer than two usable runs a side at speeds both ran at, the latest pair is
+    judged as one."""
     latest = judged(row, olds[-1], news[-1], fail_above, across=True)
     if latest["ratio"] is None and not latest["verdict"].startswith("not comparable: no machine speed"):
         return latest, "the latest pair's verdict stands (its runs are not judged on their numbers)"
     found = [(side, *steady) for side, runs in (("old", olds), ("new", news)) for r in _alike(runs)
              for steady in [_steady(r)] if steady is not None]
     states: list[float | None] = []
-    for _, speed, _ in found:
+    for _, speed, _, _ in found:
         if not any(_same(s, speed) for s in states):
             states.append(speed)
-    strata = [([v for side, speed, v in found if side == "old" and _same(state, speed)],
-               [v for side, speed, v in found if side == "new" and _same(state, speed)], state) for state in states]
-    both: list[tuple[list[float], list[float], float | None]] = [(o, n, state) for o, n, state in strata if o and n]
-    used = [sum(len(o) for o, _, _ in both), sum(len(n) for _, n, _ in both)]
-    df = sum(len(g) - 1 for o, n, _ in strata for g in (o, n) if g)
-    if used[0] < POOLED_RUNS or used[1] < POOLED_RUNS or df < 1:
+    runs = [(side, next(i for i, s in enumerate(states) if _same(s, speed)), v, when) for side, speed, v, when in found]
+    both = [i for i in range(len(states)) if {"old", "new"} <= {side for side, g, _, _ in runs if g == i}]
+    used = [sum(side == name and g in both for side, g, _, _ in runs) for name in ("old", "new")]
+    groups = {(side, g) for side, g, _, _ in runs}
+    if used[0] < POOLED_RUNS or used[1] < POOLED_RUNS or len(runs) - len(groups) < 1:
         return latest, (f"not pooled: {used[0]} OLD and {used[1]} NEW runs ran alike at machine speeds both sides ran "
                         f"at (steady for {MATCHED_ROUNDS} rounds), {POOLED_RUNS} a side needed; the latest pair is "
                         "judged as one")
-    weights = [1 / (1 / len(o) + 1 / len(n)) for o, n, _ in both]
-    estimate = sum(w * (statistics.fmean(n) - statistics.fmean(o)) for w, (o, n, _) in zip(weights, both)) / sum(
-        weights)
-    spread = sum(len(g) * statistics.pvariance(g) for o, n, _ in strata for g in (o, n) if g) / df
-    main = max(zip(weights, both), key=lambda x: x[0])[1]  # the speed most of the runs ran at: what the table shows
-    speeds = ",".join(f"{s:.0f}" for _, _, s in both if s is not None)
+    fit = _fit(runs, both, time_term)
+    main = max(both, key=lambda g: _weight(runs, g))  # the speed most of the runs ran at: what the table shows
+    centres = {side: statistics.fmean(v for s, g, v, _ in runs if s == side and g == main) for side in ("old", "new")}
+    speeds = ",".join(f"{states[g]:.0f}" for g in both if states[g] is not None)
     out = row | _sides(olds[-1], news[-1]) | {
-        "old_p50_ms": math.exp(statistics.fmean(main[0])), "new_p50_ms": math.exp(statistics.fmean(main[1])),
-        "ratio": math.exp(estimate),
+        "old_p50_ms": math.exp(centres["old"]), "new_p50_ms": math.exp(centres["new"]),
+        "ratio": math.exp(fit["estimate"]),
         "method": f"invocations-pooled-t-95:{used[0]}/{len(olds)},{used[1]}/{len(news)}"
-                  + (f"-at-{speeds}-gflops" if speeds else "")}
-    if spread <= 0:  # runs that agree to the last digit: the same record found twice, not invocations
-        return out | {"verdict": "no interval (the runs do not differ at all: the same records twice?)"}, None
-    half = t975(df) * math.sqrt(spread / sum(weights))
-    ci = [math.exp(estimate - half), math.exp(estimate + half)]
+                  + (f"-at-{speeds}-gflops" if speeds else "") + ("+time" if fit["slope"] is not None else "")}
+    said = "pooled, their spread between invocations measured from them" + (f"; {fit['said']}" if fit["said"] else "")
+    if fit["slope"] is not None:
+        out["drift_pct_per_h"] = 100 * math.expm1(fit["slope"] * 3600)
+    if fit["inflation"] is not None and fit["inflation"] > MAX_INFLATION:
+        return out | {"ratio": None, "verdict": "not comparable: OLD and NEW were measured one after the other, not "
+                      f"interleaved in time: a drift of the machine cannot be told from a change (the time term "
+                      f"widens the interval {math.sqrt(fit['inflation']):.1f}x); alternate OLD and NEW invocations "
+                      "(docs/cli.md) or measure both in one run (--ab-python)"}, said
+    if fit["spread"] <= 0:  # runs that agree to the last digit: the same record found twice, not invocations
+        return out | {"verdict": "no interval (the runs do not differ at all: the same records twice?)"}, said
+    half = t975(fit["df"]) * math.sqrt(fit["spread"] * fit["variance"])
+    ci = [math.exp(fit["estimate"] - half), math.exp(fit["estimate"] + half)]
     return out | {"ratio_ci_low": ci[0], "ratio_ci_high": ci[1], "verdict": _verdict(out["ratio"], ci, fail_above)}, \
-        None
+        said
+
+
+#: How much wider the time term may make a pooled interval's variance before the sides count as not interleaved
+#: (the variance inflation factor of the side given time; 10 is the usual bound for collinearity): three runs a side
+#: made one after another inflate it 4.4x, alternated 1.1x, sides measured days apart by thousands.
+MAX_INFLATION = 10.0
+
+
+def _weight(runs: list[tuple[str, int, float, float | None]], g: int) -> float:
+    """A speed's weight in the pooled ratio: 1 / (1/k_old + 1/k_new) of its runs."""
+    k = [sum(s == side and gg == g for s, gg, _, _ in runs) for side in ("old", "new")]
+    return 1 / (1 / k[0] + 1 / k[1])
+
+
+def _fit(runs: list[tuple[str, int, float, float | None]], both: list[int], time_term: bool) -> dict[str, Any]:
+    """The pooled log ratio by least squares: a mean per side and speed (``runs``: side, speed group, log centre, start
+    time in seconds) and, with ``time_term`` where every time is known and a degree of freedom is left, one slope in
+    time common to all; NEW over OLD within each speed in ``both``, combined with :func:`_weight`. Returns the
+    ``estimate``, its ``variance`` in units of the residual ``spread`` (with ``df``), the ``slope`` (log per second,
+    None without one), the ``inflation`` of that variance by the time term and what was ``said`` of it."""
+    import numpy as np
+
+    groups = sorted({(side, g) for side, g, _, _ in runs})
+    times = [when for *_, when in runs]
+    x = np.array([[float((side, g) == k) for k in groups] for side, g, _, _ in runs])
+    y = np.array([v for _, _, v, _ in runs])
+    weights = {g: _weight(runs, g) for g in both}
+    c = np.array([(1 if side == "new" else -1) * weights.get(g, 0.0) for side, g in groups]) / sum(weights.values())
+    said, slope = None, None
+    if time_term and None not in times and len(runs) - len(groups) - 1 >= 1:
+        t = np.array(times, dtype=float) - statistics.fmean(times)  # type: ignore[arg-type]
+        xt = np.column_stack([x, t])
+        if np.linalg.matrix_rank(xt) == xt.shape[1]:
+            x, c = xt, np.append(c, 0.0)
+        else:
+            said = "no term for time: the runs' times do not differ within their groups"
+    elif time_term:
+        said = ("no term for time: " + ("a run's start is not known" if None in times else
+                f"{len(runs)} runs in {len(groups)} groups leave no degree of freedom for it"))
+    inverse = np.linalg.inv(x.T @ x)
+    theta = inverse @ x.T @ y
+    residual = y - x @ theta
+    df = len(runs) - x.shape[1]
+    spread = float(residual @ residual) / df
+    variance = float(c @ inverse @ c)
+    inflation = None
+    if x.shape[1] > len(groups):
+        slope = float(theta[-1])
+        plain = float(c[:-1] @ np.linalg.inv(x[:, :-1].T @ x[:, :-1]) @ c[:-1])
+        inflation = variance / plain
+        se = math.sqrt(spread * inverse[-1, -1])
+        lo, hi = (100 * math.expm1((slope + k * t975(df) * se) * 3600) for k in (-1, 1))
+        said = (f"a drift in time fitted beside the sides: {100 * math.expm1(slope * 3600):+.2f}%/h [95% CI "
+                f"{lo:+.2f} to {hi:+.2f}], its uncertainty in the ratio's interval"
+                + ("" if inflation <= 2 else f" ({math.sqrt(inflation):.1f}x wider for it: OLD and NEW were not "
+                   "alternated in time)"))
+    return {"estimate": float(c @ theta), "variance": variance, "spread": spread, "df": df, "slope": slope,
+            "inflation": inflation, "said": said}
 
 
 def content(r: Any) -> str:
@@ -185,9 +254,10 @@ def _alike(runs: list[Any]) -> list[Any]:
     return out
 
 
-def _steady(r: Any) -> tuple[float | None, float] | None:
-    """A run's machine speed and log centre over its steady rounds at its most frequent speed (a run without
-    per-round readings: its median speed, else None, and all its rounds); None where it has too few such rounds."""
+def _steady(r: Any) -> tuple[float | None, float, float | None] | None:
+    """A run's machine speed, log centre over its steady rounds at its most frequent speed (a run without per-round
+    readings: its median speed, else None, and all its rounds) and when it measured them (:func:`_when`); None where
+    it has too few such rounds."""
     readings = r.get("machine_state.speed.rounds")
     median = r.get("machine_state.speed.gflops_median")
     speed = float(median) if isinstance(median, numbers.Real) and median == median and float(median) > 0 else None
@@ -198,7 +268,22 @@ def _steady(r: Any) -> tuple[float | None, float] | None:
             return None
         kept, speed = _rounds(r, found[0]), found[2]
     side = log_centre(sample_of(kept)) if _has_raw(kept) else None
-    return None if side is None else (speed, side[0])
+    return None if side is None else (speed, side[0], _when(kept))
+
+
+def _when(r: Any) -> float | None:
+    """When a run measured its rounds, in seconds since the epoch: the mean start of its kept rounds' blocks
+    (``timing.blocks``), else its record's ``created_at``; None where neither is known."""
+    blocks, rounds = r.get("timing.blocks"), r.get("raw_rounds")
+    kept = set(rounds) if isinstance(rounds, list) else None
+    starts = [float(b["started_at"]) for b in blocks if isinstance(b, dict) and isinstance(b.get("started_at"), (
+        int, float)) and (kept is None or b.get("round") in kept)] if isinstance(blocks, list) else []
+    if starts:
+        return statistics.fmean(starts)
+    try:
+        return datetime.datetime.strptime(str(r.get("created_at")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -267,7 +352,7 @@ def _group(r: Any) -> Any:
 def _sides(o: Any, n: Any) -> dict[str, Any]:
     """A row's columns for what each side has (None: a side missing), before any ratio is judged."""
     return {"old_p50_ms": None if o is None else o["p50_ms"], "new_p50_ms": None if n is None else n["p50_ms"],
-            "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None,
+            "ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "method": None, "drift_pct_per_h": None,
             "old_valid": "unknown" if o is None else _valid(o), "new_valid": "unknown" if n is None else _valid(n),
             "old_source": None if o is None else o["_source"], "new_source": None if n is None else n["_source"]}
 
