@@ -34,6 +34,7 @@ no spread between invocations to estimate.
     python benchmarks/aa_calibration.py --across --out DIR [--invocations 10] [--frameworks onnxrt,openvino]
                                         [--slowdown onnxrt:1.3] [--busy N] [--cache-dir DIR] [--reuse]
     python benchmarks/aa_calibration.py --pooled 3 --out DIR   # an --across calibration's runs, K a side pooled
+    python benchmarks/aa_calibration.py --time-ordered DIR [DIR ...] --out OUT   # calibrations' runs in time order
 
 Looks inside: compare's own estimators (the interval within a run, between invocations, pooled) and a group measured
 in-process; the Python API (inferbench.api) has no such piece, so this script imports the modules it studies.
@@ -140,10 +141,7 @@ def verdicts(old: Path | list[Path], new: Path | list[Path], fail_above: float =
 
     frames = [load(old), load(new)]
     if sd is not None:
-        columns = {"environment.invocation_spread.sd": sd["sd"], "environment.invocation_spread.df": sd["df"]} | {
-            f"environment.invocation_spread.{k}.{fw}": v for k in ("per_framework", "df_per_framework")
-            for fw, v in sd[k].items()}
-        frames = [f.assign(**columns) for f in frames]
+        frames = [calibrated(f, sd) for f in frames]
     rows, _ = compare_frames(*frames, fail_above)
     return rows
 
@@ -276,6 +274,152 @@ def pooled_runs(args: argparse.Namespace) -> None:
     print("\n".join(lines))
     (out / "pooled.txt").write_text("\n".join(lines) + "\n")
     (out / "pooled.json").write_text(json.dumps({"pooled": k, "results": results}, indent=1))
+
+
+def time_ordered(args: argparse.Namespace) -> None:
+    """Each interval's own error rate on identical sides, on **disjoint** sets of the runs of the calibrations named
+    (``--across`` folders; ``--ab`` folders too), taken in the order they were made (nothing is run, their files are
+    left as they are): per framework, one run against the next (pairs 0-1, 2-3, ...); windows of six consecutive runs
+    pooled three a side, the older three as OLD (as a CI job that runs its baseline first) — with ``compare``'s term
+    for time and without it, as before — and alternated (O N O N O N, docs/cli.md's recipe); the same windows with
+    NEW's latencies made 1.3x (a known truth on real runs); the slowed runs (``slowed/``) each against a plain one;
+    and, in an ``--ab`` folder, each run's twins (B over A, paired within its rounds). Only runs steady at their
+    machine's most frequent speed enter (``compare`` sets no other beside them). Each rate with its Wilson interval;
+    no two trials share a run. Written to ``--out``: ``time_ordered.txt`` and ``time_ordered.json``."""
+    import contextlib
+    import io
+
+    from inferbench.analysis.comparison import ab_frame, compare_frames
+    from inferbench.records.load import load
+
+    def runs_of(folder: Path, mode: str) -> list[Path]:  # run folders are named by their start: sorted, in time order
+        return sorted((p for f in (folder / mode).iterdir() for p in f.iterdir() if p.is_dir()),
+                      key=lambda p: p.name) if (folder / mode).is_dir() else []
+
+    results: dict[str, dict[str, dict[str, int]]] = {}
+    lines = []
+
+    def count(name: str, rows: list[dict]) -> None:
+        for row in rows:
+            t = results.setdefault(name, {}).setdefault(row["framework"], dict.fromkeys(
+                ("trials", "judged", "different", "regression"), 0))
+            t["trials"] += 1
+            t["judged"] += row["ratio_ci_low"] is not None
+            t["different"] += row["ratio_ci_low"] is not None and row["verdict"] != "no significant difference"
+            t["regression"] += "REGRESSION" in row["verdict"]
+
+    slowed_framework = None
+    for folder in map(Path, args.time_ordered):
+        made: dict = next((json.loads((folder / f).read_text()) for f in ("calibration.json", "ab.json")
+                     if (folder / f).is_file()), {})
+        slowed_framework = (made.get("slowdown") or "").partition(":")[0] or slowed_framework
+        if (folder / "ab.json").is_file():  # an A/B in one run: each run judged alone, B over A
+            with contextlib.redirect_stderr(io.StringIO()):
+                for mode in ("aa", "slowed"):
+                    for run in runs_of(folder, mode):
+                        count(f"A/B in one run, B {'slowed' if mode == 'slowed' else 'the same install'}",
+                              ab_frame(load(run), 10.0)[0])
+            lines.append(f"{folder}: an A/B in one run, {len(runs_of(folder, 'aa'))} A/A runs and "
+                         f"{len(runs_of(folder, 'slowed'))} with B slowed")
+            continue
+        plain, slowed = runs_of(folder, "calibrate") + runs_of(folder, "aa"), runs_of(folder, "slowed")
+        plain.sort(key=lambda p: p.name)
+        with contextlib.redirect_stderr(io.StringIO()):  # the loader's notes on every run
+            frames = {p: load(p) for p in plain + slowed}
+        if isinstance(made.get("calibration"), dict):  # its own calibration on every run, as --reuse applies it
+            frames = {p: calibrated(f, made["calibration"]) for p, f in frames.items()}
+        kept = at_main_speed(plain, frames)
+        lines.append(f"{folder}: {len(kept)} of {len(plain)} plain runs steady at its most frequent machine speed, "
+                     f"{len(slowed)} slowed")
+
+        windows = [kept[i:i + 6] for i in range(0, len(kept) - 5, 6)]
+        trials: dict[str, list[tuple[list[Path], list[Path], float, bool]]] = {
+            "one against one (consecutive runs)": [([a], [b], 1.0, True) for a, b in zip(kept[::2], kept[1::2])],
+            "3 a side, older as OLD, no time term (before)": [(w[:3], w[3:], 1.0, False) for w in windows],
+            "3 a side, older as OLD, time term": [(w[:3], w[3:], 1.0, True) for w in windows],
+            "3 a side, alternated, time term": [(w[::2], w[1::2], 1.0, True) for w in windows],
+            "1.3x made: one against one": [([a], [b], 1.3, True) for a, b in zip(kept[::2], kept[1::2])],
+            "1.3x made: 3 a side, older as OLD, no time term": [(w[:3], w[3:], 1.3, False) for w in windows],
+            "1.3x made: 3 a side, older as OLD, time term": [(w[:3], w[3:], 1.3, True) for w in windows],
+            "1.3x made: 3 a side, alternated, time term": [(w[::2], w[1::2], 1.3, True) for w in windows],
+            "slowed runs, one against one (each against a plain run)": [
+                ([a], [b], 1.0, True) for a, b in zip(kept[::-1], slowed)],
+        }
+        with contextlib.redirect_stderr(io.StringIO()):
+            for name, cases in trials.items():
+                for old, new, factor, term in cases:
+                    count(name, compare_frames(side_of(frames, old), side_of(frames, new, factor), 10.0,
+                                                time_term=term)[0])
+    lines.append("disjoint trials (within a row no two share a run; rows reuse the same runs), --fail-above 10; 1.3x "
+                 "made: NEW's latencies multiplied by 1.3 (both frameworks); slowed: "
+                 f"{slowed_framework} slowed by the test hook, the other framework in those runs not; one against one "
+                 "with each folder's own calibration between invocations; both*: the two frameworks' trials added "
+                 "(measured in the same runs: not independent, their interval too narrow)")
+    for name, per in results.items():
+        truths: dict[str, dict[str, int]] = {}
+        for fw, t in sorted(per.items()):
+            truth = truth_of(name, fw, slowed_framework)
+            lines.append(tally_line(name, fw, truth, t))
+            both = truths.setdefault(truth, dict.fromkeys(t, 0))
+            for k, v in t.items():
+                both[k] += v
+        for truth, t in truths.items():  # the frameworks together (the same runs: not independent trials)
+            if sum(truth == truth_of(name, fw, slowed_framework) for fw in per) > 1:
+                lines.append(tally_line(name, "both*", truth, t))
+        results[name]["together"] = {"truths": truths}  # type: ignore[dict-item]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print("\n".join(lines))
+    (out / "time_ordered.txt").write_text("\n".join(lines) + "\n")
+    (out / "time_ordered.json").write_text(json.dumps({"folders": args.time_ordered, "results": results}, indent=1))
+
+
+def side_of(frames: dict[Path, Any], runs: list[Path], factor: float = 1.0) -> Any:
+    """The records of ``runs`` as one side of a comparison, their latencies multiplied by ``factor``."""
+    import pandas as pd
+
+    df = pd.concat([frames[p] for p in runs], ignore_index=True).copy()  # one block: no fragmentation warnings
+    if factor != 1.0:
+        df = df.assign(raw_latencies_ms=[[x * factor for x in v] if isinstance(v, list) else v
+                                         for v in df["raw_latencies_ms"]], p50_ms=df["p50_ms"] * factor)
+    return df
+
+
+def truth_of(trial: str, framework: str, slowed: str | None) -> str:
+    """What :func:`time_ordered`'s trial compares for a framework: a 1.3x slowdown (made, or the test hook's on the
+    ``slowed`` framework) or identical sides."""
+    return "1.3x" if trial.startswith("1.3x") or "slowed" in trial and framework == slowed else "identical"
+
+
+def calibrated(frame: Any, sd: dict) -> Any:
+    """``frame``'s records with the calibration between invocations ``sd`` (an ``--across`` calibration.json's) in
+    place of the one they carry, as ``--reuse`` applies it."""
+    return frame.assign(**{"environment.invocation_spread.sd": sd["sd"], "environment.invocation_spread.df": sd["df"]},
+                        **{f"environment.invocation_spread.{k}.{fw}": v for k in ("per_framework", "df_per_framework")
+                           for fw, v in sd[k].items()})
+
+
+def tally_line(name: str, framework: str, truth: str, t: dict[str, int]) -> str:
+    """One line of :func:`time_ordered`'s table: trials judged, called different, REGRESSION, with Wilson intervals."""
+    return (f"  {name:56s} {framework:9s} {truth:9s} judged {t['judged']} of {t['trials']}; called different "
+            f"{wilson(t['different'], t['judged'])}; REGRESSION {wilson(t['regression'], t['judged'])}")
+
+
+def at_main_speed(runs: list[Path], frames: dict[Path, Any]) -> list[Path]:
+    """The runs (in their order) whose rounds were steady at the machine's most frequent speed, by every record of each
+    (as ``compare`` reads a run's speed: :func:`inferbench.analysis.comparison._steady`)."""
+    from inferbench.analysis.comparison import _steady
+    from inferbench.measure.trackers.speed import same_state
+
+    speeds = {}
+    for p in runs:  # a run at one speed by all its records' steady rounds
+        found = [_steady(r) for _, r in frames[p].iterrows()]
+        if found and all(f is not None and f[0] is not None and same_state(f[0], found[0][0]) for f in found):  # type: ignore[index]
+            speeds[p] = found[0][0]  # type: ignore[index]
+    if not speeds:
+        return []
+    main = max(speeds.values(), key=lambda s: sum(bool(same_state(s, o)) for o in speeds.values()))
+    return [p for p in runs if p in speeds and same_state(speeds[p], main)]
 
 
 def ab_runs(args: argparse.Namespace) -> None:
@@ -443,8 +587,12 @@ def main() -> None:
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     p.add_argument("--pooled", type=int, default=0, metavar="K", help="across: compare K invocations a side, pooled, "
                    "from the runs already in --out (nothing is run)")
+    p.add_argument("--time-ordered", nargs="+", metavar="DIR", help="each interval's own error rate on disjoint sets "
+                   "of these calibrations' runs, in the order they were made, written to --out (nothing is run)")
     args = p.parse_args()
-    if args.pooled:
+    if args.time_ordered:
+        time_ordered(args)
+    elif args.pooled:
         pooled_runs(args)
     else:
         ab_runs(args) if args.ab else across(args) if args.across else within(args)

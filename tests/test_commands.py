@@ -932,7 +932,7 @@ def _drifting_series(tmp_path, name, rng, order, slower, drift=0.08):
 
 
 def test_compare_fits_a_drift_in_time_so_runs_made_one_after_another_do_not_read_as_a_change(tmp_path):
-    """Issue 57, item 3. A machine drifts 8% over six invocations made a minute apart (a rise that flattens, not the
+    """A machine drifts 8% over six invocations made a minute apart (a rise that flattens, not the
     estimator's straight line); three older runs as OLD and three newer as NEW — what a CI job that runs the baseline
     first does. Identical code, pooled without a term for time (as before): called different in about a quarter of
     trials; with it, in at most 10% and never a REGRESSION, its slope said and its uncertainty in the interval, while
@@ -970,7 +970,7 @@ def test_compare_fits_a_drift_in_time_so_runs_made_one_after_another_do_not_read
         _folder(tmp_path / "apart" / "N" / str(i), make_record("onnxrt", created_at=f"2026-11-28T1{i}:00:30+0000",
                                                                **_two_speed_run("F" * 9, 5.0, 10 + i)))
     (row,), _ = compare_frames(*(records.load(tmp_path / "apart" / s) for s in "ON"), 10)
-    assert row["verdict"].startswith("not comparable: OLD and NEW were measured one after the other") and \
+    assert row["verdict"].startswith("not comparable: OLD's runs and NEW's were not interleaved in time") and \
         row["ratio"] is None, row
 
 

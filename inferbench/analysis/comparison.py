@@ -133,7 +133,9 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
     for _, speed, _, _ in found:
         if not any(_same(s, speed) for s in states):
             states.append(speed)
-    runs = [(side, next(i for i, s in enumerate(states) if _same(s, speed)), v, when) for side, speed, v, when in found]
+    times = _one_clock([when for *_, when in found])
+    runs = [(side, next(i for i, s in enumerate(states) if _same(s, speed)), v, t)
+            for (side, speed, v, _), t in zip(found, times)]
     both = [i for i in range(len(states)) if {"old", "new"} <= {side for side, g, _, _ in runs if g == i}]
     used = [sum(side == name and g in both for side, g, _, _ in runs) for name in ("old", "new")]
     groups = {(side, g) for side, g, _, _ in runs}
@@ -151,13 +153,14 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
         "method": f"invocations-pooled-t-95:{used[0]}/{len(olds)},{used[1]}/{len(news)}"
                   + (f"-at-{speeds}-gflops" if speeds else "") + ("+time" if fit["slope"] is not None else "")}
     said = "pooled, their spread between invocations measured from them" + (f"; {fit['said']}" if fit["said"] else "")
-    if fit["slope"] is not None:
-        out["drift_pct_per_h"] = 100 * math.expm1(fit["slope"] * 3600)
     if fit["inflation"] is not None and fit["inflation"] > MAX_INFLATION:
-        return out | {"ratio": None, "verdict": "not comparable: OLD and NEW were measured one after the other, not "
-                      f"interleaved in time: a drift of the machine cannot be told from a change (the time term "
-                      f"widens the interval {math.sqrt(fit['inflation']):.1f}x); alternate OLD and NEW invocations "
-                      "(docs/cli.md) or measure both in one run (--ab-python)"}, said
+        wider = "without end" if math.isinf(fit["inflation"]) else f"{math.sqrt(fit['inflation']):.1f}x"
+        return out | {"ratio": None, "verdict": "not comparable: OLD's runs and NEW's were not interleaved in time: a "
+                      f"drift of the machine cannot be told from a change (a term for it widens the ratio's standard "
+                      f"error {wider}); alternate OLD and NEW invocations (docs/cli.md) or measure both in one run "
+                      "(--ab-python)"}, said
+    if fit["slope"] is not None:
+        out["drift_pct_per_h"] = _per_hour(fit["slope"])
     if fit["spread"] <= 0:  # runs that agree to the last digit: the same record found twice, not invocations
         return out | {"verdict": "no interval (the runs do not differ at all: the same records twice?)"}, said
     half = t975(fit["df"]) * math.sqrt(fit["spread"] * fit["variance"])
@@ -168,7 +171,7 @@ def pooled(row: dict[str, Any], olds: list[Any], news: list[Any], fail_above: fl
 
 #: How much wider the time term may make a pooled interval's variance before the sides count as not interleaved
 #: (the variance inflation factor of the side given time; 10 is the usual bound for collinearity): three runs a side
-#: made one after another inflate it 4.4x, alternated 1.1x, sides measured days apart by thousands.
+#: made one after another inflate it 4.4x, alternated 1.1x, OLD's made hours before NEW's minutes apart by thousands.
 MAX_INFLATION = 10.0
 
 
@@ -183,45 +186,57 @@ def _fit(runs: list[tuple[str, int, float, float | None]], both: list[int], time
     time in seconds) and, with ``time_term`` where every time is known and a degree of freedom is left, one slope in
     time common to all; NEW over OLD within each speed in ``both``, combined with :func:`_weight`. Returns the
     ``estimate``, its ``variance`` in units of the residual ``spread`` (with ``df``), the ``slope`` (log per second,
-    None without one), the ``inflation`` of that variance by the time term and what was ``said`` of it."""
+    None without one), the ``inflation`` of that variance a time term brings (None where no time is known or none
+    differs; infinite where time and the sides cannot be told apart) and what was ``said`` of it."""
     import numpy as np
 
     groups = sorted({(side, g) for side, g, _, _ in runs})
-    times = [when for *_, when in runs]
     x = np.array([[float((side, g) == k) for k in groups] for side, g, _, _ in runs])
     y = np.array([v for _, _, v, _ in runs])
     weights = {g: _weight(runs, g) for g in both}
     c = np.array([(1 if side == "new" else -1) * weights.get(g, 0.0) for side, g in groups]) / sum(weights.values())
-    said, slope = None, None
-    if time_term and None not in times and len(runs) - len(groups) - 1 >= 1:
-        t = np.array(times, dtype=float) - statistics.fmean(times)  # type: ignore[arg-type]
-        xt = np.column_stack([x, t])
-        if np.linalg.matrix_rank(xt) == xt.shape[1]:
-            x, c = xt, np.append(c, 0.0)
-        else:
-            said = "no term for time: the runs' times do not differ within their groups"
+    plain = float(c @ np.linalg.inv(x.T @ x) @ c)
+    said, inflation, times = None, None, [when for *_, when in runs]
+    if time_term and None in times:
+        said = "no term for time: a run's start is not known"
     elif time_term:
-        said = ("no term for time: " + ("a run's start is not known" if None in times else
-                f"{len(runs)} runs in {len(groups)} groups leave no degree of freedom for it"))
+        t = np.array(times, dtype=float) - statistics.fmean(times)  # type: ignore[arg-type]
+        xt, ct = np.column_stack([x, t]), np.append(c, 0.0)
+        if not t.any():
+            said = "no term for time: the runs' times do not differ"
+        elif np.linalg.matrix_rank(xt) < xt.shape[1]:  # time is the groups' own: a drift and the sides are one
+            inflation = math.inf
+        else:
+            inflation = float(ct @ np.linalg.inv(xt.T @ xt) @ ct) / plain
+            if len(runs) - xt.shape[1] >= 1:
+                x, c = xt, ct
+            elif inflation <= MAX_INFLATION:  # else not comparable, and the verdict says why
+                said = (f"no term for time: {len(runs)} runs in {len(groups)} groups leave no degree of freedom for "
+                        f"it (the sides interleave: it would widen the ratio's standard error "
+                        f"{math.sqrt(inflation):.1f}x)")
     inverse = np.linalg.inv(x.T @ x)
     theta = inverse @ x.T @ y
     residual = y - x @ theta
     df = len(runs) - x.shape[1]
     spread = float(residual @ residual) / df
-    variance = float(c @ inverse @ c)
-    inflation = None
-    if x.shape[1] > len(groups):
-        slope = float(theta[-1])
-        plain = float(c[:-1] @ np.linalg.inv(x[:, :-1].T @ x[:, :-1]) @ c[:-1])
-        inflation = variance / plain
+    slope = float(theta[-1]) if x.shape[1] > len(groups) else None
+    if slope is not None and inflation is not None and inflation <= MAX_INFLATION:
         se = math.sqrt(spread * inverse[-1, -1])
-        lo, hi = (100 * math.expm1((slope + k * t975(df) * se) * 3600) for k in (-1, 1))
-        said = (f"a drift in time fitted beside the sides: {100 * math.expm1(slope * 3600):+.2f}%/h [95% CI "
-                f"{lo:+.2f} to {hi:+.2f}], its uncertainty in the ratio's interval"
-                + ("" if inflation <= 2 else f" ({math.sqrt(inflation):.1f}x wider for it: OLD and NEW were not "
-                   "alternated in time)"))
-    return {"estimate": float(c @ theta), "variance": variance, "spread": spread, "df": df, "slope": slope,
-            "inflation": inflation, "said": said}
+        lo, hi = (_per_hour(slope + k * t975(df) * se) for k in (-1, 1))
+        said = (f"a drift in time fitted beside the sides: {_per_hour(slope):+.3g}%/h [95% CI {lo:+.3g} to "
+                f"{hi:+.3g}], its uncertainty in the ratio's interval (the table's p50s are the sides' own, not at "
+                "equal time)" + ("" if inflation <= 2 else f"; its standard error {math.sqrt(inflation):.1f}x wider "
+                                 "for it: OLD and NEW were not alternated in time"))
+    return {"estimate": float(c @ theta), "variance": float(c @ inverse @ c), "spread": spread, "df": df,
+            "slope": slope, "inflation": inflation, "said": said}
+
+
+def _per_hour(slope: float) -> float:
+    """A drift in log per second as percent per hour (a slope too steep to say: infinite, its sign kept)."""
+    try:
+        return 100 * math.expm1(slope * 3600)
+    except OverflowError:
+        return math.copysign(math.inf, slope)
 
 
 def content(r: Any) -> str:
@@ -254,7 +269,7 @@ def _alike(runs: list[Any]) -> list[Any]:
     return out
 
 
-def _steady(r: Any) -> tuple[float | None, float, float | None] | None:
+def _steady(r: Any) -> tuple[float | None, float, tuple[float | None, float | None]] | None:
     """A run's machine speed, log centre over its steady rounds at its most frequent speed (a run without per-round
     readings: its median speed, else None, and all its rounds) and when it measured them (:func:`_when`); None where
     it has too few such rounds."""
@@ -271,19 +286,32 @@ def _steady(r: Any) -> tuple[float | None, float, float | None] | None:
     return None if side is None else (speed, side[0], _when(kept))
 
 
-def _when(r: Any) -> float | None:
-    """When a run measured its rounds, in seconds since the epoch: the mean start of its kept rounds' blocks
-    (``timing.blocks``), else its record's ``created_at``; None where neither is known."""
+def _when(r: Any) -> tuple[float | None, float | None]:
+    """When a run measured its rounds, in seconds since the epoch, by two clocks: the mean start of its kept rounds'
+    blocks (``timing.blocks``) and its record's ``created_at`` (written after them); None where one is not known."""
     blocks, rounds = r.get("timing.blocks"), r.get("raw_rounds")
     kept = set(rounds) if isinstance(rounds, list) else None
-    starts = [float(b["started_at"]) for b in blocks if isinstance(b, dict) and isinstance(b.get("started_at"), (
-        int, float)) and (kept is None or b.get("round") in kept)] if isinstance(blocks, list) else []
-    if starts:
-        return statistics.fmean(starts)
+    starts = [float(b["started_at"]) for b in (blocks if isinstance(blocks, list) else []) if isinstance(b, dict)
+              and _a_time(b.get("started_at")) and (kept is None or b.get("round") in kept)]
     try:
-        return datetime.datetime.strptime(str(r.get("created_at")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        created: float | None = datetime.datetime.strptime(str(r.get("created_at")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except ValueError:
-        return None
+        created = None
+    return statistics.fmean(starts) if starts else None, created
+
+
+def _a_time(value: Any) -> bool:
+    """A wall-clock time in seconds since the epoch: a finite number after 2001 (not a flag, not the 0 of a default)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 1e9
+
+
+def _one_clock(whens: list[tuple[float | None, float | None]]) -> list[float | None]:
+    """The runs' times by one clock for all (their blocks' starts where every run has them, else their records'
+    creation), so that no run's time is offset by the length of its rounds; all None where neither clock is whole."""
+    for k in (0, 1):
+        if all(w[k] is not None for w in whens):
+            return [w[k] for w in whens]
+    return [None] * len(whens)
 
 
 def _same(a: float | None, b: float | None) -> bool:
