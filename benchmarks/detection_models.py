@@ -11,7 +11,8 @@ made by the tests' own builders (tests/detectors.py: no one's detector code, see
 - ``segmenter_520.onnx``: a segmenter with torchvision's LR-ASPP's output, ``out`` ``[batch, 21, 520, 520]``;
 - ``coco_384x640/``: a labelled set the tests' way (tests/detectors.py's ``coco_from_detections``): 24 seeded
   image-like images 640 wide, their boxes what the 384x640 detector finds in FP32 (its 20 highest-scoring an image,
-  cut to the image): FP32's mAP on it is high by construction; it judges what INT8 loses, not the detector.
+  cut to the image): FP32's mAP on it is high by construction; it judges what INT8 loses, not the detector;
+- ``coco_640/``: the same for the 640x640 detector (24 images 640 wide, 640 + 8i high, resized whole to 640).
 
 Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has the runs):
 
@@ -21,6 +22,8 @@ Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has
     W=DIR/yolo_layout_384x640.onnx   # the same two runs at 384x640, and its INT8 judged by mAP:
     inferbench run --model $W --task detection --framework onnxrt --precision int8 --batch-size 1,8 \
         --eval-dir DIR/coco_384x640
+    inferbench run --model $D --task detection --framework onnxrt --precision int8 --batch-size 1 \
+        --eval-dir DIR/coco_640
     inferbench run --model $S --task segmentation --framework onnxrt,openvino,torch --batch-size 1,8
 """
 
@@ -40,13 +43,17 @@ LABELLED_IMAGES, LABELLED_TOP = 24, 20
 def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    print(yolo_layout_onnx(out / "yolo_layout_640.onnx", size=640, classes=80, width=4, score_bias=-3.6))
+    square = yolo_layout_onnx(out / "yolo_layout_640.onnx", size=640, classes=80, width=4, score_bias=-3.6)
+    print(square)
     wide = yolo_layout_onnx(out / "yolo_layout_384x640.onnx", size=(384, 640), classes=80, width=4, score_bias=-3.6)
     print(wide)
     print(segmenter_onnx(out / "segmenter_520.onnx", size=520, classes=21))
     boxes = coco_from_detections(wide, out / "coco_384x640", size=(384, 640), images=LABELLED_IMAGES,
                                  categories=range(1, 81), top=LABELLED_TOP, width=640, height=360)
     print(f"{out / 'coco_384x640'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by the FP32 detector itself")
+    boxes = coco_from_detections(square, out / "coco_640", size=640, images=LABELLED_IMAGES,
+                                 categories=range(1, 81), top=LABELLED_TOP, width=640, height=640)
+    print(f"{out / 'coco_640'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by the FP32 detector itself")
 
 
 if __name__ == "__main__":
