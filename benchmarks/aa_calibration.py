@@ -281,97 +281,128 @@ def time_ordered(args: argparse.Namespace) -> None:
     (``--across`` folders; ``--ab`` folders too), taken in the order they were made (nothing is run, their files are
     left as they are): per framework, one run against the next (pairs 0-1, 2-3, ...); windows of six consecutive runs
     pooled three a side, the older three as OLD (as a CI job that runs its baseline first) — with ``compare``'s term
-    for time and without it, as before — and alternated (O N O N O N, docs/cli.md's recipe); the same windows with
+    for time and without it, as before — and alternated (O N O N O N, docs/cli.md's recipe); the same trials with
     NEW's latencies made 1.3x (a known truth on real runs); the slowed runs (``slowed/``) each against a plain one;
     and, in an ``--ab`` folder, each run's twins (B over A, paired within its rounds). Only runs steady at their
     machine's most frequent speed enter (``compare`` sets no other beside them). Each rate with its Wilson interval;
-    no two trials share a run. Written to ``--out``: ``time_ordered.txt`` and ``time_ordered.json``."""
-    import contextlib
-    import io
-
-    from inferbench.analysis.comparison import ab_frame, compare_frames
-    from inferbench.records.load import load
-
-    def runs_of(folder: Path, mode: str) -> list[Path]:  # run folders are named by their start: sorted, in time order
-        return sorted((p for f in (folder / mode).iterdir() for p in f.iterdir() if p.is_dir()),
-                      key=lambda p: p.name) if (folder / mode).is_dir() else []
-
+    within a row no two trials share a run. Written to ``--out``: ``time_ordered.txt`` and ``time_ordered.json``."""
     results: dict[str, dict[str, dict[str, int]]] = {}
-    lines = []
-
-    def count(name: str, rows: list[dict]) -> None:
-        for row in rows:
-            t = results.setdefault(name, {}).setdefault(row["framework"], dict.fromkeys(
-                ("trials", "judged", "different", "regression"), 0))
-            t["trials"] += 1
-            t["judged"] += row["ratio_ci_low"] is not None
-            t["different"] += row["ratio_ci_low"] is not None and row["verdict"] != "no significant difference"
-            t["regression"] += "REGRESSION" in row["verdict"]
-
-    slowed_framework = None
+    lines, slowed_framework = [], None
     for folder in map(Path, args.time_ordered):
         made: dict = next((json.loads((folder / f).read_text()) for f in ("calibration.json", "ab.json")
-                     if (folder / f).is_file()), {})
+                           if (folder / f).is_file()), {})
         slowed_framework = (made.get("slowdown") or "").partition(":")[0] or slowed_framework
-        if (folder / "ab.json").is_file():  # an A/B in one run: each run judged alone, B over A
-            with contextlib.redirect_stderr(io.StringIO()):
-                for mode in ("aa", "slowed"):
-                    for run in runs_of(folder, mode):
-                        count(f"A/B in one run, B {'slowed' if mode == 'slowed' else 'the same install'}",
-                              ab_frame(load(run), 10.0)[0])
-            lines.append(f"{folder}: an A/B in one run, {len(runs_of(folder, 'aa'))} A/A runs and "
-                         f"{len(runs_of(folder, 'slowed'))} with B slowed")
-            continue
-        plain, slowed = runs_of(folder, "calibrate") + runs_of(folder, "aa"), runs_of(folder, "slowed")
-        plain.sort(key=lambda p: p.name)
-        with contextlib.redirect_stderr(io.StringIO()):  # the loader's notes on every run
-            frames = {p: load(p) for p in plain + slowed}
-        if isinstance(made.get("calibration"), dict):  # its own calibration on every run, as --reuse applies it
-            frames = {p: calibrated(f, made["calibration"]) for p, f in frames.items()}
-        kept = at_main_speed(plain, frames)
-        lines.append(f"{folder}: {len(kept)} of {len(plain)} plain runs steady at its most frequent machine speed, "
-                     f"{len(slowed)} slowed")
-
-        windows = [kept[i:i + 6] for i in range(0, len(kept) - 5, 6)]
-        trials: dict[str, list[tuple[list[Path], list[Path], float, bool]]] = {
-            "one against one (consecutive runs)": [([a], [b], 1.0, True) for a, b in zip(kept[::2], kept[1::2])],
-            "3 a side, older as OLD, no time term (before)": [(w[:3], w[3:], 1.0, False) for w in windows],
-            "3 a side, older as OLD, time term": [(w[:3], w[3:], 1.0, True) for w in windows],
-            "3 a side, alternated, time term": [(w[::2], w[1::2], 1.0, True) for w in windows],
-            "1.3x made: one against one": [([a], [b], 1.3, True) for a, b in zip(kept[::2], kept[1::2])],
-            "1.3x made: 3 a side, older as OLD, no time term": [(w[:3], w[3:], 1.3, False) for w in windows],
-            "1.3x made: 3 a side, older as OLD, time term": [(w[:3], w[3:], 1.3, True) for w in windows],
-            "1.3x made: 3 a side, alternated, time term": [(w[::2], w[1::2], 1.3, True) for w in windows],
-            "slowed runs, one against one (each against a plain run)": [
-                ([a], [b], 1.0, True) for a, b in zip(kept[::-1], slowed)],
-        }
-        with contextlib.redirect_stderr(io.StringIO()):
-            for name, cases in trials.items():
-                for old, new, factor, term in cases:
-                    count(name, compare_frames(side_of(frames, old), side_of(frames, new, factor), 10.0,
-                                                time_term=term)[0])
+        lines.append(ab_trials(folder, results) if (folder / "ab.json").is_file() else
+                     across_trials(folder, made.get("calibration"), results))
     lines.append("disjoint trials (within a row no two share a run; rows reuse the same runs), --fail-above 10; 1.3x "
                  "made: NEW's latencies multiplied by 1.3 (both frameworks); slowed: "
                  f"{slowed_framework} slowed by the test hook, the other framework in those runs not; one against one "
                  "with each folder's own calibration between invocations; both*: the two frameworks' trials added "
                  "(measured in the same runs: not independent, their interval too narrow)")
-    for name, per in results.items():
-        truths: dict[str, dict[str, int]] = {}
-        for fw, t in sorted(per.items()):
-            truth = truth_of(name, fw, slowed_framework)
-            lines.append(tally_line(name, fw, truth, t))
-            both = truths.setdefault(truth, dict.fromkeys(t, 0))
-            for k, v in t.items():
-                both[k] += v
-        for truth, t in truths.items():  # the frameworks together (the same runs: not independent trials)
-            if sum(truth == truth_of(name, fw, slowed_framework) for fw in per) > 1:
-                lines.append(tally_line(name, "both*", truth, t))
-        results[name]["together"] = {"truths": truths}  # type: ignore[dict-item]
+    lines += report_lines(results, slowed_framework)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print("\n".join(lines))
     (out / "time_ordered.txt").write_text("\n".join(lines) + "\n")
     (out / "time_ordered.json").write_text(json.dumps({"folders": args.time_ordered, "results": results}, indent=1))
+
+
+def runs_of(folder: Path, mode: str) -> list[Path]:
+    """A calibration's runs of one mode (``calibrate``, ``aa``, ``slowed``), in the order they were made (run folders
+    are named by their start)."""
+    return sorted((p for f in (folder / mode).iterdir() for p in f.iterdir() if p.is_dir()),
+                  key=lambda p: p.name) if (folder / mode).is_dir() else []
+
+
+def count_rows(results: dict[str, dict[str, dict[str, int]]], name: str, rows: list[dict]) -> None:
+    """``compare``'s rows of one trial tallied under ``name``, per framework: judged, called different, REGRESSION."""
+    for row in rows:
+        t = results.setdefault(name, {}).setdefault(row["framework"], dict.fromkeys(
+            ("trials", "judged", "different", "regression"), 0))
+        t["trials"] += 1
+        t["judged"] += row["ratio_ci_low"] is not None
+        t["different"] += row["ratio_ci_low"] is not None and row["verdict"] != "no significant difference"
+        t["regression"] += "REGRESSION" in row["verdict"]
+
+
+def ab_trials(folder: Path, results: dict[str, dict[str, dict[str, int]]]) -> str:
+    """An ``--ab`` calibration's runs, each judged alone (B over A, as ``compare RUN`` does); what it held."""
+    import contextlib
+    import io
+
+    from inferbench.analysis.comparison import ab_frame
+    from inferbench.records.load import load
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the loader's notes on every run
+        for mode in ("aa", "slowed"):
+            for run in runs_of(folder, mode):
+                count_rows(results, f"A/B in one run, B {'slowed' if mode == 'slowed' else 'the same install'}",
+                           ab_frame(load(run), 10.0)[0])
+    return (f"{folder}: an A/B in one run, {len(runs_of(folder, 'aa'))} A/A runs and {len(runs_of(folder, 'slowed'))} "
+            "with B slowed")
+
+
+def across_trials(folder: Path, calibration: dict | None, results: dict[str, dict[str, dict[str, int]]]) -> str:
+    """An ``--across`` calibration's trials (:func:`trials_of`) judged by ``compare``, its own ``calibration`` between
+    invocations on every run (as ``--reuse`` applies it); what it held."""
+    import contextlib
+    import io
+
+    from inferbench.analysis.comparison import compare_frames
+    from inferbench.records.load import load
+
+    plain, slowed = sorted(runs_of(folder, "calibrate") + runs_of(folder, "aa"), key=lambda p: p.name), \
+        runs_of(folder, "slowed")
+    with contextlib.redirect_stderr(io.StringIO()):  # the loader's notes on every run
+        frames = {p: load(p) for p in plain + slowed}
+        if calibration:
+            frames = {p: calibrated(f, calibration) for p, f in frames.items()}
+        kept = at_main_speed(plain, frames)
+        for name, cases in trials_of(kept, slowed).items():
+            for old, new, factor, term in cases:
+                count_rows(results, name, compare_frames(side_of(frames, old), side_of(frames, new, factor), 10.0,
+                                                         time_term=term)[0])
+    return (f"{folder}: {len(kept)} of {len(plain)} plain runs steady at its most frequent machine speed, "
+            f"{len(slowed)} slowed")
+
+
+def trials_of(kept: list[Path], slowed: list[Path]) -> dict[str, list[tuple[list[Path], list[Path], float, bool]]]:
+    """The disjoint trials of one calibration's runs ``kept`` (in time order): each as OLD's runs, NEW's, the factor
+    NEW's latencies are multiplied by and whether ``compare`` fits its time term; each identical trial again with a
+    1.3x made; the ``slowed`` runs each against a plain one."""
+    windows = [kept[i:i + 6] for i in range(0, len(kept) - 5, 6)]
+    pairs = [([a], [b]) for a, b in zip(kept[::2], kept[1::2])]
+    base = [("one against one (consecutive runs)", "one against one", pairs, True),
+            ("3 a side, older as OLD, no time term (before)", "3 a side, older as OLD, no time term",
+             [(w[:3], w[3:]) for w in windows], False),
+            ("3 a side, older as OLD, time term", "3 a side, older as OLD, time term",
+             [(w[:3], w[3:]) for w in windows], True),
+            ("3 a side, alternated, time term", "3 a side, alternated, time term",
+             [(w[::2], w[1::2]) for w in windows], True)]
+    trials = {name: [(o, n, 1.0, term) for o, n in sides] for name, _, sides, term in base}
+    trials |= {f"1.3x made: {short}": [(o, n, 1.3, term) for o, n in sides] for _, short, sides, term in base}
+    trials["slowed runs, one against one (each against a plain run)"] = [
+        ([a], [b], 1.0, True) for a, b in zip(kept[::-1], slowed)]
+    return trials
+
+
+def report_lines(results: dict[str, dict[str, dict[str, int]]], slowed: str | None) -> list[str]:
+    """:func:`time_ordered`'s table: a line per trial and framework, and the frameworks added where they share a
+    truth (``both*``: the same runs, not independent); the added counts kept in ``results`` as ``together``."""
+    lines = []
+    for name, per in results.items():
+        truths: dict[str, dict[str, int]] = {}
+        for fw, t in sorted(per.items()):
+            truth = truth_of(name, fw, slowed)
+            lines.append(tally_line(name, fw, truth, t))
+            both = truths.setdefault(truth, dict.fromkeys(t, 0))
+            for k, v in t.items():
+                both[k] += v
+        for truth, t in truths.items():
+            if sum(truth == truth_of(name, fw, slowed) for fw in per) > 1:
+                lines.append(tally_line(name, "both*", truth, t))
+        results[name]["together"] = {"truths": truths}  # type: ignore[dict-item]
+    return lines
 
 
 def side_of(frames: dict[Path, Any], runs: list[Path], factor: float = 1.0) -> Any:

@@ -86,7 +86,8 @@ def _compare(args: argparse.Namespace, emit: Emit) -> int:
          fmt(r["old_p50_ms"], ".3f"), fmt(r["new_p50_ms"], ".3f"), fmt(r["ratio"], ".3f") + (
              "" if r["ratio_ci_low"] is None else f" [{r['ratio_ci_low']:.3f}-{r['ratio_ci_high']:.3f}]"),
          f"{r['old_valid']}/{r['new_valid']}", r["verdict"]) for r in rows])
-    one_a_side = [r for r in rows if not (r.get("method") or "").startswith("invocations-pooled")]
+    one_a_side = [r for r in rows if r["ratio_ci_low"] is not None  # judged one run against one, not pooled
+                  and not (r.get("method") or "").startswith("invocations-pooled")]
     summary = summary_lines(rows, ab=args.new is None) + (  # a pooled row measures its own spread: no calibration
         calibration_lines(old, new) if args.new is not None and one_a_side else [])
     print("\n".join(lines + notes + summary))

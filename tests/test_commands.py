@@ -995,3 +995,22 @@ def test_the_calibrations_error_rates_on_disjoint_time_ordered_trials(tmp_path):
     made = results["1.3x made: 3 a side, alternated, time term"]["onnxrt"]
     assert made["judged"] == 2 and made["regression"] >= 1, made
     assert "called different 0/2 = 0.0% [95% CI 0.0%-65.8%]" in text  # a rate with its Wilson interval
+
+
+def test_run_times_are_read_by_one_clock_and_nothing_odd_is_taken_for_a_time():
+    """A start time is a finite number of seconds after 2001 (not NaN, a flag or a default 0), read from the rounds'
+    blocks, else from created_at; one clock serves every run of a fit; a drift too steep to say is infinite, never an
+    overflow; time that is the groups' own (each side's runs at one time) makes sides that cannot be told apart."""
+    from inferbench.analysis.comparison import _fit, _one_clock, _per_hour, _when
+
+    odd = [{"started_at": float("nan"), "round": 0}, {"started_at": True, "round": 0}, {"started_at": 0.0, "round": 0}]
+    assert _when({"timing.blocks": odd, "raw_rounds": [0], "created_at": "2026-11-28T10:00:00"}) == (None, None)
+    blocks, created = _when({"timing.blocks": [{"started_at": 1.8e9, "round": 0}, {"started_at": 1.8e9 + 2, "round": 1},
+                                               {"started_at": 1.9e9, "round": 5}], "raw_rounds": [0, 1],
+                             "created_at": "2026-11-28T10:00:00+0000"})
+    assert blocks == 1.8e9 + 1 and created == 1795860000.0
+    assert _one_clock([(1.0, 5.0), (None, 6.0)]) == [5.0, 6.0] and _one_clock([(1.0, None), (None, 6.0)]) == [None] * 2
+    assert _per_hour(1.0) == math.inf and _per_hour(-1.0) == -100.0  # at most all of it lost
+    assert abs(_per_hour(math.log(1.01) / 3600) - 1) < 1e-9
+    runs = [("old", 0, 1.0, 1.8e9), ("old", 0, 1.01, 1.8e9), ("new", 0, 1.0, 1.9e9), ("new", 0, 1.02, 1.9e9)]
+    assert _fit(runs, [0], True)["inflation"] == math.inf

@@ -232,7 +232,7 @@ def _fit(runs: list[tuple[str, int, float, float | None]], both: list[int], time
 
 
 def _per_hour(slope: float) -> float:
-    """A drift in log per second as percent per hour (a slope too steep to say: infinite, its sign kept)."""
+    """A drift in log per second as percent per hour (a rise too steep to say: infinite; a fall ends at -100)."""
     try:
         return 100 * math.expm1(slope * 3600)
     except OverflowError:

@@ -144,7 +144,7 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
     out.update(metric="COCO mAP@[.5:.95]", method=(
         f"faster-coco-eval on the images resized whole to the input, boxes scaled back; "
         f"{(ssd.EVALUATION if ssd.is_layout(outputs) else EVALUATION).said()}; "
-        f"intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
+        f"intervals: {paired.BOOTSTRAP} resamples of the images, bias-corrected percentile"))
     paired.say(out, "map", "COCO mAP@[.5:.95]", "mAP", "map50", "mAP@.5")
     return paired.judged(out, "map", "mAP@[.5:.95]", precision, "FP32 finds none of the labelled objects",
                          " (labels in another category order than the model's?)")

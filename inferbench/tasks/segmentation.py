@@ -102,7 +102,8 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
     out.update(metric="mean IoU", method=(
         f"each pixel's top class against the masks resized whole to the input (nearest neighbour); {IGNORE} "
         f"(and {lacking} pixels of classes past the model's {classes}) not counted; IoU per class summed over the "
-        f"images, the mean over classes present; intervals: {paired.BOOTSTRAP} resamples of the images, percentile"))
+        f"images, the mean over classes present; intervals: {paired.BOOTSTRAP} resamples of the images, "
+        "bias-corrected percentile"))
     paired.say(out, "miou", "mean IoU", "mIoU", "pixel_accuracy", "pixel accuracy")
     return paired.judged(out, "miou", "mean IoU", precision, "FP32 labels no pixel right",
                          " (masks whose class numbers are not the model's?)")
