@@ -235,8 +235,8 @@ def _per_hour(slope: float) -> float:
     """A drift in log per second as percent per hour (a rise too steep to say: infinite; a fall ends at -100)."""
     try:
         return 100 * math.expm1(slope * 3600)
-    except OverflowError:
-        return math.copysign(math.inf, slope)
+    except OverflowError:  # only a rise overflows: a fall tends to -100
+        return math.inf
 
 
 def content(r: Any) -> str:

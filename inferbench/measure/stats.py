@@ -62,7 +62,7 @@ ONE_PROCESS = ("one worker process a cell: the interval covers this process only
 ONE_ROUND_A_PROCESS = ("one round a worker process: the spread between processes cannot be told from the rounds' "
                        "(it is assumed at 1.5%); --rounds of at least twice --processes measures it")
 TAIL_METHOD = "round-percentiles-median-unbiased-rounds-and-processes-t-95"
-_Z975 = 1.959964
+Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
 #: Stability verdict thresholds: the p50's 95% interval half-width, and the drift over the rounds (a slope).
 UNSTABLE_HALF_WIDTH = 0.10
@@ -80,11 +80,11 @@ def t975(df: float) -> float:
     if not df >= 1:  # (NaN too)
         raise ValueError("need at least one degree of freedom")
     if math.isinf(df):  # Satterthwaite's with no spread in one term: the normal quantile
-        return _Z975
+        return Z975
     df = int(math.floor(df))
     if df <= len(_T975):
         return _T975[df - 1]
-    z = _Z975
+    z = Z975
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
@@ -709,7 +709,7 @@ def geometric_mean(ratios: Sequence[tuple[float, float]]) -> dict[str, Any] | No
     logs = np.log([r for r, _ in ratios])
     se = math.sqrt(sum(s * s for _, s in ratios)) / len(ratios)
     mean = float(logs.mean())
-    return {"ratio": math.exp(mean), "ci95": [math.exp(mean - _Z975 * se), math.exp(mean + _Z975 * se)],
+    return {"ratio": math.exp(mean), "ci95": [math.exp(mean - Z975 * se), math.exp(mean + Z975 * se)],
             "cells": len(ratios)}
 
 

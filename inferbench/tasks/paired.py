@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..measure.parity import ACCURACY_GATE
+from ..measure.stats import Z975 as Z95
 
 BOOTSTRAP = 200
-#: The normal quantile of a two-sided 95% interval.
-Z95 = 1.959964
 #: A metric: (key in the block, index in what the scorer returns, its name).
 Metric = tuple[str, int, str]
 
