@@ -489,17 +489,21 @@ def test_a_run_beside_busy_processes_says_it_is_not_valid(default_run, tmp_path,
 
 def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
     """ONNX Runtime and OpenVINO on MobileNetV3-Small under the real LoadGen: single-stream answers; the server
-    search finds a load within a bound set from the single-query tail just measured (a fixed bound fails on a busy
-    runner, where the honest answer is "no load"), and at least 150 ms: above the scheduler's stalls of a loaded
-    2-core machine (up to 119 ms measured; two in a test's 662 queries fail LoadGen's early stopping at any load: a
-    run failed so at 40 ms), confirmed, its served outputs matching the reference; offline answers."""
+    search runs within a bound set from the single-query tail just measured and at least 150 ms (above the
+    scheduler's stalls of a loaded 2-core machine: up to 119 ms measured), its served outputs matching the reference;
+    offline answers. Whether a load holds depends on the machine: on a quiet one (the run's own validity says so) one
+    of the two runtimes must hold it, confirmed; beside the suite's other worker the honest answer may be "no load"
+    (CI met it once: both searches' confirmations failed as the other worker's load came and went), and then each
+    record must show the INVALID test that refused it. That a load is found where queueing theory puts it is held
+    by the serve tests' fakes, which no other work can slow. One thread a call: the two serving threads fill the two
+    cores without oversubscribing them."""
     _, _, cache_dir = default_run
     bound = None
     for scenario in ("single-stream", "server", "offline"):
         out = tmp_path / scenario
         extra = ["--slo-p99", f"{bound:.1f}"] if scenario == "server" else []
         served = ["onnxrt", "openvino"] + (["jax"] if scenario == "offline" else [])  # jax: samples on its device
-        code = main([*MODEL, "--threads", "2", "--quick", "--scenario", scenario, *extra, "--framework",
+        code = main([*MODEL, "--threads", "1", "--quick", "--scenario", scenario, *extra, "--framework",
                      ",".join(served), "--output-dir", str(out), "--cache-dir", str(cache_dir)])
         assert code == 0, scenario
         df = records.load(out)
@@ -519,8 +523,12 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
                 assert r["throughput_per_s"] == 0 and answer["max_valid_qps"] is None
             else:
                 assert r["throughput_per_s"] > 0
-        if scenario == "server":  # which runtime holds the bound depends on the machine's tail; one of two must
-            assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()
+        if scenario == "server" and df["validity.valid"].all():  # quiet: which runtime holds the bound depends
+            assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()  # on its tail
+        elif scenario == "server":  # busy: an answer not found stands on the INVALID tests that refused it
+            for answer, steps in zip(df["serving.answer"], df["serving.steps"]):
+                refused = [s for s in steps if not s["valid"] and s["invalid_reason"]]
+                assert answer["found"] or refused, steps
 
 
 def test_bf16_runs_where_the_cpu_computes_it_and_is_refused_in_one_line_where_it_would_be_emulated(
