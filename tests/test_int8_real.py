@@ -14,6 +14,7 @@ from labelled import colour_classes, colour_model
 from test_pipeline import QUICK as SMALL
 
 from inferbench import records
+from inferbench.base.machine import native_instructions
 from inferbench.run import main
 from inferbench.runners.onnxrt import INT8_AGAINST
 
@@ -51,7 +52,7 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
         assert calibration["images"] == 18 and calibration["set"]["layout"] == "images"
     ort, ov = good["onnxrt"]["runner"], good["openvino"]["runner"]
     assert ort["int8"]["quantize_linear"] > 0 and ort["int8"]["method"]["format"] == "QDQ"
-    assert ort["int8"]["instructions"]  # the VNNI / AMX flags this CPU used
+    assert ort["int8"]["instructions"] == native_instructions("int8")  # the VNNI / AMX flags this CPU used
     assert {"i8", "u8"} & set(ov["executed_precisions"]) and ov["model_source"].startswith("nncf-int8-ir")
     fp32 = _records(tmp_path / "good", "fp32")  # each runtime's own FP32 beside its INT8, in the same rounds
     assert {fw: r["parity"]["status"] for fw, r in fp32.items()} == {"onnxrt": "passed", "openvino": "passed"}
@@ -91,9 +92,16 @@ def test_int8_on_the_users_images_is_judged_by_mlperfs_accuracy_gate_and_a_crush
         assert "blocks" not in crushed["openvino"]["parity"]
 
 
-def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys):
+def refused(code, out, capsys, line):
+    """A CPU without INT8 instructions: the run refused in one line, exit 2, nothing written."""
+    assert code == 2 and capsys.readouterr().err.strip().endswith(line) and not out.exists()
+
+
+def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys, int8_here):
     code = main([*SMALL, "--framework", "onnxrt,openvino,torch-inductor", "--precision", "int8,fp32",
                  "--calib-images", "16", "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
+    if int8_here:
+        return refused(code, tmp_path / "out", capsys, int8_here)
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "int8: calibrated on 16 seeded image-like inputs (no --calib-dir): a timing configuration" in captured.err
@@ -109,7 +117,8 @@ def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path,
         assert int8["max_abs_err"] > recs[(fw, "fp32")]["parity"]["max_abs_err"]
     torch_int8 = recs[("torch-inductor", "int8")]["runner"]
     assert torch_int8["int8"]["quantize"] > 0 and torch_int8["int8"]["method"]["tool"].startswith("torchao")
-    assert torch_int8["torch_compile"] and torch_int8["freezing"] and torch_int8["int8"]["instructions"]
+    assert torch_int8["torch_compile"] and torch_int8["freezing"] and \
+        torch_int8["int8"]["instructions"] == native_instructions("int8")
     digest = recs[("torch-inductor", "int8")]["config"]["calibration"]["digest"]
     assert list(shared_cache.rglob(f"torch-int8/{digest}.pt2"))  # an export, cached per calibration set
     answer = json.loads(next((tmp_path / "out").rglob("recommendation.json")).read_text())["recommendations"][0]
@@ -215,14 +224,16 @@ def test_torchs_int8_quantises_a_resnet_whose_blocks_call_one_relu_module_severa
     assert not out["ran"] and not out["switch_left"], out
 
 
-def test_int8_is_served_under_loadgen_its_served_outputs_the_runtimes_own(tmp_path, shared_cache):
+def test_int8_is_served_under_loadgen_its_served_outputs_the_runtimes_own(tmp_path, shared_cache, capsys, int8_here):
     """An INT8 cell under LoadGen (offline): measured, speed only, and what LoadGen served is what the runtime
     computes on the same samples called directly (INT8 has no gate against FP32: the served path must change
     nothing)."""
     out = tmp_path / "offline"
-    assert main([*SMALL, "--quick", "--scenario", "offline", "--framework", "onnxrt", "--precision", "int8",
-                 "--reduced-only", "--calib-images", "16", "--output-dir", str(out), "--cache-dir",
-                 str(shared_cache)]) == 0
+    code = main([*SMALL, "--quick", "--scenario", "offline", "--framework", "onnxrt", "--precision", "int8",
+                 "--reduced-only", "--calib-images", "16", "--output-dir", str(out), "--cache-dir", str(shared_cache)])
+    if int8_here:
+        return refused(code, out, capsys, int8_here)
+    assert code == 0
     (rec,) = records.iter_records(out)[0]
     assert rec["status"] == "ok" and rec["precision"] == "int8" and rec["throughput_per_s"] > 0
     assert rec["parity"]["status"] == "unjudged"
@@ -231,12 +242,15 @@ def test_int8_is_served_under_loadgen_its_served_outputs_the_runtimes_own(tmp_pa
     assert served["samples"] == 16 and served["max_rel_err"] < 1e-3
 
 
-def test_the_zoo_gives_int8_a_column_of_its_own_marked_speed_only(tmp_path, shared_cache):
+def test_the_zoo_gives_int8_a_column_of_its_own_marked_speed_only(tmp_path, shared_cache, capsys, int8_here):
     from inferbench.zoo import main as zoo_main
 
     folder = tmp_path / "zoo" / "z"
-    assert zoo_main([*SMALL, "--framework", "onnxrt", "--precision", "fp32,int8", "--calib-images", "16",
-                     "--output-dir", str(tmp_path / "zoo"), "--name", "z", "--cache-dir", str(shared_cache)]) == 0
+    code = zoo_main([*SMALL, "--framework", "onnxrt", "--precision", "fp32,int8", "--calib-images", "16",
+                     "--output-dir", str(tmp_path / "zoo"), "--name", "z", "--cache-dir", str(shared_cache)])
+    if int8_here:
+        return refused(code, tmp_path / "zoo", capsys, int8_here)
+    assert code == 0
     import csv
 
     rows = {r["framework"]: r for r in csv.DictReader((folder / "matrix.csv").open())}
