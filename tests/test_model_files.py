@@ -561,7 +561,7 @@ def test_a_detectors_map_on_labelled_images_judges_its_int8_beside_fp32(tmp_path
     """A COCO instances file whose boxes are what the FP32 detector itself finds on the images, cut to the image (its
     boxes that cross an edge then overlap their own less: FP32's mAP is high, not 1): every cell's mAP with its
     interval beside FP32's, ONNX Runtime's optimised FP32 the reference's own; INT8's decides its parity by MLPerf's
-    99%."""
+    99%; its detections' agreement with FP32's over the seeded agreement inputs is counted beside it."""
     model = yolo_layout_onnx(tmp_path / "yolo.onnx")
     folder = tmp_path / "coco"
     assert coco_from_detections(model, folder) > 30
@@ -583,6 +583,11 @@ def test_a_detectors_map_on_labelled_images_judges_its_int8_beside_fp32(tmp_path
     assert by["int8"]["parity"]["status"] == ("passed" if int8["status"] == "passed" else "failed")
     lo, hi = int8["map"]["ci95"]
     assert lo <= int8["map"]["value"] <= hi and int8["map"]["fp32"] == fp32["map"]["fp32"]
+    # beside it, not deciding: its detections against FP32's over the 1,000 seeded agreement inputs
+    agreement = by["int8"]["parity"]["agreement"]
+    assert agreement["status"] == "measured" and agreement["decides"] is False and agreement["inputs"] == 1000
+    assert agreement["after_postprocess"]["images"] == 1000 and agreement["after_postprocess"]["matched_share"] > 0.5
+    assert "agreement" not in by["fp32"]["parity"]
 
 
 @pytest.mark.slow

@@ -586,3 +586,87 @@ def test_postprocess_inside_runs_the_tasks_postprocessing_in_every_timed_call():
     assert CellKey("m", 224, 1, "onnxrt", options=RunnerOptions(postprocess="inside")).variant == "post-inside"
     with pytest.raises(ValueError, match="postprocess must be one of outside, inside"):
         RunnerOptions(postprocess="both")
+
+
+def test_a_detectors_agreement_over_many_inputs_is_counted_after_the_shared_suppression(tmp_path, monkeypatch):
+    """A detector's reduced precision is held to FP32 over the agreement inputs after the shared suppression, as a
+    classifier's is by its top class: the reference's detections exported a chunk at a time (never the raw heads of
+    every input held), a runtime's batches post-processed as they come. The same detector agrees on every box;
+    one whose boxes moved 40 px is a broken export and fails, said over the seeded inputs; one that raises is not
+    counted and the 16-input gate stands."""
+    from detectors import yolo_layout_onnx
+    from fakes import Stub
+
+    from inferbench.base.device import Device
+    from inferbench.exporters import cache
+    from inferbench.exporters.agreement import post_processed
+    from inferbench.exporters.reference import Source
+    from inferbench.registry import models
+    from inferbench.registry.artifacts import REFERENCE_OUTPUTS, ExportContext
+    from inferbench.registry.frameworks import FRAMEWORKS
+    from inferbench.registry.modelfiles import open_model_file
+    from inferbench.registry.outputs import write_layout
+    from inferbench.scenarios.gates import check_agreement
+    from inferbench.spec import CellJob, CellKey, RunConfig, RunnerOptions, TimingConfig
+
+    monkeypatch.setattr(models, "_FILES", {})
+    spec = open_model_file(str(yolo_layout_onnx(tmp_path / "yolo.onnx", size=64, classes=3)))
+    models.register(spec)
+    anchors = detection.anchors((64, 64))
+    centres = np.random.default_rng(1).uniform(8, 56, (2, anchors))
+    weights = np.random.default_rng(2).normal(0, 1, (3 * 64 * 64, 3 * anchors)) / 40
+
+    def head(x, shift=0.0):  # boxes at fixed centres, 12 px, class scores that follow the image
+        n = len(x)
+        scores = 0.5 + 0.5 * np.tanh((x.reshape(n, -1) @ weights).reshape(n, 3, anchors) / 2)  # a sigmoid
+        sizes = np.full((n, 2, anchors), 12.0)
+        return np.concatenate([np.broadcast_to(centres + shift, (n, 2, anchors)), sizes, scores], axis=1)
+
+    (tmp_path / "reference").mkdir()
+    write_layout(tmp_path / REFERENCE_OUTPUTS, detection.kinds([Output("output0", (7, anchors))], "test"))
+    ctx = ExportContext(tmp_path, spec.name, 64, "random", 0, variants=("40",))
+    calls = []
+    path = post_processed(ctx, Source(lambda x: calls.append(len(x)) or head(x), ("output0",), 32), 40)
+    assert calls == [32, 8]  # a chunk at a time
+    cache.record(tmp_path, "agreement", {"variants": ["40"], "files": cache.hash_tree(tmp_path / path, tmp_path)},
+                 {})
+    config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=1,
+                       timing=TimingConfig(0, 0.0, 0.0, 3, 1), options=RunnerOptions(), cache_dir=str(tmp_path),
+                       agreement_inputs=40)
+    job = CellJob(CellKey(spec.name, 64, 8, "onnxrt", "int8"), FRAMEWORKS["onnxrt"], config, str(tmp_path), None,
+                  (8,))
+    said = []
+    same = check_agreement(job, Stub(head), said.append)
+    assert said[-1] == "parity check: agreement over 40 inputs after the post-processing"
+    after = same["after_postprocess"]
+    assert same["status"] == "measured" and same["inputs"] == 40 and after["images"] == 40
+    assert after["matched_share"] == 1.0 and after["boxes_reference"] > 40 and same["reason"] is None
+    assert same["said"].endswith("boxes over 40 seeded agreement inputs")
+    moved = check_agreement(job, Stub(lambda x: head(x, shift=40.0)), said.append)
+    assert moved["status"] == "failed" and moved["after_postprocess"]["matched_share"] < 0.2
+    assert moved["reason"].endswith("seeded agreement inputs, below 10%: a broken export")
+    fails = check_agreement(job, Stub(lambda x: 1 / 0), said.append)
+    assert fails["status"] == "not_measured" and "ZeroDivisionError" in fails["reason"]
+
+
+def test_post_processed_results_are_kept_as_they_were_in_plain_arrays(tmp_path):
+    """Detections of varying counts (none in one image) and masks come back from their file as they went in, a
+    mask's classes kept in a byte a pixel from when they are gathered; nothing in the file needs a pickle."""
+    from inferbench.tasks import stored
+
+    rng = np.random.default_rng(0)
+    boxes = [{"boxes": rng.uniform(0, 64, (k, 4)).astype(np.float32), "scores": rng.uniform(0, 1, k),
+              "classes": rng.integers(0, 300, k), "category_ids": True} for k in (3, 0, 5)]
+    masks = [{"mask": rng.integers(0, 21, (6, 8)), "classes": 21} for _ in range(2)]
+    for name, results in (("boxes", boxes), ("masks", masks)):
+        stored.save(tmp_path / f"{name}.npz", results)
+        back = stored.load(tmp_path / f"{name}.npz")
+        assert len(back) == len(results) and [set(r) for r in back] == [set(r) for r in results]
+        for got, want in zip(back, results):
+            for key, value in want.items():
+                assert np.array_equal(got[key], value) and (np.asarray(got[key]).dtype.kind in "iu") == (
+                    np.asarray(value).dtype.kind in "iu"), (name, key)
+    with np.load(tmp_path / "masks.npz", allow_pickle=False) as data:
+        assert data["mask.values"].dtype == np.uint8
+    assert stored.compact(masks)[0]["mask"].dtype == np.uint8 and stored.compact(boxes)[0]["scores"].dtype == float
+    assert segmentation.agreement(masks, stored.load(tmp_path / "masks.npz"))["pixel_agreement"] == 1.0

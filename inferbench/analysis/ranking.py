@@ -301,6 +301,8 @@ def precision_cost(record: Mapping[str, Any]) -> str | None:
         return None
     top1, n = field(record, "parity.agreement.top1.agreement"), field(record, "parity.agreement.inputs")
     ci, own = field(record, "parity.agreement.top1.ci95"), field(record, "parity.agreement.top1.own")
+    if field(record, "parity.agreement.said"):  # a task's own measure after its post-processing, said by its task
+        return f"computes in {precision.upper()}: {field(record, 'parity.agreement.said')}"
     if top1 is None:
         why = field(record, "parity.agreement.reason") or "not counted (--agreement-inputs 0)"
         return (f"computes in {precision.upper()}: passed its parity gate on 16 reference inputs; its agreement with "

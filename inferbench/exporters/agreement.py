@@ -1,8 +1,10 @@
 """Agreement over many images: the source's FP32 outputs on ``N`` seeded image-like inputs (made as the 16 reference
 inputs are, :func:`inferbench.registry.inputs.agreement_inputs`), against which a reduced-precision cell's top-1 and
 top-5 agreement is counted (:func:`inferbench.measure.parity.agreement`), and, for a Keras source, the model's own
-agreement in each reduced precision: the Keras model with every layer in it, on the same inputs. Exported only for
-runs with reduced-precision cells, once per count (``--agreement-inputs``)."""
+agreement in each reduced precision: the Keras model with every layer in it, on the same inputs. For a task with a
+post-processing (a detector's suppression, a segmenter's masks) its results after it instead, computed a chunk at a
+time (:mod:`inferbench.tasks.stored`: the raw heads of 1,000 inputs would take gigabytes). Exported only for runs
+with reduced-precision cells, once per count (``--agreement-inputs``)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,21 @@ from typing import Any
 import numpy as np
 
 from ..measure import parity
-from ..registry.artifacts import ExportContext, agreement_own, agreement_reference, source_kind
+from ..registry.artifacts import (
+    REFERENCE_OUTPUTS,
+    ExportContext,
+    agreement_own,
+    agreement_reference,
+    agreement_results,
+    source_kind,
+)
 from ..registry.inputs import agreement_inputs
 from ..registry.keras_models import load_keras
 from ..registry.models import get_model
-from .reference import in_each_precision, predictor
+from ..registry.outputs import read_layout, unpacked
+from ..registry.tasks import task, task_module
+from ..tasks import stored
+from .reference import Source, in_each_precision, predictor
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -26,7 +38,11 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     model = load_keras(ctx.path("keras")) if source_kind(spec) == "keras" else None
     predict = predictor(spec, ctx, model)
     (ctx.folder / "agreement").mkdir(exist_ok=True)
-    paths, notes = [], []
+    paths: list[str] = []
+    notes: list[str] = []
+    if not task(spec.task).classifier:
+        return {"paths": [post_processed(ctx, predict, int(v)) for v in sorted(ctx.variants, key=int)],
+                "variants": sorted(ctx.variants, key=int), "notes": notes}
     for count in sorted({int(v) for v in ctx.variants}):
         if (ctx.folder / agreement_reference(count)).exists() and (model is None or (
                 ctx.folder / agreement_own(count)).exists()):  # made before (by TensorFlow, or as here): kept
@@ -43,6 +59,20 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         (ctx.folder / agreement_own(count)).write_text(json.dumps(own, indent=1))
         paths.append(agreement_own(count))
     return {"paths": paths, "variants": sorted(ctx.variants, key=int), "notes": notes}
+
+
+def post_processed(ctx: ExportContext, predict: Source, count: int) -> str:
+    """The source's results after its task's post-processing on the ``count`` agreement inputs, written once (kept
+    where made before); their path."""
+    path = agreement_results(count)
+    if not (ctx.folder / path).exists():
+        spec = get_model(ctx.model)
+        module, outputs = task_module(spec.task), read_layout(ctx.folder / REFERENCE_OUTPUTS)
+        results: list[Any] = []
+        for x in agreement_inputs(spec, ctx.resolution, ctx.seed, count):
+            results += stored.compact(module.postprocess(unpacked(predict(x), outputs), outputs) or [])
+        stored.save(ctx.folder / path, results)
+    return path
 
 
 def own_agreement(model: Any, inputs: Callable[[], Iterable[np.ndarray]], reference: np.ndarray) -> dict[str, Any]:

@@ -292,6 +292,12 @@ def agreement_reference(count: int) -> str:
     return f"agreement/n{count}.npy"
 
 
+def agreement_results(count: int) -> str:
+    """The source's FP32 results after its task's post-processing (a detector's boxes, a segmenter's masks) on the
+    ``count`` agreement inputs (exporter ``agreement``; :mod:`inferbench.tasks.stored`)."""
+    return f"agreement/n{count}-results.npz"
+
+
 def evaluation_reference(digest: str) -> str:
     """The source's FP32 outputs on the labelled images of ``digest`` (exporter ``evaluation``)."""
     return f"evaluation/{digest}.npy"

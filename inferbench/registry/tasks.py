@@ -47,8 +47,9 @@ class TaskModule(Protocol):
         """Whether :meth:`agreement`'s result is so far from FP32's that no correct quantisation comes near (below
         :data:`inferbench.measure.parity.INT8_GROSS_FLOOR`)."""
 
-    def said(self, agreement: dict[str, Any]) -> str:
-        """:meth:`agreement`'s result as the answer says it, in a phrase ("" where the task has none)."""
+    def said(self, agreement: dict[str, Any], inputs: str = "reference inputs") -> str:
+        """:meth:`agreement`'s result as the answer says it, in a phrase ("" where the task has none), over the
+        ``inputs`` it was measured on."""
 
 
 @dataclass(frozen=True)

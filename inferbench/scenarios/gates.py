@@ -23,6 +23,7 @@ from ..registry.artifacts import (
     REFERENCE_SPREAD,
     agreement_own,
     agreement_reference,
+    agreement_results,
     evaluation_reference,
     timed_reference,
     timed_sensitivity,
@@ -32,6 +33,7 @@ from ..registry.models import get_model
 from ..registry.outputs import Output, packed, read_layout, unpacked
 from ..registry.tasks import TaskModule, task, task_module
 from ..spec import CellJob
+from ..tasks import stored
 
 #: A progress line to the parent (the worker's phase).
 Emit = Callable[[str], None]
@@ -153,11 +155,14 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     def not_measured(why: str) -> dict[str, Any]:
         return {"status": "not_measured", "inputs": count, "reason": f"{why}: judged by the 16 reference inputs only"}
 
-    if not task(get_model(job.cell.model).task).classifier:
-        return not_measured("agreement over many inputs is a classifier's (top-1 and top-5); this model's outputs are "
-                            "judged part by part, and after its post-processing, on the reference inputs")
+    spec = get_model(job.cell.model)
+    if not (task(spec.task).classifier or task(spec.task).postprocess):
+        return not_measured("agreement over many inputs is a classifier's (top-1 and top-5) or a post-processing's; "
+                            "this model's outputs are judged part by part on the reference inputs")
     if str(count) not in ((cached(folder, "agreement") or {}).get("variants") or ()):
         return not_measured(f"no FP32 outputs on {count} agreement inputs in the cache (their export failed)")
+    if not task(spec.task).classifier:
+        return agreement_after(job, runner, emit, not_measured)
     reference = np.load(folder / agreement_reference(count))
     if reference.ndim != 2 or reference.shape[1] < 2:
         return not_measured(f"the model's outputs are no class scores (shape {reference.shape[1:]} an input)")
@@ -168,6 +173,30 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
     if isinstance(got, dict):
         return got
     return parity.agreement(reference, got, job.cell.precision, _json_if_there(folder / agreement_own(count)))
+
+
+def agreement_after(job: CellJob, runner: Any, emit: Emit, not_measured: Callable[[str], dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """A detector's or segmenter's agreement with FP32 after the shared post-processing over the agreement inputs
+    (:meth:`TaskModule.agreement`), each batch post-processed as it comes (never its raw heads held whole): failed
+    where no correct export comes near (:meth:`TaskModule.broken`), else measured, beside the 16 inputs' gate."""
+    folder, count, spec = Path(job.artifact_dir), job.config.agreement_inputs, get_model(job.cell.model)
+    module, outputs = task_module(spec.task), read_layout(folder / REFERENCE_OUTPUTS)
+    reference = stored.load(folder / agreement_results(count))
+    emit(f"parity check: agreement over {count} inputs after the post-processing")
+    found: list[Any] = []
+    try:
+        for x in rebatched(agreement_inputs(spec, job.cell.resolution, job.config.seed, count), job.cell.batch_size):
+            flat = at_batch_size(runner, x, job.cell.batch_size, [o.name for o in outputs])
+            found += stored.compact(module.postprocess(unpacked(flat, outputs), outputs) or [])
+    except Exception as exc:  # noqa: BLE001 - not counted; the cell and its 16-input check stand
+        return not_measured(f"its outputs on the agreement inputs could not be computed: {type(exc).__name__}: "
+                            f"{str(exc)[:160]}")
+    after = module.agreement(reference, found)
+    said = module.said(after, "seeded agreement inputs")
+    broken = module.broken(after)
+    return {"status": "failed" if broken else "measured", "inputs": count, "after_postprocess": after, "said": said,
+            "reason": f"{said}, below {parity.INT8_GROSS_FLOOR:.0%}: a broken export" if broken else None}
 
 
 def check_accuracy(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:

@@ -114,10 +114,10 @@ def broken(agreement: dict[str, Any]) -> bool:
     return agreement["boxes_reference"] >= 10 and agreement["matched_share"] < INT8_GROSS_FLOOR
 
 
-def said(agreement: dict[str, Any]) -> str:
+def said(agreement: dict[str, Any], inputs: str = "reference inputs") -> str:
     return (f"its detections after the shared suppression match FP32's on {agreement['matched_share']:.1%} of "
             f"{max(agreement['boxes_reference'], agreement['boxes_candidate'])} boxes over {agreement['images']} "
-            "reference inputs")
+            f"{inputs}")
 
 
 #: Detections for mAP are kept from a score of 0.001 (Ultralytics' validation's threshold), 100 an image (what COCO's

@@ -23,5 +23,5 @@ def broken(agreement: dict[str, Any]) -> bool:
     return False
 
 
-def said(agreement: dict[str, Any]) -> str:
+def said(agreement: dict[str, Any], inputs: str = "reference inputs") -> str:
     return ""

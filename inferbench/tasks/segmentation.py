@@ -73,9 +73,9 @@ def broken(agreement: dict[str, Any]) -> bool:
     return agreement["mean_iou"] is not None and agreement["mean_iou"] < INT8_GROSS_FLOOR
 
 
-def said(agreement: dict[str, Any]) -> str:
+def said(agreement: dict[str, Any], inputs: str = "reference inputs") -> str:
     return (f"its masks give FP32's class to {agreement['pixel_agreement']:.1%} of {agreement['pixels']} pixels "
-            f"(mean IoU {agreement['mean_iou']:.3f}) over {agreement['images']} reference inputs")
+            f"(mean IoU {agreement['mean_iou']:.3f}) over {agreement['images']} {inputs}")
 
 
 #: The measures on labelled masks: (key, index in :func:`_score`'s list, name).
