@@ -283,8 +283,9 @@ OPTIONS: tuple[Option, ...] = (
            "that takes it also runs its FP32 in the same rounds, and the answer gives each reduced cell's gain over "
            "its own FP32 and what it costs)", False, switch=True, commands=MEASURING),
     Option("agreement_inputs", ("--agreement-inputs",), "reduced-precision cells (fp16, bf16, tf32) are also judged "
-           "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals "
-           "(0: not counted, the 16 reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
+           "by their top-1 and top-5 agreement with FP32 over this many seeded image-like inputs, with intervals (a "
+           "detector's or segmenter's: its boxes or masks after the post-processing; 0: not counted, the 16 "
+           "reference inputs judge alone)", AGREEMENT_INPUTS, agreement_count, metavar="N",
            maximum=100_000, commands=MEASURING),
     Option("eval_dir", ("--eval-dir",), "your labelled images, for each cell's top-1 / top-5 accuracy with intervals "
            "and its difference from FP32's; a reduced precision then passes at 99%% of FP32's top-1 (MLPerf's rule): "

@@ -30,6 +30,23 @@ def test_int8_is_refused_on_a_cpu_without_int8_instructions_and_says_which_it_us
     assert native_instructions("int8", avx2 | {"avx512_vnni", "amx_int8", "amx_bf16"}) == ["amx_int8", "avx512_vnni"]
 
 
+@pytest.mark.slow  # a runtime that takes INT8 must be installed (ONNX Runtime: the full install); nothing runs
+def test_a_run_asking_for_int8_on_such_a_cpu_is_refused_in_one_line_before_anything_is_written(
+        int8_here, tmp_path, capsys, monkeypatch):
+    """Through the command, as a user meets it: on an AVX2-only CPU's flags, --precision int8 is one line, exit 2,
+    no export and no result folder (the plan refuses it before the exports)."""
+    from inferbench.base import machine
+    from inferbench.run import main
+
+    monkeypatch.setattr(machine, "cpu_flag_set", lambda: {"avx", "avx2", "fma", "sse4_2"})
+    code = main(["--framework", "onnxrt", "--precision", "int8", "--output-dir", str(tmp_path / "out"),
+                 "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.endswith("a runtime would emulate INT8 and time the emulation") and len(
+        err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
 def test_the_calibration_is_the_users_images_or_seeded_inputs_said_as_such_and_named_by_digest(colours, tmp_path):
     from inferbench.registry import images
     from inferbench.registry.inputs import agreement_inputs

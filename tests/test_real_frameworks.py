@@ -523,11 +523,11 @@ def test_real_runtimes_serve_under_loadgen(default_run, tmp_path):
                 assert r["throughput_per_s"] == 0 and answer["max_valid_qps"] is None
             else:
                 assert r["throughput_per_s"] > 0
-        if scenario == "server" and df["validity.valid"].all():  # quiet: which runtime holds the bound depends
-            assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()  # on its tail
+        if scenario == "server" and df["validity.valid"].eq(True).all():  # quiet (said so): which runtime holds
+            assert any(a["found"] for a in df["serving.answer"]), df["serving.answer"].tolist()  # depends on its tail
         elif scenario == "server":  # busy: an answer not found stands on the INVALID tests that refused it
             for answer, steps in zip(df["serving.answer"], df["serving.steps"]):
-                refused = [s for s in steps if not s["valid"] and s["invalid_reason"]]
+                refused = [s for s in steps if not s["valid"] and (s["invalid_reason"] or s["not_met"])]
                 assert answer["found"] or refused, steps
 
 

@@ -598,6 +598,7 @@ def test_a_detectors_agreement_over_many_inputs_is_counted_after_the_shared_supp
     from fakes import Stub
 
     from inferbench.base.device import Device
+    from inferbench.exporters import agreement as agreement_export
     from inferbench.exporters import cache
     from inferbench.exporters.agreement import post_processed
     from inferbench.exporters.reference import Source
@@ -628,6 +629,10 @@ def test_a_detectors_agreement_over_many_inputs_is_counted_after_the_shared_supp
     calls = []
     path = post_processed(ctx, Source(lambda x: calls.append(len(x)) or head(x), ("output0",), 32), 40)
     assert calls == [32, 8]  # a chunk at a time
+    with monkeypatch.context() as m:  # held whole in each cell: bounded
+        m.setattr(agreement_export, "MAX_RESULTS_BYTES", 1000)
+        with pytest.raises(RuntimeError, match=r"GiB for 400 held whole in each cell: --agreement-inputs \d+ or fewer"):
+            post_processed(ctx, Source(head, ("output0",), 32), 400)
     cache.record(tmp_path, "agreement", {"variants": ["40"], "files": cache.hash_tree(tmp_path / path, tmp_path)},
                  {})
     config = RunConfig(weights="random", seed=0, device=Device("cpu"), threads=1,

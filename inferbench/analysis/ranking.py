@@ -171,7 +171,9 @@ def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str
                    agreement_inputs=field(r, "parity.agreement.inputs"),
                    own_agreement=field(r, "parity.agreement.top1.own"))
     after = field(r, "parity.after_postprocess")
-    if isinstance(after, dict) and after:  # a detector's or segmenter's results after the task's post-processing
+    if field(r, "parity.agreement.said"):  # a detector's or segmenter's results after the post-processing, over
+        out.update(after_postprocess=field(r, "parity.agreement.said"))  # the agreement inputs where counted
+    elif isinstance(after, dict) and after:  # else on the 16 reference inputs
         out.update(after_postprocess=task_module(str(field(r, "task") or "classification")).said(after))
     return out
 

@@ -61,6 +61,11 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     return {"paths": paths, "variants": sorted(ctx.variants, key=int), "notes": notes}
 
 
+#: FP32's post-processed results on the agreement inputs are held whole in each cell beside the cell's own: at most
+#: this many bytes (a mask at 520 px: 270 kB; 1,000 of them 270 MB).
+MAX_RESULTS_BYTES = 2**29
+
+
 def post_processed(ctx: ExportContext, predict: Source, count: int) -> str:
     """The source's results after its task's post-processing on the ``count`` agreement inputs, written once (kept
     where made before); their path."""
@@ -71,6 +76,11 @@ def post_processed(ctx: ExportContext, predict: Source, count: int) -> str:
         results: list[Any] = []
         for x in agreement_inputs(spec, ctx.resolution, ctx.seed, count):
             results += stored.compact(module.postprocess(unpacked(predict(x), outputs), outputs) or [])
+            if stored.nbytes(results) * count > MAX_RESULTS_BYTES * len(results):  # a cell holds them, and its own
+                each = stored.nbytes(results) / len(results)
+                raise RuntimeError(f"FP32's results after the post-processing take {each / 2**20:.2f} MB an input, "
+                                   f"{each * count / 2**30:.1f} GiB for {count} held whole in each cell: "
+                                   f"--agreement-inputs {int(MAX_RESULTS_BYTES // each)} or fewer counts them")
         stored.save(ctx.folder / path, results)
     return path
 

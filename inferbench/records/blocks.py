@@ -163,9 +163,11 @@ class Latency(Block):
 
 @dataclass(frozen=True)
 class Agreement(Block):
-    """A reduced-precision cell's agreement with FP32 over many seeded inputs (``parity.agreement``): ``top1`` and
-    ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own agreement in that precision
-    and the disagreement allowed (INT8: ``measured``, reported, never a gate)."""
+    """A reduced-precision cell's agreement with FP32 over many seeded inputs (``parity.agreement``): a classifier's
+    ``top1`` and ``top5`` each hold the agreement, its 95% Wilson interval (``ci95``), the model's own agreement in
+    that precision and the disagreement allowed (INT8: ``measured``, reported, never a gate); a detector's or
+    segmenter's ``after_postprocess`` holds its results matched with FP32's after the shared post-processing, said in
+    ``said`` (``measured``; ``failed`` where the export is broken)."""
 
     status: Annotated[str, Enum(("passed", "failed", "measured", "not_measured"))]
     inputs: int
@@ -176,6 +178,8 @@ class Agreement(Block):
     factor: Number = None
     floor: Number = None
     decides: bool | None = None  # false with labelled images (--eval-dir): their accuracy decides instead
+    after_postprocess: dict[str, Any] | None = None  # a detector's or segmenter's: its task's agreement block
+    said: str | None = None  # that agreement in the answer's words
 
 
 @dataclass(frozen=True)

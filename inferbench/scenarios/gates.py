@@ -181,11 +181,11 @@ def agreement_after(job: CellJob, runner: Any, emit: Emit, not_measured: Callabl
     (:meth:`TaskModule.agreement`), each batch post-processed as it comes (never its raw heads held whole): failed
     where no correct export comes near (:meth:`TaskModule.broken`), else measured, beside the 16 inputs' gate."""
     folder, count, spec = Path(job.artifact_dir), job.config.agreement_inputs, get_model(job.cell.model)
-    module, outputs = task_module(spec.task), read_layout(folder / REFERENCE_OUTPUTS)
-    reference = stored.load(folder / agreement_results(count))
     emit(f"parity check: agreement over {count} inputs after the post-processing")
     found: list[Any] = []
     try:
+        module, outputs = task_module(spec.task), read_layout(folder / REFERENCE_OUTPUTS)
+        reference = stored.load(folder / agreement_results(count))
         for x in rebatched(agreement_inputs(spec, job.cell.resolution, job.config.seed, count), job.cell.batch_size):
             flat = at_batch_size(runner, x, job.cell.batch_size, [o.name for o in outputs])
             found += stored.compact(module.postprocess(unpacked(flat, outputs), outputs) or [])

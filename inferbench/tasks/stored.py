@@ -23,14 +23,20 @@ def _small(values: np.ndarray) -> np.ndarray:
 
 
 def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``results`` with each integer array in the smallest type that holds it (kept so while they are gathered)."""
+    """``results`` with each integer array in the smallest type that holds it (kept so while they are gathered: for
+    comparing, never for arithmetic, which would wrap in a byte)."""
     return [{k: _small(v) if isinstance(v, np.ndarray) else v for k, v in r.items()} for r in results]
+
+
+def nbytes(results: list[dict[str, Any]]) -> int:
+    """What ``results``' arrays hold, in bytes."""
+    return sum(v.nbytes for r in results for v in r.values() if isinstance(v, np.ndarray))
 
 
 def save(path: Path, results: list[dict[str, Any]]) -> None:
     """``results`` (every image's mapping with the same keys: arrays, each image's stacked along its first axis, or
     plain numbers and flags) written to ``path``."""
-    arrays: dict[str, np.ndarray] = {COUNT: np.asarray(len(results))}
+    arrays: dict[str, Any] = {COUNT: np.asarray(len(results))}
     for key in results[0] if results else ():
         values = [r[key] for r in results]
         if isinstance(values[0], np.ndarray):
@@ -40,7 +46,7 @@ def save(path: Path, results: list[dict[str, Any]]) -> None:
             arrays[f"{key}.each"] = np.asarray(values)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as fh:
-        np.savez_compressed(fh, allow_pickle=False, **arrays)
+        np.savez_compressed(fh, **arrays)  # plain arrays only: read back with allow_pickle=False
 
 
 def load(path: Path) -> list[dict[str, Any]]:
