@@ -69,7 +69,7 @@ class _Exports:
                  quantized: tuple[str, ...]) -> None:
         self.config, self.spec, self.resolution, self.batch_sizes = config, spec, resolution, batch_sizes
         self.progress = progress
-        if not (task(spec.task).classifier or task(spec.task).postprocess):  # top-1's, or after a post-processing
+        if not task(spec.task).agrees_over_many:
             agreement_inputs = 0
         self.key_inputs = cache_key(config, spec, resolution)
         self.cache_dir = Path(config.cache_dir)

@@ -74,10 +74,13 @@ def post_processed(ctx: ExportContext, predict: Source, count: int) -> str:
         spec = get_model(ctx.model)
         module, outputs = task_module(spec.task), read_layout(ctx.folder / REFERENCE_OUTPUTS)
         results: list[Any] = []
+        held = 0  # bytes
         for x in agreement_inputs(spec, ctx.resolution, ctx.seed, count):
-            results += stored.compact(module.postprocess(unpacked(predict(x), outputs), outputs) or [])
-            if stored.nbytes(results) * count > MAX_RESULTS_BYTES * len(results):  # a cell holds them, and its own
-                each = stored.nbytes(results) / len(results)
+            chunk = stored.compact(module.postprocess(unpacked(predict(x), outputs), outputs) or [])
+            results += chunk
+            held += stored.nbytes(chunk)
+            if held * count > MAX_RESULTS_BYTES * len(results):  # a cell holds them whole, and its own beside them
+                each = held / len(results)
                 raise RuntimeError(f"FP32's results after the post-processing take {each / 2**20:.2f} MB an input, "
                                    f"{each * count / 2**30:.1f} GiB for {count} held whole in each cell: "
                                    f"--agreement-inputs {int(MAX_RESULTS_BYTES // each)} or fewer counts them")

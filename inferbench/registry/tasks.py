@@ -63,6 +63,12 @@ class Task:
     float_outputs: bool = False  # INT8 leaves the operators writing its outputs in FP32 (outputs of mixed ranges)
     whole_image: bool = False  # the user's images (labelled, calibration) resized whole, never centre-cropped
 
+    @property
+    def agrees_over_many(self) -> bool:
+        """Is a reduced precision's agreement with FP32 counted over ``--agreement-inputs``: a classifier's top
+        classes, or the results after a post-processing (none for outputs of no known meaning)?"""
+        return self.classifier or bool(self.postprocess)
+
 
 #: What a labelled set's layout (registry/images.py's EvalSet.layout) labels its images with.
 LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes", "masks": "masks"}

@@ -156,7 +156,7 @@ def check_agreement(job: CellJob, runner: Any, emit: Emit) -> dict[str, Any]:
         return {"status": "not_measured", "inputs": count, "reason": f"{why}: judged by the 16 reference inputs only"}
 
     spec = get_model(job.cell.model)
-    if not (task(spec.task).classifier or task(spec.task).postprocess):
+    if not task(spec.task).agrees_over_many:
         return not_measured("agreement over many inputs is a classifier's (top-1 and top-5) or a post-processing's; "
                             "this model's outputs are judged part by part on the reference inputs")
     if str(count) not in ((cached(folder, "agreement") or {}).get("variants") or ()):

@@ -7,10 +7,13 @@ they are read back."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..base.files import atomic_write_bytes
 
 COUNT = "images"
 
@@ -44,9 +47,9 @@ def save(path: Path, results: list[dict[str, Any]]) -> None:
             arrays[f"{key}.lengths"] = np.asarray([len(v) for v in values], dtype=np.int64)
         else:
             arrays[f"{key}.each"] = np.asarray(values)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as fh:
-        np.savez_compressed(fh, **arrays)  # plain arrays only: read back with allow_pickle=False
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)  # plain arrays only: read back with allow_pickle=False
+    atomic_write_bytes(path, buffer.getvalue())  # whole or not at all: a file there is kept as made
 
 
 def load(path: Path) -> list[dict[str, Any]]:
