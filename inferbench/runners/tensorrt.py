@@ -1,8 +1,8 @@
 """TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``, ``tensorrt-int8``): an engine from the ONNX export (INT8:
 from its symmetric QDQ model, explicit quantisation), executed on a CUDA stream with device buffers (torch tensors),
-synchronised with the stream.
+synchronised with the stream; every output bound by the ONNX export's name, each in its own type.
 
-NOT RUN in this project's CI or on its development machines (TensorRT cannot be installed there).
+NOT RUN in this project's CI or on its development machines (building or running an engine needs an NVIDIA GPU).
 """
 
 from __future__ import annotations
@@ -52,11 +52,10 @@ class TensorRTRunner(Runner):
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input_name = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
-        outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-        if len(outputs) != 1:  # one output buffer is bound a call
-            raise RuntimeError(f"inferbench's TensorRT runner reads one output; this engine has {len(outputs)} "
-                               f"({', '.join(outputs)[:120]}): run this model on onnxrt or openvino")
-        self.output_name = outputs[0]
+        # every output by the ONNX export's own name, a buffer of its own type each (a detector's boxes, scores and
+        # labels: float32, float32, int64)
+        self.output_names = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self.output_types = {n: _torch_dtype(torch, self.engine.get_tensor_dtype(n)) for n in self.output_names}
         self.stream = torch.cuda.Stream()
         self.precision = precision
 
@@ -76,35 +75,53 @@ class TensorRTRunner(Runner):
         return 1  # one execution context: its shapes and addresses are set per call
 
     def _bound(self, x: Any) -> Any:
-        """A device input with its output buffer, the engine's shape set for it."""
+        """A device input with a buffer for each output, the engine's shapes set for it."""
         torch = self.torch
         if not self.context.set_input_shape(self.input_name, tuple(x.shape)):
             raise RuntimeError(f"input shape {tuple(x.shape)} is outside the engine's optimisation profile")
-        out_shape = tuple(self.context.get_tensor_shape(self.output_name))
-        y = torch.empty(out_shape, dtype=torch.float32, device="cuda")
+        ys = {}
+        for name in self.output_names:
+            shape = tuple(self.context.get_tensor_shape(name))
+            if min(shape, default=0) < 0:  # a shape known only after the run (NonZero, a dynamic NMS)
+                raise RuntimeError(f"TensorRT gives the output {name} a shape known only after each call ({shape}); "
+                                   "inferbench binds fixed buffers: run this model on onnxrt or openvino")
+            ys[name] = torch.empty(shape, dtype=self.output_types[name], device="cuda")
         # the copy and allocation ran on torch's stream; TensorRT's stream must not start before them
         self.stream.wait_stream(torch.cuda.current_stream())
-        return (x, y)
+        return (x, ys)
 
     def call(self, prepared: Any) -> Any:
         # shape and addresses belong to this input (the context is shared by every prepared input);
         # setting them is host-side bookkeeping, far below the engine's run time
-        x, y = prepared
+        x, ys = prepared
         self.context.set_input_shape(self.input_name, tuple(x.shape))
         self.context.set_tensor_address(self.input_name, x.data_ptr())
-        self.context.set_tensor_address(self.output_name, y.data_ptr())
+        for name, y in ys.items():
+            self.context.set_tensor_address(name, y.data_ptr())
         self.context.execute_async_v3(self.stream.cuda_stream)
-        return y
+        return ys
 
     def synchronize(self, outputs: Any) -> None:
         self.stream.synchronize()
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        self.stream.synchronize()  # the output is written on TensorRT's stream, not torch's
-        return outputs.cpu().numpy()
+    def to_numpy(self, outputs: Any) -> Any:
+        self.stream.synchronize()  # the outputs are written on TensorRT's stream, not torch's
+        arrays = {name: y.cpu().numpy() for name, y in outputs.items()}
+        return next(iter(arrays.values())) if len(arrays) == 1 else arrays
 
     def device_uuid(self) -> str | None:
         return cuda_uuid(self.torch)
 
     def details(self) -> dict[str, Any]:
         return {"sync": "cuda-stream.synchronize", "precision": self.precision, **self.build_info}
+
+
+def _torch_dtype(torch: Any, dtype: Any) -> Any:
+    """The torch type of a TensorRT tensor type (by the enum's name: FLOAT, HALF, BF16, INT8, UINT8, INT32, INT64,
+    BOOL); one line for a type inferbench cannot bind (FP8, FP4, INT4)."""
+    types = {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT8": torch.int8,
+             "UINT8": torch.uint8, "INT32": torch.int32, "INT64": torch.int64, "BOOL": torch.bool}
+    name = getattr(dtype, "name", str(dtype).rsplit(".", 1)[-1])
+    if name not in types:
+        raise RuntimeError(f"a TensorRT output of type {name}: inferbench binds {', '.join(types)}")
+    return types[name]
