@@ -279,7 +279,7 @@ def test_a_model_files_route_starts_at_the_users_file(tmp_path, monkeypatch):
     from test_model_files import onnx_file
 
     from inferbench.registry import models
-    from inferbench.registry.artifacts import route
+    from inferbench.registry.artifacts import route, unreachable
     from inferbench.registry.modelfiles import open_model_file
 
     monkeypatch.setattr(models, "_FILES", {})
@@ -288,3 +288,6 @@ def test_a_model_files_route_starts_at_the_users_file(tmp_path, monkeypatch):
     spec = models.get_model(found.name)
     assert route("onnx", spec) == "the user's ONNX file as it is"
     assert route("torch", spec) == "onnx2torch from the user's ONNX file as it is"
+    # OpenVINO's INT8 quantises the file it converts; torch's needs a program or a Keras twin, said so
+    assert route("openvino-int8", spec) == "NNCF's post-training quantisation from the user's ONNX file as it is"
+    assert "which inferbench makes from a Keras model only" in unreachable("torch-int8", spec)

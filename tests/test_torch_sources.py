@@ -59,6 +59,14 @@ def test_each_runtime_takes_its_route_from_a_pytorch_program_and_the_others_say_
     assert why["torch-native"] == f"{spec.name} is a PyTorch program: torch and torch-inductor run it"
     # the program first, then the reference from it, then torch's own ONNX export
     assert artifacts.export_order(["onnx", "onnx-int8"], spec) == ["pt2", "reference", "onnx", "onnx-int8"]
+    # INT8 from the program itself: NNCF's of what OpenVINO converts, PT2E's of the program (no Keras twin)
+    assert {fw: FRAMEWORKS[fw].artifact_for(spec, "closed", "int8") for fw in ("openvino", "torch-inductor")} == \
+        {"openvino": "openvino-int8", "torch-inductor": "torch-int8"}
+    for kind, module in (("openvino-int8", "quantize_openvino"), ("torch-int8", "quantize_torch")):
+        assert artifacts.unreachable(kind, spec) is None and artifacts.requires(kind, spec) == ("pt2",)
+        assert artifacts.exporter_module(kind, spec) == f"inferbench.exporters.{module}"
+        assert artifacts.route(kind, spec).endswith("from the PyTorch program (torch.export)")
+    assert "nncf" in artifacts.exporter_packages("openvino-int8", spec)
     assert artifacts.exporter_module("pt2", spec) == "inferbench.exporters.torch_source"
     assert artifacts.exporter_module("onnx", spec) == "inferbench.exporters.torch_onnx"
     assert "onnxscript" in artifacts.exporter_packages("onnx", spec)

@@ -1,4 +1,5 @@
-"""INT8 for OpenVINO: the SavedModel converted by OpenVINO (as its FP32 runner converts it) and quantised after
+"""INT8 for OpenVINO: the model OpenVINO's FP32 runner converts (the SavedModel of a Keras model; a model file as it
+is; a PyTorch model's ``torch.export`` program), converted the same way and quantised after
 training by NNCF, OpenVINO's own compression framework (``nncf.quantize``: its default post-training quantisation,
 the ``PERFORMANCE`` preset — symmetric weights and activations —, fast bias correction, each activation's range from
 the calibration inputs), saved as OpenVINO IR (``openvino-int8/<digest>.xml`` and ``.bin``), one per calibration set
@@ -11,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..registry.artifacts import ExportContext, int8_export
+from ..registry.artifacts import ExportContext, int8_export, source_kind
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
+from .torch_program import load_exported
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "nncf.quantize", "preset": "PERFORMANCE", "activations": "int8/uint8 per tensor",
@@ -30,8 +32,11 @@ def quantize(ctx: ExportContext, out: Any, cal: Any) -> None:
     import nncf
     import openvino as ov
 
-    model = ov.convert_model(str(ctx.path("savedmodel")))
-    items = [x[i:i + 1] for x in calibration_inputs(get_model(ctx.model), cal, ctx.resolution, ctx.seed)
+    spec = get_model(ctx.model)
+    src = source_kind(spec)  # the openvino runner's own route: the SavedModel made from a Keras model, else the source
+    path = ctx.path("savedmodel" if src == "keras" else src)
+    model = ov.convert_model(load_exported(path) if src == "pt2" else str(path))
+    items = [x[i:i + 1] for x in calibration_inputs(spec, cal, ctx.resolution, ctx.seed)
              for i in range(len(x))]  # one image an item: NNCF counts its subset in items
     quantized = nncf.quantize(model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
                               subset_size=len(items))

@@ -1,11 +1,12 @@
-"""INT8 for torch: the torchvision twin with the Keras weights (the ``ported`` export, as ``torch-inductor`` builds it)
-quantised after training by PyTorch 2's export quantisation for x86 and inductor (``prepare_pt2e`` /
-``convert_pt2e`` from torchao, PyTorch's quantisation library, with its ``X86InductorQuantizer`` at its default
-configuration: static, activations unsigned 8-bit per tensor from a histogram observer, weights signed 8-bit per
-output channel). The converted program is exported again (``torch.export``, the batch dimension dynamic) and saved
-(``torch-int8/<digest>.pt2``, one per calibration set: the variants are the sets' digests); ``torch-inductor`` loads
-it and compiles it with weights frozen, where inductor lowers the quantise / dequantise pairs into oneDNN's INT8
-kernels (the PT2E x86 inductor tutorial's flow).
+"""INT8 for torch: the torchvision twin with the Keras weights (the ``ported`` export, as ``torch-inductor`` builds
+it), or a PyTorch model's own ``torch.export`` program (``torchvision:``, ``timm:``, a ``.pt2`` file), quantised after
+training by PyTorch 2's export quantisation for x86 and inductor (``prepare_pt2e`` / ``convert_pt2e`` from torchao,
+PyTorch's quantisation library, with its ``X86InductorQuantizer`` at its default configuration: static, activations
+unsigned 8-bit per tensor from a histogram observer, weights signed 8-bit per output channel). The converted program
+is exported again (``torch.export``, the batch dimension dynamic) and saved (``torch-int8/<digest>.pt2``, one per
+calibration set: the variants are the sets' digests); ``torch-inductor`` loads it and compiles it with weights frozen,
+where inductor lowers the quantise / dequantise pairs into oneDNN's INT8 kernels (the PT2E x86 inductor tutorial's
+flow).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..registry import ports
-from ..registry.artifacts import ExportContext, int8_export
+from ..registry.artifacts import ExportContext, int8_export, source_kind
 from ..registry.images import calibration_inputs
 from ..registry.models import get_model
-from .torch_program import export_dynamic, load_program, save
+from .torch_program import export_dynamic, load_exported, load_program, save
 
 #: How the INT8 model is made, as records and the manifest name it.
 METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
@@ -30,10 +31,15 @@ METHOD = {"tool": "torchao.quantization.pt2e (prepare_pt2e, convert_pt2e)",
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
+    spec = get_model(ctx.model)
+
     def make(out: Path, cal: Any) -> None:
-        spec = get_model(ctx.model)
+        chunks = calibration_inputs(spec, cal, ctx.resolution, ctx.seed)
+        if source_kind(spec) == "pt2":  # a PyTorch model: its own program, its inputs as it takes them
+            quantize_program(ctx.path("pt2"), out, chunks, spec.fixed_batch)
+            return
         with np.load(ctx.path("ported")) as weights:
-            quantize(spec.name, dict(weights), out, calibration_inputs(spec, cal, ctx.resolution, ctx.seed))
+            quantize(spec.name, dict(weights), out, chunks)
 
     return int8_export(ctx, "torch-int8", make, METHOD)
 
@@ -42,22 +48,43 @@ def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any)
     """The twin of ``model`` with ``weights`` quantised (:data:`METHOD`) on ``chunks`` (NHWC batches of model
     inputs, read as they are needed), saved whole or not at all into ``out``."""
     import torch
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
-
 
     twin = _unshared_relus(torch, ports.build_torchvision(model, weights).eval())
     batches = (torch.from_numpy(np.ascontiguousarray(c.transpose(0, 3, 1, 2))) for c in chunks)
     first = next(batches)
     example = first.repeat(2, 1, 1, 1)[:2]  # two images: torch.export takes a batch of 1 for a constant 1
-    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
     with torch.no_grad():
-        prepared = prepare_pt2e(export_dynamic(torch, twin, example).module(), quantizer)
-        prepared(first)  # calibration: the observers see every batch
-        for batch in batches:
-            prepared(batch)
-        converted = convert_pt2e(prepared)
-        save(torch, export_dynamic(torch, converted, example), out)
+        _quantized(torch, export_dynamic(torch, twin, example).module(), first, batches,
+                   lambda converted: save(torch, export_dynamic(torch, converted, example), out))
+
+
+def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | None) -> None:
+    """A PyTorch model's ``torch.export`` program quantised (:data:`METHOD`) on ``chunks`` (batches as the program
+    takes them), exported again with its batch as dynamic as the program's own (a user's file may bound it), or the
+    one batch a fixed program takes."""
+    import torch
+
+    batches = (torch.from_numpy(np.ascontiguousarray(c)) for c in chunks)
+    first = next(batches)
+    example = first.repeat(2, *[1] * (first.dim() - 1))[:fixed_batch or 2]
+    shapes = None if fixed_batch else ({0: torch.export.Dim.AUTO},)  # the batch as dynamic as the program's own
+    with torch.no_grad():
+        _quantized(torch, load_exported(program).module(), first, batches, lambda converted: save(
+            torch, torch.export.export(converted, (example,), dynamic_shapes=shapes), out))
+
+
+def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> None:
+    """``graph`` (an exported module) prepared by the x86 inductor quantizer, calibrated on ``first`` and every batch
+    after it (the observers see each), converted, and handed to ``saved``."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)
+    prepared(first)
+    for batch in batches:
+        prepared(batch)
+    saved(convert_pt2e(prepared))
 
 
 def _unshared_relus(torch: Any, module: Any) -> Any:

@@ -98,8 +98,13 @@ class Converter:
     extra: str
 
 
-#: (source kind, kind) -> its converter: the ONNX export of a PyTorch program is torch's own (dynamo).
-CONVERTERS = {("pt2", "onnx"): Converter("inferbench.exporters.torch_onnx", ("torch", "onnx", "onnxscript"), "torch")}
+#: (source kind, kind) -> its converter: the ONNX export of a PyTorch program is torch's own (dynamo); OpenVINO's INT8
+#: quantises what its FP32 runner converts (a model file as it is, a PyTorch program), torch's a PyTorch program itself.
+CONVERTERS = {("pt2", "onnx"): Converter("inferbench.exporters.torch_onnx", ("torch", "onnx", "onnxscript"), "torch"),
+              **{(src, "openvino-int8"): Converter("inferbench.exporters.quantize_openvino",
+                                                   ("openvino", "nncf", *more), "openvino")
+                 for src, more in (("onnx", ()), ("savedmodel", ()), ("pt2", ("torch",)))},
+              ("pt2", "torch-int8"): Converter("inferbench.exporters.quantize_torch", ("torch", "torchao"), "torch")}
 
 
 _KIND_NAMES = {"keras": "the Keras model", "savedmodel": "a TF SavedModel", "onnx": "an ONNX export",

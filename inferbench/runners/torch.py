@@ -236,10 +236,8 @@ class TorchNativeRunner(TorchRunner):
     def build(self, ctx: LoadContext) -> Any:
         import torchvision
 
-
-        if ctx.precision == "int8":  # the twin quantised by PT2E (exporter torch-int8)
-
-            self.weights_source = "keras-ported, pt2e-int8"
+        if ctx.precision == "int8":  # the twin, or a PyTorch model's program, quantised by PT2E (exporter torch-int8)
+            self.weights_source = ("the program's own" if self.program_source() else "keras-ported") + ", pt2e-int8"
             return quantize_torch.load(ctx.path)
         if str(ctx.artifact).endswith(".pt2"):  # a PyTorch model's program, or the user's .pt2 file
             self.weights_source = "the program's own"
@@ -259,11 +257,18 @@ class TorchNativeRunner(TorchRunner):
 
     def int8_block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
-        quantised from (:func:`program_stage_errors`)."""
+        quantised from (:func:`program_stage_errors`). None for a PyTorch model's program: it was quantised from a
+        flat graph, with no modules whose stages could be read."""
+        if self.program_source():
+            return None
         with np.load(self.ctx.folder / artifacts.EXPORTERS["ported"].path) as weights:
             twin = ports.build_torchvision(self.ctx.model.name, weights).eval()
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         return program_stage_errors(self.torch, self.plain, twin, x)
+
+    def program_source(self) -> bool:
+        """Is the model a PyTorch program (``torchvision:``, ``timm:``, a ``.pt2`` file) rather than a Keras one?"""
+        return artifacts.source_kind(self.ctx.model) == "pt2"
 
     def details(self) -> dict[str, Any]:
         return {**super().details(), "weights": self.weights_source,
