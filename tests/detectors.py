@@ -136,14 +136,17 @@ def _save(path, name, nodes, outputs, inits, size, batch="batch", extra_inputs=(
     return path
 
 
-def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6), top=20, width=96, height=64):
+def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6), top=20, width=96, height=64,
+                         spec=None, heads=None):
     """A COCO instances file (``folder/instances.json``, the images beside it) whose boxes are what ``model`` (an
     ONNX file of YOLOv8's layout) finds in FP32, ONNX Runtime, on seeded image-like images ``width`` wide and
     ``height`` + 8 * i high, read as inferbench reads them (resized whole to ``size``: pixels a side, or (height,
     width)): each image's ``top`` highest-scoring boxes, cut to the image (a box crossing an edge then overlaps its
     own less, and the boxes below the ``top`` count against it: FP32's mAP is high, not 1); the model's class ``i``
-    is the ``i``-th category by id. A labelled set the tests make: it judges what a reduced precision loses, not the
-    model. Returns the number of boxes labelled."""
+    is the ``i``-th category by id. Or another detector's (``spec``, a registered model, and ``heads``: its raw
+    outputs by name on a batch of prepared inputs), whose classes may be category ids themselves (torchvision's).
+    A labelled set the tests make: it judges what a reduced precision loses, not the model. Returns the number of
+    boxes labelled."""
     import json
     from pathlib import Path
 
@@ -166,24 +169,32 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
         Image.fromarray(make_images(1, 256, i)[0].astype(np.uint8)).resize((w, h)).save(folder / f"{i}.png")
         listed.append((folder / f"{i}.png", i))
         said.append({"id": 100 + i, "file_name": f"{i}.png", "width": w, "height": h})
-    found = open_model_file(str(model), asked="detection")
-    register(found)
+    if spec is None:
+        found = open_model_file(str(model), asked="detection")
+        register(found)
+        spec = get_model(found.name)
     ih, iw = (size, size) if isinstance(size, int) else size
-    x = np.concatenate(list(labelled.inputs(get_model(found.name), listed, size_of(ih, iw), whole=True)))
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    head = session.run(None, {"images": x})[0]
+    x = np.concatenate(list(labelled.inputs(spec, listed, size_of(ih, iw), whole=True)))
+    if heads is None:
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        arrays = {"output0": session.run(None, {"images": x})[0]}
+    else:
+        arrays = heads(x)
     ids, annotations = sorted(categories), []
-    for im, d in zip(said, detection.postprocess({"output0": head}, [Output("output0", head.shape[1:])])):
+    outputs = [Output(name, a.shape[1:]) for name, a in arrays.items()]
+    for im, d in zip(said, detection.postprocess(arrays, outputs)):
         sx, sy = im["width"] / iw, im["height"] / ih
         best = np.argsort(-np.asarray(d["scores"]), kind="stable")[:top]  # its highest-scoring boxes
         for b, c in zip(np.asarray(d["boxes"])[best], np.asarray(d["classes"])[best]):
             x1, y1 = max(0.0, b[0] * sx), max(0.0, b[1] * sy)
             x2, y2 = min(im["width"], b[2] * sx), min(im["height"], b[3] * sy)
             if x2 - x1 > 1 and y2 - y1 > 1:
-                annotations.append({"id": len(annotations) + 1, "image_id": im["id"], "category_id": ids[int(c)],
-                                    "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)]})
+                annotations.append({"id": len(annotations) + 1, "image_id": im["id"], "bbox": [
+                    float(x1), float(y1), float(x2 - x1), float(y2 - y1)],
+                    "category_id": int(c) if d.get("category_ids") else ids[int(c)]})
+    named = sorted({a["category_id"] for a in annotations} | set(ids)) if heads is not None else ids
     (folder / "instances.json").write_text(json.dumps({"images": said, "annotations": annotations, "categories": [
-        {"id": c, "name": f"c{c}"} for c in categories]}))
+        {"id": c, "name": f"c{c}"} for c in named]}))
     return len(annotations)
 
 

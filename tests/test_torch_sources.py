@@ -13,6 +13,7 @@ import subprocess
 import sys
 import zipfile
 
+import numpy as np
 import pytest
 
 from inferbench import records
@@ -175,7 +176,6 @@ def test_torchvision_names_that_cannot_be_a_source_are_one_line(tmp_path):
 
 def labelled_masks(folder, n=4, classes=21):
     """``n`` images (80 x 60, smooth colours) and their masks: a band of a class an image, 255 on its border."""
-    import numpy as np
     from PIL import Image
 
     (folder / "images").mkdir(parents=True)
@@ -246,6 +246,21 @@ def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shar
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "file")
     assert set(df["framework"]) == {"torch", "onnxrt", "openvino"} and set(df["parity.status"]) == {"passed"}
+    # INT8 from the program itself: NNCF's of what OpenVINO converts, PT2E's of the program for inductor
+    done = _cli("--model", str(path), "--task", "segmentation", "--framework", "openvino,torch-inductor",
+                "--precision", "int8", "--reduced-only", "--calib-images", "8", *QUICK,
+                "--output-dir", str(tmp_path / "int8"), "--cache-dir", str(shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    int8 = {r["framework"]: r for r in records.iter_records(tmp_path / "int8")[0]}
+    assert set(int8) == {"openvino", "torch-inductor"} and {r["precision"] for r in int8.values()} == {"int8"}
+    assert int8["openvino"]["runner"]["route"].startswith("NNCF's post-training quantisation from the user's .pt2")
+    assert int8["openvino"]["runner"]["model_source"].startswith("nncf-int8-ir")
+    assert int8["torch-inductor"]["runner"]["route"].startswith("PT2E's x86 inductor quantisation from the user's")
+    assert int8["torch-inductor"]["runner"]["weights"] == "the program's own, pt2e-int8"
+    assert int8["torch-inductor"]["runner"]["int8"]["quantize"] > 0
+    for r in int8.values():  # masks against FP32's over the agreement inputs: a quantised model, not a broken one
+        assert r["parity"]["status"] == "unjudged" and r["parity"]["agreement"]["inputs"] == 1000, r["parity"]
+        assert r["parity"]["agreement"]["after_postprocess"]["pixel_agreement"] > 0.9, r["parity"]["agreement"]
     done = _cli("--model", "timm:resnet10t", "--resolution", "64", "--framework", "onnxrt,torch", *QUICK,
                 "--output-dir", str(tmp_path / "timm"), "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -289,17 +304,51 @@ def test_ssdlites_heads_after_the_shared_postprocessing_are_torchvisions_own_det
         assert image["box"] < 1e-3 and image["score"] < 1e-6, image
 
 
+SSD_HEADS = """
+import sys, numpy as np, torch
+from inferbench.base.size import size_of
+from inferbench.exporters.torch_source import source_module
+from inferbench.registry.models import get_model
+spec = get_model("torchvision:ssdlite320_mobilenet_v3_large")
+module = source_module(torch, spec, "random", size_of(int(sys.argv[2]), int(sys.argv[3])), 0)  # the seed a run takes
+with torch.no_grad():
+    out = module(torch.from_numpy(np.load(sys.argv[1])))
+np.savez(sys.argv[1] + ".npz", **{k: v.numpy() for k, v in out.items()})
+"""
+
+
+def ssdlite_heads(folder, size):
+    """SSDlite's raw heads on a batch of prepared inputs, as the run's source computes them (seeded, conditioned
+    weights; torch in a process of its own)."""
+    def heads(x):
+        np.save(folder / "x.npy", x)
+        subprocess.run([sys.executable, "-c", SSD_HEADS, str(folder / "x.npy"), *map(str, size)], check=True,
+                       timeout=600)
+        with np.load(folder / "x.npy.npz") as out:
+            return dict(out)
+    return heads
+
+
 @pytest.mark.slow
 def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_after_the_shared_postprocessing(
         tmp_path, shared_cache):
-    """At 192 x 320 (height x width): its anchors made for that size, its boxes clipped to it."""
+    """At 192 x 320 (height x width): its anchors made for that size, its boxes clipped to it; its mAP on a COCO file
+    of what the FP32 program itself finds (its classes COCO's category ids, as torchvision's are)."""
+    from detectors import coco_from_detections
+
+    spec = get_model("torchvision:ssdlite320_mobilenet_v3_large")
+    assert coco_from_detections(None, tmp_path / "coco", size=(192, 320), spec=spec, width=160, height=96,
+                                heads=ssdlite_heads(tmp_path, (192, 320))) > 30
     done = _cli("--model", "torchvision:ssdlite320_mobilenet_v3_large", "--framework", "onnxrt,openvino",
-                "--resolution", "192x320", "--batch-size", "2", *QUICK, "--output-dir", str(tmp_path / "out"),
-                "--cache-dir", str(shared_cache))
+                "--resolution", "192x320", "--batch-size", "2", "--eval-dir", str(tmp_path / "coco"), *QUICK,
+                "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "out")
     assert set(df["parity.status"]) == {"passed"} and set(df["task"]) == {"detection"}
     assert (df["parity.after_postprocess.matched_share"] > 0.99).all()  # every box matched, class and IoU >= 0.5
+    assert set(df["parity.accuracy.status"]) == {"measured"}, df.filter(like="accuracy").T
+    assert (df["parity.accuracy.map.fp32"] > 0.4).all() and df["parity.accuracy.map.fp32"].nunique() == 1
+    assert ((df["parity.accuracy.map.value"] - df["parity.accuracy.map.fp32"]).abs() < 0.02).all()
     one = json.loads(next((tmp_path / "out").rglob("*_bs2_onnxrt.json")).read_text())
     assert [o["name"] for o in one["outputs"]] == ["bbox_regression", "cls_logits", "anchors", "image_size"]
     assert one["postprocess"]["ms_p50"] > 0 and one["outputs"][2]["kind"] == "boxes"
