@@ -235,6 +235,13 @@ def test_a_broken_or_planted_calibration_is_named_and_ignored_and_compare_says_w
         else:
             assert f"WARNING: the calibration between invocations {path} is ignored: not a calibration" in err, name
             assert spread["sd"] is None and spread["ignored"].startswith("not a calibration this inferbench can use")
+    for file in [*(tmp_path / "wide").glob("*/*_fake.json"), *(tmp_path / "good").glob("*/*_fake.json")]:
+        # one machine speed for every round of both sides: what is tested is the calibration compare says it used;
+        # a machine whose speed wandered between the real readings made the cell "not comparable" (tested apart)
+        record = json.loads(file.read_text())
+        for reading in record["machine_state"]["speed"]["rounds"]:
+            reading["gflops"] = 100.0
+        file.write_text(json.dumps(record))
     inferbench(["compare", str(tmp_path / "wide"), str(tmp_path / "good")])
     out = capsys.readouterr().out
     assert f"OLD: the calibration {path} was ignored: not a calibration this inferbench can use (" in out
