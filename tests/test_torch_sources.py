@@ -85,7 +85,7 @@ def pt2_archive(path, inputs=(("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int":
                 target="torch.ops.aten.mul.Tensor", pickled=False):
     """A .pt2-shaped archive written by hand: the JSON of one program (its signature, tensor sizes, one node) as
     torch.export 2.x lays it out, without torch."""
-    values = {name: {"dtype": 7, "sizes": sizes} for name, sizes in inputs}
+    values = {name: {"dtype": rest[0] if rest else 7, "sizes": sizes} for name, sizes, *rest in inputs}  # 7: float
     values.update({f"t_{name}": {"dtype": 7, "sizes": [{"as_expr": {"expr_str": "s0"}}, *({"as_int": d} for d in dims)]}
                    for name, dims in outputs})
     spec = {"type": "builtins.dict", "context": json.dumps(list(keys)),
@@ -94,7 +94,7 @@ def pt2_archive(path, inputs=(("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int":
     program = {"graph_module": {
         "graph": {"inputs": [], "outputs": [], "tensor_values": values, "custom_obj_values": {},
                   "nodes": [{"target": target, "inputs": [], "outputs": [], "name": "n0"}]},
-        "signature": {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": n}}}} for n, _ in inputs],
+        "signature": {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": n}}}} for n, *_ in inputs],
                       "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": f"t_{n}"}}}}
                                        for n, _ in outputs]},
         "module_call_graph": [{"fqn": "", "signature": {"out_spec": json.dumps([1, spec])}}]},
@@ -117,11 +117,20 @@ def test_a_pt2_file_is_read_without_torch(tmp_path):
     # one output of one dimension: a classifier's, named output (a tensor, not a mapping)
     one = open_model_file(str(pt2_archive(tmp_path / "cls.pt2", outputs=(("logits", [10]),), keys=())))
     assert one.task == "classification"
+    # a side input that says what it holds (RT-DETR's image sizes, int64: torch's type 5), filled as ONNX files' are
+    image = (("x", [{"as_expr": {"expr_str": "s0"}}, {"as_int": 3}, {"as_int": 48}, {"as_int": 48}]),)
+    sized = open_model_file(str(pt2_archive(tmp_path / "sized.pt2", inputs=(
+        *image, ("orig_target_sizes", [{"as_expr": {"expr_str": "s0"}}, {"as_int": 2}], 5)))), asked="segmentation")
+    assert sized.side_inputs == ("orig_target_sizes [batch, 2] int64: the image's height and width, bound into the "
+                                 "graph",) and sized.resolution == 48
 
 
 @pytest.mark.parametrize("make,message", [
     (dict(inputs=(("a", [{"as_int": 1}, {"as_int": 3}, {"as_int": 48}, {"as_int": 48}]),
-                  ("b", [{"as_int": 1}, {"as_int": 2}]))), "takes 2 inputs; inferbench times programs of one image"),
+                  ("b", [{"as_int": 1}, {"as_int": 2}]))), "input b [1, 2] float is not the image, and inferbench "
+     "fills a side input only where its name and shape say what it holds"),
+    (dict(inputs=(("a", [{"as_int": 1}, {"as_int": 3}, {"as_int": 48}, {"as_int": 48}]),) * 2),
+     "takes 2 inputs (a, a) and 2 image inputs"),
     (dict(pickled=True), "a weight is stored as a pickle"),
     (dict(target="torch.ops.aten.from_file.default"), "the operator torch.ops.aten.from_file.default reads, writes"),
     (dict(target="builtins.exec"), "the operator builtins.exec reads, writes or runs outside the computation"),
@@ -227,12 +236,14 @@ class Net(torch.nn.Module):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
         self.head = torch.nn.Conv2d(8, 5, 1)
-    def forward(self, x):
-        return {"out": self.head(torch.relu(self.conv(x)))}
+    def forward(self, x, orig_target_sizes):  # RT-DETR's side input: each image's height and width
+        scale = orig_target_sizes[:, :1, None, None].float() / 40.0
+        return {"out": self.head(torch.relu(self.conv(x))) * scale}
 torch.manual_seed(0)
 net = Net().eval()
 batch = torch.export.Dim("batch", min=1, max=1024)
-program = torch.export.export(net, (torch.randn(2, 3, 40, 40),), dynamic_shapes=({0: batch},))
+program = torch.export.export(net, (torch.randn(2, 3, 40, 40), torch.full((2, 2), 40)),
+                              dynamic_shapes=({0: batch}, {0: batch}))
 torch.export.save(program, sys.argv[1])
 """
 
@@ -246,6 +257,9 @@ def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shar
     assert done.returncode == 0, done.stderr[-3000:]
     df = records.load(tmp_path / "file")
     assert set(df["framework"]) == {"torch", "onnxrt", "openvino"} and set(df["parity.status"]) == {"passed"}
+    said = "orig_target_sizes [batch, 2] int64: the image's height and width, bound into the graph"
+    assert {tuple(r["config"]["model_files"][0]["side_inputs"]) for r in records.iter_records(tmp_path / "file")[0]} \
+        == {(said,)}
     # INT8 from the program itself: NNCF's of what OpenVINO converts, PT2E's of the program for inductor
     done = _cli("--model", str(path), "--task", "segmentation", "--framework", "openvino,torch-inductor",
                 "--precision", "int8", "--reduced-only", "--calib-images", "8", *QUICK,

@@ -1,6 +1,7 @@
-"""A model file in a format other than Keras (``--model model.onnx`` or a SavedModel folder), imported as
-the artifact of its kind: copied into the cache folder as it is, plus the reference outputs of the 16
-parity inputs from its own framework. Every other artifact is made from it where a converter can."""
+"""A model file in a format other than Keras (``--model model.onnx``, a SavedModel folder, a ``.pt2`` program),
+imported as the artifact of its kind: copied into the cache folder as it is (its side inputs bound), plus the
+reference outputs of the 16 parity inputs from its own framework. Every other artifact is made from it where a
+converter can."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from typing import Any
 from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
 from ..registry.models import get_model
-from ..registry.sideinputs import bind, split
+from ..registry.programs import program_shapes
+from ..registry.sideinputs import SideInput, bind, split
 from .reference import predictor, write_parity_reference
+from .torch_program import load_exported, save
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -25,7 +28,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         shutil.copytree(source, target)
     else:
         shutil.copyfile(source, target)
-    notes = bound_sides(target, spec.source.side_inputs, ctx.resolution)
+    notes = bound_sides(target, spec, ctx.resolution)
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx))
     return {
         "paths": [target.relative_to(ctx.folder).parts[0], "reference"],
@@ -37,14 +40,48 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     }
 
 
-def bound_sides(target: Path, said: tuple[str, ...], resolution: Size) -> list[str]:
-    """An ONNX file's side inputs bound into the copy's graph (registry/sideinputs.py), each said as a note."""
-    if not said:
+def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
+    """A model file's side inputs bound into the copy's graph (registry/sideinputs.py): an ONNX file's as constants in
+    its graph, a .pt2 program's by exporting it again around them; each said as a note."""
+    if not spec.source.side_inputs:
         return []
-    import onnx
+    if target.suffix == ".pt2":
+        _, _, sides = program_shapes(target, str(target))
+        bind_program(target, sides, spec, resolution)
+    else:
+        import onnx
 
-    model = onnx.load(str(target), load_external_data=False)
-    inits = {i.name for i in model.graph.initializer}
-    _, sides = split([i for i in model.graph.input if i.name not in inits], target)
-    bind(target, tuple(sides), *hw(resolution))
+        model = onnx.load(str(target), load_external_data=False)
+        inits = {i.name for i in model.graph.initializer}
+        _, sides = split([i for i in model.graph.input if i.name not in inits], target)
+        bind(target, tuple(sides), *hw(resolution))
     return [f"side input {s.phrase()}: {s.value(*hw(resolution))}" for s in sides]
+
+
+def bind_program(path: Path, sides: list[SideInput], spec: Any, resolution: Size) -> None:
+    """Rewrite the .pt2 program at ``path`` as one of its image alone: the program called with each side input its
+    constant (expanded to the image's batch where it is batched), exported again (torch.export) with the batch as
+    dynamic as the program's own (or the one a fixed program takes), read weights only."""
+    import torch
+
+    program = load_exported(path)
+    order = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    values = {s.name: torch.tensor([s.value(*hw(resolution))], dtype=getattr(torch, s.dtype)) for s in sides}
+    batched = {s.name: s.batched for s in sides}
+
+    class Bound(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = program.module()
+            for i, value in enumerate(values.values()):
+                self.register_buffer(f"side_{i}", value)  # a constant of the module: exported with it
+
+        def forward(self, x: Any) -> Any:
+            given = {name: getattr(self, f"side_{i}") for i, name in enumerate(values)}
+            return self.inner(*[x if n not in given else given[n].expand(x.shape[0], -1) if batched[n]
+                                else given[n][0] for n in order])
+
+    example = torch.zeros(spec.input_shape(spec.fixed_batch or 2, resolution))
+    shapes = None if spec.fixed_batch else ({0: torch.export.Dim.AUTO},)
+    with torch.no_grad():
+        save(torch, torch.export.export(Bound().eval(), (example,), dynamic_shapes=shapes), path)

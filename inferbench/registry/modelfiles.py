@@ -57,7 +57,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
         raise UsageError(f"model file {text} does not exist")
     outputs: list[Output] = [Output("logits", (0,))]  # a .keras file or a SavedModel: one output (checked, or assumed)
     nms: str | None = None  # the suppression the graph holds (an ONNX file's, read)
-    sides: tuple[str, ...] = ()  # its side inputs, each said with its fill (an ONNX file's)
+    sides: tuple[str, ...] = ()  # its side inputs, each said with its fill (an ONNX file's, a .pt2 program's)
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
@@ -67,7 +67,8 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
     elif path.suffix == ".onnx":
         fmt, (shape, outputs, nms, sides) = "onnx", _onnx_shapes(path)
     elif path.suffix == ".pt2":
-        fmt, (shape, outputs) = "pt2", program_shapes(path, f"--model {text}")
+        fmt, (shape, outputs, found) = "pt2", program_shapes(path, f"--model {text}")
+        sides = tuple(s.phrase() for s in found)
     else:
         raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
     given = _parse_shape(input_shape) if input_shape else None

@@ -32,6 +32,7 @@ from ..base.reading import read_bounded
 from ..base.text import excerpt, visible
 from .filecheck import CONFIG_CAP, check_archive, check_onnx_program
 from .outputs import Output
+from .sideinputs import SideInput, side_input
 
 #: The namespaces of ``torch.ops`` a program may call: PyTorch's own operators, its primitives, and PT2E's quantise
 #: and dequantise; ``_operator`` is Python's own (``getitem`` of a node's several outputs).
@@ -82,10 +83,11 @@ def check_pt2(path: Path, what: str = "program") -> None:
             _check_program_json(path, what, name, data)
 
 
-def program_shapes(path: Path, what: str) -> tuple[tuple[int | None, ...], list[Output]]:
-    """A ``.pt2`` program's input shape (a dynamic dimension None) and its outputs (names: a dict's keys, else
-    ``output`` / ``output0``...; shapes an image, a dynamic dimension 0), read from its archive once
-    :func:`check_pt2` passed it, without torch; one line where it takes other than one tensor."""
+def program_shapes(path: Path, what: str) -> tuple[tuple[int | None, ...], list[Output], list[SideInput]]:
+    """A ``.pt2`` program's image input shape (a dynamic dimension None), its outputs (names: a dict's keys, else
+    ``output`` / ``output0``...; shapes an image, a dynamic dimension 0) and its side inputs (:mod:`.sideinputs`),
+    read from its archive once :func:`check_pt2` passed it, without torch; one line where it takes other than one
+    image and side inputs that say what they hold."""
     check_pt2(path, what)
     with zipfile.ZipFile(path) as archive:
         found = [n for n in archive.namelist() if n.endswith("models/model.json")]
@@ -101,13 +103,40 @@ def program_shapes(path: Path, what: str) -> tuple[tuple[int | None, ...], list[
         spec = json.loads(module["module_call_graph"][0]["signature"]["out_spec"])[1]
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise UsageError(f"{what}: not a torch.export program inferbench reads (no {excerpt(exc, 60)})") from None
-    if len(args) != 1 or "as_tensor" not in args[0]:
-        raise UsageError(f"{what} takes {len(args)} inputs; inferbench times programs of one image input")
+    if not args or any("as_tensor" not in a for a in args):
+        raise UsageError(f"{what} takes {len(args)} inputs, not all of them tensors; inferbench times programs of "
+                         "one image input (and side inputs that say what they hold)")
+    image, sides = _inputs(path, [(a["as_tensor"]["name"], values[a["as_tensor"]["name"]]) for a in args], what)
     keys = json.loads(spec["context"]) if spec.get("type") in ("builtins.dict", "collections.OrderedDict") else None
     names = keys if isinstance(keys, list) and len(keys) == len(results) else \
         (["output"] if len(results) == 1 else [f"output{i}" for i in range(len(results))])
-    shape = tuple(_dim(d) for d in values[args[0]["as_tensor"]["name"]]["sizes"])
-    return shape, [Output(str(n), tuple(_dim(d) or 0 for d in values[r]["sizes"][1:])) for n, r in zip(names, results)]
+    shape = tuple(_dim(d) for d in image["sizes"])
+    outputs = [Output(str(n), tuple(_dim(d) or 0 for d in values[r]["sizes"][1:])) for n, r in zip(names, results)]
+    return shape, outputs, sides
+
+
+#: torch's serialised tensor types (``torch._export.serde.schema.ScalarType``) by ONNX's names for them.
+SCALAR_TYPES = {7: "FLOAT", 6: "FLOAT16", 8: "DOUBLE", 5: "INT64", 4: "INT32"}
+
+
+def _inputs(path: Path, tensors: list[tuple[str, dict[str, Any]]], what: str) -> tuple[dict[str, Any],
+                                                                                     list[SideInput]]:
+    """A program's image input (float, four dimensions, 3 channels first or last) and its side inputs, each with its
+    fill (:mod:`.sideinputs`); one line where there is no one image."""
+    def image(value: dict[str, Any]) -> bool:
+        dims = [_dim(d) for d in value["sizes"]]
+        return value.get("dtype") in (6, 7) and len(dims) == 4 and 3 in (dims[1], dims[3])
+
+    images = [v for _, v in tensors if image(v)]
+    if len(tensors) == 1:
+        return tensors[0][1], []  # the one input: the file's shape check says what is wrong with it, if anything
+    if len(images) != 1:
+        raise UsageError(f"{what} takes {len(tensors)} inputs ({', '.join(n[:40] for n, _ in tensors)}) and "
+                         f"{len(images) or 'no'} image inputs (float, four dimensions, 3 channels first or last): "
+                         "inferbench times programs of one image input")
+    sides = [side_input(n, [_dim(d) for d in v["sizes"]], SCALAR_TYPES.get(int(v.get("dtype") or 0), "an unknown type"),
+                        path) for n, v in tensors if v is not images[0]]
+    return images[0], sides
 
 
 def _dim(size: dict[str, Any]) -> int | None:

@@ -1,7 +1,8 @@
-"""An ONNX model file's inputs beside its image: found when the file is read, each filled as it declares itself, and
-bound into the imported graph so that every runtime is fed the image alone (its runner unchanged) and computes from
-the same values. A detector exported with the size of its images as a second input (RT-DETR's
-``orig_target_sizes [batch, 2]``, PaddleDetection's ``im_shape`` and ``scale_factor``) is the case this serves.
+"""A model file's inputs beside its image (an ONNX file's, a ``.pt2`` program's): found when the file is read, each
+filled as it declares itself, and bound into the imported graph so that every runtime is fed the image alone (its
+runner unchanged) and computes from the same values. A detector exported with the size of its images as a second
+input (RT-DETR's ``orig_target_sizes [batch, 2]``, PaddleDetection's ``im_shape`` and ``scale_factor``) is the case
+this serves.
 
 The rule is declared, never guessed from values: a side input of two numbers an image (``[batch, 2]`` or ``[2]``)
 whose name says what it holds: ``...size...`` or ``...shape...`` is the image's height and width, ``...scale...`` is
@@ -61,21 +62,24 @@ def split(inputs: list[Any], path: Path) -> tuple[Any, list[SideInput]]:
         raise UsageError(f"{path} has {len(inputs)} inputs ({names}) and {'no' if not images else len(images)} image "
                          "inputs (float, four dimensions, 3 channels first or last): inferbench times models with "
                          "one image input")
-    sides = []
-    for i in inputs:
-        if i is images[0]:
-            continue
-        dims = [d.dim_value or None for d in i.type.tensor_type.shape.dim]
-        kind = TensorProto.DataType.Name(i.type.tensor_type.elem_type)
-        fill = next(((f, said) for word, f, said in FILLS if word in i.name.lower()), None)
-        if dims[-1:] != [2] or len(dims) not in (1, 2) or kind not in DTYPES or fill is None:
-            shape = ", ".join("?" if d is None else str(d) for d in dims)
-            raise UsageError(f"{path}: input {i.name[:60]} [{shape}] {kind.lower()} is not the image, and inferbench "
-                             "fills a side input only where its name and shape say what it holds: two numbers an "
-                             "image ([batch, 2] or [2]) named ...size... or ...shape... (the image's height and "
-                             "width) or ...scale... (1 on both axes)")
-        sides.append(SideInput(i.name, len(dims) == 2, DTYPES[kind], *fill))
+    sides = [side_input(i.name, [d.dim_value or None for d in i.type.tensor_type.shape.dim],
+                        TensorProto.DataType.Name(i.type.tensor_type.elem_type), path)
+             for i in inputs if i is not images[0]]
     return images[0], sides
+
+
+def side_input(name: str, dims: list[int | None], kind: str, path: Path) -> SideInput:
+    """The input ``name`` of ``dims`` (None: dynamic) and element type ``kind`` (ONNX's name: FLOAT, INT64...) as a
+    side input with its fill, read from its name and shape (an ONNX file's or a .pt2 program's); one line where they
+    do not say what it holds."""
+    fill = next(((f, said) for word, f, said in FILLS if word in name.lower()), None)
+    if dims[-1:] != [2] or len(dims) not in (1, 2) or kind not in DTYPES or fill is None:
+        shape = ", ".join("?" if d is None else str(d) for d in dims)
+        raise UsageError(f"{path}: input {name[:60]} [{shape}] {kind.lower()} is not the image, and inferbench "
+                         "fills a side input only where its name and shape say what it holds: two numbers an "
+                         "image ([batch, 2] or [2]) named ...size... or ...shape... (the image's height and "
+                         "width) or ...scale... (1 on both axes)")
+    return SideInput(name, len(dims) == 2, DTYPES[kind], *fill)
 
 
 def bind(path: Path, sides: tuple[SideInput, ...], height: int, width: int) -> None:
