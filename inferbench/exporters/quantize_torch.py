@@ -18,7 +18,7 @@ import numpy as np
 
 from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export, source_kind
-from ..registry.images import calibration_inputs
+from ..registry.images import calibration_inputs, rebatched
 from ..registry.models import get_model
 from .torch_program import export_dynamic, load_exported, load_program, save
 
@@ -64,13 +64,16 @@ def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | N
     one batch a fixed program takes."""
     import torch
 
+    if fixed_batch:  # a program of one batch takes no other
+        chunks = rebatched(chunks, fixed_batch)
     batches = (torch.from_numpy(np.ascontiguousarray(c)) for c in chunks)
     first = next(batches)
-    example = first.repeat(2, *[1] * (first.dim() - 1))[:fixed_batch or 2]
+    example = first if fixed_batch else first.repeat(2, *[1] * (first.dim() - 1))[:2]
     shapes = None if fixed_batch else ({0: torch.export.Dim.AUTO},)  # the batch as dynamic as the program's own
     with torch.no_grad():
-        _quantized(torch, load_exported(program).module(), first, batches, lambda converted: save(
-            torch, torch.export.export(converted, (example,), dynamic_shapes=shapes), out))
+        _quantized(torch, _unshared_relu_calls(torch, load_exported(program).module()), first, batches,
+                   lambda converted: save(torch, torch.export.export(converted, (example,), dynamic_shapes=shapes),
+                                          out))
 
 
 def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> None:
@@ -85,6 +88,21 @@ def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> 
     for batch in batches:
         prepared(batch)
     saved(convert_pt2e(prepared))
+
+
+def _unshared_relu_calls(torch: Any, graph: Any) -> Any:
+    """An exported graph whose calls of one ``nn.ReLU`` module (a ResNet block's, two or three) are patterns of their
+    own: the quantizer groups nodes by the module they came from (``source_fn_stack``) and refuses one pattern with
+    several outputs, as :func:`_unshared_relus` says of the module; each call named apart. The same numbers."""
+    relus = (torch.nn.ReLU, torch.nn.ReLU6)
+    names = {f"{t.__module__}.{t.__qualname__}": t for t in relus}
+    for i, node in enumerate(graph.graph.nodes):
+        stack = node.meta.get("source_fn_stack")
+        innermost = list((node.meta.get("nn_module_stack") or {}).values())[-1:]
+        kind = stack[-1][1] if stack else names.get(innermost[0][1], innermost[0][1]) if innermost else None
+        if node.op == "call_function" and kind in relus:  # by its call, not by the module it shares
+            node.meta["source_fn_stack"] = [*(stack or [])[:-1], (f"relu_call{i}", kind)]
+    return graph
 
 
 def _unshared_relus(torch: Any, module: Any) -> Any:

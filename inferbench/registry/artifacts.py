@@ -53,13 +53,14 @@ EXPORTERS: dict[str, Exporter] = {
                  "onnx/model.onnx"),
         Exporter("torch", "inferbench.exporters.torch", ("onnx",), ("torch", "onnx2torch", "onnx", "safetensors"),
                  "torch", "torch/model.safetensors"),
-        # INT8: the ONNX export quantised by ONNX Runtime (static, QDQ), the SavedModel by NNCF for OpenVINO; once
-        # per calibration set (its digest: the variants)
+        # INT8: the ONNX export quantised by ONNX Runtime (static, QDQ), the SavedModel by NNCF for OpenVINO (a model
+        # file's or a PyTorch program's: CONVERTERS); once per calibration set (its digest: the variants)
         Exporter("onnx-int8", "inferbench.exporters.quantize_onnx", ("onnx",), ("onnxruntime", "onnx"),
                  "onnxruntime", "onnx-int8"),
         Exporter("openvino-int8", "inferbench.exporters.quantize_openvino", ("savedmodel",), ("openvino", "nncf"),
                  "openvino", "openvino-int8"),
-        # torch-inductor's: the torchvision twin with the Keras weights, quantised by PT2E for x86 / inductor
+        # torch-inductor's: the torchvision twin with the Keras weights (a PyTorch program itself: CONVERTERS),
+        # quantised by PT2E for x86 / inductor
         Exporter("torch-int8", "inferbench.exporters.quantize_torch", ("ported",), ("torch", "torchvision", "torchao"),
                  "torch", "torch-int8"),
         # TensorRT's explicit quantisation takes symmetric pairs only (signed activations, zero points 0)

@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +129,19 @@ def calibration_inputs(spec: Any, cal: Calibration, resolution: Size, seed: int)
         yield from agreement_inputs(spec, resolution, seed + CALIBRATION_SEED, cal.images)
     else:
         yield from inputs(spec, items(cal.set), resolution, task(spec.task).whole_image)
+
+
+def rebatched(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
+    """``chunks`` (batches of prepared inputs) regrouped into batches of exactly ``size`` (a model whose batch is fixed
+    takes no other), the last filled up by repeating its own images."""
+    held: list[np.ndarray] = []
+    for chunk in chunks:
+        held.extend(chunk)
+        while len(held) >= size:
+            yield np.stack(held[:size])
+            held = held[size:]
+    if held:
+        yield np.stack([held[i % len(held)] for i in range(size)])
 
 
 def open_eval_set(text: str, count: int, seed: int, follow_links: bool = False) -> EvalSet:

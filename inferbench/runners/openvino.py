@@ -36,6 +36,7 @@ import numpy as np
 
 from ..base.machine import native_instructions
 from ..exporters.torch_program import load_exported
+from ..registry import artifacts
 from ..registry.artifacts import REFERENCE_OUTPUTS
 from ..registry.filecheck import check_savedmodel
 from ..registry.outputs import packed, read_layout
@@ -93,7 +94,9 @@ class OpenVinoRunner(Runner):
         declared = [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)]
         self.output_names = [next((n for n in declared if n in o.get_names()), min(o.get_names(), default=f"output{i}"))
                              for i, o in enumerate(model.outputs)]
-        if program and len(declared) == len(model.outputs):  # a program's outputs keep its order, not its names
+        # a program's outputs (and those of NNCF's INT8 of it) keep its order, not its names
+        if artifacts.source_kind(ctx.model) == "pt2" and not str(ctx.artifact).endswith(".onnx") and \
+                len(declared) == len(model.outputs):
             self.output_names = declared
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
