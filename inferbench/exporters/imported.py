@@ -83,5 +83,7 @@ def bind_program(path: Path, sides: list[SideInput], spec: Any, resolution: Size
 
     example = torch.zeros(spec.input_shape(spec.fixed_batch or 2, resolution))
     shapes = None if spec.fixed_batch else ({0: torch.export.Dim.AUTO},)
+    bound = Bound()
+    bound.training = False  # its own flag only: an exported program's module takes no train() or eval()
     with torch.no_grad():
-        save(torch, torch.export.export(Bound().eval(), (example,), dynamic_shapes=shapes), path)
+        save(torch, torch.export.export(bound, (example,), dynamic_shapes=shapes), path)

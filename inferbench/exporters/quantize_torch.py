@@ -87,7 +87,12 @@ def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> 
     prepared(first)
     for batch in batches:
         prepared(batch)
-    saved(convert_pt2e(prepared))
+    converted = convert_pt2e(prepared)
+    if not any("quantize_per" in str(n.target) for n in converted.graph.nodes if n.op == "call_function"):
+        # an "INT8" model that is its FP32 one would be timed and said as INT8
+        raise RuntimeError("PT2E's x86 inductor quantizer quantised none of the program's operators (seen with a "
+                           ".pt2 program exported again around its side inputs): no INT8 model to time")
+    saved(converted)
 
 
 def _unshared_relu_calls(torch: Any, graph: Any) -> Any:
