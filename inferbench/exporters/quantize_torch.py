@@ -88,11 +88,17 @@ def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> 
     for batch in batches:
         prepared(batch)
     converted = convert_pt2e(prepared)
-    if not any("quantize_per" in str(n.target) for n in converted.graph.nodes if n.op == "call_function"):
+    if not pairs(converted)[0]:
         # an "INT8" model that is its FP32 one would be timed and said as INT8
         raise RuntimeError("PT2E's x86 inductor quantizer quantised none of the program's operators (seen with a "
                            ".pt2 program exported again around its side inputs): no INT8 model to time")
     saved(converted)
+
+
+def pairs(graph: Any) -> tuple[int, int]:
+    """The quantise and the dequantise operators a converted program calls."""
+    ops = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    return sum("quantize_per" in o and "dequantize" not in o for o in ops), sum("dequantize_per" in o for o in ops)
 
 
 def _unshared_relu_calls(torch: Any, graph: Any) -> Any:

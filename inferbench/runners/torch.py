@@ -84,7 +84,7 @@ class TorchRunner(Runner):
         setting = ctx.setting  # a load-time setting being tuned (tuning_grid) overrides the option
         # a PyTorch source's program (a torchvision/timm model's, a .pt2 file) takes its inputs in its own layout:
         # nothing permuted, and channels-last only for a channels-first one (an INT8 twin's program is NCHW: permuted)
-        program = artifacts.source_kind(ctx.model) == "pt2"
+        program = self.program = artifacts.source_kind(ctx.model) == "pt2"
         self.channels_last = bool(setting.get("channels_last", opts.channels_last)) and self.channels_first and \
             not (program and ctx.model.layout == "NHWC")
         self.permute = self.channels_first and ctx.model.layout == "NHWC" and not program
@@ -237,7 +237,7 @@ class TorchNativeRunner(TorchRunner):
         import torchvision
 
         if ctx.precision == "int8":  # the twin, or a PyTorch model's program, quantised by PT2E (exporter torch-int8)
-            self.weights_source = ("the program's own" if self.program_source() else "keras-ported") + ", pt2e-int8"
+            self.weights_source = ("the program's own" if self.program else "keras-ported") + ", pt2e-int8"
             return quantize_torch.load(ctx.path)
         if str(ctx.artifact).endswith(".pt2"):  # a PyTorch model's program, or the user's .pt2 file
             self.weights_source = "the program's own"
@@ -259,16 +259,12 @@ class TorchNativeRunner(TorchRunner):
         """The PT2E program's stages against the torchvision twin with the Keras weights, in FP32: what it was
         quantised from (:func:`program_stage_errors`). None for a PyTorch model's program: it was quantised from a
         flat graph, with no modules whose stages could be read."""
-        if self.program_source():
+        if self.program:
             return None
         with np.load(self.ctx.folder / artifacts.EXPORTERS["ported"].path) as weights:
             twin = ports.build_torchvision(self.ctx.model.name, weights).eval()
         x = self.torch.from_numpy(np.ascontiguousarray(inputs.transpose(0, 3, 1, 2)))
         return program_stage_errors(self.torch, self.plain, twin, x)
-
-    def program_source(self) -> bool:
-        """Is the model a PyTorch program (``torchvision:``, ``timm:``, a ``.pt2`` file) rather than a Keras one?"""
-        return artifacts.source_kind(self.ctx.model) == "pt2"
 
     def details(self) -> dict[str, Any]:
         return {**super().details(), "weights": self.weights_source,
@@ -277,9 +273,8 @@ class TorchNativeRunner(TorchRunner):
     def int8(self) -> dict[str, Any]:
         """What an INT8 cell ran: the program's quantise / dequantise pairs (inductor lowers them into oneDNN's INT8
         kernels), how it was made, the CPU's INT8 instructions."""
-        ops = [str(n.target) for n in self.plain.graph.nodes if n.op == "call_function"]
-        return {"quantize": sum("quantize_per" in o and "dequantize" not in o for o in ops),
-                "dequantize": sum("dequantize_per" in o for o in ops), "method": quantize_torch.METHOD,
+        quantize, dequantize = quantize_torch.pairs(self.plain)
+        return {"quantize": quantize, "dequantize": dequantize, "method": quantize_torch.METHOD,
                 "instructions": native_instructions("int8")}
 
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
