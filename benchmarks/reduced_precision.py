@@ -42,7 +42,12 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
     """TensorFlow child: each model's weights (both variants), reference inputs and outputs, own error; for the
     conditioned weights the FP32 outputs on ``count`` agreement inputs and the model's own agreement with them."""
     from inferbench.exporters.agreement import own_agreement
-    from inferbench.exporters.reference import keras_call, parity_inputs, precision_sensitivity
+    from inferbench.exporters.reference import (
+        in_each_reduced_precision,
+        keras_call,
+        parity_inputs,
+        precision_sensitivity,
+    )
     from inferbench.registry import keras_models as registry
     from inferbench.registry.inputs import agreement_inputs
     from inferbench.registry.models import get_model
@@ -62,7 +67,8 @@ def keras_stage(models: list[str], resolution: int, work: Path, count: int) -> N
             reference = np.asarray(keras_call(model)(inputs), dtype=np.float32)
             np.savez(work / f"{name}-{variant}.npz", **keras_weights(model))
             np.save(work / f"{name}-{variant}-reference.npy", reference)
-            own = precision_sensitivity(model, inputs, reference, registry.images_per_call(resolution, 16))
+            own = precision_sensitivity(in_each_reduced_precision(model), inputs, reference,
+                                        registry.images_per_call(resolution, 16))
             (work / f"{name}-{variant}-own.json").write_text(json.dumps(own))
             if variant == "conditioned" and count:  # as the agreement export makes them
                 call = keras_call(model)

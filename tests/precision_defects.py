@@ -2,7 +2,9 @@
 never shares a process with TensorFlow): the torchvision twin of a cached model, built from its ported Keras weights
 as inferbench's torch runners build it, computed in FP16 or BF16 on the model's 16 reference inputs, with one defect.
 
-    python tests/precision_defects.py FOLDER DEFECT fp16|bf16 OUT.npy reference|agreement:N [OTHER_FOLDER]
+    python tests/precision_defects.py FOLDER OTHER_FOLDER DEFECT,fp16|bf16,OUT.npy,reference|agreement:N ...
+
+(every export named, one after another in one process: each its own process took 14 s of the suite's time)
 
 DEFECT: ``none`` (a correct export); ``perturbed:F`` (one middle layer's weights off by F: each weight times
 1 + F z); ``wrong-cast`` (the logits layer computed from its FP32-range input scaled by 1e4, the result scaled back:
@@ -36,7 +38,12 @@ def twin(folder: Path, dtype, perturb: float = 0.0):
     return build_torchvision(name, weights).to(dtype).eval()
 
 
-def main(folder: str, defect: str, precision: str, out: str, which: str, other: str | None = None) -> None:
+def main(folder: str, other: str, *jobs: str) -> None:
+    for job in jobs:
+        made(folder, *job.split(","), other=other)
+
+
+def made(folder: str, defect: str, precision: str, out: str, which: str, other: str) -> None:
     import json
 
     import torch

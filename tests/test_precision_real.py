@@ -113,18 +113,18 @@ def test_wrong_fp16_and_bf16_exports_fail_the_gate(shared_cache, tmp_path):
     many = np.load(large / agreement_reference(AGREEMENT_INPUTS))
     own_many = json.loads((large / agreement_own(AGREEMENT_INPUTS)).read_text())
     checks, agreements = {}, {}
-    for precision, defects in (("fp16", ("none", "perturbed:0.01", "wrong-cast", "other-model")),
-                               ("bf16", ("none", "perturbed:0.05", "other-model"))):
-        for defect in defects:
-            for inputs in ("reference", f"agreement:{AGREEMENT_INPUTS}"):
-                out = tmp_path / f"{precision}-{defect}-{inputs}.npy"
-                subprocess.run([sys.executable, str(TESTS / "precision_defects.py"), str(large), defect, precision,
-                                str(out), inputs, str(small)], check=True,
-                               env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
-                if inputs == "reference":
-                    checks[precision, defect] = parity.compare(reference, np.load(out), precision, *own_rounding(large))
-                else:
-                    agreements[precision, defect] = parity.agreement(many, np.load(out), precision, own_many)
+    made = [(precision, defect, inputs, tmp_path / f"{precision}-{defect}-{inputs}.npy")
+            for precision, defects in (("fp16", ("none", "perturbed:0.01", "wrong-cast", "other-model")),
+                                       ("bf16", ("none", "perturbed:0.05", "other-model")))
+            for defect in defects for inputs in ("reference", f"agreement:{AGREEMENT_INPUTS}")]
+    subprocess.run([sys.executable, str(TESTS / "precision_defects.py"), str(large), str(small),
+                    *(f"{defect},{precision},{out},{inputs}" for precision, defect, inputs, out in made)], check=True,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)})
+    for precision, defect, inputs, out in made:
+        if inputs == "reference":
+            checks[precision, defect] = parity.compare(reference, np.load(out), precision, *own_rounding(large))
+        else:
+            agreements[precision, defect] = parity.agreement(many, np.load(out), precision, own_many)
     for (_, defect), check in agreements.items():  # over many inputs: every defect fails, a correct export passes
         assert check["status"] == ("passed" if defect == "none" else "failed"), (defect, check)
     # where it went wrong, block by block against the same module in FP64, judged by the cell's own gate: the

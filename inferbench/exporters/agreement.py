@@ -30,7 +30,7 @@ from ..registry.models import get_model
 from ..registry.outputs import read_layout, unpacked
 from ..registry.tasks import task, task_module
 from ..tasks import stored
-from .reference import Source, in_each_precision, predictor
+from .reference import Source, in_each_precision, in_each_reduced_precision, predictor
 
 
 def export(ctx: ExportContext) -> dict[str, Any]:
@@ -95,4 +95,4 @@ def own_agreement(model: Any, inputs: Callable[[], Iterable[np.ndarray]], refere
         got = np.concatenate([call(x) for x in inputs()])
         return {**parity.agreements(reference, got), "method": parity.AGREEMENT_METHOD}
 
-    return in_each_precision(model, measure)
+    return in_each_precision(in_each_reduced_precision(model), measure)

@@ -56,6 +56,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         facts["keras_backend"] = keras.backend.backend()
         if facts["keras_backend"] != "tensorflow":
             facts.update(backend_check(ctx, predict, facts["keras_backend"]))
+    reduced = None  # the model rebuilt in each reduced precision, once for every batch size (each took 25 s on JAX)
     for bs in ctx.batch_sizes:
         path = ctx.folder / timed_reference(bs)
         if facts.get("keras_backend", "tensorflow") != "tensorflow" and path.exists():
@@ -63,7 +64,8 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         inputs = make_inputs(spec, bs, ctx.resolution, ctx.seed + 3)
         np.save(path, predict(inputs))
         if model is not None:  # the model's own FP16/BF16 error on these very images: the timed batch's gate
-            own = precision_sensitivity(model, inputs, np.load(path), images_per_call(ctx.resolution, 16))
+            reduced = reduced or in_each_reduced_precision(model)
+            own = precision_sensitivity(reduced, inputs, np.load(path), images_per_call(ctx.resolution, 16))
             (ctx.folder / timed_sensitivity(bs)).write_text(json.dumps(own, indent=1))
         facts.setdefault("computed_batch_sizes", []).append(bs)
     paths = [p for bs in ctx.batch_sizes for p in (timed_reference(bs), timed_sensitivity(bs))
@@ -212,13 +214,13 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
 def write_precision_sensitivity(ctx: ExportContext, model: Any) -> dict[str, Any]:
     """:func:`precision_sensitivity` on the reference inputs, written beside the reference. The reduced-precision
     gate is relative to it (``parity.relative_gate``)."""
-    out = precision_sensitivity(model, np.load(ctx.folder / REFERENCE_INPUTS), np.load(ctx.folder / REFERENCE_LOGITS),
-                                images_per_call(ctx.resolution, 16))
+    out = precision_sensitivity(in_each_reduced_precision(model), np.load(ctx.folder / REFERENCE_INPUTS),
+                                np.load(ctx.folder / REFERENCE_LOGITS), images_per_call(ctx.resolution, 16))
     (ctx.folder / REFERENCE_SENSITIVITY).write_text(json.dumps(out, indent=1))
     return out
 
 
-def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray, chunk: int) -> dict[str, Any]:
+def precision_sensitivity(reduced: Reduced, inputs: np.ndarray, reference: np.ndarray, chunk: int) -> dict[str, Any]:
     """The model's own error in each reduced precision: the Keras model rebuilt with every layer's dtype policy set
     to FP16 or BF16 (weights and each layer's computation in that precision; Keras' own kernels on its backend),
     its outputs on ``inputs`` against the FP32 ``reference`` (:func:`parity.spread`, per precision). A model that
@@ -228,7 +230,7 @@ def precision_sensitivity(model: Any, inputs: np.ndarray, reference: np.ndarray,
         got = np.concatenate([call(inputs[i:i + chunk]) for i in range(0, len(inputs), chunk)])
         return {**parity.spread(reference, got), "method": parity.SENSITIVITY_METHOD}
 
-    return in_each_precision(model, measure)
+    return in_each_precision(reduced, measure)
 
 
 def rebuilt(model: Any, policy: str) -> Any:
@@ -243,22 +245,43 @@ def rebuilt(model: Any, policy: str) -> Any:
     return out
 
 
-def in_each_precision(model: Any, measure: Callable[[Predict], dict[str, Any]]) -> dict[str, Any]:
-    """``measure`` of the Keras model rebuilt in each reduced precision (``parity.SENSITIVITY_POLICIES``: every layer's
-    dtype policy, so weights and computation are in it), given as a function of a batch (float32 outputs, one row an
-    input), per precision; where Keras cannot rebuild the model so, or its outputs are not finite, the reason."""
-    out: dict[str, Any] = {}
+#: The Keras model in each reduced precision (``parity.SENSITIVITY_POLICIES``), as a function of a batch (float32
+#: outputs, one row an input), or the reason Keras cannot rebuild it so.
+Reduced = dict[str, Predict | str]
+
+
+def in_each_reduced_precision(model: Any) -> Reduced:
+    """The Keras model rebuilt in each reduced precision (every layer's dtype policy, so weights and computation are in
+    it), as a function whose outputs must be finite; where Keras cannot rebuild it so, the reason."""
+    out: Reduced = {}
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
         try:
             call = keras_call(rebuilt(model, policy))
-
-            def finite(batch: np.ndarray, call: Any = call) -> np.ndarray:
-                got = np.asarray(call(batch), dtype=np.float32).reshape(len(batch), -1)
-                if not np.all(np.isfinite(got)):
-                    raise ValueError("its outputs are not finite")
-                return got
-
-            out[precision] = measure(finite)
         except Exception as exc:  # a model Keras cannot rebuild in that dtype: the fixed thresholds judge it
-            out[precision] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+            out[precision] = _reason(exc)
+            continue
+
+        def finite(batch: np.ndarray, call: Any = call) -> np.ndarray:
+            got = np.asarray(call(batch), dtype=np.float32).reshape(len(batch), -1)
+            if not np.all(np.isfinite(got)):
+                raise ValueError("its outputs are not finite")
+            return got
+
+        out[precision] = finite
     return out
+
+
+def in_each_precision(reduced: Reduced, measure: Callable[[Predict], dict[str, Any]]) -> dict[str, Any]:
+    """``measure`` of each of the ``reduced`` precisions' functions (:func:`in_each_reduced_precision`), per
+    precision; where Keras could not rebuild the model, or its outputs are not finite, the reason."""
+    out: dict[str, Any] = {}
+    for precision, call in reduced.items():
+        try:
+            out[precision] = {"error": call} if isinstance(call, str) else measure(call)
+        except Exception as exc:  # outputs not finite, or a call Keras cannot make in that dtype
+            out[precision] = {"error": _reason(exc)}
+    return out
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
