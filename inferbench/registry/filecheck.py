@@ -245,3 +245,23 @@ def check_savedmodel(folder: Path, what: str = "SavedModel") -> None:
             if _denied(op) and (serves or op not in CHECKPOINT_OPS):
                 raise UsageError(f"{what} {folder}: its {where} holds the op {op}, which reads or writes files or "
                                  "runs code outside the model: refused (inferbench runs inference ops only)")
+
+
+def check_savedmodel_apart(folder: Path, what: str = "SavedModel") -> None:
+    """:func:`check_savedmodel` in a child process, for a process that does not load TensorFlow (OpenVINO converts a
+    SavedModel without it): importing TensorFlow's protobuf classes there would put TensorFlow's time and memory
+    (9-12 s, ~0.8 GB on a 2-core Xeon) into that runtime's cold start and footprint. Its refusal, the same line."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from inferbench.base.errors import UsageError; "
+              "from inferbench.registry.filecheck import check_savedmodel\n"
+              "try: check_savedmodel(Path(sys.argv[1]), sys.argv[2])\n"
+              "except UsageError as exc: print(exc, file=sys.stderr); sys.exit(2)")
+    done = subprocess.run([sys.executable, "-c", script, str(folder), what], capture_output=True, text=True,
+                          check=False)
+    if done.returncode == 2:
+        raise UsageError(done.stderr.strip().splitlines()[-1])
+    if done.returncode:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"reading the ops of {what} {folder} failed: {tail}")

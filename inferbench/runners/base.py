@@ -87,6 +87,11 @@ class Runner:
         if setting:
             raise NotImplementedError(f"{self.name} has no live settings to switch")
 
+    def check(self, ctx: LoadContext) -> None:
+        """Read what the artifact holds before anything of it runs (a refusal: one line). Not part of the cold start
+        :meth:`load` times: a deployment does not pay inferbench's own checks (OpenVINO's read of a SavedModel's ops
+        imported TensorFlow, 9-12 s of a 1-3 s load on a 2-core Xeon)."""
+
     def load(self, ctx: LoadContext) -> None:
         raise NotImplementedError
 

@@ -111,6 +111,7 @@ def load(job: CellJob, runner: Any, spec: Any, emit: Emit) -> tuple[Any, float]:
         seed=job.config.seed, precision=job.cell.precision, options=job.cell.options,
         batch_size=job.cell.batch_size, batch_sizes=job.group_batch_sizes, setting=dict(job.setting),
         private=private_folder() if job.config.trust_cache else None)
+    runner.check(ctx)
     emit("loading")
     start = time.perf_counter()
     runner.load(ctx)
