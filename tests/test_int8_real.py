@@ -99,6 +99,7 @@ def refused(code, out, capsys, line):
 
 def test_int8_without_labels_is_measured_and_shown_apart_as_speed_only(tmp_path, shared_cache, capsys, int8_here):
     code = main([*SMALL, "--framework", "onnxrt,openvino,torch-inductor", "--precision", "int8,fp32",
+                 "--processes", "1",  # one worker a cell: torch-inductor's compile (30 s a worker) not twice
                  "--calib-images", "16", "--output-dir", str(tmp_path / "out"), "--cache-dir", str(shared_cache)])
     if int8_here:
         return refused(code, tmp_path / "out", capsys, int8_here)
