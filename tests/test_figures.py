@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from test_results import make_record
 
 from inferbench import records
@@ -87,6 +88,28 @@ def test_unstable_and_invalid_cells_are_marked(tmp_path):
 
     ringed = [c for c in fig.axes[0].collections if isinstance(c, PathCollection) and c.get_sizes()[0] == 110]
     assert len(ringed) == 1 and len(ringed[0].get_offsets()) == 1  # the unstable point only
+
+
+def test_the_box_plot_marks_the_tables_centre_where_slow_rounds_hold_fewer_samples(tmp_path):
+    """Four rounds at 10 ms of 100 samples and four at 20 ms of 50 (a slow round holds fewer in its block): the
+    samples' median, the box's line, is 10 ms; the table's p50, the rounds' centre, 14.1 ms. The figure marks the
+    table's, with its interval, and says so (it showed the box alone, and a reader saw another centre)."""
+    lat, rr = [], []
+    for r in range(8):
+        level, count = (10.0, 100) if r % 2 == 0 else (20.0, 50)
+        lat += [level * (1 + 0.01 * (i % 7 - 3)) for i in range(count)]
+        rr += [r] * count
+    rec = make_record("onnxrt", latency_ms=summarize(lat, rr), raw_latencies_ms=lat, raw_rounds=rr,
+                      throughput_per_s=100.0, config={"device": {"kind": "cpu", "gpu": None}, "threads": 2,
+                                                      "quick": False, "timing": {"rounds": 8}},
+                      environment={"cpu": {"model": "Test CPU"}}, validity={"valid": True, "reason": "test"})
+    df = analysis.load(_write(tmp_path / "uneven", [rec]))
+    table = float(df["p50_ms"].iloc[0])
+    assert abs(table - 200 ** 0.5) < 0.2 and abs(float(np.median(lat)) - 10.0) < 0.2
+    fig = plots.latency_distributions(df)
+    (diamond,) = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    assert list(diamond.get_ydata()) == [table]
+    assert plots.RANKED_CENTRE in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_every_figure_of_cells_marks_them_alike_and_the_frontier_apart(tmp_path):

@@ -286,8 +286,14 @@ def latency_vs_batch(df: pd.DataFrame, percentile: str = "p50") -> Figure | None
     return metric_vs_batch(plain, "p99_ms", "p99 latency per batch, ms (lower is better)", log_y=True)
 
 
+#: The legend's name for the centre a box plot marks: the table's p50 (the rounds' centre, starved rounds left out),
+#: not the box's line (the median of every sample pooled), which a few slow rounds can pull away from it.
+RANKED_CENTRE = "black diamond: the table's p50, 95% CI"
+
+
 def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Figure | None:
-    """Box plots of the raw per-iteration latencies, one panel per device and model@resolution."""
+    """Box plots of the raw per-iteration latencies, one panel per device and model@resolution, each with the
+    table's p50 and its interval on it (:data:`RANKED_CENTRE`)."""
     sel = latest(ok(df))
     if batch_size is None and not sel.empty:
         batch_size = int(sel["batch_size"].min())
@@ -310,7 +316,10 @@ def latency_distributions(df: pd.DataFrame, batch_size: int | None = None) -> Fi
                            rotation=45, ha="right")
         _log(ax, "y")
         ax.set_ylabel("latency per iteration, ms")
-        _mark(ax, range(1, len(g) + 1), [float(np.median(r)) for r in g["raw_latencies_ms"]], g, handles)
+        x = np.arange(1, len(g) + 1)
+        handles[RANKED_CENTRE] = ax.errorbar(x + 0.32, g["p50_ms"], yerr=_interval(g, "p50_ms"), fmt="D", color="k",
+                                             mec="white", ms=6, lw=1.2, capsize=3, zorder=6)  # beside its box
+        _mark(ax, x + 0.32, g["p50_ms"], g, handles)
         ax.set_title(f"latency distribution: {_where(cell, scenario)}, batch {batch_size}\n{device}")
         ax.grid(alpha=0.3, axis="y")
     return _finish(fig, handles)
