@@ -118,6 +118,13 @@ def test_summary_and_comparisons_csv(tmp_path):
     assert {"p90_ms", "p95_ms", "energy_j_per_inference", "energy_missing", "net_energy_j_per_inference",
             "net_energy_ci95_low", "net_energy_ci95_high"} <= set(lines[0].split(","))
     assert len(lines) == 5 and ",failed," in lines[2]
+    lat = [5.0 * (1 + 0.01 * (i % 7)) * (1 + 0.05 * (i % 4)) for i in range(50)]  # rounds at their own levels
+    lat = summarize(lat, rounds)
+    write_summary(tmp_path / "tails", [encode(make_record(raw_rounds=rounds, latency_ms=lat))])
+    first = next(csv.DictReader((tmp_path / "tails" / "summary.csv").open()))  # the whole run's p99, and a round's
+    assert float(first["p99_pooled_ms"]) == pytest.approx(lat["p99_pooled"])
+    assert [float(first[f"p99_pooled_ci95_{s}_ms"]) for s in ("low", "high")] == pytest.approx(lat["p99_pooled_ci95"])
+    assert float(first["p99_ms"]) == pytest.approx(lat["p99"])
     rows = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
     # the baseline is the fastest *verified* cell: torch-native (own weights) is faster but unverified
     assert [(r["framework"], r["baseline"], r["verified"]) for r in rows] == [
