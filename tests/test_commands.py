@@ -530,40 +530,43 @@ def test_a_margin_within_the_noise_says_either_will_do_and_energy_says_why_it_is
         "no verified cell with energy per inference (no RAPL zone)")
 
 
-def _energy_pair(rng, truth, rounds=8, group="g"):
+def _energy_pair(rng, truth, rounds=8, group="g", offsets=0.03, processes=2):
     """Two cells' joules per inference in the same rounds of a run: a machine state shared by the round (log-normal,
-    20%), each cell's process offset (uniform +-3%, two processes, round r in process r mod 2) and its own noise
-    (Student's t, 5 degrees of freedom, 2%): the truth is the ratio of their levels, ``truth``."""
+    20%), each cell's process offset (uniform +-``offsets``, round r in process r mod ``processes``) and its own
+    noise (Student's t, 5 degrees of freedom, 2%): the truth is the ratio of their levels, ``truth``."""
     import numpy as np
 
     machine = np.exp(rng.normal(0, 0.2, rounds))
     out = []
     for fw, level in (("openvino", 1.0), ("onnxrt", truth)):
-        offset = rng.uniform(-0.03, 0.03, 2)
-        per_round = {str(r): float(level * machine[r] * (1 + offset[r % 2]) * (1 + 0.02 * rng.standard_t(5)))
+        offset = rng.uniform(-offsets, offsets, processes)
+        per_round = {str(r): float(level * machine[r] * (1 + offset[r % processes]) * (1 + 0.02 * rng.standard_t(5)))
                      for r in range(rounds)}
         mean = float(np.mean(list(per_round.values())))
-        out.append(encode(make_record(fw, raw_rounds=ROUNDS, timing={"group": group, "processes": 2}, energy={
+        out.append(encode(make_record(fw, raw_rounds=ROUNDS, timing={"group": group, "processes": processes}, energy={
             "available": True, "joules_per_inference": mean, "joules_per_inference_ci95": [0.9 * mean, 1.1 * mean],
             "per_round_j_per_inference": per_round})))
     return out
 
 
-def test_energy_ranks_with_its_interval_and_its_margin_is_paired_within_rounds():
+@pytest.mark.parametrize("offsets, processes, rounds, lowest", [(0.03, 2, 8, 0.90), (0.10, 3, 12, 0.90)])
+def test_energy_ranks_with_its_interval_and_its_margin_is_paired_within_rounds(offsets, processes, rounds, lowest):
     """--objective energy: the best's J/inference with its own interval, and the runner-up's over it from the rounds
     both measured (a machine state shared by a round cancels); simulated, the interval covers the true ratio, and
-    cells of two runs (or groups) get no claim."""
+    cells of two runs (or groups) get no claim. Processes +-10% apart (sd 5.8%): the margin's process part fixed at
+    the assumed 1.5%, as it was, covered 56% of these 300 (44-49% in benchmarks/coverage_paired.py --energy);
+    measured by the ratio, as latency's is, 93%."""
     import numpy as np
 
     rng = np.random.default_rng(3)
     covered = 0
     for _ in range(300):
-        (rec,) = recommendations(_energy_pair(rng, 1.3), "energy")
+        (rec,) = recommendations(_energy_pair(rng, 1.3, rounds, offsets=offsets, processes=processes), "energy")
         assert rec["recommended"] == "openvino" and rec["ci95"] == pytest.approx(
             [0.9 * rec["value"], 1.1 * rec["value"]])
         lo, hi = rec["margin"]["ci95"]
         covered += lo <= 1.3 <= hi
-    assert 0.90 <= covered / 300 <= 0.995, covered / 300  # the process part measured by the ratio
+    assert lowest <= covered / 300 <= 0.995, covered / 300  # the process part measured by the ratio
     assert rec["margin"]["method"] == "paired-rounds-and-processes-t-95"  # (it was the assumed 1.5%: 91%)
     assert rec["margin"]["significant"]
     assert rec["margin"]["ratio"] == pytest.approx(1.3, rel=0.1)
