@@ -272,10 +272,12 @@ def test_a_pt2_file_and_a_timm_model_run_where_torch_programs_run(tmp_path, shar
     openvino = int8["openvino"]["parity"]
     assert openvino["status"] == "unjudged" and openvino["agreement"]["inputs"] == 1000, openvino
     assert openvino["agreement"]["after_postprocess"]["pixel_agreement"] > 0.9, openvino["agreement"]
-    # PT2E quantises nothing of the program exported again around its side input: a failed cell, never FP32 said
-    # as INT8 (a program without side inputs was quantised, 2 pairs, run by hand on 2026-12-02: not in the suite)
-    assert done.returncode == 1 and int8["torch-inductor"]["status"] == "failed"
-    assert "quantised none of the program's operators" in int8["torch-inductor"]["error"]
+    # PT2E quantises the program as the file gave it (exported again around its side input, it had lost where its
+    # nodes came from and quantised none), then binds it as the FP32 program is
+    assert done.returncode == 0, done.stderr[-3000:]
+    torch_int8 = int8["torch-inductor"]
+    assert torch_int8["status"] == "ok" and torch_int8["runner"]["int8"]["quantize"] >= 2, torch_int8["runner"]
+    assert torch_int8["parity"]["agreement"]["after_postprocess"]["pixel_agreement"] > 0.9, torch_int8["parity"]
     done = _cli("--model", "timm:resnet10t", "--resolution", "64", "--framework", "onnxrt,torch", *QUICK,
                 "--output-dir", str(tmp_path / "timm"), "--cache-dir", str(shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]

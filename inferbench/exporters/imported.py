@@ -58,21 +58,42 @@ def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
     return [f"side input {s.phrase()}: {s.value(*hw(resolution))}" for s in sides]
 
 
+#: Beside a ``.pt2`` program whose side inputs were bound: the program as the file gave it. PT2E's quantizer finds
+#: its patterns by where each node came from (``source_fn_stack``), which a program exported again around its side
+#: inputs has lost (it quantised none of them): INT8 is made from this one, then bound as the FP32 program is.
+UNBOUND = "unbound.pt2"
+
+
 def bind_program(path: Path, sides: list[SideInput], spec: Any, resolution: Size) -> None:
-    """Rewrite the .pt2 program at ``path`` as one of its image alone: the program called with each side input its
-    constant (expanded to the image's batch where it is batched), exported again (torch.export) with the batch as
-    dynamic as the program's own (or the one a fixed program takes), read weights only."""
+    """Rewrite the .pt2 program at ``path`` as one of its image alone (:func:`bound_module`), exported again
+    (torch.export) with the batch as dynamic as the program's own (or the one a fixed program takes), read weights
+    only; the program as given kept beside it (:data:`UNBOUND`)."""
     import torch
 
+    shutil.copyfile(path, path.with_name(UNBOUND))
     program = load_exported(path)
-    order = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    bound = bound_module(torch, program.module(), user_inputs(program), sides, resolution)
+    example = torch.zeros(spec.input_shape(spec.fixed_batch or 2, resolution))
+    shapes = None if spec.fixed_batch else ({0: torch.export.Dim.AUTO},)
+    with torch.no_grad():
+        save(torch, torch.export.export(bound, (example,), dynamic_shapes=shapes), path)
+
+
+def user_inputs(program: Any) -> list[str]:
+    """The names of an exported program's own inputs, in its order."""
+    return [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+
+
+def bound_module(torch: Any, inner: Any, order: list[str], sides: list[SideInput], resolution: Size) -> Any:
+    """``inner`` (a program's module, taking the inputs ``order`` names) as a module of its image alone: each side
+    input its constant (expanded to the image's batch where it is batched), a buffer of the module."""
     values = {s.name: torch.tensor([s.value(*hw(resolution))], dtype=getattr(torch, s.dtype)) for s in sides}
     batched = {s.name: s.batched for s in sides}
 
     class Bound(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.inner = program.module()
+            self.inner = inner
             for i, value in enumerate(values.values()):
                 self.register_buffer(f"side_{i}", value)  # a constant of the module: exported with it
 
@@ -81,9 +102,6 @@ def bind_program(path: Path, sides: list[SideInput], spec: Any, resolution: Size
             return self.inner(*[x if n not in given else given[n].expand(x.shape[0], -1) if batched[n]
                                 else given[n][0] for n in order])
 
-    example = torch.zeros(spec.input_shape(spec.fixed_batch or 2, resolution))
-    shapes = None if spec.fixed_batch else ({0: torch.export.Dim.AUTO},)
     bound = Bound()
     bound.training = False  # its own flag only: an exported program's module takes no train() or eval()
-    with torch.no_grad():
-        save(torch, torch.export.export(bound, (example,), dynamic_shapes=shapes), path)
+    return bound

@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..base.size import Size
 from ..registry import ports
 from ..registry.artifacts import ExportContext, int8_export, source_kind
 from ..registry.images import calibration_inputs, rebatched
 from ..registry.models import get_model
+from ..registry.programs import program_shapes
+from .imported import UNBOUND, bound_module, user_inputs
 from .torch_program import export_dynamic, load_exported, load_program, save
 
 #: How the INT8 model is made, as records and the manifest name it.
@@ -36,7 +39,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     def make(out: Path, cal: Any) -> None:
         chunks = calibration_inputs(spec, cal, ctx.resolution, ctx.seed)
         if source_kind(spec) == "pt2":  # a PyTorch model: its own program, its inputs as it takes them
-            quantize_program(ctx.path("pt2"), out, chunks, spec.fixed_batch)
+            quantize_program(ctx.path("pt2"), out, chunks, spec.fixed_batch, ctx.resolution)
             return
         with np.load(ctx.path("ported")) as weights:
             quantize(spec.name, dict(weights), out, chunks)
@@ -58,10 +61,12 @@ def quantize(model: str, weights: dict[str, np.ndarray], out: Path, chunks: Any)
                    lambda converted: save(torch, export_dynamic(torch, converted, example), out))
 
 
-def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | None) -> None:
+def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | None, resolution: Size) -> None:
     """A PyTorch model's ``torch.export`` program quantised (:data:`METHOD`) on ``chunks`` (batches as the program
     takes them), exported again with its batch as dynamic as the program's own (a user's file may bound it), or the
-    one batch a fixed program takes."""
+    one batch a fixed program takes. A program whose side inputs were bound is quantised as the file gave it
+    (:data:`~inferbench.exporters.imported.UNBOUND`: the patterns' origins intact), called with them bound, and its
+    INT8 bound as its FP32 is."""
     import torch
 
     if fixed_batch:  # a program of one batch takes no other
@@ -70,28 +75,38 @@ def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | N
     first = next(batches)
     example = first if fixed_batch else first.repeat(2, *[1] * (first.dim() - 1))[:2]
     shapes = None if fixed_batch else ({0: torch.export.Dim.AUTO},)  # the batch as dynamic as the program's own
+    unbound = program.with_name(UNBOUND)
+    wrap: Any = lambda module: module  # noqa: E731
+    if unbound.exists():
+        program = unbound
+        _, _, sides = program_shapes(unbound, str(unbound))
+        order = user_inputs(load_exported(unbound))
+        wrap = lambda module: bound_module(torch, module, order, sides, resolution)  # noqa: E731
     with torch.no_grad():
         _quantized(torch, _unshared_relu_calls(torch, load_exported(program).module()), first, batches,
-                   lambda converted: save(torch, torch.export.export(converted, (example,), dynamic_shapes=shapes),
-                                          out))
+                   lambda converted: save(torch, torch.export.export(wrap(converted), (example,),
+                                                                     dynamic_shapes=shapes), out), wrap)
 
 
-def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any) -> None:
+def _quantized(torch: Any, graph: Any, first: Any, batches: Any, saved: Any, wrap: Any = lambda module: module,
+               ) -> None:
     """``graph`` (an exported module) prepared by the x86 inductor quantizer, calibrated on ``first`` and every batch
-    after it (the observers see each), converted, and handed to ``saved``."""
+    after it (the observers see each; ``wrap``: how the graph is called, its side inputs bound), converted, and handed
+    to ``saved``."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(graph, quantizer)
-    prepared(first)
+    calibrate = wrap(prepared)
+    calibrate(first)
     for batch in batches:
-        prepared(batch)
+        calibrate(batch)
     converted = convert_pt2e(prepared)
     if not pairs(converted)[0]:
         # an "INT8" model that is its FP32 one would be timed and said as INT8
-        raise RuntimeError("PT2E's x86 inductor quantizer quantised none of the program's operators (seen with a "
-                           ".pt2 program exported again around its side inputs): no INT8 model to time")
+        raise RuntimeError("PT2E's x86 inductor quantizer quantised none of the program's operators: no INT8 model "
+                           "to time")
     saved(converted)
 
 
