@@ -76,14 +76,15 @@ def quantize_program(program: Path, out: Path, chunks: Any, fixed_batch: int | N
     example = first if fixed_batch else first.repeat(2, *[1] * (first.dim() - 1))[:2]
     shapes = None if fixed_batch else ({0: torch.export.Dim.AUTO},)  # the batch as dynamic as the program's own
     unbound = program.with_name(UNBOUND)
-    wrap: Any = lambda module: module  # noqa: E731
-    if unbound.exists():
-        program = unbound
-        _, _, sides = program_shapes(unbound, str(unbound))
-        order = user_inputs(load_exported(unbound))
-        wrap = lambda module: bound_module(torch, module, order, sides, resolution)  # noqa: E731
+    sides = program_shapes(unbound, str(unbound))[2] if unbound.exists() else []
+    exported = load_exported(unbound if sides else program)
+    order = user_inputs(exported)
+
+    def wrap(module: Any) -> Any:
+        return bound_module(torch, module, order, sides, resolution) if sides else module
+
     with torch.no_grad():
-        _quantized(torch, _unshared_relu_calls(torch, load_exported(program).module()), first, batches,
+        _quantized(torch, _unshared_relu_calls(torch, exported.module()), first, batches,
                    lambda converted: save(torch, torch.export.export(wrap(converted), (example,),
                                                                      dynamic_shapes=shapes), out), wrap)
 
