@@ -201,13 +201,15 @@ PAIRS = (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"), ("torch-in
 
 
 def significance(ctx: Context) -> list[str]:
-    from .frames import GROUP, compare, latest
+    from .frames import GROUP, compare, latest, ok
 
     md = ["## Is the difference real?", ""]
     busy_now = not_judged(row for _, row in latest(ctx.df).iterrows())
     if busy_now:  # said once, with the validity line's figure, not beside every pair
         md += [markdown.text(f"Not judged where {busy_now} (the recommendation's first line): the pairs below say "
                              "so; --allow-busy judges them anyway."), ""]
+    chosen = latest(ok(ctx.df))  # what compare chooses from, chosen once: per pair, the frame's sort was most of it
+    groups = dict(iter(chosen.groupby(GROUP)))
     for key, g in latest(ctx.df).groupby(GROUP):
         where = dict(zip(GROUP, key))
         ranked = contenders([row for _, row in g.iterrows()], lambda r: r["status"], lambda r: r["parity.status"],
@@ -222,7 +224,7 @@ def significance(ctx: Context) -> list[str]:
             said.add(frozenset((a, b)))
             md.append("- " + markdown.text(f"{where['model']}@{where['resolution']} bs{where['batch_size']} "
                                            f"on {where['device_name']}: "
-                                           f"{compare(ctx.df, a, b, **where)}"))
+                                           f"{compare(groups.get(key, chosen.iloc[:0]), a, b, **where)}"))
     return [*md, ""]
 
 
