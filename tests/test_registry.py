@@ -24,7 +24,12 @@ EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["option
 
 
 def _names(requirements: list[str]) -> set[str]:
-    return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+    return {_norm(re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0]) for r in requirements}
+
+
+def _norm(name: str) -> str:
+    """A distribution's or import's name as pip compares them (PEP 503: onnxconverter_common is onnxconverter-common)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @pytest.mark.parametrize("key", list(FRAMEWORKS))
@@ -61,12 +66,13 @@ def test_a_frameworks_own_extra_installs_everything_it_needs(key):
 
     fw = FRAMEWORKS[key]
     installs = _names(EXTRAS[fw.extra]) | ({"onnxruntime"} if "onnxruntime-gpu" in _names(EXTRAS[fw.extra]) else set())
-    assert set(needed_packages(fw)) <= installs, f"[{fw.extra}] lacks {set(needed_packages(fw)) - installs}"
+    needed = {_norm(p) for p in needed_packages(fw)}
+    assert needed <= installs, f"[{fw.extra}] lacks {needed - installs}"
     for kind, exporter in artifacts.EXPORTERS.items():
-        assert set(exporter.packages) <= _names(EXTRAS[exporter.extra]), kind
+        assert {_norm(p) for p in exporter.packages} <= _names(EXTRAS[exporter.extra]), kind
     cpu = {k for k, f in FRAMEWORKS.items() if "cpu" in f.devices}
     if key in cpu:  # the cpu extra is the union of the CPU runtimes
-        assert set(needed_packages(fw)) <= _names(EXTRAS["cpu"])
+        assert needed <= _names(EXTRAS["cpu"])
 
 
 def test_the_base_install_runs_report_compare_and_list(tmp_path):

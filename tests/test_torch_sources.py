@@ -51,7 +51,7 @@ def test_each_runtime_takes_its_route_from_a_pytorch_program_and_the_others_say_
     spec = get_model("torchvision:deeplabv3_mobilenet_v3_large")
     route = {k: fw.artifact_for(spec) for k, fw in FRAMEWORKS.items() if not fw.unsupported(spec)}
     assert route == {"onnxrt": "onnx", "onnxrt-trt": "onnx", "openvino": "pt2", "openvino-onnx": "onnx", "torch": "pt2",
-                     "torch-inductor": "pt2", "tensorrt-fp32": "tensorrt", "tensorrt-fp16": "tensorrt",
+                     "torch-inductor": "pt2", "tensorrt-fp32": "tensorrt", "tensorrt-fp16": "onnx-fp16",
                      "tensorrt-int8": "tensorrt"}
     assert all(FRAMEWORKS[k].verified(spec.name) for k in route)  # the program itself: same weights everywhere
     why = {k: fw.unsupported(spec) for k, fw in FRAMEWORKS.items() if fw.unsupported(spec)}

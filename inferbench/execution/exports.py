@@ -43,16 +43,18 @@ from .progress import Progress
 def ensure_exports(config: RunConfig, model: str, resolution: Size, frameworks: list[Framework],
                    batch_sizes: tuple[int, ...], progress: Progress,
                    strict: bool = True, agreement_inputs: int = 0,
-                   quantized: tuple[str, ...] = ()) -> tuple[Path, dict[str, str]]:
+                   quantized: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> tuple[Path, dict[str, str]]:
     """Export (or reuse from the cache) every artifact the frameworks need (and, with ``agreement_inputs``, the
     outputs on that many inputs that reduced-precision cells are counted against; with the run's labelled images,
     the outputs on them every cell's accuracy is paired with; for the frameworks ``quantized`` names, their INT8
-    models calibrated on the run's calibration set); returns the folder and
+    models calibrated on the run's calibration set; ``also``: kinds no framework here loads, made for another machine
+    — benchmarks/gpu_bring.py packs TensorRT's FP16 model for a GPU); returns the folder and
     the kinds that failed with their reason. A UsageError from an exporter (weights that cannot be
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
     todo = _Exports(config, get_model(model), resolution, frameworks, batch_sizes, progress, agreement_inputs,
                     quantized)
+    todo.needed += list(also)
     waiting = "waiting: another inferbench process is exporting this model to the same cache"
     with artifact_cache.export_lock(todo.folder, lambda: progress.result(todo.label, waiting)):
         todo.run(strict)
@@ -214,7 +216,8 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
            if k in artifacts.EXPORTERS]
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
-    keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check", "method")
+    keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check", "method", "converter",
+            "kept_fp32")
     return {k: {key: entries[k][key] for key in keep if key in entries[k]}
             for k in kinds if isinstance(entries.get(k), dict)}
 

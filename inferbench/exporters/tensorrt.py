@@ -1,5 +1,12 @@
-"""TensorRT engines (FP32 / FP16 / INT8) built from the ONNX artifact with TensorRT's own Python API (INT8: from
-the symmetric QDQ model, :mod:`inferbench.exporters.quantize_onnx_sym`).
+"""TensorRT engines (FP32 / FP16 / INT8) built from an ONNX model with TensorRT's own Python API, strongly typed: the
+ONNX model's own types decide each layer's (FP32: the ONNX export; FP16: the export cast to FP16,
+:mod:`inferbench.exporters.onnx_fp16`; INT8: its symmetric QDQ model, :mod:`inferbench.exporters.quantize_onnx_sym`).
+
+TensorRT 11 builds strongly typed networks only: ``BuilderFlag.FP16``/``INT8``/``BF16`` and the precision
+constraints are gone, and a precision comes from the model's types. Setting ``STRONGLY_TYPED`` at network creation is
+what TensorRT 10.12+ asks for the same behaviour and is accepted (and ignored) by TensorRT 11, so one build serves both.
+TF32 stays a builder setting: cleared for every engine here, so an FP32 engine's convolutions and matrix products are
+FP32 (as inferbench turns TF32 off for torch's and JAX's FP32 cells); the record says so (``runner.tf32``).
 
 Called by the TensorRT runner on the target GPU (engines are specific to it).
 
@@ -7,8 +14,9 @@ TensorFlow 2.18+ no longer ships TF-TRT, so engines come from ONNX. The engine h
 profile covering the requested batch sizes and uses a timing cache kept beside it. Engines are
 specific to the GPU model and TensorRT version; both are in the file name.
 
-NOT RUN in this project's CI or on its development machines: TensorRT's wheels download from
-NVIDIA's own server at install time, which those machines cannot reach.
+NOT RUN in this project's CI or on its development machines: building an engine needs an NVIDIA GPU, and TensorRT's
+libraries (``tensorrt-cu13-libs``) download from NVIDIA's own server, which those machines cannot reach. The calls
+below are TensorRT 11's documented Python API; tests/test_tensorrt.py holds them to it on a stand-in module.
 """
 
 from __future__ import annotations
@@ -36,8 +44,9 @@ def profile_range(batch_sizes: tuple[int, ...]) -> tuple[int, int]:
 
 
 def engine_tag(precision: str, onnx_file: Any = None) -> str:
-    """What names an engine's precision: INT8 with its calibration set's digest (the QDQ file's name)."""
-    return f"int8-{Path(onnx_file).stem}" if precision == "int8" and onnx_file else precision
+    """What names an engine's precision: INT8 with its calibration set's digest (the QDQ file's name); "typed" for
+    the strongly typed FP32 and FP16 engines (an engine of TensorRT 10's FP16 flag is not reused)."""
+    return f"int8-{Path(onnx_file).stem}" if precision == "int8" and onnx_file else f"{precision}-typed"
 
 
 def engine_path(ctx: ExportContext, precision: str, gpu_name: str, trt_version: str) -> Any:
@@ -49,23 +58,19 @@ def engine_path(ctx: ExportContext, precision: str, gpu_name: str, trt_version: 
 
 
 def build_engine(ctx: ExportContext, precision: str, gpu_name: str, onnx_file: Any = None) -> dict[str, Any]:
-    """An engine of the ONNX export (``onnx_file``: another ONNX model, the symmetric QDQ one of an INT8 cell) at
-    ``precision``: FP32, FP16 (the builder's FP16 flag) or INT8 — explicit quantisation from the QDQ pairs in a
-    strongly typed network, with no precision flag, as TensorRT's documentation asks."""
+    """An engine of the ONNX export (``onnx_file``: another ONNX model — the FP16 cast of an FP16 cell, the symmetric
+    QDQ model of an INT8 cell) in a strongly typed network: the model's types are the engine's, no precision flag."""
     trt = _trt()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    # explicit batch is the only mode in TensorRT 10; INT8 from Q/DQ pairs: strongly typed, the pairs say the types
-    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if precision == "int8" else 0
-    network = builder.create_network(flags)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_file or ctx.path("onnx"))):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise RuntimeError(f"TensorRT could not parse the ONNX model: {errors}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, 2 << 30)
-    if precision == "fp16":
-        config.set_flag(trt.BuilderFlag.FP16)
+    config.clear_flag(trt.BuilderFlag.TF32)  # on by default: FP32 layers would round their inputs to 10 bits
     # timing caches are specific to the GPU and the TensorRT version, like engines
     cache_file = engine_path(ctx, "timing", gpu_name, trt.__version__).with_suffix(".cache")
     cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -88,4 +93,10 @@ def build_engine(ctx: ExportContext, precision: str, gpu_name: str, onnx_file: A
     out.write_bytes(bytes(serialized))
     cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
     return {"engine": str(out.relative_to(ctx.folder)), "profile": [lo, max(ctx.batch_sizes), hi],
-            "trt_version": trt.__version__}
+            "trt_version": trt.__version__, "strongly_typed": True, "tf32": False,
+            "built_from": _said(Path(onnx_file or ctx.path("onnx")), ctx.folder)}
+
+
+def _said(path: Path, folder: Path) -> str:
+    """An ONNX model's path as a record says it: inside the cache folder, relative to it."""
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else str(path)

@@ -66,6 +66,9 @@ EXPORTERS: dict[str, Exporter] = {
         # TensorRT's explicit quantisation takes symmetric pairs only (signed activations, zero points 0)
         Exporter("onnx-int8-sym", "inferbench.exporters.quantize_onnx_sym", ("onnx",), ("onnxruntime", "onnx"),
                  "onnxruntime", "onnx-int8-sym"),
+        # TensorRT 11's FP16: strongly typed networks only, so an FP16 engine starts from an FP16 ONNX model
+        Exporter("onnx-fp16", "inferbench.exporters.onnx_fp16", ("onnx",), ("onnx", "onnxconverter_common"),
+                 "tensorrt", "onnx-fp16/model.onnx"),
         # Engines depend on the GPU model, TensorRT version and batch range, so the TensorRT runner
         # builds them on the target GPU (cold start includes the build) and caches them by all three.
         Exporter("tensorrt", "inferbench.exporters.tensorrt", ("onnx",), ("tensorrt",), "tensorrt",
@@ -117,6 +120,7 @@ MADE_BY = {"savedmodel": "tf.saved_model.save", "onnx": "tf2onnx", "torch": "onn
            "onnx-int8": "ONNX Runtime's static QDQ quantisation", "openvino-int8": "NNCF's post-training quantisation",
            "torch-int8": "PT2E's x86 inductor quantisation",
            "onnx-int8-sym": "ONNX Runtime's symmetric QDQ quantisation",
+           "onnx-fp16": "onnxconverter-common's FP16 cast (inputs, outputs and range-sensitive nodes in FP32)",
            "tensorrt": "TensorRT's ONNX parser", "ported": "torchvision's twin with the weights ported",
            ("pt2", "onnx"): "torch.onnx.export (dynamo)"}
 

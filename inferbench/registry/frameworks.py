@@ -215,8 +215,9 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework("tensorrt-fp32", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP32",
                   devices=("gpu",), best_on=("gpu",)),
-        Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
-                  ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export, FP16",
+        Framework("tensorrt-fp16", "inferbench.runners.tensorrt:TensorRTRunner", "onnx-fp16", ("tensorrt", "torch"),
+                  ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export cast to FP16 "
+                  "(strongly typed, as TensorRT 11 builds every network)",
                   devices=("gpu",), precision="fp16"),
         Framework("tensorrt-int8", "inferbench.runners.tensorrt:TensorRTRunner", "tensorrt", ("tensorrt", "torch"),
                   ("tensorrt", "torch"), "tensorrt", "TensorRT engine built from the ONNX export quantised with "

@@ -1,6 +1,7 @@
-"""TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``, ``tensorrt-int8``): an engine from the ONNX export (INT8:
-from its symmetric QDQ model, explicit quantisation), executed on a CUDA stream with device buffers (torch tensors),
-synchronised with the stream; every output bound by the ONNX export's name, each in its own type.
+"""TensorRT runners (``tensorrt-fp32``, ``tensorrt-fp16``, ``tensorrt-int8``): a strongly typed engine from the ONNX
+export (FP16: from its FP16 cast; INT8: from its symmetric QDQ model, explicit quantisation), executed on a CUDA
+stream with device buffers (torch tensors), synchronised with the stream; every output bound by the ONNX export's
+name, each in its own type.
 
 NOT RUN in this project's CI or on its development machines (building or running an engine needs an NVIDIA GPU).
 """
@@ -36,7 +37,8 @@ class TensorRTRunner(Runner):
         ectx = ExportContext(ctx.folder, ctx.model.name, ctx.resolution, "n/a", ctx.seed, batch_sizes)
         gpu_name = torch.cuda.get_device_name(0)
 
-        source = ctx.artifact if precision == "int8" else None  # INT8: the symmetric QDQ model, per calibration set
+        # the ONNX model whose types the engine takes: FP16's cast, INT8's symmetric QDQ model (per calibration set)
+        source = ctx.artifact if precision in ("fp16", "int8") else None
         path = engine_path(ectx, engine_tag(precision, source), gpu_name, trt.__version__)
         self.build_info = {"engine": str(path), "cached": path.exists()}
         if not path.exists():
@@ -113,7 +115,7 @@ class TensorRTRunner(Runner):
         return cuda_uuid(self.torch)
 
     def details(self) -> dict[str, Any]:
-        return {"sync": "cuda-stream.synchronize", "precision": self.precision, **self.build_info}
+        return {"sync": "cuda-stream.synchronize", "precision": self.precision, "tf32": False, **self.build_info}
 
 
 def _torch_dtype(torch: Any, dtype: Any) -> Any:
