@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine does for inferbench, in one go (docs/gpu.md):
 #   the brought wheels into a private folder, the brought artifact cache unpacked (a GPU machine without
-#   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the GPU selftest, the
+#   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the referee
+#   (benchmarks/gpu_referee.py: inferbench over bare torch and JAX loops), the default quick run,
+#   serving (offline, a server search at a p99 of 15 ms), FP16 and BF16 under their gate, the GPU selftest, the
 #   sweeps of benchmarks/gpu/*.toml, the power sampler's overhead with the real NVML sensor, and the report.
+# Rehearsed in CI with a stand-in python3 (tests/test_gpu_kit.py): every call it makes is parsed there.
 #
 # Prepared on a CPU machine first (the wheels for the GPU machine's Python, and the artifacts):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl keras==3.15.1 \
@@ -27,9 +30,10 @@ CACHE=${GPU_RUN_CACHE:-/tmp/inferbench-gpu-cache}
 DEVICE=${GPU_RUN_DEVICE:-gpu}
 BUDGET_S=${GPU_RUN_BUDGET_S:-540}
 WHEELS=${GPU_RUN_WHEELS:-.whl}
-QUICK=() SELFTEST_QUICK=()
+QUICK=() SELFTEST_QUICK=() REFEREE_QUICK=()
 if [ -n "${GPU_RUN_QUICK:-}" ]; then
   QUICK=(--batch-size 1 --duration 0.5 --rounds 2 --warmup 1 --min-iterations 2) SELFTEST_QUICK=(--duration 0.5)
+  REFEREE_QUICK=(--batch-sizes 1 --blocks 2 --block-seconds 0.3)
 fi
 START=$SECONDS
 export PYTHONUNBUFFERED=1
@@ -70,13 +74,29 @@ if [ ! -d "$CACHE" ]; then python3 benchmarks/gpu_bring.py unpack .gpu/cache.tar
     | grep -iE "^(torch|torchvision|jax|jaxlib|jax-cuda|keras|onnx|onnx2torch|onnxruntime|nvidia-ml-py|safetensors|numpy) "
 } > "$RESULTS/machine-$(date +%H%M%S).txt" 2>&1
 
+run() {  # run NAME OPTIONS...: one inferbench run of the GPU's runtimes (Keras on JAX: no TensorFlow there)
+  local name=$1
+  shift
+  step "$name" python3 -m inferbench run --device "$DEVICE" --keras-backend jax --cache-dir "$CACHE" \
+    --output-dir "$RESULTS/runs/$name" "$@"
+}
+
+# in the order of what they are worth when the time runs out: the referee (inferbench's cells beside bare torch and
+# JAX loops, batch 1 and 256, FP32 and FP16), the default answer, serving (offline's ratio to the closed loop, a
+# server search under a p99 bound), the reduced precisions under their gate, then the rest
+step referee python3 benchmarks/gpu_referee.py --device "$DEVICE" --cache-dir "$CACHE" --out "$RESULTS/referee" \
+  "${REFEREE_QUICK[@]}"
+run quick --quick
+run offline --scenario offline --framework torch-native,jax --batch-size 64,256 "${QUICK[@]}"
+run server --scenario server --slo-p99 15 --framework torch-native,jax --batch-size 8,64 "${QUICK[@]}"
+run precision --framework torch-native,torch-inductor --precision fp16,bf16 --batch-size 1,256 "${QUICK[@]}"
 step selftest python3 -m inferbench selftest "--$DEVICE" --keras-backend jax --cache-dir "$CACHE" \
   --output-dir "$RESULTS/selftest" "${SELFTEST_QUICK[@]}"
 sweep batch
 step sampler python3 benchmarks/harness_overhead.py --sampler --device "$DEVICE" --cache-dir "$CACHE" --blocks 20
 for s in cuda_graphs inductor variants keras_torch; do sweep "$s"; done
 rm -f "$RESULTS/.done-report"  # the report is made again from whatever is there
-step report python3 -m inferbench report "$RESULTS"/sweeps/* --out "$RESULTS/report"
+step report python3 -m inferbench report "$RESULTS"/sweeps/* "$RESULTS"/runs/* --out "$RESULTS/report"
 tar -C "$(dirname "$RESULTS")" -cJf "$OUT/results.tar.xz" --transform "s,^$(basename "$RESULTS"),results," \
   "$(basename "$RESULTS")"
 echo "packed $(du -h "$OUT/results.tar.xz" | cut -f1) into $OUT/results.tar.xz after $((SECONDS - START)) s"

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -135,20 +136,39 @@ def child(framework: str, folder: str, blocks: int, block_s: float, threads: int
             "ratio_ci95": ratio["ci95"], "pairs": blocks, "sensor": sensor_name}
 
 
-def ensure_artifacts(cache_dir: str, device: str = "cpu") -> Path:
+def ensure_artifacts(cache_dir: str, device: str = "cpu", frameworks: list[str] | None = None,
+                     model: str = "mobilenet_v3_large", resolution: int = 224) -> Path:
+    """The model's artifacts for ``frameworks`` (default: onnxrt and torch, torch alone on a GPU), exported by one
+    short run of them into ``cache_dir``: the cache folder (benchmarks/gpu_referee.py uses it too)."""
     import contextlib
     import io
 
     from inferbench.exporters import cache, key_inputs
     from inferbench.run import main
 
+    keys = frameworks or (["onnxrt", "torch"] if device == "cpu" else ["torch"])
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["--framework", "onnxrt,torch" if device == "cpu" else "torch", "--device", device,
+        code = main(["--framework", ",".join(keys), "--device", device, "--model", model,
+                     "--resolution", str(resolution), "--keras-backend", "jax" if "jax" in keys else "tensorflow",
                      "--duration", "0", "--min-iterations", "1", "--warmup", "0", "--rounds", "1",
                      "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
     if code != 0:
-        sys.exit("could not export the default model")
-    return cache.artifact_dir(Path(cache_dir), key_inputs("mobilenet_v3_large", 224, "random", 0))
+        sys.exit(f"could not export {model} at {resolution} for {', '.join(keys)}")
+    return cache.artifact_dir(Path(cache_dir), key_inputs(model, resolution, "random", 0))
+
+
+def gpu_and_env(device: str, threads: int) -> tuple[Any, dict[str, str]]:
+    """The GPU to measure on (the first in PCI bus order; None on a CPU) and the children's environment: inferbench's
+    thread settings, that GPU alone (benchmarks/gpu_referee.py uses it too)."""
+    from inferbench.execution.childenv import thread_env
+
+    gpu = None
+    if device == "gpu":
+        from inferbench.base.device import resolve
+
+        gpu = resolve("gpu", 0).gpu
+    return gpu, {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else "",
+                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def wall_time() -> None:
@@ -161,7 +181,8 @@ def wall_time() -> None:
             print(f"python -m inferbench.run, {label}: {time.perf_counter() - t0:.0f} s wall")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The script's flags (benchmarks/gpu_run.sh's calls are parsed by it in tests/test_gpu_kit.py)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--blocks", type=int, default=30, help="pairs of alternating blocks (default: %(default)s)")
     p.add_argument("--block-seconds", type=float, default=0.5, help="seconds per block (default: %(default)s)")
@@ -172,9 +193,12 @@ def main() -> None:
     p.add_argument("--wall-time", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
     p.add_argument("--gpu-uuid", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     from inferbench.base.device import default_threads
-    from inferbench.execution.childenv import thread_env
 
     threads = default_threads()
     if args.child:
@@ -182,13 +206,7 @@ def main() -> None:
                                args.sampler, args.gpu_uuid)))
         return
     folder = ensure_artifacts(args.cache_dir, args.device)
-    gpu = None
-    if args.device == "gpu":
-        from inferbench.base.device import resolve
-
-        gpu = resolve("gpu", 0).gpu
-    env = {**os.environ, **thread_env(threads), "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else "",
-           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    gpu, env = gpu_and_env(args.device, threads)
     what, a, b = (("power-sampler overhead", "inferbench loop", "with sampler") if args.sampler
                   else ("harness overhead", "bare loop", "inferbench"))
     where = f"on {gpu.name} ({gpu.uuid})" if gpu else "on the CPU"

@@ -1,0 +1,173 @@
+"""The GPU kit (benchmarks/gpu_run.sh, benchmarks/gpu_bring.py, benchmarks/gpu/*.toml) held working between the rare
+GPU loans: the script's own control flow run for real (its steps in order, each once, resumed by the next call, none
+started without the time for it, the results packed) with ``python3`` a stand-in that records each call, then every
+recorded call parsed by the parser of the command or script it names, and every sweep configuration planned. A flag
+renamed, a script that no longer imports, a configuration key or framework that went away fails here, not on the
+GPU machine's clock."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_run.sh"
+SWEEPS = ("batch", "cuda_graphs", "inductor", "variants", "keras_torch")
+RUNS = ("quick", "offline", "server", "precision")  # first: what a call cut short must not lose
+
+#: A ``python3`` that records its arguments (one JSON list a line) and does what the kit needs of it: unpacking makes
+#: the cache folder; everything else succeeds at once.
+FAKE_PYTHON = """#!/bin/sh
+{python} -c 'import json, os, sys; open(os.environ["KIT_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")' "$@"
+if [ "$1" = benchmarks/gpu_bring.py ] && [ "$2" = unpack ]; then mkdir -p "$4"; fi
+if [ "$1" = --version ]; then echo "Python 3.12.3 (stand-in)"; fi
+exit 0
+"""
+
+
+def _h200():
+    from inferbench.base.device import Gpu
+
+    return Gpu(0, "GPU-00000000-stand-in", "NVIDIA H200", "00000000:17:00.0", 143771.0)
+
+
+H200 = _h200()
+
+
+def _kit(tmp_path: Path, budget_s: int = 540) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text(FAKE_PYTHON.format(python=shlex.quote(sys.executable)))
+    fake.chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KIT_LOG": str(log), "OUT": str(tmp_path / "out"),
+           "GPU_RUN_RESULTS": str(tmp_path / "results"), "GPU_RUN_CACHE": str(tmp_path / "cache"),
+           "GPU_RUN_DEVICE": "cpu", "GPU_RUN_WHEELS": "none", "GPU_RUN_BUDGET_S": str(budget_s)}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return done, calls
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parse(call: list[str]) -> None:
+    """A recorded ``python3`` call, parsed by what it calls (an inferbench command's parser, a script's own); a run
+    planned as well, as recorded (the CPU) and as on the GPU machine."""
+    if call[:2] == ["-m", "inferbench"]:
+        command, args = call[2], call[3:]
+        module = importlib.import_module(f"inferbench.{command}")
+        ns = module.build_parser().parse_args(args)
+        if command == "run":
+            from inferbench.cli.options import given
+            from inferbench.execution.plan import build
+            from inferbench.options import with_defaults
+
+            for device in ("cpu", "gpu"):
+                assert build(with_defaults({**given(ns), "device": device}, "run")).cells, call
+    elif call[0].startswith("benchmarks/"):
+        _script(Path(call[0]).stem).parser().parse_args(call[1:])
+    else:
+        assert call[:2] == ["-m", "pip"] or call == ["--version"], call
+
+
+def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp_path, monkeypatch):
+    from inferbench.base import device
+
+    monkeypatch.setattr(device, "list_gpus", lambda: [H200])  # the lent machine's, as nvidia-smi would list it
+    done, calls = _kit(tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    named = [c[2] if c[:2] == ["-m", "inferbench"] else Path(c[0]).stem for c in calls if c[:2] != ["-m", "pip"]
+             and c != ["--version"]]
+    assert named == ["gpu_bring", "gpu_referee", "run", "run", "run", "run", "selftest", "sweep", "harness_overhead",
+                     "sweep", "sweep", "sweep", "sweep", "report"], named
+    runs = [c for c in calls if c[:3] == ["-m", "inferbench", "run"]]
+    assert [r[r.index("--output-dir") + 1].rsplit("/", 1)[1] for r in runs] == list(RUNS)
+    sweeps = [c[c.index("--config") + 1] for c in calls if "--config" in c]
+    assert sweeps == [f"benchmarks/gpu/{s}.toml" for s in SWEEPS]
+    assert all(c[c.index("--device") + 1] == "cpu" for c in calls if "--device" in c)  # GPU_RUN_DEVICE reaches all
+    for call in calls:
+        _parse(call)
+    steps = ("referee", "selftest", "sampler", "report", *RUNS, *(f"sweep-{w}" for w in SWEEPS))
+    with tarfile.open(tmp_path / "out" / "results.tar.xz") as tar:  # the results packed for the way back
+        assert {f"results/.done-{s}" for s in steps} <= set(tar.getnames())
+
+    again, calls = _kit(tmp_path)  # the next call: every step done in the last one, but the report made again
+    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(steps) - 1, again.stdout
+    assert [c[2] for c in calls if c[:2] == ["-m", "inferbench"]] == ["report"]
+
+
+def test_the_gpu_kit_starts_no_step_without_the_time_for_it(tmp_path):
+    done, calls = _kit(tmp_path, budget_s=20)
+    assert done.returncode == 0 and done.stdout.count("not started, ") == 4 + len(RUNS) + len(SWEEPS), done.stdout
+    assert [c for c in calls if c[:2] == ["-m", "inferbench"]] == []
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_each_gpu_sweep_configuration_plans_on_the_gpu_it_is_for(name, monkeypatch):
+    """Each configuration's keys, models, frameworks and rules are inferbench's: planned as on the lent machine (its
+    GPU a stand-in for nvidia-smi's answer; what cannot run here is skipped with why, not refused)."""
+    from inferbench.base import device
+    from inferbench.sweep import make_plan
+
+    monkeypatch.setattr(device, "list_gpus", lambda: [H200])
+    plan, skipped, _ = make_plan({"config": str(ROOT / "benchmarks" / "gpu" / f"{name}.toml")})
+    assert plan.config.device.kind == "gpu" and (plan.cells or skipped), (name, skipped)
+
+
+def test_every_name_the_benchmark_scripts_import_from_inferbench_exists():
+    """The scripts import inferbench's modules inside their functions (a GPU machine lacks TensorFlow); a name moved
+    out of a module (``gpu_bring.py`` once imported options that had left ``inferbench.cli.options``) fails here."""
+    import ast
+
+    missing = []
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("inferbench"):
+                module = importlib.import_module(node.module)
+                missing += [f"{script.name}: {node.module}.{a.name}" for a in node.names
+                            if not hasattr(module, a.name) and not _submodule(f"{node.module}.{a.name}")]
+    assert not missing, missing
+
+
+def _submodule(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its parent is a module, not a package
+        return False
+
+
+@pytest.mark.slow  # torch and JAX for real: the referee's rehearsal on the CPU, as gpu_run.sh runs it there
+def test_the_referee_times_inferbench_beside_bare_torch_and_jax_loops_and_names_what_needs_a_gpu(tmp_path,
+                                                                                                  shared_cache):
+    out = tmp_path / "referee"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_referee.py", "--device", "cpu", "--batch-sizes", "1",
+                           "--variants", "eager,graph,jax", "--blocks", "2", "--block-seconds", "0.2", "--model",
+                           "mobilenet_v3_small", "--resolution", "96", "--cache-dir", str(shared_cache),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {(r["variant"], r["precision"]): r for r in json.loads((out / "referee.json").read_text())["rows"]}
+    assert set(rows) == {(v, p) for v in ("eager", "graph", "jax") for p in ("fp32", "fp16")}
+    for key in (("eager", "fp32"), ("jax", "fp32")):  # measured: both loops, in adjacent pairs
+        r = rows[key]
+        assert r["bare_p50_ms"] > 0 and r["inferbench_p50_ms"] > 0 and r["latency"]["pairs"] == 2, r
+        assert r["latency"]["ratio"] > 0 and r["throughput"]["ratio"] > 0 and r["bare_j_per_image"] is None
+    assert rows["jax", "fp32"]["runner"]["jit"] == "jax.jit(stateless_call)"  # inferbench's own jax runner
+    assert rows["eager", "fp32"]["runner"]["channels_last"] is True
+    assert {k for k, r in rows.items() if "skipped" in r} == {("eager", "fp16"), ("graph", "fp32"),
+                                                              ("graph", "fp16"), ("jax", "fp16")}
+    assert "not measured: CUDA graphs and FP16 need a GPU" in (out / "referee.md").read_text()
