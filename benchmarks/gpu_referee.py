@@ -18,7 +18,7 @@ interval (``measure.stats.paired_blocks``) is the row: latency (p50 over p50) an
 loop images/s over the bare pipelined loop's). One table, ``referee.md`` and ``referee.json`` in ``--out``.
 
     python benchmarks/gpu_referee.py [--device gpu|cpu] [--batch-sizes 1,256] [--precisions fp32,fp16]
-                                     [--variants eager,graph,jax] [--blocks 10] [--block-seconds 1]
+                                     [--variants eager,graph,jax] [--blocks 6] [--block-seconds 0.5]
                                      [--model mobilenet_v3_large] [--resolution 224] [--cache-dir DIR] [--out DIR]
 
 On a CPU (the rehearsal: ``benchmarks/gpu_run.sh`` with ``GPU_RUN_DEVICE=cpu``) the CUDA graph variant and FP16 are
@@ -31,6 +31,7 @@ the Python API (inferbench.api) has no such piece, so this script imports the mo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -140,8 +141,23 @@ def nvml_energy(gpu_uuid: str | None) -> Callable[[], float | None]:
     return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
 
-def child(variant: str, precision: str, batch: int, folder: str, model: str, resolution: int, blocks: int,
-          block_s: float, threads: int, gpu_uuid: str | None) -> dict[str, Any]:
+def child(variant: str, combos: list[tuple[str, int]], folder: str, model: str, resolution: int, blocks: int,
+          block_s: float, threads: int, gpu_uuid: str | None) -> list[dict[str, Any]]:
+    """Every (precision, batch) row of ``variant`` in this one process (the library's start paid once); a row that
+    fails says why and the next one runs."""
+    rows = []
+    for precision, batch in combos:
+        try:
+            rows.append(row(variant, precision, batch, folder, model, resolution, blocks, block_s, threads, gpu_uuid))
+        except Exception as exc:  # noqa: BLE001 - a row's failure is its result
+            rows.append({"variant": variant, "precision": precision, "batch": batch,
+                         "skipped": f"failed: {type(exc).__name__}: {str(exc)[:200]}"})
+        gc.collect()
+    return rows
+
+
+def row(variant: str, precision: str, batch: int, folder: str, model: str, resolution: int, blocks: int,
+        block_s: float, threads: int, gpu_uuid: str | None) -> dict[str, Any]:
     from inferbench.measure.stats import paired_blocks
     from inferbench.measure.timing import run_block
     from inferbench.registry.artifacts import EXPORTERS
@@ -222,15 +238,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-sizes", default="1,256")
     p.add_argument("--precisions", default="fp32,fp16")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--blocks", type=int, default=10, help="block pairs per row (default: %(default)s)")
-    p.add_argument("--block-seconds", type=float, default=1.0)
+    p.add_argument("--blocks", type=int, default=6, help="block pairs per row (default: %(default)s)")
+    p.add_argument("--block-seconds", type=float, default=0.5)
     p.add_argument("--model", default="mobilenet_v3_large")
     p.add_argument("--resolution", type=int, default=224)
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     p.add_argument("--out", type=Path, default=Path("referee"))
-    p.add_argument("--child", nargs=4, metavar=("VARIANT", "PRECISION", "BATCH", "FOLDER"), help=argparse.SUPPRESS)
+    p.add_argument("--child", nargs=3, metavar=("VARIANT", "PRECISION:BATCH,...", "FOLDER"), help=argparse.SUPPRESS)
     p.add_argument("--gpu-uuid", help=argparse.SUPPRESS)
     return p
+
+
+def measure(variant: str, combos: list[tuple[str, int]], folder: Path, args: argparse.Namespace, gpu: Any,
+            env: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of ``variant``, measured in one child process (its rows, or each named failed with the process's
+    last line)."""
+    done = subprocess.run([sys.executable, __file__, "--child", variant, ",".join(f"{p}:{b}" for p, b in combos),
+                           str(folder), "--model", args.model, "--resolution", str(args.resolution), "--blocks",
+                           str(args.blocks), "--block-seconds", str(args.block_seconds)]
+                          + (["--gpu-uuid", gpu.uuid] if gpu else []), env=env, capture_output=True, text=True)
+    if done.returncode == 0:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    why = f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+    return [{"variant": variant, "precision": p, "batch": b, "skipped": why} for p, b in combos]
 
 
 def main() -> None:
@@ -239,9 +269,10 @@ def main() -> None:
 
     threads = default_threads()
     if args.child:
-        variant, precision, batch, folder = args.child
-        print(json.dumps(child(variant, precision, int(batch), folder, args.model, args.resolution, args.blocks,
-                               args.block_seconds, threads, args.gpu_uuid)))
+        variant, combos, folder = args.child
+        pairs = [(c.split(":")[0], int(c.split(":")[1])) for c in combos.split(",")]
+        print(json.dumps(child(variant, pairs, folder, args.model, args.resolution, args.blocks, args.block_seconds,
+                               threads, args.gpu_uuid)))
         return
     from harness_overhead import ensure_artifacts, gpu_and_env  # the same exports and children (benchmarks/)
 
@@ -257,23 +288,14 @@ def main() -> None:
         f"{args.model} {args.resolution} px on the CPU, {threads} threads"
     rows = []
     for variant in variants:
-        for precision in args.precisions.split(","):
-            for batch in (int(b) for b in args.batch_sizes.split(",")):
-                why = skipped(variant, precision, args.device)
-                if why:
-                    rows.append({"variant": variant, "precision": precision, "batch": batch, "skipped": why})
-                    continue
-                done = subprocess.run([sys.executable, __file__, "--child", variant, precision, str(batch),
-                                       str(folder), "--model", args.model, "--resolution", str(args.resolution),
-                                       "--blocks", str(args.blocks), "--block-seconds", str(args.block_seconds)]
-                                      + (["--gpu-uuid", gpu.uuid] if gpu else []), env=env, capture_output=True,
-                                      text=True)
-                if done.returncode:
-                    rows.append({"variant": variant, "precision": precision, "batch": batch,
-                                 "skipped": f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"})
-                else:
-                    rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(table(rows[-1:], where).splitlines()[-1], flush=True)
+        combos = [(p, int(b)) for p in args.precisions.split(",") for b in args.batch_sizes.split(",")]
+        said = [{"variant": variant, "precision": p, "batch": b, "skipped": skipped(variant, p, args.device)}
+                for p, b in combos if skipped(variant, p, args.device)]
+        todo = [(p, b) for p, b in combos if not skipped(variant, p, args.device)]
+        measured = measure(variant, todo, folder, args, gpu, env) if todo else []
+        rows += measured + said
+        for r in measured + said:
+            print(table([r], where).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "referee.json").write_text(json.dumps({"where": where, "rows": rows}, indent=1))
     (args.out / "referee.md").write_text(table(rows, where))
