@@ -1,6 +1,6 @@
 """The referee: inferbench's cells against bare loops timed as torch's and JAX's own documentation times them.
 
-For each variant, precision and batch size, one child process loads inferbench's runner of the cell (its artifact,
+For each variant, precision and batch size, a child process loads inferbench's runner of the cell (its artifact,
 its settings) and, beside it, a bare loop over the same network written as a careful engineer would from the
 libraries' documentation — no inferbench code on its timed path:
 
@@ -8,14 +8,18 @@ libraries' documentation — no inferbench code on its timed path:
   captured after warm-up on a side stream and replayed (``torch.cuda.graphs``); FP32 with TF32 off, FP16 by
   ``.half()``;
 - JAX: ``jax.jit`` of the Keras model's stateless call, weights and input put on the device once;
-- latency: single calls, each synchronised (CUDA events on a GPU: ``elapsed_time``; ``block_until_ready`` for JAX;
-  ``perf_counter`` on a CPU); throughput: the same call issued back to back, one synchronisation at the end
-  (pipelined); energy: NVML's total-energy counter around the pipelined window (a GPU only).
+- latency: single calls, each synchronised (``torch.cuda.synchronize``, JAX's ``block_until_ready``), on the host's
+  clock and, on a GPU, by CUDA events around the call (``elapsed_time``); throughput: the same call issued back to
+  back, one synchronisation at the end (pipelined); energy: NVML's total-energy counter around the pipelined window
+  (a GPU only; at least 1 s: the counter moves about every 100 ms; idle power included).
 
 Blocks of the bare loop and of inferbench's own measurement loop (``measure.timing.run_block``) alternate in the
-process; each adjacent pair gives a ratio, inferbench over bare, and their geometric mean with a paired t 95%
-interval (``measure.stats.paired_blocks``) is the row: latency (p50 over p50) and throughput (inferbench's closed
-loop images/s over the bare pipelined loop's). One table, ``referee.md`` and ``referee.json`` in ``--out``.
+process (which comes first alternates too); each adjacent pair gives a ratio, inferbench over bare, and their
+geometric mean with a paired t 95% interval (``measure.stats.paired_blocks``) is the row: latency (p50 over p50, both
+on the host's clock around a call and its synchronisation; the bare call's GPU time by CUDA events beside it) and
+throughput (inferbench's closed-loop images/s over the bare pipelined loop's). The two loops' outputs are compared
+first (the largest difference, in the row). One child process a variant measures its rows in turn; one table,
+``referee.md`` and ``referee.json`` in ``--out``, written after each variant.
 
     python benchmarks/gpu_referee.py [--device gpu|cpu] [--batch-sizes 1,256] [--precisions fp32,fp16]
                                      [--variants eager,graph,jax] [--blocks 6] [--block-seconds 0.5]
@@ -62,7 +66,10 @@ def bare_torch(runner: Any, x: np.ndarray, graph: bool) -> tuple[Callable[[], An
     """The bare call and its synchronisation: the runner's own module before compilation, as torch documents it."""
     torch = runner.torch
     module, dev = runner.plain, runner.dev
-    t = torch.from_numpy(x).permute(0, 3, 1, 2).to(dev, runner.dtype).contiguous(memory_format=torch.channels_last)
+    t = torch.from_numpy(x)
+    t = (t.permute(0, 3, 1, 2) if runner.permute else t).to(dev, runner.dtype).contiguous(
+        memory_format=torch.channels_last if runner.channels_last else torch.contiguous_format)
+
     def sync(out: Any = None) -> None:  # one signature with JAX's: the output, where the library needs it
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -80,8 +87,12 @@ def bare_torch(runner: Any, x: np.ndarray, graph: bool) -> tuple[Callable[[], An
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g), torch.inference_mode():
-        module(t)
-    return g.replay, sync
+        static = (t, module(t))  # the static input and output stay alive as long as the replay does
+
+    def replay() -> Any:
+        g.replay()
+        return static[1]
+    return replay, sync
 
 
 def bare_jax(ctx: Any, x: np.ndarray) -> tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -99,23 +110,26 @@ def bare_jax(ctx: Any, x: np.ndarray) -> tuple[Callable[[], Any], Callable[[Any]
     return lambda: fn(params, xs), lambda out: out.block_until_ready()
 
 
-def latency_block(call: Callable[[], Any], sync: Callable[[Any], None], seconds: float, cuda: Any) -> list[float]:
-    """Single synchronised calls for ``seconds``: their latencies in s (CUDA events on a GPU)."""
-    out, end = [], time.perf_counter() + seconds
-    while time.perf_counter() < end or len(out) < 5:
-        if cuda is not None:
-            a, b = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+def latency_block(call: Callable[[], Any], sync: Callable[[Any], None], seconds: float, cuda: Any) \
+        -> tuple[list[float], list[float]]:
+    """Single synchronised calls for ``seconds``: their latencies in s on the host's clock around the call and its
+    synchronisation (inferbench's clock), and on a GPU each call's GPU time by CUDA events as well."""
+    host: list[float] = []
+    gpu: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(host) < 5:
+        a, b = (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) if cuda is not None else (None, None)
+        t = time.perf_counter()
+        if a is not None:
             a.record()
-            y = call()
+        y = call()
+        if b is not None:
             b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3)
-            del y
-        else:
-            t = time.perf_counter()
-            sync(call())
-            out.append(time.perf_counter() - t)
-    return out
+        sync(y)
+        host.append(time.perf_counter() - t)
+        if a is not None:
+            gpu.append(a.elapsed_time(b) / 1e3)
+    return host, gpu
 
 
 def pipelined(call: Callable[[], Any], sync: Callable[[Any], None], n: int, energy: Callable[[], float | None]) \
@@ -131,14 +145,27 @@ def pipelined(call: Callable[[], Any], sync: Callable[[Any], None], n: int, ener
 
 
 def nvml_energy(gpu_uuid: str | None) -> Callable[[], float | None]:
-    """NVML's total energy counter in J (None without a GPU or NVML)."""
+    """NVML's total energy counter in J (None without a GPU, NVML or a counter: the rows are timed all the same)."""
     if not gpu_uuid:
         return lambda: None
-    import pynvml
+    try:
+        import pynvml
 
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
-    return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+    except Exception:  # noqa: BLE001 - ImportError, NVMLError
+        return lambda: None
+
+    def read() -> float | None:
+        try:
+            return pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
+        except pynvml.NVMLError:
+            return None
+    return read
+
+
+#: An energy window at least this long (NVML's counter moves about every 100 ms).
+ENERGY_WINDOW_S = 1.0
 
 
 def child(variant: str, combos: list[tuple[str, int]], folder: str, model: str, resolution: int, blocks: int,
@@ -158,14 +185,14 @@ def child(variant: str, combos: list[tuple[str, int]], folder: str, model: str, 
 
 def row(variant: str, precision: str, batch: int, folder: str, model: str, resolution: int, blocks: int,
         block_s: float, threads: int, gpu_uuid: str | None) -> dict[str, Any]:
-    from inferbench.measure.stats import paired_blocks
-    from inferbench.measure.timing import run_block
+    """One row: inferbench's runner of the cell and the bare loop beside it, checked to compute the same outputs,
+    then timed in alternating blocks (bare first, then inferbench first, and so on)."""
     from inferbench.registry.artifacts import EXPORTERS
     from inferbench.registry.frameworks import get_framework, load_runner
     from inferbench.registry.inputs import make_inputs
     from inferbench.registry.models import get_model
     from inferbench.runners.base import LoadContext
-    from inferbench.spec import RunnerOptions, TimingConfig
+    from inferbench.spec import RunnerOptions
 
     key, options, _ = VARIANTS[variant]
     fw, spec, device = get_framework(key), get_model(model), "gpu" if gpu_uuid else "cpu"
@@ -177,32 +204,57 @@ def row(variant: str, precision: str, batch: int, folder: str, model: str, resol
     x = make_inputs(spec, batch, resolution, 3)
     prepared = runner.prepare(x)
     call, sync = bare_jax(ctx, x) if key == "jax" else bare_torch(runner, x, variant == "graph")
-    cuda = runner.torch.cuda if key != "jax" and device == "gpu" else None
-    energy = nvml_energy(gpu_uuid)
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=5, rounds=1)
     for _ in range(10):  # both warm: compilation, autotuning, allocator
         sync(call())
         runner.synchronize(runner.call(prepared))
-    rows: dict[str, list[float]] = {k: [] for k in ("bare_ms", "ib_ms", "bare_ips", "ib_ips", "bare_j")}
-    for _ in range(blocks):
-        lat = latency_block(call, sync, block_s, cuda)
-        n = max(5, int(block_s / max(float(np.median(lat)), 1e-6)))
-        seconds, joules = pipelined(call, sync, n, energy)
-        ib = run_block(lambda: runner.call(prepared), runner.synchronize, cfg, 0).latencies_s
-        rows["bare_ms"].append(float(np.median(lat)) * 1e3)
-        rows["ib_ms"].append(float(np.median(ib)) * 1e3)
-        rows["bare_ips"].append(n * batch / seconds)
-        rows["ib_ips"].append(len(ib) * batch / float(np.sum(ib)))
-        if joules is not None:
-            rows["bare_j"].append(joules / (n * batch))
-    return {"variant": variant, "precision": precision, "batch": batch,
-            "bare_p50_ms": float(np.median(rows["bare_ms"])), "inferbench_p50_ms": float(np.median(rows["ib_ms"])),
-            "latency": paired_blocks(rows["ib_ms"], rows["bare_ms"]),
-            "bare_pipelined_ips": float(np.median(rows["bare_ips"])),
-            "inferbench_ips": float(np.median(rows["ib_ips"])),
-            "throughput": paired_blocks(rows["ib_ips"], rows["bare_ips"]),
-            "bare_j_per_image": float(np.median(rows["bare_j"])) if rows["bare_j"] else None,
+    ours, theirs = np.asarray(runner.to_numpy(runner.call(prepared)), np.float32), _host(call())
+    timed = time_row(runner, prepared, call, sync, batch, blocks, block_s,
+                     runner.torch.cuda if key != "jax" and device == "gpu" else None, nvml_energy(gpu_uuid))
+    return {"variant": variant, "precision": precision, "batch": batch, **timed,
+            "outputs_max_rel_diff": float(np.abs(ours - theirs).max() / max(float(np.abs(theirs).max()), 1e-30)),
             "runner": runner.details()}
+
+
+def _host(out: Any) -> np.ndarray:
+    """A bare call's output on the host, as float32 (a torch tensor, or a JAX array)."""
+    return np.asarray(out.float().cpu().numpy() if hasattr(out, "cpu") else out, np.float32)
+
+
+def time_row(runner: Any, prepared: Any, call: Callable[[], Any], sync: Callable[[Any], None], batch: int,
+             blocks: int, block_s: float, cuda: Any, energy: Callable[[], float | None]) -> dict[str, Any]:
+    """Blocks of the bare loop (latency, then pipelined throughput and energy) and of inferbench's own loop,
+    alternating which comes first, paired by block."""
+    from inferbench.measure.stats import paired_blocks
+    from inferbench.measure.timing import run_block
+    from inferbench.spec import TimingConfig
+
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=5, rounds=1)
+    rows: dict[str, list[float]] = {k: [] for k in ("bare_ms", "bare_gpu_ms", "ib_ms", "bare_ips", "ib_ips",
+                                                     "bare_j")}
+
+    def bare() -> None:
+        host, gpu = latency_block(call, sync, block_s, cuda)
+        window = max(block_s, ENERGY_WINDOW_S if cuda is not None else block_s)
+        n = max(5, int(window / max(float(np.median(host)), 1e-6)))
+        seconds, joules = pipelined(call, sync, n, energy)
+        rows["bare_ms"].append(float(np.median(host)) * 1e3)
+        rows["bare_gpu_ms"] += [float(np.median(gpu)) * 1e3] if gpu else []
+        rows["bare_ips"].append(n * batch / seconds)
+        rows["bare_j"] += [joules / (n * batch)] if joules is not None else []
+
+    def ours() -> None:
+        ib = run_block(lambda: runner.call(prepared), runner.synchronize, cfg, 0).latencies_s
+        rows["ib_ms"].append(float(np.median(ib)) * 1e3)
+        rows["ib_ips"].append(len(ib) * batch / float(np.sum(ib)))
+
+    for i in range(blocks):
+        for block in (bare, ours) if i % 2 == 0 else (ours, bare):
+            block()
+    median = {k: float(np.median(v)) if v else None for k, v in rows.items()}
+    return {"bare_p50_ms": median["bare_ms"], "bare_gpu_p50_ms": median["bare_gpu_ms"],
+            "inferbench_p50_ms": median["ib_ms"], "latency": paired_blocks(rows["ib_ms"], rows["bare_ms"]),
+            "bare_pipelined_ips": median["bare_ips"], "inferbench_ips": median["ib_ips"],
+            "throughput": paired_blocks(rows["ib_ips"], rows["bare_ips"]), "bare_j_per_image": median["bare_j"]}
 
 
 def _ratio(r: dict[str, Any]) -> str:
@@ -212,32 +264,61 @@ def _ratio(r: dict[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]], where: str) -> str:
     head = [f"# The referee: inferbench over bare loops, {where}", "",
-            "Latency: inferbench's p50 over the bare loop's synchronised p50 (< 1: inferbench's is shorter); "
-            "throughput: inferbench's closed-loop images/s over the bare pipelined loop's. Each a geometric mean "
-            "of adjacent block pairs in one process, with its paired 95% interval.", "",
-            "| variant | precision | batch | bare p50 ms | inferbench p50 ms | latency ratio [95% CI] | "
-            "bare pipelined img/s | inferbench img/s | throughput ratio [95% CI] | bare J/image |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "Latency: inferbench's p50 over the bare loop's, both on the host's clock around a call and its "
+            "synchronisation (< 1: inferbench's is shorter; the bare call's GPU time by CUDA events beside it); "
+            "throughput: inferbench's closed-loop images/s over the bare pipelined loop's (calls back to back, one "
+            "synchronisation). Each ratio a geometric mean of adjacent block pairs in one process, with its paired "
+            "95% interval; the bare J/image is NVML's counter around the pipelined window, idle power included. "
+            "Outputs: the largest difference between the two loops' outputs, relative to the largest output.", "",
+            "| variant | precision | batch | bare p50 ms (GPU time) | inferbench p50 ms | latency ratio [95% CI] | "
+            "bare pipelined img/s | inferbench img/s | throughput ratio [95% CI] | bare J/image | outputs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     body = []
     for r in rows:
         if "skipped" in r:
             body.append(f"| {VARIANTS[r['variant']][2]} | {r['precision']} | {r['batch']} | "
-                        f"not measured: {r['skipped']} |||||||")
+                        f"not measured: {r['skipped']} ||||||||")
             continue
+        gpu = f" ({r['bare_gpu_p50_ms']:.3f})" if r["bare_gpu_p50_ms"] is not None else ""
         joules = f"{r['bare_j_per_image']:.4f}" if r["bare_j_per_image"] is not None else "—"
-        body.append(f"| {VARIANTS[r['variant']][2]} | {r['precision']} | {r['batch']} | {r['bare_p50_ms']:.3f} | "
-                    f"{r['inferbench_p50_ms']:.3f} | {_ratio(r['latency'])} | {r['bare_pipelined_ips']:,.0f} | "
-                    f"{r['inferbench_ips']:,.0f} | {_ratio(r['throughput'])} | {joules} |")
+        body.append(f"| {VARIANTS[r['variant']][2]} | {r['precision']} | {r['batch']} | {r['bare_p50_ms']:.3f}{gpu} "
+                    f"| {r['inferbench_p50_ms']:.3f} | {_ratio(r['latency'])} | {r['bare_pipelined_ips']:,.0f} | "
+                    f"{r['inferbench_ips']:,.0f} | {_ratio(r['throughput'])} | {joules} | "
+                    f"{r['outputs_max_rel_diff']:.1e} |")
     return "\n".join(head + body) + "\n"
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of batch sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch sizes are 1 or more")
+    return sizes
+
+
+def _precisions(text: str) -> list[str]:
+    chosen = text.split(",")
+    if not set(chosen) <= {"fp32", "fp16"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: the referee times fp32 and fp16")
+    return chosen
+
+
+def _variants(text: str) -> list[str]:
+    chosen = text.split(",")
+    if not set(chosen) <= set(VARIANTS):
+        raise argparse.ArgumentTypeError(f"{text!r}: the variants are {', '.join(VARIANTS)}")
+    return chosen
 
 
 def parser() -> argparse.ArgumentParser:
     """The script's flags (benchmarks/gpu_run.sh's calls are parsed by it in tests/test_gpu_kit.py)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
-    p.add_argument("--batch-sizes", default="1,256")
-    p.add_argument("--precisions", default="fp32,fp16")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--batch-sizes", type=_sizes, default=[1, 256])
+    p.add_argument("--precisions", type=_precisions, default=["fp32", "fp16"])
+    p.add_argument("--variants", type=_variants, default=list(VARIANTS))
     p.add_argument("--blocks", type=int, default=6, help="block pairs per row (default: %(default)s)")
     p.add_argument("--block-seconds", type=float, default=0.5)
     p.add_argument("--model", default="mobilenet_v3_large")
@@ -252,11 +333,22 @@ def parser() -> argparse.ArgumentParser:
 def measure(variant: str, combos: list[tuple[str, int]], folder: Path, args: argparse.Namespace, gpu: Any,
             env: dict[str, str]) -> list[dict[str, Any]]:
     """The rows of ``variant``, measured in one child process (its rows, or each named failed with the process's
-    last line)."""
+    last line); the child is stopped after a generous estimate of its time (a hung library never holds the kit)."""
+    limit = 120 + len(combos) * (60 + 4 * args.blocks * args.block_seconds)
+    try:
+        return _measured(variant, combos, folder, args, gpu, env, limit)
+    except subprocess.TimeoutExpired:
+        return [{"variant": variant, "precision": p, "batch": b, "skipped": f"failed: stopped after {limit:.0f} s"}
+                for p, b in combos]
+
+
+def _measured(variant: str, combos: list[tuple[str, int]], folder: Path, args: argparse.Namespace, gpu: Any,
+              env: dict[str, str], limit: float) -> list[dict[str, Any]]:
     done = subprocess.run([sys.executable, __file__, "--child", variant, ",".join(f"{p}:{b}" for p, b in combos),
                            str(folder), "--model", args.model, "--resolution", str(args.resolution), "--blocks",
                            str(args.blocks), "--block-seconds", str(args.block_seconds)]
-                          + (["--gpu-uuid", gpu.uuid] if gpu else []), env=env, capture_output=True, text=True)
+                          + (["--gpu-uuid", gpu.uuid] if gpu else []), env=env, capture_output=True, text=True,
+                          timeout=limit)
     if done.returncode == 0:
         return json.loads(done.stdout.strip().splitlines()[-1])
     why = f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
@@ -276,10 +368,7 @@ def main() -> None:
         return
     from harness_overhead import ensure_artifacts, gpu_and_env  # the same exports and children (benchmarks/)
 
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown:
-        sys.exit(f"--variants: {', '.join(unknown)} unknown; known: {', '.join(VARIANTS)}")
+    variants = args.variants
     gpu, env = gpu_and_env(args.device, threads)
     keys = sorted({VARIANTS[v][0] for v in variants})
     folder = ensure_artifacts(args.cache_dir, args.device, keys, args.model, args.resolution)
@@ -288,7 +377,7 @@ def main() -> None:
         f"{args.model} {args.resolution} px on the CPU, {threads} threads"
     rows = []
     for variant in variants:
-        combos = [(p, int(b)) for p in args.precisions.split(",") for b in args.batch_sizes.split(",")]
+        combos = [(p, b) for p in args.precisions for b in args.batch_sizes]
         said = [{"variant": variant, "precision": p, "batch": b, "skipped": skipped(variant, p, args.device)}
                 for p, b in combos if skipped(variant, p, args.device)]
         todo = [(p, b) for p, b in combos if not skipped(variant, p, args.device)]
@@ -296,9 +385,9 @@ def main() -> None:
         rows += measured + said
         for r in measured + said:
             print(table([r], where).splitlines()[-1], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "referee.json").write_text(json.dumps({"where": where, "rows": rows}, indent=1))
-    (args.out / "referee.md").write_text(table(rows, where))
+        args.out.mkdir(parents=True, exist_ok=True)  # written after each variant: a call cut short keeps its rows
+        (args.out / "referee.json").write_text(json.dumps({"where": where, "rows": rows}, indent=1))
+        (args.out / "referee.md").write_text(table(rows, where))
     print(f"wrote {args.out / 'referee.md'}")
 
 

@@ -96,7 +96,14 @@ sweep batch
 step sampler python3 benchmarks/harness_overhead.py --sampler --device "$DEVICE" --cache-dir "$CACHE" --blocks 20
 for s in cuda_graphs inductor variants keras_torch; do sweep "$s"; done
 rm -f "$RESULTS/.done-report"  # the report is made again from whatever is there
-step report python3 -m inferbench report "$RESULTS"/sweeps/* "$RESULTS"/runs/* --out "$RESULTS/report"
+shopt -s nullglob
+made=("$RESULTS"/sweeps/*/ "$RESULTS"/runs/*/*/)  # the folders that hold records (none before the first run ends)
+shopt -u nullglob
+if [ ${#made[@]} -gt 0 ]; then
+  step report python3 -m inferbench report "${made[@]}" --out "$RESULTS/report"
+else
+  echo "== report: nothing measured yet"
+fi
 tar -C "$(dirname "$RESULTS")" -cJf "$OUT/results.tar.xz" --transform "s,^$(basename "$RESULTS"),results," \
   "$(basename "$RESULTS")"
 echo "packed $(du -h "$OUT/results.tar.xz" | cut -f1) into $OUT/results.tar.xz after $((SECONDS - START)) s"

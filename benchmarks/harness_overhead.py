@@ -147,13 +147,16 @@ def ensure_artifacts(cache_dir: str, device: str = "cpu", frameworks: list[str] 
     from inferbench.run import main
 
     keys = frameworks or (["onnxrt", "torch"] if device == "cpu" else ["torch"])
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    said = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
         code = main(["--framework", ",".join(keys), "--device", device, "--model", model,
                      "--resolution", str(resolution), "--keras-backend", "jax" if "jax" in keys else "tensorflow",
                      "--duration", "0", "--min-iterations", "1", "--warmup", "0", "--rounds", "1",
                      "--warmup-seconds", "0", "--output-dir", tempfile.mkdtemp(), "--cache-dir", cache_dir])
-    if code != 0:
-        sys.exit(f"could not export {model} at {resolution} for {', '.join(keys)}")
+    if code != 0:  # nothing measured: exit status 2, so that benchmarks/gpu_run.sh runs this step again next call
+        last = [line for line in said.getvalue().splitlines() if line.strip()][-3:]
+        print(f"could not export {model} at {resolution} for {', '.join(keys)}:", *last, sep="\n  ", file=sys.stderr)
+        sys.exit(2)
     return cache.artifact_dir(Path(cache_dir), key_inputs(model, resolution, "random", 0))
 
 

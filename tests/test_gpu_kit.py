@@ -23,13 +23,22 @@ SCRIPT = ROOT / "benchmarks" / "gpu_run.sh"
 SWEEPS = ("batch", "cuda_graphs", "inductor", "variants", "keras_torch")
 RUNS = ("quick", "offline", "server", "precision")  # first: what a call cut short must not lose
 
-#: A ``python3`` that records its arguments (one JSON list a line) and does what the kit needs of it: unpacking makes
-#: the cache folder; everything else succeeds at once.
+#: A ``python3`` that records its arguments (one JSON list a line) and leaves what the kit's next steps look for:
+#: unpacking makes the cache folder, a run or a sweep its results folder; everything succeeds at once.
 FAKE_PYTHON = """#!/bin/sh
-{python} -c 'import json, os, sys; open(os.environ["KIT_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")' "$@"
-if [ "$1" = benchmarks/gpu_bring.py ] && [ "$2" = unpack ]; then mkdir -p "$4"; fi
-if [ "$1" = --version ]; then echo "Python 3.12.3 (stand-in)"; fi
-exit 0
+exec {python} {recorder} "$@"
+"""
+RECORDER = """import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+open(os.environ["KIT_LOG"], "a").write(json.dumps(args) + "\\n")
+if args[:2] == ["benchmarks/gpu_bring.py", "unpack"]:
+    Path(args[3]).mkdir(parents=True, exist_ok=True)
+if "--output-dir" in args and args[:3] in (["-m", "inferbench", "run"], ["-m", "inferbench", "sweep"]):
+    out = Path(args[args.index("--output-dir") + 1])
+    (out / (args[args.index("--name") + 1] if "--name" in args else "20261203-000000_stand-in")).mkdir(parents=True)
+if args == ["--version"]:
+    print("Python 3.12.3 (stand-in)")
 """
 
 
@@ -42,17 +51,20 @@ def _h200():
 H200 = _h200()
 
 
-def _kit(tmp_path: Path, budget_s: int = 540) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+def _kit(tmp_path: Path, budget_s: int = 540, quick: bool = False) -> tuple[subprocess.CompletedProcess,
+                                                                             list[list[str]]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python3"
-    fake.write_text(FAKE_PYTHON.format(python=shlex.quote(sys.executable)))
+    fake, recorder = bin_dir / "python3", bin_dir / "recorder.py"
+    recorder.write_text(RECORDER)
+    fake.write_text(FAKE_PYTHON.format(python=shlex.quote(sys.executable), recorder=shlex.quote(str(recorder))))
     fake.chmod(0o755)
     log = tmp_path / "calls.jsonl"
     log.unlink(missing_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KIT_LOG": str(log), "OUT": str(tmp_path / "out"),
            "GPU_RUN_RESULTS": str(tmp_path / "results"), "GPU_RUN_CACHE": str(tmp_path / "cache"),
-           "GPU_RUN_DEVICE": "cpu", "GPU_RUN_WHEELS": "none", "GPU_RUN_BUDGET_S": str(budget_s)}
+           "GPU_RUN_DEVICE": "cpu", "GPU_RUN_WHEELS": "none", "GPU_RUN_BUDGET_S": str(budget_s),
+           **({"GPU_RUN_QUICK": "1"} if quick else {})}
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return done, calls
@@ -85,11 +97,12 @@ def _parse(call: list[str]) -> None:
         assert call[:2] == ["-m", "pip"] or call == ["--version"], call
 
 
-def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp_path, monkeypatch):
+@pytest.mark.parametrize("quick", [False, True])  # True: the CPU dry run's shorter settings (GPU_RUN_QUICK)
+def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp_path, monkeypatch, quick):
     from inferbench.base import device
 
     monkeypatch.setattr(device, "list_gpus", lambda: [H200])  # the lent machine's, as nvidia-smi would list it
-    done, calls = _kit(tmp_path)
+    done, calls = _kit(tmp_path, quick=quick)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     named = [c[2] if c[:2] == ["-m", "inferbench"] else Path(c[0]).stem for c in calls if c[:2] != ["-m", "pip"]
              and c != ["--version"]]
@@ -106,14 +119,18 @@ def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp
     with tarfile.open(tmp_path / "out" / "results.tar.xz") as tar:  # the results packed for the way back
         assert {f"results/.done-{s}" for s in steps} <= set(tar.getnames())
 
-    again, calls = _kit(tmp_path)  # the next call: every step done in the last one, but the report made again
+    report = next(c for c in calls if c[2:3] == ["report"])
+    assert sorted(Path(p).name for p in report[3:report.index("--out")]) == sorted(
+        ["20261203-000000_stand-in"] * len(RUNS) + [*SWEEPS])  # every run's and sweep's folder, nothing else
+    again, calls = _kit(tmp_path, quick=quick)  # the next call: every step done in the last one, the report made again
     assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(steps) - 1, again.stdout
     assert [c[2] for c in calls if c[:2] == ["-m", "inferbench"]] == ["report"]
 
 
 def test_the_gpu_kit_starts_no_step_without_the_time_for_it(tmp_path):
     done, calls = _kit(tmp_path, budget_s=20)
-    assert done.returncode == 0 and done.stdout.count("not started, ") == 4 + len(RUNS) + len(SWEEPS), done.stdout
+    assert done.returncode == 0 and done.stdout.count("not started, ") == 3 + len(RUNS) + len(SWEEPS), done.stdout
+    assert "== report: nothing measured yet" in done.stdout  # no report of folders that do not exist
     assert [c for c in calls if c[:2] == ["-m", "inferbench"]] == []
 
 

@@ -28,7 +28,7 @@ def _names(requirements: list[str]) -> set[str]:
 
 
 def _norm(name: str) -> str:
-    """A distribution's or import's name as pip compares them (PEP 503: onnxconverter_common is onnxconverter-common)."""
+    """A distribution's or import's name as pip compares them (PEP 503: onnxconverter_common, onnxconverter-common)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

@@ -185,3 +185,22 @@ def test_the_fp16_cast_keeps_fp32_buffers_and_range_sensitive_nodes_and_computes
     fp32, fp16 = (run[k].run(None, {"images": x})[0] for k in ("onnx", "onnx-fp16"))
     assert fp16.dtype == np.float32 and fp16.shape == (4, 5)
     assert np.abs(fp16 - fp32).max() < 5e-3 and not np.array_equal(fp16, fp32)  # FP16 arithmetic, close to FP32
+
+
+def test_an_output_left_in_fp16_that_other_nodes_read_is_given_in_fp32_and_still_feeds_them_fp16():
+    """The converter's fix-up, on a graph that holds the case (an FP16 output that a later node reads as well)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from inferbench.exporters.onnx_fp16 import outputs_in_fp32
+
+    f16 = TensorProto.FLOAT16
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"])]
+    value = lambda name: helper.make_tensor_value_info(name, f16, [2])  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value("x")], [value("a"), value("b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    outputs_in_fp32(model, {"a"})
+    onnx.checker.check_model(model, full_check=True)  # types agree: Neg still reads an FP16 tensor
+    assert [o.type.tensor_type.elem_type for o in model.graph.output] == [TensorProto.FLOAT, f16]
+    assert [(n.op_type, list(n.input), list(n.output)) for n in model.graph.node] == [
+        ("Relu", ["x"], ["a_fp16"]), ("Neg", ["a_fp16"], ["b"]), ("Cast", ["a_fp16"], ["a"])]
