@@ -53,8 +53,7 @@ def ensure_exports(config: RunConfig, model: str, resolution: Size, frameworks: 
     loaded or downloaded, degenerate reference) is raised when ``strict`` (a single run: nothing
     can run); in a sweep it fails this model's cells only and the sweep goes on."""
     todo = _Exports(config, get_model(model), resolution, frameworks, batch_sizes, progress, agreement_inputs,
-                    quantized)
-    todo.needed += list(also)
+                    quantized, also)
     waiting = "waiting: another inferbench process is exporting this model to the same cache"
     with artifact_cache.export_lock(todo.folder, lambda: progress.result(todo.label, waiting)):
         todo.run(strict)
@@ -68,7 +67,7 @@ class _Exports:
 
     def __init__(self, config: RunConfig, spec: ModelSpec, resolution: Size, frameworks: list[Framework],
                  batch_sizes: tuple[int, ...], progress: Progress, agreement_inputs: int,
-                 quantized: tuple[str, ...]) -> None:
+                 quantized: tuple[str, ...], also: tuple[str, ...] = ()) -> None:
         self.config, self.spec, self.resolution, self.batch_sizes = config, spec, resolution, batch_sizes
         self.progress = progress
         if not task(spec.task).agrees_over_many:
@@ -81,7 +80,7 @@ class _Exports:
         self.runnable = [fw for fw in frameworks
                          if not unavailable_reason(fw, config.device.kind, spec, config.options, have, scenario)]
         self.needed = [kind for fw in self.runnable for kind in artifacts_of(fw, spec, scenario)] \
-            + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else [])
+            + (["agreement"] if agreement_inputs else []) + (["evaluation"] if config.eval_set else []) + list(also)
         self.int8 = [fw.artifact_for(spec, scenario, "int8") for fw in self.runnable
                      if fw.key in quantized and config.calibration]
         self.needed += self.int8
