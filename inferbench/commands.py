@@ -22,6 +22,7 @@ COMMANDS = {
     "zoo": ("inferbench.zoo", "every registered model through every framework here, briefly: a support matrix"),
     "report": ("inferbench.report", "a report (HTML and Markdown, with figures) from result folders"),
     "compare": ("inferbench.compare", "per-cell ratios OLD -> NEW with intervals; exit 1 on a regression (CI)"),
+    "history": ("inferbench.history", "results over time: every run kept in a database, steps found per series"),
     "list": ("inferbench.commands", "the registered models and frameworks, and what runs on this machine"),
     "selftest": ("inferbench.selftest", "a short check of every framework installed here, ending PASS or FAIL"),
 }

@@ -353,7 +353,7 @@ OPTIONS: tuple[Option, ...] = (
            "interpreter's installed packages (another virtual environment: a runtime's next release, a patched build), "
            "as a '+ab-<digest>' twin in the same interleaved rounds; inferbench compare RUN then judges each twin "
            "against its cell, paired within rounds (nothing between invocations to estimate)", None, path_value,
-           metavar="PYTHON", commands=("run", "sweep")),
+           metavar="PYTHON", commands=("run", "sweep", "history")),
     Option("allow_busy", ("--allow-busy",), "judge a busy machine's cells anyway: without it, a group measured while "
            "other work took more than --max-other-load gets a best guess only, no margin, significance or stability "
            "(the records say it was allowed)", False, switch=True, commands=MEASURING),
@@ -402,13 +402,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_to", ("--log-to",), "also log each cell as a tracking run: mlflow (MLFLOW_TRACKING_URI, default a "
            "local store), wandb (offline unless WANDB_MODE says otherwise); grouped by run or sweep", [], names,
            metavar="mlflow|wandb[,...]"),
+    Option("history", ("--history",), "keep every record in a history store (inferbench history show): a DuckDB "
+           "file, a postgresql:// URL, or off (default: history.duckdb in the results' root: inferbench-results/, or "
+           "--output-dir's folder when given)", None, path_value, metavar="PATH|URL|off",
+           commands=("run", "sweep", "zoo", "history", "report")),
     Option("objective", ("--objective",), "what the recommendation optimises: p50 (median latency), p90, p99 (tail "
            "latency), throughput, or energy (joules per inference, where a sensor exists); the serving scenarios' "
            "own by default: server and offline throughput, single-stream p90, multi-stream p99", "p50",
            choices=("p50", "p90", "p99", "throughput", "energy"), commands=("run", "sweep", "report"), in_file=False),
     Option("json", ("--json",), "print one JSON document on standard output (the answer, the cells, the files; "
            "its JSON Schema: inferbench/records/schema/output.schema.json) and everything meant for people on "
-           "standard error", False, switch=True, commands=("run", "compare", "report", "list"), in_file=False),
+           "standard error", False, switch=True, commands=("run", "compare", "report", "list", "history"),
+           in_file=False),
     Option("quiet", ("-q", "--quiet"), "while running, print failures only (the answer and the table still "
            "follow)", False, switch=True, commands=("run", "sweep", "selftest", "zoo"), in_file=False),
     Option("verbose", ("-v", "--verbose"), "print every phase of every cell as its own line, and exporter notes",
@@ -433,10 +438,10 @@ OPTIONS: tuple[Option, ...] = (
            f"{QUICK['min_duration_s'] / QUICK['rounds']:g} s) in {QUICK['processes']} worker process a cell, "
            "no tuning (each runtime at its own default setting; --tune on tunes anyway), and LoadGen's tests "
            "shortened; the record says it was quick",
-           False, switch=True),
+           False, switch=True, commands=("run", "sweep", "history")),
     Option("output_dir", ("--output-dir",), "results go to OUTPUT_DIR/<run id>/ (the default is git-ignored: "
            "benchmark_results/ holds the project's own committed runs)", "inferbench-results",
-           parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo"),
+           parse=path_value, metavar="DIR", in_file=False, commands=("run", "sweep", "selftest", "zoo", "history"),
            command_defaults=(("sweep", "inferbench-results/sweeps"), ("zoo", "inferbench-results/zoo"))),
     Option("cache_dir", ("--cache-dir",), "artifact cache (default: $INFERBENCH_CACHE or "
            "~/.cache/inferbench/artifacts)", None, parse=path_value, metavar="DIR", in_file=False,
@@ -469,8 +474,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                           "cuda_graphs", "keras_backend")),
     ("serving and training scenarios", ("slo_p99", "optimizer", "bn_mode", "fused_bn", "channels_first")),
     ("across machines", ("executor", "ray_address", "machines")),
-    ("output", ("output_dir", "cache_dir", "trust_cache", "name", "config", "resume", "log_to", "json", "quiet",
-                "verbose", "yes")),
+    ("output", ("output_dir", "cache_dir", "trust_cache", "name", "config", "resume", "log_to", "history", "json",
+                "quiet", "verbose", "yes")),
 )
 
 

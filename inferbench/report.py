@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .analysis.report import write_report
+from .base.errors import UsageError
 from .cli.common import Parser, guarded, typed
 from .cli.jsonout import Emit, json_mode
 from .cli.options import add_options
@@ -44,7 +45,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
     def body(emit: Emit) -> int:
         path = write_report(args.results, Path(args.out), args.reference_dir,
-                            args.reference or bool(args.reference_dir), args.normalise_to, objective)
+                            args.reference or bool(args.reference_dir), args.normalise_to, objective,
+                            history_of(getattr(args, "history", None)))
         print(f"report: {path.with_name('report.html')} (one page, figures inlined: to open or send) and {path} "
               "(Markdown, figures beside it)")
         emit({"report": str(path), "out": str(args.out), "results": list(args.results),
@@ -52,6 +54,18 @@ def _main(argv: list[str] | None, prog: str) -> int:
         return 0
 
     return json_mode(getattr(args, "json", False), "report", body)
+
+
+def history_of(given: str | None) -> str | None:
+    """The history store a report shows its cells' series from: ``--history`` (``off``: none), else the default
+    store where it exists."""
+    from .timeline.keep import location
+    from .timeline.store import is_server
+
+    where = location({"history": given})
+    if given and given != "off" and not is_server(where) and not Path(where).is_file():
+        raise UsageError(f"--history {given}: no history store there (runs make it as they end)")
+    return where if where and (is_server(where) or Path(where).is_file()) else None
 
 
 def main(argv: list[str] | None = None, prog: str = "inferbench.report") -> int:

@@ -44,6 +44,7 @@ from .exporters import cache as artifact_cache
 from .exporters.cache import check_cache_dir
 from .options import BY_NAME, with_defaults
 from .spec import record_filename
+from .timeline.keep import location
 
 PLAN = "sweep.json"
 #: The most a saved plan may hold (a million-cell grid is refused before it is made; the zoo's 580 cells: 190 kB).
@@ -146,7 +147,8 @@ def execute_sweep(values: dict[str, Any], command: str = "sweep",
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo")
+                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo",
+                        location(values))
     else:
         plan, skipped, notes = make_plan(values, command)
         name = check_printable(str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S")), "--name")
@@ -172,12 +174,13 @@ def execute_sweep(values: dict[str, Any], command: str = "sweep",
                 shutil.rmtree(sweep_dir, ignore_errors=True)  # a full disk leaves no half-made sweep behind
                 raise
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
-                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo")
+                        finish, bool(values.get("require_valid")), values.get("time_budget"), command != "zoo",
+                        location(values))
 
 
 def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          finish: Callable[[Path, list[dict[str, Any]]], None] | None = None, require_valid: bool = False,
-         budget_s: float | None = None, benchmark: bool = True) -> int:
+         budget_s: float | None = None, benchmark: bool = True, history: str = "") -> int:
     machines = plan.config.machines
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells" + (f" on each of {', '.join(machines)}" if machines else "")
           + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
@@ -188,7 +191,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
         from .execution.distributed import RayGroups as executor  # noqa: N813
     deadline = budget.Deadline(budget_s) if budget_s else None
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
-                       verbosity=level, deadline=deadline, executor=executor)
+                       verbosity=level, deadline=deadline, executor=executor, history=history)
     print(format_summary(executed.records, objective, terminal_width(), benchmark))
     if finish is not None:
         finish(sweep_dir, executed.records)

@@ -44,6 +44,13 @@ def shared_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def no_history_unless_asked(monkeypatch):
+    """A test's runs keep no history (INFERBENCH_HISTORY=off): its result folders hold only what the run itself
+    writes. The history's own tests (tests/test_history.py) give --history or clear this."""
+    monkeypatch.setenv("INFERBENCH_HISTORY", "off")
+
+
+@pytest.fixture(autouse=True)
 def quiet_machine_for_the_budget(monkeypatch):
     """--time-budget's plan reads how busy the machine is now (other work's share of the cores): every test plans as
     on a quiet machine, so that no plan depends on what else the test machine runs (the rule is tested apart)."""

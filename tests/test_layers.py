@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "inferbench"
 #: Lowest first. The frameworks' side (exporters, runners, scenarios) is one layer: an exporter may use a runner.
 LAYERS = ("base", "registry", ("spec", "options"), ("measure", "tasks"), ("exporters", "runners", "scenarios"),
-          "records", "analysis", "execution", "cli")
+          "records", ("analysis", "timeline"), "execution", "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in ((names,) if isinstance(names, str) else names)}
 COMMANDS = len(LAYERS)  # run, sweep, zoo, report, compare, selftest, commands, __main__: the top
 
@@ -72,7 +72,7 @@ def test_there_is_no_import_circle():
 def test_every_module_sits_in_a_layer_or_is_a_command():
     commands = {m for m in _imports() if _layer(m) == COMMANDS}
     assert commands == {f"inferbench.{c}" for c in ("run", "sweep", "zoo", "report", "compare", "selftest",
-                                                      "commands", "__main__", "api")}, commands
+                                                      "commands", "__main__", "api", "history")}, commands
 
 
 def test_code_outside_the_scenarios_asks_the_scenario_entry_never_the_name():

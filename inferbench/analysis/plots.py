@@ -732,3 +732,60 @@ def p99_vs_qps(df: pd.DataFrame) -> Figure | None:
     handles["VALID test (filled) / INVALID (hollow)"] = ax.scatter([], [], s=22, color="grey")
     handles["the answer: the largest load that held (dotted)"] = ax.plot([], [], color="grey", ls=":")[0]
     return _finish(fig, handles, "server scenario: p99 latency against load, per runtime")
+
+
+def history_trends(found: list[tuple[Any, Any]]) -> Figure | None:
+    """One panel per series of the history (``found``: (series, its steps) from :mod:`inferbench.timeline`): each
+    run's median latency with its 95% interval in the order the runs were made, the runs kept apart from the level
+    hollow (busy ones crossed; beyond the kept runs' range: a triangle at the edge), the level between steps as a
+    line, and each change of the runtime's version a labelled vertical line."""
+    panels = _few([(s, f) for s, f in found if len(s.points) >= 2], lambda panel: len(panel[0].points))
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), of=sum(len(s.points) >= 2 for s, _ in found))
+    handles: dict[str, Any] = {}
+    for ax, (s, f) in zip(axes.flat, panels):
+        _history_panel(ax, s, f, handles)
+    handles["hollow: kept apart (busy, another machine speed, failed)"] = plt.Line2D(
+        [], [], marker="o", ls="", mfc="none", color="0.3")
+    handles["triangle: beyond the kept runs' range, drawn at the edge"] = plt.Line2D(
+        [], [], marker="^", ls="", mfc="none", color="0.3")
+    return _finish(fig, handles)
+
+
+def _history_panel(ax: Any, s: Any, f: Any, handles: dict[str, Any]) -> None:
+    color = _color(s.points[0].row["framework"])
+    kept_p50 = [p.row["p50_ms"] for p in s.kept] or [p.row["p50_ms"] for p in s.points if p.row["p50_ms"]]
+    bottom, top = min(kept_p50) / 1.3, max(kept_p50) * 1.3  # the kept runs' range: a busy run does not squash it
+    index = {id(p): i for i, p in enumerate(s.points)}
+    for i, p in enumerate(s.points):
+        y, lo, hi = p.row["p50_ms"], p.row["p50_ci95_low_ms"], p.row["p50_ci95_high_ms"]
+        if y is None:
+            continue
+        if not bottom <= y <= top:
+            ax.scatter([i], [top if y > top else bottom], marker="^" if y > top else "v", s=30, color=color,
+                       facecolors="none", zorder=4)
+            continue
+        err = None if lo is None or hi is None else [[y - max(lo, bottom)], [min(hi, top) - y]]
+        ax.errorbar([i], [y], yerr=err, fmt="o", ms=4, color=color, ecolor=color, elinewidth=0.8,
+                    mfc=color if p.kept else "none", alpha=1.0 if p.kept else 0.6)
+        if p.apart and p.apart.startswith("NOT VALID"):
+            handles[NOT_VALID] = ax.scatter([i], [y], s=50, marker="x", color="k", zorder=5)
+    kept = s.kept
+    edges = [0, *(x.index for x in f.steps), len(kept)]
+    for a, b in zip(edges, edges[1:]):  # the level between steps: the kept runs' median there
+        if b > a:
+            level = float(np.median([p.row["p50_ms"] for p in kept[a:b]]))
+            handles["level between the steps found (median of the kept runs)"] = ax.plot(
+                [index[id(kept[a])], index[id(kept[b - 1])]], [level, level], color="k", lw=1.2)[0]
+    for i, (prev, p) in enumerate(zip(s.points, s.points[1:]), 1):
+        if p.row["runtime_version"] != prev.row["runtime_version"]:
+            ax.axvline(i - 0.5, color="0.5", ls=":", lw=1)
+            ax.annotate(str(p.row["runtime_version"]), (i - 0.5, 1.0), xycoords=("data", "axes fraction"),
+                        rotation=90, va="top", ha="right", fontsize=SMALL, color="0.3")
+    ax.set_ylim(bottom / 1.05, top * 1.05)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    first, last = (str(s.points[k].row["created_at"])[:10] for k in (0, -1))
+    ax.set_title(s.label, fontsize=SMALL)
+    ax.set_xlabel(f"run, in the order made ({first} to {last})")
+    ax.set_ylabel("median latency, ms [95% CI]")

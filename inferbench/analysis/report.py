@@ -46,6 +46,7 @@ class Context:
     pending: list[tuple[str, Any]] = field(default_factory=list)  # figures, saved once the report is known good
     quick: Any = None  # the quick looks set apart from measured records (None: none, or every record is one)
     all_quick: bool = False
+    history: str | None = None  # the history store whose series of these cells the report shows over time
 
     def figure(self, name: str, fig: Any, caption: str) -> list[str]:
         """A figure's Markdown (nothing where there was no data for it); the figure is saved later."""
@@ -352,6 +353,36 @@ def across_machines(df: Any) -> Any:
     return pd.DataFrame(rows) if rows else None
 
 
+def over_time(ctx: Context) -> list[str]:
+    """The history of the report's cells (the store ``--history`` names): each series' runs over time, the steps
+    found (docs/history.md)."""
+    if not ctx.history:
+        return []
+    from ..timeline.series import series_of
+    from ..timeline.steps import detect
+    from ..timeline.store import opened
+    from . import plots
+
+    with opened(ctx.history) as store:
+        rows = store.rows()
+    key = ("model", "resolution", "batch_size", "framework", "precision", "scenario")
+    cells = {tuple(map(str, r)) for r in ctx.df[[*key[:3], "framework_key", *key[4:]]].itertuples(index=False)}
+    found = [(s, detect(s)) for s in series_of([r for r in rows if tuple(str(r[k]) for k in key) in cells])]
+    if not any(len(s.points) >= 2 for s, _ in found):
+        return []
+    md = ["## Over time", "", f"The series of these cells in the history {markdown.code(ctx.history)}: one cell on one "
+          "kind of machine, each run's median with its 95% interval; a step is reported only above the series' own "
+          "noise floor (docs/history.md).", ""]
+    md += ctx.figure("history.png", plots.history_trends(found), "median latency over time, per series")
+    steps = [{"series": s.label, "step": f"{x.pct:+.1f}% [{100 * (x.ratio_ci95[0] - 1):+.1f}, "
+              f"{100 * (x.ratio_ci95[1] - 1):+.1f}]", "at run": x.at_run,
+              "what changed": ", ".join(f"{k} {a} → {b}" for k, (a, b) in x.changed.items()) or "no version changed"}
+             for s, f in found for x in f.steps]
+    import pandas as pd
+
+    return md + ([markdown.table(pd.DataFrame(steps)), ""] if steps else ["No step found in these series.", ""])
+
+
 def sources(ctx: Context) -> list[str]:
     df, ref = ctx.df, ctx.ref
     machines = df.groupby("device_name").agg(
@@ -376,7 +407,7 @@ def sources(ctx: Context) -> list[str]:
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (  # the answer first; a section with nothing to say is left out
     recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
-    significance, energy, devices, sources)
+    significance, energy, devices, over_time, sources)
 
 
 def title_of(df: Any) -> str:
@@ -391,8 +422,9 @@ def title_of(df: Any) -> str:
 
 
 def write_report(paths: list[str], out: Path, reference_dir: str | None = None, use_reference: bool = False,
-                 normalise_to: str | None = None, objective: str | None = None) -> Path:
-    """``report.md``, its figures and ``recommendation.json`` in ``out``, from the records under ``paths``."""
+                 normalise_to: str | None = None, objective: str | None = None, history: str | None = None) -> Path:
+    """``report.md``, its figures and ``recommendation.json`` in ``out``, from the records under ``paths``
+    (``history``: a history store, whose series of these cells the report shows over time)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display (notebooks keep their inline backend)
@@ -414,7 +446,7 @@ def write_report(paths: list[str], out: Path, reference_dir: str | None = None, 
     ctx = Context(df, list(paths), objective, ref=load_reference(reference_dir) if use_reference else None,
                   normalise_to=normalise_to,
                   norm=normalise(df[df["ranked"]], normalise_to) if normalise_to else None,  # an unknown one: exit 2
-                  quick=set_aside, all_quick=all_quick)
+                  quick=set_aside, all_quick=all_quick, history=history)
     check_writable(out)  # only once the inputs are known to be good
     title = title_of(df)
     md = [f"# {markdown.text(title)}", ""]

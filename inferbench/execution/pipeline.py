@@ -24,6 +24,7 @@ from ..records.record import Record, as_written, record_key, upgrade, write_reco
 from ..registry.frameworks import get_framework
 from ..scenarios.slowdown import TEST_SLOWDOWN, test_slowdown
 from ..spec import CellKey, RunConfig, groups_of
+from ..timeline.keep import keep
 from .budget import Deadline, export_s, group_estimate, say, to_export
 from .childenv import ignored_shell_variables
 from .executors import Executor, Local, MakeExecutor
@@ -43,7 +44,7 @@ class Executed:
 def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
             progress: Progress | None = None, strict: bool = True, objective: str = "p50",
             verbosity: int = 0, deadline: Deadline | None = None, executor: MakeExecutor | None = None,
-            planned_s: float | None = None) -> Executed:
+            planned_s: float | None = None, history: str = "") -> Executed:
     """Run every cell whose record is not in ``run_dir`` yet (the caller holds :func:`folder_lock`).
 
     The cells of one model, resolution and batch size form a group, measured together in interleaved rounds; the
@@ -56,7 +57,8 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     --time-budget), a group that would end past it is not started (its cells are ``unmeasured``), and a group's
     rounds stop when another would pass it.
     ``executor``: the class that measures a group (:class:`Local` unless given: ``RayGroups`` for ``--executor
-    ray``), built as ``executor(config, run_id, run_dir, progress, strict)``.
+    ray``), built as ``executor(config, run_id, run_dir, progress, strict)``. ``history``: the store the run's
+    records are added to as it ends (:func:`inferbench.timeline.keep.location`; "": none).
     """
     ignored = ignored_shell_variables(config)
     if ignored:
@@ -72,9 +74,11 @@ def execute(config: RunConfig, cells: list[CellKey], run_dir: Path, run_id: str,
     progress = progress or Progress(len(cells), verbosity=verbosity, deadline=deadline,  # phases on the budget's clock
                                     clock=time.monotonic if deadline is None else deadline.clock, planned_s=planned_s)
     try:
-        return _execute(config, cells, run_dir, run_id, progress, strict, objective, deadline, executor)
+        executed = _execute(config, cells, run_dir, run_id, progress, strict, objective, deadline, executor)
     finally:
         progress.close()  # a status line never swallows the next message (an error, Ctrl-C)
+    keep(history, executed.records, run_dir)
+    return executed
 
 
 def pending(run_dir: Path, cells: list[CellKey]) -> list[CellKey]:

@@ -15,6 +15,7 @@ from ..analysis.runfiles import note_time_budget
 from ..base.errors import UsageError
 from ..base.files import check_writable, new_folder
 from ..exporters.cache import check_cache_dir
+from ..timeline.keep import location
 from . import budget
 from .folders import folder_lock
 from .pipeline import Executed, execute
@@ -47,7 +48,8 @@ def run_in_folder(values: dict[str, Any], built: Built, objective: str, verbosit
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective,
-                               verbosity=verbosity, deadline=deadline, planned_s=built.expected_s)
+                               verbosity=verbosity, deadline=deadline, planned_s=built.expected_s,
+                               history=location(values))
     except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
         if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
             shutil.rmtree(run_dir)
