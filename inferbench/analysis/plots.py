@@ -789,3 +789,41 @@ def _history_panel(ax: Any, s: Any, f: Any, handles: dict[str, Any]) -> None:
     ax.set_title(s.label, fontsize=SMALL)
     ax.set_xlabel(f"run, in the order made ({first} to {last})")
     ax.set_ylabel("median latency, ms [95% CI]")
+
+
+def roofline_chart(df: pd.DataFrame) -> Figure | None:
+    """Each verified row under its machine's two roofs, one panel per machine and model: its achieved GFLOP/s against
+    its arithmetic intensity (FLOPs per byte moved), a bar from no fusion (the most bytes) to perfect fusion (the
+    fewest), its batch size beside it; the compute roof (the measured peak FP32 rate) flat, the memory roof (the
+    measured bandwidth) the diagonal. Rows cached in the last-level cache hollow."""
+    need = ("bytes_per_image_low", "memory_roof_gbps", "peak_gflops", "gflop_per_s")
+    g = df[df["ranked"]].dropna(subset=[c for c in need if c in df]) if all(c in df for c in need) else df.iloc[:0]
+    g = g[g["precision"] == "fp32"] if "precision" in g else g  # the compute roof measured is FP32's
+    panels = _few([(key, part) for key, part in g.groupby(["device_name", "cell"], sort=True)])
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), of=g.groupby(["device_name", "cell"]).ngroups)
+    handles: dict[str, Any] = {}
+    for ax, ((device, cell), part) in zip(axes.flat, panels):
+        flops = part["gflop_per_image"].astype(float) * 1e9
+        lo, hi = flops / part["bytes_per_image_high"].astype(float), flops / part["bytes_per_image_low"].astype(float)
+        peak, bw = float(part["peak_gflops"].iloc[0]), float(part["memory_roof_gbps"].iloc[0])
+        xs = np.geomspace(min(lo.min(), peak / bw) / 3, max(hi.max(), peak / bw) * 3, 200)
+        handles["roofs: measured peak FP32 rate and memory bandwidth"] = ax.plot(
+            xs, np.minimum(peak, bw * xs), color="k", lw=1.2)[0]
+        for (fw, bs), row in part.groupby(["framework", "batch_size"], sort=True):
+            r = row.iloc[-1]
+            x0, x1 = float(lo[row.index[-1]]), float(hi[row.index[-1]])
+            y, hollow = float(r["gflop_per_s"]), bool(r.get("cache_resident"))
+            ax.plot([x0, x1], [y, y], color=_color(fw), lw=2, alpha=0.7)
+            handles[fw] = ax.scatter([np.sqrt(x0 * x1)], [y], color=_color(fw), marker=_marker(fw), s=28, zorder=4,
+                                     facecolors="none" if hollow else _color(fw))
+            ax.annotate(f"bs{bs}", (np.sqrt(x0 * x1), y), textcoords="offset points", xytext=(3, 3), fontsize=SMALL)
+        _log(ax, "x")
+        _log(ax, "y")
+        ax.set_title(f"{cell} on {device}", fontsize=SMALL)
+        ax.set_xlabel("FLOPs per byte moved (bar: no fusion to perfect fusion)")
+        ax.set_ylabel("achieved GFLOP/s")
+    handles["hollow: weights and a batch fit in the last-level cache"] = Line2D([], [], marker="o", ls="",
+                                                                              mfc="none", color="0.3")
+    return _finish(fig, handles)

@@ -197,6 +197,36 @@ def frontier(ctx: Context) -> list[str]:
     return md
 
 
+def roofs(ctx: Context) -> list[str]:
+    """Each verified row against its machine's roofs (:mod:`inferbench.records.roofline`): the figure, then a table."""
+    from . import plots
+    from .frames import latest
+
+    df = latest(ctx.df[ctx.df["ranked"]])
+    if "limit" not in df or df["limit"].isna().all():
+        return []
+    roof = df.dropna(subset=["limit"]).iloc[0]
+    md = ["## Against the machine's roofs", "",
+          f"The compute roof is the peak FP32 rate measured on the machine ({roof['peak_gflops']:.0f} GFLOP/s on "
+          f"{markdown.text(roof['device_name'])}), the memory roof its bandwidth measured beside it "
+          f"({roof['memory_roof_gbps']:.0f} GB/s); bytes per image range from perfect fusion (the weights once per "
+          "batch, the image in, the outputs out) to none (every intermediate tensor written and read once). "
+          "*overhead*: below a fifth of what the roofs allow; *cache*: the weights and a batch fit in the "
+          "last-level cache. Method: docs/method.md.", "",
+          *ctx.figure("roofline.png", plots.roofline_chart(df), "each row under its machine's compute and memory "
+                      "roofs")]
+    rows = df.dropna(subset=["limit"]).sort_values(["cell", "batch_size", "framework"])
+    table = rows.assign(**{
+        "GFLOP/s": rows["gflop_per_s"].map(lambda v: f"{v:.3g}"),
+        "% compute roof": rows["compute_roof_pct"].map(lambda v: "-" if v != v or v is None else f"{v:.0f}%"),
+        "% memory roof (fused–unfused)": [f"{a:.0f}–{b:.0f}%" for a, b in
+                                          zip(rows["memory_roof_pct_low"], rows["memory_roof_pct_high"])],
+        "cache": rows["cache_resident"].map(lambda v: "yes" if v is True else "")})
+    columns = ["cell", "framework", "batch_size", "GFLOP/s", "% compute roof", "% memory roof (fused–unfused)",
+               "limit", "cache"]
+    return md + [markdown.table(table[columns]), ""]
+
+
 #: Pairs worth a sentence wherever both ran: the steps the scripts inferbench replaces asked about.
 PAIRS = (("tfxla", "tf"), ("kerasxla", "keras"), ("onnxrt", "torch"), ("torch-inductor", "torch-native"))
 
@@ -406,7 +436,7 @@ def sources(ctx: Context) -> list[str]:
 
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (  # the answer first; a section with nothing to say is left out
-    recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
+    recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier, roofs,
     significance, energy, devices, over_time, sources)
 
 

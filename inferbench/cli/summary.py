@@ -9,7 +9,17 @@ from typing import Any
 from ..analysis.answer import recommendation_lines
 from ..analysis.ranking import recommendations
 from ..base.size import rank
-from ..records.table import busy, compute_rate, field, peak_note, record_name, stability_said, stability_word
+from ..records.roofline import roofline
+from ..records.table import (
+    busy,
+    compute_rate,
+    field,
+    peak_note,
+    record_name,
+    stability_said,
+    stability_word,
+    usable_peak,
+)
 from ..registry.scenarios import scenario
 
 
@@ -33,6 +43,15 @@ def _rate(record: dict[str, Any]) -> str:
     return f"{rate['gflop_per_s']:.3g}{share}"
 
 
+def _roofs(record: dict[str, Any]) -> str:
+    """What bounds the row and its share of the memory roof, perfect fusion to none: "compute (12-81%, cache)"."""
+    r = roofline(record, compute_rate(record)["gflop_per_s"], usable_peak(record))
+    said = [f"{r['memory_roof_pct_low']:.0f}-{r['memory_roof_pct_high']:.0f}%"] \
+        if r["memory_roof_pct_low"] is not None else []
+    said += ["cache"] if r["cache_resident"] else []
+    return (r["limit"] or "-") + (f" ({', '.join(said)})" if said else "")
+
+
 def _top1(record: dict[str, Any]) -> str:
     """A cell's top-1 accuracy on the labelled images and its difference from FP32's, in points: "76.2% (-0.3)"."""
     block = (record.get("parity") or {}).get("accuracy") or {}
@@ -52,7 +71,8 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 
 #: Columns a narrow terminal loses first (summary.csv keeps them all).
-EXPENDABLE = ("peak MB", "1st call s", "load s", "GFLOP/s (peak)", "n", "status", "p99 ms", "stability")
+EXPENDABLE = ("peak MB", "1st call s", "load s", "limit (memory roof)", "GFLOP/s (peak)", "n", "status", "p99 ms",
+              "stability")
 
 
 Row = tuple[str, ...]
@@ -96,7 +116,7 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     accuracy = ("accuracy (vs FP32)" if own_measure else "top-1 (vs FP32)",) if labelled else ()
     header = (("model@res",) if multi else ()) + ("framework", "bs", "status", "parity") + accuracy + lead + (
         "p99 ms", "n", "stability", "valid") + (() if own.rate_column else ("samples/s",)) + (
-        "GFLOP/s (peak)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
+        "GFLOP/s (peak)", "limit (memory roof)", "load s", "1st call s", "peak MB") + (("dev MB",) if gpu else ()) + (
         ("W", "J/inf") if energy else ())
     rows = [_row(r, multi, labelled, own.rate_column != "", gpu, energy, post) for r in records]
     recs = [r if advise else r | {"stability_advice": ""} for r in recommendations(records, objective)]
@@ -180,7 +200,7 @@ def _row(r: dict[str, Any], multi: bool, labelled: bool, rate: bool, gpu: bool, 
         p50_said(r),) + ((fmt((r.get("postprocess") or {}).get("ms_p50"), ".3f"),) if post else ()) + (
         fmt(lat.get("p99"), ".3f"), fmt(lat.get("n"), "d"), stability_said(r), valid_word(r)) + (
         () if rate else (fmt(r.get("throughput_per_s"), ".1f"),)) + (
-        _rate(r), fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
+        _rate(r), _roofs(r), fmt(cold.get("load_s"), ".2f"), fmt(cold.get("first_call_s"), ".2f"),
         fmt(mem.get("peak_host_mb"), ".0f")) + ((_device_mb(mem),) if gpu else ()) + (
         (fmt(power.get("mean_power_w"), ".1f"), fmt(power.get("joules_per_inference"), ".4f")) if energy else ())
 

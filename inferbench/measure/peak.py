@@ -1,4 +1,5 @@
-"""The device's peak FP32 rate, measured once per machine: how close a cell comes to the machine's limit.
+"""The device's peak FP32 rate and memory bandwidth, measured once per machine: how close a cell comes to the
+machine's limits (its roofline: :func:`inferbench.records.roofline.roofline`).
 
 A large square FP32 matrix product is about the fastest work a device does per FLOP, so its rate is a
 practical ceiling (not the datasheet's): on the CPU through NumPy's BLAS (PyTorch's oneDNN/MKL gave the
@@ -6,12 +7,19 @@ same within 2% on this project's 2-core machine, and costs seconds to import); o
 with TF32 off. It runs in a child process with the run's
 thread count and controlled environment, best of several repeats after a warm-up, and is cached per
 (host, device, threads, library versions) in the artifact cache, so a machine pays for it once
-(about 1 s on the CPU). Other work's share of the machine is watched meanwhile (``machine``): a measurement
+(about 1 s on the CPU).
+
+The memory bandwidth beside it (``memory``): on the CPU, STREAM's Add kernel (``a = b + c``: two streams read, one
+written, as the triad) over float32 arrays four times the last-level cache (at least 256 MiB in all), split in
+chunks among the run's threads (NumPy releases the GIL in the loop), best of several passes; on a GPU a large
+device-to-device copy. Counted as STREAM counts: the bytes the kernel reads and writes.
+
+Other work's share of the machine is watched meanwhile (``machine``): a measurement
 taken while other work took more of it than a run allows (``valid``: false) is used once, never cached
 (a busy machine's peak was once a fifth of the real one and inflated every "% of peak"). Delete
 ``<cache dir>/peak/`` to measure again.
 
-    python -m inferbench.measure.peak cpu     # prints the measurement as JSON (what the parent runs)
+    python -m inferbench.measure.peak cpu [THREADS]    # prints the measurement as JSON (what the parent runs)
 """
 
 from __future__ import annotations
@@ -33,10 +41,13 @@ from .trackers.machine import MAX_OTHER_LOAD, MachineMonitor
 METHOD = "best-matmul-fp32"
 CPU_SIZE = 2048
 GPU_SIZE = 8192
+BANDWIDTH_METHOD = {"cpu": "stream-add-float32-numpy-threads", "gpu": "device-to-device-copy-torch"}
+MIN_WORKING_SET = 256 * 2**20  # bytes: the CPU kernel's three arrays at least, and four times the last-level cache
+GPU_COPY = 2**30  # bytes copied by a GPU's device-to-device copy
 
 
-def _best(call: Any, size: int, repeats: int, sync: Any = lambda: None) -> float:
-    """GFLOP/s of the fastest of ``repeats`` calls of an ``size``-cubed matrix product (after one warm-up)."""
+def _fastest(call: Any, repeats: int, sync: Any = lambda: None) -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``call`` (after one warm-up; ``sync`` waits for a device)."""
     call()
     sync()
     best = float("inf")
@@ -45,11 +56,73 @@ def _best(call: Any, size: int, repeats: int, sync: Any = lambda: None) -> float
         call()
         sync()
         best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return best
 
 
-def measure(kind: str) -> dict[str, Any]:
-    """Run in the child: the peak FP32 rate of ``kind`` ("cpu" or "gpu") by every library that is here."""
+def _best(call: Any, size: int, repeats: int, sync: Any = lambda: None) -> float:
+    """GFLOP/s of the fastest of ``repeats`` calls of an ``size``-cubed matrix product (after one warm-up)."""
+    return 2 * size**3 / _fastest(call, repeats, sync) / 1e9
+
+
+def last_level_cache() -> int | None:
+    """The CPU's last-level cache in bytes (Linux's sysfs: the highest cache level of cpu0), None where not said."""
+    levels = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        try:
+            levels[level] = int(size.rstrip("KMG")) * scale
+        except ValueError:
+            continue
+    return levels[max(levels)] if levels else None
+
+
+def stream_add(threads: int, working_set: int, repeats: int = 6) -> float:
+    """GB/s of STREAM's Add (``a = b + c``, float32) over three arrays of ``working_set`` bytes in all, in chunks
+    among ``threads`` threads, the best of ``repeats`` passes after a warm-up; 12 bytes a value (two read, one
+    written)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    n = working_set // 12
+    b, c = np.ones(n, dtype=np.float32), np.full(n, 2.0, dtype=np.float32)
+    a = np.empty_like(b)
+    bounds = np.linspace(0, n, max(threads, 1) + 1, dtype=np.int64)
+    parts = [slice(int(lo), int(hi)) for lo, hi in zip(bounds, bounds[1:])]
+    with ThreadPoolExecutor(max(threads, 1)) as pool:
+        best = _fastest(lambda: list(pool.map(lambda part: np.add(b[part], c[part], out=a[part]), parts)), repeats)
+    return 12 * n / best / 1e9
+
+
+def measure_bandwidth(kind: str, threads: int) -> dict[str, Any]:
+    """The device's memory bandwidth (GB/s), as :func:`stream_add` or a GPU's device-to-device copy measure it."""
+    if kind == "cpu":
+        llc = last_level_cache()
+        working_set = max(MIN_WORKING_SET, 4 * (llc or 0))
+        return {"gbps": round(stream_add(threads, working_set), 1), "method": BANDWIDTH_METHOD[kind],
+                "working_set_mb": round(working_set / 2**20), "last_level_cache_mb": llc and round(llc / 2**20, 1),
+                "threads": threads}
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            src = torch.empty(GPU_COPY // 4, dtype=torch.float32, device="cuda")
+            dst = torch.empty_like(src)
+
+            seconds = _fastest(lambda: dst.copy_(src), 10, torch.cuda.synchronize)
+            return {"gbps": round(2 * GPU_COPY / seconds / 1e9, 1), "method": BANDWIDTH_METHOD[kind],
+                    "working_set_mb": round(2 * GPU_COPY / 2**20)}
+    return {"gbps": None, "method": BANDWIDTH_METHOD.get(kind), "why": f"no library here copies memory on the {kind}"}
+
+
+def measure(kind: str, threads: int = 1) -> dict[str, Any]:
+    """Run in the child: the peak FP32 rate of ``kind`` ("cpu" or "gpu") by every library that is here, and its
+    memory bandwidth (``memory``)."""
     import numpy as np
 
     rates: dict[str, float] = {}
@@ -64,12 +137,14 @@ def measure(kind: str) -> dict[str, Any]:
             torch.backends.cuda.matmul.allow_tf32 = False  # FP32 proper, not TF32 tensor cores
             ga, gb = (torch.randn(GPU_SIZE, GPU_SIZE, device="cuda") for _ in range(2))
             rates["torch"] = _best(lambda: ga @ gb, GPU_SIZE, 10, torch.cuda.synchronize)
+    memory = measure_bandwidth(kind, threads)
     if not rates:
-        return {"gflops": None, "method": METHOD, "why": f"no library here multiplies FP32 matrices on the {kind}"}
+        return {"gflops": None, "method": METHOD, "why": f"no library here multiplies FP32 matrices on the {kind}",
+                "memory": memory}
     best = max(rates, key=rates.__getitem__)
     return {"gflops": round(rates[best], 1), "method": METHOD, "library": best,
             "by_library": {k: round(v, 1) for k, v in rates.items()},
-            "size": CPU_SIZE if kind == "cpu" else GPU_SIZE}
+            "size": CPU_SIZE if kind == "cpu" else GPU_SIZE, "memory": memory}
 
 
 def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: str) -> dict[str, Any]:
@@ -81,7 +156,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    full = {**key, "kind": kind, "versions": versions, "format": 2}  # 2: only valid measurements are cached
+    full = {**key, "kind": kind, "versions": versions, "format": 3}  # 3: the memory bandwidth beside the peak
     digest = hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "peak" / f"{digest}.json"
     try:
@@ -89,7 +164,8 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     except ValueError:
         pass
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, kind], env=env, capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", __name__, kind, str(key.get("threads") or 1)], env=env,
+                              capture_output=True, text=True,
                               timeout=300, check=True)
         result = {**json.loads(done.stdout.strip().splitlines()[-1]), "threads": key.get("threads"),
                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -107,14 +183,14 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
     return result
 
 
-def measured_with_machine(kind: str) -> dict[str, Any]:
+def measured_with_machine(kind: str, threads: int = 1) -> dict[str, Any]:
     """:func:`measure`, with how much of the machine other work took meanwhile (``machine``)."""
     monitor = MachineMonitor()
     monitor.start()
     start = time.perf_counter()
-    result = measure(kind)
+    result = measure(kind, threads)
     return {**result, "machine": monitor.stop(time.perf_counter() - start)}
 
 
 if __name__ == "__main__":
-    print(json.dumps(measured_with_machine(sys.argv[1])))
+    print(json.dumps(measured_with_machine(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1)))

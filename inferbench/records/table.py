@@ -14,6 +14,8 @@ from ..base.files import atomic_write_text
 from ..base.text import visible
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
+from .roofline import COLUMNS as ROOFLINE_COLUMNS
+from .roofline import roofline
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -33,7 +35,7 @@ SUMMARY_COLUMNS = (
     "first_call_s", "peak_host_memory_mb", "timed_peak_host_memory_mb", "energy_j_per_inference",
     "net_energy_j_per_inference", "net_energy_ci95_low", "net_energy_ci95_high", "mean_power_w", "energy_missing",
     "rounds", "stability", "valid", "validity_reason", "other_cores_max", "params", "gflop_per_image",
-    "gflop_per_s", "fraction_of_peak", "error", *VS_FP32_COLUMNS, "task", "postprocess_ms",
+    "gflop_per_s", "fraction_of_peak", *ROOFLINE_COLUMNS, "error", *VS_FP32_COLUMNS, "task", "postprocess_ms",
 )
 
 
@@ -89,7 +91,8 @@ def summary_row(record: Mapping[str, Any]) -> dict[str, Any]:
         "valid": (record.get("validity") or {}).get("valid"),
         "validity_reason": (record.get("validity") or {}).get("reason"),
         "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
-        **compute_rate(record),
+        **(rate := compute_rate(record)),
+        **roofline(record, rate["gflop_per_s"], usable_peak(record)),
         "error": record.get("error"),
         "task": record.get("task") or "classification",
         "postprocess_ms": (record.get("postprocess") or {}).get("ms_p50"),

@@ -1,0 +1,126 @@
+"""Each row against its machine's compute and memory roofs (inferbench/records/roofline.py), checked where the truth
+is known: a large matrix product is compute-bound near its roof, a large copy memory-bound near its roof, and a
+tiny product overhead-bound, each timed by the one loop (measure/timing.run_block) against roofs measured in the
+same process (measure/peak.py), so that the machine's load moves both sides alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inferbench.measure import peak
+from inferbench.measure.timing import run_block
+from inferbench.records.roofline import bytes_per_image, limit, roofline
+from inferbench.spec import TimingConfig
+
+
+def _throughput(call) -> float:
+    """Calls a second by the one loop: one block's median latency."""
+    block = run_block(call, lambda _: None, TimingConfig(min_duration_s=0.6, min_iterations=5, rounds=1), 0)
+    return 1.0 / float(np.median(block.latencies_s))
+
+
+def _record(resolution: str, params: int, flops: float, inner: int, outputs: int, throughput: float,
+            measured: dict) -> dict:
+    """A record as the roofline reads it: a "model" whose input is 3 x the resolution's pixels and whose weights,
+    FLOPs, intermediates and outputs are given."""
+    return {"precision": "fp32", "batch_size": 1, "resolution": resolution, "throughput_per_s": throughput,
+            "model_stats": {"params": params, "flops_per_image": flops, "activations_per_image": inner},
+            "outputs": [{"name": "out", "shape": [outputs]}], "environment": {"peak_fp32": measured}}
+
+
+@pytest.fixture(scope="module")
+def roofs():
+    """This machine's roofs, measured here as a run measures them (one thread: the kernels below use one)."""
+    measured = peak.measure("cpu", threads=1)
+    assert measured["gflops"] > 0 and measured["memory"]["gbps"] > 0
+    return {**measured, "valid": True}
+
+
+def test_a_large_matrix_product_is_compute_bound_near_its_roof(roofs):
+    n = 768  # A is the "image": 3 x 384 x 512 = 768 x 768 values; B the weights; C the output
+    a, b = (np.random.default_rng(0).standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    rec = _record("384x512", n * n, 2.0 * n ** 3, 1, n * n, _throughput(lambda: a @ b), roofs)
+    rate = rec["throughput_per_s"] * 2.0 * n ** 3 / 1e9
+    row = roofline(rec, rate, roofs["gflops"])
+    assert row["limit"] == "compute" and row["compute_roof_pct"] > 25, row
+    assert row["memory_roof_pct_high"] < 10  # its bytes are nothing beside its FLOPs
+
+
+def test_a_large_copy_is_memory_bound_near_its_roof(roofs):
+    values = 3 * 4096 * 4096  # 192 MiB in, 192 MiB out: far beyond any cache
+    src, dst = np.ones(values, dtype=np.float32), np.empty(values, dtype=np.float32)
+    rec = _record("4096x4096", 1, float(values), 1, values, _throughput(lambda: np.copyto(dst, src)), roofs)
+    row = roofline(rec, rec["throughput_per_s"] * values / 1e9, roofs["gflops"])
+    assert row["limit"] == "memory" and 25 < row["memory_roof_pct_low"] < 150, row
+    assert row["compute_roof_pct"] < 5 and not row["cache_resident"]
+
+
+def test_a_tiny_product_is_overhead_bound(roofs):
+    a = np.ones((4, 4), dtype=np.float32)
+    rec = _record("4x4", 16, 128.0, 16, 16, _throughput(lambda: a @ a), roofs)
+    row = roofline(rec, rec["throughput_per_s"] * 128 / 1e9, roofs["gflops"])
+    assert row["limit"] == "overhead" and row["cache_resident"], row
+
+
+def test_the_bytes_range_and_the_limit_rule():
+    """Perfect fusion: the weights once per batch plus the image and the outputs; no fusion adds every intermediate
+    written and read once; FP16 halves and INT8 quarters the weights and intermediates (the image stays float32)."""
+    rec = {"precision": "fp32", "batch_size": 4, "resolution": 10, "outputs": [{"shape": [1000]}],
+           "model_stats": {"params": 1000, "activations_per_image": 500}}
+    io = 4 * (10 * 10 * 3 + 1000)
+    assert bytes_per_image(rec) == (4 * 1000 / 4 + io, 4 * 1000 / 4 + io + 2 * 4 * 500)
+    assert bytes_per_image({**rec, "precision": "int8"}) == (1000 / 4 + io, 1000 / 4 + io + 2 * 500)
+    assert bytes_per_image({**rec, "model_stats": {}}) is None
+    # seconds an image at the compute roof, the memory roof fused and unfused, and as measured
+    assert limit(1.0, 0.1, 0.5, 1.2, 80, 8) == "compute"
+    assert limit(0.1, 0.5, 2.0, 0.6, 15, 80) == "memory"
+    assert limit(0.3, 0.1, 1.0, 0.5, 60, 20) == "compute" and limit(0.3, 0.1, 1.0, 0.5, 20, 60) == "memory"
+    assert limit(0.01, 0.01, 0.02, 1.0, 1, 1) == "overhead"
+
+
+def _committed(tmp_path, gbps: float = 35.7):
+    """The committed CPU sweep's records (2-core AMD EPYC), each given a memory roof as a run now measures it."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "benchmark_results" / "sweeps" / "cpu-2core-20261126"
+    dst = tmp_path / "sweep"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("report"))
+    for f in dst.glob("*.json"):
+        d = json.loads(f.read_text())
+        if (d.get("environment") or {}).get("peak_fp32"):
+            d["environment"]["peak_fp32"]["memory"] = {"gbps": gbps, "last_level_cache_mb": 32.0, "threads": 2}
+            f.write_text(json.dumps(d))
+    return dst
+
+
+def test_each_row_carries_its_roofs_in_the_table_the_csv_the_document_and_the_report(tmp_path):
+    from inferbench.cli.jsonout import cell_summary
+    from inferbench.cli.summary import format_summary
+    from inferbench.commands import main as inferbench
+    from inferbench.records.load import iter_records
+    from inferbench.records.table import SUMMARY_COLUMNS, summary_row
+
+    folder = _committed(tmp_path)
+    recs, _ = iter_records(folder)
+    (one,) = [r for r in recs if (r["model"], r["batch_size"], r["framework"]) == ("mobilenet_v3_large", 1, "onnxrt")]
+    row = summary_row(one)
+    assert {"bytes_per_image_low", "limit", "cache_resident"} <= set(SUMMARY_COLUMNS)
+    # MobileNetV3-Large: 5.48M weights (21.9 MB) + the image and the logits, to 145 MB with every layer's output
+    assert 22e6 < row["bytes_per_image_low"] < 23e6 and 140e6 < row["bytes_per_image_high"] < 150e6
+    assert row["limit"] == "compute" and row["cache_resident"] is True and row["memory_roof_gbps"] == 35.7
+    assert row["memory_roof_pct_low"] < row["compute_roof_pct"] < row["memory_roof_pct_high"]
+    assert cell_summary(one)["roofs"]["limit"] == "compute"
+    table = format_summary([one])
+    assert "limit (memory roof)" in table and "compute (" in table and ", cache)" in table
+    assert inferbench(["report", str(folder), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md[md.index("## Against the machine's roofs"):]
+    assert "(36 GB/s)" in section.split("\n\n")[1] and (tmp_path / "rep" / "roofline.png").stat().st_size > 0
+    assert "| mobilenet_v3_large@224 | onnxrt+tuned | 1 |" in section
+    # the same records without a memory roof (measured before it was): bytes, no shares, no limit, no section
+    bare = summary_row({**one, "environment": {**one["environment"], "peak_fp32": {
+        k: v for k, v in one["environment"]["peak_fp32"].items() if k != "memory"}}})
+    assert bare["bytes_per_image_low"] and bare["limit"] is None and bare["memory_roof_pct_low"] is None
