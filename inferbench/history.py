@@ -38,7 +38,7 @@ def build_parser(prog: str = "python -m inferbench.history") -> argparse.Argumen
     p.add_argument("action", choices=("add", "show", "check", "confirm"), help="add result folders or records; show "
                    "the series and their steps; check for steps (exit 1 above --fail-on-step); confirm a step by an "
                    "A/B in one run (--ab-python: the install on the step's other side)")
-    p.add_argument("paths", nargs="*", metavar="PATH|STEP", type=path_value,
+    p.add_argument("paths", nargs="*", default=[], metavar="PATH|STEP", type=path_value,
                    help="add: result folders (searched recursively) or record files; confirm: the step's id (as show "
                    "and check print it)")
     p.add_argument("--model", default=None, help="only this model's series")
