@@ -164,11 +164,13 @@ def test_schema_1_records_are_upgraded_on_load():
     # schema 3 -> 4: nothing was counted then; no FLOPs are made up
     assert row["model_stats"] is None and row["environment.peak_fp32"] is None and pd.isna(row["gflop_per_s"])
     # the 2 x 14 runs of 2026-11-23 and -24 (schema 3) upgrade beside the sweeps of 2026-11-26 (36 records) and
-    # 2026-11-27 (24, BF16 beside FP32; 24, INT8 beside FP32; 12, torch-inductor's INT8 beside its FP32)
+    # 2026-11-27 (24, BF16 beside FP32; 24, INT8 beside FP32; 12, torch-inductor's INT8 beside its FP32) and the
+    # sweep with the roofs of 2026-12-04 (45)
     every = records.load([p for p in COMMITTED.iterdir() if p.is_dir()
                           and (p.name == "sweeps" or p.name.startswith("202611"))])
-    assert len(every) == 88 + 24 + 12 and (every["schema_version"] == SCHEMA_VERSION).all()
-    assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync"}
+    assert len(every) == 88 + 24 + 12 + 45 and (every["schema_version"] == SCHEMA_VERSION).all()
+    assert set(every["runner.sync"]) <= {"none-cpu", "predict_on_batch-host", "ort.run-host", "ov.infer-sync",
+                                         "jax.block_until_ready"}
     assert set(every["timing.timed_region"]) == {"call+sync"}
 
 
@@ -267,10 +269,11 @@ def test_the_published_json_schema_holds_every_record():
     found, _ = records.iter_records(COMMITTED)
     assert sum("/zoo/" not in r["_source"] and "/gpu-" not in r["_source"] and "/contention-" not in r["_source"]
                and "/train-" not in r["_source"] and "/serving-" not in r["_source"]
-               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24 + 12 + 5 + 8 + 16 + 24 + 26 + 2 + 2
-    # sweeps (+ INT8), README's example, the INT8 quick run, the detection and segmentation runs, the PyTorch
-    # sources' runs (SSDlite and LR-ASPP, FP32 and INT8), the 384x640 detector's and OpenVINO's routes' runs, and
-    # the 640 detector's INT8 judged by mAP
+               and "/aa-calibration-" not in r["_source"] for r in found) == 88 + 24 + 12 + 45 + 5 + 8 + 16 + 24 + 26 \
+        + 2 + 2
+    # sweeps (+ INT8, + the roofs' sweep), README's example, the INT8 quick run, the detection and segmentation
+    # runs, the PyTorch sources' runs (SSDlite and LR-ASPP, FP32 and INT8), the 384x640 detector's and OpenVINO's
+    # routes' runs, and the 640 detector's INT8 judged by mAP
     calibration = [r for r in found if "/aa-calibration-cpu-20261126/" in r["_source"]]  # compare's A/A
     assert len(calibration) == 2 * (10 + 10 + 5 + 10) and all(r["parity"]["status"] == "passed" for r in calibration)
     assert all(r["validity"]["valid"] is False for r in calibration if "/busy-2/" in r["_source"])
