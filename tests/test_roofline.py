@@ -124,3 +124,7 @@ def test_each_row_carries_its_roofs_in_the_table_the_csv_the_document_and_the_re
     bare = summary_row({**one, "environment": {**one["environment"], "peak_fp32": {
         k: v for k, v in one["environment"]["peak_fp32"].items() if k != "memory"}}})
     assert bare["bytes_per_image_low"] and bare["limit"] is None and bare["memory_roof_pct_low"] is None
+    # an INT8 row: its narrower bytes against the memory roof, but no share of an FP32 roof and so no limit
+    int8 = summary_row({**one, "precision": "int8"})
+    assert int8["bytes_per_image_low"] < row["bytes_per_image_low"] and int8["memory_roof_pct_low"] is not None
+    assert int8["compute_roof_pct"] is None and int8["limit"] is None

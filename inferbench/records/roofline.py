@@ -29,6 +29,7 @@ from ..registry.scenarios import scenario
 
 #: Bytes a value, by precision (inputs and outputs stay float32: the runtimes are fed and give float32).
 VALUE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+FP32_ROOF = ("fp32", "tf32")  # the precisions the measured compute roof (an FP32 matrix product) is the roof of
 OVERHEAD_SHARE = 0.2  # below this share of the pessimistic roof's rate, neither roof explains the time
 COLUMNS = ("bytes_per_image_low", "bytes_per_image_high", "memory_roof_gbps", "memory_roof_pct_low",
            "memory_roof_pct_high", "compute_roof_pct", "limit", "cache_resident")
@@ -69,6 +70,8 @@ def roofline(record: Mapping[str, Any], rate_gflops: float | None, peak_gflops: 
         llc = memory.get("last_level_cache_mb")
         out["cache_resident"] = bool(llc) and low * record["batch_size"] <= float(llc or 0) * 2**20
     flops = (record.get("model_stats") or {}).get("flops_per_image")
+    if (record.get("precision") or "fp32") not in FP32_ROOF:  # its own precision's peak is not measured: no share
+        return out
     if peak_gflops and rate_gflops:
         out["compute_roof_pct"] = 100 * rate_gflops / peak_gflops
     if roof and peak_gflops and flops:
