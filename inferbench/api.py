@@ -41,7 +41,7 @@ from .execution.exports import ensure_exports
 from .execution.plan import Built, build, objective_for
 from .execution.progress import Progress
 from .execution.runs import run_in_folder
-from .options import BY_NAME, with_defaults
+from .options import BY_NAME, GIVEN, with_defaults
 from .records.load import read_records
 from .records.record import Record
 from .registry.frameworks import get_framework
@@ -101,7 +101,8 @@ def run(planned: Plan | None = None, *, output_dir: str | os.PathLike[str] = "in
     """Measure a plan (or the plan of ``options``) as ``inferbench run`` does, in a new folder under
     ``output_dir``; progress on stderr (``verbosity`` -1: none)."""
     chosen = planned if planned is not None else plan(**options)
-    values = {**chosen.values, "output_dir": str(output_dir)}
+    values = {**chosen.values, "output_dir": str(output_dir),  # given here: the history goes beside it, as the CLI's
+              GIVEN: frozenset(chosen.values.get(GIVEN, ())) | {"output_dir"}}
     built = Built(chosen.config, chosen.cells, chosen.skipped, chosen.notes)
     ran = run_in_folder(values, built, objective_for(values), verbosity)
     typed, _ = read_records(ran.folder)

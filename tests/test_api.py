@@ -24,11 +24,17 @@ def test_a_plan_is_checked_by_the_command_line_s_rules(fakes, tmp_path):
         api.plan(rounds=0)  # the flag's own range rule
 
 
-def test_run_gives_typed_records_and_the_answer_and_the_rest_reads_them(fakes, tmp_path):
+def test_run_gives_typed_records_and_the_answer_and_the_rest_reads_them(fakes, tmp_path, monkeypatch):
     result = api.run(frameworks=["fake", "fake-slow"], cache_dir=str(tmp_path / "c"), output_dir=tmp_path / "out",
                      verbosity=-1, **SMALL)
     assert result.folder.parent == tmp_path / "out"
     assert sorted(r.framework for r in result.records) == ["fake", "fake-slow"]
+    assert not (tmp_path / "out" / "history.duckdb").exists()  # the tests keep none (INFERBENCH_HISTORY=off)
+    monkeypatch.delenv("INFERBENCH_HISTORY")  # the default: beside output_dir, as the command's --output-dir
+    kept = api.run(frameworks=["fake"], cache_dir=str(tmp_path / "c"), output_dir=tmp_path / "out2", verbosity=-1,
+                   **SMALL)
+    assert kept.folder.parent == tmp_path / "out2" and (tmp_path / "out2" / "history.duckdb").is_file()
+    monkeypatch.setenv("INFERBENCH_HISTORY", "off")
     assert all(isinstance(r, api.Record) and r.status == "ok" for r in result.records)
     (answer,) = result.answer
     assert answer["recommended"] == "fake" and answer["runner_up"] == "fake-slow"
