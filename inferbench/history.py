@@ -19,10 +19,10 @@ from .cli.options import add_options
 from .cli.summary import fmt, table
 from .options import non_negative_float, path_value
 from .records.load import iter_records
-from .timeline.keep import ENV, OFF, add
+from .timeline.keep import ENV, add, location
 from .timeline.series import KEY, Series, series_of, versions
 from .timeline.steps import MIN_POINTS, Found, Step, detect
-from .timeline.store import DEFAULT, is_server, opened, shown
+from .timeline.store import is_server, opened, shown
 
 NOTHING_JUDGED = 3  # exit status of check: no series had enough comparable points to be searched
 
@@ -51,10 +51,8 @@ def build_parser(prog: str = "python -m inferbench.history") -> argparse.Argumen
 
 
 def store_of(args: argparse.Namespace) -> str:
-    import os
-
-    where = getattr(args, "history", None) or os.environ.get(ENV) or str(DEFAULT)
-    if where == OFF:
+    where = location({"history": getattr(args, "history", None)})  # the runs' own rule: --history, $ENV, default
+    if not where:
         raise UsageError(f"--history is off ({ENV}=off): name a store with --history PATH|URL")
     return where
 

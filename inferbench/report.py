@@ -63,9 +63,10 @@ def history_of(given: str | None) -> str | None:
     from .timeline.store import is_server
 
     where = location({"history": given})
-    if given and given != "off" and not is_server(where) and not Path(where).is_file():
+    there = bool(where) and (is_server(where) or Path(where).is_file())
+    if given and given != "off" and not there:
         raise UsageError(f"--history {given}: no history store there (runs make it as they end)")
-    return where if where and (is_server(where) or Path(where).is_file()) else None
+    return where if there else None
 
 
 def main(argv: list[str] | None = None, prog: str = "inferbench.report") -> int:

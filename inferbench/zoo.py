@@ -34,8 +34,7 @@ from .cli.common import Parser, guarded, typed
 from .cli.options import add_options, given
 from .execution.plan import Plan
 from .exporters import cache as artifact_cache
-from .records.roofline import roofline
-from .records.table import compute_rate, display_name, usable_peak, write_csv
+from .records.table import compute_rate, display_name, roofs, write_csv
 from .registry import frameworks
 from .registry.frameworks import SETS, in_set, unavailable_reason
 from .registry.models import get_model
@@ -158,7 +157,7 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
     rate = compute_rate(r)["gflop_per_s"]
     if rate is not None:
         out["gflop_per_s"] = round(rate, 2)
-    out["limit"] = roofline(r, rate, usable_peak(r))["limit"]  # against this machine's roofs: compute, memory, ...
+    out["limit"] = roofs(r)["limit"]  # against this machine's roofs: compute, memory or overhead
     if r["status"] != "ok":
         error = str(r.get("error") or "")
         refused = error.startswith(REFUSED) or f": {REFUSED}" in error  # the cell's, or a needed export's

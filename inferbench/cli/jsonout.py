@@ -13,8 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ..base.codec import plain
-from ..records.roofline import roofline
-from ..records.table import busy, compute_rate, field, record_name, stability_word, usable_peak
+from ..records.table import busy, field, record_name, roofs, stability_word
 from ..spec import record_filename
 
 #: Where the documents' JSON Schema is (documented in docs/cli.md).
@@ -72,7 +71,7 @@ def cell_summary(record: dict[str, Any], recs: list[dict[str, Any]] | None = Non
                 record, "latency_ms.p99_ci95"),
             "throughput_per_s": record.get("throughput_per_s"), "stability": stability_word(record),
             "energy_j_per_inference": field(record, "energy.joules_per_inference"),
-            "roofs": roofline(record, compute_rate(record)["gflop_per_s"], usable_peak(record)),
+            "roofs": roofs(record),
             "vs_fp32": next((c for rec in recs or [] if all(rec.get(k) == record.get(k) for k in (
                 "model", "resolution", "batch_size")) for c in rec.get("reduced") or []
                 if c["cell"] == record_name(record)), None)}

@@ -9,17 +9,7 @@ from typing import Any
 from ..analysis.answer import recommendation_lines
 from ..analysis.ranking import recommendations
 from ..base.size import rank
-from ..records.roofline import roofline
-from ..records.table import (
-    busy,
-    compute_rate,
-    field,
-    peak_note,
-    record_name,
-    stability_said,
-    stability_word,
-    usable_peak,
-)
+from ..records.table import busy, compute_rate, field, peak_note, record_name, roofs, stability_said, stability_word
 from ..registry.scenarios import scenario
 
 
@@ -45,7 +35,7 @@ def _rate(record: dict[str, Any]) -> str:
 
 def _roofs(record: dict[str, Any]) -> str:
     """What bounds the row and its share of the memory roof, perfect fusion to none: "compute (12-81%, cache)"."""
-    r = roofline(record, compute_rate(record)["gflop_per_s"], usable_peak(record))
+    r = roofs(record)
     said = [f"{r['memory_roof_pct_low']:.0f}-{r['memory_roof_pct_high']:.0f}%"] \
         if r["memory_roof_pct_low"] is not None else []
     said += ["cache"] if r["cache_resident"] else []

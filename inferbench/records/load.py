@@ -18,8 +18,7 @@ from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, Record, kept_raw, parse
 from .roofline import COLUMNS as ROOFLINE_COLUMNS
-from .roofline import roofline
-from .table import RANKED_PARITY, compute_rate, display_name, usable_peak
+from .table import RANKED_PARITY, display_name, roofs
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -119,9 +118,9 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd
     for key in raw:
         flat[key] = [r.get(key) for r in records]
     flat["serving.answer"] = [(r.get("serving") or {}).get("answer") for r in records]  # one object, as written
-    roofs = [roofline(r, compute_rate(r)["gflop_per_s"], usable_peak(r)) for r in records]
+    placed = [roofs(r) for r in records]
     for key in ROOFLINE_COLUMNS:  # each row against its machine's roofs (inferbench.records.roofline)
-        flat[key] = [x[key] for x in roofs]
+        flat[key] = [x[key] for x in placed]
     return tidy(flat)
 
 

@@ -91,8 +91,8 @@ def summary_row(record: Mapping[str, Any]) -> dict[str, Any]:
         "valid": (record.get("validity") or {}).get("valid"),
         "validity_reason": (record.get("validity") or {}).get("reason"),
         "other_cores_max": (record.get("machine_state") or {}).get("other_cores_max"),
-        **(rate := compute_rate(record)),
-        **roofline(record, rate["gflop_per_s"], usable_peak(record)),
+        **compute_rate(record),
+        **roofs(record),
         "error": record.get("error"),
         "task": record.get("task") or "classification",
         "postprocess_ms": (record.get("postprocess") or {}).get("ms_p50"),
@@ -112,6 +112,12 @@ def compute_rate(record: Mapping[str, Any]) -> dict[str, Any]:
     fraction = rate / peak if rate and peak else None
     return {"params": stats.get("params"), "gflop_per_image": flops / 1e9 if flops else None, "gflop_per_s": rate,
             "fraction_of_peak": fraction if fraction is None or fraction <= 1.0 else None}
+
+
+def roofs(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record against its machine's compute and memory roofs (:func:`inferbench.records.roofline.roofline`),
+    from its achieved FLOP rate and the usable peak."""
+    return roofline(record, compute_rate(record)["gflop_per_s"], usable_peak(record))
 
 
 def usable_peak(record: Mapping[str, Any]) -> float | None:
