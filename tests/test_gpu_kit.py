@@ -97,6 +97,7 @@ def _parse(call: list[str]) -> None:
         assert call[:2] == ["-m", "pip"] or call == ["--version"], call
 
 
+@pytest.mark.slow  # each recorded run is planned for real: 'best' needs runtimes installed (a lean install has none)
 @pytest.mark.parametrize("quick", [False, True])  # True: the CPU dry run's shorter settings (GPU_RUN_QUICK)
 def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp_path, monkeypatch, quick):
     from inferbench.base import device
