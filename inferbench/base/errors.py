@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 
 class UsageError(Exception):
@@ -31,6 +33,14 @@ class MissingDependency(Exception):
         super().__init__(
             f"{package} is not installed{needed_for}: install it with pip install -e \".[{extra}]\""
         )
+
+
+def optional(module: str, extra: str, what: str) -> Any:
+    """``module`` imported, or :class:`MissingDependency` naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(module, extra, what) from None
 
 
 class TooBig(Exception):

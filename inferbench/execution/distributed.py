@@ -17,7 +17,6 @@ Ray is imported only here, and only for ``--executor ray`` (the ``ray`` extra).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import threading
@@ -25,23 +24,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..base.codec import decode, encode
-from ..base.device import resolve
-from ..base.errors import UsageError
+from ..base.codec import encode
+from ..base.errors import UsageError, optional
 from ..base.files import atomic_write_bytes
 from ..exporters import cache as artifact_cache
-from ..records.record import Record, parse
-from ..registry import artifacts, frameworks
-from ..registry.artifacts import export_order
-from ..registry.frameworks import artifacts_of, get_framework
-from ..registry.modelfiles import ModelFile
-from ..registry.models import get_model, register
-from ..spec import CellKey, ChildResult, RunConfig
-from . import budget
+from ..records.record import parse
+from ..spec import CellKey, RunConfig
 from .childenv import passed_env
-from .group import cell_job, environment_of, run_group
 from .pipeline import on_machine
 from .progress import Progress
+from .remote import kinds_of, measure_here, not_run, received, registries
 
 if TYPE_CHECKING:  # the group loop's types
     from .budget import Deadline
@@ -61,13 +53,7 @@ CONNECT_DEADLINE_S = 30.0
 
 
 def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        from ..base.errors import MissingDependency
-
-        raise MissingDependency("ray", RAY_EXTRA, "--executor ray") from None
-    return ray
+    return optional("ray", RAY_EXTRA, "--executor ray")
 
 
 def check_address(address: str) -> tuple[str, int]:
@@ -217,51 +203,20 @@ def _holds(folder: Path, kind: str, files: dict[str, str]) -> bool:
 
 
 # --------------------------------------------------------------------------- the task
-def registries(cells: list[CellKey]) -> dict[str, Any]:
-    """The driver's registry entries a group needs (its frameworks, every exporter, its model files), as data: the
-    node measures what the driver planned, whatever its own install registers."""
-    return {"frameworks": [encode(get_framework(c.framework)) for c in cells],
-            "exporters": [encode(e) for e in artifacts.EXPORTERS.values()],
-            "model_files": [encode(get_model(c.model).source) for c in cells if get_model(c.model).source]}
-
-
-def adopt(shipped: dict[str, Any]) -> None:
-    """On a node: the driver's registry entries (:func:`registries`) in this process's registries."""
-    for data in shipped["frameworks"]:
-        fw = decode(frameworks.Framework, data, "framework")
-        frameworks.FRAMEWORKS[fw.key] = fw
-    for data in shipped["exporters"]:
-        exporter = decode(artifacts.Exporter, data, "exporter")
-        artifacts.EXPORTERS[exporter.kind] = exporter
-    register(*(decode(ModelFile, data, "model file") for data in shipped["model_files"]))
-
-
 def measure_on_node(config_data: dict[str, Any], cells_data: list[dict[str, Any]], shipped: dict[str, Any],
                     artifacts: dict[str, Any], kinds: list[str], failed: dict[str, str], run_id: str,
                     batch_sizes: tuple[int, ...], machine: str | None, budget_left_s: float | None = None
                     ) -> dict[str, Any]:
-    """A Ray task: one group measured on this node (its GPU, its environment, its machine state), its rounds kept
-    to what is left of --time-budget (``budget_left_s``, when the task was submitted); the records as JSON data, with
-    the group's phases as measured here (the driver budgets its next groups on them, as a local run does)."""
+    """A Ray task: one group measured on this node (:func:`inferbench.execution.remote.measure_here`), its
+    artifacts fetched from the object store where the node's cache lacks them, its rounds kept to what is left of
+    --time-budget (``budget_left_s``, when the task was submitted)."""
     ray = import_ray()
-    adopt(shipped)
-    config = decode(RunConfig, config_data, "config")
-    if config.device.kind == "gpu":  # this node's GPU, not the driver's
-        config = dataclasses.replace(config, device=resolve("gpu", None))
-    cells = [decode(CellKey, c, "cell") for c in cells_data]
+    config, cells = received(config_data, cells_data, shipped)
     folder = unpack(artifacts, config.cache_dir, kinds)
-    config = dataclasses.replace(config, cache_dir=str(folder.parent))
     context = ray.get_runtime_context()
-    environment = {**environment_of(config), "ray": {
-        "node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "machine": machine,
-        "hostname": socket.gethostname()}}
-    with open(os.devnull, "w") as quiet:
-        progress = Progress(len(cells), stream=quiet, verbosity=-1)
-        progress.measuring(len(cells), 1, len(cells))
-        records = run_group(config, cells, folder, failed, run_id, environment, batch_sizes, progress,
-                            deadline=None if budget_left_s is None else budget.Deadline(budget_left_s))
-        progress.group_done(len(cells), sum(r is None for r in records))  # as the local executor counts them
-    return {"records": [None if r is None else encode(r) for r in records], "phases": progress.phases()}
+    where = {"ray": {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "machine": machine,
+                     "hostname": socket.gethostname()}}
+    return measure_here(config, cells, folder, failed, run_id, batch_sizes, where, budget_left_s)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -289,9 +244,7 @@ class RayGroups:
     def start(self, machine: str | None, group: list[CellKey], folder: Path, failed: dict[str, str],
               batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
         c, config = group[0], self.config
-        spec = get_model(c.model)
-        kinds = [k for k in export_order([kind for cell in group for kind in artifacts_of(
-            get_framework(cell.framework), spec, cell.scenario, cell.precision)], spec) if k in _exported(folder)]
+        kinds = kinds_of(group, folder)
         why = unfit(demand(config, machine), self.cluster)
         if why:  # never submitted: Ray would leave it pending for ever
             self.finished.append((machine, group, [_failed(config, cell, why, self.run_id, folder, machine)
@@ -372,10 +325,6 @@ class RayGroups:
             self.ray.cancel(ref, force=True)
 
 
-def _exported(folder: Path) -> set[str]:
-    return set(artifact_cache.read_manifest(folder).get("artifacts", {}))
-
-
 def _task_failure(exc: BaseException) -> str:
     """A task's failure in one line: a node or worker that died (after the retries), or the task's own error."""
     ray = import_ray()
@@ -388,6 +337,4 @@ def _task_failure(exc: BaseException) -> str:
 
 def _failed(config: RunConfig, cell: CellKey, why: str, run_id: str, folder: Path, machine: str | None) -> Any:
     """The record of a cell that did not run on the cluster, with why."""
-    job = cell_job(config, cell, folder, (cell.batch_size,), {})
-    return Record.of(job, run_id, time.strftime("%Y-%m-%dT%H:%M:%S%z"), {"ray": {"machine": machine, "why": "not run"}},
-                     {}, ChildResult(ok=False, error=why))
+    return not_run(config, cell, why, run_id, folder, {"ray": {"machine": machine, "why": "not run"}})
