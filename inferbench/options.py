@@ -37,6 +37,7 @@ from .spec import (
     POSTPROCESS,
     PRECISIONS,
     QUICK,
+    SLURM_CLUSTERS,
     TimingConfig,
 )
 
@@ -46,6 +47,10 @@ MAX_RESOLUTION = 4096
 MAX_BATCH = 65_536
 #: A grid larger than this many cells needs --yes (its size and estimated time are said first).
 MAX_CELLS = 2_000
+
+
+#: The commands --executor slurm's options belong to.
+SLURM_COMMANDS = ("run", "sweep", "zoo")
 
 
 # --------------------------------------------------------------------------- value parsers
@@ -107,6 +112,28 @@ def _items(text: str) -> list[str]:
 
 def names(text: str) -> list[str]:
     return list(dict.fromkeys(_items(text)))
+
+
+#: sbatch options inferbench sets itself (each from its own flag or from the plan): never through --sbatch.
+OWN_SBATCH = {"job_name": "the job's name is inferbench's, unique per sweep and group",
+              "time": "--job-time-limit", "partition": "--partition", "account": "--account",
+              "nodelist": "--machines", "exclusive": "each job holds its node whole",
+              "gpus_per_node": "--gpus-per-job", "output": "the job's log", "error": "the job's log",
+              "nodes": "a group runs on one node", "ntasks_per_node": "one task a job", "array": "one job a group"}
+
+
+def sbatch_options(text: str) -> list[str]:
+    """--sbatch's list: further sbatch options as KEY=VALUE (submitit's names: qos=high, constraint=h100,
+    mem=64G), never one inferbench sets itself."""
+    found = names(text)
+    for item in found:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", key) or not value.strip():
+            raise argparse.ArgumentTypeError(shorten(f"{item!r} is not KEY=VALUE (e.g. qos=high,mem=64G)"))
+        if key in OWN_SBATCH:
+            raise argparse.ArgumentTypeError(f"{key}: set by inferbench ({OWN_SBATCH[key]})")
+    return found
 
 
 def env_names(text: str) -> list[str]:
@@ -382,14 +409,32 @@ OPTIONS: tuple[Option, ...] = (
            switch=True),
     Option("keras_backend", ("--keras-backend",), "backend for keras-eager, keras and kerasxla", "tensorflow",
            choices=KERAS_BACKENDS, commands=("run", "sweep", "selftest")),
-    Option("executor", ("--executor",), "where the sweep's cells run: local (this machine, one group after another) "
-           "or ray (a Ray cluster: each group a task on a node reserved whole; pip install -e \".[ray]\"; "
-           "docs/distributed.md)", "local", choices=EXECUTORS, commands=("sweep", "zoo")),
+    Option("executor", ("--executor",), "where the cells run: local (this machine, one group after another), "
+           "ray (a Ray cluster: each group a task on a node reserved whole; pip install -e \".[ray]\") or slurm "
+           "(each group a Slurm job on a node held whole, through submitit; pip install -e \".[slurm]\"); "
+           "docs/distributed.md", "local", choices=EXECUTORS, commands=("run", "sweep", "zoo")),
     Option("ray_address", ("--ray-address",), "--executor ray: the cluster's head as HOST:PORT (default: a cluster "
            "of this machine alone, started for the sweep)", None, metavar="HOST:PORT", commands=("sweep", "zoo")),
     Option("machines", ("--machines",), "--executor ray: run every cell on each of these machines (nodes started with "
            "--resources '{\"machine:NAME\": 1, \"inferbench\": 1}'), each machine's records in a folder of its own, "
-           "for a cross-machine comparison", [], names, metavar="NAME[,NAME...]", commands=("sweep", "zoo")),
+           "for a cross-machine comparison; --executor slurm: Slurm node names (each job's --nodelist)", [], names,
+           metavar="NAME[,NAME...]", commands=("sweep", "zoo")),
+    Option("partition", ("--partition",), "--executor slurm: the partition each job is submitted to (default: the "
+           "cluster's default partition)", None, metavar="NAME", commands=SLURM_COMMANDS),
+    Option("account", ("--account",), "--executor slurm: the account each job is charged to", None, metavar="NAME",
+           commands=SLURM_COMMANDS),
+    Option("gpus_per_job", ("--gpus-per-job",), "--executor slurm: the GPUs each job asks for (default: 1 for "
+           "--device gpu, 0 on the CPU; the cells measure one of them)", None, non_negative_int, metavar="N",
+           commands=SLURM_COMMANDS),
+    Option("job_time_limit", ("--job-time-limit",), "--executor slurm: each job's time limit in minutes (default: "
+           "its group's estimate twice over plus 5 minutes, said as each job is submitted)", None, positive_int,
+           metavar="MIN", maximum=7 * 24 * 60.0, commands=SLURM_COMMANDS),
+    Option("sbatch", ("--sbatch",), "--executor slurm: further sbatch options as KEY=VALUE (submitit's names: "
+           "qos=high,constraint=h100,mem=64G)", [], sbatch_options, metavar="KEY=VALUE[,...]",
+           commands=SLURM_COMMANDS),
+    Option("slurm_cluster", ("--slurm-cluster",), "--executor slurm: submit to the Slurm cluster (sbatch), or run each "
+           "job as a process of this machine through submitit's local executor (a set-up checked without a "
+           "cluster)", "slurm", choices=SLURM_CLUSTERS, commands=SLURM_COMMANDS),
     Option("optimizer", ("--optimizer",), "--scenario train: the optimizer (SGD with momentum 0.9, or Adam; the "
            "hyper-parameters in docs/training.md)", "sgd", choices=OPTIMIZERS),
     Option("bn_mode", ("--bn-mode",), "--scenario train: batch norm normalises with the batch's statistics (train) "
@@ -473,7 +518,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime settings", ("tune", "tune_budget", "include_transfer", "postprocess", "channels_last", "torch_compile",
                           "cuda_graphs", "keras_backend")),
     ("serving and training scenarios", ("slo_p99", "optimizer", "bn_mode", "fused_bn", "channels_first")),
-    ("across machines", ("executor", "ray_address", "machines")),
+    ("across machines", ("executor", "ray_address", "machines", "partition", "account", "gpus_per_job",
+                         "job_time_limit", "sbatch", "slurm_cluster")),
     ("output", ("output_dir", "cache_dir", "trust_cache", "name", "config", "resume", "log_to", "history", "json",
                 "quiet", "verbose", "yes")),
 )

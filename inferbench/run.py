@@ -132,8 +132,9 @@ def _run(values: dict[str, Any], emit: Emit, advise: bool = True) -> int:
     if not values["json"]:  # --json: the document is the answer, stderr has the progress and warnings only
         _say_answer(values, run_dir, executed, config, advise)
     if executed.unmeasured:
-        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: "
-              f"{', '.join(executed.unmeasured)}", file=sys.stderr)
+        why = "by --time-budget" if deadline is not None else "(their jobs ended early: said above)"
+        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured {why}: {', '.join(executed.unmeasured)}",
+              file=sys.stderr)
     if deadline is not None and deadline.overrun():  # (what it spent is in recommendation.json: runs.py)
         print(f"inferbench: {deadline.overrun()}", file=sys.stderr)
     status = exit_status(executed, bool(values.get("require_valid")))

@@ -29,7 +29,9 @@ KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 #: The training scenario's optimizers and batch-norm modes (--optimizer, --bn-mode).
 OPTIMIZERS = ("sgd", "adam")
 BN_MODES = ("train", "frozen")
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "slurm")
+#: Where --executor slurm submits its jobs: a Slurm cluster, or submitit's local executor (each job a process here).
+SLURM_CLUSTERS = ("slurm", "local")
 
 
 #: Short names of runner options in a cell's variant tag (the others: the name with dashes; "": the value alone,
@@ -205,6 +207,26 @@ AGREEMENT_MIN = 1000  # the least --agreement-inputs takes besides 0 (the tests 
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """How ``--executor slurm`` submits each group's job (through submitit; docs/distributed.md)."""
+
+    partition: str | None = None  # --partition (None: the cluster's default)
+    account: str | None = None  # --account
+    gpus_per_job: int | None = None  # --gpus-per-job (None: one for a GPU run, none for the CPU)
+    time_limit_min: int | None = None  # --job-time-limit (None: each group's estimate, with a margin)
+    sbatch: tuple[str, ...] = ()  # --sbatch: further sbatch options, KEY=VALUE each
+    cluster: str = "slurm"  # --slurm-cluster: a Slurm cluster, or submitit's local executor
+
+    def __post_init__(self) -> None:
+        if self.cluster not in SLURM_CLUSTERS:
+            raise ValueError(f"cluster must be one of {', '.join(SLURM_CLUSTERS)}, not {self.cluster!r}")
+        if self.gpus_per_job is not None and self.gpus_per_job < 0:
+            raise ValueError(f"gpus_per_job must be at least 0, got {self.gpus_per_job}")
+        if self.time_limit_min is not None and self.time_limit_min < 1:
+            raise ValueError(f"time_limit_min must be at least 1, got {self.time_limit_min}")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What every cell of one run or sweep shares; written into each record as ``config``."""
 
@@ -227,9 +249,10 @@ class RunConfig:
     quick: bool = False  # a first answer: fewer, shorter rounds; LoadGen's tests shortened (--quick)
     slo_p99_ms: float | None = None  # the server scenario's p99 bound (--slo-p99)
     tune_budget_s: float = 4.0  # the tuning phase's timed blocks, per cell, all candidates together (--tune-budget)
-    executor: str = "local"  # where a sweep's groups run: this machine, or a Ray cluster (--executor)
+    executor: str = "local"  # where a sweep's groups run: this machine, a Ray cluster, Slurm jobs (--executor)
     ray_address: str | None = None  # the Ray cluster's head (None: one of this machine, started for the sweep)
-    machines: tuple[str, ...] = ()  # --executor ray: every cell on each of these machines (--machines)
+    machines: tuple[str, ...] = ()  # --executor ray or slurm: every cell on each of these machines (--machines)
+    slurm: SlurmConfig | None = None  # --executor slurm: how each group's job is submitted
     agreement_inputs: int = AGREEMENT_INPUTS  # reduced precisions' agreement with FP32 over this many (0: not counted)
     eval_set: EvalSet | None = None  # labelled images each cell's accuracy is measured on (--eval-dir)
     calibration: Calibration | None = None  # what INT8 cells are calibrated on (--calib-dir, --calib-images)

@@ -35,7 +35,7 @@ from .cli.summary import format_summary, terminal_width
 from .execution import budget
 from .execution.ab import differs, install_of
 from .execution.budget import first_group_s, say, to_export
-from .execution.distributed import preflight
+from .execution.executors import check_cluster, executor_class
 from .execution.folders import folder_lock
 from .execution.pipeline import execute, machine_folders
 from .execution.plan import Plan, build, objective_for
@@ -142,8 +142,7 @@ def execute_sweep(values: dict[str, Any], command: str = "sweep",
         sweep_dir = Path(str(values["resume"]))
         plan = resumed(sweep_dir, values)
         check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))
-        if plan.config.executor == "ray":
-            preflight(plan.config)
+        check_cluster(plan.config)
         with folder_lock(sweep_dir):
             adopt_legacy_names(sweep_dir, plan)
             return _run(plan, sweep_dir, objective_for({**values, "scenario": plan.config.scenario}), verbosity(values),
@@ -154,9 +153,7 @@ def execute_sweep(values: dict[str, Any], command: str = "sweep",
         name = check_printable(str(values.get("name") or time.strftime(f"{command}-%Y%m%d-%H%M%S")), "--name")
         if name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):  # never outside --output-dir
             raise UsageError(f"--name must be a plain folder name inside --output-dir, got {name!r}")
-        if plan.config.executor == "ray":  # the cluster answers and can run a cell, before anything is made
-
-            preflight(plan.config)
+        check_cluster(plan.config)  # the cluster answers and can run a cell, before anything is made
         check_cache_dir(Path(plan.config.cache_dir), bool(values.get("trust_cache")))  # all before the plan is written
         out_root = Path(str(values.get("output_dir") or BY_NAME["output_dir"].default_for(command)))
         check_writable(out_root)
@@ -183,12 +180,10 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
          budget_s: float | None = None, benchmark: bool = True, history: str = "") -> int:
     machines = plan.config.machines
     print(f"sweep {sweep_dir}: {len(plan.cells)} cells" + (f" on each of {', '.join(machines)}" if machines else "")
-          + (" (Ray)" if plan.config.executor == "ray" else ""), file=sys.stderr)
+          + {"ray": " (Ray)", "slurm": " (Slurm jobs)"}.get(plan.config.executor, ""), file=sys.stderr)
     # a model whose export cannot start (e.g. weights that do not fit it) fails its own cells only
 
-    executor: Any = None
-    if plan.config.executor == "ray":  # the same group loop, each group a task on a node of the cluster
-        from .execution.distributed import RayGroups as executor  # noqa: N813
+    executor = executor_class(plan.config)  # the same group loop: each group here, a Ray task or a Slurm job
     deadline = budget.Deadline(budget_s) if budget_s else None
     executed = execute(plan.config, list(plan.cells), sweep_dir, sweep_dir.name, strict=False, objective=objective,
                        verbosity=level, deadline=deadline, executor=executor, history=history)
@@ -196,7 +191,8 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
     if finish is not None:
         finish(sweep_dir, executed.records)
     if executed.unmeasured:
-        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured by --time-budget: finish with "
+        why = "by --time-budget" if deadline is not None else "(their jobs ended early: said above)"
+        print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured {why}: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer
 

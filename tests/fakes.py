@@ -87,7 +87,7 @@ class FakeRunner(Runner):
         marker = os.environ.get("FAKE_KILL_PARENT_ONCE")  # a Ray task's worker lost once (its node, say)
         if marker and not os.path.exists(marker):
             open(marker, "w").close()
-            os.kill(os.getppid(), 9)
+            os.kill(os.getppid(), int(os.environ.get("FAKE_KILL_SIGNAL", "9")))  # 15: as scancel does
         self.env_backend = os.environ.get("KERAS_BACKEND")
 
     def call(self, prepared: Any) -> Any:

@@ -255,8 +255,8 @@ def test_the_docs_count_the_tests_and_name_the_frameworks_the_code_has():
         if doc.name != "measured.md":  # its counts are dated measurements
             said += [(doc.name, int(a), int(b)) for a, b in re.findall(r"\b(\d+) of the (\d+) tests\b",
                                                                       " ".join(doc.read_text().split()))]
-    assert said and {(a, b) for _, a, b in said} == {(collected("not zoo and not postgres and not slow"),
-                                                       collected("not zoo and not postgres"))}, said
+    assert said and {(a, b) for _, a, b in said} == {(collected("not zoo and not postgres and not slurm and not slow"),
+                                                       collected("not zoo and not postgres and not slurm"))}, said
     assert "install.md" in {doc for doc, _, _ in said} and "README.md" not in {doc for doc, _, _ in said}
     table = (root / "docs" / "frameworks.md").read_text().split("## Framework keys", 1)[1].split("\n\n", 2)[1]
     keys = {k for row in table.splitlines()[2:] for k in re.findall(r"`([a-z0-9-]+)`", row.split("|")[1])}

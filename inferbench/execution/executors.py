@@ -1,9 +1,11 @@
 """The executors of the one group loop (:func:`inferbench.execution.pipeline.execute`): what it asks of one
 (:class:`Executor`), and :class:`Local`, each group measured here, one at a time; Ray's is
-:class:`inferbench.execution.distributed.RayGroups`."""
+:class:`inferbench.execution.distributed.RayGroups`, Slurm's :class:`inferbench.execution.slurm.SlurmGroups`
+(:data:`CLASSES`)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -85,3 +87,23 @@ class Local:
 
     def cancel(self) -> None:
         """Nothing runs once start has returned."""
+
+
+#: Each --executor's class, as its module and name (a cluster's imported only when its executor is asked for); a
+#: module's ``preflight(config)``, where it has one, checks its cluster before anything is written.
+CLASSES = {"local": (__name__, "Local"), "ray": ("inferbench.execution.distributed", "RayGroups"),
+           "slurm": ("inferbench.execution.slurm", "SlurmGroups")}
+
+
+def executor_class(config: RunConfig) -> MakeExecutor:
+    """The class that measures ``config``'s groups (``--executor``)."""
+    module, name = CLASSES[config.executor]
+    made: MakeExecutor = getattr(importlib.import_module(module), name)
+    return made
+
+
+def check_cluster(config: RunConfig) -> None:
+    """Before anything is written: the executor's cluster answers and can run a cell (one line, exit 2 where not)."""
+    check = getattr(importlib.import_module(CLASSES[config.executor][0]), "preflight", None)
+    if check is not None:
+        check(config)

@@ -225,8 +225,9 @@ def _run_groups(config: RunConfig, queue: list[tuple[str | None, list[CellKey]]]
 
 
 def machine_folders(config: RunConfig, run_dir: Path) -> dict[str | None, Path]:
-    """Where each machine's records go: a folder per machine named on a Ray sweep (``--machines``), else the run's."""
-    machines = list(config.machines) if config.executor == "ray" and config.machines else [None]
+    """Where each machine's records go: a folder per machine named on a Ray or Slurm sweep (``--machines``), else the
+    run's."""
+    machines = list(config.machines) if config.executor != "local" and config.machines else [None]
     return {m: run_dir / m if m else run_dir for m in machines}
 
 

@@ -28,7 +28,7 @@ from ..registry.modelfiles import ModelFile, describe_weights, open_model_file
 from ..registry.models import MODELS, check_torch_name, get_model, is_model_file, list_models, register, torch_source
 from ..registry.scenarios import scenario
 from ..registry.tasks import AUTO, LABELS_OF_LAYOUT, task
-from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, TimingConfig, groups_of
+from ..spec import QUICK, CellKey, RunConfig, RunnerOptions, SlurmConfig, TimingConfig, groups_of
 from . import budget
 from .budget import fit, to_export
 from .childenv import env_digest
@@ -162,7 +162,7 @@ def build(values: dict[str, Any]) -> Built:
     config = dataclasses.replace(config, calibration=calibration)
     notes = tuning.notes + eval_notes(eval_set, config.weights, models) + int8_notes(calibration, eval_set)
     if values.get("time_budget"):  # what fits: rounds shortened, then the costliest frameworks left out
-        here = config.device.kind == "cpu" and values["executor"] != "ray"  # a GPU's, or Ray's nodes', load: not here
+        here = config.device.kind == "cpu" and values["executor"] == "local"  # a GPU's, or other nodes', load
         fitted = fit(config, list(dict.fromkeys(cells)), values["time_budget"], to_export(config, cells),
                      budget.busy_slowdown(config.threads) if here else (1.0, None))
         config, cells, notes = fitted.config, list(fitted.cells), notes + fitted.lines
@@ -242,9 +242,19 @@ def _config(values: dict[str, Any], entry: Any, device: Device, tune: bool, mode
                      quick=bool(values.get("quick")),
                      slo_p99_ms=values.get("slo_p99") or (DEFAULT_SLO_P99_MS if entry.bound else None),
                      executor=values["executor"], ray_address=values.get("ray_address"),
-                     machines=tuple(values["machines"]), agreement_inputs=values["agreement_inputs"],
+                     machines=tuple(values["machines"]), slurm=slurm_config(values),
+                     agreement_inputs=values["agreement_inputs"],
                      eval_set=eval_set, trust_cache=bool(values.get("trust_cache")),
                      target_ci=values["target_ci"] / 100.0 if values.get("target_ci") else None)
+
+
+def slurm_config(values: dict[str, Any]) -> SlurmConfig | None:
+    """--executor slurm's job settings (None with another executor)."""
+    if values["executor"] != "slurm":
+        return None
+    return SlurmConfig(partition=values.get("partition"), account=values.get("account"),
+                       gpus_per_job=values.get("gpus_per_job"), time_limit_min=values.get("job_time_limit"),
+                       sbatch=tuple(values.get("sbatch") or ()), cluster=values.get("slurm_cluster") or "slurm")
 
 
 #: Per model: (its spec, its resolutions, each framework that runs it with its precisions).
@@ -276,7 +286,7 @@ def _frameworks(values: dict[str, Any], models: list[Any], config: RunConfig) ->
             left.setdefault(k, {})[spec.name] = why
         plan.append((spec, res_list, [(fw, precisions_of(fw, values["precisions"], explicit,
                                                          beside=not values.get("reduced_only"))) for fw in frameworks]))
-    if config.device.kind == "cpu" and values["executor"] != "ray":  # a reduced precision this CPU would emulate
+    if config.device.kind == "cpu" and values["executor"] == "local":  # a reduced precision this CPU would emulate
         # (on Ray's nodes the CPUs are theirs, not this one's: each worker's record says what it executed)
         used = {p for _, _, fws in plan for _, ps in fws for p in ps}
         refused = next((refusal for p in sorted(used) if (refusal := cpu_precision_refusal(p))), None)

@@ -123,8 +123,8 @@ def int8_notes(calibration: Any, eval_set: Any) -> tuple[str, ...]:
 def check_ab(values: dict[str, Any], entry: Any) -> dict[str, Any]:
     """--ab-python where its twins can be paired with their cells (side by side in one group's rounds, on this
     machine), and B's install as its records will say it: one line each where not."""
-    why = ("--executor ray runs each group on another machine, where this interpreter's path means nothing"
-           if values["executor"] == "ray" else "--sequential measures each cell on its own, unpaired"
+    why = (f"--executor {values['executor']} runs each group on another machine, where this interpreter's path "
+           "means nothing" if values["executor"] != "local" else "--sequential measures each cell on its own, unpaired"
            if values["sequential"] else f"{values['scenario']} is not measured in rounds a twin could be paired in"
            if not entry.closed_loop and not entry.trains else None)
     if why:
@@ -138,16 +138,26 @@ def check_ab(values: dict[str, Any], entry: Any) -> dict[str, Any]:
     return install
 
 
+#: Each executor's own options (refused with another), besides --machines (Ray's and Slurm's).
+EXECUTOR_OPTIONS = {"ray": ("ray_address",),
+                    "slurm": ("partition", "account", "gpus_per_job", "job_time_limit", "sbatch", "slurm_cluster")}
+
+
 def check_executor(values: dict[str, Any]) -> None:
-    """--executor ray's options only with it, a well-formed address, Ray installed: one line each."""
-    if values["executor"] != "ray":
-        extra = [flag for name, flag in (("ray_address", "--ray-address"), ("machines", "--machines"))
-                 if values.get(name)]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} applies to --executor ray")
+    """Each executor's options only with it, a well-formed address, Ray or submitit installed: one line each."""
+    executor = values["executor"]
+    extra = sorted({BY_NAME[name].flags[0] for other, own in EXECUTOR_OPTIONS.items() if other != executor
+                    for name in own if values.get(name) not in (None, [], (), BY_NAME[name].default)}
+                   | ({"--machines"} if executor == "local" and values.get("machines") else set()))
+    if extra:
+        owner = {BY_NAME[n].flags[0]: o for o, own in EXECUTOR_OPTIONS.items() for n in own} | {"--machines": "ray"}
+        raise UsageError(f"{', '.join(extra)} applies to --executor {owner[extra[0]]}"
+                         + (" (or slurm)" if extra[0] == "--machines" else ""))
+    if executor == "local":
         return
-    if importlib.util.find_spec("ray") is None:
-        raise UsageError('--executor ray needs Ray: pip install -e ".[ray]"')
+    extra_name, module = ("ray", "ray") if executor == "ray" else ("slurm", "submitit")
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f'--executor {executor} needs {module}: pip install -e ".[{extra_name}]"')
     if values.get("ray_address"):
         check_address(str(values["ray_address"]))
 

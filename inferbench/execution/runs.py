@@ -17,6 +17,7 @@ from ..base.files import check_writable, new_folder
 from ..exporters.cache import check_cache_dir
 from ..timeline.keep import location
 from . import budget
+from .executors import check_cluster, executor_class
 from .folders import folder_lock
 from .pipeline import Executed, execute
 from .plan import Built
@@ -39,6 +40,7 @@ def run_in_folder(values: dict[str, Any], built: Built, objective: str, verbosit
     out_root = Path(values["output_dir"])
     new_root = not out_root.exists()
     check_cache_dir(Path(config.cache_dir), bool(values.get("trust_cache")))
+    check_cluster(config)  # --executor ray or slurm: its cluster answers, before anything is written
     check_writable(out_root)
     announce()
     first = built.cells[0]
@@ -48,8 +50,8 @@ def run_in_folder(values: dict[str, Any], built: Built, objective: str, verbosit
     try:
         with folder_lock(run_dir):
             executed = execute(config, list(built.cells), run_dir, run_dir.name, objective=objective,
-                               verbosity=verbosity, deadline=deadline, planned_s=built.expected_s,
-                               history=location(values))
+                               verbosity=verbosity, deadline=deadline, executor=executor_class(config),
+                               planned_s=built.expected_s, history=location(values))
     except (UsageError, OSError):  # bad input found while exporting, a disk too full for the lock's few bytes
         if not any(run_dir.iterdir()):  # nothing of the run in it (folder_lock took its .lock): leave nothing behind
             shutil.rmtree(run_dir)

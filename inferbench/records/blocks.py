@@ -319,6 +319,7 @@ class Config(Block):
     executor: str | None = None
     ray_address: str | None = None
     machines: list[Any] | None = None
+    slurm: dict[str, Any] | None = None
     agreement_inputs: int | None = None
     eval_set: Any = None
     calibration: Any = None

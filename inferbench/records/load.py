@@ -33,7 +33,7 @@ RECORD_BYTES = 16 * 2**20
 #: The JSON files inferbench itself writes beside records: a sweep's plan, a run's answer, the zoo's exports, the
 #: contention and calibration benchmarks' results (benchmarks/contention.py, benchmarks/aa_calibration.py).
 OWN_FILES = ("sweep.json", "recommendation.json", "exports.json", "contention.json", "calibration.json",
-             "invocation_spread.json", "ab.json", "pooled.json")
+             "invocation_spread.json", "ab.json", "pooled.json", "jobs.json")
 
 
 def read_records(path: Path) -> tuple[list[tuple[Record, Path]], list[str]]:
@@ -148,8 +148,9 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     cpu_name = out.get("environment.cpu.model", pd.Series("unknown CPU", index=out.index))
     out["device_name"] = gpu_name.where(gpu_name.notna(), cpu_name)
     out["host"] = out.get("environment.hostname", pd.Series("?", index=out.index)).fillna("?")
-    if "environment.ray.machine" in out:  # a machine a Ray sweep named (simulated nodes share a host name)
-        out["host"] = out["environment.ray.machine"].where(out["environment.ray.machine"].notna(), out["host"])
+    for named in ("environment.ray.machine", "environment.slurm.machine"):  # a machine a sweep named (--machines:
+        if named in out:  # simulated nodes share a host name)
+            out["host"] = out[named].where(out[named].notna(), out["host"])
     out["threads"] = out.get("config.threads", pd.Series(0, index=out.index)).fillna(0).astype(int)
     # two machines with the same GPU (or CPU) model are two machines: name them apart
     shared = out.groupby("device_name")["host"].transform("nunique") > 1
