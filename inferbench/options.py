@@ -119,7 +119,9 @@ OWN_SBATCH = {"job_name": "the job's name is inferbench's, unique per sweep and 
               "time": "--job-time-limit", "partition": "--partition", "account": "--account",
               "nodelist": "--machines", "exclusive": "each job holds its node whole",
               "gpus_per_node": "--gpus-per-job", "output": "the job's log", "error": "the job's log",
-              "nodes": "a group runs on one node", "ntasks_per_node": "one task a job", "array": "one job a group"}
+              "gpus": "--gpus-per-job", "nodes": "a group runs on one node", "ntasks": "one task a job",
+              "ntasks_per_node": "one task a job", "array": "one job a group",
+              "signal": "a job ends at once on SIGTERM, its cells measured again on --resume"}
 
 
 def sbatch_options(text: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .base.device import list_gpus
 from .base.reading import read_json
-from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed
+from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed, unmeasured_why
 from .cli.jsonout import Emit, cell_summary, emitted, json_mode
 from .cli.options import add_options, given, verbosity
 from .cli.summary import format_summary, terminal_width
@@ -132,7 +132,7 @@ def _run(values: dict[str, Any], emit: Emit, advise: bool = True) -> int:
     if not values["json"]:  # --json: the document is the answer, stderr has the progress and warnings only
         _say_answer(values, run_dir, executed, config, advise)
     if executed.unmeasured:
-        why = "by --time-budget" if deadline is not None else "(their jobs ended early: said above)"
+        why = unmeasured_why(deadline is not None, config.executor)
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured {why}: {', '.join(executed.unmeasured)}",
               file=sys.stderr)
     if deadline is not None and deadline.overrun():  # (what it spent is in recommendation.json: runs.py)

@@ -29,7 +29,7 @@ from .base.errors import UsageError, check_printable
 from .base.files import atomic_write_text, check_writable, new_folder
 from .base.reading import read_text
 from .base.text import excerpt
-from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed
+from .cli.common import MEASURING_EXITS, Parser, exit_status, guarded, say_skipped, typed, unmeasured_why
 from .cli.options import add_options, given, read_config_file, verbosity
 from .cli.summary import format_summary, terminal_width
 from .execution import budget
@@ -191,7 +191,7 @@ def _run(plan: Plan, sweep_dir: Path, objective: str, level: int = 0,
     if finish is not None:
         finish(sweep_dir, executed.records)
     if executed.unmeasured:
-        why = "by --time-budget" if deadline is not None else "(their jobs ended early: said above)"
+        why = unmeasured_why(deadline is not None, plan.config.executor)
         print(f"\n{len(executed.unmeasured)} cell(s) left unmeasured {why}: finish with "
               f"inferbench sweep --resume {sweep_dir}", file=sys.stderr)
     if deadline is not None:  # what the budget was and what was spent, in the run's answer

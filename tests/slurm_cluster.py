@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 TOOLS = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db", "sbatch", "sacctmgr")
+# MariaDB listens on a free port of 127.0.0.1 only, with no login (skip-grant-tables): the accounting's store for
+# the cluster's lifetime, nothing of the system's own MariaDB or munge touched (munged is started only where none
+# runs, and stopped with the cluster).
 
 
 def missing() -> str | None:
@@ -39,6 +42,12 @@ def _wait(check, what: str, timeout_s: float = 60.0) -> None:
     raise RuntimeError(f"{what} did not come up within {timeout_s:.0f} s")
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _answers(*command: str, env: dict[str, str] | None = None) -> bool:
     return subprocess.run(command, capture_output=True, env=env, check=False).returncode == 0
 
@@ -56,6 +65,7 @@ class Cluster:
         self.root, self.host = root, socket.gethostname().split(".")[0]
         self.conf = root / "slurm.conf"
         self.processes: list[subprocess.Popen] = []
+        self.munged: Path | None = None
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -70,6 +80,7 @@ class Cluster:
             (root / sub).mkdir(parents=True, exist_ok=True)
         cpus, memory = _cpus_and_memory()
         socket_path = root / "run" / "mysqld.sock"
+        db_port = _free_port()
         self.conf.write_text("\n".join([
             "ClusterName=inferbench", f"SlurmctldHost={self.host}", "AuthType=auth/munge", "SlurmUser=root",
             "SlurmdUser=root", f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
@@ -85,7 +96,8 @@ class Cluster:
         dbd = root / "slurmdbd.conf"
         dbd.write_text("\n".join([
             "AuthType=auth/munge", f"DbdHost={self.host}", "DbdPort=6919", "SlurmUser=root",
-            "StorageType=accounting_storage/mysql", "StorageHost=localhost", "StorageUser=root",
+            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
+            "StorageUser=root",
             f"PidFile={root / 'run' / 'slurmdbd.pid'}", f"LogFile={root / 'slurmdbd.log'}",
             "StorageLoc=slurm_acct_db", ""]))
         dbd.chmod(0o600)
@@ -93,16 +105,14 @@ class Cluster:
         subprocess.run(["mariadb-install-db", f"--datadir={root / 'mysql'}", "--user=root", "--auth-root-"
                         "authentication-method=normal"], capture_output=True, check=True)
         self._start("mariadbd", "--user=root", f"--datadir={root / 'mysql'}", f"--socket={socket_path}",
-                    "--skip-networking", "--skip-grant-tables", f"--pid-file={root / 'run' / 'mysqld.pid'}")
+                    "--bind-address=127.0.0.1", f"--port={db_port}", "--skip-grant-tables",
+                    f"--pid-file={root / 'run' / 'mysqld.pid'}")
         _wait(socket_path.exists, "MariaDB")
-        os.makedirs("/run/mysqld", exist_ok=True)  # where slurmdbd's client library looks for "localhost"
-        link = Path("/run/mysqld/mysqld.sock")
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(socket_path)
-        if not _answers("munge", "-n"):
+        if not _answers("munge", "-n"):  # munge's daemon, when none runs: stopped with the cluster
             os.makedirs("/run/munge", exist_ok=True)
-            subprocess.run(["/usr/sbin/munged", "--force"], capture_output=True, check=True)
+            subprocess.run(["/usr/sbin/munged", "--force", f"--pid-file={root / 'run' / 'munged.pid'}"],
+                           capture_output=True, check=True)
+            self.munged = root / "run" / "munged.pid"
         _wait(lambda: _answers("munge", "-n"), "munged")
         self._start("/usr/sbin/slurmdbd", "-D")
         _wait(lambda: _answers("sacctmgr", "-n", "list", "cluster", env=self.env()), "slurmdbd")
@@ -124,6 +134,8 @@ class Cluster:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if self.munged is not None and self.munged.exists():
+            os.kill(int(self.munged.read_text().split()[0]), 15)
 
 
 if __name__ == "__main__":

@@ -237,18 +237,19 @@ def test_a_node_that_ran_the_cells_below_normal_priority_is_said_once_per_machin
     assert "nice 15" in said[0][1] and "RAY_worker_niceness=0" in said[0][1]
 
 
-def test_both_executors_answer_the_group_loops_protocol():
+def test_every_executor_answers_the_group_loops_protocol():
     """The one group loop (pipeline._run_groups) asks an executor for what executors.Executor declares, and nothing
-    else: the local executor and Ray's answer each of its methods with the same parameters, and set the counts it
-    reads."""
+    else: the local executor, Ray's and Slurm's answer each of its methods with the same parameters, and set the
+    counts it reads."""
     import inspect
 
     from inferbench.execution import executors
     from inferbench.execution.distributed import RayGroups
+    from inferbench.execution.slurm import SlurmGroups
 
     methods = [n for n, v in vars(executors.Executor).items() if inspect.isfunction(v) and not n.startswith("_")]
     assert methods == ["start", "busy", "free", "wait", "cancel"]
-    for cls in (executors.Local, RayGroups):
+    for cls in (executors.Local, RayGroups, SlurmGroups):
         for name in methods:
             assert list(inspect.signature(getattr(cls, name)).parameters) == \
                 list(inspect.signature(getattr(executors.Executor, name)).parameters), (cls.__name__, name)

@@ -61,6 +61,8 @@ def test_the_rayjob_is_kuberays_and_its_pods_are_kubernetes():
 def test_the_rayjobs_nodes_each_hold_one_slot_and_its_head_none():
     (job,) = _kind("RayJob")
     spec = job["spec"]["rayClusterSpec"]
+    for group in spec["workerGroupSpecs"]:  # never two workers on one node
+        _one_pod_a_node(group["template"])
     assert SLOT not in json.loads(json.loads(spec["headGroupSpec"]["rayStartParams"].get("resources", '"{}"')))
     for group in spec["workerGroupSpecs"]:
         assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {SLOT: 1}
@@ -75,8 +77,11 @@ def test_the_rayjobs_entrypoint_is_a_sweep_inferbench_parses_on_the_clusters_hea
     args = build_parser().parse_args(command[2:])
     assert args.executor == "ray" and args.ray_address == "127.0.0.1:6379"  # the head itself: never a private
     assert args.output_dir == "/results"  # cluster of its own, which --executor ray alone would start
-    mounts = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-    assert any(m["mountPath"] == args.output_dir for m in mounts)  # the driver writes the records on the volume
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]
+    (container,) = head["template"]["spec"]["containers"]
+    assert any(m["mountPath"] == args.output_dir for m in container["volumeMounts"])  # the records on the volume
+    if args.device == "gpu":  # the driver resolves the device where it runs: a GPU of its own, nothing scheduled on it
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and head["rayStartParams"]["num-gpus"] == "0"
 
 
 def test_the_indexed_job_and_its_config_map_are_kubernetes():
@@ -98,9 +103,13 @@ def test_each_index_runs_a_sweep_inferbench_parses_on_a_shard_file_it_reads(tmp_
         "shards": shards["metadata"]["name"]}
     for name, text in shards["data"].items():
         (tmp_path / name).write_text(text)
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"SHARD": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+                   "POD": "metadata.name"}  # Kubernetes expands $(SHARD) and $(POD) in args from these
     names = set()
     for index in range(spec["completions"]):
-        args = [re.sub(r"\$\(SHARD\)", str(index), a) for a in container["args"]]  # Kubernetes' $(VAR) expansion
+        pod_name = f"{job['metadata']['name']}-{index}-x7k2p"  # each attempt a pod of its own name
+        args = [a.replace("$(SHARD)", str(index)).replace("$(POD)", pod_name) for a in container["args"]]
         assert container["command"] == ["inferbench"] and args[0] == "sweep"
         parsed = build_parser().parse_args(args[1:])
         assert Path(parsed.config).parent == Path(mounts["shards"])
@@ -108,6 +117,11 @@ def test_each_index_runs_a_sweep_inferbench_parses_on_a_shard_file_it_reads(tmp_
         assert values["models"] and getattr(parsed, "executor", "local") == "local" and parsed.history == "off"
         names.add(parsed.name)
     assert len(names) == spec["completions"]  # a folder of its own per index
-    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti["topologyKey"] == "kubernetes.io/hostname"  # never two measurements on one node
-    assert anti["labelSelector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    _one_pod_a_node(spec["template"])
+
+
+def _one_pod_a_node(template: dict) -> None:
+    """Never two measurements on one node: the pods refuse a node where another of theirs runs."""
+    anti = template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()

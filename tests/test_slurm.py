@@ -70,8 +70,9 @@ def test_a_job_killed_mid_run_leaves_its_cells_for_resume_which_measures_them_on
     err = capsys.readouterr().err
     folder = tmp_path / "out" / "k"
     assert marker.exists() and len(_records(folder)) == 2  # the killed job's two cells: no record, none failed
-    assert "before writing its records: its 2 cell(s) have none; --resume measures them again" in err
-    assert "2 cell(s) left unmeasured" in err and f"--resume {folder}" in err
+    assert "before writing its records: its 2 cell(s) are left unmeasured" in err
+    assert "2 cell(s) left unmeasured (their jobs ended early: said above): finish with inferbench sweep --resume " \
+        f"{folder}" in err
     loads = len(log.read_text().split())
     assert sweep_main(["--resume", str(folder)]) == 0
     assert "measured again: its job" in capsys.readouterr().err
@@ -100,7 +101,8 @@ def test_resume_takes_the_records_of_a_job_that_ended_while_no_sweep_waited(fake
         (folder / name).unlink()
     loads = len(log.read_text().split())
     assert sweep_main(["--resume", str(folder)]) == 0
-    assert "ended while no sweep waited for it: its records are taken" in capsys.readouterr().err
+    assert "submitted by an earlier invocation: it ended while no sweep waited for it: its records are taken" in \
+        capsys.readouterr().err
     after = _records(folder)
     assert after == before and len(log.read_text().split()) == loads  # the same records, nothing measured
     assert len(_ledger(folder)["jobs"]) == 1
@@ -140,6 +142,7 @@ def test_run_takes_the_slurm_executor_too(fakes, tmp_path):
     (["--machines", "a"], "--machines applies to --executor ray (or slurm)"),
     (["--executor", "slurm", "--sbatch", "time=10"], "time: set by inferbench (--job-time-limit)"),
     (["--executor", "slurm", "--sbatch", "qos"], "'qos' is not KEY=VALUE"),
+    (["--executor", "slurm", "--sbatch", "signal=USR1@60"], "signal: set by inferbench"),
     (["--executor", "slurm", "--gpus-per-job", "-1"], "--gpus-per-job"),
 ])
 def test_slurm_options_out_of_place_are_one_line(tmp_path, capsys, argv, said):
@@ -171,7 +174,62 @@ def test_no_slurm_or_no_accounting_is_one_line_and_leaves_nothing(fakes, tmp_pat
     monkeypatch.setenv("PATH", _stand_ins(tmp_path / "bin", sinfo="echo 'debug*'"))
     assert _sweep(tmp_path, "--executor", "slurm", "--partition", "gpu", "--framework", "fake") == 2
     assert "--partition gpu: no such partition (sinfo lists debug)" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    refused = "echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination " \
+              "specified' >&2; exit 1"
+    monkeypatch.setenv("PATH", _stand_ins(tmp_path / "bin", sinfo="echo 'debug*'", sbatch=refused))
+    assert _sweep(tmp_path, "--executor", "slurm", "--account", "nobody", "--framework", "fake") == 2
+    err = capsys.readouterr().err
+    assert "sbatch --test-only failed: sbatch: error: Batch job submission failed: Invalid account" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def _driver(tmp_path, monkeypatch, **scripts):
+    """A SlurmGroups for one group of the fake frameworks, with Slurm's commands as ``scripts`` (stand-ins)."""
+    from inferbench.execution.pipeline import Exports
+    from inferbench.execution.progress import Progress
+    from inferbench.sweep import build_parser, make_plan
+
+    monkeypatch.setenv("PATH", _stand_ins(tmp_path / "bin", **scripts))
+    plan, _, _ = make_plan(vars(build_parser().parse_args([
+        *QUICK, "--framework", "fake,fake-slow", "--executor", "slurm", "--cache-dir", str(tmp_path / "cache")])))
+    cells = list(plan.cells)
+    progress = Progress(len(cells), verbosity=-1)
+    folder, failed, sizes = Exports(plan.config, cells, progress, True).of(cells[0])
+    return slurm.SlurmGroups(plan.config, "s", tmp_path / "run", progress), cells, folder, failed, sizes
+
+
+def test_a_job_slurm_no_longer_lists_ends_the_wait_and_its_cells_are_left_unmeasured(fakes, tmp_path, monkeypatch):
+    """sacct that says nothing of a job (UNKNOWN: submitit's watcher would wait for ever), squeue that no longer
+    lists it: the driver stops waiting at its next look at the queue, and the cells are left for --resume."""
+    groups, cells, folder, failed, sizes = _driver(tmp_path, monkeypatch, sbatch='echo "Submitted batch job 77"')
+    monkeypatch.setattr(slurm, "SAY_EVERY_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    groups.start(None, cells, folder, failed, sizes, None)
+    ((machine, group, records),) = groups.wait()
+    assert group == cells and records == [None, None]
+    assert _ledger(tmp_path / "run")["jobs"][0]["state"] == "UNKNOWN"
+
+
+def test_a_job_that_failed_on_its_node_fails_its_cells_with_slurms_word(fakes, tmp_path, monkeypatch):
+    """FAILED without a result (the node's Python could not start, say): measuring it again would fail again, so
+    its cells are failed records, not left for --resume."""
+    sacct = 'printf "JobID|State|NodeList\\n77|FAILED|node3\\n"'
+    groups, cells, folder, failed, sizes = _driver(tmp_path, monkeypatch, sbatch='echo "Submitted batch job 77"',
+                                                   sacct=sacct, squeue="echo '77|RUNNING|None'")
+    groups.start(None, cells, folder, failed, sizes, None)
+    ((_, _, records),) = groups.wait()
+    assert [r.status for r in records] == ["failed", "failed"]
+    assert all(r.error.startswith("its Slurm job 77 ended FAILED without records") for r in records)
+    assert _ledger(tmp_path / "run")["jobs"][0]["state"] == "FAILED"
+
+
+def test_a_job_sbatch_refuses_mid_sweep_fails_its_cells_in_one_line(fakes, tmp_path, monkeypatch):
+    refused = "echo 'sbatch: error: QOSMaxSubmitJobPerUserLimit' >&2; exit 1"
+    groups, cells, folder, failed, sizes = _driver(tmp_path, monkeypatch, sbatch=refused)
+    groups.start(None, cells, folder, failed, sizes, None)
+    ((_, _, records),) = groups.wait()
+    assert all(r.status == "failed" and r.error.startswith("sbatch refused its job: ") for r in records)
+    assert "QOSMaxSubmitJobPerUserLimit" in records[0].error and not groups.running
 
 
 def test_the_batch_script_holds_a_node_whole_with_the_time_the_plan_foresees(fakes, tmp_path, monkeypatch):
@@ -219,18 +277,6 @@ def test_a_gpu_run_asks_for_one_gpu_unless_told():
     assert slurm.parameters(four, None, 9, "n")["gpus_per_node"] == 4
     cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), slurm=SlurmConfig())
     assert "gpus_per_node" not in slurm.parameters(cpu, None, 9, "n")
-
-
-def test_the_slurm_executor_answers_the_group_loops_protocol():
-    import inspect
-
-    from inferbench.execution import executors
-
-    methods = [n for n, v in vars(executors.Executor).items() if inspect.isfunction(v) and not n.startswith("_")]
-    for name in methods:
-        assert list(inspect.signature(getattr(slurm.SlurmGroups, name)).parameters) == \
-            list(inspect.signature(getattr(executors.Executor, name)).parameters), name
-    assert all(f"self.{a}" in inspect.getsource(slurm.SlurmGroups) for a in executors.Executor.__annotations__)
 
 
 # --------------------------------------------------------------------------- a real Slurm (opt in: -m slurm)
@@ -299,3 +345,16 @@ def test_on_a_real_slurm_a_job_cancelled_mid_run_is_measured_again_on_resume(clu
     queued = [r["environment"]["slurm"]["queued_s"] for r in recs.values()]
     print(f"\nreal Slurm: 3 jobs in {first:.1f} s (one cancelled), submission to start {min(queued):.1f}-"
           f"{max(queued):.1f} s", file=__import__("sys").__stderr__)
+
+
+@pytest.mark.slurm
+def test_on_a_real_slurm_a_job_past_its_time_limit_leaves_its_cells_unmeasured(cluster, fakes, tmp_path, capsys):
+    """--job-time-limit 1 on a group that takes minutes: Slurm ends the job at its limit (SIGTERM, then SIGKILL),
+    the job ends at once without records, and its cells are left for --resume, said."""
+    _sweep(tmp_path, "--executor", "slurm", "--partition", "debug", "--framework", "fake", "--duration", "240",
+           "--job-time-limit", "1", name="late")
+    err = capsys.readouterr().err
+    folder = tmp_path / "out" / "late"
+    (job,) = _ledger(folder)["jobs"]
+    assert job["state"] == "TIMEOUT" and not _records(folder)
+    assert f"job {job['id']} ended (TIMEOUT) before writing its records: its 1 cell(s) are left unmeasured" in err

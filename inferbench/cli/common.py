@@ -62,6 +62,14 @@ def say_skipped(skipped: dict[str, str], notes: Any = (), stream: Any = None) ->
         print(line, file=stream or sys.stderr)
 
 
+def unmeasured_why(budget: bool, executor: str) -> str:
+    """Why a run's cells were left unmeasured: --time-budget, or (on a cluster) jobs that ended early."""
+    if executor == "local":
+        return "by --time-budget"
+    return "(by --time-budget, or their jobs ended early: said above)" if budget else \
+        "(their jobs ended early: said above)"
+
+
 def exit_status(executed: Any, require_valid: bool = False) -> int:
     """0 when every cell that ran wrote its record and none failed or failed parity (and, with ``require_valid``,
     the run is valid), else 1 (after one line per record that could not be written, and one when the run is not
