@@ -259,8 +259,12 @@ def memory_refusal(stats: dict[str, Any] | None, workers: int) -> str | None:
 
 
 def model_stats(folder: Path) -> dict[str, Any] | None:
-    """The model's parameters and FLOPs, as the Keras export counted them (None: no Keras export)."""
-    return (artifact_cache.read_manifest(folder)["artifacts"].get("keras") or {}).get("model_stats")
+    """The model's parameters and FLOPs, as the Keras export counted them, else as an ONNX graph did (a PyTorch
+    program's export, the user's ONNX file: :mod:`inferbench.exporters.onnx_stats`); None where neither did."""
+    artifacts = artifact_cache.read_manifest(folder)["artifacts"]
+    keras = (artifacts.get("keras") or {}).get("model_stats")
+    return keras or next((e["model_stats"] for e in artifacts.values() if isinstance(e, dict) and e.get("model_stats")),
+                         None)
 
 
 def cache_key(config: RunConfig, spec: Any, resolution: Size) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from ..registry.artifacts import REFERENCE_OUTPUTS, ExportContext
 from ..registry.inputs import make_inputs
 from ..registry.models import get_model
 from ..registry.outputs import read_layout
+from .onnx_stats import counted
 from .torch_program import load_exported
 
 INPUT = "images"
@@ -34,6 +35,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
                           output_names=names, verbose=False)
     part.replace(out)  # whole or not at all
     return {"paths": ["onnx"], "converter": f"torch.onnx.export (dynamo), torch {torch.__version__}",
+            "model_stats": counted(out, ctx.resolution),
             "input_signature": {"shape": [spec.fixed_batch, *spec.input_shape(1, ctx.resolution)[1:]],
                                 "dtype": "float32", "layout": spec.layout},
             "notes": []}

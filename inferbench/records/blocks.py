@@ -275,7 +275,8 @@ class Energy(Block):
 @dataclass(frozen=True)
 class ModelStats(Block):
     """The model as it ran: parameters and floating-point operations per image (a multiply-add counts 2), counted
-    from its Keras graph at batch 1; null for a model file without one."""
+    from its Keras graph at batch 1, else from its ONNX graph (``flops_method`` says which); null where neither
+    could be read."""
 
     params: Annotated[int, Min(0)]
     flops_per_image: Annotated[int | None, Min(0)]
