@@ -126,6 +126,11 @@ class CellKey:
         return self.options.tag
 
     @property
+    def group_label(self) -> str:
+        """The group the cell is measured in (one model, resolution and batch size), as progress lines name it."""
+        return f"{self.model}@{self.resolution} bs{self.batch_size}"
+
+    @property
     def label(self) -> str:
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         var = f" +{self.variant}" if self.variant else ""

@@ -263,7 +263,7 @@ class RayGroups:
         self.running[ref] = (machine, group, folder)
         if self.progress.measure_started is None:  # the ETA comes from the groups' phases as the nodes send them back
             self.progress.measuring(self.cells_left, self.groups_left)
-        self.progress.say(f"{c.model}@{c.resolution} bs{c.batch_size}{on_machine(machine)}",
+        self.progress.say(c.group_label + on_machine(machine),
                           f"submitted: {len(group)} cell{'s' if len(group) > 1 else ''}")
 
     def busy(self) -> int:

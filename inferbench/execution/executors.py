@@ -65,7 +65,7 @@ class Local:
               batch_sizes: tuple[int, ...], deadline: Deadline | None) -> None:
         c, progress = group[0], self.progress
         if not self.config.sequential:
-            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}",
+            progress.result(c.group_label,
                             f"group of {len(group)} cell{'s' if len(group) > 1 else ''}, {self.config.timing.rounds} "
                             "interleaved rounds")
         progress.measuring(self.cells_left, self.groups_left, len(group))

@@ -80,7 +80,7 @@ def run_group(config: RunConfig, cells: list[CellKey], folder: Path, failed_expo
         if too_big and strict:  # a batch the memory cannot hold: one line, nothing written
             raise UsageError(too_big)
         if not together and not too_big:
-            progress.result(f"{c.model}@{c.resolution} bs{c.batch_size}", "one cell at a time: the group's training "
+            progress.result(c.group_label, "one cell at a time: the group's training "
                             "workers side by side would not fit in memory (comparisons unpaired, intervals wider)")
     if too_big:
         outcomes.update({cell: ChildResult(ok=False, error=too_big) for cell in runnable})

@@ -68,5 +68,4 @@ def await_reply(cell: Worker, key: str, timeout_s: float | None) -> dict[str, An
 
 
 def group_label(jobs: list[CellJob]) -> str:
-    c = jobs[0].cell
-    return f"{c.model}@{c.resolution} bs{c.batch_size}"
+    return jobs[0].cell.group_label

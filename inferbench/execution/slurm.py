@@ -272,7 +272,7 @@ def _appears(path: Path, within_s: float) -> None:
 
 
 def _label(cell: CellKey, machine: str | None) -> str:
-    return f"{cell.model}@{cell.resolution} bs{cell.batch_size}{on_machine(machine)}"
+    return cell.group_label + on_machine(machine)
 
 
 def _word(state: Any) -> str:
