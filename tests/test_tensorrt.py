@@ -1,8 +1,10 @@
 """TensorRT 11: engines built strongly typed, their precision from the ONNX model's types (FP16 from an FP16 cast of
 the export, INT8 from the symmetric QDQ model), TF32 cleared. Building an engine needs a GPU and TensorRT's libraries
-(NVIDIA's own server, which these machines cannot reach), so the build runs here on a stand-in ``tensorrt`` module
-holding TensorRT 11's surface only — a removed API fails as it would on the real one; the FP16 cast itself is real
-(onnxconverter-common, run in ONNX Runtime)."""
+(NVIDIA's own server, which these machines cannot reach). So the build and the runner run here on TensorRT 11.4's
+real Python bindings (``tensorrt-cu13-bindings``, from PyPI) with their libraries' nine factory functions stood in
+for (tests/trt_surface.py): every class, method, argument, property and enum inferbench touches is the real one's;
+what a call returns is a value of its declared type. The logic of a build is also checked on a small stand-in module
+(what was asked for); the FP16 cast itself is real (onnxconverter-common, run in ONNX Runtime)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: TensorRT 11's removed Python APIs (NVIDIA: "Removed Python APIs and Replacements", TensorRT 11.4 migration guide).
 REMOVED = ("BuilderFlag.FP16", "BuilderFlag.INT8", "BuilderFlag.BF16", "BuilderFlag.FP8", "BuilderFlag.INT4",
            "BuilderFlag.FP4", "BuilderFlag.OBEY_PRECISION_CONSTRAINTS", "BuilderFlag.PREFER_PRECISION_CONSTRAINTS",
-           "BuilderFlag.DIRECT_IO", "int8_calibrator", "set_calibration_profile", "get_calibration_profile",
+           "int8_calibrator", "set_calibration_profile", "get_calibration_profile",
            "set_quantization_flag", "get_quantization_flag", "quantization_flags", "clear_quantization_flag",
            "platform_has_fast_fp16", "platform_has_fast_int8", "device_memory_size_for_profile")
 
@@ -204,3 +206,112 @@ def test_an_output_left_in_fp16_that_other_nodes_read_is_given_in_fp32_and_still
     assert [o.type.tensor_type.elem_type for o in model.graph.output] == [TensorProto.FLOAT, f16]
     assert [(n.op_type, list(n.input), list(n.output)) for n in model.graph.node] == [
         ("Relu", ["x"], ["a_fp16"]), ("Neg", ["a_fp16"], ["b"]), ("Cast", ["a_fp16"], ["a"])]
+
+
+@pytest.fixture(scope="module")
+def real_trt(tmp_path_factory):
+    """TensorRT 11.4's real Python bindings, their libraries stood in for (tests/trt_surface.py)."""
+    from trt_surface import bindings
+
+    return bindings(tmp_path_factory.mktemp("trt-libs"))
+
+
+def test_the_real_tensorrt_11_bindings_load_here_and_lack_every_api_that_inferbench_treats_as_removed(real_trt):
+    from trt_surface import Checked
+
+    assert real_trt.__version__.startswith("11.")
+    classes = [c for c in vars(real_trt).values() if isinstance(c, type)]
+    still = [api for api in REMOVED if ("." in api and hasattr(getattr(real_trt, api.split(".")[0]), api.split(".")[1]))
+             or ("." not in api and any(api in vars(c) for c in classes))]
+    assert not still, still
+    # what the build and the runner rely on is there, and the stand-ins for the libraries stop a real build at once
+    assert {"STRONGLY_TYPED"} <= set(real_trt.NetworkDefinitionCreationFlag.__members__)
+    assert {"TF32"} <= set(real_trt.BuilderFlag.__members__) and "FP16" not in real_trt.BuilderFlag.__members__
+    with pytest.raises(TypeError, match="nullptr"):
+        real_trt.Builder(real_trt.Logger(real_trt.Logger.WARNING))
+    # the checking object refuses what the class does not have, and a call the bindings would refuse
+    config = Checked(real_trt, real_trt.IBuilderConfig, {}, [])
+    with pytest.raises(AttributeError, match="has no int8_calibrator"):
+        config.int8_calibrator = None
+    with pytest.raises(TypeError, match="no overload of IBuilderConfig.set_flag"):
+        config.set_flag(1)  # an int where the bindings take a BuilderFlag
+    with pytest.raises(TypeError, match="no overload of IBuilderConfig.set_memory_pool_limit"):
+        config.set_memory_pool_limit(real_trt.MemoryPoolType.WORKSPACE)  # its size missing
+
+
+def _answers(trt, outputs: dict[str, str]) -> dict:
+    """What the engine and its parts say when asked: an input ``images`` and ``outputs`` (name → TensorRT type)."""
+    names = ["images", *outputs]
+    return {"OnnxParser.parse_from_file": True, "ITensor.name": "images",
+            "Builder.build_serialized_network": b"plan", "ITimingCache.serialize": b"cache",
+            "ICudaEngine.num_io_tensors": len(names), "ICudaEngine.num_layers": 2,
+            "ICudaEngine.get_tensor_name": lambda i: names[i],
+            "ICudaEngine.get_tensor_mode": lambda n: getattr(trt.TensorIOMode, "INPUT" if n == "images" else "OUTPUT"),
+            "ICudaEngine.get_tensor_dtype": lambda n: getattr(trt.DataType, outputs[n]),
+            "EngineInspector.get_layer_information": lambda i, f: '{"LayerType": "Convolution"}',
+            "IExecutionContext.get_tensor_shape": lambda n: (2, 5)}
+
+
+class _Tensor:
+    """A CUDA tensor's surface as the TensorRT runner uses it (no CUDA here)."""
+
+    def __init__(self, shape: tuple, dtype: str = "float32") -> None:
+        self.shape, self.dtype, self.device = tuple(shape), dtype, "cuda"
+
+    def cuda(self) -> _Tensor:
+        return self
+
+    def index_select(self, dim: int, indices) -> _Tensor:
+        return _Tensor((len(indices), *self.shape[1:]), self.dtype)
+
+    def data_ptr(self) -> int:
+        return 1 << 20
+
+    def cpu(self) -> _Tensor:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return np.zeros(self.shape, self.dtype)
+
+
+def _cuda_torch() -> types.SimpleNamespace:
+    """torch as the TensorRT runner sees it on a GPU: CUDA streams, device tensors, dtypes by name."""
+    stream = types.SimpleNamespace(wait_stream=lambda s: None, synchronize=lambda: None, cuda_stream=7)
+    cuda = types.SimpleNamespace(is_available=lambda: True, get_device_name=lambda i: "NVIDIA H200",
+                                 Stream=lambda: stream, current_stream=lambda: stream,
+                                 get_device_properties=lambda i: types.SimpleNamespace(uuid="0123"))
+    dtypes = {n: n for n in ("float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool")}
+    return types.SimpleNamespace(cuda=cuda, from_numpy=lambda a: _Tensor(a.shape), as_tensor=lambda a, device: a,
+                                 empty=lambda shape, dtype, device: _Tensor(shape, dtype), **dtypes)
+
+
+@pytest.mark.parametrize("precision, model", [("fp32", None), ("fp16", "onnx-fp16/model.onnx"),
+                                              ("int8", "onnx-int8-sym/0123abcd.onnx")])
+def test_the_build_and_the_runner_call_tensorrt_11_as_its_real_bindings_declare(
+        real_trt, tmp_path, monkeypatch, precision, model):
+    from trt_surface import Module
+
+    from inferbench.runners.base import LoadContext
+    from inferbench.runners.tensorrt import TensorRTRunner
+
+    answers = _answers(real_trt, {"boxes": "FLOAT", "labels": "INT64"})
+    trt = Module(real_trt, ("Builder", "OnnxParser", "Runtime"), answers, [])
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    monkeypatch.setitem(sys.modules, "torch", _cuda_torch())
+    spec = __import__("inferbench.registry.models", fromlist=["get_model"]).get_model("mobilenet_v3_small")
+    source = tmp_path / model if model else None
+    runner = TensorRTRunner()
+    runner.load(LoadContext(tmp_path, source, spec, 96, "gpu", 1, 0, precision, batch_sizes=(1, 8)))
+    outputs = runner.call(runner.gather(runner.resident(np.zeros((4, 96, 96, 3), np.float32)), np.arange(2)))
+    assert {n: (y.shape, y.dtype) for n, y in outputs.items()} == {"boxes": ((2, 5), "float32"),
+                                                                   "labels": ((2, 5), "int64")}
+    assert set(runner.to_numpy(outputs)) == {"boxes", "labels"}
+    # the calls that matter were made, each through the real bindings' signature
+    made = set(trt.calls)
+    assert {"Builder.create_network", "IBuilderConfig.clear_flag", "IOptimizationProfile.set_shape",
+            "Builder.build_serialized_network", "Runtime.engine_host_code_allowed=", "Runtime.deserialize_cuda_engine",
+            "EngineInspector.get_layer_information", "IExecutionContext.set_tensor_address",
+            "IExecutionContext.execute_async_v3"} <= made, made
+    assert "IBuilderConfig.set_flag" not in made  # no precision flag: the ONNX model's types decide
+    assert set(answers) <= made  # every answer was asked for: a method the bindings name otherwise would fail here
+    assert runner.details()["engine"].endswith(".plan") and (tmp_path / "tensorrt").is_dir()

@@ -16,7 +16,8 @@ specific to the GPU model and TensorRT version; both are in the file name.
 
 NOT RUN in this project's CI or on its development machines: building an engine needs an NVIDIA GPU, and TensorRT's
 libraries (``tensorrt-cu13-libs``) download from NVIDIA's own server, which those machines cannot reach. The calls
-below are TensorRT 11's documented Python API; tests/test_tensorrt.py holds them to it on a stand-in module.
+below are TensorRT 11's documented Python API; tests/test_tensorrt.py holds them to TensorRT 11.4's real Python
+bindings (its libraries' factories stood in for: every class, method, argument type and enum is the real one's).
 """
 
 from __future__ import annotations
