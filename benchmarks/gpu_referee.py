@@ -11,19 +11,27 @@ libraries' documentation — no inferbench code on its timed path:
 - latency: single calls, each synchronised (``torch.cuda.synchronize``, JAX's ``block_until_ready``), on the host's
   clock and, on a GPU, by CUDA events around the call (``elapsed_time``); throughput: the same call issued back to
   back, one synchronisation at the end (pipelined); energy: NVML's total-energy counter around the pipelined window
-  (a GPU only; at least 1 s: the counter moves about every 100 ms; idle power included).
+  (a GPU only; at least 1 s: the counter moves about every 100 ms; idle power included), and around inferbench's
+  block beside it (as long), so the energy ratio is inferbench's J/image over the bare loop's.
 
 Blocks of the bare loop and of inferbench's own measurement loop (``measure.timing.run_block``) alternate in the
 process (which comes first alternates too); each adjacent pair gives a ratio, inferbench over bare, and their
 geometric mean with a paired t 95% interval (``measure.stats.paired_blocks``) is the row: latency (p50 over p50, both
-on the host's clock around a call and its synchronisation; the bare call's GPU time by CUDA events beside it) and
-throughput (inferbench's closed-loop images/s over the bare pipelined loop's). The two loops' outputs are compared
+on the host's clock around a call and its synchronisation; the bare call's GPU time by CUDA events beside it),
+throughput (inferbench's closed-loop images/s over the bare pipelined loop's) and, with NVML, energy (J/image over
+J/image, both gross: idle power included). The two loops' outputs are compared
 first (the largest difference, in the row). One child process a variant measures its rows in turn; one table,
 ``referee.md`` and ``referee.json`` in ``--out``, written after each variant.
 
     python benchmarks/gpu_referee.py [--device gpu|cpu] [--batch-sizes 1,256] [--precisions fp32,fp16]
                                      [--variants eager,graph,jax] [--blocks 6] [--block-seconds 0.5]
                                      [--model mobilenet_v3_large] [--resolution 224] [--cache-dir DIR] [--out DIR]
+    python benchmarks/gpu_referee.py --idle before|after [--idle-seconds 10] [--device gpu|cpu] [--out DIR]
+
+``--idle LABEL`` reads the idle device's power instead (inferbench's own baseline: settled first, then its mean
+over ``--idle-seconds`` with its standard error; NVML on a GPU, RAPL on a CPU where it is readable) into
+``idle-LABEL.json`` in ``--out``: benchmarks/gpu_run.sh reads it before its first step and after its last, so a GPU
+that warmed up over the call is seen.
 
 On a CPU (the rehearsal: ``benchmarks/gpu_run.sh`` with ``GPU_RUN_DEVICE=cpu``) the CUDA graph variant and FP16 are
 skipped and said so.
@@ -228,13 +236,14 @@ def time_row(runner: Any, prepared: Any, call: Callable[[], Any], sync: Callable
     from inferbench.measure.timing import run_block
     from inferbench.spec import TimingConfig
 
-    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=block_s, min_iterations=5, rounds=1)
+    # inferbench's block as long as the bare loop's energy window (1 s on a GPU): NVML's counter around both
+    window = max(block_s, ENERGY_WINDOW_S if cuda is not None else block_s)
+    cfg = TimingConfig(warmup_iterations=0, warmup_seconds=0.0, min_duration_s=window, min_iterations=5, rounds=1)
     rows: dict[str, list[float]] = {k: [] for k in ("bare_ms", "bare_gpu_ms", "ib_ms", "bare_ips", "ib_ips",
-                                                     "bare_j")}
+                                                     "bare_j", "ib_j")}
 
     def bare() -> None:
         host, gpu = latency_block(call, sync, block_s, cuda)
-        window = max(block_s, ENERGY_WINDOW_S if cuda is not None else block_s)
         n = max(5, int(window / max(float(np.median(host)), 1e-6)))
         seconds, joules = pipelined(call, sync, n, energy)
         rows["bare_ms"].append(float(np.median(host)) * 1e3)
@@ -243,9 +252,12 @@ def time_row(runner: Any, prepared: Any, call: Callable[[], Any], sync: Callable
         rows["bare_j"] += [joules / (n * batch)] if joules is not None else []
 
     def ours() -> None:
+        e0 = energy()
         ib = run_block(lambda: runner.call(prepared), runner.synchronize, cfg, 0).latencies_s
+        e1 = energy()
         rows["ib_ms"].append(float(np.median(ib)) * 1e3)
         rows["ib_ips"].append(len(ib) * batch / float(np.sum(ib)))
+        rows["ib_j"] += [(e1 - e0) / (len(ib) * batch)] if e0 is not None and e1 is not None else []
 
     for i in range(blocks):
         for block in (bare, ours) if i % 2 == 0 else (ours, bare):
@@ -254,10 +266,15 @@ def time_row(runner: Any, prepared: Any, call: Callable[[], Any], sync: Callable
     return {"bare_p50_ms": median["bare_ms"], "bare_gpu_p50_ms": median["bare_gpu_ms"],
             "inferbench_p50_ms": median["ib_ms"], "latency": paired_blocks(rows["ib_ms"], rows["bare_ms"]),
             "bare_pipelined_ips": median["bare_ips"], "inferbench_ips": median["ib_ips"],
-            "throughput": paired_blocks(rows["ib_ips"], rows["bare_ips"]), "bare_j_per_image": median["bare_j"]}
+            "throughput": paired_blocks(rows["ib_ips"], rows["bare_ips"]), "bare_j_per_image": median["bare_j"],
+            "inferbench_j_per_image": median["ib_j"],
+            "energy": paired_blocks(rows["ib_j"], rows["bare_j"]) if len(rows["ib_j"]) == len(rows["bare_j"]) >= 2
+            else None}
 
 
-def _ratio(r: dict[str, Any]) -> str:
+def _ratio(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "—"
     lo_hi = r["ci95"]
     return f"{r['ratio']:.3f}" + (f" [{lo_hi[0]:.3f}–{lo_hi[1]:.3f}]" if lo_hi else "")
 
@@ -268,22 +285,23 @@ def table(rows: list[dict[str, Any]], where: str) -> str:
             "synchronisation (< 1: inferbench's is shorter; the bare call's GPU time by CUDA events beside it); "
             "throughput: inferbench's closed-loop images/s over the bare pipelined loop's (calls back to back, one "
             "synchronisation). Each ratio a geometric mean of adjacent block pairs in one process, with its paired "
-            "95% interval; the bare J/image is NVML's counter around the pipelined window, idle power included. "
+            "95% interval; J/image is NVML's counter around each loop's window (as long for both), idle power included "
+            "(the energy ratio: inferbench's over the bare loop's). "
             "Outputs: the largest difference between the two loops' outputs, relative to the largest output.", "",
             "| variant | precision | batch | bare p50 ms (GPU time) | inferbench p50 ms | latency ratio [95% CI] | "
-            "bare pipelined img/s | inferbench img/s | throughput ratio [95% CI] | bare J/image | outputs |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "bare pipelined img/s | inferbench img/s | throughput ratio [95% CI] | bare J/image | "
+            "energy ratio [95% CI] | outputs |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     body = []
     for r in rows:
         if "skipped" in r:
             body.append(f"| {VARIANTS[r['variant']][2]} | {r['precision']} | {r['batch']} | "
-                        f"not measured: {r['skipped']} ||||||||")
+                        f"not measured: {r['skipped']} |||||||||")
             continue
         gpu = f" ({r['bare_gpu_p50_ms']:.3f})" if r["bare_gpu_p50_ms"] is not None else ""
         joules = f"{r['bare_j_per_image']:.4f}" if r["bare_j_per_image"] is not None else "—"
         body.append(f"| {VARIANTS[r['variant']][2]} | {r['precision']} | {r['batch']} | {r['bare_p50_ms']:.3f}{gpu} "
                     f"| {r['inferbench_p50_ms']:.3f} | {_ratio(r['latency'])} | {r['bare_pipelined_ips']:,.0f} | "
-                    f"{r['inferbench_ips']:,.0f} | {_ratio(r['throughput'])} | {joules} | "
+                    f"{r['inferbench_ips']:,.0f} | {_ratio(r['throughput'])} | {joules} | {_ratio(r.get('energy'))} | "
                     f"{r['outputs_max_rel_diff']:.1e} |")
     return "\n".join(head + body) + "\n"
 
@@ -325,6 +343,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resolution", type=int, default=224)
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "inferbench-bench-cache"))
     p.add_argument("--out", type=Path, default=Path("referee"))
+    p.add_argument("--idle", choices=("before", "after"), help="read the idle device's power instead (see above)")
+    p.add_argument("--idle-seconds", type=float, default=10.0, help="the idle reading's length (default: %(default)s)")
     p.add_argument("--child", nargs=3, metavar=("VARIANT", "PRECISION:BATCH,...", "FOLDER"), help=argparse.SUPPRESS)
     p.add_argument("--gpu-uuid", help=argparse.SUPPRESS)
     return p
@@ -355,8 +375,42 @@ def _measured(variant: str, combos: list[tuple[str, int]], folder: Path, args: a
     return [{"variant": variant, "precision": p, "batch": b, "skipped": why} for p, b in combos]
 
 
+def idle(label: str, device: str, seconds: float, out: Path) -> dict[str, Any]:
+    """The idle device's power by inferbench's own baseline (settled, then its mean and standard error), written to
+    ``out/idle-LABEL.json``; a device without a readable sensor is said, not read."""
+    from harness_overhead import gpu_and_env
+
+    from inferbench.measure.trackers.energy import idle_baseline
+
+    gpu, _ = gpu_and_env(device, 1)
+    sensor: Any = None
+    if gpu:
+        where = f"{gpu.name} ({gpu.uuid})"
+        try:
+            from inferbench.measure.trackers.nvml import NvmlSensor
+
+            sensor, why = NvmlSensor(gpu.uuid), ""
+        except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError
+            why = f"NVML not readable: {type(exc).__name__}: {exc}"
+    else:
+        from inferbench.measure.trackers.rapl import RaplSensor
+
+        where, (sensor, why) = "the CPU", RaplSensor.find()
+    reading = idle_baseline(sensor, seconds=seconds) if sensor else {"idle_w": None, "not_read": why}
+    found = {"label": label, "where": where, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **reading}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"idle-{label}.json").write_text(json.dumps(found, indent=1))
+    watts = reading.get("idle_w")
+    print(f"idle power {label}, {where}: " + (f"{watts:.1f} W over {reading['seconds']:.1f} s" if watts is not None
+                                            else f"not read ({why or 'no reading'})"))
+    return found
+
+
 def main() -> None:
     args = parser().parse_args()
+    if args.idle:
+        idle(args.idle, args.device, args.idle_seconds, args.out)
+        return
     from inferbench.base.device import default_threads
 
     threads = default_threads()

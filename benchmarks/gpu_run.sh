@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine does for inferbench, in one go (docs/gpu.md):
 #   the brought wheels into a private folder, the brought artifact cache unpacked (a GPU machine without
-#   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the referee
+#   TensorFlow cannot export; inferbench verifies and uses what was exported elsewhere), the idle GPU's power (read
+#   again at the end of the call), the referee
 #   (benchmarks/gpu_referee.py: inferbench over bare torch and JAX loops), the default quick run,
 #   serving (offline, a server search at a p99 of 15 ms), FP16 and BF16 under their gate, the GPU selftest, the
 #   sweeps of benchmarks/gpu/*.toml, the power sampler's overhead with the real NVML sensor, and the report.
@@ -84,6 +85,7 @@ run() {  # run NAME OPTIONS...: one inferbench run of the GPU's runtimes (Keras 
 # in the order of what they are worth when the time runs out: the referee (inferbench's cells beside bare torch and
 # JAX loops, batch 1 and 256, FP32 and FP16), the default answer, serving (offline's ratio to the closed loop, a
 # server search under a p99 bound), the reduced precisions under their gate, then the rest
+step idle-before python3 benchmarks/gpu_referee.py --idle before --device "$DEVICE" --out "$RESULTS/referee"
 step referee python3 benchmarks/gpu_referee.py --device "$DEVICE" --cache-dir "$CACHE" --out "$RESULTS/referee" \
   "${REFEREE_QUICK[@]}"
 run quick --quick
@@ -95,7 +97,9 @@ step selftest python3 -m inferbench selftest "--$DEVICE" --keras-backend jax --c
 sweep batch
 step sampler python3 benchmarks/harness_overhead.py --sampler --device "$DEVICE" --cache-dir "$CACHE" --blocks 20
 for s in cuda_graphs inductor variants keras_torch; do sweep "$s"; done
-rm -f "$RESULTS/.done-report"  # the report is made again from whatever is there
+# the idle power again after this call's work (read at the end of every call: the last one's is what the GPU ended at)
+rm -f "$RESULTS/.done-idle-after" "$RESULTS/.done-report"  # the report is made again from whatever is there
+step idle-after python3 benchmarks/gpu_referee.py --idle after --device "$DEVICE" --out "$RESULTS/referee"
 shopt -s nullglob
 made=("$RESULTS"/sweeps/*/ "$RESULTS"/runs/*/*/)  # the folders that hold records (none before the first run ends)
 shopt -u nullglob

@@ -111,8 +111,10 @@ def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     named = [c[2] if c[:2] == ["-m", "inferbench"] else Path(c[0]).stem for c in calls if c[:2] != ["-m", "pip"]
              and c != ["--version"]]
-    assert named == ["gpu_bring", "gpu_referee", "run", "run", "run", "run", "selftest", "sweep", "harness_overhead",
-                     "sweep", "sweep", "sweep", "sweep", "report"], named
+    assert named == ["gpu_bring", "gpu_referee", "gpu_referee", "run", "run", "run", "run", "selftest", "sweep",
+                     "harness_overhead", "sweep", "sweep", "sweep", "sweep", "gpu_referee", "report"], named
+    referee = [c for c in calls if c[0] == "benchmarks/gpu_referee.py"]
+    assert [c[c.index("--idle") + 1] if "--idle" in c else "rows" for c in referee] == ["before", "rows", "after"]
     runs = [c for c in calls if c[:3] == ["-m", "inferbench", "run"]]
     assert [r[r.index("--output-dir") + 1].rsplit("/", 1)[1] for r in runs] == list(RUNS)
     sweeps = [c[c.index("--config") + 1] for c in calls if "--config" in c]
@@ -120,21 +122,24 @@ def test_the_gpu_kit_runs_its_steps_in_order_once_each_and_every_call_parses(tmp
     assert all(c[c.index("--device") + 1] == "cpu" for c in calls if "--device" in c)  # GPU_RUN_DEVICE reaches all
     for call in calls:
         _parse(call)
-    steps = ("referee", "selftest", "sampler", "report", *RUNS, *(f"sweep-{w}" for w in SWEEPS))
+    steps = ("idle-before", "referee", "selftest", "sampler", "idle-after", "report", *RUNS,
+             *(f"sweep-{w}" for w in SWEEPS))
     with tarfile.open(tmp_path / "out" / "results.tar.xz") as tar:  # the results packed for the way back
         assert {f"results/.done-{s}" for s in steps} <= set(tar.getnames())
 
     report = next(c for c in calls if c[2:3] == ["report"])
     assert sorted(Path(p).name for p in report[3:report.index("--out")]) == sorted(
         ["20261203-000000_stand-in"] * len(RUNS) + [*SWEEPS])  # every run's and sweep's folder, nothing else
-    again, calls = _kit(tmp_path, quick=quick)  # the next call: every step done in the last one, the report made again
-    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(steps) - 1, again.stdout
-    assert [c[2] for c in calls if c[:2] == ["-m", "inferbench"]] == ["report"]
+    # the next call: every step done in the last one; the idle power read again at its end, the report made again
+    again, calls = _kit(tmp_path, quick=quick)
+    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(steps) - 2, again.stdout
+    assert [c[2] if c[:2] == ["-m", "inferbench"] else c[c.index("--idle") + 1] for c in calls
+            if c[:2] == ["-m", "inferbench"] or "--idle" in c] == ["after", "report"]
 
 
 def test_the_gpu_kit_starts_no_step_without_the_time_for_it(tmp_path):
     done, calls = _kit(tmp_path, budget_s=20)
-    assert done.returncode == 0 and done.stdout.count("not started, ") == 3 + len(RUNS) + len(SWEEPS), done.stdout
+    assert done.returncode == 0 and done.stdout.count("not started, ") == 5 + len(RUNS) + len(SWEEPS), done.stdout
     assert "== report: nothing measured yet" in done.stdout  # no report of folders that do not exist
     assert [c for c in calls if c[:2] == ["-m", "inferbench"]] == []
 
@@ -193,3 +198,65 @@ def test_the_referee_times_inferbench_beside_bare_torch_and_jax_loops_and_names_
     assert {k for k, r in rows.items() if "skipped" in r} == {("eager", "fp16"), ("graph", "fp32"),
                                                               ("graph", "fp16"), ("jax", "fp16")}
     assert "not measured: CUDA graphs and FP16 need a GPU" in (out / "referee.md").read_text()
+
+
+def test_the_idle_reading_says_what_it_read_or_why_it_could_not(tmp_path):
+    """The kit's first and last step on this CPU, for real: RAPL where it is readable, else the reason, in the file."""
+    done = subprocess.run([sys.executable, "benchmarks/gpu_referee.py", "--idle", "before", "--device", "cpu",
+                           "--idle-seconds", "0.3", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads((tmp_path / "idle-before.json").read_text())
+    assert found["label"] == "before" and found["where"] == "the CPU"
+    if found["idle_w"] is None:  # a VM: no RAPL zone, or one that needs root
+        assert found["not_read"] and f"not read ({found['not_read']})" in done.stdout
+    else:
+        assert found["idle_w"] > 0 and found["seconds"] >= 0.3 and "W over" in done.stdout
+
+
+def test_the_referee_gives_the_energy_ratio_of_the_same_windows(monkeypatch):
+    """With a counter that rises at a constant power, each loop's J/image is that power over its images/s, so the
+    energy ratio is the throughput ratio's inverse in every block pair: a ratio from other windows would not be."""
+    import time
+
+    referee = _script("gpu_referee")
+    watts = 150.0
+    counter = lambda: watts * time.perf_counter()  # noqa: E731 - J
+    work = lambda n: sum(range(n))  # noqa: E731
+
+    class Runner:  # inferbench's side: a call about twice the bare one's work
+        def call(self, prepared):
+            return work(40_000)
+
+        def synchronize(self, out):
+            return None
+
+    timed = referee.time_row(Runner(), None, lambda: work(20_000), lambda out: None, 4, 3, 0.05, None, counter)
+    assert timed["energy"]["pairs"] == 3 and timed["inferbench_j_per_image"] > 0
+    # J/image = W / (img/s) for both, so the two ratios multiply to 1 up to the loop's own overhead around its calls
+    assert 0.8 < timed["energy"]["ratio"] * timed["throughput"]["ratio"] < 1.25, timed
+    assert timed["bare_j_per_image"] == pytest.approx(watts / timed["bare_pipelined_ips"], rel=0.05)
+
+
+def test_the_idle_reading_on_a_gpu_is_inferbench_s_own_baseline_through_nvml(tmp_path, monkeypatch):
+    """The GPU path with NVML stood in for (none here): a counter rising at 61.5 W is read as 61.5 W, settled first."""
+    import time
+    import types
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    referee, overhead = _script("gpu_referee"), importlib.import_module("harness_overhead")
+    monkeypatch.setattr(overhead, "gpu_and_env", lambda device, threads: (H200, {}))
+
+    class NVMLError(Exception):
+        pass
+
+    start = time.monotonic()
+    nvml = types.SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: None,
+                                 nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+                                 nvmlDeviceGetTotalEnergyConsumption=lambda h: 61.5e3 * (time.monotonic() - start),
+                                 nvmlDeviceGetPowerUsage=lambda h: 61.5e3)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    found = referee.idle("after", "gpu", 0.4, tmp_path)
+    assert json.loads((tmp_path / "idle-after.json").read_text()) == found
+    assert found["where"] == f"NVIDIA H200 ({H200.uuid})" and found["method"] == "counter"
+    assert found["idle_w"] == pytest.approx(61.5, rel=0.02) and found["settle"]["settled"] is True
