@@ -5,6 +5,9 @@ same process (measure/peak.py), so that the machine's load moves both sides alik
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -56,6 +59,37 @@ def test_a_large_copy_is_memory_bound_near_its_roof(roofs):
     assert row["compute_roof_pct"] < 5 and not row["cache_resident"]
 
 
+def test_a_reduced_precision_product_is_placed_under_its_own_precision_s_roof(roofs):
+    """A BF16 (or INT8) product through torch, timed by the one loop, lands compute-bound under the roof measured for
+    that precision; under FP32's it would read above 100% where the CPU computes BF16 faster. A CPU without the
+    precision's instructions has no such roof: the row gets no share, and the roof says why."""
+    reduced = roofs["by_precision"]
+    precision = next((p for p in ("bf16", "int8") if reduced[p]["gflops"]), None)
+    if precision is None:  # no BF16 or INT8 instructions (or no torch): no roof, said, and no share for the row
+        assert all(reduced[p]["why"] for p in ("bf16", "int8"))
+        rec = {**_record("16x16", 1, 1e6, 1, 1, 100.0, roofs), "precision": "bf16"}
+        assert roofline(rec, 0.1, None)["compute_roof_pct"] is None
+        return
+    import torch
+
+    from inferbench.records.table import usable_peak
+
+    torch.set_num_threads(1)
+    n = 1024
+    if precision == "int8":
+        q = torch.randint(-64, 64, (n, n), dtype=torch.int8)
+        call = lambda: torch._int_mm(q, q)  # noqa: E731
+    else:
+        a = torch.randn(n, n).to(torch.bfloat16)
+        call = lambda: a @ a  # noqa: E731
+    rec = {**_record("512x512", n * n, 2.0 * n ** 3, 1, n * n, _throughput(call), roofs), "precision": precision}
+    own = usable_peak(rec)
+    assert own == reduced[precision]["gflops"] and own != roofs["gflops"]
+    rate = rec["throughput_per_s"] * 2.0 * n ** 3 / 1e9
+    row = roofline(rec, rate, own)
+    assert row["limit"] == "compute" and 20 < row["compute_roof_pct"] < 130, (row, own, roofs["gflops"])
+
+
 def test_a_tiny_product_is_overhead_bound(roofs):
     a = np.ones((4, 4), dtype=np.float32)
     rec = _record("4x4", 16, 128.0, 16, 16, _throughput(lambda: a @ a), roofs)
@@ -81,9 +115,7 @@ def test_the_bytes_range_and_the_limit_rule():
 
 def _committed(tmp_path, gbps: float = 35.7):
     """The committed CPU sweep's records (2-core AMD EPYC), each given a memory roof as a run now measures it."""
-    import json
     import shutil
-    from pathlib import Path
 
     src = Path(__file__).resolve().parents[1] / "benchmark_results" / "sweeps" / "cpu-2core-20261126"
     dst = tmp_path / "sweep"
@@ -124,7 +156,27 @@ def test_each_row_carries_its_roofs_in_the_table_the_csv_the_document_and_the_re
     bare = summary_row({**one, "environment": {**one["environment"], "peak_fp32": {
         k: v for k, v in one["environment"]["peak_fp32"].items() if k != "memory"}}})
     assert bare["bytes_per_image_low"] and bare["limit"] is None and bare["memory_roof_pct_low"] is None
-    # an INT8 row: its narrower bytes against the memory roof, but no share of an FP32 roof and so no limit
+    # an INT8 row: its narrower bytes against the memory roof, but no share of an FP32 roof and so no limit...
     int8 = summary_row({**one, "precision": "int8"})
     assert int8["bytes_per_image_low"] < row["bytes_per_image_low"] and int8["memory_roof_pct_low"] is not None
-    assert int8["compute_roof_pct"] is None and int8["limit"] is None
+    assert int8["compute_roof_pct"] is None and int8["limit"] is None and int8["fraction_of_peak"] is None
+    # ...until its own roof is measured (a run now measures it beside FP32's): its share of that one, and a limit
+    peak = {**one["environment"]["peak_fp32"], "by_precision": {"int8": {"gflops": 4 * one["environment"][
+        "peak_fp32"]["gflops"]}}}
+    own = summary_row({**one, "precision": "int8", "environment": {**one["environment"], "peak_fp32": peak}})
+    assert own["compute_roof_pct"] == pytest.approx(row["compute_roof_pct"] / 4) and own["limit"] is not None
+    assert own["fraction_of_peak"] == pytest.approx(row["fraction_of_peak"] / 4)
+    # the report's frame reads the same roof for each row: FP32's for FP32, INT8's own for INT8, none without one
+    from inferbench.records.load import load
+
+    path = next(f for f in folder.glob("*.json") if json.loads(f.read_text()).get("framework") == "onnxrt"
+                and json.loads(f.read_text()).get("batch_size") == 1 and "large" in f.read_text())
+    d = json.loads(path.read_text())
+    (tmp_path / "int8").mkdir()
+    for name, precision, by in (("fp32", "fp32", None), ("own", "int8", peak["by_precision"]), ("none", "int8", None)):
+        (tmp_path / "int8" / f"{name}.json").write_text(json.dumps({**d, "precision": precision, "environment": {
+            **d["environment"], "peak_fp32": {**d["environment"]["peak_fp32"], "by_precision": by}}}))
+    frame = load(tmp_path / "int8").set_index("_source")
+    got = {Path(k).stem: v for k, v in frame["peak_gflops"].items()}
+    fp32 = d["environment"]["peak_fp32"]["gflops"]
+    assert got["fp32"] == fp32 and got["own"] == 4 * fp32 and np.isnan(got["none"]), got

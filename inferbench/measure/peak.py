@@ -7,7 +7,12 @@ same within 2% on this project's 2-core machine, and costs seconds to import); o
 with TF32 off. It runs in a child process with the run's
 thread count and controlled environment, best of several repeats after a warm-up, and is cached per
 (host, device, threads, library versions) in the artifact cache, so a machine pays for it once
-(about 1 s on the CPU).
+(a few seconds on the CPU, most of it importing torch for the reduced precisions).
+
+Beside it, each reduced precision's own peak (``by_precision``: BF16 and FP16 by torch's matrix product in that
+type, INT8 by ``torch._int_mm``, int8 in and int32 out, counted as two operations a multiply-add as FLOPs are), the
+roof of a row at that precision; on a CPU only where it has the precision's instructions (an emulated rate is no
+roof: FP16 ran at 0.3 GFLOP/s on an AVX-512 CPU without avx512_fp16, against 207 for FP32), said otherwise.
 
 The memory bandwidth beside it (``memory``): on the CPU, STREAM's Add kernel (``a = b + c``: two streams read, one
 written, as the triad) over float32 arrays four times the last-level cache (at least 256 MiB in all), split in
@@ -39,6 +44,7 @@ from ..base.reading import read_json
 from .trackers.machine import MAX_OTHER_LOAD, MachineMonitor
 
 METHOD = "best-matmul-fp32"
+REDUCED = ("bf16", "fp16", "int8")
 CPU_SIZE = 2048
 GPU_SIZE = 8192
 BANDWIDTH_METHOD = {"cpu": "stream-add-float32-numpy-threads", "gpu": "device-to-device-copy-torch"}
@@ -120,6 +126,42 @@ def measure_bandwidth(kind: str, threads: int) -> dict[str, Any]:
     return {"gbps": None, "method": BANDWIDTH_METHOD.get(kind), "why": f"no library here copies memory on the {kind}"}
 
 
+def reduced_peaks(kind: str) -> dict[str, dict[str, Any]]:
+    """The peak rate of each of :data:`REDUCED` on ``kind`` by torch (GFLOP/s, or INT8 GOP/s), or why not."""
+    from ..base.machine import cpu_precision_refusal
+
+    if importlib.util.find_spec("torch") is None:
+        return {p: {"gflops": None, "why": "torch is not installed"} for p in REDUCED}
+    import torch
+
+    gpu = kind == "gpu" and torch.cuda.is_available()
+    if kind == "gpu" and not gpu:
+        return {p: {"gflops": None, "why": "torch sees no CUDA device"} for p in REDUCED}
+    device, size, sync = ("cuda", GPU_SIZE, torch.cuda.synchronize) if gpu else ("cpu", CPU_SIZE, lambda: None)
+    out: dict[str, dict[str, Any]] = {}
+    for precision in REDUCED:
+        refusal = None if gpu else cpu_precision_refusal(precision)
+        if refusal:
+            out[precision] = {"gflops": None, "why": refusal.split(": ", 1)[1]}
+            continue
+        call, op = _product(torch, precision, size, device)
+        try:
+            out[precision] = {"gflops": round(_best(call, size, 8, sync), 1), "library": "torch", "op": op,
+                              "size": size}
+        except RuntimeError as exc:  # a build or device without the kernel
+            out[precision] = {"gflops": None, "why": str(exc).splitlines()[0][:200]}
+    return out
+
+
+def _product(torch: Any, precision: str, size: int, device: str) -> tuple[Any, str]:
+    """A ``size``-squared matrix product in ``precision`` on ``device`` (INT8: ``torch._int_mm``), and its name."""
+    if precision == "int8":
+        q = torch.randint(-64, 64, (size, size), dtype=torch.int8, device=device)
+        return (lambda: torch._int_mm(q, q)), "torch._int_mm"
+    a = torch.randn(size, size, device=device).to(torch.bfloat16 if precision == "bf16" else torch.float16)
+    return (lambda: a @ a), "torch.matmul"
+
+
 def measure(kind: str, threads: int = 1) -> dict[str, Any]:
     """Run in the child: the peak FP32 rate of ``kind`` ("cpu" or "gpu") by every library that is here, and its
     memory bandwidth (``memory``)."""
@@ -137,14 +179,14 @@ def measure(kind: str, threads: int = 1) -> dict[str, Any]:
             torch.backends.cuda.matmul.allow_tf32 = False  # FP32 proper, not TF32 tensor cores
             ga, gb = (torch.randn(GPU_SIZE, GPU_SIZE, device="cuda") for _ in range(2))
             rates["torch"] = _best(lambda: ga @ gb, GPU_SIZE, 10, torch.cuda.synchronize)
-    memory = measure_bandwidth(kind, threads)
+    memory, reduced = measure_bandwidth(kind, threads), reduced_peaks(kind)
     if not rates:
         return {"gflops": None, "method": METHOD, "why": f"no library here multiplies FP32 matrices on the {kind}",
-                "memory": memory}
+                "memory": memory, "by_precision": reduced}
     best = max(rates, key=rates.__getitem__)
     return {"gflops": round(rates[best], 1), "method": METHOD, "library": best,
             "by_library": {k: round(v, 1) for k, v in rates.items()},
-            "size": CPU_SIZE if kind == "cpu" else GPU_SIZE, "memory": memory}
+            "size": CPU_SIZE if kind == "cpu" else GPU_SIZE, "memory": memory, "by_precision": reduced}
 
 
 def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: str) -> dict[str, Any]:
@@ -156,7 +198,7 @@ def peak_fp32(kind: str, key: dict[str, Any], env: dict[str, str], cache_dir: st
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    full = {**key, "kind": kind, "versions": versions, "format": 3}  # 3: the memory bandwidth beside the peak
+    full = {**key, "kind": kind, "versions": versions, "format": 4}  # 3: the bandwidth beside; 4: reduced precisions
     digest = hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "peak" / f"{digest}.json"
     try:

@@ -14,10 +14,12 @@ from ..base.codec import encode
 from ..base.errors import UsageError
 from ..base.reading import read_json
 from ..base.text import excerpt
+from ..measure.peak import REDUCED
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 from .record import SUPPORTED_SCHEMAS, ImpossibleRecord, Record, kept_raw, parse
 from .roofline import COLUMNS as ROOFLINE_COLUMNS
+from .roofline import FP32_ROOF
 from .table import RANKED_PARITY, display_name, roofs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -169,6 +171,12 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out["gflop_per_image"] = flops / 1e9
     out["gflop_per_s"] = out["throughput"].astype(float) * out["gflop_per_image"]
     peak = out.get("environment.peak_fp32.gflops", pd.Series(None, index=out.index, dtype=float)).astype(float)
+    precision = out.get("precision", pd.Series("fp32", index=out.index)).fillna("fp32")
+    peak = peak.where(precision.isin(FP32_ROOF))  # a reduced precision's roof is its own (none before it was kept)
+    for p in REDUCED:
+        own = out.get(f"environment.peak_fp32.by_precision.{p}.gflops")
+        if own is not None:
+            peak = peak.where(precision != p, own.astype(float))
     if "environment.peak_fp32.valid" in out:  # a peak measured while the machine was busy is none
         peak = peak.where(out["environment.peak_fp32.valid"].astype(str) != "False")
     out["peak_gflops"] = peak  # the device's peak where it is one (load's columns: one rule for every figure)

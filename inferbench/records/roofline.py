@@ -1,5 +1,6 @@
-"""A record placed against its machine's two roofs: the compute roof (the peak FP32 rate measured once per machine)
-and the memory roof (its bandwidth, measured beside it: :mod:`inferbench.measure.peak`).
+"""A record placed against its machine's two roofs: the compute roof (the peak rate at the record's precision, measured
+once per machine: FP32's, or BF16's, FP16's, INT8's own) and the memory roof (its bandwidth, measured beside it:
+:mod:`inferbench.measure.peak`).
 
 Bytes moved per image are a range, from the model's graph (``model_stats``: its parameters, and every layer's
 outputs per image): at least the weights once per batch plus the image in and the outputs out (perfect fusion),
@@ -29,7 +30,7 @@ from ..registry.scenarios import scenario
 
 #: Bytes a value, by precision (inputs and outputs stay float32: the runtimes are fed and give float32).
 VALUE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
-FP32_ROOF = ("fp32", "tf32")  # the precisions the measured compute roof (an FP32 matrix product) is the roof of
+FP32_ROOF = ("fp32", "tf32")  # the precisions whose compute roof is the FP32 matrix product's (the others: their own)
 OVERHEAD_SHARE = 0.2  # below this share of the pessimistic roof's rate, neither roof explains the time
 COLUMNS = ("bytes_per_image_low", "bytes_per_image_high", "memory_roof_gbps", "memory_roof_pct_low",
            "memory_roof_pct_high", "compute_roof_pct", "limit", "cache_resident")
@@ -52,7 +53,7 @@ def bytes_per_image(record: Mapping[str, Any]) -> tuple[float, float] | None:
 def roofline(record: Mapping[str, Any], rate_gflops: float | None, peak_gflops: float | None) -> dict[str, Any]:
     """The record's place under its roofs: its bytes range, the memory roof and the shares of both roofs, the
     limit in one word and the cache mark (None where a figure is missing); ``rate_gflops``: its achieved FLOP rate,
-    ``peak_gflops``: the usable compute roof (:func:`inferbench.records.table.compute_rate`)."""
+    ``peak_gflops``: the usable compute roof at its precision (:func:`inferbench.records.table.usable_peak`)."""
     out: dict[str, Any] = dict.fromkeys(COLUMNS)
     if scenario(record.get("scenario")).trains:  # a training step's bytes are not the forward pass's
         return out
@@ -70,8 +71,6 @@ def roofline(record: Mapping[str, Any], rate_gflops: float | None, peak_gflops: 
         llc = memory.get("last_level_cache_mb")
         out["cache_resident"] = bool(llc) and low * record["batch_size"] <= float(llc or 0) * 2**20
     flops = (record.get("model_stats") or {}).get("flops_per_image")
-    if (record.get("precision") or "fp32") not in FP32_ROOF:  # its own precision's peak is not measured: no share
-        return out
     if peak_gflops and rate_gflops:
         out["compute_roof_pct"] = 100 * rate_gflops / peak_gflops
     if roof and peak_gflops and flops:

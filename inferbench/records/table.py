@@ -15,7 +15,7 @@ from ..base.text import visible
 from ..measure.training import STEP_FLOPS_FACTOR
 from ..registry.scenarios import scenario
 from .roofline import COLUMNS as ROOFLINE_COLUMNS
-from .roofline import roofline
+from .roofline import FP32_ROOF, roofline
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -121,10 +121,15 @@ def roofs(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def usable_peak(record: Mapping[str, Any]) -> float | None:
-    """The device's measured peak FP32 rate, where it is one: not measured while the machine was busy
-    (``peak_fp32.valid`` false: a busy machine's "peak" made shares of 111-234%)."""
+    """The device's measured peak rate at the record's precision, where it is one: FP32's (TF32 cells' too), or a
+    reduced precision's own (``peak_fp32.by_precision``; none in records made before it was measured); not measured
+    while the machine was busy (``peak_fp32.valid`` false: a busy machine's "peak" made shares of 111-234%)."""
     peak = (record.get("environment") or {}).get("peak_fp32") or {}
-    return peak.get("gflops") if peak.get("valid") is not False else None
+    if peak.get("valid") is False:
+        return None
+    precision = record.get("precision") or "fp32"
+    return peak.get("gflops") if precision in FP32_ROOF else \
+        ((peak.get("by_precision") or {}).get(precision) or {}).get("gflops")
 
 
 def peak_note(record: dict[str, Any]) -> str | None:
