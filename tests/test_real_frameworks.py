@@ -109,6 +109,11 @@ def test_every_cpu_framework_runs_and_passes_parity(default_run):
     jitted = df[df.framework == "jax"].iloc[0]  # JAX as its docs time it: jitted, on the device, block_until_ready
     assert jitted["runner.sync"] == "jax.block_until_ready" and jitted["runner.jit"] == "jax.jit(stateless_call)"
     assert jitted["timing.timed_region"] == "call+sync" and jitted["runner.keras_backend"] == "jax"
+    # XLA's own count of its compiled call, per image: every weight read at least once, the image in and the outputs
+    # out, so never below the perfect-fusion bound; its FLOPs a second count of the same convolutions as Keras'
+    assert jitted["runner.runtime_cost.by"] == "XLA cost analysis" == jitted["bytes_runtime_by"]
+    assert jitted["bytes_per_image_low"] <= jitted["bytes_per_image_runtime"], jitted.filter(like="bytes")
+    assert 0.9 < jitted["runner.runtime_cost.flops_per_image"] / jitted["model_stats.flops_per_image"] < 1.1
     assert len(df) == len(CPU_FRAMEWORKS)
     assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]

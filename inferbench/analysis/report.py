@@ -211,6 +211,8 @@ def roofs(ctx: Context) -> list[str]:
           f"{markdown.text(roof['device_name'])}), the memory roof its bandwidth measured beside it "
           f"({roof['memory_roof_gbps']:.0f} GB/s); bytes per image range from perfect fusion (the weights once per "
           "batch, the image in, the outputs out) to none (every intermediate tensor written and read once). "
+          "*runtime's own count*: the share of the memory roof by the bytes the runtime says its compiled kernels "
+          "move (XLA's cost analysis; a tick on the bar in the figure). "
           "*overhead*: below a fifth of what the roofs allow; *cache*: the weights and a batch fit in the "
           "last-level cache. Method: docs/method.md.", "",
           *ctx.figure("roofline.png", plots.roofline_chart(df), "each row under its machine's compute and memory "
@@ -221,9 +223,11 @@ def roofs(ctx: Context) -> list[str]:
         "% compute roof": rows["compute_roof_pct"].map(lambda v: "-" if v != v or v is None else f"{v:.0f}%"),
         "% memory roof (fused–unfused)": [f"{a:.0f}–{b:.0f}%" for a, b in
                                           zip(rows["memory_roof_pct_low"], rows["memory_roof_pct_high"])],
+        "runtime's own count": [f"{v:.0f}% ({str(by).split()[0]})" if v == v and v is not None else "" for v, by in
+                                zip(rows["memory_roof_pct_runtime"], rows["bytes_runtime_by"])],
         "cache": rows["cache_resident"].map(lambda v: "yes" if v is True else "")})
     columns = ["cell", "framework", "batch_size", "GFLOP/s", "% compute roof", "% memory roof (fused–unfused)",
-               "limit", "cache"]
+               "runtime's own count", "limit", "cache"]
     return md + [markdown.table(table[columns]), ""]
 
 

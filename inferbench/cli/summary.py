@@ -34,10 +34,13 @@ def _rate(record: dict[str, Any]) -> str:
 
 
 def _roofs(record: dict[str, Any]) -> str:
-    """What bounds the row and its share of the memory roof, perfect fusion to none: "compute (12-81%, cache)"."""
+    """What bounds the row and its share of the memory roof, perfect fusion to none, and by the runtime's own count
+    where it gives one: "compute (12-81%, cache)", "overhead (4-9%, XLA 7%, cache)"."""
     r = roofs(record)
     said = [f"{r['memory_roof_pct_low']:.0f}-{r['memory_roof_pct_high']:.0f}%"] \
         if r["memory_roof_pct_low"] is not None else []
+    said += [f"{str(r['bytes_runtime_by']).split()[0]} {r['memory_roof_pct_runtime']:.0f}%"] \
+        if r["memory_roof_pct_runtime"] is not None else []
     said += ["cache"] if r["cache_resident"] else []
     return (r["limit"] or "-") + (f" ({', '.join(said)})" if said else "")
 

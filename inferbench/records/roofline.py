@@ -15,6 +15,10 @@ weights and intermediates in 2 (FP16, BF16) or 1 (INT8) bytes a value. A row's l
 - ``overhead`` when the row runs at less than a fifth of what the pessimistic roof allows (launch, dispatch, the
   framework's own time: neither roof explains it).
 
+Where the runtime counts the bytes its compiled kernels move (XLA's cost analysis, for ``jax``), that count is kept
+beside the range as the runtime's (``bytes_per_image_runtime``, ``bytes_runtime_by``) with its share of the memory
+roof: it says where in the range the compiler's fusion put the row.
+
 A share of the memory roof above 100% with no fusion says that the intermediates did not all go to memory (fused,
 or held in the cache). ``cache_resident`` marks a row whose weights and one batch's images and outputs fit in the
 last-level cache: its shares of the DRAM roof say little (the bytes may never leave the cache)."""
@@ -33,7 +37,8 @@ VALUE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 FP32_ROOF = ("fp32", "tf32")  # the precisions whose compute roof is the FP32 matrix product's (the others: their own)
 OVERHEAD_SHARE = 0.2  # below this share of the pessimistic roof's rate, neither roof explains the time
 COLUMNS = ("bytes_per_image_low", "bytes_per_image_high", "memory_roof_gbps", "memory_roof_pct_low",
-           "memory_roof_pct_high", "compute_roof_pct", "limit", "cache_resident")
+           "memory_roof_pct_high", "compute_roof_pct", "limit", "cache_resident", "bytes_per_image_runtime",
+           "memory_roof_pct_runtime", "bytes_runtime_by")
 
 
 def bytes_per_image(record: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -65,9 +70,14 @@ def roofline(record: Mapping[str, Any], rate_gflops: float | None, peak_gflops: 
         return out
     low, high = span
     out.update(bytes_per_image_low=low, bytes_per_image_high=high, memory_roof_gbps=roof)
+    own = (record.get("runner") or {}).get("runtime_cost") or {}
+    if own.get("bytes_per_image"):  # the runtime's own count of what its compiled kernels move, said as its
+        out.update(bytes_per_image_runtime=own["bytes_per_image"], bytes_runtime_by=own.get("by"))
     if roof:
         out.update(memory_roof_pct_low=100 * throughput * low / 1e9 / roof,
                    memory_roof_pct_high=100 * throughput * high / 1e9 / roof)
+        if out["bytes_per_image_runtime"]:
+            out["memory_roof_pct_runtime"] = 100 * throughput * out["bytes_per_image_runtime"] / 1e9 / roof
         llc = memory.get("last_level_cache_mb")
         out["cache_resident"] = bool(llc) and low * record["batch_size"] <= float(llc or 0) * 2**20
     flops = (record.get("model_stats") or {}).get("flops_per_image")

@@ -90,6 +90,7 @@ class JaxRunner(Runner):
 
         self.fn = jax.jit(infer)
         self.take = jax.jit(lambda samples, indices: samples[indices])
+        self.timed = (ctx.model.input_shape(ctx.batch_size, ctx.resolution), ctx.batch_size)
 
     def prepare(self, batch: np.ndarray) -> Any:
         return self.jax.device_put(batch, self.device)
@@ -125,4 +126,17 @@ class JaxRunner(Runner):
                 "intra_op_threads": self.cpus, "xla_cpu_flags": self.xla_flags or None,
                 "threads_note": "XLA's own thread pool, the worker bound to that many CPUs (sched_setaffinity)"
                 if self.cpus else None,
-                "jax": self.jax.__version__}
+                "jax": self.jax.__version__, "runtime_cost": self.runtime_cost()}
+
+    def runtime_cost(self) -> dict[str, Any]:
+        """XLA's own cost analysis of the compiled call at the cell's batch size (the executable the cell timed, from
+        JAX's cache: no second compilation), per image: the bytes its fused kernels access and its FLOPs."""
+        shape, batch = self.timed
+        try:
+            found = self.fn.lower(self.params, self.jax.ShapeDtypeStruct(shape, np.float32)).compile().cost_analysis()
+        except Exception as exc:  # noqa: BLE001 - a backend without a cost model: the row goes without
+            return {"by": "XLA cost analysis", "why": f"{type(exc).__name__}: {str(exc)[:160]}"}
+        found = (found[0] if found else {}) if isinstance(found, list) else found or {}
+        moved, flops = found.get("bytes accessed"), found.get("flops")
+        return {"by": "XLA cost analysis", "bytes_per_image": moved / batch if moved else None,
+                "flops_per_image": flops / batch if flops else None}
