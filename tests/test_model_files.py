@@ -337,6 +337,13 @@ def test_a_keras_file_and_a_savedmodel_run_where_their_format_allows(tmp_path, s
     df = _records(out)
     assert set(df[df.model.str.startswith("smodel-")]["framework"]) == {"tf", "tfxla", "openvino"}
     assert set(df["parity.status"]) == {"passed"}
+    # the SavedModel's size, counted from its own graph, is the Keras file's (the same model): its parameters
+    # exactly, its FLOPs within 1%; and with it the rows' GFLOP/s and their place under the roofs
+    kfile, smodel = (df[df.model.str.startswith(f"{m}-")].iloc[0] for m in ("kfile", "smodel"))
+    assert smodel["model_stats.params"] == kfile["model_stats.params"] > 0
+    assert smodel["model_stats.flops_per_image"] == pytest.approx(kfile["model_stats.flops_per_image"], rel=0.01)
+    assert smodel["model_stats.activations_per_image"] > 0 and smodel["gflop_per_s"] > 0
+    assert smodel["bytes_per_image_low"] < smodel["bytes_per_image_high"]
 
 
 def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):

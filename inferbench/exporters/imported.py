@@ -14,6 +14,7 @@ from ..registry.artifacts import ExportContext
 from ..registry.models import get_model
 from ..registry.programs import program_shapes
 from ..registry.sideinputs import SideInput, bind, split
+from .keras import savedmodel_stats
 from .onnx_stats import counted
 from .reference import predictor, write_parity_reference
 from .torch_program import load_exported, save
@@ -36,7 +37,9 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         "input_signature": {"shape": [spec.fixed_batch, *spec.input_shape(1, ctx.resolution)[1:]],
                             "dtype": "float32", "layout": spec.layout},
         "imported_from": spec.source.path,
-        **({"model_stats": counted(target, ctx.resolution)} if target.suffix == ".onnx" else {}),
+        **({"model_stats": counted(target, ctx.resolution)} if target.suffix == ".onnx" else
+           {"model_stats": savedmodel_stats(target, spec.input_shape(1, ctx.resolution), ctx.resolution)}
+           if spec.source.format == "savedmodel" else {}),
         "reference": facts,
         "notes": notes,
     }

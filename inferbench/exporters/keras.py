@@ -51,12 +51,23 @@ def model_stats(model: Any, resolution: Size) -> dict[str, Any]:
     that Keras 3 on TensorFlow compiles with XLA even outside ``jit_compile`` (see docs/measured.md: the XLA report).
     """
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     fn = tf.function(lambda x: model(x, training=False))
     with convertible_ops():  # grouped convolutions as plain ops: inside Keras' XLA wrapper the profiler sees none
-        graph = convert_variables_to_constants_v2(
-            fn.get_concrete_function(tf.TensorSpec([1, *hw(resolution), 3], tf.float32))).graph
+        _, flops = frozen_flops(fn.get_concrete_function(tf.TensorSpec([1, *hw(resolution), 3], tf.float32)))
+    grouped = sum(1 for layer in walk_layers(model) if getattr(layer, "groups", 1) > 1)
+    return {"params": int(model.count_params()), "flops_per_image": int(flops), "flops_method": FLOPS_METHOD,
+            "flops_resolution": resolution, "grouped_convolutions": grouped,
+            "activations_per_image": activations(model)}
+
+
+def frozen_flops(concrete: Any) -> tuple[Any, int]:
+    """A concrete function's graph with its variables frozen into constants, and its floating-point operations:
+    TensorFlow's profiler count plus each ``Einsum``'s ``2 x`` the product of its index sizes."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    graph = convert_variables_to_constants_v2(concrete).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
     verbosity = tf.compat.v1.logging.get_verbosity()
@@ -74,10 +85,32 @@ def model_stats(model: Any, resolution: Size) -> dict[str, Any]:
             terms = equation.split("->")[0].split(",")
             sizes = {ch: dim for term, t in zip(terms, op.inputs) for ch, dim in zip(term, t.shape)}
             flops += 2 * math.prod(int(d) for d in sizes.values())
-    grouped = sum(1 for layer in walk_layers(model) if getattr(layer, "groups", 1) > 1)
-    return {"params": int(model.count_params()), "flops_per_image": int(flops), "flops_method": FLOPS_METHOD,
-            "flops_resolution": resolution, "grouped_convolutions": grouped,
-            "activations_per_image": activations(model)}
+    return graph, int(flops)
+
+
+#: Ops of a frozen graph whose outputs are no intermediate tensor a runtime computes.
+NOT_COMPUTED = ("Const", "Placeholder", "Identity", "NoOp")
+
+
+def savedmodel_stats(path: Any, shape: tuple[int, ...], resolution: Size) -> dict[str, Any] | None:
+    """The stats :func:`model_stats` gives a Keras model, from a TF SavedModel's inference function at the input
+    ``shape`` (batch 1): its variables' values as parameters, the profiler's FLOPs over the frozen graph, every
+    computed op's outputs as the intermediates; None where TensorFlow cannot trace or freeze it."""
+    import tensorflow as tf
+
+    from ..runners.tf import load_saved_model, serving_function
+
+    try:
+        loaded = load_saved_model(path)
+        graph, flops = frozen_flops(tf.function(serving_function(loaded)).get_concrete_function(
+            tf.TensorSpec(shape, tf.float32)))
+    except Exception:  # noqa: BLE001 - a graph the counter cannot read: the record has no stats, as before
+        return None
+    values = [op.outputs[0].shape for op in graph.get_operations() if op.type not in NOT_COMPUTED and op.outputs]
+    known = [s for s in values if s.is_fully_defined()]
+    return {"params": sum(math.prod(v.shape) for v in getattr(loaded, "variables", ())), "flops_per_image": flops,
+            "flops_method": FLOPS_METHOD, "flops_resolution": resolution,
+            "activations_per_image": sum(math.prod(s) for s in known) if len(known) == len(values) else None}
 
 
 def activations(model: Any) -> int | None:
