@@ -90,7 +90,7 @@ class JaxRunner(Runner):
 
         self.fn = jax.jit(infer)
         self.take = jax.jit(lambda samples, indices: samples[indices])
-        self.timed = (ctx.model.input_shape(ctx.batch_size, ctx.resolution), ctx.batch_size)
+        self.timed = (ctx.model.input_shape(ctx.batch_size, ctx.resolution), ctx.batch_size) if ctx.model else None
 
     def prepare(self, batch: np.ndarray) -> Any:
         return self.jax.device_put(batch, self.device)
@@ -131,6 +131,8 @@ class JaxRunner(Runner):
     def runtime_cost(self) -> dict[str, Any]:
         """XLA's own cost analysis of the compiled call at the cell's batch size (the executable the cell timed, from
         JAX's cache: no second compilation), per image: the bytes its fused kernels access and its FLOPs."""
+        if self.timed is None:  # loaded without a model's spec (a bare file): no shape to ask XLA about
+            return {"by": "XLA cost analysis", "why": "no input shape known"}
         shape, batch = self.timed
         try:
             found = self.fn.lower(self.params, self.jax.ShapeDtypeStruct(shape, np.float32)).compile().cost_analysis()
