@@ -114,6 +114,13 @@ def test_every_cpu_framework_runs_and_passes_parity(default_run):
     assert jitted["runner.runtime_cost.by"] == "XLA cost analysis" == jitted["bytes_runtime_by"]
     assert jitted["bytes_per_image_low"] <= jitted["bytes_per_image_runtime"], jitted.filter(like="bytes")
     assert 0.9 < jitted["runner.runtime_cost.flops_per_image"] / jitted["model_stats.flops_per_image"] < 1.1
+    # inductor's own count, taken as it compiled the timed batch: its kernels' bytes plus the weights it froze into
+    # the graph (constants it does not count), once a call; no fewer than the perfect-fusion bound, no more than
+    # every intermediate written and read
+    compiled = df[df.framework == "torch-inductor"].iloc[0]
+    assert compiled["bytes_runtime_by"] == "inductor kernel count + frozen weights once", compiled.filter(like="cost")
+    assert compiled["runner.runtime_cost.kernel_bytes_per_image"] > 0
+    assert compiled["bytes_per_image_low"] <= compiled["bytes_per_image_runtime"] <= compiled["bytes_per_image_high"]
     assert len(df) == len(CPU_FRAMEWORKS)
     assert sorted(set(df["framework"])) == sorted(CPU_FRAMEWORKS)
     assert (df["status"] == "ok").all(), df[["framework", "error"]]

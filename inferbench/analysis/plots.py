@@ -819,7 +819,7 @@ def roofline_chart(df: pd.DataFrame) -> Figure | None:
             own = pd.to_numeric(pd.Series([r.get("bytes_per_image_runtime")]), errors="coerce").iloc[0]
             if own == own:  # the runtime's own count of the bytes its kernels move: a tick on the bar
                 ax.plot([flops[row.index[-1]] / own], [y], color=_color(fw), marker="|", ms=11, mew=2, zorder=5)
-                handles["tick: the runtime's own count of the bytes (XLA's cost analysis)"] = Line2D(
+                handles["tick: the runtime's own count of the bytes (XLA, inductor)"] = Line2D(
                     [], [], marker="|", ls="", color="0.3", ms=11, mew=2)
             handles[fw] = ax.scatter([np.sqrt(x0 * x1)], [y], color=_color(fw), marker=_marker(fw), s=28, zorder=4,
                                      facecolors="none" if hollow else _color(fw))

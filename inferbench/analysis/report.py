@@ -212,7 +212,8 @@ def roofs(ctx: Context) -> list[str]:
           f"({roof['memory_roof_gbps']:.0f} GB/s); bytes per image range from perfect fusion (the weights once per "
           "batch, the image in, the outputs out) to none (every intermediate tensor written and read once). "
           "*runtime's own count*: the share of the memory roof by the bytes the runtime says its compiled kernels "
-          "move (XLA's cost analysis; a tick on the bar in the figure). "
+          "move (XLA's cost analysis, inductor's kernel count plus the weights it froze; a tick on the bar in the "
+          "figure). "
           "*overhead*: below a fifth of what the roofs allow; *cache*: the weights and a batch fit in the "
           "last-level cache. Method: docs/method.md.", "",
           *ctx.figure("roofline.png", plots.roofline_chart(df), "each row under its machine's compute and memory "

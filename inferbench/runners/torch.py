@@ -313,11 +313,55 @@ class TorchInductorRunner(TorchNativeRunner):
             inductor.freezing = True
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # first_call_s is far shorter with a warm cache
         self.cache_warm = cache is not None and os.path.isdir(cache) and any(os.scandir(cache))
+        self.counted: int | None = None
+        self.counted_before = count_inductor_bytes()
+        self.batch_size = ctx.batch_size
         super().load(dataclasses.replace(ctx, options=dataclasses.replace(
             ctx.options, channels_last=True, torch_compile=True)))
+
+    def to_numpy(self, outputs: Any) -> Any:
+        """As torch's; the first outputs read are the timed batch's first call (scenarios.base.Loaded), whose
+        compilation inductor has just counted: its bytes are taken then, before any other batch size compiles."""
+        if self.counted is None:
+            from torch._inductor import metrics
+
+            self.counted = metrics.num_bytes_accessed - self.counted_before
+        return super().to_numpy(outputs)
+
+    def runtime_cost(self) -> dict[str, Any]:
+        """Inductor's own count of the bytes its kernels read and write (``GraphLowering.count_bytes``, counted as it
+        compiled the timed batch, or carried with the graph from its cache), per image; frozen weights are
+        constants it does not count, so they are added once a call, from the module's parameters and buffers."""
+        import torch._inductor.config as inductor
+
+        by = "inductor kernel count"
+        if not self.counted:
+            return {"by": by, "why": "inductor counted no bytes: its cache held the graph from a compilation that "
+                                     "did not count (clear TORCHINDUCTOR_CACHE_DIR to count it)"}
+        weights = sum(t.numel() * t.element_size() for t in [*self.plain.parameters(), *self.plain.buffers()]) \
+            if inductor.freezing else 0
+        return {"by": by + (" + frozen weights once" if weights else ""),
+                "bytes_per_image": (self.counted + weights) / self.batch_size,
+                "kernel_bytes_per_image": self.counted / self.batch_size,
+                "weights_bytes_per_image": weights / self.batch_size}
 
     def details(self) -> dict[str, Any]:
         import torch._inductor.config as inductor
 
         return {**super().details(), "compile_backend": "inductor", "freezing": bool(inductor.freezing),
-                "inductor_cache_warm": self.cache_warm}
+                "inductor_cache_warm": self.cache_warm, "runtime_cost": self.runtime_cost()}
+
+
+def count_inductor_bytes() -> int:
+    """Make inductor count the bytes each graph it compiles moves (its metrics log, on at INFO, writing nowhere: the
+    count is kept with each graph in its cache as well), and return its count so far."""
+    import logging
+
+    from torch._inductor import compile_fx, metrics
+
+    log = getattr(compile_fx, "inductor_metrics_log", None)  # a torch without it counts nothing: the row says so
+    if log is not None and not log.isEnabledFor(logging.INFO):
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        log.addHandler(logging.NullHandler())
+    return int(metrics.num_bytes_accessed)
