@@ -155,7 +155,7 @@ def _stand_ins(folder: Path, **scripts: str) -> str:
     """Slurm's commands as small shell scripts in ``folder`` (there is no Slurm here): a PATH holding only them
     and the interpreter's own."""
     folder.mkdir(exist_ok=True)
-    for name in ("sbatch", "squeue", "sacct", "scancel", "sinfo"):
+    for name in ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo"):
         path = folder / name
         path.write_text("#!/bin/sh\n" + scripts.get(name, "exit 0") + "\n")
         path.chmod(0o755)
@@ -166,6 +166,11 @@ def test_no_slurm_or_no_accounting_is_one_line_and_leaves_nothing(fakes, tmp_pat
     monkeypatch.setenv("PATH", "/nonexistent")
     assert _sweep(tmp_path, "--executor", "slurm", "--framework", "fake") == 2
     assert "no sbatch on PATH: is this a Slurm login node?" in capsys.readouterr().err
+    _stand_ins(tmp_path / "no-srun")  # every command but srun, through which each job runs (submitit needs it)
+    (tmp_path / "no-srun" / "srun").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-srun"))
+    assert _sweep(tmp_path, "--executor", "slurm", "--framework", "fake") == 2
+    assert "no srun on PATH: is this a Slurm login node?" in capsys.readouterr().err
     monkeypatch.setenv("PATH", _stand_ins(tmp_path / "bin", sacct="echo 'sacct: error: Slurm accounting storage "
                                                                     "is disabled' >&2; exit 1"))
     assert _sweep(tmp_path, "--executor", "slurm", "--framework", "fake") == 2

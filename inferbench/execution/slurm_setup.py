@@ -96,7 +96,8 @@ def preflight(config: RunConfig) -> None:
     slurm = settings(config)
     if slurm.cluster == "local":
         return
-    missing = [tool for tool in ("sbatch", "squeue", "sacct", "scancel", "sinfo") if shutil.which(tool) is None]
+    # (submitit's Slurm executor itself refuses to start without srun, which each job runs its task through)
+    missing = [tool for tool in ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo") if shutil.which(tool) is None]
     if missing:
         raise UsageError(f"--executor slurm: no {missing[0]} on PATH: is this a Slurm login node? (--slurm-cluster "
                          "local runs each job as a process of this machine)")
