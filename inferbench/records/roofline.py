@@ -15,9 +15,10 @@ weights and intermediates in 2 (FP16, BF16) or 1 (INT8) bytes a value. A row's l
 - ``overhead`` when the row runs at less than a fifth of what the pessimistic roof allows (launch, dispatch, the
   framework's own time: neither roof explains it).
 
-Where the runtime counts the bytes its compiled kernels move (XLA's cost analysis, for ``jax``), that count is kept
-beside the range as the runtime's (``bytes_per_image_runtime``, ``bytes_runtime_by``) with its share of the memory
-roof: it says where in the range the compiler's fusion put the row.
+Where the runtime counts the bytes its compiled kernels move (XLA's cost analysis for ``jax``, inductor's kernel
+count for ``torch-inductor``), that count is kept beside the range as the runtime's (``bytes_per_image_runtime``,
+``bytes_runtime_by``) with its share of the memory roof: it says where in the range the compiler's fusion put the
+row.
 
 A share of the memory roof above 100% with no fusion says that the intermediates did not all go to memory (fused,
 or held in the cache). ``cache_resident`` marks a row whose weights and one batch's images and outputs fit in the

@@ -322,7 +322,7 @@ class TorchInductorRunner(TorchNativeRunner):
     def to_numpy(self, outputs: Any) -> Any:
         """As torch's; the first outputs read are the timed batch's first call (scenarios.base.Loaded), whose
         compilation inductor has just counted: its bytes are taken then, before any other batch size compiles."""
-        if self.counted is None:
+        if self.counted is None and self.counted_before is not None:
             from torch._inductor import metrics
 
             self.counted = metrics.num_bytes_accessed - self.counted_before
@@ -335,11 +335,12 @@ class TorchInductorRunner(TorchNativeRunner):
         import torch._inductor.config as inductor
 
         by = "inductor kernel count"
+        if self.counted_before is None:
+            return {"by": by, "why": "this torch's inductor has no metrics log to count with"}
         if not self.counted:
             return {"by": by, "why": "inductor counted no bytes: its cache held the graph from a compilation that "
                                      "did not count (clear TORCHINDUCTOR_CACHE_DIR to count it)"}
-        weights = sum(t.numel() * t.element_size() for t in [*self.plain.parameters(), *self.plain.buffers()]) \
-            if inductor.freezing else 0
+        weights = used_weight_bytes(self.torch, self.plain) if inductor.freezing else 0
         return {"by": by + (" + frozen weights once" if weights else ""),
                 "bytes_per_image": (self.counted + weights) / self.batch_size,
                 "kernel_bytes_per_image": self.counted / self.batch_size,
@@ -352,15 +353,41 @@ class TorchInductorRunner(TorchNativeRunner):
                 "inductor_cache_warm": self.cache_warm, "runtime_cost": self.runtime_cost()}
 
 
-def count_inductor_bytes() -> int:
+def used_weight_bytes(torch: Any, module: Any) -> int:
+    """The bytes of the weights a call of ``module`` reads (at most: a batch norm freezing folds away is counted):
+    a graph module's tensors that a node it runs uses (a quantised program keeps its FP32 originals, unused), else
+    every parameter and buffer, each tensor once."""
+    tensors: dict[int, Any] = {}
+    if isinstance(module, torch.fx.GraphModule):
+        for node in module.graph.nodes:
+            if not node.users or node.op not in ("get_attr", "call_module"):
+                continue
+            found = module.get_submodule(node.target) if node.op == "call_module" else _attribute(module, node.target)
+            held = [*found.parameters(), *found.buffers()] if isinstance(found, torch.nn.Module) else [found]
+            tensors.update((id(t), t) for t in held if isinstance(t, torch.Tensor))
+    else:
+        tensors = {id(t): t for t in [*module.parameters(), *module.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _attribute(module: Any, target: str) -> Any:
+    for name in target.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def count_inductor_bytes() -> int | None:
     """Make inductor count the bytes each graph it compiles moves (its metrics log, on at INFO, writing nowhere: the
-    count is kept with each graph in its cache as well), and return its count so far."""
+    count is kept with each graph in its cache as well), and return its count so far; None where it has no such
+    log."""
     import logging
 
     from torch._inductor import compile_fx, metrics
 
     log = getattr(compile_fx, "inductor_metrics_log", None)  # a torch without it counts nothing: the row says so
-    if log is not None and not log.isEnabledFor(logging.INFO):
+    if log is None:
+        return None
+    if not log.isEnabledFor(logging.INFO):
         log.setLevel(logging.INFO)
         log.propagate = False
         log.addHandler(logging.NullHandler())
