@@ -15,9 +15,11 @@ piece, so this script imports the modules it studies.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -40,10 +42,12 @@ def before(a: stats.Sample, b: stats.Sample) -> tuple[float, float]:
     ratios = {r: ma[r] / mb[r] for r in common}
     fit = stats.spread(ratios, {r: pa[r] * 1000 + pb[r] for r in common})
     assert fit is not None
+    fit = dataclasses.replace(fit, drift_factor=1.0)  # (the rounds taken as independent, as they were)
     pooled: tuple[float | None, int] = (None, 0)
     if a.between and b.between and a.between[0] is not None and b.between[0] is not None:
         pooled = (a.between[0] + b.between[0], min(a.between[1], b.between[1]))
-    se, df = fit.se(*pooled, sides=2)
+    with mock.patch.object(stats, "FEW_BETWEEN_DF", 0):  # a term estimated at 0 left out, as it was
+        se, df = fit.se(*pooled, sides=2)
     mean = float(np.mean(np.log(list(ratios.values()))))
     half = stats.t975(df) * se
     return math.exp(mean - half), math.exp(mean + half)

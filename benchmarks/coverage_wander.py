@@ -6,6 +6,7 @@ the rounds' lag-1 correlation taken into the interval (``inferbench.measure.stat
 median width (high / low). No timing: the result depends on nothing but the seeds.
 
     python benchmarks/coverage_wander.py [--trials 400]
+    python benchmarks/coverage_wander.py --floor   # a process term estimated at 0: the assumed part, or none
 
 Looks inside: the cell interval (measure.stats) on simulated rounds; the Python API (inferbench.api) has no such
 piece, so this script imports the modules it studies.
@@ -26,12 +27,16 @@ from sims import WANDERING_TRUTH, wandering_cell  # noqa: E402
 from inferbench.measure import stats  # noqa: E402
 
 CASES = [(r, p, phi, sd) for r, p in ((8, 2), (12, 3), (24, 3)) for phi in (0.0, 0.5, 0.8) for sd in (0.0, 0.03)]
+#: --floor: few processes, where a process term comes out at 0 most often
+FLOOR_CASES = [(r, p, 0.0, sd) for r, p in ((6, 2), (8, 2), (12, 2), (12, 3)) for sd in (0.0, 0.03, 0.06)]
 
 
-def trial(case: tuple[int, int, float, float], trials: int) -> tuple[float, float, float]:
+def trial(case: tuple[int, int, float, float], trials: int, said: str = "wandering") -> tuple[float, float, float]:
+    """Coverage, median width and the share of cells ``said`` wandering (or, ``said="assumed"``, whose interval
+    took the assumed process part)."""
     rounds, processes, phi, process_sd = case
     rng = np.random.default_rng(1)
-    hits, widths, wandering = 0, [], 0
+    hits, widths, flagged = 0, [], 0
     for _ in range(trials):
         x, r = wandering_cell(rng, phi, rounds, processes, process_sd=process_sd)
         found = stats.interval(x, r, "p50", processes)
@@ -39,14 +44,33 @@ def trial(case: tuple[int, int, float, float], trials: int) -> tuple[float, floa
         lo, hi, _ = found
         hits += lo <= WANDERING_TRUTH <= hi
         widths.append(hi / lo)
-        wandering += bool(stats.stability(x, r, processes)["wandering"])
-    return hits / trials, float(np.median(widths)), wandering / trials
+        flagged += bool(stats.stability(x, r, processes)["wandering"]) if said == "wandering" else \
+            stats.summarize(x, r, processes)["ci_method"].endswith(stats.ASSUMED)
+    return hits / trials, float(np.median(widths)), flagged / trials
+
+
+def floor(trials: int) -> int:
+    """A cell's process term estimated at 0 from few degrees of freedom: left out (before) or the assumed part in
+    its place (now, :data:`inferbench.measure.stats.FEW_BETWEEN_DF`)."""
+    print("| rounds | processes | process sd | covered before | now | width before | now | assumed now |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in FLOOR_CASES:
+        with mock.patch.object(stats, "FEW_BETWEEN_DF", 0):
+            before, width_before, _ = trial(case, trials, "assumed")
+        now, width_now, assumed = trial(case, trials, "assumed")
+        r, p, _, sd = case
+        print(f"| {r} | {p} | {sd:.0%} | {before:.1%} | {now:.1%} | {width_before:.3f} | {width_now:.3f} "
+              f"| {assumed:.1%} |")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--floor", action="store_true", help="a process term estimated at 0, left out or assumed")
     args = parser.parse_args(argv)
+    if args.floor:
+        return floor(args.trials)
     print("| rounds | processes | phi | process sd | covered before | now | width before | now | said wandering |")
     print("|---|---|---|---|---|---|---|---|---|")
     for case in CASES:

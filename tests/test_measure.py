@@ -161,9 +161,14 @@ def test_stability_verdict_is_about_the_estimate_not_the_iterations():
     st = stability(np.concatenate(drifting), np.repeat(np.arange(8), 50), processes=2)
     assert st["verdict"] == "unstable" and "drifted" in st["advice"] and "--rounds" in st["advice"]
     assert st["drift"] == pytest.approx(0.5, abs=0.08) and st["drift_method"] == "log-median-slope-over-rounds"
-    # a half width is measured, never a floor: quiet, alike rounds and processes give a narrow one
-    flat = [np.full(50, 10.0 * (1 + 0.001 * (r % 3))) for r in range(8)]
-    assert stability(np.concatenate(flat), np.repeat(np.arange(8), 50), processes=2)["half_width"] < 0.01
+    # a half width is measured, never a floor: quiet, alike rounds and processes (the group's, alike over 6 degrees
+    # of freedom) give a narrow one; alone, its two processes' spread is 0 from one degree of freedom, which is no
+    # evidence of none: the assumed 1.5% a process stands in (t's 2.4 x 1.5% / sqrt 2), and the method says so
+    flat = np.concatenate([np.full(50, 10.0 * (1 + 0.001 * (r % 3))) for r in range(8)])
+    assert stability(flat, np.repeat(np.arange(8), 50), processes=2, between=pooled)["half_width"] < 0.01
+    alone = stability(flat, np.repeat(np.arange(8), 50), processes=2)["half_width"]
+    assert alone == pytest.approx(math.expm1(t975(1e6) * 0.015 / math.sqrt(2)), rel=0.05)
+    assert summarize(flat, np.repeat(np.arange(8), 50), processes=2)["ci_method"].endswith("+process-sd-assumed-1.5%")
 
 
 def _group(rng: np.random.Generator, process_sd: float, cells: int = 4, rounds: int = 8, processes: int = 2,
@@ -406,9 +411,10 @@ def test_the_between_process_term_is_each_runtimes_own_where_the_group_differs()
 def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_interval():
     """At the default 8 rounds a cell gets three worker processes (two degrees of freedom for what differs between
     them), two below 6 rounds: simulated groups of three runtimes whose processes differ 1% (and 0.5/1/3%), the
-    moderated interval covers the levels 90% of the time and more with three (the 3% runtime's 89%), 85-89% with two,
-    and is narrower;
-    a cell's own between-process estimate is 0 less often."""
+    moderated interval covers the levels 90% of the time and more with three (the 3% runtime's 89%), and is narrower
+    than with two (median half-width 2.1% against 2.8% at 1%); a cell's own between-process estimate is 0 less often
+    (20-22% of cells against 30-32%). (With two, a term estimated at 0 from one degree of freedom takes the assumed
+    part: 95% at 1%, the 3% runtime's 87%; left at 0, as before 2026-12-06, they covered 85-89%.)"""
     from inferbench.execution.plan import default_processes
 
     assert [default_processes(r) for r in (1, 2, 3, 5, 6, 8, 16)] == [1, 2, 2, 2, 3, 3, 3]
@@ -429,7 +435,7 @@ def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_
 
     for sds in ([0.01] * 3, [0.005, 0.01, 0.03]):
         (two, half_two, zero_two), (three, half_three, zero_three) = run(sds, 2), run(sds, 3)
-        assert three.min() >= 0.88 and three.mean() >= 0.90 and two.min() < three.min() - 0.03, (sds, two, three)
+        assert three.min() >= 0.88 and three.mean() >= 0.90, (sds, two, three)
         assert half_three < 0.8 * half_two and zero_three < zero_two, (half_two, half_three, zero_two, zero_three)
 
 
@@ -512,14 +518,24 @@ def test_every_interval_survives_degenerate_rounds_without_a_traceback():
     assert t975(math.inf) == pytest.approx(1.959964) and t975(1e9) == pytest.approx(1.959964, abs=1e-6)
     with pytest.raises(ValueError):
         t975(float("nan"))
-    assert stats.net_interval(1.0, {0: 2.0, 1: 2.0, 2: 2.0, 3: 2.0}, 2, []) == (1.0, 1.0)
+    # equal rounds from two processes: a spread of 0 from one degree of freedom is no evidence of none, so the
+    # assumed 1.5% a process stands in (normal quantile: the assumed part is known), never a term of 0
+    half = 1.959964 * 0.015 / math.sqrt(2)
+    low, high = stats.net_interval(1.0, {0: 2.0, 1: 2.0, 2: 2.0, 3: 2.0}, 2, [])
+    assert low == pytest.approx(1.0 - half, rel=1e-3) and high == pytest.approx(1.0 + half, rel=1e-3)
     flat, rounds = [5.0] * 120, [i // 20 for i in range(120)]  # six rounds of one value, two processes
     for found in (stats.interval(flat, rounds, "p50", 2), stats.tail_interval(flat, rounds, "p95", 2)):
-        assert found is not None and found == pytest.approx((5.0, 5.0, 5.0))
+        assert found is not None and found == pytest.approx((5.0 * math.exp(-half), 5.0 * math.exp(half), 5.0))
+    # ... and where the group measured no spread over enough degrees of freedom, 0 is taken as measured
+    assert stats.interval(flat, rounds, "p50", 2, (0.0, 6)) == pytest.approx((5.0, 5.0, 5.0))
     summary = summarize(flat, rounds, 2)
-    assert summary["p50"] == pytest.approx(5.0) and summary["p50_ci95"] == pytest.approx([5.0, 5.0])
+    assert summary["p50"] == pytest.approx(5.0) and summary["p50_ci95"] == pytest.approx(list(found[:2]))
     same = compare(Sample(flat, rounds, 2), Sample(flat, rounds, 2), paired=True)
     assert same["ratio"] == pytest.approx(1.0) and same["ci95"] is not None and same["significant"] is False
+    # across runs the same: a side whose group measured 0 from one degree of freedom is said to assume its part
+    few, enough = (Sample(flat, rounds, 2, (0.0, df)) for df in (1, 6))
+    assert compare(few, enough, paired=False)["method"] == "unpaired-rounds-and-processes-t-95+process-sd-assumed-1.5%"
+    assert compare(enough, enough, paired=False)["method"] == "unpaired-rounds-and-processes-t-95"
 
 
 @pytest.mark.parametrize("processes", [3, 2])

@@ -549,3 +549,26 @@ print(json.dumps(sensor.tenants()))
 
     assert json.loads(out) == {"other_processes": 1, "other_processes_memory_mb": 300.0, "group_workers": 1,
                                "tenants_visible": True}
+
+
+def test_an_energy_interval_says_where_its_spread_between_processes_is_assumed():
+    """A cell's energy per inference, one figure a round from two worker processes: where the processes' rounds
+    agree exactly, their spread is 0 from one degree of freedom, no evidence of none, and the assumed 1.5% stands
+    in (said in ``ci_method``, as latency's); where the processes differ by 20%, the spread is measured, and wide."""
+    from inferbench.scenarios.inference import _merge_energy
+
+    def blocks(values):
+        return [{"available": True, "gross_j": 10.0, "net_j": 5.0, "peak_power_w": 50.0, "window_s": 2.0,
+                 "per_round_j_per_inference": {r: values[r] for r in range(8) if r % 2 == p},
+                 "per_round_net_j_per_inference": {}} for p in (0, 1)]
+
+    processes = {r: r % 2 for r in range(8)}
+    alike = _merge_energy(blocks([0.1] * 8), processes, 400, 4.0)
+    assert alike["ci_method"] == "rounds-and-processes-t-95+process-sd-assumed-1.5%"
+    lo, hi = alike["joules_per_inference_ci95"]
+    assert hi / lo == pytest.approx(math.exp(2 * 1.959964 * 0.015 / math.sqrt(2)), rel=1e-3)
+    apart = _merge_energy(blocks([0.1 * (1.1 if r % 2 else 0.9) * (1 + 0.01 * (r % 3)) for r in range(8)]),
+                          processes, 400, 4.0)
+    assert apart["ci_method"] == "rounds-and-processes-t-95"
+    lo, hi = apart["joules_per_inference_ci95"]
+    assert lo < 0.9 * apart["joules_per_inference"] and hi > 1.1 * apart["joules_per_inference"]

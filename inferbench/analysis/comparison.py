@@ -533,8 +533,9 @@ def summary_lines(rows: list[dict[str, Any]], ab: bool = False) -> list[str]:
                    "it): their intervals hold within a run, and may call identical runs different")
     assumed = [r for r in judged if "assumed" in (r.get("method") or "")]
     if assumed:
-        out.append(f"{len(assumed)} of {len(judged)} judged cells have a side from before inferbench measured the "
-                   "spread between processes (schema 5 and older): an assumed 1.5% stands in for it, not a measurement")
+        out.append(f"{len(assumed)} of {len(judged)} judged cells have a side whose spread between processes was not "
+                   "measured (one process, a record of schema 5 or older) or came out at 0 from too few processes: an "
+                   "assumed 1.5% stands in for it, not a measurement")
     return out
 
 

@@ -255,6 +255,7 @@ class Energy(Block):
     net_joules_per_inference: Number = None  # below zero where the idle baseline is above the rounds' power
     joules_per_inference_ci95: Interval = None
     net_joules_per_inference_ci95: Interval = None
+    ci_method: str | None = None  # joules_per_inference_ci95's rule, as latency's (an assumed process part said)
     per_round_j_per_inference: dict[str, Any] | None = None
     peak_power_w: NonNegative = None
     inferences_per_joule: NonNegative = None

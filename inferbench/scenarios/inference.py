@@ -142,6 +142,8 @@ def _merge_energy(blocks: list[dict[str, Any]], processes: dict[int, int], infer
     if out["joules_per_inference"]:
         ci = stats.per_round_interval(out["joules_per_inference"], per_round, processes)
         out["joules_per_inference_ci95"] = None if ci is None else list(ci)
+        out["ci_method"] = None if ci is None else stats.CI_METHOD + (  # as latency's: an assumed part said
+            stats.ASSUMED if stats.assumed_part(per_round, processes) else "")
 
     return net_interval(out, blocks, inferences, processes)  # each process's own baseline
 
