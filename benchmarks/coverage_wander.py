@@ -45,7 +45,7 @@ def trial(case: tuple[int, int, float, float], trials: int, said: str = "wanderi
         hits += lo <= WANDERING_TRUTH <= hi
         widths.append(hi / lo)
         flagged += bool(stats.stability(x, r, processes)["wandering"]) if said == "wandering" else \
-            stats.summarize(x, r, processes)["ci_method"].endswith(stats.ASSUMED)
+            stats.assumed_part(stats.round_medians(x, r), processes)
     return hits / trials, float(np.median(widths)), flagged / trials
 
 

@@ -616,7 +616,6 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
     """
     ma, mb = round_stats(a.latencies, a.rounds, stat), round_stats(b.latencies, b.rounds, stat)
     common = sorted(set(ma) & set(mb))
-    assumed = any(assumes_between(s, stat) for s in (a, b))
     if paired and len(common) >= MIN_ROUNDS:
         pa, pb = process_of(common, a.processes), process_of(common, b.processes)
         ratios = {r: ma[r] / mb[r] for r in common}
@@ -635,7 +634,7 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
             return {"ratio": math.exp(mean), "ci95": None, "significant": None, "method": "none-too-few-rounds",
                     "rounds": min(len(ma), len(mb))}
         parts = [(se, df) for _, se, df in (sides[0], sides[1])]
-        method = UNPAIRED_METHOD
+        method, assumed = UNPAIRED_METHOD, any(assumes_between(s, stat) for s in (a, b))
         invocation = max(((s.invocation_var, s.invocation_df or 1.0) for s in (a, b) if s.invocation_var is not None),
                          default=None)
         if invocation is not None:  # what differs between invocations and no run can see, measured on this machine

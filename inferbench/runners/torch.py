@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 import os
 from typing import Any
 
@@ -331,7 +332,7 @@ class TorchInductorRunner(TorchNativeRunner):
     def runtime_cost(self) -> dict[str, Any]:
         """Inductor's own count of the bytes its kernels read and write (``GraphLowering.count_bytes``, counted as it
         compiled the timed batch, or carried with the graph from its cache), per image; frozen weights are
-        constants it does not count, so they are added once a call, from the module's parameters and buffers."""
+        constants it does not count, so they are added once a call (:func:`used_weight_bytes`)."""
         import torch._inductor.config as inductor
 
         by = "inductor kernel count"
@@ -362,18 +363,12 @@ def used_weight_bytes(torch: Any, module: Any) -> int:
         for node in module.graph.nodes:
             if not node.users or node.op not in ("get_attr", "call_module"):
                 continue
-            found = module.get_submodule(node.target) if node.op == "call_module" else _attribute(module, node.target)
+            found = operator.attrgetter(node.target)(module)  # a submodule it calls, or a tensor it reads
             held = [*found.parameters(), *found.buffers()] if isinstance(found, torch.nn.Module) else [found]
             tensors.update((id(t), t) for t in held if isinstance(t, torch.Tensor))
     else:
         tensors = {id(t): t for t in [*module.parameters(), *module.buffers()]}
     return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
-def _attribute(module: Any, target: str) -> Any:
-    for name in target.split("."):
-        module = getattr(module, name)
-    return module
 
 
 def count_inductor_bytes() -> int | None:
