@@ -133,8 +133,9 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = 
             fw, name = frameworks.FRAMEWORKS[key], display_name(key, precision)
             row: dict[str, Any] = {
                 "model": model, "family": spec.family, "resolution": resolution[model],
-                "params": stats["params"] if stats else None,
-                "gflop_per_image": round(stats["flops_per_image"] / 1e9, 4) if stats else None,
+                "params": stats.get("params") if stats else None,
+                "gflop_per_image": round(stats["flops_per_image"] / 1e9, 4)
+                if stats and stats.get("flops_per_image") is not None else None,  # none counted: an in-graph NMS's
                 "export_s": exports.get(model), "framework": name}
             r = by_cell.get((model, name))
             if r is not None:
@@ -147,6 +148,15 @@ def matrix_rows(plan: Any, records: list[dict[str, Any]], folder: Path | None = 
                 row.update(status="not run yet", reason="")
             rows.append({c: row.get(c) for c in MATRIX_COLUMNS})
     return rows
+
+
+def _numbers(parity: dict[str, Any]) -> str:
+    """A failed parity's figures where it gave no reason (a classifier's top-1 agreement where it has one)."""
+    if parity.get("max_rel_err") is None:
+        return ""
+    top1 = parity.get("top1_agreement")
+    return f"max_rel_err {parity['max_rel_err']:.3g}, cosine {parity.get('cosine') or 0:.6f}" + \
+        (f", top-1 {top1:.3g}" if top1 is not None else "")
 
 
 def _outcome(r: dict[str, Any]) -> dict[str, Any]:
@@ -165,9 +175,7 @@ def _outcome(r: dict[str, Any]) -> dict[str, Any]:
     if parity["status"] == "passed":
         return {**out, "status": "passed", "reason": ""}
     if parity["status"] == "failed":
-        numbers = f"max_rel_err {parity.get('max_rel_err'):.3g}, cosine {parity.get('cosine'):.6f}, top-1 " \
-            f"{parity.get('top1_agreement'):.3g}" if parity.get("max_rel_err") is not None else ""
-        return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or numbers)}
+        return {**out, "status": "failed parity", "reason": _short(parity.get("reason") or _numbers(parity))}
     if parity["status"] == "unjudged":  # INT8 without labelled images: measured, its agreement with FP32 said
 
         top1 = ((parity.get("agreement") or {}).get("top1") or {})
