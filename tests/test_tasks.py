@@ -528,7 +528,8 @@ def test_ssd_heads_are_decoded_as_torchvisions_box_coder_decodes_them():
     assert found["scores"][0] == pytest.approx(np.exp(10) / (np.exp(10) + 2))
     assert found["scores"][1] == pytest.approx(1 / 3)
     assert np.allclose(found["boxes"], [[10, 0, 20, 10], [0, 20, 32, 40], [0, 20, 32, 40]])  # x clipped at 32
-    with pytest.raises(UsageError, match=r"or SSD's heads \(bbox_regression, cls_logits, anchors, image_size\)"):
+    with pytest.raises(UsageError, match=r"SSD's heads \(bbox_regression, cls_logits, anchors, image_size\) or the "
+                       r"detections a graph kept"):
         detection.kinds(outputs[:2], "here")
 
 
@@ -541,6 +542,81 @@ def test_ssd_detections_are_matched_saying_the_suppression_that_kept_them():
     assert detection.agreement([{**box, "category_ids": True}], [box])["method"].endswith(ssd.DEFAULT.said())
     assert detection.agreement([box], [box])["method"].endswith(nms.DEFAULT.said()) and \
         ssd.DEFAULT.said() != nms.DEFAULT.said()
+
+
+def kept_detections(n=12, cap=12, seed=0):
+    """Detections a graph kept (torchvision's Faster R-CNN layout): ``n`` images of 8 to 10 boxes (108 in all at 12),
+    best first, the rest of the cap rows of zeros; distinct classes within an image so that no two boxes compete in a
+    match."""
+    rng = np.random.default_rng(seed)
+    boxes, scores, labels = np.zeros((n, cap, 4), np.float32), np.zeros((n, cap), np.float32), np.zeros((n, cap))
+    for k in range(n):
+        m = 8 + k % 3
+        corner = rng.uniform(0, 200, (m, 2))
+        boxes[k, :m] = np.concatenate([corner, corner + rng.uniform(20, 80, (m, 2))], 1)
+        scores[k, :m] = np.sort(rng.uniform(0.3, 0.95, m))[::-1]
+        scores[k, m - 1] = 0.06  # the last one kept, at the score floor
+        labels[k, :m] = rng.permutation(np.arange(1, 91))[:m]
+    return {"boxes": boxes, "scores": scores, "labels": labels.astype(np.float32)}
+
+
+def dropped(found, image, row):
+    """``found`` with the detection at ``row`` of ``image`` gone, the rows below it moved up."""
+    out = {k: v.copy() for k, v in found.items()}
+    for v in out.values():
+        v[image, row:-1] = v[image, row + 1:]
+        v[image, -1] = 0
+    return out
+
+
+def test_detections_a_graph_kept_are_judged_pair_by_pair_whatever_their_order():
+    """Faster R-CNN's outputs (its suppression in the graph): the same detections in another order pass parity (two
+    scores within rounding swap places); every box moved 2 px fails naming ``boxes``; what a suppression's rounding
+    leaves (a detection one side lacks, two tied boxes kept the one by one runtime and the other by the other) passes
+    at the boundary or while at most 1% of the detections, and fails beyond; wrong labels fail naming ``labels``."""
+    from inferbench.scenarios.gates import judge_outputs
+    from inferbench.tasks import ingraph
+
+    ref = kept_detections()
+    outputs = detection.kinds([Output(k, v.shape[1:]) for k, v in ref.items()], "here")
+    assert detection.claims(outputs, (320, 320)) and [o.kind for o in outputs] == ["boxes", "kept_scores", "values"]
+    assert guess(outputs, (320, 320)) == "detection"
+
+    def judged(cand, against=ref):
+        flat = [packed(x, list(ingraph.NAMES)) for x in (against, cand)]
+        return judge_outputs(detection, outputs, flat[0], flat[1], "fp32", None, None)
+
+    swapped = {k: v.copy() for k, v in ref.items()}
+    for v in swapped.values():
+        v[0, [1, 2]] = v[0, [2, 1]]  # two detections in another order
+    assert judged(ref)["status"] == judged(swapped)["status"] == "passed"
+    moved = {k: v.copy() for k, v in swapped.items()}
+    moved["boxes"][:, :, 0] += 2.0 * (moved["scores"] > 0)  # every box 2 px to the right: a wrong decoding
+    check = judged(moved)
+    assert check["status"] == "failed" and check["outputs"]["boxes"]["status"] == "failed", check
+    assert "boxes" in check["reason"] and check["outputs"]["labels"]["status"] == "passed"
+    tie = {k: v.copy() for k, v in swapped.items()}
+    tie["boxes"][1, 3] += 6.0  # one of 108: another box of near-equal score kept in its place (a tie broken otherwise)
+    two = {k: v.copy() for k, v in tie.items()}
+    two["boxes"][2, 4] += 6.0
+    assert judged(tie)["status"] == "passed" and judged(two)["status"] == "failed"
+    assert judged(dropped(ref, 0, 7))["status"] == "passed"  # the last one kept (0.06): at the score floor
+    assert judged(dropped(ref, 0, 2))["status"] == "passed"  # one of 108 in the middle: within a suppression's rounding
+    assert judged(dropped(dropped(ref, 0, 2), 3, 1))["status"] == "failed"  # two: no rounding
+    few = {k: v[:3].copy() for k, v in ref.items()}  # 27 detections: none may be left out but at a boundary
+    assert judged(dropped(few, 1, 7), few)["status"] == "failed" and judged(dropped(few, 1, 8), few)["status"] == \
+        "passed"
+    junk = {k: v.copy() for k, v in ref.items()}
+    junk["boxes"][2, 11] = [1, 2, 3, 4]  # a padding row (score 0) that is not all zeros
+    assert judged(junk)["status"] == "failed" and "boxes" in judged(junk)["reason"]
+    relabelled = {k: v.copy() for k, v in ref.items()}
+    relabelled["labels"][2] = np.roll(relabelled["labels"][2][:10], 1).tolist() + [0, 0]
+    assert judged(relabelled)["status"] == "failed" and "labels" in judged(relabelled)["reason"]
+    kept = detection.postprocess(ref, outputs)
+    assert [len(d["scores"]) for d in kept[:3]] == [8, 9, 10] and all(d["category_ids"] for d in kept)
+    said = detection.agreement(kept, detection.postprocess(swapped, outputs))
+    assert said["matched_share"] == 1.0 and said["method"].endswith(ingraph.KEPT_BY)
+    assert detection.kept_for_map(outputs) == f"{ingraph.KEPT_BY} (at most 12 an image)"
 
 
 def test_postprocess_inside_runs_the_tasks_postprocessing_in_every_timed_call():

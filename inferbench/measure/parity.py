@@ -362,6 +362,10 @@ def compare(reference: np.ndarray, candidate: np.ndarray, precision: str = "fp32
     ungated = precision in UNGATED
     th = THRESHOLDS[precision].widened(fp32_spread) if precision == "fp32" \
         else THRESHOLDS["fp32"] if ungated else relative_gate(precision, sensitivity) or THRESHOLDS[precision]
+    if kind == "kept_scores" and precision == "fp32":  # a two-stage detector's: pooled from proposals of their own
+        # rounding (0.04-0.08 px apart between runtimes here), its kept scores differed by 0.0005-0.0025 at FP32
+        th = dataclasses.replace(th, max_rel_err=max(th.max_rel_err, WIDEST.max_rel_err),
+                                 min_cosine=min(th.min_cosine, WIDEST.min_cosine))
     ref = np.asarray(reference, dtype=np.float64)
     cand = np.asarray(candidate, dtype=np.float64).reshape(ref.shape) if np.size(candidate) == ref.size \
         else None

@@ -27,6 +27,8 @@ KINDS = {
     "masks": "class scores a pixel, [classes, height, width]: relative error and cosine, and the pixels whose top "
              "class moved away from near-ties",
     "values": "numbers of no known meaning: relative error and cosine",
+    "kept_scores": "the scores of the detections a graph kept itself (computed on its own region proposals, whose "
+                   "rounding moves them): relative error and cosine, at FP32 to the widest FP32 gate",
 }
 
 

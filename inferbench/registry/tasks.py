@@ -28,6 +28,11 @@ class TaskModule(Protocol):
         """The model's outputs with their kinds; a UsageError (one line, naming ``where``) where this task cannot
         read them."""
 
+    def align(self, reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+              outputs: Sequence[Output]) -> tuple[dict[str, np.ndarray], ...]:
+        """Both sides' outputs (by name) with the same results in the same rows, before parity compares them
+        (detections a graph kept, whose order may differ: paired); as they are where rows cannot move."""
+
     def parts(self, arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
         """What parity judges, by name: each an array (one row an image) and its kind."""
 
@@ -79,10 +84,13 @@ TASKS: dict[str, Task] = {
                            "top-1 and top-5 accuracy", classifier=True, labels="classes"),
     "detection": Task("inferbench.tasks.detection", "raw detection heads: YOLOv8's anchor-free [4 + classes, "
                       "anchors] an image (box centre, width and height in pixels, then each class's score), or SSD's "
-                      "(bbox_regression, cls_logits, anchors, image_size: torchvision's SSDlite cut before its NMS)",
+                      "(bbox_regression, cls_logits, anchors, image_size: torchvision's SSDlite cut before its NMS), "
+                      "or the detections a graph kept itself (boxes, scores, labels padded to a cap: torchvision's "
+                      "Faster R-CNN, its suppression in the graph)",
                       accuracy="COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval), on a COCO instances file",
                       labels="boxes", float_outputs=True, whole_image=True,
-                      postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms)"),
+                      postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms; none "
+                      "where the graph holds its own: timed inside the call)"),
     "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
                          "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",
                          accuracy="mean IoU and pixel accuracy, on images with their masks (images/, masks/)",

@@ -93,13 +93,27 @@ def broken_after(module: TaskModule, check: dict[str, Any]) -> dict[str, Any]:
 
 def judge_outputs(module: TaskModule, outputs: list[Output], reference: np.ndarray, got: np.ndarray, precision: str,
                   spread: Any, own: Any) -> dict[str, Any]:
-    """:func:`inferbench.measure.parity.compare_parts` of the parts the task judges (flat batches in, as stored); a
+    """:func:`inferbench.measure.parity.compare_parts` of the parts the task judges (flat batches in, as stored),
+    after the task has set both sides' results in the same rows (``align``: detections a graph kept, paired); a
     batch of another size fails as a whole, saying so."""
     if got.shape != reference.shape:
         return parity.compare(reference, got, precision, spread, own)
-    ref = module.parts(unpacked(reference, outputs), outputs)
-    cand = {name: array for name, (array, _) in module.parts(unpacked(got, outputs), outputs).items()}
+    mine, theirs = module.align(unpacked(reference, outputs), unpacked(got, outputs), outputs)
+    ref = module.parts(mine, outputs)
+    cand = {name: array for name, (array, _) in module.parts(theirs, outputs).items()}
     return parity.compare_parts(ref, {k: v.reshape(len(v), -1) for k, v in cand.items()}, precision, spread, own)
+
+
+def aligned(job: CellJob, reference: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two flat batches of the cell's model with the task's results in the same rows (``align``: detections a graph
+    kept, paired), flat again; as they are where their shapes differ (the comparison then fails on that)."""
+    outputs = read_layout(Path(job.artifact_dir) / REFERENCE_OUTPUTS, reference.shape[1])
+    if got.shape != reference.shape:
+        return reference, got
+    mine, theirs = task_module(get_model(job.cell.model).task).align(unpacked(reference, outputs),
+                                                                      unpacked(got, outputs), outputs)
+    names = [o.name for o in outputs]
+    return packed(mine, names), packed(theirs, names)
 
 
 def after_postprocess(module: TaskModule, outputs: list[Output], reference: np.ndarray,

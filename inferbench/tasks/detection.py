@@ -1,8 +1,10 @@
 """Detection from raw heads, in one of two layouts: YOLOv8's anchor-free head, one output of ``[4 + classes, anchors]``
 an image (box centre x, centre y, width and height in input pixels, then each class's score, already a probability),
-or SSD's (torchvision's SSDlite cut before its decoding: :mod:`.ssd`). Parity judges the boxes (in pixels) and the
+or SSD's (torchvision's SSDlite cut before its decoding: :mod:`.ssd`); or from detections the graph computed whole,
+its own suppression inside (torchvision's Faster R-CNN: :mod:`.ingraph`). Parity judges the boxes (in pixels) and the
 scores apart, before anything runs after the call; then every runtime's heads go through the same decoding and
-suppression (:mod:`.nms`), and two runtimes' detections are matched box by box."""
+suppression (:mod:`.nms`; nothing for detections the graph kept), and two runtimes' detections are matched box by
+box."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 from ..base.errors import UsageError
 from ..measure.parity import INT8_GROSS_FLOOR
 from ..registry.outputs import Output
-from . import nms, paired, ssd
+from . import ingraph, nms, paired, ssd
 
 #: Two detections are the same where their class is and their boxes overlap by at least this (COCO's loosest).
 MATCH_IOU = 0.5
@@ -32,7 +34,7 @@ def anchors(size: tuple[int, int]) -> int:
 def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:
     """SSD's named heads, or one head of [4 + classes, anchors] with exactly the anchors of YOLOv8's three strides
     at this image size (a coincidence of shape that no classifier or segmenter output has)."""
-    if ssd.is_layout(outputs):
+    if ssd.is_layout(outputs) or ingraph.is_layout(outputs):
         return True
     return len(outputs) == 1 and len(outputs[0].shape) == 2 and outputs[0].shape[0] >= 5 \
         and outputs[0].shape[1] == anchors(size)
@@ -41,10 +43,13 @@ def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:
 def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
     if ssd.is_layout(outputs):
         return ssd.kinds(outputs)
+    if ingraph.is_layout(outputs):
+        return ingraph.kinds(outputs)
     if len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[0] < 5:
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
         raise UsageError(f"{where}: --task detection reads one raw head of [4 + classes, anchors] an image (YOLOv8's "
-                         f"layout) or SSD's heads ({', '.join(ssd.NAMES)}); this model gives {shapes} (--task raw "
+                         f"layout), SSD's heads ({', '.join(ssd.NAMES)}) or the detections a graph kept "
+                         f"({', '.join(ingraph.NAMES)}: [cap, 4], [cap], [cap]); this model gives {shapes} (--task raw "
                          "compares them as numbers)")
     return [Output(outputs[0].name, outputs[0].shape, "values")]
 
@@ -56,16 +61,26 @@ def _split(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parts(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:
-    if ssd.is_layout(outputs):
+    if ssd.is_layout(outputs) or ingraph.is_layout(outputs):
         return {o.name: (arrays[o.name], o.kind) for o in outputs}
     name = outputs[0].name
     boxes, scores = _split(arrays[name])
     return {f"{name}.boxes": (boxes, "boxes"), f"{name}.scores": (scores, "values")}
 
 
+def align(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+          outputs: Sequence[Output]) -> tuple[dict[str, np.ndarray], ...]:
+    """Detections a graph kept, paired with the reference's before parity compares them (:func:`.ingraph.align`);
+    raw heads as they are (one row an anchor: the same order on both sides)."""
+    return ingraph.align(reference, candidate) if ingraph.is_layout(outputs) else (reference, candidate)
+
+
 def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output], evaluation: bool = False) -> list[Any] | None:
     """Each image's detections: boxes (x1, y1, x2, y2 in pixels), scores and classes, best first (``evaluation``: as
-    mAP reads them, :data:`EVALUATION`; an SSD's as torchvision's postprocessing keeps them)."""
+    mAP reads them, :data:`EVALUATION`; an SSD's as torchvision's postprocessing keeps them; a graph's as it kept
+    them)."""
+    if ingraph.is_layout(outputs):
+        return ingraph.detections(arrays)
     if ssd.is_layout(outputs):
         return ssd.detections(arrays, ssd.EVALUATION if evaluation else ssd.DEFAULT)
     settings = EVALUATION if evaluation else nms.DEFAULT
@@ -87,21 +102,14 @@ def agreement(reference: list[Any], candidate: list[Any]) -> dict[str, Any]:
     score_diff = 0.0
     for ref, cand in zip(reference, candidate):
         boxes_ref, boxes_cand = boxes_ref + len(ref["scores"]), boxes_cand + len(cand["scores"])
-        free = np.ones(len(cand["scores"]), dtype=bool)
-        for i in np.argsort(-ref["scores"], kind="stable"):
-            options = np.flatnonzero(free & (cand["classes"] == ref["classes"][i]))
-            if not len(options):
-                continue
-            overlap = nms.iou(ref["boxes"][i], cand["boxes"][options])
-            j = int(np.argmax(overlap))
-            if overlap[j] >= MATCH_IOU:
-                free[options[j]] = False
-                matched += 1
-                overlaps.append(float(overlap[j]))
-                score_diff = max(score_diff, abs(float(ref["scores"][i]) - float(cand["scores"][options[j]])))
+        for i, j, overlap in nms.match(ref, cand, MATCH_IOU):
+            matched += 1
+            overlaps.append(overlap)
+            score_diff = max(score_diff, abs(float(ref["scores"][i]) - float(cand["scores"][j])))
     larger = max(boxes_ref, boxes_cand)
-    settings = ssd.DEFAULT if any(r.get("category_ids") for r in reference) else nms.DEFAULT  # what kept the boxes
-    return {"method": f"boxes matched at IoU >= {MATCH_IOU:g} and the same class, after {settings.said()}",
+    kept = next((r["kept_by"] for r in reference if r.get("kept_by")), None) or (  # what kept the boxes
+        ssd.DEFAULT if any(r.get("category_ids") for r in reference) else nms.DEFAULT).said()
+    return {"method": f"boxes matched at IoU >= {MATCH_IOU:g} and the same class, after {kept}",
             "images": len(reference), "boxes_reference": boxes_ref, "boxes_candidate": boxes_cand,
             "matched": matched, "matched_share": matched / larger if larger else 1.0,
             "mean_iou": float(np.mean(overlaps)) if overlaps else None, "max_score_difference": score_diff}
@@ -115,7 +123,8 @@ def broken(agreement: dict[str, Any]) -> bool:
 
 
 def said(agreement: dict[str, Any], inputs: str = "reference inputs") -> str:
-    return (f"its detections after the shared suppression match FP32's on {agreement['matched_share']:.1%} of "
+    kept = ingraph.KEPT_BY if str(agreement.get("method", "")).endswith(ingraph.KEPT_BY) else "the shared suppression"
+    return (f"its detections after {kept} match FP32's on {agreement['matched_share']:.1%} of "
             f"{max(agreement['boxes_reference'], agreement['boxes_candidate'])} boxes over {agreement['images']} "
             f"{inputs}")
 
@@ -143,11 +152,18 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
     out = paired.scored(lambda found, draw: _map(labels, by_image, found, draw), mine, fp32, n, METRICS)
     out.update(metric="COCO mAP@[.5:.95]", method=(
         f"faster-coco-eval on the images resized whole to the input, boxes scaled back; "
-        f"{(ssd.EVALUATION if ssd.is_layout(outputs) else EVALUATION).said()}; "
+        f"{kept_for_map(outputs)}; "
         f"intervals: {paired.BOOTSTRAP} resamples of the images, bias-corrected percentile"))
     paired.say(out, "map", "COCO mAP@[.5:.95]", "mAP", "map50", "mAP@.5")
     return paired.judged(out, "map", "mAP@[.5:.95]", precision, "FP32 finds none of the labelled objects",
                          " (labels in another category order than the model's?)")
+
+
+def kept_for_map(outputs: Sequence[Output]) -> str:
+    """What kept the detections mAP reads, in a phrase: the graph's own suppression, or the shared one's settings."""
+    if ingraph.is_layout(outputs):
+        return f"{ingraph.KEPT_BY} (at most {ingraph.cap(outputs)} an image)"
+    return (ssd.EVALUATION if ssd.is_layout(outputs) else EVALUATION).said()
 
 
 def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, Any]]]:

@@ -5,6 +5,7 @@ computed the head), and the box arithmetic it needs. Defaults as Ultralytics' pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,3 +64,21 @@ def suppress(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, setting
         same = same[alive[same]]
         alive[same[iou(boxes[order[i]], boxes[order[same]]) > settings.iou]] = False
     return np.array(kept, dtype=np.int64)
+
+
+def match(reference: dict[str, Any], candidate: dict[str, Any], threshold: float) -> list[tuple[int, int, float]]:
+    """Two runtimes' detections of one image paired one to one, the reference's best first: each with the free
+    candidate detection of its class that it overlaps most, where that overlap is at least ``threshold``; (reference
+    index, candidate index, overlap) a pair."""
+    free = np.ones(len(candidate["scores"]), dtype=bool)
+    pairs = []
+    for i in np.argsort(-reference["scores"], kind="stable"):
+        options = np.flatnonzero(free & (candidate["classes"] == reference["classes"][i]))
+        if not len(options):
+            continue
+        overlap = iou(reference["boxes"][i], candidate["boxes"][options])
+        j = int(np.argmax(overlap))
+        if overlap[j] >= threshold:
+            free[options[j]] = False
+            pairs.append((int(i), int(options[j]), float(overlap[j])))
+    return pairs

@@ -1,5 +1,6 @@
 """What a task with nothing after the call gives (classification, raw): no post-processing, so no results to match
-after it, none lost, nothing to say of them. Its modules take these as theirs."""
+after it, none lost, nothing to say of them; outputs whose rows stay where they are (a segmenter's too), nothing to
+pair before parity. Its modules take these as theirs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from typing import Any
 import numpy as np
 
 from ..registry.outputs import Output
+
+
+def align(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+          outputs: Sequence[Output]) -> tuple[dict[str, np.ndarray], ...]:
+    return reference, candidate  # the same rows on both sides: nothing to pair
 
 
 def postprocess(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> list[Any] | None:

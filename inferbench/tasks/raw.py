@@ -13,6 +13,7 @@ from . import plain
 
 #: Nothing runs after the call: this task's post-processing, agreement after it and their verdicts are plain's.
 postprocess, agreement, broken, said = plain.postprocess, plain.agreement, plain.broken, plain.said
+align = plain.align
 
 
 def claims(outputs: Sequence[Output], size: tuple[int, int]) -> bool:

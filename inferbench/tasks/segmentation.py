@@ -14,7 +14,7 @@ from ..base.errors import UsageError
 from ..measure.parity import INT8_GROSS_FLOOR
 from ..registry.masks import IGNORE
 from ..registry.outputs import Output
-from . import paired
+from . import paired, plain
 
 #: The output read as the masks' scores where a model gives several (torchvision's name for it), else the first of
 #: three dimensions.
@@ -39,6 +39,9 @@ def kinds(outputs: Sequence[Output], where: str) -> list[Output]:
         raise UsageError(f"{where}: --task segmentation reads class scores a pixel, [classes, height, width] an image; "
                          f"this model gives {shapes} (--task raw compares them as numbers)")
     return [Output(o.name, o.shape, "masks" if o.name == main else "values") for o in outputs]
+
+
+align = plain.align  # a mask's pixels stay where they are
 
 
 def parts(arrays: dict[str, np.ndarray], outputs: Sequence[Output]) -> dict[str, tuple[np.ndarray, str]]:

@@ -23,7 +23,7 @@ from ...registry.models import get_model
 from ...registry.tasks import task
 from ...spec import CellJob, CellOutcome
 from ..base import Emit, Loaded, device_memory, finish_tracked, idle_tracked, runner_block
-from ..gates import at_batch_size, own_rounding
+from ..gates import aligned, at_batch_size, own_rounding
 from .loadgen import (
     MIN_DURATION_MS,
     MIN_QUERIES,
@@ -133,10 +133,11 @@ class Session:
         if self.job.cell.precision in parity.UNGATED:  # no gate against FP32 (INT8): what LoadGen served must be
             # what the runtime computes on the same samples called directly, in the same batches, to FP32's gate
             against = "the runtime's own outputs on the same samples, called directly"
-            check = parity.compare(at_batch_size(self.runner, self.samples, self.batch), served, "fp32")
+            check = parity.compare(*aligned(self.job, at_batch_size(self.runner, self.samples, self.batch), served),
+                                   "fp32")
         else:
             against = "the reference"
-            check = parity.compare(self.reference, served, self.job.cell.precision,
+            check = parity.compare(*aligned(self.job, self.reference, served), self.job.cell.precision,
                                    *own_rounding(Path(self.job.artifact_dir)),
                                    kind="scores" if task(get_model(self.job.cell.model).task).classifier else "values")
         out = dict(loaded_parity)
