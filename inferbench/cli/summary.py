@@ -155,7 +155,7 @@ def model_lines(records: list[dict[str, Any]]) -> list[str]:
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
     if said and said.get("in_graph"):
         lines.append(f"post-processing: {said['what']}, in the model's own graph: inside every timed call, timed as it "
-                     "is; read from the file, not run by inferbench")
+                     "is; nothing of inferbench's runs after it")
     elif said:
         inside = [record_name(r) for r in records if (r.get("postprocess") or {}).get("inside")]
         lines.append(f"+ post ms: {said['what']}, timed on its own (outside the timed call: on the host, after "

@@ -100,5 +100,8 @@ def prepare(source: Path, folder: Path) -> Path:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     prepared = folder / "prepared.onnx"
-    quant_pre_process(str(source), str(prepared))
+    try:
+        quant_pre_process(str(source), str(prepared))
+    except TypeError:  # its symbolic shape inference reads no shape of a size the data decides (an in-graph NMS's)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
     return prepared

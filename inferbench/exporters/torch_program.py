@@ -41,8 +41,14 @@ def load_program(path: Path | str | None) -> Any:
 
 
 def load_exported(path: Path | str | None) -> Any:
-    """The ``torch.export.ExportedProgram`` saved in ``path``, read weights only (see :func:`load_program`)."""
+    """The ``torch.export.ExportedProgram`` saved in ``path``, read weights only (see :func:`load_program`); with
+    torchvision's operators known where it is installed (a detector's program calls ``torchvision::nms``)."""
+    import importlib.util
+
     import torch
+
+    if importlib.util.find_spec("torchvision") is not None:
+        import torchvision  # noqa: F401  (registers torchvision's operators before the program names them)
 
     before = os.environ.get(WEIGHTS_ONLY)
     os.environ[WEIGHTS_ONLY] = "1"

@@ -19,6 +19,7 @@ from ..registry.inputs import make_inputs
 from ..registry.models import ModelSpec, get_model
 from ..registry.outputs import LOGITS
 from ..registry.tasks import task
+from . import torch_rcnn
 from .reference import predictor, write_parity_reference
 from .torch_program import export_dynamic, save
 
@@ -44,9 +45,14 @@ def source_module(torch: Any, spec: ModelSpec, weights: str, resolution: Size, s
     weights conditioned (:func:`condition`) on what it is given (the prepared inputs, not what a detector's own
     transform would make of them)."""
     library = build(torch, spec, weights, seed)
-    module = heads(torch, library, resolution) if hasattr(library, "anchor_generator") else Named(library)
+    if torch_rcnn.is_rcnn(library):  # its suppression stays in the graph: fixed-size outputs (torch_rcnn)
+        module = torch_rcnn.fixed(torch, library, resolution)
+    else:
+        module = heads(torch, library, resolution) if hasattr(library, "anchor_generator") else Named(library)
     if weights != "imagenet":
         condition(torch, module, spec, resolution, seed)
+        if torch_rcnn.is_rcnn(library):
+            torch_rcnn.condition_heads(torch, module, torch.from_numpy(make_inputs(spec, 4, resolution, seed + 1)))
     return module.eval()
 
 
@@ -150,6 +156,7 @@ def condition(torch: Any, module: Any, spec: ModelSpec, resolution: Size, seed: 
             module.eval()
             for bn in bns:
                 bn.train()
+            through = getattr(module, "normed", module)  # the part that holds the batch norms, where it says
             for i in range(0, len(calib), 8):  # a segmenter at 520 px: 8 images a pass keep memory bounded
-                module(torch.from_numpy(calib[i:i + 8]))
+                through(torch.from_numpy(calib[i:i + 8]))
     module.eval()

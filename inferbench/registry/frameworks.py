@@ -103,6 +103,9 @@ class Framework:
             return f"runs torchvision's own implementation of a registered model; {model.name} is a model file"
         if self.needs_torchvision_twin and model.torchvision_builder is None:
             return f"torchvision has no implementation of {model.name}"
+        refused = dict(model.refused_by).get(self.key)
+        if refused:
+            return f"{model.name}: {refused}"
         kind = self.artifact_for(model, scenario)
         why = unreachable(kind, model)
         if why:

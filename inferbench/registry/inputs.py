@@ -64,6 +64,8 @@ def preprocess(spec: ModelSpec, images: np.ndarray) -> np.ndarray:
     """Apply the model's input preparation (in NumPy, outside any timed region)."""
     if spec.preprocessing == "included":
         out = images
+    elif spec.preprocessing == "unit":
+        out = images / 255.0
     elif spec.preprocessing == "tf":
         out = images / 127.5 - 1.0
     elif spec.preprocessing == "caffe":

@@ -15,7 +15,7 @@ from ..base.size import Size, hw, size_of
 from . import graphnms
 from .filecheck import check_onnx, every_node, keras_config, keras_endpoints, keras_input_shape
 from .outputs import Output
-from .programs import program_shapes
+from .programs import program_shapes, suppressions
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 
@@ -69,6 +69,9 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
     elif path.suffix == ".pt2":
         fmt, (shape, outputs, found) = "pt2", program_shapes(path, f"--model {text}")
         sides = tuple(s.phrase() for s in found)
+        count = suppressions(path)
+        nms = f"its own torchvision::nms ({count} such operator{'s' if count > 1 else ''}; at most as many " \
+            "boxes as its outputs hold)" if count else None
     else:
         raise UsageError(f"--model {text}: inferbench reads {', '.join(FILE_FORMATS.values())}")
     given = _parse_shape(input_shape) if input_shape else None

@@ -17,6 +17,7 @@ from .modelfiles import FILE_FORMATS, ModelFile
 
 PREPROCESSING = {
     "included": "RGB in [0, 255]; the model rescales internally",
+    "unit": "RGB scaled to [0, 1] before the model; the model normalises inside",
     "tf": "RGB scaled to [-1, 1] (x / 127.5 - 1) before the model",
     "caffe": "RGB -> BGR, ImageNet mean subtracted, no scaling, before the model",
     "torch": "RGB scaled to [0, 1], then ImageNet mean and std normalised, before the model",
@@ -39,6 +40,14 @@ class ModelSpec:
     task: str = "classification"  # key of registry.tasks.TASKS (a model file's: its own)
     torch_builder: str | None = None  # "torchvision:NAME" or "timm:NAME": a model written in PyTorch, the source
     square_only: bool = False  # it takes square inputs only (a ViT's position embeddings are built for one grid)
+    in_graph_nms: str | None = None  # the suppression a PyTorch model's own graph holds, in a phrase: timed as is
+    refused_by: tuple[tuple[str, str], ...] = ()  # (framework, why it cannot run the model) known before any export
+
+    @property
+    def graph_nms(self) -> str | None:
+        """The suppression the model's own graph holds (a model file's, read from it; a PyTorch detector's), in a
+        phrase; None where inferbench's shared one runs after the call, or none does."""
+        return self.source.graph_nms if self.source is not None else self.in_graph_nms
 
     @property
     def layout(self) -> str:
@@ -173,9 +182,21 @@ TORCH_LIBRARIES = {"torchvision": "torchvision", "timm": "timm"}
 #: torchvision's semantic segmentation models (``torchvision.models.segmentation``): class scores a pixel as ``out``.
 TORCHVISION_SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "deeplabv3_resnet50", "deeplabv3_resnet101",
                             "fcn_resnet50", "fcn_resnet101", "lraspp_mobilenet_v3_large")
-#: torchvision's detectors read as raw heads (cut before their decoding and suppression: inferbench.tasks.ssd), with
-#: the preparation their transform does ([0, 1] then mean 0.5, std 0.5: [-1, 1]) and their fixed size.
-TORCHVISION_DETECTION = {"ssdlite320_mobilenet_v3_large": ("tf", 320)}
+#: torchvision's detectors inferbench reads, with the preparation before the graph and their default size: SSDlite as
+#: raw heads (cut before its decoding and suppression: inferbench.tasks.ssd; its transform's [0, 1] then mean 0.5,
+#: std 0.5: [-1, 1]) at its fixed size; Faster R-CNN whole, its suppressions in the graph with fixed-size outputs
+#: (inferbench.exporters.torch_rcnn; [0, 1]: its transform normalises and resizes inside) at its transform's size.
+TORCHVISION_DETECTION = {"ssdlite320_mobilenet_v3_large": ("tf", 320),
+                         "fasterrcnn_mobilenet_v3_large_320_fpn": ("unit", 320),
+                         "fasterrcnn_mobilenet_v3_large_fpn": ("unit", 800)}
+#: Those whose graph holds its own suppression (timed inside every call), in a phrase, and the runtimes that cannot
+#: convert it, with why.
+TORCHVISION_IN_GRAPH = {name: "torchvision's own two suppressions, in the graph (the region proposals' at IoU 0.7 "
+                        "within a level, the detections' at IoU 0.5 within a class above a score of 0.05, 100 an "
+                        "image: torchvision's settings for these models)"
+                        for name in ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn")}
+TORCHVISION_REFUSED = (("openvino", "OpenVINO's PyTorch frontend converts no torchvision::nms (tried: openvino "
+                                    "2026.4); openvino-onnx runs the model from its ONNX export"),)
 #: The resolution each task's torchvision models are trained at (their weights' transforms): the default.
 _TORCH_RESOLUTION = {"classification": 224, "segmentation": 520}
 
@@ -199,10 +220,12 @@ def torch_spec(name: str) -> ModelSpec:
     preparation, size = "torch", _TORCH_RESOLUTION[task]
     if library == "torchvision" and model in TORCHVISION_DETECTION:
         task, (preparation, size) = "detection", TORCHVISION_DETECTION[model]
+    in_graph = TORCHVISION_IN_GRAPH.get(model) if library == "torchvision" else None
     return ModelSpec(f"{library}-{model}", None, None, size, 32, preparation,
                      family=f"{library}-{model.split('_')[0]}", packages=(TORCH_LIBRARIES[library],),
                      extra="torch" if library == "torchvision" else "timm", task=task,
-                     torch_builder=f"{library}:{model}")
+                     torch_builder=f"{library}:{model}", in_graph_nms=in_graph,
+                     refused_by=TORCHVISION_REFUSED if in_graph else ())
 
 
 def task_of(model: str) -> str:
@@ -233,9 +256,9 @@ def check_torch_name(text: str) -> str:
 
         if model in tvm.list_models(module=tvm.detection) and model not in TORCHVISION_DETECTION:
             raise UsageError(f"--model {text}: of torchvision's detectors inferbench reads "
-                             f"{', '.join(TORCHVISION_DETECTION)} (its raw heads); the others end in their own NMS, "
-                             "with outputs whose size depends on the image (export their heads to ONNX and pass the "
-                             "file)")
+                             f"{', '.join(TORCHVISION_DETECTION)}; the others end in their own NMS, with outputs "
+                             "whose size depends on the image (export their heads, or their NMS padded to its cap, "
+                             "to ONNX and pass the file)")
         known = tvm.list_models(module=tvm) + tvm.list_models(module=tvm.segmentation) + list(TORCHVISION_DETECTION)
     if model not in known:
         raise UsageError(f"--model {text}: {library} has no model {model!r}{did_you_mean(model, known)}")
@@ -252,8 +275,9 @@ def register(*files: ModelFile) -> None:
         if known is not None and known.source is not None and known.source.path != f.path:
             raise UsageError(f"two model files are named {f.name} ({known.source.path if known.source else ''} "
                              f"and {f.path}): rename one")
+        vision = f.format == "pt2" and bool(f.graph_nms)  # a program calling torchvision::nms
         _FILES[f.name] = ModelSpec(f.name, None, None, f.resolution, min(hw(f.resolution)), "included", source=f,
-                                   task=f.task)
+                                   task=f.task, refused_by=TORCHVISION_REFUSED if vision else ())
 
 
 def is_model_file(text: str) -> bool:

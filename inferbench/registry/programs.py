@@ -37,6 +37,12 @@ from .sideinputs import SideInput, side_input
 #: The namespaces of ``torch.ops`` a program may call: PyTorch's own operators, its primitives, and PT2E's quantise
 #: and dequantise; ``_operator`` is Python's own (``getitem`` of a node's several outputs).
 TORCH_NAMESPACES = ("aten", "prims", "quantized_decomposed")
+#: torchvision's operators a detector's program calls (computations only): its suppression and its RoI pooling.
+VISION_OPS = ("nms", "roi_align")
+#: Python's own operators a program's graph may hold: an item of a node's several outputs, arithmetic and
+#: comparisons of sizes (a size the data decides is checked against its bounds).
+PYTHON_OPS = ("getitem", "add", "sub", "mul", "floordiv", "truediv", "neg", "mod", "pow", "ge", "gt", "le", "lt",
+              "eq", "ne")
 #: Operators of those namespaces that reach outside the computation: a file (``from_file`` makes one when asked to
 #: share it), standard output, a tensor's storage from elsewhere.
 TORCH_DENIED = re.compile(r"file|save|load|print|_assert_async|set_\b|record_stream|_cudnn_init_dropout_state")
@@ -180,11 +186,20 @@ def _items(data: Any) -> Any:
 def _computes(target: str) -> bool:
     """Is ``target`` (a graph node's) one of the operators a program may call?"""
     if target.startswith("_operator."):
-        return target.count(".") == 1 and target.split(".")[1] in ("getitem", "add", "sub", "mul", "floordiv",
-                                                                      "truediv", "neg", "mod", "pow")
+        return target.count(".") == 1 and target.split(".")[1] in PYTHON_OPS
     parts = target.split(".")
+    if len(parts) >= 4 and parts[:3] == ["torch", "ops", "torchvision"]:
+        return parts[3] in VISION_OPS
     return (len(parts) >= 4 and parts[:2] == ["torch", "ops"] and parts[2] in TORCH_NAMESPACES
             and not TORCH_DENIED.search(parts[3]))
+
+
+def suppressions(path: Path) -> int:
+    """How many of torchvision's suppressions (``torchvision::nms``) a checked ``.pt2`` program's graph calls."""
+    with zipfile.ZipFile(path) as archive:
+        found = [n for n in archive.namelist() if n.endswith("models/model.json")]
+        text = archive.read(found[0]).decode("utf-8", "replace") if len(found) == 1 else ""  # checked: bounded
+    return text.count('"torch.ops.torchvision.nms.default"')
 
 
 def _shape_guard(guard: Any) -> bool:

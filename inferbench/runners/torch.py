@@ -308,10 +308,14 @@ class TorchInductorRunner(TorchNativeRunner):
         return [{}], super().tuning_grid(threads, device)[1]
 
     def load(self, ctx: LoadContext) -> None:
+        import torch._dynamo.config as dynamo
         import torch._inductor.config as inductor
 
         if ctx.device == "cpu":
             inductor.freezing = True
+        # an operator whose output's size depends on the data (a detector's torchvision::nms) is captured into the
+        # graph, not broken around: broken, the frozen graph's runtime asserts lost their symbols (KeyError: u0)
+        dynamo.capture_dynamic_output_shape_ops = True
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # first_call_s is far shorter with a warm cache
         self.cache_warm = cache is not None and os.path.isdir(cache) and any(os.scandir(cache))
         self.counted: int | None = None

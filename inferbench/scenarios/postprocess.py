@@ -53,8 +53,8 @@ def timed(job: CellJob, host: Any, emit: Emit, parity: dict[str, Any]) -> dict[s
     cell failed parity (its outputs may not even have the reference's shape), said so."""
     spec = get_model(job.cell.model)
     entry, module = task(spec.task), task_module(spec.task)
-    if spec.source is not None and spec.source.graph_nms:  # nothing of inferbench's after the call: said, not timed
-        return {"what": spec.source.graph_nms, "in_graph": True, "inside": True,
+    if spec.graph_nms:  # nothing of inferbench's after the call: said, not timed
+        return {"what": spec.graph_nms, "in_graph": True, "inside": True,
                 "where": "inside the timed call: the model's own graph holds it, timed as it is (inferbench's shared "
                          "suppression does not run after it)"}
     if not entry.postprocess:
