@@ -194,8 +194,9 @@ def odd_onnx(path, kind):
 
 BAD += [
     (["--model", "{tmp}/net.onnx", "--task", "detection"], "--model {tmp}/net.onnx: --task detection reads one raw "
-     "head of [4 + classes, anchors] an image (YOLOv8's layout) or SSD's heads (bbox_regression, cls_logits, anchors, "
-     "image_size); this model gives logits [5] (--task raw compares"),
+     "head of [4 + classes, anchors] an image (YOLOv8's layout), SSD's heads (bbox_regression, cls_logits, anchors, "
+     "image_size) or the detections a graph kept (boxes, scores, labels: [cap, 4], [cap], [cap]); this model gives "
+     "logits [5] (--task raw compares"),
     (["--model", "{tmp}/yolo.onnx", "--task", "classification"], "--model {tmp}/yolo.onnx: a classifier has one "
      "output of class scores an image; this one gives output0 [7, 84] (--task raw compares them as numbers)"),
     (["--model", "{tmp}/net.onnx", "--task", "segment"], "argument --task: invalid choice: 'segment'"),
