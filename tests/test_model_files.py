@@ -204,8 +204,12 @@ BAD += [
     (["--model", "{tmp}/int8.onnx"], "takes int8 input; inferbench feeds float32 images"),
     (["--model", "{tmp}/custom-op.onnx"], "uses operators outside ONNX's own domains (com.example.custom:MagicPool)"),
     (["--model", "{tmp}/external.onnx"], "reads external data from '../../../etc/passwd', outside the model's folder"),
-    (["--model", "{tmp}/two-inputs.keras"], "has 2 inputs; inferbench times models with one image input and one"),
-    (["--model", "{tmp}/two-outputs.keras"], "has 2 outputs; inferbench times models with one image input and one"),
+    (["--model", "{tmp}/two-inputs.keras"], "has 2 inputs; inferbench times models with one image input (a .keras "
+     "file's side inputs are not read yet)"),
+    (["--model", "{tmp}/two-outputs.keras"], "two-outputs.keras: its outputs share names (a, a); inferbench "
+     "compares each output by its name"),
+    (["--model", "{tmp}/two-heads.keras", "--input-shape", "40x40x3", "--scenario", "train", "--framework", "keras"],
+     "keras: training steps a classifier (cross-entropy on its class scores); two-heads-"),
     (["--model", "{tmp}/list.keras"], "its config.json is not a Keras model's configuration"),
     (["--model", "{tmp}/string-config.keras"], "its config.json is not a Keras model's configuration"),
     (["--model", "{tmp}/deep.keras"], "its config.json cannot be read (RecursionError"),
@@ -227,8 +231,9 @@ def test_bad_model_files_are_one_line(capsys, tmp_path, argv, message):
     functional = {"class_name": "Functional", "config": {"layers": [], "input_layers": ["x", 0, 0],
                                                           "output_layers": ["y", 0, 0]}}
     two_in = {**functional, "config": {**functional["config"], "input_layers": [["a", 0, 0], ["b", 0, 0]]}}
-    two_out = {**functional, "config": {**functional["config"], "output_layers": [["a", 0, 0], ["b", 0, 0]]}}
-    for name, config in (("two-inputs", two_in), ("two-outputs", two_out), ("list", [1, 2]),
+    two_out = {**functional, "config": {**functional["config"], "output_layers": [["a", 0, 0], ["a", 0, 1]]}}
+    two_heads = {**functional, "config": {**functional["config"], "output_layers": [["a", 0, 0], ["b", 0, 0]]}}
+    for name, config in (("two-inputs", two_in), ("two-outputs", two_out), ("two-heads", two_heads), ("list", [1, 2]),
                          ("string-config", {"config": "a string"}), ("deep", b"[" * 100_000 + b"]" * 100_000)):
         keras_archive(tmp_path / f"{name}.keras", config)
     import zipfile
@@ -345,6 +350,95 @@ def test_a_keras_file_and_a_savedmodel_run_where_their_format_allows(tmp_path, s
     assert smodel["model_stats.flops_per_image"] == pytest.approx(kfile["model_stats.flops_per_image"], rel=0.01)
     assert smodel["model_stats.activations_per_image"] > 0 and smodel["gflop_per_s"] > 0
     assert smodel["bytes_per_image_low"] < smodel["bytes_per_image_high"]
+
+
+def test_a_keras_files_outputs_are_named_in_the_order_every_export_keeps(tmp_path):
+    """Read from config.json, without Keras: a list of outputs by its layers' names in its order, a mapping's keys
+    sorted (tf.nest's order: the SavedModel's signature and tf2onnx's ONNX give them so), one output ``logits``; two
+    outputs of a file are no classifier's, so its task is raw unless told."""
+    base = {"class_name": "Functional", "build_config": {"input_shape": [None, 40, 48, 3]},
+            "config": {"layers": [], "input_layers": [["image", 0, 0]]}}
+
+    def opened(name, outputs):
+        path = keras_archive(tmp_path / f"{name}.keras", {**base, "config": {**base["config"],
+                                                                            "output_layers": outputs}})
+        return modelfiles._keras_input_shape(path)[1], open_model_file(str(path)).task
+
+    assert opened("list", [["zeta_head", 0, 0], ["alpha_head", 0, 0]]) == (("zeta_head", "alpha_head"), "raw")
+    assert opened("dict", {"zeta": ["z", 0, 0], "alpha": ["a", 0, 0]}) == (("alpha", "zeta"), "raw")
+    assert opened("one", [["head", 0, 0]]) == (("logits",), "classification")
+
+
+def test_an_onnx_export_gives_its_outputs_the_names_the_keras_model_declares():
+    """tf2onnx names a Keras list's outputs Identity:0, Identity_1:0: each is renamed, in order, through an Identity
+    node, so a runtime gives them by the source's names (ONNX's own reference evaluator here: no runtime needed); one
+    output keeps its name."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from inferbench.exporters.onnx import renamed
+
+    nodes = [helper.make_node("Relu", ["x"], ["Identity:0"]), helper.make_node("Neg", ["x"], ["Identity_1:0"])]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+                               for n in ("Identity:0", "Identity_1:0")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    renamed(proto, ["mask_head", "class_head"])
+    onnx.checker.check_model(proto)
+    x = np.array([[-1.0, 2.0, -3.0]] * 2, dtype=np.float32)
+    got = dict(zip([o.name for o in proto.graph.output], ReferenceEvaluator(proto).run(None, {"x": x})))
+    assert list(got) == ["mask_head", "class_head"]
+    np.testing.assert_array_equal(got["mask_head"], np.maximum(x, 0))
+    np.testing.assert_array_equal(got["class_head"], -x)
+    one = helper.make_model(helper.make_graph(nodes[:1], "one", graph.input, graph.output[:1]))
+    renamed(one, ["logits"])
+    assert [o.name for o in one.graph.output] == ["Identity:0"]
+
+
+def _two_headed(size=(40, 48), mapping=False):
+    """A Keras model with two outputs of one shape (a wrong order or a swap can only show in the values): two
+    heads of 6 numbers, a list of them, or a mapping whose keys sort against its order."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((*size, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inp)
+    x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.BatchNormalization()(x))
+    first, second = keras.layers.Dense(6, name="zeta_head")(x), keras.layers.Dense(6, name="alpha_head")(x)
+    return keras.Model(inp, {"zeta": first, "alpha": second} if mapping else [first, second])
+
+
+@pytest.mark.slow
+def test_a_keras_file_with_several_outputs_runs_everywhere_each_output_judged_by_its_name(tmp_path, shared_cache,
+                                                                                          capsys):
+    """Two outputs of one shape, a list of them and a mapping, through every runtime a .keras file reaches, and the
+    SavedModel of the list through TensorFlow's and OpenVINO's: every cell passes parity output by output, and the
+    records list the outputs by the source's names, in the order every export keeps."""
+    _two_headed().save(tmp_path / "heads.keras")
+    _two_headed(mapping=True).save(tmp_path / "keyed.keras")
+    _two_headed().export(tmp_path / "heads_sm", format="tf_saved_model", verbose=False)
+    out = tmp_path / "out"
+    for argv, names in (
+            (["--model", str(tmp_path / "heads.keras"),
+              "--framework", "keras,keras-eager,jax,tf,tfxla,onnxrt,openvino,openvino-onnx,torch"],
+             ["zeta_head", "alpha_head"]),
+            (["--model", str(tmp_path / "keyed.keras"), "--framework", "jax,tf,onnxrt,openvino,torch"],
+             ["alpha", "zeta"]),
+            (["--model", str(tmp_path / "heads_sm"), "--task", "raw", "--input-shape", "40x48x3",
+              "--framework", "all"], ["output_0", "output_1"])):
+        code = main([*argv, *QUICK, "--output-dir", str(out), "--cache-dir", str(shared_cache)])
+        assert code == 0, capsys.readouterr().err
+        model = argv[1].rsplit("/", 1)[-1].removesuffix(".keras")
+        for path in out.rglob(f"{model}-*_40x48_bs1_*.json"):
+            record = json.loads(path.read_text())
+            assert [o["name"] for o in record["outputs"]] == names, path.name
+            assert record["parity"]["status"] == "passed", (path.name, record["parity"]["reason"])
+            assert {n: p["status"] for n, p in record["parity"]["outputs"].items()} == dict.fromkeys(names, "passed")
+    df = _records(out)
+    assert len(df) == 9 + 5 + 3 and set(df[df.model.str.startswith("heads_sm-")]["framework"]) == \
+        {"tf", "tfxla", "openvino"}
 
 
 def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):

@@ -38,8 +38,9 @@ from ..base.errors import TooBig
 from ..base.machine import memory_shortfall
 from ..base.size import hw
 from ..measure.memory import current_rss_mb
-from ..registry.artifacts import REFERENCE_INPUTS, ExportContext
+from ..registry.artifacts import REFERENCE_INPUTS, REFERENCE_OUTPUTS, ExportContext
 from ..registry.keras_models import load_keras, walk_layers
+from ..registry.outputs import read_layout
 from . import cache
 
 
@@ -73,6 +74,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
     if extra:
         raise RuntimeError(f"the ONNX export has {len(extra)} input(s) besides the image, which no runtime can "
                            f"feed (constants the trace captured): {', '.join(extra)}")
+    renamed(proto, [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)])
     for value in list(proto.graph.input) + list(proto.graph.output):  # name the dynamic dimension
         dim = value.type.tensor_type.shape.dim[0]
         if not dim.dim_value:
@@ -94,6 +96,21 @@ def export(ctx: ExportContext) -> dict[str, Any]:
                             "dtype": "float32", "layout": "NHWC", "opset": proto.opset_import[0].version},
         "notes": notes,
     }
+
+
+def renamed(proto: Any, names: list[str]) -> None:
+    """The export's outputs given the names the Keras model declares them by, in their order (tf2onnx names a list's
+    ``Identity:0``, ``Identity_1:0``...; a mapping's keep its keys): an Identity node each, so that every runtime of
+    the ONNX file gives them by the source's names. One output keeps tf2onnx's name."""
+    from onnx import helper
+
+    outputs = list(proto.graph.output)
+    if len(names) < 2 or len(names) != len(outputs):
+        return
+    for output, name in zip(outputs, names):
+        if output.name != name:
+            proto.graph.node.append(helper.make_node("Identity", [output.name], [name], name=f"inferbench_{name}"))
+            output.name = name
 
 
 #: What the conversion holds at its peak, from the weights (measured on the 2-core, 24 GB machine, 128 px):

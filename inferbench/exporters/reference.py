@@ -34,11 +34,11 @@ from ..registry.artifacts import (
     timed_sensitivity,
 )
 from ..registry.inputs import make_inputs
-from ..registry.keras_models import graph_call, images_per_call, load_keras
+from ..registry.keras_models import graph_call, images_per_call, load_keras, output_names
 from ..registry.models import ModelSpec, get_model
-from ..registry.outputs import LOGITS, Output, layout, named, packed, write_layout
+from ..registry.outputs import LOGITS, Output, host, layout, named, packed, write_layout
 from ..registry.tasks import task, task_module
-from ..runners.tf import load_saved_model, serving_function
+from ..runners.tf import load_saved_model, serving_function, serving_names
 
 Predict = Callable[[np.ndarray], np.ndarray]
 
@@ -109,7 +109,7 @@ def keras_call(model: Any) -> Any:
         import torch
 
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
+    return lambda x: host(model(x, training=False), keras.ops.convert_to_numpy)
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,11 @@ def predictor(spec: ModelSpec, ctx: ExportContext, model: Any = None) -> Source:
     fmt = source_kind(spec)
     names: tuple[str, ...] = (LOGITS,)
     if fmt == "keras":
-        call = keras_call(model if model is not None else load_keras(ctx.path("keras")))
+        model = model if model is not None else load_keras(ctx.path("keras"))
+        call, names = keras_call(model), output_names(model)
     elif fmt == "savedmodel":
-        call = serving_function(load_saved_model(ctx.path("savedmodel")))
+        loaded = load_saved_model(ctx.path("savedmodel"))
+        call, names = serving_function(loaded), serving_names(loaded)
     elif fmt == "pt2":
         example = make_inputs(spec, spec.fixed_batch or 2, ctx.resolution, ctx.seed)
         call, names = program_call(ctx.path("pt2"), example)
@@ -203,8 +205,10 @@ def write_fp32_spread(ctx: ExportContext, model: Any) -> dict[str, Any]:
     """The Keras model's own FP32 rounding spread on the reference inputs: its outputs computed eagerly, one
     image per call (op by op, no graph fusion), against the graph-mode reference (:func:`parity.spread`). The
     parity gate widens for a model whose spread is large (see ``parity.SPREAD_FACTOR``)."""
-    inputs = np.load(ctx.folder / REFERENCE_INPUTS)
-    eager = np.concatenate([np.asarray(model(inputs[i:i + 1], training=False), dtype=np.float32).reshape(1, -1)
+    import keras
+
+    inputs, names = np.load(ctx.folder / REFERENCE_INPUTS), output_names(model)
+    eager = np.concatenate([packed(host(model(inputs[i:i + 1], training=False), keras.ops.convert_to_numpy), names)
                             for i in range(len(inputs))])
     spread = parity.spread(np.load(ctx.folder / REFERENCE_LOGITS), eager)
     (ctx.folder / REFERENCE_SPREAD).write_text(json.dumps(spread, indent=1))
@@ -254,6 +258,7 @@ def in_each_reduced_precision(model: Any) -> Reduced:
     """The Keras model rebuilt in each reduced precision (every layer's dtype policy, so weights and computation are in
     it), as a function whose outputs must be finite; where Keras cannot rebuild it so, the reason."""
     out: Reduced = {}
+    names = output_names(model)
     for precision, policy in parity.SENSITIVITY_POLICIES.items():
         try:
             call = keras_call(rebuilt(model, policy))
@@ -262,7 +267,7 @@ def in_each_reduced_precision(model: Any) -> Reduced:
             continue
 
         def finite(batch: np.ndarray, call: Any = call) -> np.ndarray:
-            got = np.asarray(call(batch), dtype=np.float32).reshape(len(batch), -1)
+            got = packed(call(batch), names)
             if not np.all(np.isfinite(got)):
                 raise ValueError("its outputs are not finite")
             return got

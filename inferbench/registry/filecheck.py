@@ -90,13 +90,24 @@ def _endpoints(value: Any, path: Path, key: str) -> int:
     raise UsageError(f"{path}: its config.json's {key} is {type(value).__name__}, not a Keras model's list of layers")
 
 
-def keras_endpoints(config: dict[str, Any], path: Path) -> None:
-    """A .keras model with several inputs or outputs is refused: inferbench times one image in, one output out."""
+def keras_endpoints(config: dict[str, Any], path: Path) -> tuple[str, ...]:
+    """The names of a .keras model's outputs, as :func:`~inferbench.registry.keras_models.output_names` reads them
+    from the model (a list's layers in order, a mapping's keys sorted; one output: ``logits``), read from its
+    config; a model with several inputs is refused (inferbench feeds one image), and outputs that share a name."""
     inner = config.get("config") or {}
-    for key, word in (("input_layers", "inputs"), ("output_layers", "outputs")):
-        n = _endpoints(inner.get(key), path, key)
-        if n > 1:
-            raise UsageError(f"{path} has {n} {word}; inferbench times models with one image input and one output")
+    inputs = _endpoints(inner.get("input_layers"), path, "input_layers")
+    if inputs > 1:
+        raise UsageError(f"{path} has {inputs} inputs; inferbench times models with one image input (a .keras "
+                         "file's side inputs are not read yet)")
+    value: Any = inner.get("output_layers")
+    if _endpoints(value, path, "output_layers") <= 1:
+        return ("logits",)
+    names = tuple(sorted(map(str, value))) if isinstance(value, dict) else \
+        tuple(str(v[0]) if isinstance(v, list) and v else str(v) for v in value)
+    if len(set(names)) != len(names):
+        raise UsageError(f"{path}: its outputs share names ({', '.join(names)[:200]}); inferbench compares each "
+                         "output by its name")
+    return names
 
 
 def keras_input_shape(config: dict[str, Any], path: Path) -> tuple[int | None, ...] | None:

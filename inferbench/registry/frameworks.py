@@ -22,6 +22,7 @@ from .modelfiles import FILE_FORMATS
 from .models import get_model
 from .ports import ported_models
 from .scenarios import scenario as scenario_entry
+from .tasks import task as task_entry
 
 #: Runner options every framework takes (they change the timed region, not the framework).
 COMMON_OPTIONS = ("include_transfer", "postprocess", "env", "ab")
@@ -96,6 +97,9 @@ class Framework:
             return self.cannot_train()
         if trains and model.source is not None and model.source.format != "keras":
             return f"training starts from a Keras model; {model.name} is {_file_format(model)}"
+        if trains and not task_entry(model.task).classifier:
+            return f"training steps a classifier (cross-entropy on its class scores); {model.name}'s task is " \
+                f"{model.task}"
         if source_kind(model) == "pt2" and (self.needs_torchvision_twin or self.needs_port):
             return None if "pt2" in self.also_loads and not trains else \
                 f"{model.name} is a PyTorch program: torch and torch-inductor run it"

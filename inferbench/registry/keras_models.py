@@ -18,6 +18,7 @@ from ..base.size import Size, hw, pixels
 from .filecheck import keras_config
 from .inputs import make_inputs
 from .models import ModelSpec
+from .outputs import LOGITS
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
@@ -85,6 +86,21 @@ def load_keras(path: str | Path) -> Any:
     with warnings.catch_warnings():  # keras-hub's classifier says its compile() was not called: none is wanted
         warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called.*")
         return keras.saving.load_model(path, compile=False, safe_mode=True)  # a Lambda's bytecode is refused
+
+
+def output_names(model: Any) -> tuple[str, ...]:
+    """The names a Keras model's outputs are declared by, in the order every export of it keeps (tf.nest's): one
+    output is ``logits``; a list of them, each its layer's name, in the list's order; a mapping, its keys sorted."""
+    structure = getattr(model, "output", None)
+    if isinstance(structure, dict):
+        return tuple(sorted(structure))
+    if isinstance(structure, (list, tuple)) and len(structure) > 1:
+        names = tuple(model.output_names)
+        if len(set(names)) != len(names):
+            raise UsageError(f"the model's outputs share names ({', '.join(names)}): inferbench compares each "
+                             "output by its name")
+        return names
+    return (LOGITS,)
 
 
 def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:

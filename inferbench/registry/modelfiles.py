@@ -55,7 +55,7 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
         raise UsageError(f"--model {text}: {exc.strerror or exc}") from None
     if not exists:
         raise UsageError(f"model file {text} does not exist")
-    outputs: list[Output] = [Output("logits", (0,))]  # a .keras file or a SavedModel: one output (checked, or assumed)
+    outputs: list[Output] = [Output("logits", (0,))]  # a SavedModel's: one output assumed (its signature needs TF)
     nms: str | None = None  # the suppression the graph holds (an ONNX file's, read)
     sides: tuple[str, ...] = ()  # its side inputs, each said with its fill (an ONNX file's, a .pt2 program's)
     if path.is_dir():
@@ -63,7 +63,8 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
             raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
         fmt, shape = "savedmodel", None  # reading its signature would need TensorFlow in this process
     elif path.suffix == ".keras":
-        fmt, shape = "keras", _keras_input_shape(path)
+        fmt, (shape, names) = "keras", _keras_input_shape(path)
+        outputs = [Output(n, (0,)) for n in names]  # their shapes are read from the reference's outputs at export
     elif path.suffix == ".onnx":
         fmt, (shape, outputs, nms, sides) = "onnx", _onnx_shapes(path)
     elif path.suffix == ".pt2":
@@ -143,11 +144,11 @@ def _parse_shape(text: str) -> tuple[int | None, ...]:
     return tuple(dims) if len(dims) == 4 else (None, *dims)
 
 
-def _keras_input_shape(path: Path) -> tuple[int | None, ...] | None:
-    """The input shape a .keras archive declares in its config.json (read without Keras)."""
+def _keras_input_shape(path: Path) -> tuple[tuple[int | None, ...] | None, tuple[str, ...]]:
+    """The input shape a .keras archive declares in its config.json (read without Keras), and its outputs' names."""
     config = keras_config(path)
-    keras_endpoints(config, path)
-    return keras_input_shape(config, path)
+    names = keras_endpoints(config, path)
+    return keras_input_shape(config, path), names
 
 
 def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str | None, tuple[str, ...]]:

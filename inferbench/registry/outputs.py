@@ -10,6 +10,7 @@ output, ``logits``: its flat form is the logits array it always was."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
@@ -72,6 +73,21 @@ def named(value: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     if len(names) != 1:
         raise ValueError(f"the runtime gave one array, the model declares {len(names)} outputs")
     return {names[0]: np.asarray(value)}
+
+
+def host(value: Any, convert: Any = np.asarray) -> Any:
+    """A runtime's outputs (one array, a tuple or list, or a mapping name -> array) with ``convert`` applied to each
+    (a framework's tensor to a host array), in the same structure: what :func:`named` reads."""
+    if isinstance(value, Mapping):
+        return {k: convert(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [convert(v) for v in value]
+    return convert(value)
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """A sort key that puts ``output_2`` before ``output_10`` (TensorFlow's signatures name outputs so)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def packed(value: Any, names: Sequence[str] | None = None) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..base.errors import MissingDependency
 from ..registry.keras_models import load_keras
+from ..registry.outputs import host
 from .base import LoadContext, Runner
 
 
@@ -109,10 +110,10 @@ class JaxRunner(Runner):
         return self.fn(self.params, prepared)
 
     def synchronize(self, outputs: Any) -> None:
-        outputs.block_until_ready()
+        self.jax.block_until_ready(outputs)  # one array, or a model's several
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        return np.asarray(outputs)
+    def to_numpy(self, outputs: Any) -> Any:
+        return host(outputs)
 
     def peak_device_memory_mb(self) -> float | None:
         if self.device.platform != "gpu":

@@ -18,6 +18,7 @@ from ..base.errors import MissingDependency
 from ..exporters.reference import rebuilt
 from ..measure.parity import pick_blocks, relative_l2
 from ..registry.keras_models import load_keras
+from ..registry.outputs import host
 from . import keras_train
 from .base import LoadContext
 from .jax import setup_jax
@@ -85,12 +86,12 @@ class KerasEagerRunner(TfBase):
         if self.backend == "tensorflow":
             super().synchronize(outputs)
         elif self.backend == "jax":
-            outputs.block_until_ready()
+            self.jax.block_until_ready(outputs)  # one array, or a model's several
         elif self.gpu:
             self.torch.cuda.synchronize()
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        return np.asarray(self.keras.ops.convert_to_numpy(outputs))
+    def to_numpy(self, outputs: Any) -> Any:
+        return host(outputs, lambda v: np.asarray(self.keras.ops.convert_to_numpy(v)))
 
     def block_errors(self, inputs: np.ndarray) -> dict[str, Any] | None:
         """Each block's output (:func:`keras_blocks`) as this runner computes the model (eager, or Keras' compiled

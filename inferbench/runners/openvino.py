@@ -62,6 +62,17 @@ def executed_precisions(compiled: Any) -> dict[str, int]:
     return dict(seen)
 
 
+def output_names(model: Any, declared: list[str], by_order: bool) -> list[str]:
+    """Each of a converted model's outputs by the name the source declared: the one among the names OpenVINO keeps for
+    it (an ONNX file's own, a SavedModel signature's mapping keys), else by its place where no declared name is
+    found (a SavedModel of a Keras model's list: ``output_0``, ``output_1``..., in the list's order), or where
+    ``by_order`` (a program's outputs, and those of NNCF's INT8 of it, keep its order, not its names)."""
+    found = [next((n for n in declared if n in o.get_names()), None) for o in model.outputs]
+    if len(declared) == len(model.outputs) and (by_order or not any(found)):
+        return list(declared)
+    return [n or min(o.get_names(), default=f"output{i}") for i, (n, o) in enumerate(zip(found, model.outputs))]
+
+
 class OpenVinoRunner(Runner):
     name = "openvino"
 
@@ -92,15 +103,9 @@ class OpenVinoRunner(Runner):
         self.source = "onnx" if str(ctx.artifact).endswith(".onnx") else "nncf-int8-ir" \
             if str(ctx.artifact).endswith(".xml") else "torch.export program" if program else "savedmodel"
         self.ov, self.model, self.threads = ov, model, ctx.threads
-        # each output by the name the source gave it (an ONNX file's own, among the names OpenVINO keeps for it; a
-        # converted Keras model's one output)
-        declared = [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)]
-        self.output_names = [next((n for n in declared if n in o.get_names()), min(o.get_names(), default=f"output{i}"))
-                             for i, o in enumerate(model.outputs)]
-        # a program's outputs (and those of NNCF's INT8 of it) keep its order, not its names
-        if artifacts.source_kind(ctx.model) == "pt2" and not str(ctx.artifact).endswith(".onnx") and \
-                len(declared) == len(model.outputs):
-            self.output_names = declared
+        self.output_names = output_names(model, [o.name for o in read_layout(ctx.folder / REFERENCE_OUTPUTS)],
+                                         artifacts.source_kind(ctx.model) == "pt2" and
+                                         not str(ctx.artifact).endswith(".onnx"))
         self.compiled_for: dict[tuple[str, bool], Any] = {}
         self.apply({})
         self.version = ov.get_version()

@@ -15,6 +15,7 @@ import numpy as np
 from ..base.errors import UsageError
 from ..registry.filecheck import check_savedmodel
 from ..registry.keras_models import load_keras
+from ..registry.outputs import LOGITS, host, natural
 from . import keras_train
 from .base import LoadContext, Runner
 from .keras_train import KerasTraining
@@ -46,8 +47,9 @@ def load_saved_model(path: str | Path) -> Any:
 
 
 def serving_function(loaded: Any) -> Any:
-    """A loaded SavedModel's inference function on one batch: the ``serve`` endpoint Keras exports, else the
-    ``serving_default`` signature of a SavedModel from elsewhere (its one input; its first output by name)."""
+    """A loaded SavedModel's inference function on one batch: the ``serve`` endpoint Keras exports (its outputs as the
+    model gives them: one tensor, a list, a mapping), else the ``serving_default`` signature of a SavedModel from
+    elsewhere (its one input; its one output, or its several by name: :func:`serving_names`)."""
     if hasattr(loaded, "serve"):
         return lambda x: loaded.serve(x)  # the closure keeps the loaded object (and its variables) alive
     signature = loaded.signatures.get("serving_default")
@@ -56,8 +58,19 @@ def serving_function(loaded: Any) -> Any:
         raise UsageError("the SavedModel has neither a 'serve' endpoint nor a 'serving_default' signature with "
                          "one input")
     (name,) = inputs
-    output = sorted(signature.structured_outputs)[0]
-    return lambda x: signature(**{name: x})[output]  # the signature keeps ``loaded`` alive
+    if len(signature.structured_outputs) > 1:
+        return lambda x: signature(**{name: x})  # the signature keeps ``loaded`` alive
+    (output,) = signature.structured_outputs
+    return lambda x: signature(**{name: x})[output]
+
+
+def serving_names(loaded: Any) -> tuple[str, ...]:
+    """The names of a SavedModel's outputs, in the order its exports keep: its ``serving_default`` signature's keys
+    (``output_0``, ``output_1``... for a Keras model's list, in its order; a mapping's keys, sorted); one output is
+    ``logits``."""
+    signature = loaded.signatures.get("serving_default")
+    keys = sorted(signature.structured_outputs, key=natural) if signature is not None else []
+    return tuple(keys) if len(keys) > 1 else (LOGITS,)
 
 
 class TfBase(Runner):
@@ -102,8 +115,8 @@ class TfBase(Runner):
         if self.gpu:
             self.tf.test.experimental.sync_devices()
 
-    def to_numpy(self, outputs: Any) -> np.ndarray:
-        return np.asarray(outputs)
+    def to_numpy(self, outputs: Any) -> Any:
+        return host(outputs)
 
     def peak_device_memory_mb(self) -> float | None:
         if not self.gpu:
