@@ -204,8 +204,8 @@ BAD += [
     (["--model", "{tmp}/int8.onnx"], "takes int8 input; inferbench feeds float32 images"),
     (["--model", "{tmp}/custom-op.onnx"], "uses operators outside ONNX's own domains (com.example.custom:MagicPool)"),
     (["--model", "{tmp}/external.onnx"], "reads external data from '../../../etc/passwd', outside the model's folder"),
-    (["--model", "{tmp}/two-inputs.keras"], "has 2 inputs; inferbench times models with one image input (a .keras "
-     "file's side inputs are not read yet)"),
+    (["--model", "{tmp}/two-inputs.keras"], "two-inputs.keras has several inputs and no image inputs (float, four "
+     "dimensions, 3 channels first or last): inferbench times models with one image input"),
     (["--model", "{tmp}/two-outputs.keras"], "two-outputs.keras: its outputs share names (a, a); inferbench "
      "compares each output by its name"),
     (["--model", "{tmp}/two-heads.keras", "--input-shape", "40x40x3", "--scenario", "train", "--framework", "keras"],
@@ -369,6 +369,28 @@ def test_a_keras_files_outputs_are_named_in_the_order_every_export_keeps(tmp_pat
     assert opened("one", [["head", 0, 0]]) == (("logits",), "classification")
 
 
+def test_a_keras_files_side_inputs_are_read_from_its_input_layers(tmp_path):
+    """A .keras file's inputs beside its image are read from their InputLayers (no Keras) by the rule an ONNX file's
+    are: an image-size input of two floats is filled with the image's height and width; an integer one, or inputs
+    with no image among them, are one line."""
+    def archive(name, inputs):
+        layers = [{"class_name": "InputLayer", "config": {"name": n, "batch_shape": s, "dtype": d}}
+                  for n, s, d in inputs]
+        return keras_archive(tmp_path / f"{name}.keras", {"class_name": "Functional", "config": {
+            "layers": layers, "input_layers": [[n, 0, 0] for n, _, _ in inputs], "output_layers": [["y", 0, 0]]}})
+
+    image = ("images", [None, 40, 48, 3], "float32")
+    opened = open_model_file(str(archive("sized", [image, ("orig_target_sizes", [None, 2], "float32")])))
+    assert opened.resolution == "40x48" and opened.side_inputs == (
+        "orig_target_sizes [batch, 2] float32: the image's height and width, bound into the graph",)
+    for name, inputs, says in (("int", [image, ("im_shape", [None, 2], "int32")], "is int32; inferbench binds"),
+                               ("none", [("a", [None, 2], "float32"), ("b", [None, 2], "float32")],
+                                "has 2 inputs (a, b) and no image inputs"),
+                               ("odd", [image, ("mystery", [None, 5], "float32")], "input mystery [?, 5] float")):
+        with pytest.raises(UsageError, match=re.escape(says)):
+            open_model_file(str(archive(name, inputs)))
+
+
 def test_an_onnx_export_gives_its_outputs_the_names_the_keras_model_declares():
     """tf2onnx names a Keras list's outputs Identity:0, Identity_1:0: each is renamed, in order, through an Identity
     node, so a runtime gives them by the source's names (ONNX's own reference evaluator here: no runtime needed); one
@@ -439,6 +461,51 @@ def test_a_keras_file_with_several_outputs_runs_everywhere_each_output_judged_by
     df = _records(out)
     assert len(df) == 9 + 5 + 3 and set(df[df.model.str.startswith("heads_sm-")]["framework"]) == \
         {"tf", "tfxla", "openvino"}
+
+
+def _sized(size=(40, 48)):
+    """A Keras model of an image and its size (``orig_target_sizes [batch, 2]``, as RT-DETR takes it), the size
+    weighing on every output: fed the width for the height, its outputs differ."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    image, sizes = keras.Input((*size, 3), name="images"), keras.Input((2,), name="orig_target_sizes")
+    x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(keras.layers.Rescaling(1 / 255.0)(image))
+    s = keras.layers.Dense(8, activation="relu")(keras.layers.Rescaling(1 / 40.0)(sizes))
+    out = keras.layers.Dense(6, name="head")(keras.layers.Concatenate()([keras.layers.GlobalAveragePooling2D()(x), s]))
+    return keras.Model([image, sizes], out)
+
+
+@pytest.mark.slow
+def test_a_keras_files_and_a_savedmodels_side_inputs_are_bound_and_every_runtime_computes_from_them(
+        tmp_path, shared_cache, capsys):
+    """The image's size as a second input, of a .keras file and of its SavedModel: bound into the model as the
+    image's height and width, every runtime fed the image alone passes parity, and the reference is the model's own
+    outputs fed the size (not the size the other way round: the test model tells them apart)."""
+    from inferbench.registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
+
+    model = _sized()
+    model.save(tmp_path / "sized.keras")
+    model.export(tmp_path / "sized_sm", format="tf_saved_model", verbose=False)
+    out, said = tmp_path / "out", []
+    for argv, frameworks in ((["--model", str(tmp_path / "sized.keras"), "--framework",
+                               "keras,jax,tf,tfxla,onnxrt,openvino,openvino-onnx,torch"], 8),
+                             (["--model", str(tmp_path / "sized_sm"), "--input-shape", "40x48x3", "--framework",
+                               "all"], 3)):
+        code = main([*argv, *QUICK, "--output-dir", str(out), "--cache-dir", str(shared_cache)])
+        said.append("".join(capsys.readouterr()))  # its lines on stdout, a failure on stderr
+        assert code == 0, said[-1]
+        name = argv[1].rsplit("/", 1)[-1].removesuffix(".keras")
+        df = _records(out)
+        cells = df[df.model.str.startswith(f"{name}-")]
+        assert len(cells) == frameworks and set(cells["parity.status"]) == {"passed"}
+        (folder,) = shared_cache.glob(f"{name}-*_40x48_*")
+        inputs, reference = np.load(folder / REFERENCE_INPUTS), np.load(folder / REFERENCE_LOGITS)
+        fed = [np.asarray(model.predict_on_batch([inputs, np.tile(hw, (len(inputs), 1)).astype(np.float32)]))
+               for hw in ([40.0, 48.0], [48.0, 40.0])]
+        np.testing.assert_allclose(reference, fed[0], rtol=1e-5, atol=1e-6)
+        assert np.abs(fed[1] - fed[0]).max() > 100 * np.abs(reference - fed[0]).max() + 1e-3
+    assert "side input of sized-" in said[0] and "orig_target_sizes [batch, 2] float32" in said[0]
 
 
 def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):

@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..base.errors import UsageError
 from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
 from ..registry.models import get_model
 from ..registry.programs import program_shapes
-from ..registry.sideinputs import SideInput, bind, split
+from ..registry.sideinputs import ONNX_NAME, SideInput, bind, looks_like_image, side_input, split
+from ..runners.tf import load_saved_model
 from .keras import savedmodel_stats
 from .onnx_stats import counted
 from .reference import predictor, write_parity_reference
@@ -47,10 +49,13 @@ def export(ctx: ExportContext) -> dict[str, Any]:
 
 def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
     """A model file's side inputs bound into the copy's graph (registry/sideinputs.py): an ONNX file's as constants in
-    its graph, a .pt2 program's by exporting it again around them; each said as a note."""
-    if not spec.source.side_inputs:
+    its graph, a .pt2 program's by exporting it again around them, a SavedModel's by saving it again inside a function
+    of its image alone; each said as a note."""
+    if spec.source.format == "savedmodel":  # its signature is read here, with TensorFlow
+        sides = bind_savedmodel(target, *hw(resolution))
+    elif not spec.source.side_inputs:
         return []
-    if target.suffix == ".pt2":
+    elif target.suffix == ".pt2":
         _, _, sides = program_shapes(target, str(target))
         bind_program(target, sides, spec, resolution)
     else:
@@ -61,6 +66,47 @@ def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
         _, sides = split([i for i in model.graph.input if i.name not in inits], target)
         bind(target, tuple(sides), *hw(resolution))
     return [f"side input {s.phrase()}: {s.value(*hw(resolution))}" for s in sides]
+
+
+def bind_savedmodel(path: Path, height: int, width: int) -> list[SideInput]:
+    """Rewrite the SavedModel folder at ``path`` as one of its image alone where its ``serving_default`` signature
+    takes side inputs: a ``serve`` function (and signature) that calls it with each side input's constant (broadcast
+    to the image's batch), saved over the folder; its side inputs, or none."""
+    import tensorflow as tf
+
+    loaded = load_saved_model(path)
+    signature = loaded.signatures.get("serving_default")
+    specs = dict(signature.structured_input_signature[1]) if signature is not None else {}
+    if len(specs) < 2:
+        return []
+    images = [n for n, s in specs.items() if s.shape.rank is not None and looks_like_image(s.shape.as_list(),
+                                                                                          s.dtype.name)]
+    if len(images) != 1:
+        raise UsageError(f"{path} takes {', '.join(specs)} and {len(images) or 'no'} image inputs (float, four "
+                         "dimensions, 3 channels first or last): inferbench times models with one image input")
+    sides = [side_input(n, s.shape.as_list(), ONNX_NAME.get(s.dtype.name, s.dtype.name.upper()), path)
+             for n, s in specs.items() if n != images[0]]
+    image = specs[images[0]]
+
+    class Bound(tf.__internal__.tracking.AutoTrackable):  # as Keras' export: its variables a list of its own
+        def __init__(self) -> None:
+            super().__init__()
+            self.loaded = loaded  # saved with it
+            self.variables = list(getattr(loaded, "variables", ()))  # what the model's size is counted from
+
+        @tf.function(input_signature=[tf.TensorSpec(image.shape, image.dtype, name=images[0])])
+        def serve(self, x: Any) -> Any:
+            fed = {s.name: tf.constant(s.value(height, width), dtype=s.dtype) for s in sides}
+            fed = {s.name: tf.broadcast_to(fed[s.name], tf.stack([tf.shape(x)[0], 2])) if s.batched else fed[s.name]
+                   for s in sides}
+            return signature(**{images[0]: x}, **fed)
+
+    bound, staged = Bound(), path.with_name(path.name + ".bound")
+    shutil.rmtree(staged, ignore_errors=True)
+    tf.saved_model.save(bound, str(staged), signatures={"serving_default": bound.serve})
+    shutil.rmtree(path)
+    staged.replace(path)
+    return sides
 
 
 #: Beside a ``.pt2`` program whose side inputs were bound: the program as the file gave it. PT2E's quantizer finds

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..base import machine
 from ..base.errors import UsageError
-from .sideinputs import SideInput, split
+from .sideinputs import ONNX_NAME, SideInput, looks_like_image, side_input, split
 
 MiB = 2**20
 CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
@@ -93,12 +93,8 @@ def _endpoints(value: Any, path: Path, key: str) -> int:
 def keras_endpoints(config: dict[str, Any], path: Path) -> tuple[str, ...]:
     """The names of a .keras model's outputs, as :func:`~inferbench.registry.keras_models.output_names` reads them
     from the model (a list's layers in order, a mapping's keys sorted; one output: ``logits``), read from its
-    config; a model with several inputs is refused (inferbench feeds one image), and outputs that share a name."""
+    config; outputs that share a name are refused."""
     inner = config.get("config") or {}
-    inputs = _endpoints(inner.get("input_layers"), path, "input_layers")
-    if inputs > 1:
-        raise UsageError(f"{path} has {inputs} inputs; inferbench times models with one image input (a .keras "
-                         "file's side inputs are not read yet)")
     value: Any = inner.get("output_layers")
     if _endpoints(value, path, "output_layers") <= 1:
         return ("logits",)
@@ -124,11 +120,36 @@ def keras_input_shape(config: dict[str, Any], path: Path) -> tuple[int | None, .
         shape = next((lay["config"].get("batch_shape") for lay in layers if isinstance(lay, dict)
                       and lay.get("class_name") == "InputLayer" and isinstance(lay.get("config"), dict)), None)
     if isinstance(shape, dict) or (isinstance(shape, list) and shape and isinstance(shape[0], list)):
-        raise UsageError(f"{path} has several inputs; inferbench times models with one image input")
+        shape = None  # several inputs: read from their InputLayers (keras_inputs)
     if shape is not None and not (isinstance(shape, list) and all(d is None or (isinstance(d, int) and d > 0)
                                                                   for d in shape)):
         raise UsageError(f"{path}: its config.json gives no readable input shape ({str(shape)[:80]})")
     return tuple(shape) if shape else None
+
+
+def keras_inputs(config: dict[str, Any], path: Path) -> tuple[tuple[int | None, ...] | None, list[SideInput]]:
+    """A .keras archive's image input shape (:func:`keras_input_shape`) and its side inputs (registry/sideinputs.py:
+    each read from its InputLayer's name, shape and dtype); one line where several inputs hold no one image, or a
+    side input is not a float one (inferbench binds it as a constant layer's bias, a float)."""
+    inner = config.get("config") or {}
+    if _endpoints(inner.get("input_layers"), path, "input_layers") <= 1:
+        return keras_input_shape(config, path), []
+    layers = [lay["config"] for lay in inner.get("layers") or [] if isinstance(lay, dict)
+              and lay.get("class_name") == "InputLayer" and isinstance(lay.get("config"), dict)]
+    shapes = [(str(c.get("name")), c.get("batch_shape"), str(c.get("dtype"))) for c in layers]
+    images = [s for s in shapes if isinstance(s[1], list) and looks_like_image(s[1], s[2])]
+    if len(images) != 1 or len(shapes) < 2:
+        listed = f" ({', '.join(s[0][:40] for s in shapes)})" if shapes else ""
+        raise UsageError(f"{path} has {len(shapes) or 'several'} inputs{listed} and {len(images) or 'no'} image "
+                         "inputs (float, four dimensions, 3 channels first or last): inferbench times models with "
+                         "one image input")
+    sides = [side_input(name, list(dims) if isinstance(dims, list) else [], ONNX_NAME.get(dtype, dtype.upper()),
+                        path) for name, dims, dtype in shapes if (name, dims, dtype) != images[0]]
+    for side in sides:
+        if not side.dtype.startswith("float"):
+            raise UsageError(f"{path}: side input {side.name[:60]} is {side.dtype}; inferbench binds a .keras file's "
+                             "side input as a float constant (a layer's bias): a float input only")
+    return tuple(images[0][1]), sides
 
 
 def check_onnx(model: Any, path: Path) -> tuple[Any, list[SideInput]]:

@@ -15,10 +15,11 @@ import numpy as np
 
 from ..base.errors import UsageError
 from ..base.size import Size, hw, pixels
-from .filecheck import keras_config
+from .filecheck import keras_config, keras_inputs
 from .inputs import make_inputs
 from .models import ModelSpec
 from .outputs import LOGITS
+from .sideinputs import bind_keras
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
@@ -109,6 +110,9 @@ def _load_keras_file(path: str, shape: tuple[int, ...]) -> Any:
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"cannot load {path}: {first}") from None
+    sides = keras_inputs(keras_config(Path(path)), Path(path))[1]
+    if sides:  # bound into the model as constants: every runtime is fed the image alone
+        model = bind_keras(model, sides, *shape[:2])
     got = tuple(model.inputs[0].shape[1:])
     if got != shape and any(g is not None and g != w for g, w in zip(got, shape)):
         raise UsageError(f"{path} takes inputs of shape {got}, not {shape}; pass --resolution "

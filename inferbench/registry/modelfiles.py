@@ -13,9 +13,10 @@ from ..base.digest import sha256_file, sha256_tree
 from ..base.errors import UsageError
 from ..base.size import Size, hw, size_of
 from . import graphnms
-from .filecheck import check_onnx, every_node, keras_config, keras_endpoints, keras_input_shape
+from .filecheck import check_onnx, every_node, keras_config, keras_endpoints, keras_inputs
 from .outputs import Output
 from .programs import program_shapes, suppressions
+from .sideinputs import SideInput
 from .tasks import AUTO, guess, task_module
 from .tasks import task as task_entry
 
@@ -63,8 +64,9 @@ def open_model_file(text: str, input_shape: str | None = None, resolution: Size 
             raise UsageError(f"{text} is a folder without saved_model.pb: not a TF SavedModel")
         fmt, shape = "savedmodel", None  # reading its signature would need TensorFlow in this process
     elif path.suffix == ".keras":
-        fmt, (shape, names) = "keras", _keras_input_shape(path)
+        fmt, (shape, names, found) = "keras", _keras_input_shape(path)
         outputs = [Output(n, (0,)) for n in names]  # their shapes are read from the reference's outputs at export
+        sides = tuple(s.phrase() for s in found)
     elif path.suffix == ".onnx":
         fmt, (shape, outputs, nms, sides) = "onnx", _onnx_shapes(path)
     elif path.suffix == ".pt2":
@@ -144,11 +146,12 @@ def _parse_shape(text: str) -> tuple[int | None, ...]:
     return tuple(dims) if len(dims) == 4 else (None, *dims)
 
 
-def _keras_input_shape(path: Path) -> tuple[tuple[int | None, ...] | None, tuple[str, ...]]:
-    """The input shape a .keras archive declares in its config.json (read without Keras), and its outputs' names."""
+def _keras_input_shape(path: Path) -> tuple[tuple[int | None, ...] | None, tuple[str, ...], list[SideInput]]:
+    """The image input shape a .keras archive declares in its config.json (read without Keras), its outputs' names
+    and its side inputs."""
     config = keras_config(path)
-    names = keras_endpoints(config, path)
-    return keras_input_shape(config, path), names
+    shape, sides = keras_inputs(config, path)
+    return shape, keras_endpoints(config, path), sides
 
 
 def _onnx_shapes(path: Path) -> tuple[tuple[int | None, ...], list[Output], str | None, tuple[str, ...]]:

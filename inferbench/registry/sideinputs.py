@@ -24,6 +24,8 @@ FILLS = (("scale", "scale", "1 on both axes (the image at the model's own size)"
          ("shape", "size", "the image's height and width"))
 #: The element types a side input may have: ONNX's TensorProto codes by name.
 DTYPES = {"FLOAT": "float32", "FLOAT16": "float16", "DOUBLE": "float64", "INT64": "int64", "INT32": "int32"}
+#: The same by NumPy's names (a Keras input's dtype, TensorFlow's).
+ONNX_NAME = {v: k for k, v in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ def is_image(value_info: Any) -> bool:
     dims = value_info.type.tensor_type.shape.dim
     return value_info.type.tensor_type.elem_type in (1, 10) and len(dims) == 4 and 3 in (dims[1].dim_value,
                                                                                           dims[3].dim_value)
+
+
+def looks_like_image(dims: list[Any], dtype: str) -> bool:
+    """An input of four dimensions, 3 channels first or last, of a float type (NumPy's name): the image (a Keras
+    file's or a SavedModel's inputs, read from their shapes)."""
+    return len(dims) == 4 and 3 in (dims[1], dims[3]) and dtype.startswith("float")
 
 
 def split(inputs: list[Any], path: Path) -> tuple[Any, list[SideInput]]:
@@ -117,3 +125,30 @@ def bind(path: Path, sides: tuple[SideInput, ...], height: int, width: int) -> N
         graph.node.insert(0, node)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
+
+
+def bind_keras(model: Any, sides: list[SideInput], height: int, width: int) -> Any:
+    """A Keras model of an image and ``sides`` as a model of its image alone: each side input the constant of its
+    fill, made by standard layers only (a .keras file loads in safe mode, which refuses a Lambda's code): the image's
+    first pixel (cropped: no pass over the image), into a Dense layer of a zero kernel whose bias is the fill (exactly
+    the fill: 0 times a finite number is 0), frozen; its 8 numbers are counted in the model's parameters."""
+    import keras
+
+    by_name = {t._keras_history.operation.name: t for t in model.inputs}
+    given = {s.name for s in sides}
+    (image,) = [t for n, t in by_name.items() if n not in given]
+    x = keras.Input(tuple(image.shape[1:]), name=image._keras_history.operation.name, dtype=image.dtype)
+    first = "channels_first" if image.shape[1] == 3 else "channels_last"
+    rows, cols = image.shape[2:4] if first == "channels_first" else image.shape[1:3]
+    pixel = keras.layers.Cropping2D(((0, rows - 1), (0, cols - 1)), data_format=first, name="inferbench_pixel")(x)
+    pooled = keras.layers.Flatten(name="inferbench_flat")(pixel)
+    fed = {n: x for n in by_name if n not in given}
+    for i, side in enumerate(sides):
+        fed[side.name] = keras.layers.Dense(2, kernel_initializer="zeros", trainable=False, dtype=side.dtype,
+                                            bias_initializer=keras.initializers.Constant(side.value(height, width)),
+                                            name=f"inferbench_side_{i}")(pooled)
+    inputs = model.input
+    call = {k: fed[t._keras_history.operation.name] for k, t in inputs.items()} if isinstance(inputs, dict) \
+        else [fed[n] for n in by_name]
+    return keras.Model(x, model(call), name=f"{model.name}_bound")
+
