@@ -383,7 +383,7 @@ def test_a_keras_files_side_inputs_are_read_from_its_input_layers(tmp_path):
     opened = open_model_file(str(archive("sized", [image, ("orig_target_sizes", [None, 2], "float32")])))
     assert opened.resolution == "40x48" and opened.side_inputs == (
         "orig_target_sizes [batch, 2] float32: the image's height and width, bound into the graph",)
-    for name, inputs, says in (("int", [image, ("im_shape", [None, 2], "int32")], "is int32; inferbench binds"),
+    for name, inputs, says in (("int", [image, ("im_shape", [None, 2], "int32")], "is int32 [batch, 2]; inferbench"),
                                ("none", [("a", [None, 2], "float32"), ("b", [None, 2], "float32")],
                                 "has 2 inputs (a, b) and no image inputs"),
                                ("odd", [image, ("mystery", [None, 5], "float32")], "input mystery [?, 5] float")):
@@ -416,6 +416,24 @@ def test_an_onnx_export_gives_its_outputs_the_names_the_keras_model_declares():
     one = helper.make_model(helper.make_graph(nodes[:1], "one", graph.input, graph.output[:1]))
     renamed(one, ["logits"])
     assert [o.name for o in one.graph.output] == ["Identity:0"]
+
+
+def test_openvinos_outputs_take_the_declared_names_by_name_else_by_their_signature_place():
+    """OpenVINO's outputs of a converted model get the source's names: where it keeps them (an ONNX file's, a
+    signature's keys), by name; a SavedModel of a Keras list's ``output_i`` as the i-th declared, in whatever order
+    they come (``output_10`` before ``output_2``); else by place, as a program's always are."""
+    from inferbench.runners.openvino import output_names
+
+    class Converted:
+        def __init__(self, *names):
+            self.outputs = [type("Output", (), {"get_names": lambda self, n=n: {n}})() for n in names]
+
+    declared = [f"head{i}" for i in range(12)]
+    order = sorted(range(12), key=str)  # 0, 1, 10, 11, 2, ...
+    assert output_names(Converted(*[f"output_{i}" for i in order]), declared, False) == [declared[i] for i in order]
+    assert output_names(Converted("b", "a"), ["a", "b"], False) == ["b", "a"]
+    assert output_names(Converted("x", "y"), ["a", "b"], False) == ["a", "b"]
+    assert output_names(Converted("b", "a"), ["a", "b"], True) == ["a", "b"]
 
 
 def _two_headed(size=(40, 48), mapping=False):
@@ -463,35 +481,63 @@ def test_a_keras_file_with_several_outputs_runs_everywhere_each_output_judged_by
         {"tf", "tfxla", "openvino"}
 
 
-def _sized(size=(40, 48)):
-    """A Keras model of an image and its size (``orig_target_sizes [batch, 2]``, as RT-DETR takes it), the size
-    weighing on every output: fed the width for the height, its outputs differ."""
+def _sized(size=(None, None)):
+    """A Keras model of an image of any size and its size (``orig_target_sizes [batch, 2]``, as RT-DETR takes it),
+    two heads of one shape, the size weighing on both: fed the width for the height, its outputs differ."""
     import keras
 
     keras.utils.set_random_seed(7)
     image, sizes = keras.Input((*size, 3), name="images"), keras.Input((2,), name="orig_target_sizes")
     x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(keras.layers.Rescaling(1 / 255.0)(image))
     s = keras.layers.Dense(8, activation="relu")(keras.layers.Rescaling(1 / 40.0)(sizes))
-    out = keras.layers.Dense(6, name="head")(keras.layers.Concatenate()([keras.layers.GlobalAveragePooling2D()(x), s]))
-    return keras.Model([image, sizes], out)
+    both = keras.layers.Concatenate()([keras.layers.GlobalAveragePooling2D()(x), s])
+    return keras.Model([image, sizes], [keras.layers.Dense(6, name=n)(both) for n in ("boxes_head", "class_head")])
+
+
+def _int_sized(path):
+    """A SavedModel from TensorFlow itself whose image-size input is int64 (RT-DETR's type), weighing on its output."""
+    import tensorflow as tf
+
+    class Sized(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.random.default_rng(0).normal(0, 1, (3, 6)).astype(np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 40, 48, 3), tf.float32, name="images"),
+                                      tf.TensorSpec((None, 2), tf.int64, name="orig_target_sizes")])
+        def serve(self, images, orig_target_sizes):
+            hw = tf.cast(orig_target_sizes, tf.float32)
+            return {"scores": tf.reduce_mean(images, axis=[1, 2]) @ self.w * hw[:, :1] / 40.0 + hw[:, 1:] / 48.0}
+
+    module = Sized()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return module
 
 
 @pytest.mark.slow
 def test_a_keras_files_and_a_savedmodels_side_inputs_are_bound_and_every_runtime_computes_from_them(
         tmp_path, shared_cache, capsys):
-    """The image's size as a second input, of a .keras file and of its SavedModel: bound into the model as the
-    image's height and width, every runtime fed the image alone passes parity, and the reference is the model's own
-    outputs fed the size (not the size the other way round: the test model tells them apart)."""
-    from inferbench.registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS
+    """The image's size as a second input, of a .keras file (an image of any size, two outputs), of its SavedModel
+    and of a SavedModel whose size is int64: bound into the model as the image's height and width, every runtime fed
+    the image alone passes parity, and the reference is the model's own outputs fed the size (not the size the other
+    way round: the test model tells them apart); the wrapped Keras model's own FP16 error is its layers' (all of them
+    rebuilt in FP16, not only the bound constants)."""
+    import tensorflow as tf
+
+    from inferbench.registry.artifacts import REFERENCE_INPUTS, REFERENCE_LOGITS, REFERENCE_SENSITIVITY
+    from inferbench.registry.outputs import packed
 
     model = _sized()
     model.save(tmp_path / "sized.keras")
     model.export(tmp_path / "sized_sm", format="tf_saved_model", verbose=False)
+    module = _int_sized(tmp_path / "int_sm")
     out, said = tmp_path / "out", []
-    for argv, frameworks in ((["--model", str(tmp_path / "sized.keras"), "--framework",
+    for argv, frameworks in ((["--model", str(tmp_path / "sized.keras"), "--resolution", "40x48", "--framework",
                                "keras,jax,tf,tfxla,onnxrt,openvino,openvino-onnx,torch"], 8),
-                             (["--model", str(tmp_path / "sized_sm"), "--input-shape", "40x48x3", "--framework",
-                               "all"], 3)):
+                             (["--model", str(tmp_path / "sized_sm"), "--input-shape", "40x48x3", "--task", "raw",
+                               "--framework", "all"], 3),
+                             (["--model", str(tmp_path / "int_sm"), "--input-shape", "40x48x3", "--task", "raw",
+                               "--framework", "all"], 3)):
         code = main([*argv, *QUICK, "--output-dir", str(out), "--cache-dir", str(shared_cache)])
         said.append("".join(capsys.readouterr()))  # its lines on stdout, a failure on stderr
         assert code == 0, said[-1]
@@ -501,11 +547,19 @@ def test_a_keras_files_and_a_savedmodels_side_inputs_are_bound_and_every_runtime
         assert len(cells) == frameworks and set(cells["parity.status"]) == {"passed"}
         (folder,) = shared_cache.glob(f"{name}-*_40x48_*")
         inputs, reference = np.load(folder / REFERENCE_INPUTS), np.load(folder / REFERENCE_LOGITS)
-        fed = [np.asarray(model.predict_on_batch([inputs, np.tile(hw, (len(inputs), 1)).astype(np.float32)]))
-               for hw in ([40.0, 48.0], [48.0, 40.0])]
+        if name == "int_sm":
+            fed = [packed(module.serve(tf.constant(inputs), tf.constant([hw] * len(inputs), tf.int64)), ["scores"])
+                   for hw in ([40, 48], [48, 40])]
+        else:
+            fed = [packed(model.predict_on_batch([inputs, np.tile(hw, (len(inputs), 1)).astype(np.float32)]),
+                          ["boxes_head", "class_head"]) for hw in ([40.0, 48.0], [48.0, 40.0])]
         np.testing.assert_allclose(reference, fed[0], rtol=1e-5, atol=1e-6)
         assert np.abs(fed[1] - fed[0]).max() > 100 * np.abs(reference - fed[0]).max() + 1e-3
     assert "side input of sized-" in said[0] and "orig_target_sizes [batch, 2] float32" in said[0]
+    record = json.loads(next(out.rglob("sized-*_40x48_bs1_onnxrt.json")).read_text())
+    assert [o["name"] for o in record["outputs"]] == ["boxes_head", "class_head"]
+    (folder,) = shared_cache.glob("sized-*_40x48_*")
+    assert json.loads((folder / REFERENCE_SENSITIVITY).read_text())["fp16"]["max_rel_err"] > 1e-5
 
 
 def test_a_zip_bomb_is_refused_in_seconds_and_little_memory(tmp_path):

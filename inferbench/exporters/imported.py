@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..base.errors import UsageError
 from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
@@ -96,7 +98,7 @@ def bind_savedmodel(path: Path, height: int, width: int) -> list[SideInput]:
 
         @tf.function(input_signature=[tf.TensorSpec(image.shape, image.dtype, name=images[0])])
         def serve(self, x: Any) -> Any:
-            fed = {s.name: tf.constant(s.value(height, width), dtype=s.dtype) for s in sides}
+            fed = {s.name: tf.constant(np.array(s.value(height, width), dtype=s.dtype)) for s in sides}
             fed = {s.name: tf.broadcast_to(fed[s.name], tf.stack([tf.shape(x)[0], 2])) if s.batched else fed[s.name]
                    for s in sides}
             return signature(**{images[0]: x}, **fed)

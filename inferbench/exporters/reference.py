@@ -241,11 +241,22 @@ def rebuilt(model: Any, policy: str) -> Any:
     """The Keras model rebuilt with every layer in the dtype ``policy`` ("float16", "float64", ...: weights and
     computation in it), its weights copied."""
     config = model.get_config()
-    layers = [{**layer, "config": {**layer["config"], "dtype": policy}}
-              if "dtype" in layer.get("config", {}) and layer.get("class_name") != "InputLayer" else layer
-              for layer in config["layers"]]
-    out = model.__class__.from_config({**config, "layers": layers})
+    out = model.__class__.from_config({**config, "layers": in_policy(config["layers"], policy)})
     out.set_weights(model.get_weights())
+    return out
+
+
+def in_policy(layers: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
+    """A functional model's layer configs with every layer's dtype set to ``policy``, into the layers of a model
+    nested in it (a file's model wrapped around its side inputs), its inputs left as they are."""
+    out = []
+    for layer in layers:
+        inner = layer.get("config", {})
+        if isinstance(inner.get("layers"), list):
+            inner = {**inner, "layers": in_policy(inner["layers"], policy)}
+        if "dtype" in inner and layer.get("class_name") != "InputLayer":
+            inner = {**inner, "dtype": policy}
+        out.append({**layer, "config": inner})
     return out
 
 

@@ -146,9 +146,10 @@ def keras_inputs(config: dict[str, Any], path: Path) -> tuple[tuple[int | None, 
     sides = [side_input(name, list(dims) if isinstance(dims, list) else [], ONNX_NAME.get(dtype, dtype.upper()),
                         path) for name, dims, dtype in shapes if (name, dims, dtype) != images[0]]
     for side in sides:
-        if not side.dtype.startswith("float"):
-            raise UsageError(f"{path}: side input {side.name[:60]} is {side.dtype}; inferbench binds a .keras file's "
-                             "side input as a float constant (a layer's bias): a float input only")
+        if not side.dtype.startswith("float") or not side.batched:
+            raise UsageError(f"{path}: side input {side.name[:60]} is {side.dtype} [{'batch, ' * side.batched}2]; "
+                             "inferbench binds a .keras file's side input as a float constant a batch (a layer's "
+                             "bias): a float input of [batch, 2] only")
     return tuple(images[0][1]), sides
 
 

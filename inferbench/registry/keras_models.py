@@ -93,7 +93,7 @@ def output_names(model: Any) -> tuple[str, ...]:
     """The names a Keras model's outputs are declared by, in the order every export of it keeps (tf.nest's): one
     output is ``logits``; a list of them, each its layer's name, in the list's order; a mapping, its keys sorted."""
     structure = getattr(model, "output", None)
-    if isinstance(structure, dict):
+    if isinstance(structure, dict) and len(structure) > 1:
         return tuple(sorted(structure))
     if isinstance(structure, (list, tuple)) and len(structure) > 1:
         names = tuple(model.output_names)

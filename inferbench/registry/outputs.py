@@ -76,10 +76,11 @@ def named(value: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def host(value: Any, convert: Any = np.asarray) -> Any:
-    """A runtime's outputs (one array, a tuple or list, or a mapping name -> array) with ``convert`` applied to each
-    (a framework's tensor to a host array), in the same structure: what :func:`named` reads."""
+    """A Keras or TensorFlow model's outputs (one array, a tuple or list, or a mapping name -> array) with ``convert``
+    applied to each (a framework's tensor to a host array), in the same structure, a mapping's keys sorted (the order
+    its outputs are declared in: tf.nest's): what :func:`named` and :func:`packed` read."""
     if isinstance(value, Mapping):
-        return {k: convert(v) for k, v in value.items()}
+        return {k: convert(value[k]) for k in sorted(value)}
     if isinstance(value, (tuple, list)):
         return [convert(v) for v in value]
     return convert(value)

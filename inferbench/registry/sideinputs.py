@@ -128,19 +128,21 @@ def bind(path: Path, sides: tuple[SideInput, ...], height: int, width: int) -> N
 
 
 def bind_keras(model: Any, sides: list[SideInput], height: int, width: int) -> Any:
-    """A Keras model of an image and ``sides`` as a model of its image alone: each side input the constant of its
-    fill, made by standard layers only (a .keras file loads in safe mode, which refuses a Lambda's code): the image's
-    first pixel (cropped: no pass over the image), into a Dense layer of a zero kernel whose bias is the fill (exactly
-    the fill: 0 times a finite number is 0), frozen; its 8 numbers are counted in the model's parameters."""
+    """A Keras model of an image and ``sides`` as a model of its image alone, at the run's ``height`` and
+    ``width``: each side input the constant of its fill, made by standard layers only (a .keras file loads in safe
+    mode, which refuses a Lambda's code): the image's first pixel (cropped: no pass over the image), into a Dense
+    layer of a zero kernel whose bias is the fill (exactly the fill: 0 times a finite number is 0), frozen; its 8
+    numbers are counted in the model's parameters."""
     import keras
 
     by_name = {t._keras_history.operation.name: t for t in model.inputs}
     given = {s.name for s in sides}
     (image,) = [t for n, t in by_name.items() if n not in given]
-    x = keras.Input(tuple(image.shape[1:]), name=image._keras_history.operation.name, dtype=image.dtype)
     first = "channels_first" if image.shape[1] == 3 else "channels_last"
-    rows, cols = image.shape[2:4] if first == "channels_first" else image.shape[1:3]
-    pixel = keras.layers.Cropping2D(((0, rows - 1), (0, cols - 1)), data_format=first, name="inferbench_pixel")(x)
+    shape = (3, height, width) if first == "channels_first" else (height, width, 3)  # the run's size: a fixed one
+    x = keras.Input(shape, name=image._keras_history.operation.name, dtype=image.dtype)
+    pixel = keras.layers.Cropping2D(((0, height - 1), (0, width - 1)), data_format=first,  # the run's image size
+                                    name="inferbench_pixel")(x)
     pooled = keras.layers.Flatten(name="inferbench_flat")(pixel)
     fed = {n: x for n in by_name if n not in given}
     for i, side in enumerate(sides):
@@ -150,5 +152,8 @@ def bind_keras(model: Any, sides: list[SideInput], height: int, width: int) -> A
     inputs = model.input
     call = {k: fed[t._keras_history.operation.name] for k, t in inputs.items()} if isinstance(inputs, dict) \
         else [fed[n] for n in by_name]
-    return keras.Model(x, model(call), name=f"{model.name}_bound")
+    out = model(call)
+    if isinstance(out, (list, tuple)):  # each output by its own layer's name, not the wrapped model's
+        out = [keras.layers.Identity(name=n)(t) for n, t in zip(model.output_names, out)]
+    return keras.Model(x, out, name=f"{model.name}_bound")
 

@@ -31,6 +31,7 @@ and shares the input and output buffers (about 5% faster than copying them).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -68,9 +69,12 @@ def output_names(model: Any, declared: list[str], by_order: bool) -> list[str]:
     found (a SavedModel of a Keras model's list: ``output_0``, ``output_1``..., in the list's order), or where
     ``by_order`` (a program's outputs, and those of NNCF's INT8 of it, keep its order, not its names)."""
     found = [next((n for n in declared if n in o.get_names()), None) for o in model.outputs]
-    if len(declared) == len(model.outputs) and (by_order or not any(found)):
-        return list(declared)
-    return [n or min(o.get_names(), default=f"output{i}") for i, (n, o) in enumerate(zip(found, model.outputs))]
+    if len(declared) != len(model.outputs) or (any(found) and not by_order):
+        return [n or min(o.get_names(), default=f"output{i}") for i, (n, o) in enumerate(zip(found, model.outputs))]
+    places = [re.fullmatch(r"output_(\d+)", min(o.get_names(), default="")) for o in model.outputs]
+    if not by_order and all(places) and sorted(int(p.group(1)) for p in places if p) == list(range(len(declared))):
+        return [declared[int(p.group(1))] for p in places if p]  # a signature's output_i: the i-th, wherever it lies
+    return list(declared)
 
 
 class OpenVinoRunner(Runner):
