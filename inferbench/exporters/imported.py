@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..base.errors import UsageError
 from ..base.size import Size, hw
 from ..registry.artifacts import ExportContext
 from ..registry.models import get_model
 from ..registry.programs import program_shapes
-from ..registry.sideinputs import ONNX_NAME, SideInput, bind, looks_like_image, side_input, split
+from ..registry.sideinputs import ONNX_NAME, SideInput, bind, looks_like_image, no_one_image, side_input, split
 from ..runners.tf import load_saved_model
 from .keras import savedmodel_stats
 from .onnx_stats import counted
@@ -84,8 +83,7 @@ def bind_savedmodel(path: Path, height: int, width: int) -> list[SideInput]:
     images = [n for n, s in specs.items() if s.shape.rank is not None and looks_like_image(s.shape.as_list(),
                                                                                           s.dtype.name)]
     if len(images) != 1:
-        raise UsageError(f"{path} takes {', '.join(specs)} and {len(images) or 'no'} image inputs (float, four "
-                         "dimensions, 3 channels first or last): inferbench times models with one image input")
+        raise no_one_image(path, list(specs), len(images))
     sides = [side_input(n, s.shape.as_list(), ONNX_NAME.get(s.dtype.name, s.dtype.name.upper()), path)
              for n, s in specs.items() if n != images[0]]
     image = specs[images[0]]

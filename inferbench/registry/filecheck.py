@@ -22,7 +22,7 @@ from typing import Any
 
 from ..base import machine
 from ..base.errors import UsageError
-from .sideinputs import ONNX_NAME, SideInput, looks_like_image, side_input, split
+from .sideinputs import ONNX_NAME, SideInput, looks_like_image, no_one_image, side_input, split
 
 MiB = 2**20
 CONFIG_CAP = 64 * MiB  # a config.json larger than this is no model configuration (ConvNeXt-XLarge's: 0.4 MiB)
@@ -139,10 +139,7 @@ def keras_inputs(config: dict[str, Any], path: Path) -> tuple[tuple[int | None, 
     shapes = [(str(c.get("name")), c.get("batch_shape"), str(c.get("dtype"))) for c in layers]
     images = [s for s in shapes if isinstance(s[1], list) and looks_like_image(s[1], s[2])]
     if len(images) != 1 or len(shapes) < 2:
-        listed = f" ({', '.join(s[0][:40] for s in shapes)})" if shapes else ""
-        raise UsageError(f"{path} has {len(shapes) or 'several'} inputs{listed} and {len(images) or 'no'} image "
-                         "inputs (float, four dimensions, 3 channels first or last): inferbench times models with "
-                         "one image input")
+        raise no_one_image(path, [s[0] for s in shapes], len(images))
     sides = [side_input(name, list(dims) if isinstance(dims, list) else [], ONNX_NAME.get(dtype, dtype.upper()),
                         path) for name, dims, dtype in shapes if (name, dims, dtype) != images[0]]
     for side in sides:

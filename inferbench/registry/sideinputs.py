@@ -57,6 +57,14 @@ def looks_like_image(dims: list[Any], dtype: str) -> bool:
     return len(dims) == 4 and 3 in (dims[1], dims[3]) and dtype.startswith("float")
 
 
+def no_one_image(path: Path, names: list[str], images: int) -> UsageError:
+    """The one line for a model whose inputs ``names`` (none where they cannot be read) hold ``images`` images, not
+    one (an ONNX file's, a .keras file's, a SavedModel's)."""
+    listed = f" ({', '.join(n[:40] for n in names)})" if names else ""
+    return UsageError(f"{path} has {len(names) or 'several'} inputs{listed} and {images or 'no'} image inputs (float, "
+                      "four dimensions, 3 channels first or last): inferbench times models with one image input")
+
+
 def split(inputs: list[Any], path: Path) -> tuple[Any, list[SideInput]]:
     """The image input of a graph's ``inputs`` (its initializers left out) and its side inputs, each with its fill; one
     line where there is no one image or a side input's meaning cannot be read from its name and shape."""
@@ -66,10 +74,7 @@ def split(inputs: list[Any], path: Path) -> tuple[Any, list[SideInput]]:
     if len(inputs) == 1:
         return inputs[0], []  # the one input: the file check says what is wrong with it, if anything is
     if len(images) != 1:
-        names = ", ".join(i.name[:40] for i in inputs)
-        raise UsageError(f"{path} has {len(inputs)} inputs ({names}) and {'no' if not images else len(images)} image "
-                         "inputs (float, four dimensions, 3 channels first or last): inferbench times models with "
-                         "one image input")
+        raise no_one_image(path, [i.name for i in inputs], len(images))
     sides = [side_input(i.name, [d.dim_value or None for d in i.type.tensor_type.shape.dim],
                         TensorProto.DataType.Name(i.type.tensor_type.elem_type), path)
              for i in inputs if i is not images[0]]
