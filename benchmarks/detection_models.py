@@ -12,7 +12,10 @@ made by the tests' own builders (tests/detectors.py: no one's detector code, see
 - ``coco_384x640/``: a labelled set the tests' way (tests/detectors.py's ``coco_from_detections``): 24 seeded
   image-like images 640 wide, their boxes what the 384x640 detector finds in FP32 (its 20 highest-scoring an image,
   cut to the image): FP32's mAP on it is high by construction; it judges what INT8 loses, not the detector;
-- ``coco_640/``: the same for the 640x640 detector (24 images 640 wide, 640 + 8i high, resized whole to 640).
+- ``coco_640/``: the same for the 640x640 detector (24 images 640 wide, 640 + 8i high, resized whole to 640);
+- ``coco_ssdlite_320/``: the same for ``torchvision:ssdlite320_mobilenet_v3_large`` at 320 (the run's own seeded,
+  conditioned weights, torch in a process of its own): 24 images 640 wide and 480 + 8i high, their classes COCO's
+  category ids as torchvision's are.
 
 Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has the runs):
 
@@ -25,6 +28,8 @@ Usage: ``python benchmarks/detection_models.py DIR``, then (docs/measured.md has
     inferbench run --model $D --task detection --framework onnxrt --precision int8 --batch-size 1 \
         --eval-dir DIR/coco_640
     inferbench run --model $S --task segmentation --framework onnxrt,openvino,torch --batch-size 1,8
+    inferbench run --model torchvision:ssdlite320_mobilenet_v3_large --framework onnxrt,openvino,torch-inductor \
+        --precision int8 --batch-size 1,8 --eval-dir DIR/coco_ssdlite_320
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from detectors import coco_from_detections, segmenter_onnx, yolo_layout_onnx  # noqa: E402
+from detectors import coco_from_detections, segmenter_onnx, torch_heads, yolo_layout_onnx  # noqa: E402
 
 #: The labelled set of the 384x640 detector: images, each image's best boxes (what FP32 finds in it).
 LABELLED_IMAGES, LABELLED_TOP = 24, 20
@@ -54,6 +59,11 @@ def main(folder: str) -> None:
     boxes = coco_from_detections(square, out / "coco_640", size=640, images=LABELLED_IMAGES,
                                  categories=range(1, 81), top=LABELLED_TOP, width=640, height=640)
     print(f"{out / 'coco_640'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by the FP32 detector itself")
+    from inferbench.registry.models import get_model
+    ssdlite = "torchvision:ssdlite320_mobilenet_v3_large"
+    boxes = coco_from_detections(None, out / "coco_ssdlite_320", size=320, images=LABELLED_IMAGES, top=LABELLED_TOP,
+                                 width=640, height=480, spec=get_model(ssdlite), heads=torch_heads(out, (320, 320)))
+    print(f"{out / 'coco_ssdlite_320'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by SSDlite's FP32 itself")
 
 
 if __name__ == "__main__":

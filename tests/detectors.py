@@ -5,6 +5,9 @@ box decode off by a pixel row, the head's rows swapped) or a second output."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 
 STRIDES = (8, 16, 32)
@@ -196,6 +199,31 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
     (folder / "instances.json").write_text(json.dumps({"images": said, "annotations": annotations, "categories": [
         {"id": c, "name": f"c{c}"} for c in named]}))
     return len(annotations)
+
+
+SOURCE_OUTPUTS = """
+import sys, numpy as np, torch
+from inferbench.base.size import size_of
+from inferbench.exporters.torch_source import source_module
+from inferbench.registry.models import get_model
+spec = get_model(sys.argv[4])
+module = source_module(torch, spec, "random", size_of(int(sys.argv[2]), int(sys.argv[3])), 0)  # the seed a run takes
+with torch.no_grad():
+    out = module(torch.from_numpy(np.load(sys.argv[1])))
+np.savez(sys.argv[1] + ".npz", **{k: v.numpy() for k, v in out.items()})
+"""
+
+
+def torch_heads(folder, size, name="torchvision:ssdlite320_mobilenet_v3_large"):
+    """A PyTorch detector's outputs by name (SSDlite's raw heads, Faster R-CNN's detections) on a batch of prepared
+    inputs, as the run's source computes them (seeded, conditioned weights; torch in a process of its own)."""
+    def heads(x):
+        np.save(folder / "x.npy", x)
+        subprocess.run([sys.executable, "-c", SOURCE_OUTPUTS, str(folder / "x.npy"), *map(str, size), name],
+                       check=True, timeout=600)
+        with np.load(folder / "x.npy.npz") as out:
+            return dict(out)
+    return heads
 
 
 def nms_onnx(path, size=64, cap=20, padded=True, seed=0):

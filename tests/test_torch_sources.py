@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from detectors import coco_from_detections, torch_heads
 
 from inferbench import records
 from inferbench.base.errors import UsageError
@@ -339,38 +340,11 @@ def test_ssdlites_heads_after_the_shared_postprocessing_are_torchvisions_own_det
         assert image["box"] < 1e-3 and image["score"] < 1e-6, image
 
 
-SOURCE_OUTPUTS = """
-import sys, numpy as np, torch
-from inferbench.base.size import size_of
-from inferbench.exporters.torch_source import source_module
-from inferbench.registry.models import get_model
-spec = get_model(sys.argv[4])
-module = source_module(torch, spec, "random", size_of(int(sys.argv[2]), int(sys.argv[3])), 0)  # the seed a run takes
-with torch.no_grad():
-    out = module(torch.from_numpy(np.load(sys.argv[1])))
-np.savez(sys.argv[1] + ".npz", **{k: v.numpy() for k, v in out.items()})
-"""
-
-
-def torch_heads(folder, size, name="torchvision:ssdlite320_mobilenet_v3_large"):
-    """A PyTorch detector's outputs by name (SSDlite's raw heads, Faster R-CNN's detections) on a batch of prepared
-    inputs, as the run's source computes them (seeded, conditioned weights; torch in a process of its own)."""
-    def heads(x):
-        np.save(folder / "x.npy", x)
-        subprocess.run([sys.executable, "-c", SOURCE_OUTPUTS, str(folder / "x.npy"), *map(str, size), name],
-                       check=True, timeout=600)
-        with np.load(folder / "x.npy.npz") as out:
-            return dict(out)
-    return heads
-
-
 @pytest.mark.slow
 def test_ssdlite_runs_through_onnx_runtime_and_openvino_its_detections_matched_after_the_shared_postprocessing(
         tmp_path, shared_cache):
     """At 192 x 320 (height x width): its anchors made for that size, its boxes clipped to it; its mAP on a COCO file
     of what the FP32 program itself finds (its classes COCO's category ids, as torchvision's are)."""
-    from detectors import coco_from_detections
-
     spec = get_model("torchvision:ssdlite320_mobilenet_v3_large")
     assert coco_from_detections(None, tmp_path / "coco", size=(192, 320), spec=spec, width=160, height=96,
                                 heads=torch_heads(tmp_path, (192, 320))) > 30
@@ -448,8 +422,6 @@ def test_faster_rcnn_runs_with_its_suppression_in_every_call_judged_detection_by
     """Through ONNX Runtime and OpenVINO (from the ONNX export), torch and torch-inductor: every cell passes parity
     with the detections paired whatever their order, the suppression said to be inside every call (no post-processing
     phase), and the mAP on a COCO file of what the FP32 program finds close to FP32's."""
-    from detectors import coco_from_detections
-
     name = "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn"
     assert coco_from_detections(None, tmp_path / "coco", size=256, spec=get_model(name), width=160, height=96,
                                 heads=torch_heads(tmp_path, (256, 256), name)) > 30
