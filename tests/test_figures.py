@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_results import make_record
 
 from inferbench import records
@@ -280,3 +281,51 @@ def test_a_tasks_post_processing_is_drawn_beside_the_models_call_with_its_share(
     assert plots.postprocess_share(analysis.load(_write(tmp_path / "plain", [_record("onnxrt")]))) is None
     assert main([str(tmp_path / "det"), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "postprocess_share.png").exists()
+
+
+def _judged(fw, p50, precision, value, fp32=0.3, status="passed", task="detection", key="map"):
+    """A cell of ``task`` judged on 24 labelled images: its main metric ``key`` beside FP32's."""
+    block = {"value": value, "fp32": fp32} if key != "top1" else {"accuracy": value, "fp32": fp32}
+    said = {"said": f"COCO mAP@[.5:.95] {value:.3f}", "metric": "COCO mAP@[.5:.95]"} if key == "map" else {}
+    return _record(fw, p50=p50, precision=precision, task=task, parity={
+        "status": "passed" if status in ("passed", "measured") else "failed", "max_abs_err": 0.0,
+        "accuracy": {"status": status, "images": 24, key: block, **said}})
+
+
+def test_a_reduced_precision_is_drawn_by_its_gain_over_its_fp32_against_the_accuracy_it_keeps(tmp_path):
+    """Two INT8 cells judged by mAP: one 1.25x faster keeping 25% of FP32's mAP (below the gate), one 2x faster
+    keeping 99.3%; each is drawn at its gain and its share, the answer and the report's table say the share; a cell
+    not judged by labels is not drawn, and without one judged there is no figure."""
+    from inferbench.analysis.answer import reduced_phrase
+    from inferbench.analysis.ranking import accuracy_kept, recommendations
+
+    recs = [_judged("onnxrt", 5.0, "fp32", 0.3, status="measured"),
+            _judged("onnxrt", 4.0, "int8", 0.075, status="failed"),
+            _judged("openvino", 6.0, "fp32", 0.3, status="measured"), _judged("openvino", 3.0, "int8", 0.298)]
+    df = analysis.load(_write(tmp_path / "det", recs))
+    rows = [{**r.to_dict(), "framework": r["framework_key"]} for _, r in df.iterrows()]
+    (rec,) = recommendations(rows)
+    kept = {c["cell"]: (round(c["gain"], 2), round(c["accuracy_kept"], 4)) for c in rec["reduced"]}
+    assert kept == {"onnxrt:int8": (1.25, 0.25), "openvino:int8": (2.0, 0.9933)}
+    failing = next(c for c in rec["reduced"] if c["cell"] == "onnxrt:int8")
+    assert "COCO mAP@[.5:.95] 0.075: 25.0% of FP32's (MLPerf's gate failed)" in reduced_phrase(failing, rec)
+    fig = plots.precision_tradeoff([rec])
+    ax = fig.axes[0]
+    drawn = sorted((round(float(x), 2), round(float(y), 2)) for c in ax.containers
+                   for x, y in [c.lines[0].get_xydata()[0]])  # each point's marker, its interval's bars beside it
+    assert drawn == [(1.25, 25.0), (2.0, 99.33)]
+    assert 99 in [round(float(line.get_ydata()[0])) for line in ax.lines if line.get_linestyle() == "--"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"onnxrt:int8", "openvino:int8", "MLPerf's gate: 99% of FP32's"} <= set(legend)
+    assert "COCO mAP@[.5:.95] kept" in ax.get_ylabel()
+    top1 = _judged("onnxrt", 4.0, "int8", 0.7, fp32=0.8, task="classification", key="top1")
+    assert accuracy_kept(encode(top1)) == pytest.approx(0.875)
+    assert accuracy_kept(encode(_judged("onnxrt", 4.0, "int8", 0.7, task="raw"))) is None
+    assert accuracy_kept(encode(_judged("onnxrt", 5.0, "fp32", 0.3, status="measured"))) is None  # FP32: the reference
+    unjudged = [_record("onnxrt", p50=5.0), _record("onnxrt", p50=4.0, precision="int8")]
+    plain = [{**r.to_dict(), "framework": r["framework_key"]} for _, r in
+             analysis.load(_write(tmp_path / "plain", unjudged)).iterrows()]
+    assert plots.precision_tradeoff(recommendations(plain)) is None
+    assert main([str(tmp_path / "det"), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "precision_tradeoff.png").exists()
+    assert "| 25.0% of FP32's COCO mAP@" in (tmp_path / "report" / "report.md").read_text()

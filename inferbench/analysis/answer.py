@@ -43,6 +43,8 @@ def reduced_phrase(c: dict[str, Any], rec: dict[str, Any], said: str | None = No
         text += f"; top-1 accuracy {c['accuracy_points']:+.1f} points" + (
             f" [{ci[0]:+.1f} to {ci[1]:+.1f}]" if ci else "") + f" against FP32's on {c['accuracy_images']} " \
             f"labelled images (MLPerf's gate {c['accuracy_gate']})"
+    elif c.get("accuracy_said"):  # a detector's mAP, a segmenter's mean IoU
+        text += f"; {c['accuracy_said']}: {c['accuracy_kept']:.1%} of FP32's (MLPerf's gate {c['accuracy_gate']})"
     elif c.get("top1_agreement") is not None:
         text += "; " + agreement_phrase(c["top1_agreement"], c["agreement_inputs"], c.get("top1_agreement_ci95"))
         if c.get("own_agreement") is not None:  # what the model itself keeps in that precision (the gate's measure)

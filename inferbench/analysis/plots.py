@@ -465,6 +465,44 @@ def postprocess_share(df: pd.DataFrame) -> Figure | None:
     return _finish(fig, handles)
 
 
+def precision_tradeoff(recs: list[dict[str, Any]]) -> Figure | None:
+    """What a reduced precision gains and what it keeps, from the recommendations (:func:`.ranking.recommendations`):
+    each cell judged on labelled images, its speed over its own runtime's FP32 (paired within rounds, with its 95%
+    interval) against the share of FP32's main metric it keeps on the same images (top-1, mAP, mean IoU), one panel
+    per device, model and resolution; MLPerf's 99% gate dashed, as fast as FP32 dotted. Above the gate and right of
+    1x: a gain that costs nothing the gate can see."""
+    points: dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]] = {}
+    for rec in recs:
+        for c in rec.get("reduced") or []:
+            if c.get("accuracy_kept") is not None and c.get("gain") is not None:
+                points.setdefault((rec["device"], f"{rec['model']}@{rec['resolution']}"), []).append(
+                    (c, int(rec["batch_size"])))
+    if not points:
+        return None
+    every = sorted(points.items(), key=lambda kv: tuple(map(str, kv[0])))
+    panels = _few(every)
+    fig, axes = _grid(len(panels), width=5.5, height=4.0, of=len(every))
+    handles: dict[str, Any] = {}
+    for ax, ((device, cell), cs) in zip(axes.flat, panels):
+        for i, (c, bs) in enumerate(sorted(cs, key=lambda p: (_order(p[0]["cell"]), p[1]))):
+            gain, kept, ci = float(c["gain"]), 100 * float(c["accuracy_kept"]), c.get("gain_ci95")
+            err = None if ci is None else [[gain - ci[0]], [ci[1] - gain]]
+            handles.setdefault(c["cell"], ax.errorbar([gain], [kept], xerr=err, color=_color(c["cell"]),
+                                                      marker=_marker(c["cell"]), ms=7, capsize=3, ls="none"))
+            ax.annotate(f"bs{bs}", (gain, kept), fontsize=SMALL, xytext=(4, 4 if i % 2 == 0 else -12),
+                        textcoords="offset points")  # a runtime's batch sizes above and below: near gains stay apart
+        handles["MLPerf's gate: 99% of FP32's"] = ax.axhline(99, color="k", ls="--", lw=0.8)
+        handles["as fast as FP32"] = ax.axvline(1, color="grey", ls=":", lw=0.8)
+        metrics = sorted({str(c["accuracy_metric"]) for c, _ in cs})
+        ax.set_ylim(0, max(105.0, 1.08 * max(100 * float(c["accuracy_kept"]) for c, _ in cs)))  # above: a set's quirk
+        _log(ax, "x")
+        ax.set_xlabel("speed over its own FP32, p50 (x, higher is better)")
+        ax.set_ylabel(f"{' / '.join(metrics)} kept, % of FP32's")
+        ax.set_title(f"{cell}\n{device}")
+        ax.grid(alpha=0.3)
+    return _finish(fig, handles, title="what a reduced precision gains over its own FP32, and what it keeps")
+
+
 def power_vs_throughput(df: pd.DataFrame, reference: pd.DataFrame | None = None) -> tuple[Figure | None, pd.DataFrame]:
     """Mean power against throughput, one panel per device, one series per framework; a least-squares
     line only where it means something (R² ≥ 0.5 over ≥ 4 points), its R² always in the legend.

@@ -16,7 +16,7 @@ from ..measure.stats import ASSUMED, MIN_ROUNDS, TAILS, Sample, compare, interva
 from ..measure.trackers.machine import combine
 from ..records.table import busy, device_of, field, ranked, record_name, stability_word
 from ..registry.scenarios import scenario
-from ..registry.tasks import task_module
+from ..registry.tasks import task, task_module
 from ..spec import GROUP_FIELDS
 
 T = TypeVar("T")
@@ -165,6 +165,10 @@ def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str
         out.update(accuracy_points=float(top1["difference"]) * 100, accuracy_points_ci95=[
             float(v) * 100 for v in top1["difference_ci95"]] if top1.get("difference_ci95") else None,
             accuracy_images=field(r, "parity.accuracy.images"), accuracy_gate=field(r, "parity.accuracy.status"))
+    if (kept := accuracy_kept(r)) is not None:  # its main metric on labelled images: the share of FP32's it keeps
+        out.update(accuracy_kept=kept, accuracy_said=field(r, "parity.accuracy.said"),
+                   accuracy_metric=field(r, "parity.accuracy.metric") or "top-1 accuracy",
+                   accuracy_gate=field(r, "parity.accuracy.status"))
     agreement = field(r, "parity.agreement.top1.agreement")  # a record's nested block or a table's flat column
     if agreement is not None:
         out.update(top1_agreement=agreement, top1_agreement_ci95=field(r, "parity.agreement.top1.ci95"),
@@ -176,6 +180,17 @@ def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str
     elif isinstance(after, dict) and after:  # else on the 16 reference inputs
         out.update(after_postprocess=task_module(str(field(r, "task") or "classification")).said(after))
     return out
+
+
+def accuracy_kept(r: Mapping[str, Any]) -> float | None:
+    """A reduced cell's main metric on labelled images (its task's ``headline``: top-1, mAP, mean IoU) as a share of
+    FP32's on the same images; None where labels did not judge it or FP32's is 0."""
+    key = f"parity.accuracy.{task(field(r, 'task')).headline}"
+    value = field(r, f"{key}.value") if field(r, f"{key}.value") is not None else field(r, f"{key}.accuracy")
+    fp32 = field(r, f"{key}.fp32")
+    if field(r, "parity.accuracy.status") not in ("passed", "failed") or value is None or not fp32:
+        return None
+    return float(value) / float(fp32)
 
 
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:

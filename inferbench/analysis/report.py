@@ -197,6 +197,30 @@ def frontier(ctx: Context) -> list[str]:
     return md
 
 
+def reduced_precision(ctx: Context) -> list[str]:
+    """Each reduced-precision cell that labelled images judged: its gain over its own FP32 and the share of FP32's
+    accuracy it keeps (a table and a figure); nothing where none was judged."""
+    from . import plots
+
+    rows = [{"cell": f"{rec['model']}@{rec['resolution']}", "batch_size": rec["batch_size"], "runtime": c["cell"],
+             "gain over its FP32": f"{c['gain']:.2f}x" + (f" [{c['gain_ci95'][0]:.2f}-{c['gain_ci95'][1]:.2f}]"
+                                                           if c.get("gain_ci95") else ""),
+             "accuracy kept": f"{c['accuracy_kept']:.1%} of FP32's {c['accuracy_metric']}",
+             "MLPerf's gate (99%)": c.get("accuracy_gate")}
+            for rec in ctx.recs for c in rec.get("reduced") or []
+            if c.get("accuracy_kept") is not None and c.get("gain") is not None]
+    if not rows:
+        return []
+    import pandas as pd
+
+    return ["## Reduced precision: what it gains, what it keeps", "",
+            "Each reduced-precision cell judged on labelled images (--eval-dir): its speed over its own runtime's FP32 "
+            "(paired within rounds) and the share of FP32's main metric it keeps on the same images; MLPerf's gate "
+            "is 99%.", "", markdown.table(pd.DataFrame(rows)), "",
+            *ctx.figure("precision_tradeoff.png", plots.precision_tradeoff(ctx.recs),
+                        "reduced precision: speed over its own FP32 against the accuracy it keeps")]
+
+
 def roofs(ctx: Context) -> list[str]:
     """Each verified row against its machine's roofs (:mod:`inferbench.records.roofline`): the figure, then a table."""
     from . import plots
@@ -441,8 +465,8 @@ def sources(ctx: Context) -> list[str]:
 
 #: The report, section by section, in order.
 SECTIONS: tuple[Callable[[Context], list[str]], ...] = (  # the answer first; a section with nothing to say is left out
-    recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier, roofs,
-    significance, energy, devices, over_time, sources)
+    recommendation, set_apart, failures, results, serving, batch_sizes, xla_steps, across_models, frontier,
+    reduced_precision, roofs, significance, energy, devices, over_time, sources)
 
 
 def title_of(df: Any) -> str:

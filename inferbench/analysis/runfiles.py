@@ -45,7 +45,8 @@ def summary_rows(records: Iterable[Mapping[str, Any]], objective: str = "p50") -
             ci = c["gain_ci95"] or [None, None]
             row |= {"fp32_cell": c["fp32"], "gain_over_fp32": c["gain"], "gain_over_fp32_ci95_low": ci[0],
                     "gain_over_fp32_ci95_high": ci[1], "top1_agreement_with_fp32": c.get("top1_agreement"),
-                    "top1_accuracy_points_vs_fp32": c.get("accuracy_points")}
+                    "top1_accuracy_points_vs_fp32": c.get("accuracy_points"),
+                    "accuracy_kept_vs_fp32": c.get("accuracy_kept")}
         rows.append(row)
     return rows
 

@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: A reduced-precision cell against its own runtime's FP32 (filled by
 #: :func:`inferbench.analysis.runfiles.summary_rows`).
 VS_FP32_COLUMNS = ("fp32_cell", "gain_over_fp32", "gain_over_fp32_ci95_low", "gain_over_fp32_ci95_high",
-                   "top1_agreement_with_fp32", "top1_accuracy_points_vs_fp32", "not_ranked_because")
+                   "top1_agreement_with_fp32", "top1_accuracy_points_vs_fp32", "accuracy_kept_vs_fp32",
+                   "not_ranked_because")
 
 SUMMARY_COLUMNS = (
     "run_id", "framework", "model", "resolution", "batch_size", "precision", "variant", "device", "device_name",

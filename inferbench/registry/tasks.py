@@ -67,6 +67,7 @@ class Task:
     labels: str = ""  # what its labelled images are labelled with: "classes", "boxes" (a COCO file), "masks"; "": none
     float_outputs: bool = False  # INT8 leaves the operators writing its outputs in FP32 (outputs of mixed ranges)
     whole_image: bool = False  # the user's images (labelled, calibration) resized whole, never centre-cropped
+    headline: str = ""  # the accuracy block's metric that decides (parity.accuracy.KEY: its value and FP32's)
 
     @property
     def agrees_over_many(self) -> bool:
@@ -81,20 +82,20 @@ LABELS_OF_LAYOUT = {"coco": "boxes", "folders": "classes", "labels": "classes", 
 
 TASKS: dict[str, Task] = {
     "classification": Task("inferbench.tasks.classification", "one array of class scores (logits) an image",
-                           "top-1 and top-5 accuracy", classifier=True, labels="classes"),
+                           "top-1 and top-5 accuracy", classifier=True, labels="classes", headline="top1"),
     "detection": Task("inferbench.tasks.detection", "raw detection heads: YOLOv8's anchor-free [4 + classes, "
                       "anchors] an image (box centre, width and height in pixels, then each class's score), or SSD's "
                       "(bbox_regression, cls_logits, anchors, image_size: torchvision's SSDlite cut before its NMS), "
                       "or the detections a graph kept itself (boxes, scores, labels padded to a cap: torchvision's "
                       "Faster R-CNN, its suppression in the graph)",
                       accuracy="COCO mAP@[.5:.95] and mAP@.5 (faster-coco-eval), on a COCO instances file",
-                      labels="boxes", float_outputs=True, whole_image=True,
+                      labels="boxes", float_outputs=True, whole_image=True, headline="map",
                       postprocess="boxes decoded, class-aware non-maximum suppression (inferbench.tasks.nms; none "
                       "where the graph holds its own: timed inside the call)"),
     "segmentation": Task("inferbench.tasks.segmentation", "class scores a pixel, [classes, height, width] an image "
                          "(torchvision's LR-ASPP and DeepLabV3: out, and aux where it has one)",
                          accuracy="mean IoU and pixel accuracy, on images with their masks (images/, masks/)",
-                         labels="masks",
+                         labels="masks", headline="miou",
                          postprocess="each pixel's top class (inferbench.tasks.segmentation)", whole_image=True),
     "raw": Task("inferbench.tasks.raw", "outputs of no known meaning, each compared as numbers"),
 }
