@@ -59,10 +59,9 @@ def main(folder: str) -> None:
     boxes = coco_from_detections(square, out / "coco_640", size=640, images=LABELLED_IMAGES,
                                  categories=range(1, 81), top=LABELLED_TOP, width=640, height=640)
     print(f"{out / 'coco_640'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by the FP32 detector itself")
-    from inferbench.registry.models import get_model
-    ssdlite = "torchvision:ssdlite320_mobilenet_v3_large"
     boxes = coco_from_detections(None, out / "coco_ssdlite_320", size=320, images=LABELLED_IMAGES, top=LABELLED_TOP,
-                                 width=640, height=480, spec=get_model(ssdlite), heads=torch_heads(out, (320, 320)))
+                                 width=640, height=480, spec="torchvision:ssdlite320_mobilenet_v3_large",
+                                 heads=torch_heads(out, (320, 320)))
     print(f"{out / 'coco_ssdlite_320'}: {LABELLED_IMAGES} images, {boxes} boxes labelled by SSDlite's FP32 itself")
 
 

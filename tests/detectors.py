@@ -146,8 +146,9 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
     ``height`` + 8 * i high, read as inferbench reads them (resized whole to ``size``: pixels a side, or (height,
     width)): each image's ``top`` highest-scoring boxes, cut to the image (a box crossing an edge then overlaps its
     own less, and the boxes below the ``top`` count against it: FP32's mAP is high, not 1); the model's class ``i``
-    is the ``i``-th category by id. Or another detector's (``spec``, a registered model, and ``heads``: its raw
-    outputs by name on a batch of prepared inputs), whose classes may be category ids themselves (torchvision's).
+    is the ``i``-th category by id. Or another detector's (``spec``, a registered model or its name, and ``heads``:
+    its raw outputs by name on a batch of prepared inputs), whose classes may be category ids themselves
+    (torchvision's).
     A labelled set the tests make: it judges what a reduced precision loses, not the model. Returns the number of
     boxes labelled."""
     import json
@@ -172,6 +173,8 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
         Image.fromarray(make_images(1, 256, i)[0].astype(np.uint8)).resize((w, h)).save(folder / f"{i}.png")
         listed.append((folder / f"{i}.png", i))
         said.append({"id": 100 + i, "file_name": f"{i}.png", "width": w, "height": h})
+    if isinstance(spec, str):  # a registered model's name
+        spec = get_model(spec)
     if spec is None:
         found = open_model_file(str(model), asked="detection")
         register(found)
