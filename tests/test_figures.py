@@ -318,6 +318,9 @@ def test_a_reduced_precision_is_drawn_by_its_gain_over_its_fp32_against_the_accu
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"onnxrt:int8", "openvino:int8", "MLPerf's gate: 99% of FP32's"} <= set(legend)
     assert "COCO mAP@[.5:.95] kept" in ax.get_ylabel()
+    from inferbench.registry.tasks import TASKS, task_module
+    assert [TASKS[t].headline for t in ("detection", "segmentation")] == [  # the declaration and the task's own
+        task_module(t).METRICS[0][0] for t in ("detection", "segmentation")]
     top1 = _judged("onnxrt", 4.0, "int8", 0.7, fp32=0.8, task="classification", key="top1")
     assert accuracy_kept(encode(top1)) == pytest.approx(0.875)
     assert accuracy_kept(encode(_judged("onnxrt", 4.0, "int8", 0.7, task="raw"))) is None

@@ -27,6 +27,7 @@ from ..records.table import busy
 from ..registry.frameworks import display_order
 from ..registry.scenarios import scenario as scenario_entry
 from .frames import FRONTIER_GROUP, has_energy, latest, linear_fit, ok, pareto_front, xla_decomposition
+from .ranking import judged_reduced
 
 SMALL = 8  # the smallest text in any figure, in points
 #: The report saves figures at this resolution; none is taller than MAX_HEIGHT_PX there: small multiples show at most
@@ -472,11 +473,9 @@ def precision_tradeoff(recs: list[dict[str, Any]]) -> Figure | None:
     per device, model and resolution; MLPerf's 99% gate dashed, as fast as FP32 dotted. Above the gate and right of
     1x: a gain that costs nothing the gate can see."""
     points: dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]] = {}
-    for rec in recs:
-        for c in rec.get("reduced") or []:
-            if c.get("accuracy_kept") is not None and c.get("gain") is not None:
-                points.setdefault((rec["device"], f"{rec['model']}@{rec['resolution']}"), []).append(
-                    (c, int(rec["batch_size"])))
+    for rec, c in judged_reduced(recs):
+        panel = (rec["device"], f"{rec['model']}@{rec['resolution']}")
+        points.setdefault(panel, []).append((c, int(rec["batch_size"])))
     if not points:
         return None
     every = sorted(points.items(), key=lambda kv: tuple(map(str, kv[0])))

@@ -185,12 +185,20 @@ def reduced_cell(r: Mapping[str, Any], cells: list[Mapping[str, Any]], path: str
 def accuracy_kept(r: Mapping[str, Any]) -> float | None:
     """A reduced cell's main metric on labelled images (its task's ``headline``: top-1, mAP, mean IoU) as a share of
     FP32's on the same images; None where labels did not judge it or FP32's is 0."""
-    key = f"parity.accuracy.{task(field(r, 'task')).headline}"
-    value = field(r, f"{key}.value") if field(r, f"{key}.value") is not None else field(r, f"{key}.accuracy")
-    fp32 = field(r, f"{key}.fp32")
-    if field(r, "parity.accuracy.status") not in ("passed", "failed") or value is None or not fp32:
+    if field(r, "parity.accuracy.status") not in ("passed", "failed"):
         return None
-    return float(value) / float(fp32)
+    key = f"parity.accuracy.{task(field(r, 'task')).headline}"
+    value, fp32 = field(r, f"{key}.value"), field(r, f"{key}.fp32")
+    if value is None:  # a classifier's top-1 block names its value "accuracy"
+        value = field(r, f"{key}.accuracy")
+    return float(value) / float(fp32) if value is not None and fp32 else None
+
+
+def judged_reduced(recs: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], dict[str, Any]]]:
+    """Each reduced-precision cell of the recommendations ``recs`` that labelled images judged and that has a gain
+    over its FP32, with its group's recommendation (the report's table and figure of what it gains and keeps)."""
+    return [(rec, c) for rec in recs for c in rec.get("reduced") or []
+            if c.get("accuracy_kept") is not None and c.get("gain") is not None]
 
 
 def recommendations(records: Iterable[Mapping[str, Any]], objective: str = "p50") -> list[dict[str, Any]]:

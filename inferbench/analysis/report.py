@@ -28,7 +28,7 @@ from ..records.table import busy, stability_said
 from ..registry.scenarios import scenario
 from ..spec import IDENTITY
 from .answer import recommendation_lines
-from .ranking import comparison, contenders, not_judged, recommendations
+from .ranking import comparison, contenders, judged_reduced, not_judged, recommendations
 from .runfiles import write_recommendation
 
 
@@ -206,9 +206,7 @@ def reduced_precision(ctx: Context) -> list[str]:
              "gain over its FP32": f"{c['gain']:.2f}x" + (f" [{c['gain_ci95'][0]:.2f}-{c['gain_ci95'][1]:.2f}]"
                                                            if c.get("gain_ci95") else ""),
              "accuracy kept": f"{c['accuracy_kept']:.1%} of FP32's {c['accuracy_metric']}",
-             "MLPerf's gate (99%)": c.get("accuracy_gate")}
-            for rec in ctx.recs for c in rec.get("reduced") or []
-            if c.get("accuracy_kept") is not None and c.get("gain") is not None]
+             "MLPerf's gate (99%)": c.get("accuracy_gate")} for rec, c in judged_reduced(ctx.recs)]
     if not rows:
         return []
     import pandas as pd
