@@ -304,6 +304,9 @@ class CellJob:
     interleaving: dict[str, Any] = field(default_factory=dict)  # the group its rounds were interleaved with
     setting: dict[str, Any] = field(default_factory=dict)  # load-time settings of a tuning candidate's worker
     log_dir: str | None = None  # where a scenario keeps its logs beside the record (LoadGen's)
+    # the agreement and accuracy blocks the cell's first process counted (the same export, runtime and inputs): its
+    # other processes take them rather than count them again (scenarios/gates.py: REUSED)
+    judged: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -363,6 +365,15 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     right = check_agreement(job, Stub(logits), said.append)
     assert right["status"] == "passed" and right["top1"]["agreement"] == 1.0 and right["inputs"] == 40
     assert said[-1] == "parity check: agreement over 40 inputs"
+    # the cell's other processes take its first one's count (a runner that would raise is never called), not its
+    # verdict's role (each process judges that again)
+    from inferbench.scenarios.gates import counted, reusable
+
+    taken = dataclasses.replace(job, judged=reusable({"agreement": {**right, "decides": True}, "status": "passed"}))
+    again = counted(taken, "agreement", check_agreement, Stub(lambda x: 1 / 0), said.append)
+    assert again["status"] == "passed" and again["top1"]["agreement"] == 1.0 and "decides" not in again
+    assert said[-1] == "parity check: agreement as the cell's first process counted it"
+    assert counted(job, "agreement", check_agreement, Stub(logits), said.append)["inputs"] == 40  # counted here
     assert check_agreement(job, Stub(lambda x: -logits(x)), said.append)["status"] == "failed"
     broken = check_agreement(job, Stub(lambda x: 1 / 0), said.append)
     assert broken["status"] == "not_measured" and "ZeroDivisionError" in broken["reason"]

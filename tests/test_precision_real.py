@@ -80,8 +80,9 @@ def test_torch_fp16_and_bf16_pass_the_gate_on_the_default_model_and_the_zoo_samp
     # agreement over many inputs is counted on the default model (the suite's time; the benchmark counts the rest)
     config = with_agreement(model, shared_cache, AGREEMENT_INPUTS if model == SAMPLE[0] else 0)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **thread_env(2)}
+    said: list[tuple[str, str]] = []
     results = measure_group([job(folder, model, p, config) for p in ("fp16", "bf16")], [env], 0,
-                            lambda label, text: None)
+                            lambda label, text: said.append((label, text)))
     for precision, res in zip(("fp16", "bf16"), results):
         assert res.ok, res
         check = res.cell.blocks["parity"]
@@ -92,6 +93,12 @@ def test_torch_fp16_and_bf16_pass_the_gate_on_the_default_model_and_the_zoo_samp
         if model != SAMPLE[0]:
             assert "agreement" not in check  # --agreement-inputs 0: not counted
             continue
+        # counted once a cell, in its first process; its second takes it (the same export, runtime and inputs)
+        label = job(folder, model, precision, config).cell.label
+        counting = [lb for lb, text in said if text == f"parity check: agreement over {AGREEMENT_INPUTS} inputs"]
+        taken = [lb for lb, text in said if text == "parity check: agreement as the cell's first process counted it"]
+        assert counting.count(label) == 1 and f"{label} (process 2)" not in counting, said
+        assert taken.count(f"{label} (process 2)") == 1 and res.cell.blocks["timing"]["processes"] == 2, said
         agreement = check["agreement"]  # counted over the agreement inputs, against the model's own in the precision
         assert agreement["status"] == "passed" and agreement["inputs"] == AGREEMENT_INPUTS, agreement
         assert agreement["own"]["method"] == parity.AGREEMENT_METHOD and agreement["own"]["inputs"] == AGREEMENT_INPUTS

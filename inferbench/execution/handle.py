@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec import CellJob, ChildResult
@@ -28,6 +28,7 @@ class Worker:
     tuning: dict[str, Any] | None = None  # the tuning phase's decision this worker measures with
     rounds: int | None = None  # the rounds its scenario asked for when ready (a search's steps)
     setup_s: float | None = None  # its start to ready (on --time-budget's clock): what the next plans foresee
+    judged: dict[str, Any] = field(default_factory=dict)  # its agreement and accuracy, for the cell's other processes
 
 
 def start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None], timeout_s: float | None,
@@ -41,7 +42,7 @@ def start(job: CellJob, env: dict[str, str], progress: Callable[[str, str], None
     except BaseException:  # interrupted while it sets up (a SIGTERM during its served-parity test): its folder too
         worker.child.close()
         raise
-    worker.rounds = (ready or {}).get("rounds")
+    worker.rounds, worker.judged = (ready or {}).get("rounds"), (ready or {}).get("judged") or {}
     worker.setup_s = clock() - started if ready is not None else None
     return worker
 

@@ -98,7 +98,8 @@ class _Group:
                 first = workers[0]
                 if not self.budgeted.room_for_process(first, i + 1, _alive(self.replicas)):
                     continue
-                worker = handle.start(first.job, env, self.progress, self.timeout_s, f" (process {i + 1})", self.clock)
+                job = dataclasses.replace(first.job, judged=first.judged)  # counted once a cell, in its first
+                worker = handle.start(job, env, self.progress, self.timeout_s, f" (process {i + 1})", self.clock)
                 workers.append(worker)
                 if worker.result is None and first.tuning is not None:
                     worker.child.send({"apply": {"setting": first.tuning["chosen_live"], "tuning": first.tuning}})

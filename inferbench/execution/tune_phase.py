@@ -114,6 +114,7 @@ def _adopt(cell: Worker, chosen: Worker, workers: list[Worker]) -> None:
         cell.child.close()
         cell.child, cell.job = chosen.child, chosen.job
         cell.setup_s = chosen.setup_s if chosen.setup_s is not None else cell.setup_s  # its next process's
+        cell.judged = chosen.judged
         cell.used_s, cell.result = cell.used_s + chosen.used_s, None
     for worker in workers[1:]:
         if worker is not chosen:
@@ -126,7 +127,10 @@ def _apply(cell: Worker, decision: dict[str, Any], timeout_s: float | None) -> b
     decision["digest"] = setting_digest(decision["chosen"])
     cell.tuning = plain(decision)
     cell.child.send({"apply": {"setting": decision["chosen_live"], "tuning": cell.tuning}})
-    return handle.await_reply(cell, "apply", timeout_s) is not None
+    reply = handle.await_reply(cell, "apply", timeout_s)
+    if reply is not None:  # judged again where the setting changed what is timed
+        cell.judged = reply["apply"].get("judged", cell.judged)
+    return reply is not None
 
 
 def _confirm(plans: list[Any], decisions: list[dict[str, Any]], order: random.Random,

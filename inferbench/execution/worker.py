@@ -72,7 +72,8 @@ def run_job(text: str, commands: Any = None) -> ChildResult:
 
 def serve(job: CellJob, commands: Any) -> ChildResult:
     session = get_scenario(job.cell.scenario)(job, emit)
-    send({"ready": True, "rounds": getattr(session, "rounds", None)})  # a search may want more rounds
+    # a search may want more rounds; the cell's other processes take what this one judged (a server's has none)
+    send({"ready": True, "rounds": getattr(session, "rounds", None), "judged": getattr(session, "judged", {})})
     for line in commands:
         command = json.loads(line)
         if "block" in command:

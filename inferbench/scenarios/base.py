@@ -29,7 +29,7 @@ from ..registry.models import get_model
 from ..runners.base import LoadContext
 from ..spec import CellJob, CellOutcome, TimingConfig
 from . import postprocess
-from .gates import Emit, check_parity
+from .gates import Emit, check_parity, reusable
 from .slowdown import slowed_call, test_slowdown
 
 
@@ -244,6 +244,11 @@ class Measured:
     region: str
     cold_start: dict[str, Any]
     task: dict[str, Any] | None = None  # the model's outputs as declared, its post-processing phase (Loaded.task)
+
+    @property
+    def judged(self) -> dict[str, Any]:
+        """What the cell's other processes take from this one rather than count again (:func:`.gates.reusable`)."""
+        return reusable(self.parity)
 
     def start_timed(self, rss_before: float | None) -> None:
         """Warm up (by count and time), then reset the memory high-water marks: the peaks read at the end are the

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.codec import plain
 from ..base.errors import UsageError
 from ..base.reading import read_json
 from ..exporters.cache import cached
@@ -37,6 +38,9 @@ from ..tasks import stored
 
 #: A progress line to the parent (the worker's phase).
 Emit = Callable[[str], None]
+
+#: The blocks of a parity check counted once per cell, in its first process (:func:`counted`).
+REUSED = ("agreement", "accuracy")
 
 
 def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[str, Any]:
@@ -68,15 +72,34 @@ def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[
         out = {**out, **after_postprocess(module, outputs, reference_16, got)}
     if out["status"] == "passed":  # failed: no more to count
         # with labelled images their accuracy decides a reduced precision, where it could be judged; else the agreement
-        accuracy = check_accuracy(job, runner, emit) if job.config.eval_set is not None else None
+        accuracy = counted(job, "accuracy", check_accuracy, runner, emit) if job.config.eval_set is not None else None
         decided = accuracy_decides(precision, accuracy)
         if precision != "fp32" and job.config.agreement_inputs:
-            out = judged(out, "agreement", {**check_agreement(job, runner, emit), "decides": not decided})
+            out = judged(out, "agreement", {**counted(job, "agreement", check_agreement, runner, emit),
+                                            "decides": not decided})
         if accuracy is not None:
             out = judged(out, "accuracy", {**accuracy, "decides": decided})
         if precision == "int8":  # judged by its accuracy, never by its logits: without labels, speed only
             out = broken_after(module, parity.int8_verdict(out, accuracy))
     return where_it_diverged(out, runner, inputs, emit)
+
+
+def counted(job: CellJob, key: str, count: Callable[[CellJob, Any, Emit], dict[str, Any]], runner: Any,
+            emit: Emit) -> dict[str, Any]:
+    """The cell's ``key`` block (its agreement or accuracy, ``count``'s): counted here, or taken as the cell's first
+    process counted it (``job.judged``; the same export on the same runtime and inputs gives the same outputs: a
+    second count would cost a process minutes and change nothing, while the 16-input check runs in every process)."""
+    if key not in job.judged:
+        return count(job, runner, emit)
+    emit(f"parity check: {key} as the cell's first process counted it")
+    return dict(job.judged[key])
+
+
+def reusable(parity: dict[str, Any]) -> dict[str, Any]:
+    """What a cell's other processes take from its first one's ``parity`` (:func:`counted`): its agreement and
+    accuracy blocks as counted (not whether they decide: each process judges that again)."""
+    return {key: plain({k: v for k, v in parity[key].items() if k != "decides"})
+            for key in REUSED if isinstance(parity.get(key), dict)}
 
 
 def broken_after(module: TaskModule, check: dict[str, Any]) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class Session(Measured):
             self.runner.synchronize(out)
             self.parity = check_parity(self.job, self.runner, self.runner.to_numpy(out), self.emit)
         self.warmup = warm_up(self.call, self.sync, self.timing.config)
-        return {"applied": setting}
+        return {"applied": setting, "judged": self.judged}
 
 
 def merge(outcomes: list[CellOutcome], batch_size: int) -> CellOutcome:
