@@ -22,6 +22,7 @@ from typing import Any
 
 from ..base import machine
 from ..base.errors import UsageError
+from .graphnms import plugin
 from .sideinputs import ONNX_NAME, SideInput, looks_like_image, no_one_image, side_input, split
 
 MiB = 2**20
@@ -184,18 +185,12 @@ def every_node(graph: Any) -> Any:
 
 def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None:
     """What an ONNX model can do (``model``: read with ``load_external_data=False``): every operator, in its graph,
-    its subgraphs and the functions it defines, from ONNX's own domains or Microsoft's contrib ops (a call of a
-    function the model defines is its operators'); every external data file inside the model's folder."""
+    its subgraphs and the functions it defines, one ONNX defines or Microsoft's contrib ops (a call of a function the
+    model defines is its operators'; :func:`check_operators`); every external data file inside the model's folder."""
     from onnx import TensorProto
     from onnx.external_data_helper import _get_all_tensors
 
-    local = {(f.domain, f.name) for f in model.functions}
-    nodes = [*every_node(model.graph), *(n for f in model.functions for n in f.node)]
-    custom = sorted({f"{n.domain}:{n.op_type}" for n in nodes
-                     if n.domain not in ONNX_DOMAINS and (n.domain, n.op_type) not in local})
-    if custom:
-        raise UsageError(f"{what} {path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): "
-                         "they need a custom-op library that inferbench does not load; refused")
+    check_operators(model, path, what)
     folder = path.resolve().parent
     for tensor in _get_all_tensors(model):  # initializers, Constant nodes and subgraphs alike
         if tensor.data_location == TensorProto.EXTERNAL:
@@ -204,6 +199,32 @@ def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None
             if not target.is_relative_to(folder):
                 raise UsageError(f"{path}: initializer {tensor.name[:80]} reads external data from {where[:120]!r}, "
                                  "outside the model's folder; refused")
+
+
+def check_operators(model: Any, path: Path, what: str) -> None:
+    """Refuse, in one line, an operator no runtime inferbench loads runs: a TensorRT plugin (a suppression's box cap
+    and thresholds said), one in ONNX's own domains that ONNX does not define, or one of another domain (a custom-op
+    library's)."""
+    from onnx import defs
+
+    local = {(f.domain, f.name) for f in model.functions}
+    nodes = [n for n in (*every_node(model.graph), *(n for f in model.functions for n in f.node))
+             if (n.domain, n.op_type) not in local]
+    trt = plugin(nodes)
+    if trt:
+        raise UsageError(f"{what} {path}: its graph holds {trt}, which only TensorRT runs: ONNX Runtime and OpenVINO "
+                         "cannot load it, so no runtime computes the reference its exports are checked against; "
+                         "export the raw heads before it (--task detection runs one suppression after every runtime, "
+                         "TensorRT's too) or ONNX's NonMaxSuppression padded to its cap")
+    unknown = sorted({n.op_type for n in nodes if n.domain in ("", "ai.onnx", "ai.onnx.ml")
+                      and not defs.has(n.op_type, {"ai.onnx": ""}.get(n.domain, n.domain))})
+    if unknown:
+        raise UsageError(f"{what} {path} uses operators ONNX does not define ({', '.join(unknown)[:200]}): no "
+                         "runtime inferbench loads runs them; refused")
+    custom = sorted({f"{n.domain}:{n.op_type}" for n in nodes if n.domain not in ONNX_DOMAINS})
+    if custom:
+        raise UsageError(f"{what} {path} uses operators outside ONNX's own domains ({', '.join(custom)[:200]}): "
+                         "they need a custom-op library that inferbench does not load; refused")
 
 
 #: TensorFlow ops a SavedModel's inference path has no business running: file, checkpoint and summary I/O, Python

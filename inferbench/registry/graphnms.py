@@ -3,7 +3,8 @@ exports, a YOLO exported with its NMS): found before anything runs, its box cap 
 says what its timed call holds. Such a model is timed as it is: the suppression is inside every call, inferbench's
 shared one does not run after it. Its outputs must keep one row an image (a suppression padded to its cap); ONNX's
 own ``selected_indices [boxes, 3]``, whose size depends on what each image holds, cannot be compared image by image
-across runtimes and is refused in one line."""
+across runtimes and is refused in one line. TensorRT's suppression plugins (``EfficientNMS_TRT`` and its kin), which
+only TensorRT runs, are read too, to be said in the line that refuses them (:func:`plugin`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from typing import Any
 from ..base.errors import UsageError
 
 OP = "NonMaxSuppression"
+#: TensorRT's suppression plugins, which a file exported for TensorRT holds in place of ONNX's operator, each with its
+#: attributes for the box cap an image, the IoU threshold and the score threshold: only TensorRT runs them.
+PLUGINS = {"EfficientNMS_TRT": ("max_output_boxes", "iou_threshold", "score_threshold"),
+           "BatchedNMS_TRT": ("keepTopK", "iouThreshold", "scoreThreshold"),
+           "BatchedNMSDynamic_TRT": ("keepTopK", "iouThreshold", "scoreThreshold")}
 #: The operator's inputs after boxes and scores, in order (ONNX's names; an absent one takes ONNX's default).
 ARGUMENTS = ("max_output_boxes_per_class", "iou_threshold", "score_threshold")
 
@@ -82,3 +88,22 @@ def check_outputs(nms: dict[str, Any], graph: Any, image: Any, path: Path) -> No
                              "row an image (its size depends on what each image holds): inferbench compares outputs "
                              "image by image; export the suppression padded to its cap, [batch, boxes, ...], or the "
                              "raw heads before it (--task detection runs one suppression after every runtime)")
+
+
+def plugin(nodes: list[Any]) -> str | None:
+    """A TensorRT plugin among ``nodes`` (an operator named ``..._TRT``, in any domain), in a phrase: a suppression's
+    box cap and thresholds read from its attributes (``TensorRT's EfficientNMS_TRT plugin (at most 100 boxes an
+    image, IoU > 0.45, score > 0.25)``); None where the graph holds none."""
+    from onnx import helper
+
+    found = next((n for n in nodes if n.op_type.endswith("_TRT")), None)
+    if found is None:
+        return None
+    if found.op_type not in PLUGINS:
+        return f"TensorRT's {found.op_type[:60]} plugin"
+    attrs = {a.name: helper.get_attribute_value(a) for a in found.attribute}
+    cap, iou, score = (attrs.get(k) for k in PLUGINS[found.op_type])
+    parts = [f"at most {cap} boxes an image" if isinstance(cap, int) else "its box cap not given",
+             f"IoU > {iou:g}" if isinstance(iou, float) else "its IoU threshold not given",
+             f"score > {score:g}" if isinstance(score, float) else "no score threshold"]
+    return f"TensorRT's {found.op_type} plugin ({', '.join(parts)})"
