@@ -372,6 +372,7 @@ def test_an_agreement_that_cannot_be_counted_says_why_and_never_takes_the_cell_d
     taken = dataclasses.replace(job, judged=reusable({"agreement": {**right, "decides": True}, "status": "passed"}))
     again = counted(taken, "agreement", check_agreement, Stub(lambda x: 1 / 0), said.append)
     assert again["status"] == "passed" and again["top1"]["agreement"] == 1.0 and "decides" not in again
+    assert again["taken"] == "from the cell's first process" and "taken" not in right
     assert said[-1] == "parity check: agreement as the cell's first process counted it"
     assert counted(job, "agreement", check_agreement, Stub(logits), said.append)["inputs"] == 40  # counted here
     assert check_agreement(job, Stub(lambda x: -logits(x)), said.append)["status"] == "failed"

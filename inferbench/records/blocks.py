@@ -180,6 +180,7 @@ class Agreement(Block):
     decides: bool | None = None  # false with labelled images (--eval-dir): their accuracy decides instead
     after_postprocess: dict[str, Any] | None = None  # a detector's or segmenter's: its task's agreement block
     said: str | None = None  # that agreement in the answer's words
+    taken: str | None = None  # "from the cell's first process": counted there, not in this one (scenarios/gates.py)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class Accuracy(Block):
     eval_set: str | None = None  # the labelled set's digest (the run's config.eval_set says where it is)
     decides: bool | None = None  # true for a reduced precision: a failed gate fails the cell's parity
     note: str | None = None  # seeded random weights: the accuracy is chance
+    taken: str | None = None  # "from the cell's first process": counted there, not in this one (scenarios/gates.py)
 
 
 #: unjudged: an INT8 cell whose accuracy could not be judged (no labelled images): measured, ranked apart as speed only

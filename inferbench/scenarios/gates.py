@@ -41,6 +41,8 @@ Emit = Callable[[str], None]
 
 #: The blocks of a parity check counted once per cell, in its first process (:func:`counted`).
 REUSED = ("agreement", "accuracy")
+#: What a block taken from the first process says (``taken``), in a process that did not count it.
+TAKEN = "from the cell's first process"
 
 
 def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[str, Any]:
@@ -87,12 +89,13 @@ def check_parity(job: CellJob, runner: Any, timed_out: Any, emit: Emit) -> dict[
 def counted(job: CellJob, key: str, count: Callable[[CellJob, Any, Emit], dict[str, Any]], runner: Any,
             emit: Emit) -> dict[str, Any]:
     """The cell's ``key`` block (its agreement or accuracy, ``count``'s): counted here, or taken as the cell's first
-    process counted it (``job.judged``; the same export on the same runtime and inputs gives the same outputs: a
-    second count would cost a process minutes and change nothing, while the 16-input check runs in every process)."""
+    process counted it (``job.judged``, marked ``taken``; the same export on the same runtime and inputs gives the same
+    outputs, to a compiler's rounding where a process compiles its own: a second count would cost a process minutes
+    and change nothing, while the 16-input check runs in every process)."""
     if key not in job.judged:
         return count(job, runner, emit)
     emit(f"parity check: {key} as the cell's first process counted it")
-    return dict(job.judged[key])
+    return {**job.judged[key], "taken": TAKEN}
 
 
 def reusable(parity: dict[str, Any]) -> dict[str, Any]:
