@@ -271,6 +271,16 @@ def test_a_detectors_map_is_cocos_on_boxes_whose_map_is_known():
     assert acc("fp32", keep=0.5)["status"] == "measured"
 
 
+def test_boxes_past_the_images_edges_are_clipped_to_it_before_they_are_scored():
+    """Objects at the edges, each drawn past the image by 20 px of 50 (right) or 30 (left, top): clipped to the image
+    after the suppression, as Ultralytics' validation clips them, they are the labelled boxes (mAP 1); scored as drawn
+    they would overlap them by 0.71 or less, matched at half of COCO's thresholds at most."""
+    truth = _truth([[(150, 20, 50, 40, 1), (0, 0, 30, 30, 3)]])
+    drawn = {"output0": _head_of([[(150, 20, 70, 40, 1), (-20, -20, 50, 50, 3)]])}
+    clipped = detection.accuracy(truth, drawn, drawn, [Output("output0", (7, 12))], "fp32")
+    assert clipped["map"]["value"] == clipped["map50"]["value"] == 1.0, clipped["map"]
+
+
 def test_boxes_from_an_input_of_another_aspect_scale_back_by_its_height_and_width():
     """A 60 x 100 input (height x width) read from images 200 x 100: the boxes scale back by 2 across and 5/3 down,
     mAP 1; read as if the input were 100 px a side, the same boxes land elsewhere."""

@@ -167,17 +167,19 @@ def kept_for_map(outputs: Sequence[Output]) -> str:
 
 
 def _detections(truth: dict[str, Any], found: list[Any]) -> list[list[dict[str, Any]]]:
-    """Each image's detections as COCO results: boxes scaled from the input back to the image, ``[x, y, w, h]``, the
+    """Each image's detections as COCO results: boxes clipped to the input (as Ultralytics' validation clips them
+    after its suppression; torchvision's detectors clip their own), scaled back to the image, ``[x, y, w, h]``, the
     model's class ``i`` the ``i``-th category by id, or the category id itself where the detections say their classes
     are ids (torchvision's detectors); a class that names no category is left out."""
     (ih, iw), ids = truth["input_hw"], [c["id"] for c in truth["categories"]]
     out = []
     for im, d in zip(truth["images"], found):
         sx, sy = im["width"] / iw, im["height"] / ih
+        boxes = np.clip(np.asarray(d["boxes"], dtype=np.float64).reshape(-1, 4), 0, [iw, ih, iw, ih])
         category = {c: c for c in ids} if d.get("category_ids") else dict(enumerate(ids))
         out.append([{"category_id": category[int(c)], "score": float(s),
                      "bbox": [float(b[0] * sx), float(b[1] * sy), float((b[2] - b[0]) * sx), float((b[3] - b[1]) * sy)]}
-                    for b, s, c in zip(d["boxes"], d["scores"], d["classes"]) if int(c) in category])
+                    for b, s, c in zip(boxes, d["scores"], d["classes"]) if int(c) in category])
     return out
 
 
