@@ -10,8 +10,9 @@ made by the tests' own builders (tests/detectors.py: no one's detector code, see
   width: a landscape frame, as YOLO users run video), ``[batch, 84, 5040]``;
 - ``segmenter_520.onnx``: a segmenter with torchvision's LR-ASPP's output, ``out`` ``[batch, 21, 520, 520]``;
 - ``coco_384x640/``: a labelled set the tests' way (tests/detectors.py's ``coco_from_detections``): 24 seeded
-  image-like images 640 wide, their boxes what the 384x640 detector finds in FP32 (its 20 highest-scoring an image,
-  cut to the image): FP32's mAP on it is high by construction; it judges what INT8 loses, not the detector;
+  image-like images 640 wide, their boxes what the 384x640 detector finds in FP32 (those above one score floor for
+  the set, 20 an image on average, cut to the image): FP32's mAP on it is 1 or near by construction; it judges what
+  INT8 loses, not the detector;
 - ``coco_640/``: the same for the 640x640 detector (24 images 640 wide, 640 + 8i high, resized whole to 640);
 - ``coco_ssdlite_320/``: the same for ``torchvision:ssdlite320_mobilenet_v3_large`` at 320 (the run's own seeded,
   conditioned weights, torch in a process of its own): 24 images 640 wide and 480 + 8i high, their classes COCO's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -139,16 +140,28 @@ def _save(path, name, nodes, outputs, inits, size, batch="batch", extra_inputs=(
     return path
 
 
+def labelled_floor(scores, top, most=100):
+    """One score floor for a whole labelled set (``scores``: each image's): the ``top`` x images-th highest score of
+    all, raised until no image holds more than ``most`` above it (COCO's mAP reads 100 detections an image). mAP ranks
+    detections across the images, so a floor per image (each image's 20 best) ranks one image's 21st box above
+    another's labelled ones, and FP32's own mAP on its labels read 0.23-0.29."""
+    pooled = np.sort(np.concatenate([np.ravel(s) for s in scores] or [np.zeros(0)]))[::-1]
+    if not len(pooled):
+        return np.inf
+    floor = pooled[min(top * len(scores), len(pooled)) - 1]
+    return max([floor] + [np.sort(np.ravel(s))[::-1][most - 1] for s in scores if np.size(s) > most])
+
+
 def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6), top=20, width=96, height=64,
                          spec=None, heads=None):
     """A COCO instances file (``folder/instances.json``, the images beside it) whose boxes are what ``model`` (an
     ONNX file of YOLOv8's layout) finds in FP32, ONNX Runtime, on seeded image-like images ``width`` wide and
     ``height`` + 8 * i high, read as inferbench reads them (resized whole to ``size``: pixels a side, or (height,
-    width)): each image's ``top`` highest-scoring boxes, cut to the image (a box crossing an edge then overlaps its
-    own less, and the boxes below the ``top`` count against it: FP32's mAP is high, not 1); the model's class ``i``
-    is the ``i``-th category by id. Or another detector's (``spec``, a registered model or its name, and ``heads``:
-    its raw outputs by name on a batch of prepared inputs), whose classes may be category ids themselves
-    (torchvision's).
+    width)): its boxes above one score floor for the whole set, ``top`` an image on average (:func:`labelled_floor`),
+    cut to the image as inferbench clips boxes before it scores them (a box cut to a sliver is left out and counts
+    against FP32: its mAP is 1 or near); the model's class ``i`` is the ``i``-th category by id. Or another
+    detector's (``spec``, a registered model or its name, and ``heads``: its raw outputs by name on a batch of
+    prepared inputs), whose classes may be category ids themselves (torchvision's).
     A labelled set the tests make: it judges what a reduced precision loses, not the model. Returns the number of
     boxes labelled."""
     import json
@@ -188,9 +201,11 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
         arrays = heads(x)
     ids, annotations = sorted(categories), []
     outputs = [Output(name, a.shape[1:]) for name, a in arrays.items()]
-    for im, d in zip(said, detection.postprocess(arrays, outputs)):
+    found = detection.postprocess(arrays, outputs)
+    floor = labelled_floor([np.asarray(d["scores"]) for d in found], top)
+    for im, d in zip(said, found):
         sx, sy = im["width"] / iw, im["height"] / ih
-        best = np.argsort(-np.asarray(d["scores"]), kind="stable")[:top]  # its highest-scoring boxes
+        best = np.asarray(d["scores"]) >= floor  # its boxes above the set's one score floor
         for b, c in zip(np.asarray(d["boxes"])[best], np.asarray(d["classes"])[best]):
             x1, y1 = max(0.0, b[0] * sx), max(0.0, b[1] * sy)
             x2, y2 = min(im["width"], b[2] * sx), min(im["height"], b[3] * sy)
@@ -221,11 +236,16 @@ def torch_heads(folder, size, name="torchvision:ssdlite320_mobilenet_v3_large"):
     """A PyTorch detector's outputs by name (SSDlite's raw heads, Faster R-CNN's detections) on a batch of prepared
     inputs, as the run's source computes them (seeded, conditioned weights; torch in a process of its own)."""
     def heads(x):
-        np.save(folder / "x.npy", x)
-        subprocess.run([sys.executable, "-c", SOURCE_OUTPUTS, str(folder / "x.npy"), *map(str, size), name],
-                       check=True, timeout=600)
-        with np.load(folder / "x.npy.npz") as out:
-            return dict(out)
+        scratch = folder / "x.npy"  # the batch and its outputs, removed once read (never left in the user's folder)
+        try:
+            np.save(scratch, x)
+            subprocess.run([sys.executable, "-c", SOURCE_OUTPUTS, str(scratch), *map(str, size), name], check=True,
+                           timeout=600)
+            with np.load(f"{scratch}.npz") as out:
+                return dict(out)
+        finally:
+            scratch.unlink(missing_ok=True)
+            Path(f"{scratch}.npz").unlink(missing_ok=True)
     return heads
 
 
