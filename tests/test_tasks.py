@@ -281,6 +281,24 @@ def test_boxes_past_the_images_edges_are_clipped_to_it_before_they_are_scored():
     assert clipped["map"]["value"] == clipped["map50"]["value"] == 1.0, clipped["map"]
 
 
+def test_the_tests_labelled_sets_rank_every_label_above_every_unlabelled_box_across_images():
+    """mAP ranks all images' detections together: the tests' labelled sets label the boxes above one floor for the
+    whole set (a floor per image, each image's 3 best, would rank image 0's 4th box above image 1's labels), never
+    more than an image's evaluation keeps."""
+    from detectors import labelled_floor
+
+    from inferbench.tasks.detection import EVALUATION
+
+    rng = np.random.default_rng(0)
+    scores = [np.sort(rng.uniform(lo, lo + 0.3, n))[::-1] for lo, n in ((0.6, 150), (0.3, 40), (0.1, 0), (0.2, 9))]
+    floor = labelled_floor(scores, 3)
+    labelled = np.concatenate([s[s >= floor] for s in scores])
+    unlabelled = np.concatenate([s[s < floor] for s in scores])
+    assert labelled.min() > unlabelled.max() and len(labelled) == 12  # 3 an image on average, ranked as one
+    assert labelled_floor(scores, 60) == scores[0][EVALUATION.max_boxes - 1]  # no image past what is kept
+    assert labelled_floor([np.zeros(0)], 3) == np.inf
+
+
 def test_boxes_from_an_input_of_another_aspect_scale_back_by_its_height_and_width():
     """A 60 x 100 input (height x width) read from images 200 x 100: the boxes scale back by 2 across and 5/3 down,
     mAP 1; read as if the input were 100 px a side, the same boxes land elsewhere."""

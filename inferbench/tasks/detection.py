@@ -151,7 +151,7 @@ def accuracy(labels: Any, candidate: dict[str, np.ndarray], reference: dict[str,
         by_image.setdefault(a["image_id"], []).append(a)
     out = paired.scored(lambda found, draw: _map(labels, by_image, found, draw), mine, fp32, n, METRICS)
     out.update(metric="COCO mAP@[.5:.95]", method=(
-        f"faster-coco-eval on the images resized whole to the input, boxes scaled back; "
+        f"faster-coco-eval on the images resized whole to the input, boxes clipped to it and scaled back; "
         f"{kept_for_map(outputs)}; "
         f"intervals: {paired.BOOTSTRAP} resamples of the images, bias-corrected percentile"))
     paired.say(out, "map", "COCO mAP@[.5:.95]", "mAP", "map50", "mAP@.5")
