@@ -140,7 +140,12 @@ def _save(path, name, nodes, outputs, inits, size, batch="batch", extra_inputs=(
     return path
 
 
-def labelled_floor(scores, top, most=100):  # 100: what the evaluation keeps an image (detection.EVALUATION)
+#: The detections an image the mAP's evaluation keeps (inferbench.tasks.detection.EVALUATION.max_boxes; a test holds
+#: the two equal): no labelled set labels more in an image.
+EVALUATED = 100
+
+
+def labelled_floor(scores, top, most=EVALUATED):
     """One score floor for a whole labelled set (``scores``: each image's): the ``top`` x images-th highest score of
     all, raised until no image holds more than ``most`` above it (COCO's mAP reads 100 detections an image). mAP ranks
     detections across the images, so a floor per image (each image's 20 best) ranks one image's 21st box above
@@ -205,7 +210,7 @@ def coco_from_detections(model, folder, size=64, images=6, categories=(9, 5, 6),
     floor = labelled_floor([np.asarray(d["scores"]) for d in found], top)
     for im, d in zip(said, found):
         sx, sy = im["width"] / iw, im["height"] / ih
-        ranked = np.argsort(-np.asarray(d["scores"]), kind="stable")[:100]  # ties at the floor: the best 100 at most
+        ranked = np.argsort(-np.asarray(d["scores"]), kind="stable")[:EVALUATED]  # ties at the floor: by rank
         best = ranked[np.asarray(d["scores"])[ranked] >= floor]  # its boxes above the set's one score floor
         for b, c in zip(np.asarray(d["boxes"])[best], np.asarray(d["classes"])[best]):
             x1, y1 = max(0.0, b[0] * sx), max(0.0, b[1] * sy)

@@ -285,7 +285,7 @@ def test_the_tests_labelled_sets_rank_every_label_above_every_unlabelled_box_acr
     """mAP ranks all images' detections together: the tests' labelled sets label the boxes above one floor for the
     whole set (a floor per image, each image's 3 best, would rank image 0's 4th box above image 1's labels), never
     more than an image's evaluation keeps."""
-    from detectors import labelled_floor
+    from detectors import EVALUATED, labelled_floor
 
     from inferbench.tasks.detection import EVALUATION
 
@@ -295,7 +295,8 @@ def test_the_tests_labelled_sets_rank_every_label_above_every_unlabelled_box_acr
     labelled = np.concatenate([s[s >= floor] for s in scores])
     unlabelled = np.concatenate([s[s < floor] for s in scores])
     assert labelled.min() > unlabelled.max() and len(labelled) == 12  # 3 an image on average, ranked as one
-    assert labelled_floor(scores, 60) == scores[0][EVALUATION.max_boxes - 1]  # no image past what is kept
+    assert EVALUATED == EVALUATION.max_boxes and labelled_floor(scores, 60) == scores[0][EVALUATED - 1]  # no image
+    # holds more labels than its evaluation keeps
     assert labelled_floor([np.zeros(0)], 3) == np.inf
 
 

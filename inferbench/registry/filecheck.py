@@ -185,8 +185,9 @@ def every_node(graph: Any) -> Any:
 
 def check_onnx_program(model: Any, path: Path, what: str = "ONNX model") -> None:
     """What an ONNX model can do (``model``: read with ``load_external_data=False``): every operator, in its graph,
-    its subgraphs and the functions it defines, one ONNX defines or Microsoft's contrib ops (a call of a function the
-    model defines is its operators'; :func:`check_operators`); every external data file inside the model's folder."""
+    its subgraphs and the functions it defines, from ONNX's own domains or Microsoft's contrib ops and no TensorRT
+    plugin (a call of a function the model defines is its operators'; :func:`check_operators`); every external data
+    file inside the model's folder."""
     from onnx import TensorProto
     from onnx.external_data_helper import _get_all_tensors
 
