@@ -295,8 +295,8 @@ def test_the_tests_labelled_sets_rank_every_label_above_every_unlabelled_box_acr
     labelled = np.concatenate([s[s >= floor] for s in scores])
     unlabelled = np.concatenate([s[s < floor] for s in scores])
     assert labelled.min() > unlabelled.max() and len(labelled) == 12  # 3 an image on average, ranked as one
-    assert EVALUATED == EVALUATION.max_boxes and labelled_floor(scores, 60) == scores[0][EVALUATED - 1]  # no image
-    # holds more labels than its evaluation keeps
+    # no image holds more labels than its evaluation keeps
+    assert EVALUATED == EVALUATION.max_boxes and labelled_floor(scores, 60) == scores[0][EVALUATED - 1]
     assert labelled_floor([np.zeros(0)], 3) == np.inf
 
 
