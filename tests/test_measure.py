@@ -122,9 +122,12 @@ def test_summary_statistics_are_exact():
 
 
 def test_the_p50_interval_is_made_of_rounds_and_processes():
-    """Four rounds by two processes (round r by process r mod 2) whose medians are 10, 11, 10.2, 11.4: a one-way
-    random-effects fit by hand gives the within-process and between-process variances, and the interval."""
-    medians = [10.0, 11.0, 10.2, 11.4]
+    """Four rounds by two processes (round r by process r mod 2) whose medians are 10, 10.7, 10.8, 11.3: a one-way
+    random-effects fit by hand gives the within-process and between-process variances, and the interval. Its
+    degrees of freedom are the between-process mean square's, one: the variance of the mean is ``MSB / N``, all of
+    it estimated from two process means (splitting it into ``MSW / N`` and ``(MSB - MSW) / N`` as if independent
+    gave 3.0, t = 4.3 where 12.7 is due)."""
+    medians = [10.0, 10.7, 10.8, 11.3]
     lat = [v for m in medians for v in (m - 0.01, m, m + 0.01)]
     rounds = [r for r in range(4) for _ in range(3)]
     s = summarize(lat, rounds, processes=2)
@@ -135,8 +138,8 @@ def test_the_p50_interval_is_made_of_rounds_and_processes():
     between = (msb - msw) / 2
     assert s["spread"]["within_var"] == pytest.approx(msw) and s["spread"]["between_var"] == pytest.approx(between)
     se = math.sqrt(msw / 4 + between / 2)
-    df = se ** 4 / ((msw / 4) ** 2 / 2 + (between / 2) ** 2 / 1)
-    half = t975(df) * se
+    assert se == pytest.approx(math.sqrt(msb / 4)) and s["spread"]["df"] == pytest.approx(1.0)
+    half = t975(1) * se
     assert s["p50_ci95"] == pytest.approx([s["p50"] * math.exp(-half), s["p50"] * math.exp(half)])
     assert s["ci_method"] == "rounds-and-processes-t-95" and s["spread"]["measured"]
     # one process: the between part is not measured; an assumed one stands in, and the method says so
@@ -600,17 +603,32 @@ def test_the_whole_runs_p99_has_its_own_interval_apart_from_a_typical_rounds():
     assert found[0.3][1] < found[0.3][0] - 0.15, found  # the typical round's interval is not about this p99
 
 
-def _wander_coverage(phi, rounds=12, processes=3, trials=200):
+def _wander_coverage(phi, rounds=12, processes=3, trials=200, process_sd=0.0, widths=None):
     from sims import WANDERING_TRUTH, wandering_cell
 
     rng = np.random.default_rng(1)
     hits, said = 0, 0
     for _ in range(trials):
-        x, r = wandering_cell(rng, phi, rounds, processes)
+        x, r = wandering_cell(rng, phi, rounds, processes, process_sd=process_sd)
         lo, hi, _ = stats.interval(x, r, "p50", processes)
         hits += lo <= WANDERING_TRUTH <= hi
         said += stats.stability(x, r, processes)["wandering"]
+        if widths is not None:
+            widths.append(hi / lo)
     return hits / trials, said / trials
+
+
+def test_a_lone_cells_interval_covers_a_large_process_effect_from_three_processes():
+    """A cell alone (no group to moderate toward), 12 rounds by 3 processes whose offsets are uniform at a 6% sd
+    beside a 5% level a round (outside the estimator's normal model): its own between-process estimate has two
+    degrees of freedom, and the interval takes them (the mean squares' Satterthwaite); counted as if its two parts
+    were independent, it covered the cell's level 90% of the time. Where processes do not differ, it stays narrower
+    (a constant interval is too wide there or too narrow at 6%)."""
+    quiet_widths, wide_widths = [], []
+    wide, _ = _wander_coverage(0.0, trials=1000, process_sd=0.06, widths=wide_widths)
+    quiet, _ = _wander_coverage(0.0, trials=1000, widths=quiet_widths)
+    assert wide >= 0.93 and quiet >= 0.93, (wide, quiet)
+    assert np.median(quiet_widths) - 1 < 0.5 * (np.median(wide_widths) - 1), (quiet_widths, wide_widths)
 
 
 def test_a_cells_interval_holds_its_level_when_the_machine_wanders_from_round_to_round():
