@@ -53,7 +53,8 @@ def floor(trials: int) -> int:
     """A lone cell of few processes: a process term estimated at 0 from few degrees of freedom left out (as before
     2026-12-06) or the assumed part in its place (:data:`inferbench.measure.stats.FEW_BETWEEN_DF`); and a term of its
     own taken with Satterthwaite's degrees of freedom over its two parts as if independent (as before 2026-12-07) or
-    over the mean squares it is made of (now, :meth:`inferbench.measure.stats.Spread.mean_squares`)."""
+    over the mean squares it is made of, from three processes on (now,
+    :meth:`inferbench.measure.stats.Spread.own`)."""
     print("| rounds | processes | process sd | covered: term left out | split df | now | width: split df | now "
           "| assumed now |")
     print("|---|---|---|---|---|---|---|---|---|")
