@@ -562,6 +562,10 @@ def test_a_keras_files_and_a_savedmodels_side_inputs_are_bound_and_every_runtime
         np.testing.assert_allclose(reference, fed[0], rtol=1e-5, atol=1e-6)
         assert np.abs(fed[1] - fed[0]).max() > 100 * np.abs(reference - fed[0]).max() + 1e-3
     assert "side input of sized-" in said[0] and "orig_target_sizes [batch, 2] float32" in said[0]
+    # a SavedModel's side inputs are read from its signature when it is imported, and said as a .keras file's are
+    assert "side input of sized_sm-" in said[1] and "orig_target_sizes [batch, 2] float32" in said[1]
+    assert "side input of int_sm-" in said[2] and "orig_target_sizes [batch, 2] int64" in said[2]
+    assert said[2].count("side input of") == 1  # once, though every cell's record says it
     record = json.loads(next(out.rglob("sized-*_40x48_bs1_onnxrt.json")).read_text())
     assert [o["name"] for o in record["outputs"]] == ["boxes_head", "class_head"]
     (folder,) = shared_cache.glob("sized-*_40x48_*")

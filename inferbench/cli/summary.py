@@ -150,8 +150,12 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
 def model_lines(records: list[dict[str, Any]]) -> list[str]:
     """What the model's own file adds to every call: its side inputs as they were filled, and its post-processing
     (the task's, timed on its own; or the suppression its graph holds, timed as it is)."""
-    files = {f["name"]: f for r in records for f in (r.get("config") or {}).get("model_files") or []}
-    lines = [f"side input of {name}: {side}" for name, f in files.items() for side in f.get("side_inputs") or []]
+    config = [r.get("config") or {} for r in records]
+    sides = [(f["name"], side) for c in config for f in c.get("model_files") or []
+             for side in f.get("side_inputs") or []]
+    sides += [(r["model"], side) for r, c in zip(records, config)  # a SavedModel's: read when it was imported
+              for entry in (c.get("artifacts") or {}).values() for side in entry.get("side_inputs") or []]
+    lines = [f"side input of {name}: {side}" for name, side in dict.fromkeys(sides)]
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
     if said and said.get("in_graph"):
         lines.append(f"post-processing: {said['what']}, in the model's own graph: inside every timed call, timed as it "

@@ -216,7 +216,7 @@ def provenance(folder: Path, cell: CellKey) -> dict[str, Any]:
     entries = artifact_cache.read_manifest(folder).get("artifacts", {})
     kinds = export_order(own, spec)
     keep = ("exported_at", "versions", "brought_from", "keras_backend", "backend_check", "method", "converter",
-            "kept_fp32")
+            "kept_fp32", "side_inputs")
     return {k: {key: entries[k][key] for key in keep if key in entries[k]}
             for k in kinds if isinstance(entries.get(k), dict)}
 

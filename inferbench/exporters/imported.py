@@ -33,7 +33,7 @@ def export(ctx: ExportContext) -> dict[str, Any]:
         shutil.copytree(source, target)
     else:
         shutil.copyfile(source, target)
-    notes = bound_sides(target, spec, ctx.resolution)
+    sides = bound_sides(target, spec, ctx.resolution)
     facts = write_parity_reference(ctx, spec, predictor(spec, ctx))
     return {
         "paths": [target.relative_to(ctx.folder).parts[0], "reference"],
@@ -44,14 +44,15 @@ def export(ctx: ExportContext) -> dict[str, Any]:
            {"model_stats": savedmodel_stats(target, spec.input_shape(1, ctx.resolution), ctx.resolution)}
            if spec.source.format == "savedmodel" else {}),
         "reference": facts,
-        "notes": notes,
+        "side_inputs": [s.phrase() for s in sides],  # as bound (a SavedModel's are read here, not when the file is)
+        "notes": [f"side input {s.phrase()}: {s.value(*hw(ctx.resolution))}" for s in sides],
     }
 
 
-def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
+def bound_sides(target: Path, spec: Any, resolution: Size) -> list[SideInput]:
     """A model file's side inputs bound into the copy's graph (registry/sideinputs.py): an ONNX file's as constants in
     its graph, a .pt2 program's by exporting it again around them, a SavedModel's by saving it again inside a function
-    of its image alone; each said as a note."""
+    of its image alone; the side inputs so bound."""
     if spec.source.format == "savedmodel":  # its signature is read here, with TensorFlow
         sides = bind_savedmodel(target, *hw(resolution))
     elif not spec.source.side_inputs:
@@ -66,7 +67,7 @@ def bound_sides(target: Path, spec: Any, resolution: Size) -> list[str]:
         inits = {i.name for i in model.graph.initializer}
         _, sides = split([i for i in model.graph.input if i.name not in inits], target)
         bind(target, tuple(sides), *hw(resolution))
-    return [f"side input {s.phrase()}: {s.value(*hw(resolution))}" for s in sides]
+    return list(sides)
 
 
 def bind_savedmodel(path: Path, height: int, width: int) -> list[SideInput]:
