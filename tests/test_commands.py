@@ -1024,3 +1024,20 @@ def test_run_times_are_read_by_one_clock_and_nothing_odd_is_taken_for_a_time():
     assert abs(_per_hour(math.log(1.01) / 3600) - 1) < 1e-9
     runs = [("old", 0, 1.0, 1.8e9), ("old", 0, 1.01, 1.8e9), ("new", 0, 1.0, 1.9e9), ("new", 0, 1.02, 1.9e9)]
     assert _fit(runs, [0], True)["inflation"] == math.inf
+
+
+def test_a_models_side_inputs_are_said_once_and_a_hand_edited_record_cannot_break_the_summary():
+    """A SavedModel's side inputs are read when it is imported: the summary says them from the records' artifacts
+    as it says an ONNX file's from ``model_files``, each once however many cells say it; entries a hand edited into
+    something else (null, a number, a string, a list of mappings) are passed over, never a traceback."""
+    from inferbench.cli.summary import model_lines
+
+    phrase = "orig_target_sizes [batch, 2] int64: the image's height and width, bound into the graph"
+    cells = [encode(make_record(fw)) for fw in ("tf", "openvino")]
+    for c in cells:
+        c["model"] = "int_sm-1a2b3c4d"
+        c["config"]["artifacts"] = {"savedmodel": {"side_inputs": [phrase]}, "reference": None,
+                                    "openvino": {"side_inputs": 3}, "onnx": {"side_inputs": "abc"},
+                                    "tf": {"side_inputs": [{"a": 1}, ["b"]]}}
+        c["config"]["model_files"] = [None, {"name": "sized-9f8e7d6c", "side_inputs": [phrase, {"x": 1}]}]
+    assert model_lines(cells) == [f"side input of sized-9f8e7d6c: {phrase}", f"side input of int_sm-1a2b3c4d: {phrase}"]

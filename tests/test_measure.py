@@ -163,6 +163,10 @@ def test_three_processes_own_spread_takes_its_mean_squares_degrees_of_freedom():
     assert t975(split) < 0.75 * t975(2)
     half = t975(2) * se
     assert s["p50_ci95"] == pytest.approx([s["p50"] * math.exp(-half), s["p50"] * math.exp(half)])
+    # a wander's share of MSW rests on the within part's degrees of freedom: never more than they (5 rounds, 4
+    # processes: one), where without a wander the variance is MSB's alone and takes its three
+    fit = dict(rounds=5, processes=4, within_var=0.001, within_df=1, between_var=0.002, between_df=3, between_raw=0.002)
+    assert stats.Spread(**fit, drift_factor=4.0).se()[1] == 1.0 and stats.Spread(**fit).se()[1] == 3.0
 
 
 def test_t_quantiles():
@@ -640,7 +644,7 @@ def _wander_coverage(phi, rounds=12, processes=3, trials=200, process_sd=0.0, wi
 def test_a_lone_cells_interval_covers_a_large_process_effect_from_three_processes():
     """A cell alone (no group to moderate toward), 12 rounds by 3 processes whose offsets are uniform at a 6% sd
     beside a 5% level a round (outside the estimator's normal model): its own between-process estimate has two
-    degrees of freedom, and the interval takes them (the mean squares' Satterthwaite); counted as if its two parts
+    degrees of freedom, and the interval takes them (the between-process mean square's); counted as if its two parts
     were independent, it covered the cell's level 90% of the time. Where processes do not differ, it stays narrower
     (a constant interval is too wide there or too narrow at 6%)."""
     quiet_widths, wide_widths = [], []

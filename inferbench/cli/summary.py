@@ -147,14 +147,20 @@ def format_summary(records: list[dict[str, Any]], objective: str = "p50", width:
     return "\n".join(lines)
 
 
+def phrases(value: Any) -> list[str]:
+    """A record's list of side-input phrases, its strings only (a record is a file a hand may have edited)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def model_lines(records: list[dict[str, Any]]) -> list[str]:
     """What the model's own file adds to every call: its side inputs as they were filled, and its post-processing
     (the task's, timed on its own; or the suppression its graph holds, timed as it is)."""
     config = [r.get("config") or {} for r in records]
-    sides = [(f["name"], side) for c in config for f in c.get("model_files") or []
-             for side in f.get("side_inputs") or []]
-    sides += [(r["model"], side) for r, c in zip(records, config)  # a SavedModel's: read when it was imported
-              for entry in (c.get("artifacts") or {}).values() for side in entry.get("side_inputs") or []]
+    sides = [(f.get("name"), side) for c in config for f in c.get("model_files") or [] if isinstance(f, dict)
+             for side in phrases(f.get("side_inputs"))]
+    sides += [(r.get("model"), side) for r, c in zip(records, config)  # a SavedModel's: read when it was imported
+              for entry in (c.get("artifacts") or {}).values() if isinstance(entry, dict)
+              for side in phrases(entry.get("side_inputs"))]
     lines = [f"side input of {name}: {side}" for name, side in dict.fromkeys(sides)]
     said = next((r["postprocess"] for r in records if (r.get("postprocess") or {}).get("where")), None)
     if said and said.get("in_graph"):

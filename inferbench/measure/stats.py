@@ -192,7 +192,9 @@ class Spread:
             parts.append((used[0] / self.processes, used[1]))
         var = sum(v for v, _ in parts)
         if used is not None and self.own(used):  # the same variance, its degrees of freedom its mean squares'
-            return math.sqrt(var), float(self.between_df)
+            # (the wander's share of MSW, where there is one, rests on the within part's: never more than it)
+            return math.sqrt(var), float(self.between_df if self.drift_factor == 1.0 else
+                                         max(1, min(self.between_df, self.within_df)))
         denominator = sum(v * v / df for v, df in parts if v > 0 and df < math.inf)
         # nothing but the assumed part (known, unbounded degrees of freedom): t's limit, not the rounds' count
         df = var * var / denominator if denominator > 0 else 1e6 if var > 0 else max(self.within_df, 1)
