@@ -18,6 +18,11 @@ def test_a_plan_is_checked_by_the_command_line_s_rules(fakes, tmp_path):
     assert [(c.framework, c.batch_size) for c in p.cells] == [("fake", 1), ("fake-slow", 1), ("fake", 2),
                                                               ("fake-slow", 2)]
     assert p.config.timing.rounds == 4 and p.config.threads == 1
+    # 4 rounds give two worker processes a cell: the plan says up front what one degree of freedom costs
+    assert p.config.processes == 2 and any(n.startswith("two worker processes a cell: ") for n in p.notes)
+    for more in (dict(rounds=6), dict(processes=1)):
+        other = api.plan(frameworks=["fake"], cache_dir=str(tmp_path / "c"), **{**SMALL, **more})
+        assert other.config.processes != 2 and not any(n.startswith("two worker processes") for n in other.notes)
     with pytest.raises(UsageError, match="unknown option 'batch_size'.*batch_sizes"):
         api.plan(batch_size=[1])
     with pytest.raises(UsageError, match="rounds"):

@@ -19,7 +19,7 @@ from ..base.errors import UsageError
 from ..base.machine import cpu_precision_refusal
 from ..base.size import Size, parse_size
 from ..exporters import cache as artifact_cache
-from ..measure.stats import TAILS, needed_samples
+from ..measure.stats import TAILS, TWO_PROCESSES, needed_samples
 from ..options import BY_NAME, MAX_CELLS, was_given
 from ..registry.builders import refuse_imagenet
 from ..registry.frameworks import SETS, Framework, choose, get_framework
@@ -169,7 +169,7 @@ def build(values: dict[str, Any]) -> Built:
     check_memory(cells)
     cells = list(dict.fromkeys(cells))
     expected = budget.estimate(config, cells, to_export(config, cells))
-    notes += reexports(config, cells)
+    notes += reexports(config, cells) + ((TWO_PROCESSES,) if config.processes == 2 else ())
     if not values.get("time_budget"):  # (a budget's own lines say what the plan takes)
         notes += (f"the plan: {len(cells)} cell(s) in {len(groups_of(cells, config.sequential))} group(s), about "
                   f"{budget.say(expected)} here (exports included; the progress line's ETA follows the rounds)",)

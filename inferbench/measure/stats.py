@@ -65,6 +65,11 @@ ONE_PROCESS = ("one worker process a cell: the interval covers this process only
 #: ... and one whose processes ran one round each: their spread cannot be told from the rounds'.
 ONE_ROUND_A_PROCESS = ("one round a worker process: the spread between processes cannot be told from the rounds' "
                        "(it is assumed at 1.5%); --rounds of at least twice --processes measures it")
+#: What a run of two worker processes a cell says up front: their spread rests on one degree of freedom
+#: (docs/method.md's lone-cell table, benchmarks/coverage_wander.py --floor: 83-92% at a 6% process effect).
+TWO_PROCESSES = ("two worker processes a cell: what differs between them rests on one degree of freedom, and where "
+                 "processes differ by 6% a cell's 95% interval covered its level 83-92% of the time in simulation "
+                 "(docs/method.md); three (--processes 3, the default from --rounds 6) cover 94-99%")
 TAIL_METHOD = "round-percentiles-median-unbiased-rounds-and-processes-t-95"
 Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
