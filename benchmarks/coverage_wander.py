@@ -6,7 +6,7 @@ the rounds' lag-1 correlation taken into the interval (``inferbench.measure.stat
 median width (high / low). No timing: the result depends on nothing but the seeds.
 
     python benchmarks/coverage_wander.py [--trials 400]
-    python benchmarks/coverage_wander.py --floor   # few processes: a term of 0 assumed or left out; its df
+    python benchmarks/coverage_wander.py --floor   # a process term estimated at 0: the assumed part, or none
 
 Looks inside: the cell interval (measure.stats) on simulated rounds; the Python API (inferbench.api) has no such
 piece, so this script imports the modules it studies.
@@ -50,24 +50,17 @@ def trial(case: tuple[int, int, float, float], trials: int, said: str = "wanderi
 
 
 def floor(trials: int) -> int:
-    """A lone cell of few processes: a process term estimated at 0 from few degrees of freedom left out (as before
-    2026-12-06) or the assumed part in its place (:data:`inferbench.measure.stats.FEW_BETWEEN_DF`); and a term of its
-    own taken with Satterthwaite's degrees of freedom over its two parts as if independent (as before 2026-12-07) or
-    over the mean squares it is made of, from three processes on (now,
-    :meth:`inferbench.measure.stats.Spread.own`)."""
-    print("| rounds | processes | process sd | covered: term left out | split df | now | width: split df | now "
-          "| assumed now |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    split = mock.patch.object(stats.Spread, "own", lambda self, used: False)
+    """A cell's process term estimated at 0 from few degrees of freedom: left out (before) or the assumed part in
+    its place (now, :data:`inferbench.measure.stats.FEW_BETWEEN_DF`)."""
+    print("| rounds | processes | process sd | covered before | now | width before | now | assumed now |")
+    print("|---|---|---|---|---|---|---|---|")
     for case in FLOOR_CASES:
-        with mock.patch.object(stats, "FEW_BETWEEN_DF", 0), split:
-            left_out, _, _ = trial(case, trials, "assumed")
-        with split:
+        with mock.patch.object(stats, "FEW_BETWEEN_DF", 0):
             before, width_before, _ = trial(case, trials, "assumed")
         now, width_now, assumed = trial(case, trials, "assumed")
         r, p, _, sd = case
-        print(f"| {r} | {p} | {sd:.0%} | {left_out:.1%} | {before:.1%} | {now:.1%} | {width_before:.3f} "
-              f"| {width_now:.3f} | {assumed:.1%} |")
+        print(f"| {r} | {p} | {sd:.0%} | {before:.1%} | {now:.1%} | {width_before:.3f} | {width_now:.3f} "
+              f"| {assumed:.1%} |")
     return 0
 
 

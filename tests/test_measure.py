@@ -144,31 +144,6 @@ def test_the_p50_interval_is_made_of_rounds_and_processes():
     assert one["ci_method"].endswith("+process-sd-assumed-1.5%") and not one["spread"]["measured"]
 
 
-def test_three_processes_own_spread_takes_its_mean_squares_degrees_of_freedom():
-    """Six rounds by three processes, medians 10, 10.7, 10.8 / 10.6, 11.3, 10.4 (round r by process r mod 3): the
-    variance of the mean is ``MSB / R`` (and the wander's share of the within part), all of it estimated from three
-    process means: two degrees of freedom, t = 4.3. Counted over ``MSW / R`` and ``(MSB - MSW) / R`` as if
-    independent, it had nearly twice as many (t = 3.2)."""
-    medians = [10.0, 10.7, 10.8, 10.6, 11.3, 10.4]
-    lat = [v for m in medians for v in (m - 0.01, m, m + 0.01)]
-    s = summarize(lat, [r for r in range(6) for _ in range(3)], processes=3)
-    y = np.log(medians)
-    groups = [y[[0, 3]], y[[1, 4]], y[[2, 5]]]
-    msw = sum(((g - g.mean()) ** 2).sum() for g in groups) / 3
-    msb = 2 * sum((g.mean() - y.mean()) ** 2 for g in groups) / 2
-    assert msb > msw and s["spread"]["df"] == 2.0
-    drift = s["spread"]["drift_factor"]  # (its own test: test_the_wander_factor_is_the_variance_of_a_mean_...)
-    se = math.sqrt(msb / 6 + (drift - 1) * msw / 6)
-    split = se ** 4 / ((drift * msw / 6) ** 2 / 3 + ((msb - msw) / 6) ** 2 / 2)
-    assert t975(split) < 0.75 * t975(2)
-    half = t975(2) * se
-    assert s["p50_ci95"] == pytest.approx([s["p50"] * math.exp(-half), s["p50"] * math.exp(half)])
-    # a wander's share of MSW rests on the within part's degrees of freedom: never more than they (5 rounds, 4
-    # processes: one), where without a wander the variance is MSB's alone and takes its three
-    fit = dict(rounds=5, processes=4, within_var=0.001, within_df=1, between_var=0.002, between_df=3, between_raw=0.002)
-    assert stats.Spread(**fit, drift_factor=4.0).se()[1] == 1.0 and stats.Spread(**fit).se()[1] == 3.0
-
-
 def test_t_quantiles():
     assert t975(1) == 12.706 and t975(9) == 2.262 and t975(9.8) == 2.262  # a fractional df rounds down
     assert t975(60) == pytest.approx(2.000, abs=2e-3) and t975(1000) == pytest.approx(1.962, abs=2e-3)
@@ -436,9 +411,8 @@ def test_the_between_process_term_is_each_runtimes_own_where_the_group_differs()
 def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_interval():
     """At the default 8 rounds a cell gets three worker processes (two degrees of freedom for what differs between
     them), two below 6 rounds: simulated groups of three runtimes whose processes differ 1% (and 0.5/1/3%), the
-    moderated interval covers the levels 90% of the time and more with three (the 3% runtime's 92%), and is narrower
-    than with two (median half-width 2.4% against 2.8% at 1%; 2.1% until a cell's own term from three processes took its
-    two degrees of freedom); a cell's own between-process estimate is 0 less often
+    moderated interval covers the levels 90% of the time and more with three (the 3% runtime's 89%), and is narrower
+    than with two (median half-width 2.1% against 2.8% at 1%); a cell's own between-process estimate is 0 less often
     (20-22% of cells against 30-32%). (With two, a term estimated at 0 from one degree of freedom takes the assumed
     part: 95% at 1%, the 3% runtime's 87%; left at 0, as before 2026-12-06, they covered 85-89%.)"""
     from inferbench.execution.plan import default_processes
@@ -462,7 +436,7 @@ def test_three_processes_by_default_where_the_rounds_allow_cover_and_narrow_the_
     for sds in ([0.01] * 3, [0.005, 0.01, 0.03]):
         (two, half_two, zero_two), (three, half_three, zero_three) = run(sds, 2), run(sds, 3)
         assert three.min() >= 0.88 and three.mean() >= 0.90, (sds, two, three)
-        assert half_three < 0.9 * half_two and zero_three < zero_two, (half_two, half_three, zero_two, zero_three)
+        assert half_three < 0.8 * half_two and zero_three < zero_two, (half_two, half_three, zero_two, zero_three)
 
 
 def test_paired_blocks_estimates_a_known_ratio_and_covers_it():
@@ -626,32 +600,17 @@ def test_the_whole_runs_p99_has_its_own_interval_apart_from_a_typical_rounds():
     assert found[0.3][1] < found[0.3][0] - 0.15, found  # the typical round's interval is not about this p99
 
 
-def _wander_coverage(phi, rounds=12, processes=3, trials=200, process_sd=0.0, widths=None):
+def _wander_coverage(phi, rounds=12, processes=3, trials=200):
     from sims import WANDERING_TRUTH, wandering_cell
 
     rng = np.random.default_rng(1)
     hits, said = 0, 0
     for _ in range(trials):
-        x, r = wandering_cell(rng, phi, rounds, processes, process_sd=process_sd)
+        x, r = wandering_cell(rng, phi, rounds, processes)
         lo, hi, _ = stats.interval(x, r, "p50", processes)
         hits += lo <= WANDERING_TRUTH <= hi
         said += stats.stability(x, r, processes)["wandering"]
-        if widths is not None:
-            widths.append(hi / lo)
     return hits / trials, said / trials
-
-
-def test_a_lone_cells_interval_covers_a_large_process_effect_from_three_processes():
-    """A cell alone (no group to moderate toward), 12 rounds by 3 processes whose offsets are uniform at a 6% sd
-    beside a 5% level a round (outside the estimator's normal model): its own between-process estimate has two
-    degrees of freedom, and the interval takes them (the between-process mean square's); counted as if its two parts
-    were independent, it covered the cell's level 90% of the time. Where processes do not differ, it stays narrower
-    (a constant interval is too wide there or too narrow at 6%)."""
-    quiet_widths, wide_widths = [], []
-    wide, _ = _wander_coverage(0.0, trials=1000, process_sd=0.06, widths=wide_widths)
-    quiet, _ = _wander_coverage(0.0, trials=1000, widths=quiet_widths)
-    assert wide >= 0.93 and quiet >= 0.93, (wide, quiet)
-    assert np.median(quiet_widths) - 1 < 0.5 * (np.median(wide_widths) - 1), (quiet_widths, wide_widths)
 
 
 def test_a_cells_interval_holds_its_level_when_the_machine_wanders_from_round_to_round():

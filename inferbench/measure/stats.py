@@ -69,7 +69,7 @@ ONE_ROUND_A_PROCESS = ("one round a worker process: the spread between processes
 #: (docs/method.md's lone-cell table, benchmarks/coverage_wander.py --floor: 83-92% at a 6% process effect).
 TWO_PROCESSES = ("two worker processes a cell: what differs between them rests on one degree of freedom, and where "
                  "processes differ by 6% a cell's 95% interval covered its level 83-92% of the time in simulation "
-                 "(docs/method.md); three (--processes 3, the default from --rounds 6) cover 94-99%")
+                 "(docs/method.md); three (--processes 3, the default from --rounds 6) cover 90-99%")
 TAIL_METHOD = "round-percentiles-median-unbiased-rounds-and-processes-t-95"
 Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
@@ -90,7 +90,7 @@ def t975(df: float) -> float:
         raise ValueError("need at least one degree of freedom")
     if math.isinf(df):  # Satterthwaite's with no spread in one term: the normal quantile
         return Z975
-    df = int(math.floor(df + 1e-9))  # (a sum of floats that should be a whole number: 1.9999999999999993)
+    df = int(math.floor(df))
     if df <= len(_T975):
         return _T975[df - 1]
     z = Z975
@@ -196,28 +196,10 @@ class Spread:
         else:
             parts.append((used[0] / self.processes, used[1]))
         var = sum(v for v, _ in parts)
-        if used is not None and self.own(used):  # the same variance, its degrees of freedom its mean squares'
-            # (the wander's share of MSW, where there is one, rests on the within part's: never more than it)
-            return math.sqrt(var), float(self.between_df if self.drift_factor == 1.0 else
-                                         max(1, min(self.between_df, self.within_df)))
         denominator = sum(v * v / df for v, df in parts if v > 0 and df < math.inf)
         # nothing but the assumed part (known, unbounded degrees of freedom): t's limit, not the rounds' count
         df = var * var / denominator if denominator > 0 else 1e6 if var > 0 else max(self.within_df, 1)
         return math.sqrt(var), max(1.0, min(df, 1e6))
-
-    def own(self, used: tuple[float, float]) -> bool:
-        """Whether the between-process (variance, df) an interval uses is this fit's own moment estimate, from three
-        processes or more: its interval then takes the ``P - 1`` degrees of freedom of the between-process mean
-        square. The variance of the cell's mean, ``within x drift / R + (MSB - MSW) / (n0 P)``, is ``MSB / R`` and
-        the wander's share of ``MSW`` (n0 = R / P); its between part holds ``-MSW``, so Satterthwaite's degrees of
-        freedom over the two parts as if independent were several more than the ``P - 1`` the variance rests on
-        (simulated, a lone cell of 3 processes at a 6% process effect covered its level 90% of the time, now 94%;
-        benchmarks/coverage_wander.py --floor). Not more for the wander's share: the correction would then narrow
-        an interval, with a drift factor itself estimated from the same rounds. Two processes keep the split's:
-        one degree of freedom (t = 12.7) on every cell whose processes landed apart by chance."""
-        raw = self.between_raw
-        return raw is not None and raw > 0 and self.between_df >= 2 and used[1] == self.between_df \
-            and math.isclose(used[0], raw, rel_tol=1e-9)
 
     def between_used(self, between_var: float | None = None,
                      between_df: float | None = None) -> tuple[float, float] | None:
@@ -682,9 +664,8 @@ def ratio_between(fit: Spread, a: Sample, b: Sample) -> tuple[float, float] | No
     Adding the cells' terms instead (the rule before this one) lost the process part whenever a shared machine state
     hid it in each cell: simulated (benchmarks/coverage_paired.py: 2-3 processes, 6-12 rounds, process offsets
     2-6%, a 10% state shared within a round, heavy-tailed samples; 1,000 trials a case) the paired margin covered
-    77.8-90.7%, this 92.4-100% (with the mean squares' degrees of freedom from 3 processes, :meth:`Spread.own`). The
-    switch to the assumed floor where the estimate is 0 is deliberate: a process term estimated at 0 from one or
-    two degrees of freedom is not evidence that there is none.
+    77.8-90.7%, this 92.4-98.8%. The switch to the assumed floor where the estimate is 0 is deliberate: a process
+    term estimated at 0 from one or two degrees of freedom is not evidence that there is none.
     """
     own = fit.between_raw if fit.between_raw is not None and fit.between_df > 0 else None
     prior = None
