@@ -24,7 +24,7 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sims import paired_cells  # noqa: E402
+from sims import energy_cells, paired_cells  # noqa: E402
 
 from inferbench.measure import stats  # noqa: E402
 
@@ -47,26 +47,10 @@ def before(a: stats.Sample, b: stats.Sample) -> tuple[float, float]:
     if a.between and b.between and a.between[0] is not None and b.between[0] is not None:
         pooled = (a.between[0] + b.between[0], min(a.between[1], b.between[1]))
     with mock.patch.object(stats, "FEW_BETWEEN_DF", 0):  # a term estimated at 0 left out, as it was
-        se, df = fit.se(*pooled, sides=2)
+        se, df = fit.se(*pooled, sides=2, whole=False)  # (the between part counted alone, as it was)
     mean = float(np.mean(np.log(list(ratios.values()))))
     half = stats.t975(df) * se
     return math.exp(mean - half), math.exp(mean + half)
-
-
-def energy_cells(rng: np.random.Generator, process_sd: float, state_sd: float, processes: int, rounds: int,
-                 ) -> tuple[stats.Sample, stats.Sample, float]:
-    """Two cells' energy per inference, one figure a round (as ``energy.per_round_j_per_inference``), in the same
-    rounds: each worker process's level set anew (uniform, sd ``process_sd``), a machine state both share each round
-    (Laplace, sd ``state_sd``), the counter's noise Student's t with 3 degrees of freedom scaled to 2%; no
-    between-process prior (an energy margin has none). Returns both samples and the true ratio."""
-    width, state = math.sqrt(3) * process_sd, rng.laplace(0, state_sd / math.sqrt(2), rounds)
-    cells = []
-    for level in (2.0, 3.0):
-        offsets = rng.uniform(-width, width, processes)
-        noise = 0.02 * rng.standard_t(3, rounds) / math.sqrt(3)
-        cells.append(stats.Sample([level * math.exp(offsets[r % processes] + state[r] + noise[r])
-                                   for r in range(rounds)], list(range(rounds)), processes))
-    return cells[0], cells[1], 2.0 / 3.0
 
 
 def energy(trials: int) -> int:

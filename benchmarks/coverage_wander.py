@@ -6,7 +6,7 @@ the rounds' lag-1 correlation taken into the interval (``inferbench.measure.stat
 median width (high / low). No timing: the result depends on nothing but the seeds.
 
     python benchmarks/coverage_wander.py [--trials 400]
-    python benchmarks/coverage_wander.py --floor   # a process term estimated at 0: the assumed part, or none
+    python benchmarks/coverage_wander.py --lone   # few processes: the process term's count, before and now
 
 Looks inside: the cell interval (measure.stats) on simulated rounds; the Python API (inferbench.api) has no such
 piece, so this script imports the modules it studies.
@@ -27,8 +27,8 @@ from sims import WANDERING_TRUTH, wandering_cell  # noqa: E402
 from inferbench.measure import stats  # noqa: E402
 
 CASES = [(r, p, phi, sd) for r, p in ((8, 2), (12, 3), (24, 3)) for phi in (0.0, 0.5, 0.8) for sd in (0.0, 0.03)]
-#: --floor: few processes, where a process term comes out at 0 most often
-FLOOR_CASES = [(r, p, 0.0, sd) for r, p in ((6, 2), (8, 2), (12, 2), (12, 3)) for sd in (0.0, 0.03, 0.06)]
+#: --lone: few processes, where a process term is measured most roughly (and comes out at 0 most often)
+LONE_CASES = [(r, p, 0.0, sd) for r, p in ((6, 2), (8, 2), (12, 2), (6, 3), (12, 3)) for sd in (0.0, 0.03, 0.06)]
 
 
 def trial(case: tuple[int, int, float, float], trials: int, said: str = "wandering") -> tuple[float, float, float]:
@@ -49,13 +49,24 @@ def trial(case: tuple[int, int, float, float], trials: int, said: str = "wanderi
     return hits / trials, float(np.median(widths)), flagged / trials
 
 
-def floor(trials: int) -> int:
-    """A cell's process term estimated at 0 from few degrees of freedom: left out (before) or the assumed part in
-    its place (now, :data:`inferbench.measure.stats.FEW_BETWEEN_DF`)."""
+#: The rule now (what --lone's "before" wraps).
+COUNTED_WHOLE = stats.Spread.se
+
+
+def _counted_alone(self: stats.Spread, *args: object, **kwargs: object) -> tuple[float, float]:
+    """The rule before 2026-12-07: a measured process term's degrees of freedom counted for its between part alone."""
+    return COUNTED_WHOLE(self, *args, **{**kwargs, "whole": False})  # type: ignore[arg-type]
+
+
+def lone(trials: int) -> int:
+    """Lone cells of few processes: the process term's degrees of freedom counted for its between part alone
+    (before, Satterthwaite's rule over the within and between parts) or for the whole mean square of process means
+    (now: :meth:`inferbench.measure.stats.Spread.se`), and the share whose term came out at 0 from few degrees of
+    freedom and took the assumed part (:data:`inferbench.measure.stats.FEW_BETWEEN_DF`)."""
     print("| rounds | processes | process sd | covered before | now | width before | now | assumed now |")
     print("|---|---|---|---|---|---|---|---|")
-    for case in FLOOR_CASES:
-        with mock.patch.object(stats, "FEW_BETWEEN_DF", 0):
+    for case in LONE_CASES:
+        with mock.patch.object(stats.Spread, "se", _counted_alone):
             before, width_before, _ = trial(case, trials, "assumed")
         now, width_now, assumed = trial(case, trials, "assumed")
         r, p, _, sd = case
@@ -67,10 +78,10 @@ def floor(trials: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=400)
-    parser.add_argument("--floor", action="store_true", help="a process term estimated at 0, left out or assumed")
+    parser.add_argument("--lone", action="store_true", help="lone cells of few processes: the process term's count")
     args = parser.parse_args(argv)
-    if args.floor:
-        return floor(args.trials)
+    if args.lone:
+        return lone(args.trials)
     print("| rounds | processes | phi | process sd | covered before | now | width before | now | said wandering |")
     print("|---|---|---|---|---|---|---|---|---|")
     for case in CASES:

@@ -69,6 +69,23 @@ def paired_cells(rng, process_sd, state_sd, processes=3, rounds=6, react_b=1.0, 
     return samples[0], samples[1], levels[0] / levels[1]
 
 
+def energy_cells(rng, process_sd, state_sd, processes, rounds):
+    """Two cells' energy per inference, one figure a round (as ``energy.per_round_j_per_inference``), in the same
+    rounds: each worker process's level set anew (uniform, sd ``process_sd``), a machine state both share each round
+    (Laplace, sd ``state_sd``), the counter's noise Student's t with 3 degrees of freedom scaled to 2%; no
+    between-process prior (an energy margin has none). Returns both samples and the true ratio."""
+    from inferbench.measure import stats
+
+    width, state = math.sqrt(3) * process_sd, rng.laplace(0, state_sd / math.sqrt(2), rounds)
+    cells = []
+    for level in (2.0, 3.0):
+        offsets = rng.uniform(-width, width, processes)
+        noise = 0.02 * rng.standard_t(3, rounds) / math.sqrt(3)
+        cells.append(stats.Sample([level * math.exp(offsets[r % processes] + state[r] + noise[r])
+                                   for r in range(rounds)], list(range(rounds)), processes))
+    return cells[0], cells[1], 2.0 / 3.0
+
+
 def wandering_cell(rng, phi, rounds=12, processes=3, level_sd=0.05, process_sd=0.0, n=150):
     """One cell whose machine wanders: each round's level an AR(1) step from the last (correlation ``phi``, a
     stationary log sd of ``level_sd``: a drift that comes and goes, not a straight line and not the estimator's

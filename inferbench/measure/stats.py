@@ -39,6 +39,7 @@ of the same log round figures; their estimators share its pieces (the spread, it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -66,10 +67,10 @@ ONE_PROCESS = ("one worker process a cell: the interval covers this process only
 ONE_ROUND_A_PROCESS = ("one round a worker process: the spread between processes cannot be told from the rounds' "
                        "(it is assumed at 1.5%); --rounds of at least twice --processes measures it")
 #: What a run of two worker processes a cell says up front: their spread rests on one degree of freedom
-#: (docs/method.md's lone-cell table, benchmarks/coverage_wander.py --floor: 83-92% at a 6% process effect).
+#: (docs/method.md's lone-cell table, benchmarks/coverage_wander.py --lone: 83-92% at a 6% process effect).
 TWO_PROCESSES = ("two worker processes a cell: what differs between them rests on one degree of freedom, and where "
                  "processes differ by 6% a cell's 95% interval covered its level 83-92% of the time in simulation "
-                 "(docs/method.md); three (--processes 3, the default from --rounds 6) cover 90-99%")
+                 "(docs/method.md); three (--processes 3, the default from --rounds 6) cover 93-99%")
 TAIL_METHOD = "round-percentiles-median-unbiased-rounds-and-processes-t-95"
 Z975 = 1.959964
 MIN_ROUNDS = 3  # fewer rounds give no interval
@@ -185,14 +186,29 @@ class Spread:
     drift_factor: float = 1.0  # what that correlation makes of the rounds' variance of their mean (wander_factor)
 
     def se(self, between_var: float | None = None, between_df: float | None = None,
-           sides: int = 1) -> tuple[float, float]:
+           sides: int = 1, whole: bool | None = None) -> tuple[float, float]:
         """(standard error of the cell's log estimate, Satterthwaite's degrees of freedom); ``between_var`` (a
         pooled one) in place of the cell's own; where none was measured, the assumed component, once per cell the
-        estimate is of (``sides``: 2 for a paired ratio of two cells)."""
+        estimate is of (``sides``: 2 for a paired ratio of two cells).
+
+        ``whole`` (by default: where the term is this fit's own, no ``between_var`` given): the term is this fit's
+        mean square of process means less its within's (or one moderated from it), so the within cancels out of se²
+        and the term's degrees of freedom count for the whole (exact for a cell's own: its processes', ``processes -
+        1``). Counted for the between part alone beside the within, Satterthwaite's rule gave 2.7 where the processes
+        give 2 (12 rounds in 3 processes at a 6% process effect), and the interval covered 90% of the time; so
+        counted, 93.5% (benchmarks/coverage_wander.py --lone). From :data:`WHOLE_FROM_DF` degrees of freedom. Not
+        whole: a term from elsewhere (the group's pooled value, one fitted on other rounds) beside this fit's within,
+        each with its own count, or a paired ratio's moderated toward the sum of its cells' terms (which holds more
+        than the ratio does where a shared machine state cancels in it: covered 92-99% so,
+        benchmarks/coverage_paired.py)."""
         used = self.between_used(between_var, between_df)
-        parts: list[tuple[float, float]] = [(self.within_var * self.drift_factor / self.rounds, self.within_df)]
+        within = self.within_var * self.drift_factor / self.rounds
+        parts: list[tuple[float, float]] = [(within, self.within_df)]
         if used is None:
             parts.append((sides * (ASSUMED_PROCESS_SD ** 2) / self.processes, math.inf))
+        elif (between_var is None if whole is None else whole) and used[1] >= WHOLE_FROM_DF:  # (wander: within's)
+            parts = [(self.within_var / self.rounds + used[0] / self.processes, used[1]),
+                     (within - self.within_var / self.rounds, self.within_df)]
         else:
             parts.append((used[0] / self.processes, used[1]))
         var = sum(v for v, _ in parts)
@@ -200,6 +216,12 @@ class Spread:
         # nothing but the assumed part (known, unbounded degrees of freedom): t's limit, not the rounds' count
         df = var * var / denominator if denominator > 0 else 1e6 if var > 0 else max(self.within_df, 1)
         return math.sqrt(var), max(1.0, min(df, 1e6))
+
+    def given(self, between: tuple[float | None, int] | None, own: bool = False) -> tuple[float, float]:
+        """:meth:`se` with ``between`` (a pooled (variance, df), None: the fit's own), ``own`` where it was moderated
+        from this fit's own (counted as its own is)."""
+        var, dof = between if between else (None, None)
+        return self.se(var, dof, whole=True if own else None)
 
     def between_used(self, between_var: float | None = None,
                      between_df: float | None = None) -> tuple[float, float] | None:
@@ -257,6 +279,10 @@ def spread(per_round: Mapping[int, float], processes: Mapping[int, int]) -> Spre
 WANDER_MIN_ROUNDS = 5
 #: The largest correlation the correction takes (beyond it the interval is said to be unreliable, not widened more).
 WANDER_MAX = 0.95
+#: A process term of fewer degrees of freedom is counted for its between part alone (:meth:`Spread.se`): from one
+#: (two processes) the exact count's t of 12.7 made a lone cell's interval about twice as wide for 1-4 points of
+#: coverage (benchmarks/coverage_wander.py --lone); two processes are said to cover less instead (TWO_PROCESSES).
+WHOLE_FROM_DF = 2
 #: A stability verdict calls round levels wandering from this corrected correlation on, with this many rounds.
 WANDERING, WANDERING_ROUNDS = 0.8, 8
 
@@ -387,6 +413,8 @@ def shrink_between(spreads: Sequence[Spread | None]) -> list[Shrunk]:
     out = [Shrunk(group_var, float(group_df), 0.0, group_var, group_df, None, False) for _ in spreads]
     usable = [i for i, s in enumerate(spreads)
               if s is not None and s.between_raw is not None and s.between_df > 0 and s.processes > 1]
+    if group_var is not None and len(usable) == 1:  # the group's value is that cell's own
+        out[usable[0]] = dataclasses.replace(out[usable[0]], weight=1.0)
     if group_var is None or len(usable) < 2:
         return out
     msb, df, n0 = {}, {}, {}
@@ -424,25 +452,26 @@ def shrink_between(spreads: Sequence[Spread | None]) -> list[Shrunk]:
 # --------------------------------------------------------------------------- one cell
 def interval(latencies: Samples, rounds: Sequence[int] | None, stat: str = "p50",
              processes: int | Mapping[int, int] | None = None, between: tuple[float | None, int] | None = None,
-             ) -> tuple[float, float, float] | None:
+             own: bool = False) -> tuple[float, float, float] | None:
     """95% interval of ``stat`` (of :data:`STATISTICS`) and the value it is centred on, the geometric mean of the
     rounds' statistics (:func:`centre`): (low, high, value); ``between``: a pooled (variance, df) of the
-    between-process part in place of the cell's own. None with fewer than 3 rounds."""
+    between-process part in place of the cell's own (``own``: moderated from this cell's own fit of the same
+    rounds, counted as its own is: :meth:`Spread.se`). None with fewer than 3 rounds."""
     per_round = round_stats(latencies, rounds, stat)
     fit = spread(per_round, process_of(list(per_round), processes))
     if fit is None:
         return None
     value = centre(latencies, rounds, stat)
-    se, df = fit.se(*(between or (None, None)))
+    se, df = fit.given(between, own)
     half = t975(df) * se
     return value * math.exp(-half), value * math.exp(half), value
 
 
 def median_interval(latencies: Samples, rounds: Sequence[int] | None,
                     processes: int | Mapping[int, int] | None = None,
-                    between: tuple[float | None, int] | None = None) -> tuple[float, float] | None:
+                    between: tuple[float | None, int] | None = None, own: bool = False) -> tuple[float, float] | None:
     """95% interval of the p50 from the rounds and the processes, or None with fewer than 3 rounds."""
-    found = interval(latencies, rounds, "p50", processes, between)
+    found = interval(latencies, rounds, "p50", processes, between, own)
     return None if found is None else found[:2]
 
 
@@ -513,7 +542,7 @@ def effective_n(latencies: Samples, rounds: Sequence[int] | None) -> float:
 
 def stability(latencies: Samples, rounds: Sequence[int] | None,
               processes: int | Mapping[int, int] | None = None,
-              between: tuple[float | None, int] | None = None) -> dict[str, Any]:
+              between: tuple[float | None, int] | None = None, own: bool = False) -> dict[str, Any]:
     """Is the p50 estimate stable? From the data alone: the interval's half-width (rounds and processes), the drift
     over the rounds (the least-squares slope of the log round medians times the rounds' span), and whether the
     rounds' level wanders (:func:`wander`: their lag-1 correlation, which the interval is widened for)."""
@@ -523,7 +552,7 @@ def stability(latencies: Samples, rounds: Sequence[int] | None,
                 "advice": f"fewer than {MIN_ROUNDS} rounds, so no interval: measure with --rounds {MIN_ROUNDS} or more"}
     fit = spread(meds, process_of(list(meds), processes))
     assert fit is not None  # three rounds or more
-    se, df = fit.se(*(between or (None, None)))
+    se, df = fit.given(between, own)
     half = math.expm1(t975(df) * se)
     order = sorted(meds)
     xs, ys = np.asarray(order, dtype=np.float64), np.log([meds[r] for r in order])
@@ -551,9 +580,10 @@ def stability(latencies: Samples, rounds: Sequence[int] | None,
 
 def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
               processes: int | Mapping[int, int] | None = None,
-              between: tuple[float | None, int] | None = None) -> dict[str, Any]:
+              between: tuple[float | None, int] | None = None, own: bool = False) -> dict[str, Any]:
     """Summary of per-iteration latencies in milliseconds (the ``latency_ms`` block of a record). ``processes``:
-    the process of each round (or their count); ``between``: the group's pooled between-process variance."""
+    the process of each round (or their count); ``between``: the group's pooled between-process variance (``own``:
+    the p50's own, moderated toward the group's; the tails', fitted on other statistics, take it as the group's)."""
     x = np.asarray(latencies_ms, dtype=np.float64)
     n = int(x.size)
     if n == 0:
@@ -561,7 +591,7 @@ def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     p25, p50, p75, p90, p95, p99 = (float(v) for v in np.percentile(x, [25, 50, 75, 90, 95, 99]))
-    ci = median_interval(x, rounds, processes, between)
+    ci = median_interval(x, rounds, processes, between, own)
     per_round = round_medians(x, rounds)
     fit = spread(per_round, process_of(list(per_round), processes))
     tails: dict[str, Any] = {}
@@ -578,7 +608,7 @@ def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
     spread_block = None if fit is None else {
         **fit.as_dict(), "pooled_between_var": None if between is None else between[0],
         "pooled_between_df": None if between is None else between[1],
-        "se_log": fit.se(*(between or (None, None)))[0], "df": fit.se(*(between or (None, None)))[1],
+        **dict(zip(("se_log", "df"), fit.given(between, own))),
         "measured": fit.between_used(*(between or (None, None))) is not None}
     return {
         "n": n, "mean": mean, "std": std, "cv": std / mean if mean > 0 else float("nan"),
@@ -593,7 +623,7 @@ def summarize(latencies_ms: Samples, rounds: Sequence[int] | None = None,
         "ci_method": CI_METHOD + ("" if spread_block and spread_block["measured"] else ASSUMED),
         "rounds_not_counted": [{"round": k, "samples": c} for k, c in sorted(starved.items())],
         "spread": spread_block,
-        "stability": stability(x, rounds, processes, between),
+        "stability": stability(x, rounds, processes, between, own),
     }
 
 
@@ -628,7 +658,9 @@ def compare(a: Sample, b: Sample, paired: bool, stat: str = "p50") -> dict[str, 
         assert fit is not None  # (MIN_ROUNDS rounds, every ratio > 0)
         between = ratio_between(fit, a, b)
         assumed = between is None
-        se, df = fit.se(between[0], between[1], sides=2) if between else fit.se(None, 0, sides=2)
+        # the ratio's own alone: its count, exact; moderated toward its cells' (more than it holds): theirs
+        whole = cells_prior(a, b) is None
+        se, df = fit.se(between[0], between[1], sides=2, whole=whole) if between else fit.se(None, 0, sides=2)
         mean = float(np.mean(np.log(list(ratios.values()))))
         method = PAIRED_METHOD
     else:
@@ -668,9 +700,7 @@ def ratio_between(fit: Spread, a: Sample, b: Sample) -> tuple[float, float] | No
     term estimated at 0 from one or two degrees of freedom is not evidence that there is none.
     """
     own = fit.between_raw if fit.between_raw is not None and fit.between_df > 0 else None
-    prior = None
-    if a.between and b.between and a.between[0] is not None and b.between[0] is not None:
-        prior = (a.between[0] + b.between[0], float(min(a.between[1], b.between[1])))
+    prior = cells_prior(a, b)
     if own is None:
         return prior if prior and prior[0] > 0 and prior[1] >= 1 else None
     var, df = max(own, 0.0), float(fit.between_df)
@@ -679,6 +709,14 @@ def ratio_between(fit: Spread, a: Sample, b: Sample) -> tuple[float, float] | No
         if moderated > var:
             var, df = moderated, prior[1] + df
     return (var, df) if var > 0 else None
+
+
+def cells_prior(a: Sample, b: Sample) -> tuple[float, float] | None:
+    """What a paired ratio's between-process part is moderated toward: the sum of its two cells' own terms (as
+    their group moderated them) with the fewer degrees of freedom; None where either cell has none."""
+    if a.between and b.between and a.between[0] is not None and b.between[0] is not None:
+        return a.between[0] + b.between[0], float(min(a.between[1], b.between[1]))
+    return None
 
 
 def assumes_between(s: Sample, stat: str = "p50") -> bool:

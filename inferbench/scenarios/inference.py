@@ -167,7 +167,8 @@ def finalize_group(outcomes: list[CellOutcome | None]) -> list[CellOutcome | Non
             continue
         b = o.blocks
         processes = {blk["round"]: blk.get("process", 0) for blk in b["timing"]["blocks"]}
-        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, (own.var, int(own.df)))
+        latency = stats.summarize(b["raw_latencies_ms"], b["raw_rounds"], processes, (own.var, int(own.df)),
+                                  own=own.weight > 0)  # moderated from its own fit: counted as its own
         out.append(CellOutcome(timing=o.timing, blocks={**b, "latency_ms": {**latency, "spread": {
             **latency["spread"], "pooled_cells": sum(f is not None for f in fits), "group_between_var": own.group_var,
             "group_between_df": own.group_df, "own_weight": own.weight, "prior_df": own.prior_df,
